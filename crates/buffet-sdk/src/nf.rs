@@ -1,0 +1,188 @@
+//! The three-function NF contract and its small value types.
+
+use std::fmt;
+
+use serde::de::DeserializeOwned;
+
+use crate::packet::Packet;
+
+/// A tenant's identity, as the provider names it (configuration, API, stats).
+///
+/// The data plane maps it once, at admission, to a dense index; the hot path never
+/// hashes a `TenantId`.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct TenantId(pub u32);
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// An output port number (for [`Verdict::Forward`]).
+pub type PortId = u16;
+
+/// Why a packet was dropped, for per-tenant accounting ("drops by reason").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropCause {
+    /// The tenant's policy said so (ACL deny, blacklisted host, blocked signature).
+    Policy,
+    /// The NF could not make sense of the packet (truncated payload, bad lengths).
+    Malformed,
+    /// A rate limit (token bucket) was exceeded.
+    RateLimited,
+    /// Cryptographic integrity failed (bad ICV, unknown SPI).
+    Integrity,
+    /// A replayed or too-old sequence number.
+    Replay,
+    /// The NF's per-tenant table is full and the packet cannot be tracked.
+    TableFull,
+}
+
+impl DropCause {
+    /// Every cause, in a fixed order (for tables and counters indexed by cause).
+    pub const ALL: [DropCause; 6] = [
+        DropCause::Policy,
+        DropCause::Malformed,
+        DropCause::RateLimited,
+        DropCause::Integrity,
+        DropCause::Replay,
+        DropCause::TableFull,
+    ];
+
+    /// A stable, lower-case name (stats JSON keys, table headers).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropCause::Policy => "policy",
+            DropCause::Malformed => "malformed",
+            DropCause::RateLimited => "rate_limited",
+            DropCause::Integrity => "integrity",
+            DropCause::Replay => "replay",
+            DropCause::TableFull => "table_full",
+        }
+    }
+
+    /// Position of this cause in [`DropCause::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What an NF decided about one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let the packet continue on its way (default output).
+    Pass,
+    /// Send the packet out of the given port.
+    Forward(PortId),
+    /// Send the (possibly rewritten) packet back out of the port it came in on.
+    Tx,
+    /// Drop the packet, with the reason it is counted under.
+    Drop(DropCause),
+}
+
+impl Verdict {
+    /// True for every verdict that lets the packet leave the NF.
+    pub const fn is_pass(self) -> bool {
+        !matches!(self, Verdict::Drop(_))
+    }
+}
+
+/// How much memory one tenant's state needs (the answer of `buffet_mem_register`).
+///
+/// The Memory Manager rounds it up to whole pages and places the tenant's region,
+/// guarded on both sides, in its arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemorySpec {
+    /// Bytes of the tenant's region.
+    pub bytes: usize,
+}
+
+impl MemorySpec {
+    /// Exactly enough for one value of `S`.
+    pub const fn of<S>() -> Self {
+        MemorySpec {
+            bytes: std::mem::size_of::<S>(),
+        }
+    }
+
+    /// Room for `S` plus `extra` bytes of tables the state sizes at `init`.
+    pub const fn with_extra<S>(extra: usize) -> Self {
+        MemorySpec {
+            bytes: std::mem::size_of::<S>() + extra,
+        }
+    }
+}
+
+/// Why a tenant's state could not be built from its policy.
+///
+/// Returned by [`NetworkFunction::init`]; the framework rejects the tenant with this
+/// message and leaves every other tenant untouched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InitError {
+    /// A policy field has a value the NF cannot use.
+    #[error("invalid policy field `{field}`: {message}")]
+    InvalidPolicy {
+        /// The field's name, as written in the policy (e.g. `rules[2].src_ip`).
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The policy needs more memory than the NF registered for a tenant.
+    #[error("policy needs {needed} bytes of tenant memory but the region has {available}")]
+    OutOfMemory {
+        /// Bytes the policy needs.
+        needed: usize,
+        /// Bytes the tenant's region has.
+        available: usize,
+    },
+}
+
+impl InitError {
+    /// Shorthand for [`InitError::InvalidPolicy`].
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        InitError::InvalidPolicy {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A multi-tenant network function: the paper's three functions.
+///
+/// The framework calls [`register`](Self::register) once, [`init`](Self::init) once per
+/// admitted tenant, and [`handle`](Self::handle) for every packet of that tenant, always on the
+/// worker core the tenant is assigned to, with that tenant's state only.
+pub trait NetworkFunction: Send + Sync + 'static {
+    /// One tenant's state; lives in the tenant's region of the Memory Manager.
+    type State: Default + Send + 'static;
+    /// One tenant's configuration (TOML/JSON via serde).
+    type Policy: DeserializeOwned;
+
+    /// A short, stable name (`monitor`, `firewall`, …).
+    fn name(&self) -> &'static str;
+
+    /// `buffet_mem_register`: how much memory one tenant's state needs.
+    fn register(&self) -> MemorySpec;
+
+    /// `buffet_state_init`: build one tenant's state from its policy.
+    ///
+    /// On error the tenant is not admitted and `state` is discarded.
+    fn init(&self, policy: &Self::Policy, state: &mut Self::State) -> Result<(), InitError>;
+
+    /// `buffet_pkt_handler`: process one packet of the tenant owning `state`.
+    fn handle(&self, pkt: &mut Packet<'_>, state: &mut Self::State) -> Verdict;
+}

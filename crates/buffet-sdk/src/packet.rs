@@ -1,0 +1,602 @@
+//! The zero-copy [`Packet`] view.
+//!
+//! [`Packet::parse`] walks the headers once with etherparse header slices, checks every
+//! length, and remembers only offsets. The accessors rebuild header slices from those
+//! offsets; none of them can panic, whatever the bytes are, and none allocates.
+//!
+//! Accepted: Ethernet II, optionally one 802.1Q/802.1ad tag, then IPv4 or IPv6. TCP and
+//! UDP headers are parsed when present (first fragment only); any other IP protocol is
+//! accepted with its payload starting right after the IP header. Everything else is a
+//! [`ParseError`], which the framework counts per reason and drops.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use etherparse::{
+    EtherType, Ethernet2HeaderSlice, IpNumber, Ipv4HeaderSlice, Ipv6HeaderSlice,
+    SingleVlanHeaderSlice, TcpHeaderSlice, UdpHeaderSlice,
+};
+
+use crate::nf::{PortId, TenantId};
+
+const ETH_LEN: usize = 14;
+const VLAN_LEN: usize = 4;
+const IPV6_LEN: usize = 40;
+const UDP_LEN: usize = 8;
+
+/// Why a packet could not be parsed. Small and `Copy`: it is a hot-path outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, thiserror::Error)]
+pub enum ParseError {
+    /// Shorter than an Ethernet II header.
+    #[error("truncated Ethernet header")]
+    TruncatedEthernet,
+    /// A VLAN tag that does not fit in the packet.
+    #[error("truncated VLAN tag")]
+    TruncatedVlan,
+    /// An EtherType that is neither IPv4, IPv6 nor a single VLAN tag.
+    #[error("unsupported EtherType")]
+    UnsupportedEtherType,
+    /// The IP header does not fit in the packet.
+    #[error("truncated IP header")]
+    TruncatedIp,
+    /// The IP version nibble disagrees with the EtherType.
+    #[error("bad IP version")]
+    BadIpVersion,
+    /// IPv4 IHL below 5 (a header shorter than 20 bytes).
+    #[error("IPv4 IHL below 5")]
+    BadIhl,
+    /// The IP total/payload length claims more bytes than the packet has.
+    #[error("IP length beyond the buffer")]
+    LengthBeyondBuffer,
+    /// The TCP or UDP header does not fit inside the IP payload.
+    #[error("truncated L4 header")]
+    TruncatedL4,
+    /// A TCP data offset below 5 or beyond the IP payload.
+    #[error("bad TCP data offset")]
+    BadTcpOffset,
+}
+
+impl ParseError {
+    /// Every error, in a fixed order (for counters indexed by reason).
+    pub const ALL: [ParseError; 9] = [
+        ParseError::TruncatedEthernet,
+        ParseError::TruncatedVlan,
+        ParseError::UnsupportedEtherType,
+        ParseError::TruncatedIp,
+        ParseError::BadIpVersion,
+        ParseError::BadIhl,
+        ParseError::LengthBeyondBuffer,
+        ParseError::TruncatedL4,
+        ParseError::BadTcpOffset,
+    ];
+
+    /// A stable, lower-case name for stats.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ParseError::TruncatedEthernet => "truncated_ethernet",
+            ParseError::TruncatedVlan => "truncated_vlan",
+            ParseError::UnsupportedEtherType => "unsupported_ethertype",
+            ParseError::TruncatedIp => "truncated_ip",
+            ParseError::BadIpVersion => "bad_ip_version",
+            ParseError::BadIhl => "bad_ihl",
+            ParseError::LengthBeyondBuffer => "length_beyond_buffer",
+            ParseError::TruncatedL4 => "truncated_l4",
+            ParseError::BadTcpOffset => "bad_tcp_offset",
+        }
+    }
+
+    /// Position of this error in [`ParseError::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The network layer of a parsed packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum L3Kind {
+    /// IPv4.
+    #[default]
+    Ipv4,
+    /// IPv6.
+    Ipv6,
+}
+
+/// The transport layer of a parsed packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum L4Kind {
+    /// A TCP header was parsed.
+    Tcp,
+    /// A UDP header was parsed.
+    Udp,
+    /// Another protocol, or a non-first fragment: no ports.
+    #[default]
+    Other,
+}
+
+/// Metadata travelling with a packet (not part of its bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// The port the packet came in on.
+    pub in_port: PortId,
+    /// Arrival time in nanoseconds (from the port or the trace; never from a clock here).
+    pub ts_ns: u64,
+    /// The tenant the dispatcher classified the packet to.
+    pub tenant: TenantId,
+}
+
+/// A flow's 5-tuple, IPv4 addresses stored as IPv4-mapped IPv6. `Hash + Eq + Copy`,
+/// ready to key a flow table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FlowKey {
+    /// Source address (IPv4-mapped for IPv4).
+    pub src: [u8; 16],
+    /// Destination address (IPv4-mapped for IPv4).
+    pub dst: [u8; 16],
+    /// IP protocol number.
+    pub proto: u8,
+    /// Source port (0 when the protocol has none).
+    pub src_port: u16,
+    /// Destination port (0 when the protocol has none).
+    pub dst_port: u16,
+}
+
+impl FlowKey {
+    /// The source address as an [`IpAddr`] (IPv4 when it is IPv4-mapped).
+    pub fn src_addr(&self) -> IpAddr {
+        to_ip(self.src)
+    }
+    /// The destination address as an [`IpAddr`].
+    pub fn dst_addr(&self) -> IpAddr {
+        to_ip(self.dst)
+    }
+    /// The key of the opposite direction of the same connection.
+    pub fn reversed(&self) -> FlowKey {
+        FlowKey {
+            src: self.dst,
+            dst: self.src,
+            proto: self.proto,
+            src_port: self.dst_port,
+            dst_port: self.src_port,
+        }
+    }
+}
+
+fn to_ip(a: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(a);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Maps an IPv4 address into the IPv4-mapped IPv6 space (`::ffff:a.b.c.d`).
+pub(crate) fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
+    Ipv4Addr::from(a).to_ipv6_mapped().octets()
+}
+
+/// Offsets found by [`Packet::parse`]; 16 bytes, `Copy`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Layout {
+    vlan: Option<u16>,
+    l3: u16,
+    l4: u16,
+    payload: u16,
+    /// One past the last byte the IP header accounts for (excludes Ethernet padding).
+    end: u16,
+    l3_kind: L3Kind,
+    l4_kind: L4Kind,
+    proto: u8,
+}
+
+/// One packet: its bytes (mutable, so NFs can rewrite in place), its metadata, and the
+/// header offsets found when it was parsed.
+#[derive(Debug)]
+pub struct Packet<'a> {
+    data: &'a mut [u8],
+    meta: PacketMeta,
+    layout: Layout,
+}
+
+impl<'a> Packet<'a> {
+    /// Parses `data` once, checking every header length. Never panics.
+    pub fn parse(data: &'a mut [u8], meta: PacketMeta) -> Result<Self, ParseError> {
+        let layout = parse_layout(data)?;
+        Ok(Packet { data, meta, layout })
+    }
+
+    /// The whole frame.
+    pub fn data(&self) -> &[u8] {
+        self.data
+    }
+
+    /// The whole frame, writable. Rewriting headers is the NF's business; the offsets
+    /// found at parse time stay as they were.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        self.data
+    }
+
+    /// The packet's metadata.
+    pub fn meta(&self) -> PacketMeta {
+        self.meta
+    }
+
+    /// The tenant this packet belongs to.
+    pub fn tenant(&self) -> TenantId {
+        self.meta.tenant
+    }
+
+    /// Frame length in bytes.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// True for an empty frame (never the case for a parsed packet).
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The Ethernet II header.
+    pub fn ethernet(&self) -> Option<Ethernet2HeaderSlice<'_>> {
+        Ethernet2HeaderSlice::from_slice(self.data).ok()
+    }
+
+    /// The VLAN id, when the frame carries one tag.
+    pub fn vlan_id(&self) -> Option<u16> {
+        self.layout.vlan
+    }
+
+    /// IPv4 or IPv6.
+    pub fn l3_kind(&self) -> L3Kind {
+        self.layout.l3_kind
+    }
+
+    /// TCP, UDP or other.
+    pub fn l4_kind(&self) -> L4Kind {
+        self.layout.l4_kind
+    }
+
+    /// The IP protocol number (IPv6: the first next-header).
+    pub fn ip_proto(&self) -> u8 {
+        self.layout.proto
+    }
+
+    /// Byte offset of the IP header in the frame.
+    pub fn l3_offset(&self) -> usize {
+        self.layout.l3 as usize
+    }
+
+    /// Byte offset of the L4 header (or of the IP payload when there is none parsed).
+    pub fn l4_offset(&self) -> usize {
+        self.layout.l4 as usize
+    }
+
+    /// Byte offset of the L4 payload.
+    pub fn payload_offset(&self) -> usize {
+        self.layout.payload as usize
+    }
+
+    /// One past the last byte the IP header accounts for.
+    pub fn ip_end(&self) -> usize {
+        self.layout.end as usize
+    }
+
+    /// The IPv4 header, when the packet is IPv4.
+    pub fn ipv4(&self) -> Option<Ipv4HeaderSlice<'_>> {
+        match self.layout.l3_kind {
+            L3Kind::Ipv4 => Ipv4HeaderSlice::from_slice(self.data.get(self.l3_offset()..)?).ok(),
+            L3Kind::Ipv6 => None,
+        }
+    }
+
+    /// The IPv6 header, when the packet is IPv6.
+    pub fn ipv6(&self) -> Option<Ipv6HeaderSlice<'_>> {
+        match self.layout.l3_kind {
+            L3Kind::Ipv6 => Ipv6HeaderSlice::from_slice(self.data.get(self.l3_offset()..)?).ok(),
+            L3Kind::Ipv4 => None,
+        }
+    }
+
+    /// The TCP header, when there is one.
+    pub fn tcp(&self) -> Option<TcpHeaderSlice<'_>> {
+        match self.layout.l4_kind {
+            L4Kind::Tcp => TcpHeaderSlice::from_slice(self.l4_bytes()?).ok(),
+            _ => None,
+        }
+    }
+
+    /// The UDP header, when there is one.
+    pub fn udp(&self) -> Option<UdpHeaderSlice<'_>> {
+        match self.layout.l4_kind {
+            L4Kind::Udp => UdpHeaderSlice::from_slice(self.l4_bytes()?).ok(),
+            _ => None,
+        }
+    }
+
+    fn l4_bytes(&self) -> Option<&[u8]> {
+        self.data.get(self.l4_offset()..self.ip_end())
+    }
+
+    /// The L4 payload (after TCP/UDP headers; the IP payload for other protocols),
+    /// without Ethernet padding.
+    pub fn payload(&self) -> &[u8] {
+        self.data
+            .get(self.payload_offset()..self.ip_end())
+            .unwrap_or(&[])
+    }
+
+    /// The L4 payload, writable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let (start, end) = (self.payload_offset(), self.ip_end());
+        self.data.get_mut(start..end).unwrap_or(&mut [])
+    }
+
+    /// Source and destination ports (TCP/UDP), else `None`.
+    pub fn ports(&self) -> Option<(u16, u16)> {
+        let l4 = self.l4_bytes()?;
+        match self.layout.l4_kind {
+            L4Kind::Tcp | L4Kind::Udp if l4.len() >= 4 => Some((
+                u16::from_be_bytes([l4[0], l4[1]]),
+                u16::from_be_bytes([l4[2], l4[3]]),
+            )),
+            _ => None,
+        }
+    }
+
+    /// The DSCP (upper six bits of the IPv4 TOS / IPv6 traffic class).
+    pub fn dscp(&self) -> u8 {
+        match self.layout.l3_kind {
+            L3Kind::Ipv4 => self.ipv4().map_or(0, |h| h.dcp().value()),
+            L3Kind::Ipv6 => self.ipv6().map_or(0, |h| h.traffic_class() >> 2),
+        }
+    }
+
+    /// Source and destination addresses, IPv4 mapped into IPv6.
+    pub fn addrs(&self) -> ([u8; 16], [u8; 16]) {
+        match self.layout.l3_kind {
+            L3Kind::Ipv4 => self.ipv4().map_or(([0; 16], [0; 16]), |h| {
+                (v4_mapped(h.source()), v4_mapped(h.destination()))
+            }),
+            L3Kind::Ipv6 => self
+                .ipv6()
+                .map_or(([0; 16], [0; 16]), |h| (h.source(), h.destination())),
+        }
+    }
+
+    /// The 5-tuple (ports 0 for protocols without them).
+    pub fn flow_key(&self) -> FlowKey {
+        let (src, dst) = self.addrs();
+        let (src_port, dst_port) = self.ports().unwrap_or((0, 0));
+        FlowKey {
+            src,
+            dst,
+            proto: self.layout.proto,
+            src_port,
+            dst_port,
+        }
+    }
+}
+
+fn parse_layout(data: &[u8]) -> Result<Layout, ParseError> {
+    let eth = Ethernet2HeaderSlice::from_slice(data).map_err(|_| ParseError::TruncatedEthernet)?;
+    let mut ether_type = eth.ether_type();
+    let mut l3 = ETH_LEN;
+    let mut vlan = None;
+    if ether_type == EtherType::VLAN_TAGGED_FRAME || ether_type == EtherType::PROVIDER_BRIDGING {
+        let tag = SingleVlanHeaderSlice::from_slice(&data[ETH_LEN..])
+            .map_err(|_| ParseError::TruncatedVlan)?;
+        vlan = Some(tag.vlan_identifier().value());
+        ether_type = tag.ether_type();
+        l3 += VLAN_LEN;
+    }
+    let rest = &data[l3..];
+    let mut layout = Layout {
+        vlan,
+        l3: l3 as u16,
+        ..Layout::default()
+    };
+    let (proto, ip_payload_start, end, l4_parsable) = match ether_type {
+        EtherType::IPV4 => {
+            if rest.len() < 20 {
+                return Err(ParseError::TruncatedIp);
+            }
+            if rest[0] >> 4 != 4 {
+                return Err(ParseError::BadIpVersion);
+            }
+            if rest[0] & 0x0f < 5 {
+                return Err(ParseError::BadIhl);
+            }
+            let ip = Ipv4HeaderSlice::from_slice(rest).map_err(|e| {
+                use etherparse::err::ipv4::HeaderSliceError as E;
+                match e {
+                    E::Len(_) => ParseError::TruncatedIp,
+                    E::Content(_) => ParseError::BadIhl,
+                }
+            })?;
+            let total = ip.total_len() as usize;
+            let hlen = ip.slice().len();
+            if total > rest.len() {
+                return Err(ParseError::LengthBeyondBuffer);
+            }
+            if total < hlen {
+                return Err(ParseError::TruncatedIp);
+            }
+            layout.l3_kind = L3Kind::Ipv4;
+            let first_fragment = ip.fragments_offset().value() == 0;
+            (ip.protocol(), l3 + hlen, l3 + total, first_fragment)
+        }
+        EtherType::IPV6 => {
+            if rest.len() < IPV6_LEN {
+                return Err(ParseError::TruncatedIp);
+            }
+            if rest[0] >> 4 != 6 {
+                return Err(ParseError::BadIpVersion);
+            }
+            let ip = Ipv6HeaderSlice::from_slice(rest).map_err(|_| ParseError::TruncatedIp)?;
+            let total = IPV6_LEN + ip.payload_length() as usize;
+            if total > rest.len() {
+                return Err(ParseError::LengthBeyondBuffer);
+            }
+            layout.l3_kind = L3Kind::Ipv6;
+            (ip.next_header(), l3 + IPV6_LEN, l3 + total, true)
+        }
+        _ => return Err(ParseError::UnsupportedEtherType),
+    };
+    if end > u16::MAX as usize {
+        return Err(ParseError::LengthBeyondBuffer);
+    }
+    layout.proto = proto.0;
+    layout.l4 = ip_payload_start as u16;
+    layout.payload = ip_payload_start as u16;
+    layout.end = end as u16;
+    let l4 = &data[ip_payload_start..end];
+    if l4_parsable && proto == IpNumber::TCP {
+        if l4.len() < 20 {
+            return Err(ParseError::TruncatedL4);
+        }
+        let offset = (l4[12] >> 4) as usize * 4;
+        if offset < 20 || offset > l4.len() {
+            return Err(ParseError::BadTcpOffset);
+        }
+        let tcp = TcpHeaderSlice::from_slice(l4).map_err(|_| ParseError::BadTcpOffset)?;
+        layout.l4_kind = L4Kind::Tcp;
+        layout.payload = (ip_payload_start + tcp.slice().len()) as u16;
+    } else if l4_parsable && proto == IpNumber::UDP {
+        let udp = UdpHeaderSlice::from_slice(l4).map_err(|_| ParseError::TruncatedL4)?;
+        layout.l4_kind = L4Kind::Udp;
+        layout.payload = (ip_payload_start + udp.slice().len().min(UDP_LEN)) as u16;
+    }
+    Ok(layout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::PacketBuilder;
+
+    fn udp4(payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(1000, 2000)
+            .write(&mut v, payload)
+            .unwrap();
+        v
+    }
+
+    #[test]
+    fn parses_udp_v4() {
+        let mut b = udp4(b"hello");
+        let p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
+        assert_eq!(p.l4_kind(), L4Kind::Udp);
+        assert_eq!(p.ports(), Some((1000, 2000)));
+        assert_eq!(p.payload(), b"hello");
+        assert_eq!(
+            p.flow_key().src_addr(),
+            "10.0.0.1".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn parses_vlan_tcp_v6() {
+        let mut v = Vec::new();
+        PacketBuilder::ethernet2([1; 6], [2; 6])
+            .single_vlan(etherparse::VlanId::try_new(42).unwrap())
+            .ipv6([1; 16], [2; 16], 64)
+            .tcp(80, 443, 7, 1000)
+            .write(&mut v, b"abc")
+            .unwrap();
+        let p = Packet::parse(&mut v, PacketMeta::default()).unwrap();
+        assert_eq!(p.vlan_id(), Some(42));
+        assert_eq!(p.l3_kind(), L3Kind::Ipv6);
+        assert_eq!(p.tcp().unwrap().destination_port(), 443);
+        assert_eq!(p.payload(), b"abc");
+    }
+
+    #[test]
+    fn ethernet_padding_is_not_payload() {
+        let mut b = udp4(b"x");
+        b.extend_from_slice(&[0; 20]);
+        let p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
+        assert_eq!(p.payload(), b"x");
+    }
+
+    #[test]
+    fn malformed_inputs_are_errors() {
+        let good = udp4(b"payload");
+        let cases: Vec<(Vec<u8>, ParseError)> = vec![
+            (good[..10].to_vec(), ParseError::TruncatedEthernet),
+            (good[..20].to_vec(), ParseError::TruncatedIp),
+            (
+                {
+                    let mut b = good.clone();
+                    b[14] = 0x44;
+                    b
+                },
+                ParseError::BadIhl,
+            ),
+            (
+                {
+                    let mut b = good.clone();
+                    b[14] = 0x65;
+                    b
+                },
+                ParseError::BadIpVersion,
+            ),
+            (
+                {
+                    let mut b = good.clone();
+                    b[16] = 0xff;
+                    b
+                },
+                ParseError::LengthBeyondBuffer,
+            ),
+            (
+                {
+                    let mut b = good.clone();
+                    b[12] = 0x12;
+                    b[13] = 0x34;
+                    b
+                },
+                ParseError::UnsupportedEtherType,
+            ),
+            (
+                {
+                    let mut b = good[..14 + 20 + 4].to_vec();
+                    b[16] = 0;
+                    b[17] = 24;
+                    b
+                },
+                ParseError::TruncatedL4,
+            ),
+        ];
+        for (mut bytes, want) in cases {
+            assert_eq!(
+                Packet::parse(&mut bytes, PacketMeta::default()).unwrap_err(),
+                want
+            );
+        }
+    }
+
+    #[test]
+    fn never_panics_on_prefixes_and_garbage() {
+        let good = udp4(b"some payload bytes");
+        for n in 0..good.len() {
+            let mut b = good[..n].to_vec();
+            let _ = Packet::parse(&mut b, PacketMeta::default());
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 120) as usize;
+            let mut b: Vec<u8> = (0..len).map(|i| (seed >> (i % 56)) as u8).collect();
+            if b.len() > 13 {
+                b[12] = 0x08;
+                b[13] = if seed & 1 == 0 { 0x00 } else { 0xdd };
+            }
+            if let Ok(p) = Packet::parse(&mut b, PacketMeta::default()) {
+                let _ = (p.payload(), p.flow_key(), p.dscp(), p.tcp(), p.udp());
+            }
+        }
+    }
+}
