@@ -1,1 +1,11 @@
-//! buffet-nfs
+//! Buffet's reference network functions, each an ordinary implementation of
+//! [`buffet_sdk::NetworkFunction`], and each with a single-tenant variant (same logic,
+//! state in a plain struct, no framework tables) used as the benchmark baseline.
+//!
+//! * [`monitor`] — per-flow statistics in a fixed-capacity per-tenant table.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod monitor;
+
+pub use monitor::Monitor;

@@ -185,4 +185,11 @@ pub trait NetworkFunction: Send + Sync + 'static {
 
     /// `buffet_pkt_handler`: process one packet of the tenant owning `state`.
     fn handle(&self, pkt: &mut Packet<'_>, state: &mut Self::State) -> Verdict;
+
+    /// Named counters summarising one tenant's state, for stats output (replay's stats
+    /// JSON, the daemon's per-tenant stats). Called off the hot path. Default: none.
+    fn summary(&self, state: &Self::State) -> Vec<(&'static str, u64)> {
+        let _ = state;
+        Vec::new()
+    }
 }
