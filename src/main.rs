@@ -1,1 +1,5 @@
-fn main() {}
+//! The `buffet` binary; everything lives in buffet-cli.
+
+fn main() -> std::process::ExitCode {
+    buffet_cli::main()
+}
