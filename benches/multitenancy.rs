@@ -1,1 +1,164 @@
-fn main() {}
+//! `multitenancy`: what serving many tenants costs a worker core.
+//!
+//! One core, the Monitor NF, packets in memory. The baseline is the single-tenant
+//! Monitor (one plain flow table, no dispatcher tables, no regions); against it, in the
+//! same group, Buffet's worker path with 1, 8, 64, 1024 and 10,000 tenants: packets
+//! arrive tagged with their tenant (as the NIC dispatcher delivers them), a burst is
+//! grouped into per-tenant Packet Buffers, each tenant's state is loaded from the
+//! Tenant Table once per group, and the same Monitor logic runs on it.
+//!
+//! A second group, `dispatcher`, measures the software Packet Dispatcher (parse,
+//! classify, schedule) per packet for the same tenant counts, against parsing alone.
+//!
+//! Run: `cargo bench --bench multitenancy`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use buffet::dispatch::{Dispatcher, DispatcherConfig, Match, SchedulerConfig, TenantSlot};
+use buffet::io::gen::{tenant_dst_prefix, GenConfig, Generator};
+use buffet::io::PacketSource;
+use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
+use buffet::nfs::monitor::{Monitor, MonitorPolicy, SingleTenantMonitor};
+use buffet::sdk::{NetworkFunction, Packet, PacketMeta, TenantId};
+use buffet::worker::{Engine, Mbuf};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+const PACKETS: usize = 32 * 1024;
+const BURST: usize = 32;
+const TENANT_COUNTS: [u32; 5] = [1, 8, 64, 1024, 10_000];
+
+/// Generated traffic for `tenants` tenants: frames with their tenant index.
+fn traffic(tenants: u32) -> Vec<(u32, Vec<u8>)> {
+    let mut g = Generator::new(GenConfig {
+        seed: 11,
+        tenants,
+        duration_ns: 1_000_000_000,
+        mean_rate_pps: 200_000.0,
+        max_packets: Some(PACKETS as u64),
+        ..GenConfig::default()
+    })
+    .expect("valid generator config");
+    let mut out = Vec::with_capacity(PACKETS);
+    while let Some(p) = g.next_packet().expect("generator never fails") {
+        let data = p.data.to_vec();
+        out.push((g.tenant_of_last(), data));
+    }
+    out
+}
+
+fn mbufs(traffic: &[(u32, Vec<u8>)]) -> Vec<Box<Mbuf>> {
+    traffic
+        .iter()
+        .enumerate()
+        .map(|(i, (t, data))| {
+            let mut m = Mbuf::boxed();
+            assert!(m.fill(data));
+            m.tenant = TenantSlot(*t);
+            m.ts_ns = i as u64;
+            m
+        })
+        .collect()
+}
+
+fn flows_in(traffic: &[(u32, Vec<u8>)]) -> usize {
+    let mut keys: Vec<_> = traffic
+        .iter()
+        .map(|(_, d)| {
+            let mut d = d.clone();
+            Packet::parse(&mut d, PacketMeta::default()).expect("generated frames parse").flow_key()
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys.len()
+}
+
+fn worker_path(c: &mut Criterion) {
+    let mut group = c.benchmark_group("multitenancy");
+    group.throughput(Throughput::Elements(PACKETS as u64));
+    for &n in &TENANT_COUNTS {
+        let t = traffic(n);
+        let flows = flows_in(&t);
+        let mut bufs = mbufs(&t);
+
+        // Baseline: the single-tenant Monitor over the same frames, in bursts.
+        group.bench_function(BenchmarkId::new("single-tenant", n), |b| {
+            let mut nf = SingleTenantMonitor::new(flows * 2);
+            b.iter(|| {
+                for burst in bufs.chunks_mut(BURST) {
+                    for m in burst.iter_mut() {
+                        let meta = PacketMeta { in_port: m.in_port, ts_ns: m.ts_ns, tenant: TenantId(0) };
+                        if let Ok(mut p) = Packet::parse(m.data_mut(), meta) {
+                            black_box(nf.handle(&mut p));
+                        }
+                    }
+                }
+            })
+        });
+
+        // Buffet: n tenants, each with its own region and flow table.
+        let per_tenant = (flows * 2 / n as usize).max(64) as u32;
+        let monitor = Monitor::with_max_flows(per_tenant);
+        let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
+        let table = Arc::new(TenantTable::new(storage, n));
+        for i in 0..n {
+            let mut state = Default::default();
+            monitor.init(&MonitorPolicy::default(), &mut state).expect("policy");
+            table
+                .admit(i, TenantId(i + 1), monitor.register().bytes, state)
+                .expect("admit");
+        }
+        let engine = Engine::new(Arc::new(monitor), table);
+        group.bench_function(BenchmarkId::new("buffet", n), |b| {
+            b.iter(|| {
+                for burst in bufs.chunks_mut(BURST) {
+                    engine.process(burst);
+                }
+                black_box(engine.packets())
+            })
+        });
+    }
+    group.finish();
+}
+
+fn dispatcher(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dispatcher");
+    group.throughput(Throughput::Elements(PACKETS as u64));
+    for &n in &TENANT_COUNTS {
+        let t = traffic(n);
+        let mut frames: Vec<Vec<u8>> = t.into_iter().map(|(_, d)| d).collect();
+        group.bench_function(BenchmarkId::new("parse-only", n), |b| {
+            b.iter(|| {
+                for f in frames.iter_mut() {
+                    black_box(Packet::parse(f, PacketMeta::default()).is_ok());
+                }
+            })
+        });
+        let mut d = Dispatcher::new(DispatcherConfig {
+            sched: SchedulerConfig { shift: 20, threshold: 3 },
+            ..DispatcherConfig::default()
+        });
+        for _ in 0..2 {
+            d.add_worker(u64::MAX);
+        }
+        for i in 0..n {
+            let (addr, len) = tenant_dst_prefix(i);
+            let m = Match { dst_ip: Some(format!("{addr}/{len}").parse().expect("prefix")), ..Match::default() };
+            d.admit(TenantSlot(i), TenantId(i + 1), vec![(100, m)], 0).expect("admit");
+        }
+        group.bench_function(BenchmarkId::new("dispatch", n), |b| {
+            let mut ts = 0u64;
+            b.iter(|| {
+                for f in frames.iter_mut() {
+                    ts += 100;
+                    black_box(d.dispatch(ts, 0, f));
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, worker_path, dispatcher);
+criterion_main!(benches);
