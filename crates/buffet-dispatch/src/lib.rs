@@ -1,1 +1,77 @@
-//! buffet-dispatch
+//! The Buffet Packet Dispatcher, sans-IO.
+//!
+//! What it does: given a frame and its arrival time, decide which tenant the frame
+//! belongs to ([`classifier`]), whether that tenant is over its per-timeslot budget and
+//! which worker core gets it ([`scheduler`], the Buffet paper's Algorithm 1 as specified
+//! in ARCHITECTURE.md "Scheduler semantics"), and optionally tag the tenant into the DSCP
+//! bits so the worker need not classify again ([`tagging`]). [`Dispatcher`] ties the
+//! three together and returns a small `Copy` [`Decision`] per frame; migrations and
+//! overload reports accumulate as [`Event`]s for the control plane.
+//!
+//! What it does not do: it never reads a clock (time is the `ts_ns` argument), never
+//! spawns a thread, never touches a socket or a queue, and contains no `unsafe`. Moving
+//! the frame to the chosen worker is the caller's business. The same semantics are
+//! mirrored by the C core, the XDP program and the Micro-C plugin; the trace vectors in
+//! `buffet-cli`'s `trace` module are the common yardstick.
+//!
+//! Hot paths ([`Dispatcher::dispatch`], [`Dispatcher::schedule_tagged`],
+//! [`Classifier::classify`], [`Scheduler::schedule`]) do not allocate (the event buffer
+//! is reused and bounded) and do not panic on any input bytes.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod classifier;
+mod dispatcher;
+pub mod scheduler;
+pub mod tagging;
+
+pub use buffet_sdk::TenantId;
+
+pub use classifier::{Classifier, IpPrefix, Match, PortRange, Rule, RuleError, RuleHandle};
+pub use dispatcher::{
+    AdmitError, Decision, DispatchDrop, DispatchStats, Dispatcher, DispatcherConfig, Event,
+    TagMode, UnmatchedPolicy, MAX_PENDING_EVENTS,
+};
+pub use scheduler::{
+    OverloadReport, SchedOutcome, Scheduler, SchedulerConfig, TenantError, TenantRow, WorkerError,
+    WorkerRow,
+};
+pub use tagging::{read_dscp, tag_dscp, TagError};
+
+use std::fmt;
+
+/// Dense tenant index chosen by the caller at admission (the same index is used by the
+/// Memory Manager's Tenant Table). Tables in this crate are `Vec`s indexed by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantSlot(pub u32);
+
+impl TenantSlot {
+    /// The slot as a `usize` index.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for TenantSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "slot {}", self.0)
+    }
+}
+
+/// A worker (one core). Ids are dense, handed out by [`Scheduler::add_worker`] in order
+/// from 0 and never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerId(pub u16);
+
+impl WorkerId {
+    /// The id as a `usize` index.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "worker {}", self.0)
+    }
+}

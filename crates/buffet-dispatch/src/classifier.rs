@@ -1,0 +1,791 @@
+//! Traffic Classifier: OpenFlow-like prioritised rules -> tenant.
+//!
+//! A [`Rule`] matches any subset of: in-port, source/destination MAC, VLAN id,
+//! source/destination IP prefix (IPv4 or IPv6), IP protocol, source/destination L4 port
+//! range, DSCP. Lower `priority` wins; among rules of equal priority the one inserted
+//! first wins. A packet no rule matches classifies to `None`.
+//!
+//! How: every packet is reduced once to a fixed-width key (in-port, MACs, VLAN, IP
+//! version, both addresses as 128 bits with IPv4 mapped into `::ffff:0:0/96`, protocol,
+//! ports, DSCP, and presence bits for the VLAN tag and the ports). Each rule becomes one
+//! or more (mask, value) pairs over that key — a port range is expanded into aligned
+//! power-of-two blocks (range-to-prefix expansion), so `1-65534` costs 30 pairs per port
+//! field, and a rule with both port ranges costs their product. Pairs sharing a mask
+//! form a *tuple* holding an `FxHashMap` from masked key to the best rule with that
+//! value (tuple-space search). Tuples are kept sorted by the best rule they hold, so a
+//! search stops as soon as no remaining tuple can beat what it already found.
+//!
+//! In front of the tuples sits an exact-match cache: a fixed, direct-mapped table
+//! keyed by the full packet key (hit: one hash, one compare). It is allocated once,
+//! invalidated in O(1) by a generation number on every rule change, and used only by
+//! [`Classifier::classify`] (which therefore takes `&mut self`);
+//! [`Classifier::lookup`] is the same search through `&self`, without the cache.
+//!
+//! Neither path allocates or panics. Semantics worth knowing:
+//! * a rule with an IP prefix matches only packets of that IP version;
+//! * a rule with a port range matches only packets with ports (TCP/UDP, first
+//!   fragment), so `0-65535` means "any TCP/UDP port";
+//! * a rule with a VLAN id matches only tagged frames with that id;
+//! * IPv6's protocol is the first next-header (extension headers are not skipped).
+//!
+//! The maps use Fx hashing (fast, unkeyed); the keys in them come from admitted rules,
+//! packets only probe them.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+use buffet_sdk::{L3Kind, Packet};
+use rustc_hash::{FxBuildHasher, FxHashMap};
+
+use crate::TenantSlot;
+
+/// Why a rule (or a prefix / port range in one) is invalid.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// Not an IPv4 or IPv6 address.
+    #[error("bad IP address {0:?}")]
+    BadAddress(String),
+    /// The prefix length is not a number.
+    #[error("bad prefix length in {0:?}")]
+    BadPrefixLength(String),
+    /// The prefix length exceeds the address width.
+    #[error("prefix length {len} exceeds {max}")]
+    PrefixTooLong {
+        /// The length given.
+        len: u8,
+        /// 32 or 128.
+        max: u8,
+    },
+    /// Bits beyond the prefix length are set.
+    #[error("{0} has host bits set")]
+    HostBitsSet(String),
+    /// Not a port or `lo-hi` port range.
+    #[error("bad port or port range {0:?}")]
+    BadPort(String),
+    /// A port range with `lo > hi`.
+    #[error("empty port range {lo}-{hi}")]
+    EmptyPortRange {
+        /// Low end.
+        lo: u16,
+        /// High end.
+        hi: u16,
+    },
+    /// VLAN ids are 12 bits.
+    #[error("VLAN id {0} exceeds 4095")]
+    VlanOutOfRange(u16),
+    /// DSCP values are 6 bits.
+    #[error("DSCP {0} exceeds 63")]
+    DscpOutOfRange(u8),
+    /// Source and destination prefixes of different IP versions can never match.
+    #[error("source and destination prefixes are of different IP versions")]
+    MixedIpVersions,
+    /// Ports are only seen for TCP (6) and UDP (17).
+    #[error("port match with protocol {0}: ports are only matched for TCP (6) and UDP (17)")]
+    PortsNeedTcpOrUdp(u8),
+}
+
+/// An IPv4 or IPv6 prefix with no host bits set. Parses from `"10.0.0.0/16"`,
+/// `"2001:db8::/32"`, or a bare address (full length).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IpPrefix {
+    addr: IpAddr,
+    len: u8,
+}
+
+impl IpPrefix {
+    /// A prefix of `len` bits; fails when `len` exceeds the address width or host bits
+    /// are set.
+    pub fn new(addr: IpAddr, len: u8) -> Result<Self, RuleError> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if len > max {
+            return Err(RuleError::PrefixTooLong { len, max });
+        }
+        let p = IpPrefix { addr, len };
+        if p.bits128() & !p.mask128() != 0 {
+            return Err(RuleError::HostBitsSet(p.to_string()));
+        }
+        Ok(p)
+    }
+
+    /// The network address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length in bits.
+    pub fn len(&self) -> u8 {
+        self.len
+    }
+
+    /// True for a zero-length prefix (matches every address of its version).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True for an IPv4 prefix.
+    pub fn is_ipv4(&self) -> bool {
+        self.addr.is_ipv4()
+    }
+
+    /// Whether `ip` (of the same version) falls in the prefix.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.is_ipv4() && addr128(ip) & self.mask128() == self.bits128()
+    }
+
+    /// The address in the key's 128-bit space (IPv4 mapped).
+    fn bits128(&self) -> u128 {
+        addr128(self.addr)
+    }
+
+    /// The mask in the key's 128-bit space (IPv4: the `::ffff:0:0/96` part plus `len`).
+    fn mask128(&self) -> u128 {
+        let bits = u32::from(self.len) + if self.is_ipv4() { 96 } else { 0 };
+        if bits == 0 {
+            0
+        } else {
+            !0u128 << (128 - bits)
+        }
+    }
+}
+
+fn addr128(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u128::from_be_bytes(a.to_ipv6_mapped().octets()),
+        IpAddr::V6(a) => u128::from_be_bytes(a.octets()),
+    }
+}
+
+impl fmt::Display for IpPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl FromStr for IpPrefix {
+    type Err = RuleError;
+
+    fn from_str(s: &str) -> Result<Self, RuleError> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a
+            .parse()
+            .map_err(|_| RuleError::BadAddress(a.to_string()))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match l {
+            None => max,
+            Some(l) => {
+                if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(RuleError::BadPrefixLength(s.to_string()));
+                }
+                match l.parse::<u8>() {
+                    Ok(n) => n,
+                    // All digits but not a u8: certainly too long.
+                    Err(_) => return Err(RuleError::PrefixTooLong { len: u8::MAX, max }),
+                }
+            }
+        };
+        IpPrefix::new(addr, len)
+    }
+}
+
+/// An inclusive L4 port range. Parses from `"80"` or `"5000-5099"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PortRange {
+    /// Lowest port matched.
+    pub lo: u16,
+    /// Highest port matched.
+    pub hi: u16,
+}
+
+impl PortRange {
+    /// `lo..=hi`; fails when `lo > hi`.
+    pub fn new(lo: u16, hi: u16) -> Result<Self, RuleError> {
+        let r = PortRange { lo, hi };
+        r.validate()?;
+        Ok(r)
+    }
+
+    /// Exactly one port.
+    pub fn single(port: u16) -> Self {
+        PortRange { lo: port, hi: port }
+    }
+
+    /// Whether `port` is in the range.
+    pub fn contains(&self, port: u16) -> bool {
+        self.lo <= port && port <= self.hi
+    }
+
+    fn validate(&self) -> Result<(), RuleError> {
+        if self.lo > self.hi {
+            return Err(RuleError::EmptyPortRange {
+                lo: self.lo,
+                hi: self.hi,
+            });
+        }
+        Ok(())
+    }
+
+    /// The range as aligned power-of-two blocks `(value, prefix length)`, the fewest that
+    /// cover it exactly (at most 30 for 16-bit ports). Empty for an empty range.
+    pub fn prefixes(&self) -> Vec<(u16, u8)> {
+        let mut out = Vec::new();
+        let (mut lo, hi) = (u32::from(self.lo), u32::from(self.hi));
+        while lo <= hi {
+            let mut k = if lo == 0 {
+                16
+            } else {
+                lo.trailing_zeros().min(16)
+            };
+            while lo + (1 << k) - 1 > hi {
+                k -= 1;
+            }
+            out.push((lo as u16, 16 - k as u8));
+            lo += 1 << k;
+        }
+        out
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.lo == self.hi {
+            write!(f, "{}", self.lo)
+        } else {
+            write!(f, "{}-{}", self.lo, self.hi)
+        }
+    }
+}
+
+impl FromStr for PortRange {
+    type Err = RuleError;
+
+    fn from_str(s: &str) -> Result<Self, RuleError> {
+        let port = |p: &str| {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(RuleError::BadPort(s.to_string()));
+            }
+            p.parse::<u16>()
+                .map_err(|_| RuleError::BadPort(s.to_string()))
+        };
+        match s.split_once('-') {
+            None => Ok(PortRange::single(port(s)?)),
+            Some((lo, hi)) => PortRange::new(port(lo)?, port(hi)?),
+        }
+    }
+}
+
+/// The fields a rule matches; `None` is a wildcard. The default matches everything.
+#[derive(Default, Clone, Debug, PartialEq, Eq)]
+pub struct Match {
+    /// Ingress port.
+    pub in_port: Option<u16>,
+    /// Ethernet source.
+    pub src_mac: Option<[u8; 6]>,
+    /// Ethernet destination.
+    pub dst_mac: Option<[u8; 6]>,
+    /// VLAN id (0..=4095); only tagged frames match.
+    pub vlan: Option<u16>,
+    /// Source prefix; only packets of its IP version match.
+    pub src_ip: Option<IpPrefix>,
+    /// Destination prefix; only packets of its IP version match.
+    pub dst_ip: Option<IpPrefix>,
+    /// IP protocol (IPv6: first next-header).
+    pub protocol: Option<u8>,
+    /// Source port range; only TCP/UDP packets match.
+    pub src_port: Option<PortRange>,
+    /// Destination port range; only TCP/UDP packets match.
+    pub dst_port: Option<PortRange>,
+    /// DSCP (0..=63).
+    pub dscp: Option<u8>,
+}
+
+impl Match {
+    /// Checks the fields can ever match together.
+    pub fn validate(&self) -> Result<(), RuleError> {
+        if let Some(v) = self.vlan.filter(|&v| v > 4095) {
+            return Err(RuleError::VlanOutOfRange(v));
+        }
+        if let Some(d) = self.dscp.filter(|&d| d > 63) {
+            return Err(RuleError::DscpOutOfRange(d));
+        }
+        if let (Some(s), Some(d)) = (&self.src_ip, &self.dst_ip) {
+            if s.is_ipv4() != d.is_ipv4() {
+                return Err(RuleError::MixedIpVersions);
+            }
+        }
+        let has_ports = self.src_port.is_some() || self.dst_port.is_some();
+        if let Some(p) = self.protocol.filter(|&p| has_ports && p != 6 && p != 17) {
+            return Err(RuleError::PortsNeedTcpOrUdp(p));
+        }
+        for r in [self.src_port, self.dst_port].into_iter().flatten() {
+            r.validate()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the packet matches, field by field (the reference semantics; the
+    /// classifier's tuple search must agree with it).
+    pub fn matches(&self, pkt: &Packet<'_>) -> bool {
+        let v4 = pkt.l3_kind() == L3Kind::Ipv4;
+        let (src, dst) = pkt.addrs();
+        let ip = |a: [u8; 16]| -> IpAddr {
+            if v4 {
+                IpAddr::V4(Ipv4Addr::new(a[12], a[13], a[14], a[15]))
+            } else {
+                IpAddr::V6(Ipv6Addr::from(a))
+            }
+        };
+        let eth = pkt.ethernet();
+        let ports = pkt.ports();
+        self.in_port.is_none_or(|p| p == pkt.meta().in_port)
+            && self
+                .src_mac
+                .is_none_or(|m| eth.as_ref().is_some_and(|e| e.source() == m))
+            && self
+                .dst_mac
+                .is_none_or(|m| eth.as_ref().is_some_and(|e| e.destination() == m))
+            && self.vlan.is_none_or(|v| pkt.vlan_id() == Some(v))
+            && self.src_ip.is_none_or(|p| p.contains(ip(src)))
+            && self.dst_ip.is_none_or(|p| p.contains(ip(dst)))
+            && self.protocol.is_none_or(|p| p == pkt.ip_proto())
+            && self
+                .src_port
+                .is_none_or(|r| ports.is_some_and(|(s, _)| r.contains(s)))
+            && self
+                .dst_port
+                .is_none_or(|r| ports.is_some_and(|(_, d)| r.contains(d)))
+            && self.dscp.is_none_or(|d| d == pkt.dscp())
+    }
+}
+
+/// A classifier rule: lower `priority` wins; equal priorities: first inserted wins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Lower wins.
+    pub priority: u32,
+    /// The tenant a matching packet belongs to.
+    pub tenant: TenantSlot,
+    /// What to match.
+    pub fields: Match,
+}
+
+/// Names an inserted rule, for [`Classifier::remove`]. Handles are never reused, and
+/// their order is insertion order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleHandle(u64);
+
+// ---------------------------------------------------------------------------------------
+// The fixed-width key.
+
+const KEY_WORDS: usize = 7;
+
+/// Word 0: in_port [0,16) | vlan id [16,28) | vlan present 28 | IPv6 29 | ports present 30
+/// | proto [32,40) | dscp [40,46). Words 1/2: src/dst MAC << 16 | src/dst port. Words
+/// 3-4 / 5-6: src/dst address, high word first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Key([u64; KEY_WORDS]);
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for w in self.0 {
+            state.write_u64(w);
+        }
+    }
+}
+
+const VLAN_SHIFT: u32 = 16;
+const VLAN_PRESENT: u64 = 1 << 28;
+const IS_V6: u64 = 1 << 29;
+const PORTS_PRESENT: u64 = 1 << 30;
+const PROTO_SHIFT: u32 = 32;
+const DSCP_SHIFT: u32 = 40;
+
+impl Key {
+    fn of(pkt: &Packet<'_>) -> Key {
+        let mut k = [0u64; KEY_WORDS];
+        k[0] = u64::from(pkt.meta().in_port)
+            | u64::from(pkt.ip_proto()) << PROTO_SHIFT
+            | u64::from(pkt.dscp() & 0x3f) << DSCP_SHIFT;
+        if let Some(v) = pkt.vlan_id() {
+            k[0] |= VLAN_PRESENT | u64::from(v & 0xfff) << VLAN_SHIFT;
+        }
+        if pkt.l3_kind() == L3Kind::Ipv6 {
+            k[0] |= IS_V6;
+        }
+        if let Some(eth) = pkt.ethernet() {
+            k[1] = mac64(eth.source()) << 16;
+            k[2] = mac64(eth.destination()) << 16;
+        }
+        if let Some((s, d)) = pkt.ports() {
+            k[0] |= PORTS_PRESENT;
+            k[1] |= u64::from(s);
+            k[2] |= u64::from(d);
+        }
+        let (src, dst) = pkt.addrs();
+        set128(&mut k, 3, u128::from_be_bytes(src));
+        set128(&mut k, 5, u128::from_be_bytes(dst));
+        Key(k)
+    }
+
+    fn masked(&self, mask: &Key) -> Key {
+        let mut out = [0u64; KEY_WORDS];
+        for (o, (a, m)) in out.iter_mut().zip(self.0.iter().zip(&mask.0)) {
+            *o = a & m;
+        }
+        Key(out)
+    }
+}
+
+fn mac64(m: [u8; 6]) -> u64 {
+    m.iter().fold(0u64, |acc, &b| acc << 8 | u64::from(b))
+}
+
+fn set128(k: &mut [u64; KEY_WORDS], at: usize, v: u128) {
+    k[at] = (v >> 64) as u64;
+    k[at + 1] = v as u64;
+}
+
+fn port_mask(len: u8) -> u64 {
+    if len == 0 {
+        0
+    } else {
+        u64::from(!0u16 << (16 - len))
+    }
+}
+
+/// The (mask, value) pairs a rule expands to. The match must be valid.
+fn expand(m: &Match) -> Vec<(Key, Key)> {
+    let mut mask = [0u64; KEY_WORDS];
+    let mut val = [0u64; KEY_WORDS];
+    if let Some(p) = m.in_port {
+        mask[0] |= 0xffff;
+        val[0] |= u64::from(p);
+    }
+    if let Some(v) = m.vlan {
+        mask[0] |= VLAN_PRESENT | 0xfff << VLAN_SHIFT;
+        val[0] |= VLAN_PRESENT | u64::from(v) << VLAN_SHIFT;
+    }
+    if let Some(p) = m.protocol {
+        mask[0] |= 0xff << PROTO_SHIFT;
+        val[0] |= u64::from(p) << PROTO_SHIFT;
+    }
+    if let Some(d) = m.dscp {
+        mask[0] |= 0x3f << DSCP_SHIFT;
+        val[0] |= u64::from(d) << DSCP_SHIFT;
+    }
+    if let Some(a) = m.src_mac {
+        mask[1] |= mac64([0xff; 6]) << 16;
+        val[1] |= mac64(a) << 16;
+    }
+    if let Some(a) = m.dst_mac {
+        mask[2] |= mac64([0xff; 6]) << 16;
+        val[2] |= mac64(a) << 16;
+    }
+    for (p, at) in [(m.src_ip, 3), (m.dst_ip, 5)] {
+        if let Some(p) = p {
+            mask[0] |= IS_V6;
+            if !p.is_ipv4() {
+                val[0] |= IS_V6;
+            }
+            set128(&mut mask, at, p.mask128());
+            set128(&mut val, at, p.bits128());
+        }
+    }
+    if m.src_port.is_some() || m.dst_port.is_some() {
+        mask[0] |= PORTS_PRESENT;
+        val[0] |= PORTS_PRESENT;
+    }
+    let any = [(0u16, 0u8)];
+    let src = m.src_port.map(|r| r.prefixes());
+    let dst = m.dst_port.map(|r| r.prefixes());
+    let src = src.as_deref().unwrap_or(&any);
+    let dst = dst.as_deref().unwrap_or(&any);
+    let mut out = Vec::with_capacity(src.len() * dst.len());
+    for &(sv, sl) in src {
+        for &(dv, dl) in dst {
+            let (mut mk, mut vk) = (mask, val);
+            mk[1] |= port_mask(sl);
+            vk[1] |= u64::from(sv);
+            mk[2] |= port_mask(dl);
+            vk[2] |= u64::from(dv);
+            out.push((Key(mk), Key(vk)));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Tuples.
+
+/// One rule's presence in a tuple bucket. Ordered by (priority, insertion sequence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    priority: u32,
+    seq: u64,
+    tenant: TenantSlot,
+}
+
+impl Entry {
+    fn rank(&self) -> (u32, u64) {
+        (self.priority, self.seq)
+    }
+}
+
+/// The rules sharing one masked value in one tuple: the best first (the only one a
+/// lookup reads), the rest kept for when it is removed.
+#[derive(Clone, Debug)]
+struct Bucket {
+    best: Entry,
+    rest: Vec<Entry>,
+}
+
+#[derive(Clone, Debug)]
+struct Tuple {
+    mask: Key,
+    map: FxHashMap<Key, Bucket>,
+    /// The best (priority, seq) of all entries.
+    best: (u32, u64),
+}
+
+impl Tuple {
+    fn recompute_best(&mut self) {
+        self.best = self
+            .map
+            .values()
+            .map(|b| b.best.rank())
+            .min()
+            .unwrap_or((u32::MAX, u64::MAX));
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct CacheEntry {
+    key: Key,
+    generation: u64,
+    result: Option<TenantSlot>,
+}
+
+/// Default number of exact-match cache entries.
+pub const DEFAULT_CACHE_ENTRIES: usize = 4096;
+
+/// Rules -> tenant, by exact-match cache + tuple-space search. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Classifier {
+    rules: FxHashMap<u64, Rule>,
+    next_seq: u64,
+    /// Sorted by `best`, ascending.
+    tuples: Vec<Tuple>,
+    by_mask: FxHashMap<Key, usize>,
+    cache: Vec<CacheEntry>,
+    generation: u64,
+}
+
+impl Default for Classifier {
+    fn default() -> Self {
+        Classifier::new()
+    }
+}
+
+impl Classifier {
+    /// An empty classifier with a [`DEFAULT_CACHE_ENTRIES`]-entry exact-match cache.
+    pub fn new() -> Self {
+        Classifier::with_cache(DEFAULT_CACHE_ENTRIES)
+    }
+
+    /// An empty classifier whose exact-match cache has `entries` slots (rounded up to a
+    /// power of two; 0 disables the cache).
+    pub fn with_cache(entries: usize) -> Self {
+        let n = if entries == 0 {
+            0
+        } else {
+            entries.next_power_of_two()
+        };
+        Classifier {
+            rules: FxHashMap::default(),
+            next_seq: 0,
+            tuples: Vec::new(),
+            by_mask: FxHashMap::default(),
+            cache: vec![CacheEntry::default(); n],
+            generation: 1,
+        }
+    }
+
+    /// Adds a rule. Fails, changing nothing, when its match is invalid
+    /// ([`Match::validate`]).
+    pub fn insert(&mut self, rule: Rule) -> Result<RuleHandle, RuleError> {
+        rule.fields.validate()?;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let entry = Entry {
+            priority: rule.priority,
+            seq,
+            tenant: rule.tenant,
+        };
+        for (mask, val) in expand(&rule.fields) {
+            let ti = match self.by_mask.get(&mask) {
+                Some(&i) => i,
+                None => {
+                    self.tuples.push(Tuple {
+                        mask,
+                        map: FxHashMap::default(),
+                        best: (u32::MAX, u64::MAX),
+                    });
+                    self.by_mask.insert(mask, self.tuples.len() - 1);
+                    self.tuples.len() - 1
+                }
+            };
+            let t = &mut self.tuples[ti];
+            match t.map.get_mut(&val) {
+                None => {
+                    t.map.insert(
+                        val,
+                        Bucket {
+                            best: entry,
+                            rest: Vec::new(),
+                        },
+                    );
+                }
+                Some(b) if entry < b.best => b.rest.push(std::mem::replace(&mut b.best, entry)),
+                Some(b) => b.rest.push(entry),
+            }
+            t.best = t.best.min(entry.rank());
+        }
+        self.rules.insert(seq, rule);
+        self.reorder();
+        Ok(RuleHandle(seq))
+    }
+
+    /// Removes one rule, returning it (`None` for an unknown handle).
+    pub fn remove(&mut self, h: RuleHandle) -> Option<Rule> {
+        let rule = self.rules.remove(&h.0)?;
+        self.unlink(h.0, &rule);
+        self.reorder();
+        Some(rule)
+    }
+
+    /// Removes every rule of `tenant`; returns how many there were.
+    pub fn remove_tenant(&mut self, tenant: TenantSlot) -> usize {
+        let mut seqs: Vec<u64> = self
+            .rules
+            .iter()
+            .filter(|(_, r)| r.tenant == tenant)
+            .map(|(&s, _)| s)
+            .collect();
+        seqs.sort_unstable();
+        for &s in &seqs {
+            if let Some(rule) = self.rules.remove(&s) {
+                self.unlink(s, &rule);
+            }
+        }
+        if !seqs.is_empty() {
+            self.reorder();
+        }
+        seqs.len()
+    }
+
+    /// Takes a rule's entries out of its tuples (bests are recomputed by `reorder`).
+    fn unlink(&mut self, seq: u64, rule: &Rule) {
+        for (mask, val) in expand(&rule.fields) {
+            let Some(&ti) = self.by_mask.get(&mask) else {
+                continue;
+            };
+            let map = &mut self.tuples[ti].map;
+            let Some(b) = map.get_mut(&val) else { continue };
+            if b.best.seq == seq {
+                match b.rest.iter().enumerate().min_by_key(|(_, e)| **e) {
+                    Some((i, _)) => b.best = b.rest.swap_remove(i),
+                    None => {
+                        map.remove(&val);
+                    }
+                }
+            } else {
+                b.rest.retain(|e| e.seq != seq);
+            }
+        }
+    }
+
+    /// Drops empty tuples, recomputes bests, sorts, reindexes, invalidates the cache.
+    fn reorder(&mut self) {
+        self.tuples.retain(|t| !t.map.is_empty());
+        for t in &mut self.tuples {
+            t.recompute_best();
+        }
+        self.tuples.sort_by_key(|t| t.best);
+        self.by_mask.clear();
+        for (i, t) in self.tuples.iter().enumerate() {
+            self.by_mask.insert(t.mask, i);
+        }
+        self.generation += 1;
+    }
+
+    /// Number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// True when there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Number of distinct masks (tuples) a full search may probe.
+    pub fn tuple_count(&self) -> usize {
+        self.tuples.len()
+    }
+
+    /// The rules of `tenant`, in insertion order.
+    pub fn rules_of(&self, tenant: TenantSlot) -> Vec<(RuleHandle, &Rule)> {
+        let mut v: Vec<_> = self
+            .rules
+            .iter()
+            .filter(|(_, r)| r.tenant == tenant)
+            .map(|(&s, r)| (RuleHandle(s), r))
+            .collect();
+        v.sort_by_key(|(h, _)| *h);
+        v
+    }
+
+    /// The tenant of the best matching rule, through the exact-match cache.
+    pub fn classify(&mut self, pkt: &Packet<'_>) -> Option<TenantSlot> {
+        let key = Key::of(pkt);
+        if self.cache.is_empty() {
+            return self.search(&key);
+        }
+        let i = (FxBuildHasher.hash_one(key) as usize) & (self.cache.len() - 1);
+        let e = self.cache[i];
+        if e.generation == self.generation && e.key == key {
+            return e.result;
+        }
+        let result = self.search(&key);
+        self.cache[i] = CacheEntry {
+            key,
+            generation: self.generation,
+            result,
+        };
+        result
+    }
+
+    /// The tenant of the best matching rule, without touching the cache.
+    pub fn lookup(&self, pkt: &Packet<'_>) -> Option<TenantSlot> {
+        self.search(&Key::of(pkt))
+    }
+
+    fn search(&self, key: &Key) -> Option<TenantSlot> {
+        let mut found: Option<Entry> = None;
+        for t in &self.tuples {
+            if found.is_some_and(|f| t.best >= f.rank()) {
+                break;
+            }
+            if let Some(b) = t.map.get(&key.masked(&t.mask)) {
+                if found.is_none_or(|f| b.best < f) {
+                    found = Some(b.best);
+                }
+            }
+        }
+        found.map(|e| e.tenant)
+    }
+}

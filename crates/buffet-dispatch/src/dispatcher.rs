@@ -1,0 +1,454 @@
+//! The Packet Dispatcher: classifier + scheduler + tagging, sans-IO.
+
+use buffet_sdk::{L3Kind, Packet, PacketMeta, ParseError, TenantId};
+use rustc_hash::FxHashMap;
+
+use crate::classifier::{Classifier, Match, Rule, RuleError};
+use crate::scheduler::{SchedOutcome, Scheduler, SchedulerConfig, TenantError};
+use crate::tagging::{tag_dscp, MAX_DSCP};
+use crate::{TenantSlot, WorkerId};
+
+/// Events kept for [`Dispatcher::drain_events`] at most; beyond that new events are
+/// counted in [`DispatchStats::events_lost`] and dropped, so a caller that never drains
+/// cannot make the dispatcher grow without bound.
+pub const MAX_PENDING_EVENTS: usize = 1 << 16;
+
+/// Whether passed packets get the tenant tagged into them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TagMode {
+    /// Leave the bytes alone.
+    #[default]
+    None,
+    /// Write the tenant's slot into the DSCP bits (IPv4 checksum fixed). Only slots
+    /// 0..=63 can then be admitted.
+    Dscp,
+}
+
+/// What to do with packets no rule matches. They are counted either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnmatchedPolicy {
+    /// Drop them.
+    #[default]
+    Drop,
+    /// Treat them as this tenant's (dropped as unmatched while no such tenant exists).
+    ToTenant(TenantSlot),
+}
+
+/// Dispatcher parameters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatcherConfig {
+    /// Timeslot scheduler parameters.
+    pub sched: SchedulerConfig,
+    /// Tagging of passed packets.
+    pub tag: TagMode,
+    /// Unmatched packets.
+    pub unmatched: UnmatchedPolicy,
+}
+
+/// Why a packet was dropped by the dispatcher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DispatchDrop {
+    /// The frame could not be parsed.
+    Malformed(ParseError),
+    /// No rule matched (or the tag named no admitted tenant).
+    Unmatched,
+    /// The tenant exceeded its per-slot budget.
+    Policed(TenantSlot),
+    /// The tenant's worker is gone and no worker is live.
+    NoLiveWorker,
+}
+
+/// The dispatcher's answer for one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Hand the packet to `worker`, for `tenant`.
+    Pass {
+        /// The chosen worker.
+        worker: WorkerId,
+        /// The tenant it belongs to.
+        tenant: TenantSlot,
+    },
+    /// Drop it.
+    Drop(DispatchDrop),
+}
+
+/// Something the control plane should hear about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A tenant moved workers (the packet that moved it already went to `to`).
+    Migration {
+        /// The tenant.
+        tenant: TenantSlot,
+        /// Its old worker.
+        from: WorkerId,
+        /// Its new worker.
+        to: WorkerId,
+        /// The slot it happened in.
+        slot: u64,
+    },
+    /// A worker stayed overloaded beyond the threshold (the paper's report to the Agent).
+    Overload {
+        /// The worker.
+        worker: WorkerId,
+        /// The slot of the detection.
+        slot: u64,
+    },
+}
+
+/// Why admission or removal failed. On error nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitError {
+    /// The slot is taken.
+    #[error("{0} is already occupied")]
+    DuplicateSlot(TenantSlot),
+    /// The tenant id is already admitted (in another slot).
+    #[error("tenant {id} is already admitted in {slot}")]
+    DuplicateId {
+        /// The id.
+        id: TenantId,
+        /// Where it is.
+        slot: TenantSlot,
+    },
+    /// A rule is invalid.
+    #[error("rule {index}: {source}")]
+    InvalidRule {
+        /// Position of the rule in the list given.
+        index: usize,
+        /// What is wrong with it.
+        source: RuleError,
+    },
+    /// DSCP tagging carries 6 bits: slots above 63 cannot be tagged.
+    #[error("{0} cannot be tagged into DSCP (at most 63)")]
+    SlotNotTaggable(TenantSlot),
+    /// No tenant in this slot.
+    #[error("no tenant in {0}")]
+    UnknownTenant(TenantSlot),
+    /// The scheduler refused the placement.
+    #[error(transparent)]
+    Placement(TenantError),
+}
+
+/// Dispatcher counters. Every packet lands in exactly one of: a `malformed` reason,
+/// `unmatched` (when dropped), `policed`, `no_live_worker`, `passes`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DispatchStats {
+    /// Malformed frames per reason, indexed by [`ParseError::index`].
+    pub malformed: [u64; ParseError::ALL.len()],
+    /// Packets no rule matched (including those sent on by
+    /// [`UnmatchedPolicy::ToTenant`]), and tags naming no admitted tenant.
+    pub unmatched: u64,
+    /// Of `unmatched`, those dropped.
+    pub unmatched_dropped: u64,
+    /// Policed packets per tenant slot (reset when a slot is admitted).
+    pub policed: Vec<u64>,
+    /// Passed packets per worker.
+    pub passes: Vec<u64>,
+    /// Packets dropped because no worker was live.
+    pub no_live_worker: u64,
+    /// Migrations made.
+    pub migrations: u64,
+    /// Overload reports raised.
+    pub overloads: u64,
+    /// Events dropped because [`MAX_PENDING_EVENTS`] were pending.
+    pub events_lost: u64,
+}
+
+impl DispatchStats {
+    /// Malformed frames of one reason.
+    pub fn malformed_of(&self, e: ParseError) -> u64 {
+        self.malformed[e.index()]
+    }
+
+    /// Malformed frames, all reasons.
+    pub fn malformed_total(&self) -> u64 {
+        self.malformed.iter().sum()
+    }
+
+    /// Policed packets of a slot.
+    pub fn policed_of(&self, slot: TenantSlot) -> u64 {
+        self.policed.get(slot.index()).copied().unwrap_or(0)
+    }
+
+    /// Passed packets of a worker.
+    pub fn passes_of(&self, w: WorkerId) -> u64 {
+        self.passes.get(w.index()).copied().unwrap_or(0)
+    }
+}
+
+/// Classifier + scheduler + tagging. See the crate docs.
+#[derive(Debug)]
+pub struct Dispatcher {
+    cfg: DispatcherConfig,
+    classifier: Classifier,
+    sched: Scheduler,
+    ids: Vec<Option<TenantId>>,
+    slots: FxHashMap<TenantId, TenantSlot>,
+    events: Vec<Event>,
+    stats: DispatchStats,
+}
+
+impl Dispatcher {
+    /// A dispatcher with no workers and no tenants.
+    pub fn new(cfg: DispatcherConfig) -> Self {
+        Dispatcher {
+            cfg,
+            classifier: Classifier::new(),
+            sched: Scheduler::new(cfg.sched),
+            ids: Vec::new(),
+            slots: FxHashMap::default(),
+            events: Vec::with_capacity(256),
+            stats: DispatchStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> DispatcherConfig {
+        self.cfg
+    }
+
+    /// Adds a live worker of capacity `max_nb` packets per slot (callers validate it is
+    /// above 0; see [`Scheduler::add_worker`], including its panic beyond 65 536).
+    pub fn add_worker(&mut self, max_nb: u64) -> WorkerId {
+        let w = self.sched.add_worker(max_nb);
+        self.stats.passes.resize(self.sched.worker_count(), 0);
+        w
+    }
+
+    /// Stops a worker, moving its tenants to live workers; returns the moves (see
+    /// [`Scheduler::terminate_worker`]).
+    pub fn terminate_worker(&mut self, w: WorkerId) -> Vec<(TenantSlot, WorkerId)> {
+        self.sched.terminate_worker(w)
+    }
+
+    /// Admits a tenant with its classifier rules `(priority, match)` and per-slot budget
+    /// `max_nb` (0: unlimited) on the live worker with the fewest tenants (ties: lowest
+    /// id). Returns that worker. On error nothing changed.
+    pub fn admit(
+        &mut self,
+        slot: TenantSlot,
+        id: TenantId,
+        rules: Vec<(u32, Match)>,
+        max_nb: u64,
+    ) -> Result<WorkerId, AdmitError> {
+        let worker = self
+            .sched
+            .spread_choice()
+            .ok_or(AdmitError::Placement(TenantError::NoLiveWorker));
+        self.admit_inner(slot, id, rules, max_nb, worker)
+    }
+
+    /// [`Dispatcher::admit`] on a given worker.
+    pub fn admit_on(
+        &mut self,
+        slot: TenantSlot,
+        id: TenantId,
+        rules: Vec<(u32, Match)>,
+        max_nb: u64,
+        worker: WorkerId,
+    ) -> Result<WorkerId, AdmitError> {
+        self.admit_inner(slot, id, rules, max_nb, Ok(worker))
+    }
+
+    fn admit_inner(
+        &mut self,
+        slot: TenantSlot,
+        id: TenantId,
+        rules: Vec<(u32, Match)>,
+        max_nb: u64,
+        worker: Result<WorkerId, AdmitError>,
+    ) -> Result<WorkerId, AdmitError> {
+        // Validate everything first: from here on nothing may fail.
+        match self.sched.check_new_slot(slot) {
+            Err(TenantError::DuplicateSlot(s)) => return Err(AdmitError::DuplicateSlot(s)),
+            Err(e) => return Err(AdmitError::Placement(e)),
+            Ok(()) => {}
+        }
+        if let Some(&other) = self.slots.get(&id) {
+            return Err(AdmitError::DuplicateId { id, slot: other });
+        }
+        if self.cfg.tag == TagMode::Dscp && slot.0 > u32::from(MAX_DSCP) {
+            return Err(AdmitError::SlotNotTaggable(slot));
+        }
+        for (index, (_, m)) in rules.iter().enumerate() {
+            m.validate()
+                .map_err(|source| AdmitError::InvalidRule { index, source })?;
+        }
+        let worker = worker?;
+        self.sched
+            .check_live(worker)
+            .map_err(AdmitError::Placement)?;
+
+        self.sched
+            .add_tenant(slot, worker, max_nb)
+            .map_err(AdmitError::Placement)?;
+        for (priority, fields) in rules {
+            let inserted = self.classifier.insert(Rule {
+                priority,
+                tenant: slot,
+                fields,
+            });
+            if let Err(e) = inserted {
+                // Unreachable: validated above. Undo anyway, so the promise holds.
+                self.classifier.remove_tenant(slot);
+                let _ = self.sched.remove_tenant(slot);
+                return Err(AdmitError::InvalidRule {
+                    index: 0,
+                    source: e,
+                });
+            }
+        }
+        let i = slot.index();
+        if self.ids.len() <= i {
+            self.ids.resize(i + 1, None);
+            self.stats.policed.resize(i + 1, 0);
+        }
+        self.ids[i] = Some(id);
+        self.stats.policed[i] = 0;
+        self.slots.insert(id, slot);
+        Ok(worker)
+    }
+
+    /// Removes a tenant: its rules, its scheduler row, its id.
+    pub fn remove(&mut self, slot: TenantSlot) -> Result<(), AdmitError> {
+        let id = self
+            .tenant_id(slot)
+            .ok_or(AdmitError::UnknownTenant(slot))?;
+        self.classifier.remove_tenant(slot);
+        let _ = self.sched.remove_tenant(slot);
+        self.ids[slot.index()] = None;
+        self.slots.remove(&id);
+        Ok(())
+    }
+
+    /// Parses, classifies, schedules and (per [`TagMode`]) tags one frame that arrived
+    /// on `in_port` at `ts_ns`. Never allocates (events go to a reused, bounded buffer)
+    /// and never panics.
+    pub fn dispatch(&mut self, ts_ns: u64, in_port: u16, frame: &mut [u8]) -> Decision {
+        let meta = PacketMeta {
+            in_port,
+            ts_ns,
+            tenant: TenantId::default(),
+        };
+        let (class, l3, is_v4) = match Packet::parse(frame, meta) {
+            Err(e) => {
+                self.stats.malformed[e.index()] += 1;
+                return Decision::Drop(DispatchDrop::Malformed(e));
+            }
+            Ok(pkt) => (
+                self.classifier.classify(&pkt),
+                pkt.l3_offset(),
+                pkt.l3_kind() == L3Kind::Ipv4,
+            ),
+        };
+        let slot = match (class, self.cfg.unmatched) {
+            (Some(s), _) => s,
+            (None, UnmatchedPolicy::ToTenant(s)) if self.tenant_id(s).is_some() => {
+                self.stats.unmatched += 1;
+                s
+            }
+            (None, _) => {
+                self.stats.unmatched += 1;
+                self.stats.unmatched_dropped += 1;
+                return Decision::Drop(DispatchDrop::Unmatched);
+            }
+        };
+        let d = self.schedule_tagged(ts_ns, slot);
+        if let (Decision::Pass { tenant, .. }, TagMode::Dscp) = (d, self.cfg.tag) {
+            // Admission keeps slots within 0..=63 in this mode, and parsing checked the
+            // IP header fits, so this cannot fail; a failure would leave the bytes as
+            // they were, which a worker re-classifies.
+            let _ = tag_dscp(frame, l3, is_v4, tenant.0 as u8);
+        }
+        d
+    }
+
+    /// Schedules a packet of tenant `slot` (classified elsewhere, e.g. tagged by the NIC)
+    /// arriving at `ts_ns`. An unadmitted slot counts and drops as unmatched.
+    pub fn schedule_tagged(&mut self, ts_ns: u64, slot: TenantSlot) -> Decision {
+        match self.sched.schedule(ts_ns, slot) {
+            SchedOutcome::Pass {
+                worker,
+                migrated_from,
+                overload,
+            } => {
+                if let Some(from) = migrated_from {
+                    self.stats.migrations += 1;
+                    let slot_no = self.sched.slot_of(ts_ns);
+                    self.push_event(Event::Migration {
+                        tenant: slot,
+                        from,
+                        to: worker,
+                        slot: slot_no,
+                    });
+                }
+                if let Some(r) = overload {
+                    self.stats.overloads += 1;
+                    self.push_event(Event::Overload {
+                        worker: r.worker,
+                        slot: r.slot,
+                    });
+                }
+                if let Some(n) = self.stats.passes.get_mut(worker.index()) {
+                    *n += 1;
+                }
+                Decision::Pass {
+                    worker,
+                    tenant: slot,
+                }
+            }
+            SchedOutcome::Policed => {
+                if let Some(n) = self.stats.policed.get_mut(slot.index()) {
+                    *n += 1;
+                }
+                Decision::Drop(DispatchDrop::Policed(slot))
+            }
+            SchedOutcome::NoLiveWorker => {
+                self.stats.no_live_worker += 1;
+                Decision::Drop(DispatchDrop::NoLiveWorker)
+            }
+            SchedOutcome::UnknownTenant => {
+                self.stats.unmatched += 1;
+                self.stats.unmatched_dropped += 1;
+                Decision::Drop(DispatchDrop::Unmatched)
+            }
+        }
+    }
+
+    fn push_event(&mut self, e: Event) {
+        if self.events.len() < MAX_PENDING_EVENTS {
+            self.events.push(e);
+        } else {
+            self.stats.events_lost += 1;
+        }
+    }
+
+    /// Takes the pending events, oldest first. The buffer is kept for reuse.
+    pub fn drain_events(&mut self) -> impl Iterator<Item = Event> + '_ {
+        self.events.drain(..)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &DispatchStats {
+        &self.stats
+    }
+
+    /// The scheduler (Tenant and Worker Tables), read-only.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    /// The classifier, read-only.
+    pub fn classifier(&self) -> &Classifier {
+        &self.classifier
+    }
+
+    /// The id of the tenant in `slot`.
+    pub fn tenant_id(&self, slot: TenantSlot) -> Option<TenantId> {
+        self.ids.get(slot.index()).copied().flatten()
+    }
+
+    /// The slot of tenant `id`.
+    pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
+        self.slots.get(&id).copied()
+    }
+}
