@@ -560,3 +560,548 @@ impl Scheduler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Hand-computed vectors. `shift = 0` throughout (so `ts == slot`) unless a test says
+    //! otherwise; each table row is `(ts, tenant) -> expected`, where `P(w)` is a pass to
+    //! worker `w` and `D` a policing drop. Comments derive every number.
+    use super::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Exp {
+        P(u16),
+        D,
+    }
+    use Exp::{D, P};
+
+    fn sched(threshold: u32) -> Scheduler {
+        Scheduler::new(SchedulerConfig {
+            shift: 0,
+            threshold,
+        })
+    }
+
+    /// Runs a table; returns the outcomes for closer inspection.
+    fn run(s: &mut Scheduler, steps: &[(u64, u32, Exp)]) -> Vec<SchedOutcome> {
+        steps
+            .iter()
+            .enumerate()
+            .map(|(i, &(ts, t, want))| {
+                let out = s.schedule(ts, TenantSlot(t));
+                let got = match out {
+                    SchedOutcome::Pass { worker, .. } => P(worker.0),
+                    SchedOutcome::Policed => D,
+                    other => panic!("step {i} ({ts}, {t}): unexpected {other:?}"),
+                };
+                assert_eq!(got, want, "step {i}: ({ts}, {t})");
+                out
+            })
+            .collect()
+    }
+
+    fn w(s: &Scheduler, id: u16) -> WorkerRow {
+        *s.worker(WorkerId(id)).unwrap()
+    }
+
+    fn t(s: &Scheduler, slot: u32) -> TenantRow {
+        *s.tenant(TenantSlot(slot)).unwrap()
+    }
+
+    #[test]
+    fn same_slot_and_policing() {
+        let mut s = sched(3);
+        let w0 = s.add_worker(100);
+        s.add_tenant(TenantSlot(0), w0, 2).unwrap(); // A, budget 2
+        s.add_tenant(TenantSlot(1), w0, 0).unwrap(); // B, unlimited
+        run(
+            &mut s,
+            &[
+                // A's first packet: no current slot, tmp = 0; w0 rolled from None:
+                // last_nb = 0 < 100 -> times = 0; w0.pkt_nb = 1.
+                (5, 0, P(0)),
+                // Same slot: A.pkt_nb = 2 <= 2 -> pass; w0.pkt_nb = 2.
+                (5, 0, P(0)),
+                // A.pkt_nb = 3 > 2 -> policed; w0 not charged (stays 2).
+                (5, 0, D),
+                // A.pkt_nb = 4 > 2 -> policed.
+                (5, 0, D),
+            ],
+        );
+        assert_eq!(t(&s, 0).pkt_nb, 4, "policed packets are counted");
+        assert_eq!(w(&s, 0).pkt_nb, 2, "the worker is not charged");
+        // B: max_nb 0 is unlimited.
+        for _ in 0..1000 {
+            run(&mut s, &[(5, 1, P(0))]);
+        }
+        assert_eq!(w(&s, 0).pkt_nb, 1002);
+        run(
+            &mut s,
+            &[
+                // Slot 6: A's first packet; prev(A) (cur 5 = 6-1). w0 rolled: prev, so
+                // last_nb = 1002 >= 100 -> overload branch; only worker, mig = w0 = wid, no
+                // migration; times = 1.
+                (6, 0, P(0)),
+            ],
+        );
+        assert_eq!(t(&s, 0).pkt_nb, 1);
+        assert_eq!(t(&s, 0).cur_slot, Some(6));
+        assert_eq!(w(&s, 0).last_nb, 1002);
+        assert_eq!(w(&s, 0).pkt_nb, 1);
+        assert_eq!(w(&s, 0).times, 1);
+    }
+
+    #[test]
+    fn migration_moves_tmp_including_policed_packets() {
+        let mut s = sched(3);
+        let w0 = s.add_worker(3);
+        s.add_worker(10);
+        s.add_tenant(TenantSlot(0), w0, 2).unwrap(); // A, budget 2
+        s.add_tenant(TenantSlot(1), w0, 0).unwrap(); // B, unlimited
+        let out = run(
+            &mut s,
+            &[
+                // Slot 1. A new: w0 rolled from None, last 0 < 3, times 0; w0.pkt 1.
+                (1, 0, P(0)),
+                (1, 0, P(0)), // A.pkt 2, w0.pkt 2
+                (1, 0, D),    // A.pkt 3 > 2
+                (1, 0, D),    // A.pkt 4 > 2
+                (1, 1, P(0)), // B new (tmp 0); w0 already in slot 1, last 0 < 3; w0.pkt 3
+                (1, 1, P(0)), // w0.pkt 4
+                // Slot 2. A new: prev(A) -> tmp = 4 (2 passed + 2 policed). w0 rolled:
+                // last = 4 >= 3 -> overload. Roll all: w1 from None -> last 0.
+                // mig = w1 (0 < 4); 0 + 4 < 10 -> migrate: w0.last = 4 - 4 = 0,
+                // w1.last = 0 + 4 = 4. w0.times = 1 (not > 3). Packet goes to w1.
+                (2, 0, P(1)),
+                // B new: tmp = 2; w0.last is now 0 < 3 -> times = 0; stays on w0.
+                // (Without the LAST_NB adjustment B would have seen an overload too.)
+                (2, 1, P(0)),
+            ],
+        );
+        assert_eq!(
+            out[6],
+            SchedOutcome::Pass {
+                worker: WorkerId(1),
+                migrated_from: Some(WorkerId(0)),
+                overload: None
+            }
+        );
+        assert_eq!(w(&s, 1).last_nb, 4, "tmp counts the policed packets");
+        assert_eq!(w(&s, 0).last_nb, 0);
+        assert_eq!(w(&s, 0).times, 0, "reset by B's non-overloaded detection");
+        assert_eq!((w(&s, 0).pkt_nb, w(&s, 1).pkt_nb), (1, 1));
+        assert_eq!(t(&s, 0).worker, WorkerId(1));
+        assert_eq!(s.tenant_count(WorkerId(0)), 1);
+        assert_eq!(s.tenant_count(WorkerId(1)), 1);
+        assert_eq!(
+            s.tenants_of(WorkerId(1)).collect::<Vec<_>>(),
+            [TenantSlot(0)]
+        );
+    }
+
+    #[test]
+    fn migration_saturates_last_nb_at_zero() {
+        let mut s = sched(3);
+        let w0 = s.add_worker(1);
+        s.add_worker(10);
+        s.add_tenant(TenantSlot(0), w0, 0).unwrap();
+        s.add_tenant(TenantSlot(1), w0, 0).unwrap();
+        run(
+            &mut s,
+            &[
+                // Slot 0: A 1 packet, B 1 packet: w0.pkt 2.
+                (0, 0, P(0)),
+                (0, 1, P(0)),
+                // Slot 1: A: tmp 1; w0.last 2 >= 1 -> overload; w1.last 0 -> mig w1;
+                // 0 + 1 < 10 -> move; w0.last = 1, w1.last = 1.
+                (1, 0, P(1)),
+                // B: tmp 1; w0.last 1 >= 1 -> overload; lowest last_nb: w0 1, w1 1 ->
+                // tie -> w0 = wid -> no migration; w0.times = 2.
+                (1, 1, P(0)),
+            ],
+        );
+        assert_eq!((w(&s, 0).last_nb, w(&s, 1).last_nb), (1, 1));
+        assert_eq!(w(&s, 0).times, 2);
+        // Saturation: policed packets are in tmp but were never charged to the worker,
+        // so tmp can exceed the old worker's last_nb.
+        let mut s = sched(3);
+        let w0 = s.add_worker(1);
+        s.add_worker(100);
+        s.add_tenant(TenantSlot(0), w0, 1).unwrap(); // budget 1
+        let mut steps = vec![(0, 0, P(0))]; // slot 0: 1 pass (w0.pkt 1) ...
+        steps.extend([(0, 0, D); 10]); // ... and 10 policed: A.pkt 11
+                                       // Slot 1: tmp 11; w0.last 1 >= 1 -> overload; w1.last 0 -> mig w1;
+                                       // 0 + 11 < 100 -> move; w0.last = 1 - 11 saturates to 0; w1.last = 11.
+        steps.push((1, 0, P(1)));
+        run(&mut s, &steps);
+        assert_eq!((w(&s, 0).last_nb, w(&s, 1).last_nb), (0, 11));
+        assert_eq!(w(&s, 0).times, 1);
+    }
+
+    #[test]
+    fn worker_capacity_zero_is_always_overloaded() {
+        let mut s = sched(3);
+        let w0 = s.add_worker(0); // literal: `last_nb < 0` never holds
+        s.add_worker(10);
+        s.add_tenant(TenantSlot(0), w0, 0).unwrap();
+        s.add_tenant(TenantSlot(1), w0, 0).unwrap();
+        run(
+            &mut s,
+            &[
+                // Slot 0: A's first packet; w0.last 0 >= max 0 -> overload branch; roll
+                // all: w1 last 0; lowest: tie (0, 0) -> w0 = wid -> no move; times 1.
+                (0, 0, P(0)),
+                (0, 0, P(0)), // w0.pkt 2
+                // Slot 1: B (tmp 0, never seen): w0.last 2 >= 0 -> overload; w1.last 0
+                // -> mig w1, 0 + 0 < 10 -> B moves, carrying tmp 0 (last_nb unchanged).
+                (1, 1, P(1)),
+                // A: tmp 2; w0.last 2 -> overload; lowest is w1 (0); 0 + 2 < 10 -> move;
+                // w0.last = 2 - 2 = 0; w1.last = 2.
+                (1, 0, P(1)),
+            ],
+        );
+        assert_eq!((w(&s, 0).last_nb, w(&s, 1).last_nb), (0, 2));
+        assert_eq!(w(&s, 0).times, 3);
+    }
+
+    #[test]
+    fn overload_without_room_only_counts_times() {
+        let mut s = sched(3);
+        let w0 = s.add_worker(3);
+        let w1 = s.add_worker(3);
+        s.add_tenant(TenantSlot(0), w0, 0).unwrap(); // A
+        s.add_tenant(TenantSlot(1), w0, 0).unwrap(); // B
+        s.add_tenant(TenantSlot(2), w1, 0).unwrap(); // C
+        let out = run(
+            &mut s,
+            &[
+                // Slot 0: w0 gets A 2 + B 2 = 4 packets, w1 gets C 3.
+                (0, 0, P(0)),
+                (0, 0, P(0)),
+                (0, 1, P(0)),
+                (0, 1, P(0)),
+                (0, 2, P(1)),
+                (0, 2, P(1)),
+                (0, 2, P(1)),
+                // Slot 1. A: tmp 2; w0.last 4 >= 3 -> overload; roll all: w1.last 3;
+                // mig = w1 (3 < 4); 3 + 2 < 3 fails -> no migration; w0.times 1.
+                (1, 0, P(0)),
+                // B: tmp 2; w0.last still 4 -> overload again; same check fails;
+                // w0.times 2 (times counts detections, not slots).
+                (1, 1, P(0)),
+                // C: tmp 3; w1.last 3 >= 3 -> overload; lowest last_nb: w0 4, w1 3 -> w1,
+                // which is wid -> no migration; w1.times 1.
+                (1, 2, P(1)),
+            ],
+        );
+        assert!(out.iter().all(|o| matches!(
+            o,
+            SchedOutcome::Pass {
+                migrated_from: None,
+                overload: None,
+                ..
+            }
+        )));
+        assert_eq!((w(&s, 0).times, w(&s, 1).times), (2, 1));
+        assert_eq!((w(&s, 0).last_nb, w(&s, 1).last_nb), (4, 3));
+    }
+
+    #[test]
+    fn ties_go_to_the_lowest_id_and_dead_workers_are_never_chosen() {
+        for kill_w0 in [false, true] {
+            let mut s = sched(3);
+            s.add_worker(10);
+            s.add_worker(10);
+            let w2 = s.add_worker(10);
+            s.add_tenant(TenantSlot(0), w2, 0).unwrap(); // A
+            s.add_tenant(TenantSlot(1), w2, 0).unwrap(); // B
+            let mut steps = vec![(0, 0, P(2)); 6]; // A: 6 packets
+            steps.extend([(0, 1, P(2)); 4]); // B: 4 packets -> w2.pkt 10
+            run(&mut s, &steps);
+            if kill_w0 {
+                // w0 has no tenants: nothing moves, but it is out of the running.
+                assert_eq!(s.terminate_worker(WorkerId(0)), []);
+            }
+            // Slot 1. A: tmp 6; w2.last 10 >= 10 -> overload; roll all: w0 and w1 were
+            // never used -> last 0 each. Lowest last_nb: tie 0/0 -> lowest id, w0 —
+            // or w1 when w0 is dead (a dead worker's 0 does not count). 0 + 6 < 10 ->
+            // move; w2.last = 4, new.last = 6.
+            let to = if kill_w0 { 1 } else { 0 };
+            run(
+                &mut s,
+                &[
+                    (1, 0, P(to)),
+                    // B: tmp 4; w2.last 4 < 10 -> times 0; stays.
+                    (1, 1, P(2)),
+                ],
+            );
+            assert_eq!(w(&s, to).last_nb, 6);
+            assert_eq!(w(&s, 2).last_nb, 4);
+            assert_eq!(w(&s, 2).times, 0);
+        }
+    }
+
+    #[test]
+    fn report_when_times_exceeds_threshold_then_idle_resets() {
+        let mut s = sched(3);
+        let w0 = s.add_worker(1);
+        s.add_tenant(TenantSlot(0), w0, 0).unwrap();
+        // Slot 0: first packet, w0 last 0 < 1 -> times 0; w0.pkt 2 after two packets.
+        run(&mut s, &[(0, 0, P(0)), (0, 0, P(0))]);
+        // Slots 1..=5, two packets each: each first packet sees w0.last = 2 >= 1 ->
+        // overload, the only candidate is w0 itself -> times = 1, 2, 3, 4, 5. A report
+        // while times > 3: slots 4 and 5.
+        for slot in 1..=5u64 {
+            let out = s.schedule(slot, TenantSlot(0));
+            let want = (slot > 3).then_some(OverloadReport { worker: w0, slot });
+            assert_eq!(
+                out,
+                SchedOutcome::Pass {
+                    worker: w0,
+                    migrated_from: None,
+                    overload: want
+                },
+                "slot {slot}"
+            );
+            assert_eq!(w(&s, 0).times, slot as u32);
+            run(&mut s, &[(slot, 0, P(0))]);
+        }
+        // Idle in slots 6 and 7. Slot 8: w0.cur_slot is 5, not 7 -> stale -> last 0 < 1
+        // -> times = 0, no report. Tenant tmp also 0 (not prev).
+        assert_eq!(w(&s, 0).rolled(8).last_nb, 0);
+        assert_eq!(w(&s, 0).rolled(6).last_nb, 2);
+        run(&mut s, &[(8, 0, P(0))]);
+        assert_eq!(w(&s, 0).times, 0);
+        assert_eq!(w(&s, 0).last_nb, 0);
+        // Slot 9 after one packet in 8: last 1 >= max 1 (literal `<`) -> times 1.
+        run(&mut s, &[(9, 0, P(0))]);
+        assert_eq!(w(&s, 0).times, 1);
+    }
+
+    #[test]
+    fn threshold_zero_reports_on_first_detection() {
+        let mut s = sched(0);
+        let w0 = s.add_worker(1);
+        s.add_tenant(TenantSlot(0), w0, 0).unwrap();
+        run(&mut s, &[(0, 0, P(0))]);
+        // Slot 1: last 1 >= 1 -> times 1 > 0 -> report (w0, 1).
+        assert_eq!(
+            s.schedule(1, TenantSlot(0)),
+            SchedOutcome::Pass {
+                worker: w0,
+                migrated_from: None,
+                overload: Some(OverloadReport {
+                    worker: w0,
+                    slot: 1
+                })
+            }
+        );
+    }
+
+    #[test]
+    fn idle_previous_slot_counts_zero() {
+        let mut s = sched(3);
+        let w0 = s.add_worker(5);
+        s.add_worker(5);
+        s.add_tenant(TenantSlot(0), w0, 0).unwrap(); // A
+        s.add_tenant(TenantSlot(1), w0, 0).unwrap(); // B
+        let mut steps = vec![(0, 0, P(0)); 6]; // slot 0: A x6 -> w0.pkt 6
+        steps.extend([
+            // Slot 1. B's first packet ever: tmp 0. w0.last 6 >= 5 -> overload; w1
+            // never used -> last 0 -> mig w1; 0 + 0 < 5 -> B moves, carrying tmp 0:
+            // w0.last stays 6, w1.last stays 0. w0.times 1.
+            (1, 1, P(1)),
+            // A: tmp 6; w0.last 6 -> overload; mig w1 (0); 0 + 6 < 5 fails -> stays;
+            // w0.times 2.
+            (1, 0, P(0)),
+            // A idle in slots 2 and 3. Slot 4: tmp 0 (cur 1 is not 3); w0.cur 1 is not 3
+            // -> last 0 < 5 -> times 0.
+            (4, 0, P(0)),
+        ]);
+        run(&mut s, &steps);
+        assert_eq!(w(&s, 0).last_nb, 0);
+        assert_eq!(w(&s, 0).times, 0);
+        // w1 was last written in slot 1 (B's packet): as seen in slot 4 it is stale too.
+        assert_eq!(w(&s, 1).cur_slot, Some(1));
+        assert_eq!(w(&s, 1).rolled(2).last_nb, 1);
+        assert_eq!(w(&s, 1).rolled(4).last_nb, 0);
+    }
+
+    #[test]
+    fn slot_zero_has_no_previous_slot_and_time_may_go_backwards() {
+        let mut s = sched(3);
+        let w0 = s.add_worker(1);
+        s.add_tenant(TenantSlot(0), w0, 0).unwrap();
+        // Slot 0, first packet: nothing is prev; last 0 < 1.
+        run(&mut s, &[(0, 0, P(0)), (0, 0, P(0))]);
+        assert_eq!(w(&s, 0).times, 0);
+        // Slot 3, then back to slot 2: the spec only tests equality, so slot 2 is a new
+        // slot for the tenant and the worker, and 3 is not 2 - 1: stale, 0.
+        run(&mut s, &[(3, 0, P(0)), (2, 0, P(0))]);
+        assert_eq!(t(&s, 0).cur_slot, Some(2));
+        assert_eq!(w(&s, 0).last_nb, 0);
+        assert_eq!(w(&s, 0).pkt_nb, 1);
+    }
+
+    #[test]
+    fn shift_defines_the_slot() {
+        let s = Scheduler::new(SchedulerConfig::default());
+        assert_eq!(s.slot_of((1 << 30) - 1), 0);
+        assert_eq!(s.slot_of(1 << 30), 1);
+        let s = Scheduler::new(SchedulerConfig {
+            shift: 64,
+            threshold: 3,
+        });
+        assert_eq!(s.slot_of(u64::MAX), 0);
+        let mut s = Scheduler::new(SchedulerConfig {
+            shift: 10,
+            threshold: 3,
+        });
+        let w0 = s.add_worker(100);
+        s.add_tenant(TenantSlot(0), w0, 1).unwrap();
+        // 0 and 1023 share slot 0 -> the second is policed; 1024 is slot 1.
+        run(&mut s, &[(0, 0, P(0)), (1023, 0, D), (1024, 0, P(0))]);
+    }
+
+    #[test]
+    fn terminate_spreads_tenants_and_orphans_are_adopted() {
+        let mut s = sched(3);
+        for _ in 0..3 {
+            s.add_worker(100);
+        }
+        for i in 0..6 {
+            let to = s.spread_choice().unwrap();
+            s.add_tenant(TenantSlot(i), to, 0).unwrap();
+            // Spread: 0->w0, 1->w1, 2->w2, 3->w0, 4->w1, 5->w2.
+            assert_eq!(to, WorkerId((i % 3) as u16));
+        }
+        // w1's tenants, in slot order: 1 -> fewest tenants: w0 2, w2 2 -> tie -> w0;
+        // 4 -> w0 3, w2 2 -> w2.
+        assert_eq!(
+            s.terminate_worker(WorkerId(1)),
+            [(TenantSlot(1), WorkerId(0)), (TenantSlot(4), WorkerId(2))]
+        );
+        assert!(!w(&s, 1).live);
+        assert_eq!(s.tenant_count(WorkerId(1)), 0);
+        assert_eq!(s.schedule(0, TenantSlot(1)).worker(), Some(WorkerId(0)));
+        // Dead workers refuse placements.
+        assert_eq!(
+            s.add_tenant(TenantSlot(9), WorkerId(1), 0),
+            Err(TenantError::WorkerNotLive(WorkerId(1)))
+        );
+        assert_eq!(
+            s.assign(TenantSlot(0), WorkerId(1)),
+            Err(TenantError::WorkerNotLive(WorkerId(1)))
+        );
+        // Kill the rest: with no live worker the tenants stay put and are dropped.
+        s.terminate_worker(WorkerId(0));
+        assert_eq!(s.tenant_count(WorkerId(2)), 6);
+        assert_eq!(s.terminate_worker(WorkerId(2)), []);
+        assert_eq!(s.schedule(0, TenantSlot(3)), SchedOutcome::NoLiveWorker);
+        assert_eq!(s.spread_choice(), None);
+        // A new worker adopts every orphan.
+        let w3 = s.add_worker(100);
+        assert_eq!(s.tenant_count(w3), 6);
+        assert_eq!(s.schedule(1, TenantSlot(3)).worker(), Some(w3));
+        // Reviving w0 moves nothing (no orphans left).
+        assert_eq!(s.set_worker_live(WorkerId(0), true), Ok(vec![]));
+        assert_eq!(
+            s.set_worker_live(WorkerId(7), true),
+            Err(WorkerError::UnknownWorker(WorkerId(7)))
+        );
+        assert_eq!(s.terminate_worker(WorkerId(7)), []);
+    }
+
+    #[test]
+    fn tenant_table_errors() {
+        let mut s = sched(3);
+        assert_eq!(
+            s.add_tenant(TenantSlot(0), WorkerId(0), 0),
+            Err(TenantError::UnknownWorker(WorkerId(0)))
+        );
+        let w0 = s.add_worker(10);
+        s.add_tenant(TenantSlot(3), w0, 0).unwrap();
+        assert_eq!(
+            s.add_tenant(TenantSlot(3), w0, 0),
+            Err(TenantError::DuplicateSlot(TenantSlot(3)))
+        );
+        assert_eq!(
+            s.add_tenant(TenantSlot(MAX_TENANT_SLOTS), w0, 0),
+            Err(TenantError::SlotOutOfRange(TenantSlot(MAX_TENANT_SLOTS)))
+        );
+        assert_eq!(s.schedule(0, TenantSlot(2)), SchedOutcome::UnknownTenant);
+        assert_eq!(
+            s.schedule(0, TenantSlot(u32::MAX)),
+            SchedOutcome::UnknownTenant
+        );
+        assert_eq!(s.len(), 1);
+        let row = s.remove_tenant(TenantSlot(3)).unwrap();
+        assert_eq!(row.worker, w0);
+        assert_eq!(
+            s.remove_tenant(TenantSlot(3)),
+            Err(TenantError::UnknownTenant(TenantSlot(3)))
+        );
+        assert!(s.is_empty());
+        assert_eq!(s.tenant_count(w0), 0);
+    }
+
+    fn xorshift(x: &mut u64) -> u64 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
+    /// Random packets, terminations and revivals: a dead worker never gets a pass,
+    /// tenant counts stay consistent, and a migration always lands on a live worker.
+    #[test]
+    fn random_operations_keep_invariants() {
+        let mut rng = 0x1234_5678_9abc_def1u64;
+        let mut s = sched(2);
+        for _ in 0..4 {
+            s.add_worker(20);
+        }
+        for i in 0..16 {
+            let to = s.spread_choice().unwrap();
+            s.add_tenant(TenantSlot(i), to, 8).unwrap();
+        }
+        let mut ts = 0u64;
+        for step in 0..50_000 {
+            ts += xorshift(&mut rng) % 3;
+            let r = xorshift(&mut rng);
+            if r % 997 == 0 {
+                let wk = WorkerId((r >> 20) as u16 % 4);
+                let live = (r >> 30) & 1 == 1;
+                let moves = s.set_worker_live(wk, live).unwrap();
+                for (_, to) in moves {
+                    assert!(w(&s, to.0).live);
+                }
+                continue;
+            }
+            let tenant = TenantSlot((r >> 8) as u32 % 16);
+            let any_live = s.live_workers() > 0;
+            match s.schedule(ts, tenant) {
+                SchedOutcome::Pass {
+                    worker,
+                    migrated_from,
+                    ..
+                } => {
+                    assert!(w(&s, worker.0).live, "step {step}");
+                    assert_eq!(t(&s, tenant.0).worker, worker);
+                    if let Some(from) = migrated_from {
+                        assert_ne!(from, worker);
+                    }
+                }
+                SchedOutcome::NoLiveWorker => assert!(!any_live, "step {step}"),
+                SchedOutcome::Policed => {}
+                SchedOutcome::UnknownTenant => unreachable!(),
+            }
+            for wid in 0..4u16 {
+                assert_eq!(
+                    s.tenant_count(WorkerId(wid)),
+                    s.tenants_of(WorkerId(wid)).count()
+                );
+            }
+        }
+    }
+}
