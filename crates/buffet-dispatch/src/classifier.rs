@@ -789,3 +789,739 @@ impl Classifier {
         found.map(|e| e.tenant)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use buffet_sdk::PacketMeta;
+    use etherparse::{IpNumber, PacketBuilder};
+
+    /// A packet description the tests build real frames from.
+    #[derive(Clone, Copy, Debug)]
+    struct Pk {
+        in_port: u16,
+        src_mac: [u8; 6],
+        dst_mac: [u8; 6],
+        vlan: Option<u16>,
+        src: IpAddr,
+        dst: IpAddr,
+        /// 6 TCP, 17 UDP, anything else: raw IP payload with that protocol.
+        proto: u8,
+        sport: u16,
+        dport: u16,
+        dscp: u8,
+    }
+
+    impl Default for Pk {
+        fn default() -> Self {
+            Pk {
+                in_port: 0,
+                src_mac: [2, 0, 0, 0, 0, 1],
+                dst_mac: [2, 0, 0, 0, 0, 2],
+                vlan: None,
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+                proto: 17,
+                sport: 1000,
+                dport: 2000,
+                dscp: 0,
+            }
+        }
+    }
+
+    impl Pk {
+        fn frame(&self) -> Vec<u8> {
+            let ip = match (self.src, self.dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => PacketBuilder::ipv4(s.octets(), d.octets(), 64),
+                (IpAddr::V6(s), IpAddr::V6(d)) => PacketBuilder::ipv6(s.octets(), d.octets(), 64),
+                _ => panic!("mixed versions"),
+            };
+            let mut l3 = Vec::new();
+            match self.proto {
+                6 => ip
+                    .tcp(self.sport, self.dport, 1, 1000)
+                    .write(&mut l3, b"tcp")
+                    .unwrap(),
+                17 => ip
+                    .udp(self.sport, self.dport)
+                    .write(&mut l3, b"udp")
+                    .unwrap(),
+                p => ip.write(&mut l3, IpNumber(p), b"raw").unwrap(),
+            }
+            crate::tagging::tag_dscp(&mut l3, 0, self.src.is_ipv4(), self.dscp).unwrap();
+            let mut f = Vec::new();
+            f.extend(self.dst_mac);
+            f.extend(self.src_mac);
+            let ethertype: u16 = if self.src.is_ipv4() { 0x0800 } else { 0x86dd };
+            if let Some(v) = self.vlan {
+                f.extend(0x8100u16.to_be_bytes());
+                f.extend(v.to_be_bytes());
+            }
+            f.extend(ethertype.to_be_bytes());
+            f.extend(l3);
+            f
+        }
+
+        /// Classifies through both paths (cache and no cache) and checks they agree.
+        fn classify(&self, c: &mut Classifier) -> Option<TenantSlot> {
+            let mut bytes = self.frame();
+            let meta = PacketMeta {
+                in_port: self.in_port,
+                ..PacketMeta::default()
+            };
+            let pkt = Packet::parse(&mut bytes, meta).unwrap();
+            let a = c.lookup(&pkt);
+            let b = c.classify(&pkt);
+            let b2 = c.classify(&pkt); // cached now
+            assert_eq!(a, b);
+            assert_eq!(b, b2);
+            a
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn rule(priority: u32, tenant: u32, fields: Match) -> Rule {
+        Rule {
+            priority,
+            tenant: TenantSlot(tenant),
+            fields,
+        }
+    }
+
+    fn dst(p: &str) -> Match {
+        Match {
+            dst_ip: Some(p.parse().unwrap()),
+            ..Match::default()
+        }
+    }
+
+    #[test]
+    fn prefixes_parse_and_reject() {
+        let p: IpPrefix = "10.0.0.0/16".parse().unwrap();
+        assert_eq!((p.addr(), p.len()), (ip("10.0.0.0"), 16));
+        assert_eq!(p.to_string(), "10.0.0.0/16");
+        let p: IpPrefix = "2001:db8::/32".parse().unwrap();
+        assert!(!p.is_ipv4());
+        assert!(p.contains(ip("2001:db8::1")));
+        assert!(!p.contains(ip("2001:db9::1")));
+        assert_eq!("10.1.2.3".parse::<IpPrefix>().unwrap().len(), 32);
+        assert_eq!("::1".parse::<IpPrefix>().unwrap().len(), 128);
+        assert_eq!("0.0.0.0/0".parse::<IpPrefix>().unwrap().len(), 0);
+        let e = "10.0.0.1/16".parse::<IpPrefix>().unwrap_err();
+        assert_eq!(e.to_string(), "10.0.0.1/16 has host bits set");
+        assert_eq!(
+            "2001:db8::1/32".parse::<IpPrefix>().unwrap_err(),
+            RuleError::HostBitsSet("2001:db8::1/32".into())
+        );
+        assert_eq!(
+            "10.0.0.0/33".parse::<IpPrefix>().unwrap_err(),
+            RuleError::PrefixTooLong { len: 33, max: 32 }
+        );
+        assert_eq!(
+            "::/129".parse::<IpPrefix>().unwrap_err(),
+            RuleError::PrefixTooLong { len: 129, max: 128 }
+        );
+        assert!(matches!(
+            "::/999".parse::<IpPrefix>(),
+            Err(RuleError::PrefixTooLong { max: 128, .. })
+        ));
+        for bad in ["", "foo", "10.0.0/8", "10.0.0.0.0/8", "1.2.3.4 /8"] {
+            assert!(
+                matches!(bad.parse::<IpPrefix>(), Err(RuleError::BadAddress(_))),
+                "{bad}"
+            );
+        }
+        for bad in ["10.0.0.0/", "10.0.0.0/x", "10.0.0.0/-1", "10.0.0.0/+8"] {
+            assert!(
+                matches!(bad.parse::<IpPrefix>(), Err(RuleError::BadPrefixLength(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn port_ranges_parse_and_expand() {
+        assert_eq!("80".parse::<PortRange>(), Ok(PortRange::single(80)));
+        assert_eq!(
+            "5000-5099".parse::<PortRange>(),
+            Ok(PortRange { lo: 5000, hi: 5099 })
+        );
+        assert_eq!(
+            "99-5".parse::<PortRange>(),
+            Err(RuleError::EmptyPortRange { lo: 99, hi: 5 })
+        );
+        for bad in ["", "x", "70000", "-5", "5-", "1-2-3", " 80"] {
+            assert!(
+                matches!(bad.parse::<PortRange>(), Err(RuleError::BadPort(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(PortRange { lo: 0, hi: 65535 }.prefixes(), [(0, 0)]);
+        assert_eq!(PortRange::single(80).prefixes(), [(80, 16)]);
+        assert_eq!(PortRange::single(65535).prefixes(), [(65535, 16)]);
+        assert_eq!(PortRange { lo: 0, hi: 1023 }.prefixes(), [(0, 6)]);
+        assert_eq!(
+            PortRange {
+                lo: 32768,
+                hi: 65535
+            }
+            .prefixes(),
+            [(32768, 1)]
+        );
+        // 1-65534 is the worst case: 15 blocks growing up to 32768, 15 shrinking.
+        assert_eq!(PortRange { lo: 1, hi: 65534 }.prefixes().len(), 30);
+        // Exact cover, by brute force, for edge and random ranges.
+        let mut seed = 99u64;
+        let mut ranges = vec![
+            (0, 0),
+            (0, 65535),
+            (1, 65534),
+            (1, 1),
+            (65535, 65535),
+            (5000, 5099),
+        ];
+        for _ in 0..16 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let (a, b) = (seed as u16, (seed >> 16) as u16);
+            ranges.push((a.min(b), a.max(b)));
+        }
+        for (lo, hi) in ranges {
+            let pieces = PortRange { lo, hi }.prefixes();
+            assert!(pieces.len() <= 30);
+            for port in 0..=u16::MAX {
+                let hits = pieces
+                    .iter()
+                    .filter(|&&(v, l)| u64::from(port) & port_mask(l) == u64::from(v))
+                    .count();
+                assert_eq!(
+                    hits,
+                    usize::from((lo..=hi).contains(&port)),
+                    "{lo}-{hi} at {port}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn match_validation() {
+        let bad = [
+            (
+                Match {
+                    vlan: Some(4096),
+                    ..Match::default()
+                },
+                RuleError::VlanOutOfRange(4096),
+            ),
+            (
+                Match {
+                    dscp: Some(64),
+                    ..Match::default()
+                },
+                RuleError::DscpOutOfRange(64),
+            ),
+            (
+                Match {
+                    src_ip: Some("10.0.0.0/8".parse().unwrap()),
+                    dst_ip: Some("::/0".parse().unwrap()),
+                    ..Match::default()
+                },
+                RuleError::MixedIpVersions,
+            ),
+            (
+                Match {
+                    protocol: Some(1),
+                    dst_port: Some(PortRange::single(80)),
+                    ..Match::default()
+                },
+                RuleError::PortsNeedTcpOrUdp(1),
+            ),
+            (
+                Match {
+                    src_port: Some(PortRange { lo: 9, hi: 8 }),
+                    ..Match::default()
+                },
+                RuleError::EmptyPortRange { lo: 9, hi: 8 },
+            ),
+        ];
+        let mut c = Classifier::new();
+        for (m, e) in bad {
+            assert_eq!(c.insert(rule(1, 0, m)), Err(e));
+        }
+        assert!(c.is_empty());
+        assert_eq!(c.tuple_count(), 0);
+    }
+
+    #[test]
+    fn priorities_and_first_inserted_wins_ties() {
+        let mut c = Classifier::new();
+        let pk = Pk::default(); // 10.0.0.1 -> 10.0.0.2 UDP 1000 -> 2000
+        assert_eq!(pk.classify(&mut c), None, "empty classifier");
+        c.insert(rule(10, 1, dst("10.0.0.0/8"))).unwrap();
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(1)));
+        // A better (lower) priority inserted later wins, and the cache notices.
+        c.insert(rule(
+            5,
+            2,
+            Match {
+                protocol: Some(17),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(2)));
+        // A longer prefix does not win by itself: priority decides.
+        c.insert(rule(7, 3, dst("10.0.0.2/32"))).unwrap();
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(2)));
+        // Equal priority: the first inserted wins, also within one tuple and bucket.
+        c.insert(rule(
+            5,
+            4,
+            Match {
+                protocol: Some(17),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        c.insert(rule(5, 5, dst("10.0.0.0/24"))).unwrap();
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(2)));
+        assert_eq!(c.remove_tenant(TenantSlot(2)), 1);
+        // Now 4 (same bucket, promoted from the rest list) ties with 5; 4 came first.
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(4)));
+        assert_eq!(c.remove_tenant(TenantSlot(4)), 1);
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(5)));
+        assert_eq!(c.remove_tenant(TenantSlot(5)), 1);
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(3)));
+        assert_eq!(c.remove_tenant(TenantSlot(3)), 1);
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(c.remove_tenant(TenantSlot(9)), 0);
+    }
+
+    #[test]
+    fn removing_a_bucket_best_promotes_the_next_best() {
+        // Three rules with the same match share one bucket: best 1, rest [5, 3].
+        let mut c = Classifier::new();
+        let m = || dst("10.0.0.0/8");
+        c.insert(rule(5, 5, m())).unwrap();
+        let h1 = c.insert(rule(1, 1, m())).unwrap();
+        let h3 = c.insert(rule(3, 3, m())).unwrap();
+        c.insert(rule(3, 33, m())).unwrap(); // ties with 3, inserted later
+        let pk = Pk::default();
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(1)));
+        c.remove(h1).unwrap();
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(3)));
+        c.remove(h3).unwrap();
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(33)));
+        assert_eq!(c.remove_tenant(TenantSlot(33)), 1);
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(5)));
+        assert_eq!(c.tuple_count(), 1);
+    }
+
+    #[test]
+    fn prefixes_select_by_version() {
+        let mut c = Classifier::new();
+        c.insert(rule(1, 1, dst("10.1.0.0/16"))).unwrap();
+        c.insert(rule(2, 2, dst("10.0.0.0/8"))).unwrap();
+        c.insert(rule(3, 3, dst("2001:db8::/32"))).unwrap();
+        c.insert(rule(4, 4, dst("0.0.0.0/0"))).unwrap();
+        let v4 = |d: &str| Pk {
+            dst: ip(d),
+            ..Pk::default()
+        };
+        let v6 = |d: &str| Pk {
+            src: ip("2001:db8::1"),
+            dst: ip(d),
+            ..Pk::default()
+        };
+        assert_eq!(v4("10.1.200.3").classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(v4("10.2.0.1").classify(&mut c), Some(TenantSlot(2)));
+        assert_eq!(v4("192.168.0.1").classify(&mut c), Some(TenantSlot(4)));
+        assert_eq!(v6("2001:db8:ffff::9").classify(&mut c), Some(TenantSlot(3)));
+        // 0.0.0.0/0 is IPv4-only; an IPv4-mapped IPv6 address is still IPv6.
+        assert_eq!(v6("2001:db9::1").classify(&mut c), None);
+        assert_eq!(v6("::ffff:10.1.0.1").classify(&mut c), None);
+        c.insert(rule(5, 5, dst("::/0"))).unwrap();
+        assert_eq!(v6("::ffff:10.1.0.1").classify(&mut c), Some(TenantSlot(5)));
+        assert_eq!(v4("192.168.0.1").classify(&mut c), Some(TenantSlot(4)));
+        // Source prefixes too.
+        c.insert(rule(
+            0,
+            6,
+            Match {
+                src_ip: Some("10.9.0.0/16".parse().unwrap()),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        let p = Pk {
+            src: ip("10.9.1.1"),
+            ..Pk::default()
+        };
+        assert_eq!(p.classify(&mut c), Some(TenantSlot(6)));
+    }
+
+    #[test]
+    fn port_ranges_need_ports() {
+        let mut c = Classifier::new();
+        c.insert(rule(
+            1,
+            1,
+            Match {
+                dst_port: Some("0-65535".parse().unwrap()),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        c.insert(rule(
+            0,
+            2,
+            Match {
+                dst_port: Some("1-65534".parse().unwrap()),
+                protocol: Some(6),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        c.insert(rule(
+            0,
+            3,
+            Match {
+                src_port: Some("5000-5099".parse().unwrap()),
+                dst_port: Some("80".parse().unwrap()),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        let udp = |s, d| Pk {
+            sport: s,
+            dport: d,
+            ..Pk::default()
+        };
+        let tcp = |d| Pk {
+            proto: 6,
+            dport: d,
+            ..Pk::default()
+        };
+        assert_eq!(udp(1, 0).classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(udp(1, 65535).classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(tcp(0).classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(tcp(1).classify(&mut c), Some(TenantSlot(2)));
+        assert_eq!(tcp(65534).classify(&mut c), Some(TenantSlot(2)));
+        assert_eq!(tcp(65535).classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(udp(5000, 80).classify(&mut c), Some(TenantSlot(3)));
+        assert_eq!(udp(5099, 80).classify(&mut c), Some(TenantSlot(3)));
+        assert_eq!(udp(5100, 80).classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(udp(4999, 80).classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(udp(5050, 81).classify(&mut c), Some(TenantSlot(1)));
+        // No ports (ICMP): even 0-65535 does not match.
+        let icmp = Pk {
+            proto: 1,
+            ..Pk::default()
+        };
+        assert_eq!(icmp.classify(&mut c), None);
+    }
+
+    #[test]
+    fn l2_fields_and_dscp() {
+        let mut c = Classifier::new();
+        c.insert(rule(
+            1,
+            1,
+            Match {
+                vlan: Some(42),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        c.insert(rule(
+            2,
+            2,
+            Match {
+                src_mac: Some([2, 0, 0, 0, 0, 9]),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        c.insert(rule(
+            3,
+            3,
+            Match {
+                dst_mac: Some([0xff; 6]),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        c.insert(rule(
+            4,
+            4,
+            Match {
+                dscp: Some(46),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        c.insert(rule(
+            5,
+            5,
+            Match {
+                in_port: Some(3),
+                vlan: Some(0),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        let base = Pk::default();
+        assert_eq!(base.classify(&mut c), None);
+        assert_eq!(
+            Pk {
+                vlan: Some(42),
+                ..base
+            }
+            .classify(&mut c),
+            Some(TenantSlot(1))
+        );
+        assert_eq!(
+            Pk {
+                vlan: Some(43),
+                ..base
+            }
+            .classify(&mut c),
+            None
+        );
+        // VLAN 0 (priority tag) is a tag; an untagged frame is not VLAN 0.
+        assert_eq!(
+            Pk {
+                vlan: Some(0),
+                in_port: 3,
+                ..base
+            }
+            .classify(&mut c),
+            Some(TenantSlot(5))
+        );
+        assert_eq!(Pk { in_port: 3, ..base }.classify(&mut c), None);
+        assert_eq!(
+            Pk {
+                vlan: Some(0),
+                in_port: 2,
+                ..base
+            }
+            .classify(&mut c),
+            None
+        );
+        assert_eq!(
+            Pk {
+                src_mac: [2, 0, 0, 0, 0, 9],
+                ..base
+            }
+            .classify(&mut c),
+            Some(TenantSlot(2))
+        );
+        assert_eq!(
+            Pk {
+                dst_mac: [0xff; 6],
+                ..base
+            }
+            .classify(&mut c),
+            Some(TenantSlot(3))
+        );
+        assert_eq!(
+            Pk { dscp: 46, ..base }.classify(&mut c),
+            Some(TenantSlot(4))
+        );
+        let v6 = Pk {
+            src: ip("fe80::1"),
+            dst: ip("fe80::2"),
+            dscp: 46,
+            ..base
+        };
+        assert_eq!(v6.classify(&mut c), Some(TenantSlot(4)));
+        assert_eq!(Pk { dscp: 45, ..v6 }.classify(&mut c), None);
+    }
+
+    #[test]
+    fn remove_by_handle_and_tenant_cleans_tuples() {
+        let mut c = Classifier::new();
+        let h = c
+            .insert(rule(
+                1,
+                1,
+                Match {
+                    dst_port: Some("1-65534".parse().unwrap()),
+                    ..Match::default()
+                },
+            ))
+            .unwrap();
+        assert_eq!(c.tuple_count(), 15, "1-65534 spans prefix lengths 2..=16");
+        c.insert(rule(2, 2, dst("10.0.0.0/8"))).unwrap();
+        c.insert(rule(3, 2, dst("10.0.0.0/16"))).unwrap();
+        let pk = Pk::default();
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(1)));
+        let r = c.remove(h).unwrap();
+        assert_eq!(r.tenant, TenantSlot(1));
+        assert_eq!(c.remove(h), None);
+        assert_eq!(c.tuple_count(), 2);
+        assert_eq!(pk.classify(&mut c), Some(TenantSlot(2)));
+        assert_eq!(c.rules_of(TenantSlot(2)).len(), 2);
+        assert_eq!(c.remove_tenant(TenantSlot(2)), 2);
+        assert_eq!(c.tuple_count(), 0);
+        assert!(c.is_empty());
+        assert_eq!(pk.classify(&mut c), None);
+    }
+
+    fn xorshift(x: &mut u64) -> u64 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
+    fn pick<T: Copy>(rng: &mut u64, items: &[T]) -> T {
+        items[(xorshift(rng) % items.len() as u64) as usize]
+    }
+
+    /// Random rules over small value pools (so they overlap a lot) and random packets
+    /// from the same pools, against a naive scan with [`Match::matches`]; rules are
+    /// removed along the way. The cache is tiny so entries collide and get replaced.
+    #[test]
+    fn randomized_cross_check_against_linear_scan() {
+        let mut rng = 0x0bad_5eed_1234_5678u64;
+        let v4s = ["10.0.0.1", "10.0.1.7", "10.1.0.1", "192.168.1.1", "0.0.0.1"];
+        let v6s = ["2001:db8::1", "2001:db8:1::1", "fe80::1", "::ffff:10.0.0.1"];
+        let v4p = [
+            "10.0.0.0/8",
+            "10.0.0.0/16",
+            "10.0.0.0/24",
+            "10.0.1.7/32",
+            "0.0.0.0/0",
+            "192.168.0.0/16",
+        ];
+        let v6p = [
+            "2001:db8::/32",
+            "2001:db8::/48",
+            "::/0",
+            "fe80::/10",
+            "::ffff:0:0/96",
+        ];
+        let ports = [0u16, 1, 53, 80, 443, 1023, 1024, 5000, 5099, 65534, 65535];
+        let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], [0xff; 6]];
+        let (mut hits, mut misses) = (0, 0);
+        for round in 0..3 {
+            let mut c = Classifier::with_cache(16);
+            let mut rules: Vec<(RuleHandle, Rule)> = Vec::new();
+            for i in 0..150 {
+                let mut m = Match::default();
+                let v6 = xorshift(&mut rng) % 3 == 0;
+                let r = xorshift(&mut rng);
+                // Each field present with probability 3/4.
+                let on = |i: u32| (r >> (2 * i)) & 3 != 0;
+                // Port ranges with 1/4: each expands into many tuples.
+                let rare = |i: u32| (r >> (2 * i)) & 3 == 0;
+                if on(0) {
+                    m.in_port = Some(pick(&mut rng, &[0, 1]));
+                }
+                if on(1) {
+                    m.src_mac = Some(pick(&mut rng, &macs));
+                }
+                if on(2) {
+                    m.dst_mac = Some(pick(&mut rng, &macs));
+                }
+                if on(3) {
+                    m.vlan = Some(pick(&mut rng, &[0, 7]));
+                }
+                if on(4) {
+                    let p = if v6 {
+                        pick(&mut rng, &v6p)
+                    } else {
+                        pick(&mut rng, &v4p)
+                    };
+                    m.src_ip = Some(p.parse().unwrap());
+                }
+                if on(5) {
+                    let p = if v6 {
+                        pick(&mut rng, &v6p)
+                    } else {
+                        pick(&mut rng, &v4p)
+                    };
+                    m.dst_ip = Some(p.parse().unwrap());
+                }
+                if on(6) {
+                    m.protocol = Some(pick(&mut rng, &[6, 17, 1]));
+                }
+                let range = |rng: &mut u64| {
+                    let (a, b) = (pick(rng, &ports), pick(rng, &ports));
+                    PortRange {
+                        lo: a.min(b),
+                        hi: a.max(b),
+                    }
+                };
+                if rare(7) && m.protocol != Some(1) {
+                    m.src_port = Some(range(&mut rng));
+                }
+                if rare(8) && m.protocol != Some(1) {
+                    m.dst_port = Some(range(&mut rng));
+                }
+                if on(9) {
+                    m.dscp = Some(pick(&mut rng, &[0, 10, 46]));
+                }
+                if !rules.is_empty() && xorshift(&mut rng) % 5 == 0 {
+                    // Same match as an earlier rule: shares its tuple buckets.
+                    let j = (xorshift(&mut rng) % rules.len() as u64) as usize;
+                    m = rules[j].1.fields.clone();
+                }
+                let rl = rule((xorshift(&mut rng) % 20) as u32, i, m);
+                let h = c.insert(rl.clone()).unwrap();
+                rules.push((h, rl));
+            }
+            for step in 0..1500 {
+                if step % 20 == 19 && !rules.is_empty() {
+                    let i = (xorshift(&mut rng) % rules.len() as u64) as usize;
+                    let (h, _) = rules.remove(i);
+                    assert!(c.remove(h).is_some());
+                }
+                let v6 = xorshift(&mut rng) % 3 == 0;
+                let (src, dst) = if v6 {
+                    (ip(pick(&mut rng, &v6s)), ip(pick(&mut rng, &v6s)))
+                } else {
+                    (ip(pick(&mut rng, &v4s)), ip(pick(&mut rng, &v4s)))
+                };
+                let pk = Pk {
+                    in_port: pick(&mut rng, &[0, 1]),
+                    src_mac: pick(&mut rng, &macs),
+                    dst_mac: pick(&mut rng, &macs),
+                    vlan: pick(&mut rng, &[None, Some(0), Some(7)]),
+                    src,
+                    dst,
+                    proto: pick(&mut rng, &[6, 17, 1]),
+                    sport: pick(&mut rng, &ports),
+                    dport: pick(&mut rng, &ports),
+                    dscp: pick(&mut rng, &[0, 10, 46]),
+                };
+                let mut bytes = pk.frame();
+                let meta = PacketMeta {
+                    in_port: pk.in_port,
+                    ..PacketMeta::default()
+                };
+                let pkt = Packet::parse(&mut bytes, meta).unwrap();
+                // Naive: lowest priority, then earliest insertion (handles are ordered).
+                let want = rules
+                    .iter()
+                    .filter(|(_, r)| r.fields.matches(&pkt))
+                    .min_by_key(|(h, r)| (r.priority, *h))
+                    .map(|(_, r)| r.tenant);
+                assert_eq!(c.lookup(&pkt), want, "round {round} step {step} {pk:?}");
+                assert_eq!(c.classify(&pkt), want, "round {round} step {step} {pk:?}");
+                if want.is_some() {
+                    hits += 1;
+                } else {
+                    misses += 1;
+                }
+            }
+        }
+        // The pools must make both outcomes common, or the check proves little.
+        assert!(hits > 800 && misses > 800, "hits {hits} misses {misses}");
+    }
+}
