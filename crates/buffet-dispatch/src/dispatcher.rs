@@ -4,7 +4,7 @@ use buffet_sdk::{L3Kind, Packet, PacketMeta, ParseError, TenantId};
 use rustc_hash::FxHashMap;
 
 use crate::classifier::{Classifier, Match, Rule, RuleError};
-use crate::scheduler::{SchedOutcome, Scheduler, SchedulerConfig, TenantError};
+use crate::scheduler::{SchedOutcome, Scheduler, SchedulerConfig, TenantError, WorkerError};
 use crate::tagging::{tag_dscp, MAX_DSCP};
 use crate::{TenantSlot, WorkerId};
 
@@ -70,6 +70,21 @@ pub enum Decision {
     },
     /// Drop it.
     Drop(DispatchDrop),
+}
+
+impl Decision {
+    /// True for a pass.
+    pub fn is_pass(self) -> bool {
+        matches!(self, Decision::Pass { .. })
+    }
+
+    /// The worker, for a pass.
+    pub fn worker(self) -> Option<WorkerId> {
+        match self {
+            Decision::Pass { worker, .. } => Some(worker),
+            Decision::Drop(_) => None,
+        }
+    }
 }
 
 /// Something the control plane should hear about.
@@ -218,6 +233,31 @@ impl Dispatcher {
     /// [`Scheduler::terminate_worker`]).
     pub fn terminate_worker(&mut self, w: WorkerId) -> Vec<(TenantSlot, WorkerId)> {
         self.sched.terminate_worker(w)
+    }
+
+    /// Marks a worker live or not (see [`Scheduler::set_worker_live`]); returns the
+    /// tenant moves it caused.
+    pub fn set_worker_live(
+        &mut self,
+        w: WorkerId,
+        live: bool,
+    ) -> Result<Vec<(TenantSlot, WorkerId)>, WorkerError> {
+        self.sched.set_worker_live(w, live)
+    }
+
+    /// Changes a worker's capacity (packets per slot).
+    pub fn set_worker_max(&mut self, w: WorkerId, max_nb: u64) -> Result<(), WorkerError> {
+        self.sched.set_worker_max(w, max_nb)
+    }
+
+    /// Moves a tenant to a live worker (a planner's decision).
+    pub fn assign(&mut self, slot: TenantSlot, worker: WorkerId) -> Result<(), TenantError> {
+        self.sched.assign(slot, worker)
+    }
+
+    /// Changes a tenant's per-slot budget (0: unlimited).
+    pub fn set_tenant_max(&mut self, slot: TenantSlot, max_nb: u64) -> Result<(), TenantError> {
+        self.sched.set_tenant_max(slot, max_nb)
     }
 
     /// Admits a tenant with its classifier rules `(priority, match)` and per-slot budget
@@ -450,5 +490,346 @@ impl Dispatcher {
     /// The slot of tenant `id`.
     pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
         self.slots.get(&id).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classifier::PortRange;
+    use crate::tagging::read_dscp;
+    use etherparse::{Ipv4Header, PacketBuilder};
+
+    /// An IPv4/UDP frame to `dst_port` with DSCP 0.
+    fn udp(dst_port: u16) -> Vec<u8> {
+        let mut v = Vec::new();
+        PacketBuilder::ethernet2([2; 6], [4; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(4000, dst_port)
+            .write(&mut v, b"payload")
+            .unwrap();
+        v
+    }
+
+    fn port(p: u16) -> Vec<(u32, Match)> {
+        vec![(
+            10,
+            Match {
+                dst_port: Some(PortRange::single(p)),
+                ..Match::default()
+            },
+        )]
+    }
+
+    fn cfg(tag: TagMode) -> DispatcherConfig {
+        DispatcherConfig {
+            sched: SchedulerConfig {
+                shift: 0,
+                threshold: 0,
+            },
+            tag,
+            unmatched: UnmatchedPolicy::Drop,
+        }
+    }
+
+    #[test]
+    fn malformed_frames_are_counted_by_reason() {
+        let mut d = Dispatcher::new(DispatcherConfig::default());
+        d.add_worker(100);
+        let good = udp(80);
+        let mut cases: Vec<(Vec<u8>, ParseError)> = vec![
+            (good[..5].to_vec(), ParseError::TruncatedEthernet),
+            (good[..20].to_vec(), ParseError::TruncatedIp),
+        ];
+        let mut arp = good.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        cases.push((arp, ParseError::UnsupportedEtherType));
+        let mut long = good.clone();
+        long[16] = 0xff; // IPv4 total length beyond the buffer
+        cases.push((long, ParseError::LengthBeyondBuffer));
+        cases.push((good[..5].to_vec(), ParseError::TruncatedEthernet));
+        for (mut f, why) in cases {
+            assert_eq!(
+                d.dispatch(0, 0, &mut f),
+                Decision::Drop(DispatchDrop::Malformed(why))
+            );
+        }
+        let st = d.stats();
+        assert_eq!(st.malformed_of(ParseError::TruncatedEthernet), 2);
+        assert_eq!(st.malformed_of(ParseError::TruncatedIp), 1);
+        assert_eq!(st.malformed_of(ParseError::UnsupportedEtherType), 1);
+        assert_eq!(st.malformed_of(ParseError::LengthBeyondBuffer), 1);
+        assert_eq!(st.malformed_total(), 5);
+        assert_eq!(st.unmatched, 0);
+        assert_eq!(st.passes_of(WorkerId(0)), 0);
+    }
+
+    #[test]
+    fn unmatched_is_counted_and_dropped_or_redirected() {
+        let mut d = Dispatcher::new(DispatcherConfig::default());
+        d.add_worker(100);
+        d.admit(TenantSlot(0), TenantId(7), port(80), 0).unwrap();
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(81)),
+            Decision::Drop(DispatchDrop::Unmatched)
+        );
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(80)),
+            Decision::Pass {
+                worker: WorkerId(0),
+                tenant: TenantSlot(0)
+            }
+        );
+        // A tag naming no tenant is unmatched too.
+        assert_eq!(
+            d.schedule_tagged(0, TenantSlot(5)),
+            Decision::Drop(DispatchDrop::Unmatched)
+        );
+        assert_eq!((d.stats().unmatched, d.stats().unmatched_dropped), (2, 2));
+
+        let mut d = Dispatcher::new(DispatcherConfig {
+            unmatched: UnmatchedPolicy::ToTenant(TenantSlot(1)),
+            ..DispatcherConfig::default()
+        });
+        d.add_worker(100);
+        // The default tenant is not admitted yet: dropped.
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(81)),
+            Decision::Drop(DispatchDrop::Unmatched)
+        );
+        d.admit(TenantSlot(1), TenantId(1), vec![], 0).unwrap();
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(81)),
+            Decision::Pass {
+                worker: WorkerId(0),
+                tenant: TenantSlot(1)
+            }
+        );
+        assert_eq!((d.stats().unmatched, d.stats().unmatched_dropped), (2, 1));
+    }
+
+    /// Everything observable about a dispatcher's tenants, for "nothing changed".
+    fn snapshot(d: &Dispatcher) -> String {
+        format!(
+            "{:?} {} {:?} {:?}",
+            d.scheduler().tenants().collect::<Vec<_>>(),
+            d.classifier().len(),
+            (0..4)
+                .map(|i| d.tenant_id(TenantSlot(i)))
+                .collect::<Vec<_>>(),
+            (0..4).map(|i| d.slot_of(TenantId(i))).collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn admit_errors_change_nothing() {
+        let mut d = Dispatcher::new(cfg(TagMode::Dscp));
+        assert_eq!(
+            d.admit(TenantSlot(0), TenantId(0), port(80), 0),
+            Err(AdmitError::Placement(TenantError::NoLiveWorker))
+        );
+        let w0 = d.add_worker(100);
+        let w1 = d.add_worker(100);
+        assert_eq!(d.admit(TenantSlot(0), TenantId(0), port(80), 0), Ok(w0));
+        let before = snapshot(&d);
+        let bad_rules = vec![
+            (1, Match::default()),
+            (
+                2,
+                Match {
+                    dscp: Some(99),
+                    ..Match::default()
+                },
+            ),
+        ];
+        let errors = [
+            (
+                d.admit(TenantSlot(0), TenantId(1), port(81), 0),
+                AdmitError::DuplicateSlot(TenantSlot(0)),
+            ),
+            (
+                d.admit(TenantSlot(1), TenantId(0), port(81), 0),
+                AdmitError::DuplicateId {
+                    id: TenantId(0),
+                    slot: TenantSlot(0),
+                },
+            ),
+            (
+                d.admit(TenantSlot(1), TenantId(1), bad_rules, 0),
+                AdmitError::InvalidRule {
+                    index: 1,
+                    source: RuleError::DscpOutOfRange(99),
+                },
+            ),
+            (
+                d.admit(TenantSlot(64), TenantId(1), port(81), 0),
+                AdmitError::SlotNotTaggable(TenantSlot(64)),
+            ),
+            (
+                d.admit_on(TenantSlot(1), TenantId(1), port(81), 0, WorkerId(9)),
+                AdmitError::Placement(TenantError::UnknownWorker(WorkerId(9))),
+            ),
+            (
+                d.remove(TenantSlot(3)).map(|()| w0),
+                AdmitError::UnknownTenant(TenantSlot(3)),
+            ),
+        ];
+        for (got, want) in errors {
+            assert_eq!(got, Err(want));
+            assert_eq!(snapshot(&d), before);
+        }
+        d.terminate_worker(w1);
+        assert_eq!(
+            d.admit_on(TenantSlot(1), TenantId(1), port(81), 0, w1),
+            Err(AdmitError::Placement(TenantError::WorkerNotLive(w1)))
+        );
+        assert_eq!(snapshot(&d), before);
+        // The error message names the rule.
+        let e = AdmitError::InvalidRule {
+            index: 1,
+            source: RuleError::DscpOutOfRange(99),
+        };
+        assert_eq!(e.to_string(), "rule 1: DSCP 99 exceeds 63");
+    }
+
+    #[test]
+    fn admit_spreads_and_remove_forgets() {
+        let mut d = Dispatcher::new(DispatcherConfig::default());
+        for _ in 0..3 {
+            d.add_worker(1000);
+        }
+        let placed: Vec<_> = (0..5)
+            .map(|i| {
+                d.admit(TenantSlot(i), TenantId(100 + i), port(80 + i as u16), 0)
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        assert_eq!(placed, [0, 1, 2, 0, 1]);
+        assert_eq!(d.slot_of(TenantId(103)), Some(TenantSlot(3)));
+        assert_eq!(d.tenant_id(TenantSlot(3)), Some(TenantId(103)));
+        d.remove(TenantSlot(3)).unwrap();
+        assert_eq!(d.slot_of(TenantId(103)), None);
+        assert_eq!(d.tenant_id(TenantSlot(3)), None);
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(83)),
+            Decision::Drop(DispatchDrop::Unmatched)
+        );
+        // The slot and the id can be reused. Tenants per worker now: w0 1 (tenant 0),
+        // w1 2, w2 1 -> fewest, tie -> lowest id: w0.
+        assert_eq!(
+            d.admit(TenantSlot(3), TenantId(103), port(83), 0),
+            Ok(WorkerId(0))
+        );
+        assert!(d.dispatch(0, 0, &mut udp(83)).is_pass());
+    }
+
+    #[test]
+    fn end_to_end_policing_migration_overload_and_tagging() {
+        let mut d = Dispatcher::new(cfg(TagMode::Dscp));
+        let w0 = d.add_worker(2);
+        let w1 = d.add_worker(10);
+        d.admit_on(TenantSlot(5), TenantId(50), port(80), 3, w0)
+            .unwrap();
+        d.admit_on(TenantSlot(6), TenantId(60), port(81), 0, w0)
+            .unwrap();
+        let pass = |w: WorkerId, t: u32| Decision::Pass {
+            worker: w,
+            tenant: TenantSlot(t),
+        };
+        // Slot 0: tenant 5 sends 4 (budget 3: the 4th is policed), tenant 6 sends 1;
+        // w0 carries 3 + 1 = 4 packets.
+        for _ in 0..3 {
+            assert_eq!(d.dispatch(0, 0, &mut udp(80)), pass(w0, 5));
+        }
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(80)),
+            Decision::Drop(DispatchDrop::Policed(TenantSlot(5)))
+        );
+        assert_eq!(d.dispatch(0, 0, &mut udp(81)), pass(w0, 6));
+        // Slot 1: tenant 5 first: tmp 4, w0.last 4 >= 2 -> overload; w1.last 0;
+        // 0 + 4 < 10 -> migrate to w1 (w0.last 0, w1.last 4); times 1 > threshold 0 ->
+        // overload report (w0, 1).
+        let mut f = udp(80);
+        assert_eq!(d.dispatch(1, 0, &mut f), pass(w1, 5));
+        // Tagged: DSCP = slot 5, checksum still right.
+        assert_eq!(read_dscp(&f, 14, true), Ok(5));
+        let (h, _) = Ipv4Header::from_slice(&f[14..]).unwrap();
+        assert_eq!(h.header_checksum, h.calc_header_checksum());
+        // Tenant 6: tmp 1, w0.last 0 < 2 -> times 0, stays.
+        assert_eq!(d.dispatch(1, 0, &mut udp(81)), pass(w0, 6));
+        let events: Vec<Event> = d.drain_events().collect();
+        assert_eq!(
+            events,
+            [
+                Event::Migration {
+                    tenant: TenantSlot(5),
+                    from: w0,
+                    to: w1,
+                    slot: 1
+                },
+                Event::Overload {
+                    worker: w0,
+                    slot: 1
+                }
+            ]
+        );
+        assert_eq!(d.drain_events().count(), 0);
+        let st = d.stats();
+        assert_eq!(st.policed_of(TenantSlot(5)), 1);
+        assert_eq!(st.policed_of(TenantSlot(6)), 0);
+        assert_eq!((st.passes_of(w0), st.passes_of(w1)), (5, 1));
+        assert_eq!((st.migrations, st.overloads), (1, 1));
+        // Dropped frames are not tagged.
+        let mut dropped = udp(99);
+        let orig = dropped.clone();
+        d.dispatch(1, 0, &mut dropped);
+        assert_eq!(dropped, orig);
+    }
+
+    #[test]
+    fn terminated_workers_get_nothing() {
+        let mut d = Dispatcher::new(DispatcherConfig::default());
+        let w0 = d.add_worker(100);
+        let w1 = d.add_worker(100);
+        d.admit_on(TenantSlot(0), TenantId(0), port(80), 0, w0)
+            .unwrap();
+        assert_eq!(d.terminate_worker(w0), [(TenantSlot(0), w1)]);
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(80)),
+            Decision::Pass {
+                worker: w1,
+                tenant: TenantSlot(0)
+            }
+        );
+        assert_eq!(d.terminate_worker(w1), []);
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(80)),
+            Decision::Drop(DispatchDrop::NoLiveWorker)
+        );
+        assert_eq!(d.stats().no_live_worker, 1);
+        assert_eq!(d.set_worker_live(w0, true), Ok(vec![(TenantSlot(0), w0)]));
+        assert_eq!(
+            d.schedule_tagged(0, TenantSlot(0)),
+            Decision::Pass {
+                worker: w0,
+                tenant: TenantSlot(0)
+            }
+        );
+    }
+
+    #[test]
+    fn pending_events_are_bounded() {
+        let mut d = Dispatcher::new(cfg(TagMode::None));
+        let w0 = d.add_worker(0); // always overloaded, threshold 0: one report per slot
+        d.admit_on(TenantSlot(0), TenantId(0), vec![], 0, w0)
+            .unwrap();
+        let n = MAX_PENDING_EVENTS as u64 + 10;
+        for ts in 0..n {
+            d.schedule_tagged(ts, TenantSlot(0));
+        }
+        assert_eq!(d.stats().overloads, n);
+        assert_eq!(d.stats().events_lost, 10);
+        assert_eq!(d.drain_events().count(), MAX_PENDING_EVENTS);
     }
 }
