@@ -1,0 +1,428 @@
+//! `buffet trace`: the timeslot scheduler alone, over a `ts_ns,tenant_id` trace.
+//!
+//! This is the yardstick that proves the Rust dispatcher, the C core and the XDP program
+//! equal: each reads the same trace and must print the same bytes.
+//!
+//! Input, one packet per line: `ts_ns,tenant_id` (decimal `u64`, decimal `u32`, ASCII
+//! digits only; spaces or tabs around a field are ignored, as is a trailing `\r`).
+//! Blank lines and lines whose first non-blank character is `#` are skipped, and so is
+//! one header line `ts_ns,tenant_id` before the first packet. Anything else is an error
+//! naming its (1-based) line, and processing stops there.
+//!
+//! Semantics: `workers` (K) workers, each with MAX_NB `worker_max`. A tenant is created
+//! the first time its id appears: the next dense slot (order of first appearance), on
+//! worker `tenant_id % K`, with MAX_NB `tenant_max` (0: unlimited). Each packet then goes
+//! through [`Dispatcher::schedule_tagged`] (the scheduler of ARCHITECTURE.md "Scheduler
+//! semantics", slot = `ts_ns >> shift`).
+//!
+//! Output, to `out`, one line per packet: `seq,tenant_id,action,worker` with `seq`
+//! counting input packets from 0, `action` `pass` or `drop`, and `worker` empty on a
+//! drop (`3,7,drop,`). To `err`, one line per overload report: `overload,seq,worker,slot`
+//! (`seq` of the packet that raised it). Lines end with `\n`. Nothing else is written;
+//! pass buffered writers.
+
+use std::io::{self, BufRead, Write};
+
+use buffet_dispatch::{
+    Decision, Dispatcher, DispatcherConfig, Event, SchedulerConfig, TagMode, TenantId, TenantSlot,
+    UnmatchedPolicy, WorkerId,
+};
+
+/// The trace's fixed setup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceConfig {
+    /// Number of workers, K (at least 1).
+    pub workers: u16,
+    /// Every worker's MAX_NB per slot (taken literally: 0 means always overloaded).
+    pub worker_max: u64,
+    /// Every tenant's MAX_NB per slot (0: unlimited).
+    pub tenant_max: u64,
+    /// `slot = ts_ns >> shift`.
+    pub shift: u32,
+    /// Overload reports while a worker's TIMES exceeds this.
+    pub threshold: u32,
+}
+
+/// Totals over a trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TraceSummary {
+    /// Packets read.
+    pub packets: u64,
+    /// Packets passed.
+    pub passed: u64,
+    /// Packets dropped (policed).
+    pub dropped: u64,
+    /// Overload reports written.
+    pub overloads: u64,
+    /// Tenant migrations.
+    pub migrations: u64,
+    /// Distinct tenants seen.
+    pub tenants: u64,
+}
+
+/// What is wrong with one input line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    /// Not exactly two comma-separated fields.
+    #[error("expected `ts_ns,tenant_id`, found {0} field(s)")]
+    FieldCount(usize),
+    /// The timestamp is not a decimal `u64`.
+    #[error("bad ts_ns {0:?} (want a decimal u64)")]
+    BadTimestamp(String),
+    /// The tenant id is not a decimal `u32`.
+    #[error("bad tenant_id {0:?} (want a decimal u32)")]
+    BadTenant(String),
+    /// The header line after the first packet.
+    #[error("header line after the first packet")]
+    MisplacedHeader,
+    /// More distinct tenants than the dispatcher has slots for.
+    #[error("too many distinct tenants")]
+    TooManyTenants,
+}
+
+/// Why a trace run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// K = 0.
+    #[error("the trace needs at least one worker")]
+    NoWorkers,
+    /// A malformed line.
+    #[error("line {line}: {source}")]
+    Line {
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong with it.
+        source: LineError,
+    },
+    /// Reading the input failed.
+    #[error("reading the trace: {0}")]
+    Read(#[source] io::Error),
+    /// Writing the output failed.
+    #[error("writing the results: {0}")]
+    Write(#[source] io::Error),
+}
+
+const HEADER: &[u8] = b"ts_ns,tenant_id";
+
+/// Runs the scheduler over `input`, writing decisions to `out` and overload reports to
+/// `err` (see the module docs for the formats).
+pub fn run_trace(
+    mut input: impl BufRead,
+    mut out: impl Write,
+    mut err: impl Write,
+    cfg: &TraceConfig,
+) -> Result<TraceSummary, TraceError> {
+    if cfg.workers == 0 {
+        return Err(TraceError::NoWorkers);
+    }
+    let mut d = Dispatcher::new(DispatcherConfig {
+        sched: SchedulerConfig {
+            shift: cfg.shift,
+            threshold: cfg.threshold,
+        },
+        tag: TagMode::None,
+        unmatched: UnmatchedPolicy::Drop,
+    });
+    for _ in 0..cfg.workers {
+        d.add_worker(cfg.worker_max);
+    }
+    let mut sum = TraceSummary::default();
+    let mut buf = Vec::with_capacity(64);
+    let mut line_no = 0u64;
+    let mut next_slot = 0u32;
+    loop {
+        buf.clear();
+        if input
+            .read_until(b'\n', &mut buf)
+            .map_err(TraceError::Read)?
+            == 0
+        {
+            break;
+        }
+        line_no += 1;
+        let at = |source| TraceError::Line {
+            line: line_no,
+            source,
+        };
+        let line = trim(&buf);
+        if line.is_empty() || line[0] == b'#' {
+            continue;
+        }
+        if fields_eq_header(line) {
+            if sum.packets > 0 {
+                return Err(at(LineError::MisplacedHeader));
+            }
+            continue;
+        }
+        let (ts, tid) = parse_record(line).map_err(at)?;
+        let id = TenantId(tid);
+        let slot = match d.slot_of(id) {
+            Some(s) => s,
+            None => {
+                let slot = TenantSlot(next_slot);
+                let worker = WorkerId((tid % u32::from(cfg.workers)) as u16);
+                d.admit_on(slot, id, Vec::new(), cfg.tenant_max, worker)
+                    .map_err(|_| at(LineError::TooManyTenants))?;
+                next_slot += 1;
+                sum.tenants += 1;
+                slot
+            }
+        };
+        let seq = sum.packets;
+        sum.packets += 1;
+        match d.schedule_tagged(ts, slot) {
+            Decision::Pass { worker, .. } => {
+                sum.passed += 1;
+                writeln!(out, "{seq},{tid},pass,{}", worker.0)
+            }
+            Decision::Drop(_) => {
+                sum.dropped += 1;
+                writeln!(out, "{seq},{tid},drop,")
+            }
+        }
+        .map_err(TraceError::Write)?;
+        for e in d.drain_events() {
+            match e {
+                Event::Overload { worker, slot } => {
+                    sum.overloads += 1;
+                    writeln!(err, "overload,{seq},{},{slot}", worker.0)
+                        .map_err(TraceError::Write)?;
+                }
+                Event::Migration { .. } => sum.migrations += 1,
+            }
+        }
+    }
+    Ok(sum)
+}
+
+/// Strips surrounding spaces, tabs, `\r` and `\n`.
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t' | b'\r' | b'\n', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t' | b'\r' | b'\n'] = s {
+        s = rest;
+    }
+    s
+}
+
+fn fields_eq_header(line: &[u8]) -> bool {
+    let mut it = line.split(|&b| b == b',').map(trim);
+    let mut h = HEADER.split(|&b| b == b',');
+    loop {
+        match (it.next(), h.next()) {
+            (None, None) => return true,
+            (Some(a), Some(b)) if a == b => {}
+            _ => return false,
+        }
+    }
+}
+
+fn parse_record(line: &[u8]) -> Result<(u64, u32), LineError> {
+    let mut fields = line.split(|&b| b == b',');
+    let (Some(ts), Some(tid), None) = (fields.next(), fields.next(), fields.next()) else {
+        return Err(LineError::FieldCount(line.split(|&b| b == b',').count()));
+    };
+    let (ts, tid) = (trim(ts), trim(tid));
+    let ts = decimal(ts)
+        .ok_or_else(|| LineError::BadTimestamp(String::from_utf8_lossy(ts).into_owned()))?;
+    let tid = decimal(tid)
+        .and_then(|v| u32::try_from(v).ok())
+        .ok_or_else(|| LineError::BadTenant(String::from_utf8_lossy(tid).into_owned()))?;
+    Ok((ts, tid))
+}
+
+/// A non-empty run of ASCII digits that fits a `u64`.
+fn decimal(s: &[u8]) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    s.iter().try_fold(0u64, |acc, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(workers: u16, worker_max: u64, tenant_max: u64, threshold: u32) -> TraceConfig {
+        TraceConfig {
+            workers,
+            worker_max,
+            tenant_max,
+            shift: 0,
+            threshold,
+        }
+    }
+
+    fn run(input: &[u8], c: &TraceConfig) -> Result<(String, String, TraceSummary), TraceError> {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let s = run_trace(input, &mut out, &mut err, c)?;
+        Ok((
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+            s,
+        ))
+    }
+
+    /// K = 2, worker MAX_NB 4, tenant MAX_NB 2, shift 0 (slot = ts), threshold 0.
+    /// Tenants: 4 and 10 start on w0 (even), 7 on w1.
+    #[test]
+    fn hand_computed_vector() {
+        let input = b"ts_ns,tenant_id\n\
+# slot 0\n\
+0,4\n\
+0,4\n\
+0,4\n\
+0,10\n\
+\n\
+0,10\n\
+0,7\r\n\
+1,4\n\
+ 1 , 10 \n\
+1,7\n\
+1,10\n\
+1,10\n\
+3,4";
+        let want_out = "\
+0,4,pass,0
+1,4,pass,0
+2,4,drop,
+3,10,pass,0
+4,10,pass,0
+5,7,pass,1
+6,4,pass,0
+7,10,pass,1
+8,7,pass,1
+9,10,pass,1
+10,10,drop,
+11,4,pass,0
+";
+        // seq 0-1: tenant 4 new on w0 (last 0 < 4); pkt 1, 2. seq 2: pkt 3 > 2, drop.
+        // seq 3-4: tenant 10 on w0: w0.pkt 4. seq 5: tenant 7 on w1: w1.pkt 1.
+        // seq 6 (slot 1): tenant 4 tmp 3 (policed included); w0.last 4 >= 4 ->
+        //   overload; w1.last 1 is lowest; 1 + 3 < 4 fails -> stays; times 1 > 0 ->
+        //   report (w0, 1).
+        // seq 7: tenant 10 tmp 2; overload again; 1 + 2 < 4 -> migrates to w1 (w0.last
+        //   2, w1.last 3); times 2 -> report (w0, 1); the packet goes to w1.
+        // seq 8: tenant 7 tmp 1; w1.last 3 < 4 -> pass w1. seq 9: tenant 10 pkt 2 on w1;
+        //   seq 10: pkt 3 > 2, drop.
+        // seq 11 (slot 3): tenant 4 idle in slot 2 -> tmp 0; w0 idle in 2 -> last 0 < 4.
+        let want_err = "overload,6,0,1\noverload,7,0,1\n";
+        let (out, err, s) = run(input, &cfg(2, 4, 2, 0)).unwrap();
+        assert_eq!(out, want_out);
+        assert_eq!(err, want_err);
+        assert_eq!(
+            s,
+            TraceSummary {
+                packets: 12,
+                passed: 10,
+                dropped: 2,
+                overloads: 2,
+                migrations: 1,
+                tenants: 3
+            }
+        );
+    }
+
+    #[test]
+    fn ids_are_arbitrary_u32_mapped_in_order_of_appearance() {
+        let input = b"5,4294967295\n5,0\n5,3000000000\n";
+        // K = 3: 4294967295 % 3 = 0, 0 % 3 = 0, 3000000000 % 3 = 0.
+        let (out, _, s) = run(input, &cfg(3, 100, 0, 3)).unwrap();
+        assert_eq!(
+            out,
+            "0,4294967295,pass,0\n1,0,pass,0\n2,3000000000,pass,0\n"
+        );
+        assert_eq!(s.tenants, 3);
+        let (out, _, _) = run(b"0,5\n0,6\n0,7\n", &cfg(3, 100, 0, 3)).unwrap();
+        assert_eq!(out, "0,5,pass,2\n1,6,pass,0\n2,7,pass,1\n");
+    }
+
+    #[test]
+    fn empty_and_comment_only_inputs() {
+        let (out, err, s) = run(b"", &cfg(1, 1, 0, 0)).unwrap();
+        assert_eq!((out.as_str(), err.as_str(), s.packets), ("", "", 0));
+        let (out, _, s) = run(b"# nothing\n\n  \nts_ns,tenant_id\n", &cfg(1, 1, 0, 0)).unwrap();
+        assert_eq!((out.as_str(), s.packets), ("", 0));
+    }
+
+    #[test]
+    fn malformed_lines_name_their_line() {
+        let cases: &[(&[u8], u64, LineError)] = &[
+            (b"0,1\n1,2,3\n", 2, LineError::FieldCount(3)),
+            (b"0\n", 1, LineError::FieldCount(1)),
+            (b"x,1\n", 1, LineError::BadTimestamp("x".into())),
+            (b"-1,1\n", 1, LineError::BadTimestamp("-1".into())),
+            (b"+1,1\n", 1, LineError::BadTimestamp("+1".into())),
+            (b",1\n", 1, LineError::BadTimestamp(String::new())),
+            (
+                b"18446744073709551616,1\n",
+                1,
+                LineError::BadTimestamp("18446744073709551616".into()),
+            ),
+            (b"# c\n\n1,\n", 3, LineError::BadTenant(String::new())),
+            (
+                b"1,4294967296\n",
+                1,
+                LineError::BadTenant("4294967296".into()),
+            ),
+            (b"1,1x\n", 1, LineError::BadTenant("1x".into())),
+            (b"1,\xff\n", 1, LineError::BadTenant("\u{fffd}".into())),
+            (b"1,2\nts_ns,tenant_id\n", 2, LineError::MisplacedHeader),
+            (b"1 2,3\n", 1, LineError::BadTimestamp("1 2".into())),
+        ];
+        for (input, line, why) in cases {
+            match run(input, &cfg(2, 10, 0, 3)) {
+                Err(TraceError::Line { line: l, source }) => {
+                    assert_eq!(
+                        (l, &source),
+                        (*line, why),
+                        "{:?}",
+                        String::from_utf8_lossy(input)
+                    );
+                }
+                other => panic!("{:?}: {other:?}", String::from_utf8_lossy(input)),
+            }
+        }
+        let e = run(b"0,1\nbad\n", &cfg(1, 1, 0, 0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "line 2: expected `ts_ns,tenant_id`, found 1 field(s)"
+        );
+        assert!(matches!(
+            run(b"0,1\n", &cfg(0, 1, 0, 0)),
+            Err(TraceError::NoWorkers)
+        ));
+    }
+
+    #[test]
+    fn write_errors_are_reported() {
+        struct Broken;
+        impl Write for Broken {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::other("disk full"))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let e = run_trace(&b"0,1\n"[..], Broken, io::sink(), &cfg(1, 1, 0, 0)).unwrap_err();
+        assert!(matches!(e, TraceError::Write(_)), "{e:?}");
+    }
+
+    #[test]
+    fn default_shift_uses_nanoseconds() {
+        let c = TraceConfig {
+            shift: 30,
+            ..cfg(1, 1, 1, 3)
+        };
+        // 0 and 2^30 - 1 share slot 0 (second is policed); 2^30 is slot 1.
+        let (out, _, _) = run(b"0,9\n1073741823,9\n1073741824,9\n", &c).unwrap();
+        assert_eq!(out, "0,9,pass,0\n1,9,drop,\n2,9,pass,0\n");
+    }
+}
