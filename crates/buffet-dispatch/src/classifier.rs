@@ -573,7 +573,7 @@ struct CacheEntry {
 pub const DEFAULT_CACHE_ENTRIES: usize = 4096;
 
 /// Rules -> tenant, by exact-match cache + tuple-space search. See the module docs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Classifier {
     rules: FxHashMap<u64, Rule>,
     next_seq: u64,
@@ -582,6 +582,18 @@ pub struct Classifier {
     by_mask: FxHashMap<Key, usize>,
     cache: Vec<CacheEntry>,
     generation: u64,
+}
+
+impl fmt::Debug for Classifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The tables can be large: show their sizes, not their contents.
+        f.debug_struct("Classifier")
+            .field("rules", &self.rules.len())
+            .field("tuples", &self.tuples.len())
+            .field("cache_entries", &self.cache.len())
+            .field("generation", &self.generation)
+            .finish()
+    }
 }
 
 impl Default for Classifier {

@@ -819,6 +819,47 @@ mod tests {
     }
 
     #[test]
+    fn garbage_frames_never_panic() {
+        let mut d = Dispatcher::new(cfg(TagMode::Dscp));
+        d.add_worker(5);
+        d.add_worker(5);
+        for t in 0..8u32 {
+            d.admit(TenantSlot(t), TenantId(t), port(80 + t as u16), 3)
+                .unwrap();
+        }
+        let good = udp(80);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut passes = 0;
+        for i in 0..30_000u64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Mutate a few bytes of a good frame, sometimes truncate it.
+            let mut f = good.clone();
+            for k in 0..(seed % 4) {
+                let at = ((seed >> (8 * k + 3)) as usize) % f.len();
+                f[at] = (seed >> (8 * k + 11)) as u8;
+            }
+            if seed & 0x100 != 0 {
+                f.truncate((seed >> 20) as usize % (f.len() + 1));
+            }
+            if d.dispatch(i / 7, (seed >> 40) as u16 % 2, &mut f).is_pass() {
+                passes += 1;
+            }
+        }
+        let st = d.stats();
+        let policed: u64 = st.policed.iter().sum();
+        let passed: u64 = st.passes.iter().sum();
+        assert_eq!(passed, passes);
+        assert_eq!(
+            st.malformed_total() + st.unmatched_dropped + policed + st.no_live_worker + passed,
+            30_000,
+            "every frame is accounted for exactly once"
+        );
+        assert!(passes > 0 && st.malformed_total() > 0);
+    }
+
+    #[test]
     fn pending_events_are_bounded() {
         let mut d = Dispatcher::new(cfg(TagMode::None));
         let w0 = d.add_worker(0); // always overloaded, threshold 0: one report per slot

@@ -14,6 +14,32 @@
 //! mirrored by the C core, the XDP program and the Micro-C plugin; the trace vectors in
 //! `buffet-cli`'s `trace` module are the common yardstick.
 //!
+//! # Example
+//!
+//! ```
+//! use buffet_dispatch::{Decision, Dispatcher, DispatcherConfig, Match, TenantId, TenantSlot};
+//!
+//! let mut d = Dispatcher::new(DispatcherConfig::default());
+//! let w0 = d.add_worker(1_000_000); // packets per timeslot
+//! let web = Match {
+//!     protocol: Some(6),
+//!     dst_ip: Some("10.0.0.0/24".parse()?),
+//!     dst_port: Some("80".parse()?),
+//!     ..Match::default()
+//! };
+//! d.admit(TenantSlot(0), TenantId(42), vec![(10, web)], 0)?;
+//!
+//! let mut frame = Vec::new();
+//! etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
+//!     .ipv4([192, 0, 2, 1], [10, 0, 0, 2], 64)
+//!     .tcp(5555, 80, 1, 1024)
+//!     .write(&mut frame, b"GET /")?;
+//! let decision = d.dispatch(/* ts_ns */ 0, /* in_port */ 0, &mut frame);
+//! assert_eq!(decision, Decision::Pass { worker: w0, tenant: TenantSlot(0) });
+//! assert_eq!(d.drain_events().count(), 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Hot paths ([`Dispatcher::dispatch`], [`Dispatcher::schedule_tagged`],
 //! [`Classifier::classify`], [`Scheduler::schedule`]) do not allocate (the event buffer
 //! is reused and bounded) and do not panic on any input bytes.
