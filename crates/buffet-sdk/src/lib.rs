@@ -75,7 +75,7 @@ mod nf;
 mod packet;
 
 pub use nf::{DropCause, InitError, MemorySpec, NetworkFunction, PortId, TenantId, Verdict};
-pub use packet::{FlowKey, L3Kind, L4Kind, Packet, PacketMeta, ParseError};
+pub use packet::{FlowKey, L3Kind, L4Kind, Packet, PacketMeta, ParseError, ResizeError};
 
 /// Re-export of the header-slice library the [`Packet`] view is built on, so NFs name
 /// the same types without a second dependency.

@@ -8,6 +8,13 @@
 //! UDP headers are parsed when present (first fragment only); any other IP protocol is
 //! accepted with its payload starting right after the IP header. Everything else is a
 //! [`ParseError`], which the framework counts per reason and drops.
+//!
+//! **Growing and shrinking.** A packet parsed with [`Packet::parse_with_capacity`] sits in
+//! a larger buffer; [`Packet::resize`] moves its end within that buffer (bounds-checked,
+//! never reallocating), so an NF can add headers (an IPsec tunnel) or strip them. Bytes
+//! that a resize exposes are zeroed first: a buffer reused across packets never shows an
+//! NF another packet's bytes. After rewriting headers, [`Packet::reparse`] refreshes the
+//! offsets the accessors use.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -22,6 +29,19 @@ const ETH_LEN: usize = 14;
 const VLAN_LEN: usize = 4;
 const IPV6_LEN: usize = 40;
 const UDP_LEN: usize = 8;
+
+/// Why [`Packet::resize`] refused a new length. Small and `Copy`: it is a hot-path outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum ResizeError {
+    /// The new length does not fit in the buffer the packet was parsed in.
+    #[error("{requested} bytes exceed the packet buffer's capacity of {capacity}")]
+    BeyondCapacity {
+        /// The length asked for.
+        requested: usize,
+        /// The buffer's capacity ([`Packet::capacity`]).
+        capacity: usize,
+    },
+}
 
 /// Why a packet could not be parsed. Small and `Copy`: it is a hot-path outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, thiserror::Error)]
@@ -189,29 +209,86 @@ struct Layout {
 
 /// One packet: its bytes (mutable, so NFs can rewrite in place), its metadata, and the
 /// header offsets found when it was parsed.
+///
+/// The frame is the first [`len`](Self::len) bytes of a buffer of
+/// [`capacity`](Self::capacity) bytes; `len <= capacity` always holds.
 #[derive(Debug)]
 pub struct Packet<'a> {
-    data: &'a mut [u8],
+    buf: &'a mut [u8],
+    len: usize,
     meta: PacketMeta,
     layout: Layout,
 }
 
 impl<'a> Packet<'a> {
     /// Parses `data` once, checking every header length. Never panics.
+    ///
+    /// The frame is all of `data`, and so is the capacity: such a packet can shrink but
+    /// not grow. Use [`parse_with_capacity`](Self::parse_with_capacity) to leave room.
     pub fn parse(data: &'a mut [u8], meta: PacketMeta) -> Result<Self, ParseError> {
-        let layout = parse_layout(data)?;
-        Ok(Packet { data, meta, layout })
+        let len = data.len();
+        Self::parse_with_capacity(data, len, meta)
+    }
+
+    /// Parses the frame `buf[..len]`, keeping the rest of `buf` as room to grow into
+    /// with [`resize`](Self::resize). Never panics.
+    ///
+    /// A `len` beyond `buf.len()` is [`ParseError::LengthBeyondBuffer`].
+    pub fn parse_with_capacity(
+        buf: &'a mut [u8],
+        len: usize,
+        meta: PacketMeta,
+    ) -> Result<Self, ParseError> {
+        let frame = buf.get(..len).ok_or(ParseError::LengthBeyondBuffer)?;
+        let layout = parse_layout(frame)?;
+        Ok(Packet {
+            buf,
+            len,
+            meta,
+            layout,
+        })
     }
 
     /// The whole frame.
     pub fn data(&self) -> &[u8] {
-        self.data
+        &self.buf[..self.len]
     }
 
     /// The whole frame, writable. Rewriting headers is the NF's business; the offsets
-    /// found at parse time stay as they were.
+    /// found at parse time stay as they were until [`reparse`](Self::reparse).
     pub fn data_mut(&mut self) -> &mut [u8] {
-        self.data
+        &mut self.buf[..self.len]
+    }
+
+    /// Bytes the frame may grow to: the length of the buffer it was parsed in.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Sets the frame length to `new_len`, growing into or shrinking within the buffer.
+    ///
+    /// Bytes between the old and the new length are zeroed when the frame grows. The
+    /// header offsets are not recomputed (call [`reparse`](Self::reparse) once the new
+    /// headers are written); accessors stay total meanwhile. On error nothing changes.
+    pub fn resize(&mut self, new_len: usize) -> Result<(), ResizeError> {
+        let capacity = self.buf.len();
+        let grown = self.buf.get_mut(self.len..new_len.max(self.len)).ok_or(
+            ResizeError::BeyondCapacity {
+                requested: new_len,
+                capacity,
+            },
+        )?;
+        grown.fill(0);
+        self.len = new_len;
+        Ok(())
+    }
+
+    /// Walks the headers of the current frame again (after an NF rewrote them) and
+    /// refreshes the offsets the accessors use. On error the old offsets are kept and the
+    /// frame is not a packet this SDK can parse; the NF should drop it.
+    pub fn reparse(&mut self) -> Result<(), ParseError> {
+        self.layout = parse_layout(&self.buf[..self.len])?;
+        Ok(())
     }
 
     /// The packet's metadata.
@@ -226,17 +303,17 @@ impl<'a> Packet<'a> {
 
     /// Frame length in bytes.
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.len
     }
 
-    /// True for an empty frame (never the case for a parsed packet).
+    /// True for an empty frame (never the case for a freshly parsed packet).
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len == 0
     }
 
     /// The Ethernet II header.
     pub fn ethernet(&self) -> Option<Ethernet2HeaderSlice<'_>> {
-        Ethernet2HeaderSlice::from_slice(self.data).ok()
+        Ethernet2HeaderSlice::from_slice(self.data()).ok()
     }
 
     /// The VLAN id, when the frame carries one tag.
@@ -282,7 +359,7 @@ impl<'a> Packet<'a> {
     /// The IPv4 header, when the packet is IPv4.
     pub fn ipv4(&self) -> Option<Ipv4HeaderSlice<'_>> {
         match self.layout.l3_kind {
-            L3Kind::Ipv4 => Ipv4HeaderSlice::from_slice(self.data.get(self.l3_offset()..)?).ok(),
+            L3Kind::Ipv4 => Ipv4HeaderSlice::from_slice(self.data().get(self.l3_offset()..)?).ok(),
             L3Kind::Ipv6 => None,
         }
     }
@@ -290,7 +367,7 @@ impl<'a> Packet<'a> {
     /// The IPv6 header, when the packet is IPv6.
     pub fn ipv6(&self) -> Option<Ipv6HeaderSlice<'_>> {
         match self.layout.l3_kind {
-            L3Kind::Ipv6 => Ipv6HeaderSlice::from_slice(self.data.get(self.l3_offset()..)?).ok(),
+            L3Kind::Ipv6 => Ipv6HeaderSlice::from_slice(self.data().get(self.l3_offset()..)?).ok(),
             L3Kind::Ipv4 => None,
         }
     }
@@ -312,13 +389,13 @@ impl<'a> Packet<'a> {
     }
 
     fn l4_bytes(&self) -> Option<&[u8]> {
-        self.data.get(self.l4_offset()..self.ip_end())
+        self.data().get(self.l4_offset()..self.ip_end())
     }
 
     /// The L4 payload (after TCP/UDP headers; the IP payload for other protocols),
     /// without Ethernet padding.
     pub fn payload(&self) -> &[u8] {
-        self.data
+        self.data()
             .get(self.payload_offset()..self.ip_end())
             .unwrap_or(&[])
     }
@@ -326,7 +403,7 @@ impl<'a> Packet<'a> {
     /// The L4 payload, writable.
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let (start, end) = (self.payload_offset(), self.ip_end());
-        self.data.get_mut(start..end).unwrap_or(&mut [])
+        self.data_mut().get_mut(start..end).unwrap_or(&mut [])
     }
 
     /// Source and destination ports (TCP/UDP), else `None`.
@@ -574,6 +651,97 @@ mod tests {
                 want
             );
         }
+    }
+
+    #[test]
+    fn parse_with_capacity_sees_only_the_frame() {
+        let frame = udp4(b"hello");
+        let mut buf = [0xeeu8; 256];
+        buf[..frame.len()].copy_from_slice(&frame);
+        let p = Packet::parse_with_capacity(&mut buf, frame.len(), PacketMeta::default()).unwrap();
+        assert_eq!(p.data(), &frame[..]);
+        assert_eq!((p.len(), p.capacity()), (frame.len(), 256));
+        assert_eq!(p.payload(), b"hello");
+        let mut short = [0u8; 8];
+        assert_eq!(
+            Packet::parse_with_capacity(&mut short, 9, PacketMeta::default()).unwrap_err(),
+            ParseError::LengthBeyondBuffer
+        );
+        // `parse` keeps working and has no room to grow.
+        let mut b = udp4(b"x");
+        let mut p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
+        assert_eq!(p.capacity(), p.len());
+        let len = p.len();
+        assert_eq!(
+            p.resize(len + 1),
+            Err(ResizeError::BeyondCapacity {
+                requested: len + 1,
+                capacity: len
+            })
+        );
+    }
+
+    #[test]
+    fn resize_grows_zeroed_shrinks_and_refuses_beyond_capacity() {
+        let frame = udp4(b"abc");
+        let mut buf = [0xeeu8; 128];
+        buf[..frame.len()].copy_from_slice(&frame);
+        let mut p =
+            Packet::parse_with_capacity(&mut buf, frame.len(), PacketMeta::default()).unwrap();
+        p.resize(frame.len() + 10).unwrap();
+        assert_eq!(p.len(), frame.len() + 10);
+        assert_eq!(
+            &p.data()[frame.len()..],
+            &[0u8; 10],
+            "grown bytes are zeroed"
+        );
+        assert_eq!(&p.data()[..frame.len()], &frame[..]);
+        assert_eq!(p.payload(), b"abc", "offsets unchanged until reparse");
+        assert_eq!(
+            p.resize(129),
+            Err(ResizeError::BeyondCapacity {
+                requested: 129,
+                capacity: 128
+            })
+        );
+        assert_eq!(
+            p.len(),
+            frame.len() + 10,
+            "a refused resize changes nothing"
+        );
+        p.resize(20).unwrap();
+        assert_eq!(p.data(), &frame[..20]);
+        // Accessors stay total on a frame shorter than its stale offsets.
+        let _ = (p.payload(), p.flow_key(), p.udp(), p.ipv4());
+        let _ = p.payload_mut().len();
+        p.resize(128).unwrap();
+        assert!(p.data()[20..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn reparse_follows_rewritten_headers() {
+        let frame = udp4(b"abc");
+        let mut buf = [0u8; 128];
+        buf[..frame.len()].copy_from_slice(&frame);
+        let mut p =
+            Packet::parse_with_capacity(&mut buf, frame.len(), PacketMeta::default()).unwrap();
+        // Rewrite the whole frame as a longer TCP packet.
+        let mut tcp = Vec::new();
+        PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 0, 0, 9], [10, 0, 0, 8], 64)
+            .tcp(1, 2, 3, 4)
+            .write(&mut tcp, b"longer payload")
+            .unwrap();
+        p.resize(tcp.len()).unwrap();
+        p.data_mut().copy_from_slice(&tcp);
+        p.reparse().unwrap();
+        assert_eq!(p.l4_kind(), L4Kind::Tcp);
+        assert_eq!(p.payload(), b"longer payload");
+        assert_eq!(p.ports(), Some((1, 2)));
+        // A rewrite into garbage is an error and keeps the old offsets.
+        p.data_mut()[14] = 0x41;
+        assert_eq!(p.reparse(), Err(ParseError::BadIhl));
+        assert_eq!(p.l4_kind(), L4Kind::Tcp);
     }
 
     #[test]
