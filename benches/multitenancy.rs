@@ -66,7 +66,9 @@ fn flows_in(traffic: &[(u32, Vec<u8>)]) -> usize {
         .iter()
         .map(|(_, d)| {
             let mut d = d.clone();
-            Packet::parse(&mut d, PacketMeta::default()).expect("generated frames parse").flow_key()
+            Packet::parse(&mut d, PacketMeta::default())
+                .expect("generated frames parse")
+                .flow_key()
         })
         .collect();
     keys.sort();
@@ -88,7 +90,11 @@ fn worker_path(c: &mut Criterion) {
             b.iter(|| {
                 for burst in bufs.chunks_mut(BURST) {
                     for m in burst.iter_mut() {
-                        let meta = PacketMeta { in_port: m.in_port, ts_ns: m.ts_ns, tenant: TenantId(0) };
+                        let meta = PacketMeta {
+                            in_port: m.in_port,
+                            ts_ns: m.ts_ns,
+                            tenant: TenantId(0),
+                        };
                         if let Ok(mut p) = Packet::parse(m.data_mut(), meta) {
                             black_box(nf.handle(&mut p));
                         }
@@ -104,7 +110,9 @@ fn worker_path(c: &mut Criterion) {
         let table = Arc::new(TenantTable::new(storage, n));
         for i in 0..n {
             let mut state = Default::default();
-            monitor.init(&MonitorPolicy::default(), &mut state).expect("policy");
+            monitor
+                .init(&MonitorPolicy::default(), &mut state)
+                .expect("policy");
             table
                 .admit(i, TenantId(i + 1), monitor.register().bytes, state)
                 .expect("admit");
@@ -136,7 +144,10 @@ fn dispatcher(c: &mut Criterion) {
             })
         });
         let mut d = Dispatcher::new(DispatcherConfig {
-            sched: SchedulerConfig { shift: 20, threshold: 3 },
+            sched: SchedulerConfig {
+                shift: 20,
+                threshold: 3,
+            },
             ..DispatcherConfig::default()
         });
         for _ in 0..2 {
@@ -144,8 +155,12 @@ fn dispatcher(c: &mut Criterion) {
         }
         for i in 0..n {
             let (addr, len) = tenant_dst_prefix(i);
-            let m = Match { dst_ip: Some(format!("{addr}/{len}").parse().expect("prefix")), ..Match::default() };
-            d.admit(TenantSlot(i), TenantId(i + 1), vec![(100, m)], 0).expect("admit");
+            let m = Match {
+                dst_ip: Some(format!("{addr}/{len}").parse().expect("prefix")),
+                ..Match::default()
+            };
+            d.admit(TenantSlot(i), TenantId(i + 1), vec![(100, m)], 0)
+                .expect("admit");
         }
         group.bench_function(BenchmarkId::new("dispatch", n), |b| {
             let mut ts = 0u64;

@@ -9,7 +9,11 @@ fn demo(extra: &[&str]) -> String {
         .args(extra)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -17,7 +21,10 @@ fn demo(extra: &[&str]) -> String {
 fn demo_shows_migrations_and_is_deterministic() {
     let first = demo(&[]);
     assert!(first.contains("migrate tenant"), "{first}");
-    assert!(first.contains("policed="), "the policed tenant shows its drops: {first}");
+    assert!(
+        first.contains("policed="),
+        "the policed tenant shows its drops: {first}"
+    );
     let migrations: usize = first
         .lines()
         .find_map(|l| l.strip_prefix("scheduler events: "))
@@ -26,7 +33,11 @@ fn demo_shows_migrations_and_is_deterministic() {
         .expect("an events line");
     assert!(migrations >= 1);
     // 12 tenant rows.
-    assert_eq!(first.lines().filter(|l| l.contains("tenant-")).count(), 12, "{first}");
+    assert_eq!(
+        first.lines().filter(|l| l.contains("tenant-")).count(),
+        12,
+        "{first}"
+    );
     let second = demo(&[]);
     assert_eq!(first, second, "same seed, same output");
 }

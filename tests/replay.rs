@@ -32,11 +32,15 @@ fn tcp6(dst_last: u8) -> Vec<u8> {
 }
 
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let header = PcapHeader { datalink: DataLink::ETHERNET, ..PcapHeader::default() };
+    let header = PcapHeader {
+        datalink: DataLink::ETHERNET,
+        ..PcapHeader::default()
+    };
     let mut w = PcapWriter::with_header(File::create(path).unwrap(), header).unwrap();
     for (i, f) in frames.iter().enumerate() {
         let ts = Duration::from_micros(1000 * i as u64);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f)).unwrap();
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+            .unwrap();
     }
 }
 
@@ -124,10 +128,20 @@ rules = [ { dst_ip = "10.8.0.0/16", priority = 50 }, { dst_ip = "2001:db8::/64" 
         .arg(&stats)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     let tenant = |id: u64| {
-        json["tenants"].as_array().unwrap().iter().find(|t| t["id"] == id).unwrap().clone()
+        json["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap()
+            .clone()
     };
     assert_eq!(tenant(7)["packets"], 30);
     assert_eq!(tenant(7)["passed"], 30);
@@ -159,7 +173,10 @@ rules = [ { dst_ip = "10.8.0.0/16", priority = 50 }, { dst_ip = "2001:db8::/64" 
     }
     assert_eq!(n, 30 + 3 + 5);
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(stdout.contains("acme") && stdout.contains("initech"), "{stdout}");
+    assert!(
+        stdout.contains("acme") && stdout.contains("initech"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -168,8 +185,11 @@ fn replay_rejects_a_bad_tenants_file_and_runs_nothing() {
     let input = dir.path().join("in.pcap");
     write_pcap(&input, &[udp([10, 7, 0, 1], 53, b"x")]);
     let tenants = dir.path().join("bad.toml");
-    std::fs::write(&tenants, "[[tenant]]\nid = 7\nname = \"acme\"\nrules = [ { dst_ip = \"10.7.0.0/33\" } ]\n")
-        .unwrap();
+    std::fs::write(
+        &tenants,
+        "[[tenant]]\nid = 7\nname = \"acme\"\nrules = [ { dst_ip = \"10.7.0.0/33\" } ]\n",
+    )
+    .unwrap();
     let stats = dir.path().join("stats.json");
     let run = buffet()
         .args(["replay", "--nf", "monitor", "--no-pin"])
@@ -183,7 +203,10 @@ fn replay_rejects_a_bad_tenants_file_and_runs_nothing() {
         .unwrap();
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("bad.toml") && err.contains("acme") && err.contains("rules[0].dst_ip"), "{err}");
+    assert!(
+        err.contains("bad.toml") && err.contains("acme") && err.contains("rules[0].dst_ip"),
+        "{err}"
+    );
     assert!(!stats.exists(), "nothing may run on a bad tenants file");
 
     // A policy the NF rejects names the tenant and the field too.
@@ -202,5 +225,8 @@ fn replay_rejects_a_bad_tenants_file_and_runs_nothing() {
         .unwrap();
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("tenant 7") && err.contains("flow_capacity"), "{err}");
+    assert!(
+        err.contains("tenant 7") && err.contains("flow_capacity"),
+        "{err}"
+    );
 }

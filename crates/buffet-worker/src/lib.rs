@@ -1,1 +1,34 @@
-//! buffet-worker
+//! The Worker Pool: the data plane that runs an NF for many tenants.
+//!
+//! A [`Pipeline`] owns a software Packet Dispatcher (on the calling thread) and a set of
+//! workers, one thread each, pinned to cores and fed by single-producer rings. Each worker
+//! pops a burst, groups it by tenant into Packet Buffers (a stable in-place sort, no
+//! allocation), loads each tenant's state from the Memory Manager once per group, runs
+//! the NF over the group, and hands the packets back with their verdicts.
+//!
+//! What it guarantees:
+//! * tenant-level affinity — a tenant's packets run on the worker the dispatcher chose;
+//!   during a migration the tenant's state lock keeps two workers from touching it at once;
+//! * nothing allocated or locked per packet (packets live in a preallocated pool of
+//!   [`Mbuf`]s that travel by pointer);
+//! * fault containment — a panicking handler quarantines its tenant only: that tenant's
+//!   packets are dropped and counted, an event is raised, every other tenant carries on;
+//! * per-tenant accounting: packets, bytes, passes, drops by reason, CPU cycles;
+//! * workers can be launched and terminated at run time; a terminated worker's tenants
+//!   are reassigned and the packets already queued to it are still processed.
+//!
+//! What it does not do: read packets from a NIC (that is buffet-io's Port) or decide
+//! placement (that is buffet-dispatch's scheduler).
+
+mod mbuf;
+mod pipeline;
+mod stats;
+mod sys;
+mod worker;
+
+pub use mbuf::{Mbuf, Outcome, MBUF_CAPACITY};
+pub use pipeline::{
+    AdmitError, PacketSink, Pipeline, PipelineConfig, PipelineError, TenantSpec, WorkerEvent,
+};
+pub use stats::{DropReason, GlobalReport, Report, TenantReport, WorkerReport};
+pub use worker::Engine;

@@ -1,0 +1,177 @@
+//! What `demo` and `replay` share: admission from a tenants list, driving a packet
+//! source through a pipeline with a progress bar, and printing the report.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use buffet_io::PacketSource;
+use buffet_sdk::NetworkFunction;
+use buffet_worker::{Pipeline, Report, TenantSpec, WorkerEvent};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::tenants::TenantConfig;
+
+/// Admits every tenant; the first error stops and names the file and tenant.
+pub fn admit_all<N: NetworkFunction>(
+    p: &mut Pipeline<N>,
+    tenants: &[TenantConfig],
+    file: &Path,
+) -> anyhow::Result<()> {
+    for t in tenants {
+        let policy: N::Policy =
+            toml::Value::Table(t.policy.clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    anyhow::anyhow!(
+                        "{}: tenant {} ({:?}): policy: {}",
+                        file.display(),
+                        t.id,
+                        t.name,
+                        e.message().trim()
+                    )
+                })?;
+        p.admit(TenantSpec {
+            id: t.id,
+            name: t.name.clone(),
+            rules: t.rules.clone(),
+            max_nb: t.max_nb,
+            policy,
+        })
+        .with_context(|| {
+            format!(
+                "{}: cannot admit tenant {} ({:?})",
+                file.display(),
+                t.id,
+                t.name
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub fn progress(len: Option<u64>, what: &str) -> ProgressBar {
+    let bar = match len {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    let style = ProgressStyle::with_template(
+        "{spinner} {msg} [{elapsed_precise}] {wide_bar} {pos}/{len} ({per_sec})",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// Pushes every packet of `src` through `p`; returns how many and how long it took.
+pub fn drive<N: NetworkFunction>(
+    p: &mut Pipeline<N>,
+    src: &mut dyn PacketSource,
+    bar: &ProgressBar,
+) -> anyhow::Result<(u64, Duration)> {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while let Some(pkt) = src.next_packet()? {
+        p.push(pkt.ts_ns, 0, pkt.data);
+        n += 1;
+        if n % 8192 == 0 {
+            bar.set_position(n);
+        }
+    }
+    p.flush();
+    bar.set_position(n);
+    bar.finish_and_clear();
+    Ok((n, start.elapsed()))
+}
+
+/// Prints the per-tenant table.
+pub fn print_tenants(out: &mut dyn Write, r: &Report) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:>6} {:<12} {:>6} {:>10} {:>12} {:>10} {:>8} {:>5}  drops by reason",
+        "tenant", "name", "worker", "packets", "bytes", "passed", "dropped", "migr"
+    )?;
+    for t in &r.tenants {
+        let drops = if t.drops.is_empty() {
+            "-".to_owned()
+        } else {
+            t.drops
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        writeln!(
+            out,
+            "{:>6} {:<12} {:>6} {:>10} {:>12} {:>10} {:>8} {:>5}  {}{}",
+            t.id.0,
+            t.name,
+            t.worker,
+            t.packets,
+            t.bytes,
+            t.passed,
+            t.dropped(),
+            t.migrations,
+            drops,
+            if t.quarantined { " QUARANTINED" } else { "" }
+        )?;
+    }
+    let g = &r.global;
+    writeln!(
+        out,
+        "input {} packets; not attributed to a tenant: unmatched {}, malformed {}, oversize {}",
+        g.input_packets,
+        g.unmatched,
+        g.malformed_total(),
+        g.oversize
+    )?;
+    for (why, n) in &g.malformed {
+        writeln!(out, "  malformed {why}: {n}")?;
+    }
+    Ok(())
+}
+
+/// Prints scheduler events: the first `limit` of them, then counts.
+pub fn print_events(out: &mut dyn Write, r: &Report, limit: usize) -> std::io::Result<()> {
+    let migrations = r
+        .events
+        .iter()
+        .filter(|e| matches!(e, WorkerEvent::Migration { .. }))
+        .count();
+    let overloads = r
+        .events
+        .iter()
+        .filter(|e| matches!(e, WorkerEvent::Overload { .. }))
+        .count();
+    writeln!(
+        out,
+        "scheduler events: {migrations} migrations, {overloads} overload reports"
+    )?;
+    for e in r.events.iter().take(limit) {
+        match e {
+            WorkerEvent::Migration { seq, tenant, from, to, slot } => writeln!(
+                out,
+                "  slot {slot:>4}  packet {seq:>8}  migrate tenant {tenant} from worker {from} to worker {to}"
+            )?,
+            WorkerEvent::Overload { seq, worker, slot } => writeln!(
+                out,
+                "  slot {slot:>4}  packet {seq:>8}  overload report: worker {worker} overloaded beyond the threshold"
+            )?,
+            WorkerEvent::Fault { tenant, worker, message } => {
+                writeln!(out, "  fault: tenant {tenant} on worker {worker} quarantined: {message}")?
+            }
+            WorkerEvent::WorkerLaunched { worker } => writeln!(out, "  worker {worker} launched")?,
+            WorkerEvent::WorkerTerminated { worker, reassigned } => writeln!(
+                out,
+                "  worker {worker} terminated, {reassigned} tenants reassigned"
+            )?,
+        }
+    }
+    if r.events.len() > limit {
+        writeln!(out, "  … {} more events", r.events.len() - limit)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! Per-tenant and per-worker accounting.
+//!
+//! Each worker owns one [`TenantCounters`] row per tenant slot and is the only writer
+//! of its rows, so updates are plain relaxed load + store (no locked instruction), made
+//! once per Packet Buffer, not per packet. Anyone may read them at any time.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use buffet_sdk::{DropCause, ParseError, TenantId};
+use serde::Serialize;
+
+/// Why the framework or the NF dropped a packet of a tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    /// The NF dropped it for this cause.
+    Nf(DropCause),
+    /// Over the tenant's MAX_NB in its timeslot (dispatcher policing).
+    Policed,
+    /// The worker could not parse it.
+    Malformed,
+    /// The tenant was removed while its packet was queued.
+    NoTenant,
+    /// The tenant is quarantined after a fault in its handler.
+    Quarantined,
+    /// No live worker could take it.
+    NoLiveWorker,
+}
+
+impl DropReason {
+    /// Stable name for tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Nf(c) => c.name(),
+            DropReason::Policed => "policed",
+            DropReason::Malformed => "malformed",
+            DropReason::NoTenant => "no_tenant",
+            DropReason::Quarantined => "quarantined",
+            DropReason::NoLiveWorker => "no_live_worker",
+        }
+    }
+}
+
+const NF_CAUSES: usize = DropCause::ALL.len();
+
+/// One worker's counters for one tenant.
+#[derive(Default)]
+pub(crate) struct TenantCounters {
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+    pub passed: AtomicU64,
+    pub nf_drops: [AtomicU64; NF_CAUSES],
+    pub malformed: AtomicU64,
+    pub no_tenant: AtomicU64,
+    pub quarantined: AtomicU64,
+    pub cycles: AtomicU64,
+    pub groups: AtomicU64,
+}
+
+/// Adds `n` to a counter that only the calling thread writes.
+#[inline]
+pub(crate) fn bump(c: &AtomicU64, n: u64) {
+    if n != 0 {
+        c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+}
+
+/// Totals gathered over one Packet Buffer before they are published.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct GroupTally {
+    pub packets: u64,
+    pub bytes: u64,
+    pub passed: u64,
+    pub nf_drops: [u64; NF_CAUSES],
+    pub malformed: u64,
+    pub no_tenant: u64,
+    pub quarantined: u64,
+}
+
+impl TenantCounters {
+    pub(crate) fn publish(&self, t: &GroupTally, cycles: u64) {
+        bump(&self.packets, t.packets);
+        bump(&self.bytes, t.bytes);
+        bump(&self.passed, t.passed);
+        for (c, n) in self.nf_drops.iter().zip(t.nf_drops) {
+            bump(c, n);
+        }
+        bump(&self.malformed, t.malformed);
+        bump(&self.no_tenant, t.no_tenant);
+        bump(&self.quarantined, t.quarantined);
+        bump(&self.cycles, cycles);
+        bump(&self.groups, 1);
+    }
+
+    pub(crate) fn add_into(&self, r: &mut TenantReport) {
+        r.packets += self.packets.load(Relaxed);
+        r.bytes += self.bytes.load(Relaxed);
+        r.passed += self.passed.load(Relaxed);
+        r.cycles += self.cycles.load(Relaxed);
+        r.groups += self.groups.load(Relaxed);
+        for (cause, c) in DropCause::ALL.iter().zip(&self.nf_drops) {
+            r.add_drop(DropReason::Nf(*cause), c.load(Relaxed));
+        }
+        r.add_drop(DropReason::Malformed, self.malformed.load(Relaxed));
+        r.add_drop(DropReason::NoTenant, self.no_tenant.load(Relaxed));
+        r.add_drop(DropReason::Quarantined, self.quarantined.load(Relaxed));
+    }
+}
+
+/// One worker's counter block: a row per tenant slot plus totals.
+pub(crate) struct WorkerCounters {
+    pub tenants: Box<[TenantCounters]>,
+    pub packets: AtomicU64,
+    pub bursts: AtomicU64,
+    pub busy_cycles: AtomicU64,
+}
+
+impl WorkerCounters {
+    pub(crate) fn new(slots: u32) -> Self {
+        WorkerCounters {
+            tenants: (0..slots).map(|_| TenantCounters::default()).collect(),
+            packets: AtomicU64::new(0),
+            bursts: AtomicU64::new(0),
+            busy_cycles: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A tenant's line in a [`Report`].
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct TenantReport {
+    /// The tenant's id.
+    pub id: TenantId,
+    /// The tenant's name.
+    pub name: String,
+    /// The worker it is assigned to now.
+    pub worker: u16,
+    /// Packets that reached its NF handler's Packet Buffer.
+    pub packets: u64,
+    /// Frame bytes of those packets.
+    pub bytes: u64,
+    /// Packets the NF passed (Pass, Forward or Tx).
+    pub passed: u64,
+    /// Drops by reason (only reasons that occurred).
+    pub drops: BTreeMap<&'static str, u64>,
+    /// Times the scheduler moved it to another worker.
+    pub migrations: u64,
+    /// CPU cycles its handler groups took (rdtsc).
+    pub cycles: u64,
+    /// Packet Buffers (groups) processed.
+    pub groups: u64,
+    /// True when a fault quarantined it.
+    pub quarantined: bool,
+    /// The NF's own counters for this tenant.
+    pub nf: BTreeMap<&'static str, u64>,
+}
+
+impl TenantReport {
+    pub(crate) fn add_drop(&mut self, reason: DropReason, n: u64) {
+        if n != 0 {
+            *self.drops.entry(reason.name()).or_default() += n;
+        }
+    }
+
+    /// All drops of this tenant.
+    pub fn dropped(&self) -> u64 {
+        self.drops.values().sum()
+    }
+}
+
+/// A worker's line in a [`Report`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WorkerReport {
+    /// Worker id.
+    pub id: u16,
+    /// False once terminated.
+    pub live: bool,
+    /// Packets it processed.
+    pub packets: u64,
+    /// Bursts it popped.
+    pub bursts: u64,
+    /// Cycles spent in NF groups.
+    pub busy_cycles: u64,
+    /// Packets the dispatcher sent to it.
+    pub dispatched: u64,
+}
+
+/// Drops that belong to no tenant.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GlobalReport {
+    /// Frames offered to the pipeline.
+    pub input_packets: u64,
+    /// Frames the dispatcher could not parse, by reason.
+    pub malformed: BTreeMap<&'static str, u64>,
+    /// Frames no classifier rule matched.
+    pub unmatched: u64,
+    /// Frames larger than an Mbuf.
+    pub oversize: u64,
+    /// Frames dropped because no live worker was left.
+    pub no_live_worker: u64,
+}
+
+impl GlobalReport {
+    pub(crate) fn add_malformed(&mut self, e: ParseError) {
+        *self.malformed.entry(e.name()).or_default() += 1;
+    }
+
+    /// All malformed frames.
+    pub fn malformed_total(&self) -> u64 {
+        self.malformed.values().sum()
+    }
+}
+
+/// Everything a run counted.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    /// Per tenant, in admission order.
+    pub tenants: Vec<TenantReport>,
+    /// Per worker.
+    pub workers: Vec<WorkerReport>,
+    /// Not attributable to a tenant.
+    pub global: GlobalReport,
+    /// Scheduler and fault events, in the order they happened.
+    pub events: Vec<crate::WorkerEvent>,
+    /// Set when the packet sink failed (e.g. the output pcap could not be written).
+    pub sink_error: Option<String>,
+}

@@ -1,0 +1,262 @@
+//! The Worker Pool end to end: run-time worker changes, fault containment, admission
+//! and removal under traffic. Every test counts packets exactly.
+
+use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
+use buffet_nfs::monitor::{Monitor, MonitorPolicy};
+use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
+use buffet_worker::{Pipeline, PipelineConfig, TenantSpec, WorkerEvent};
+use etherparse::PacketBuilder;
+
+fn frame(tenant: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4([192, 168, 0, 1], [10, 0, tenant as u8, 1], 64)
+        .udp(1000 + tenant as u16, 53)
+        .write(&mut v, payload)
+        .unwrap();
+    v
+}
+
+fn rules(tenant: u32) -> Vec<(u32, Match)> {
+    let prefix = format!("10.0.{tenant}.0/24").parse().unwrap();
+    vec![(
+        100,
+        Match {
+            dst_ip: Some(prefix),
+            ..Match::default()
+        },
+    )]
+}
+
+fn cfg(workers: u16) -> PipelineConfig {
+    PipelineConfig {
+        workers,
+        pin: false,
+        ring_size: 64,
+        dispatcher: DispatcherConfig {
+            sched: SchedulerConfig {
+                shift: 30,
+                threshold: 3,
+            },
+            ..DispatcherConfig::default()
+        },
+        ..PipelineConfig::default()
+    }
+}
+
+fn monitor_tenant(t: u32) -> TenantSpec<MonitorPolicy> {
+    TenantSpec {
+        id: TenantId(t),
+        name: format!("t{t}"),
+        rules: rules(t),
+        max_nb: 0,
+        policy: MonitorPolicy::default(),
+    }
+}
+
+#[test]
+fn terminating_a_worker_reassigns_its_tenants_and_loses_nothing() {
+    let mut p = Pipeline::new(Monitor::default(), cfg(3)).unwrap();
+    for t in 1..=9 {
+        p.admit(monitor_tenant(t)).unwrap();
+    }
+    let on_1_before: Vec<u32> = p
+        .report()
+        .tenants
+        .iter()
+        .filter(|t| t.worker == 1)
+        .map(|t| t.id.0)
+        .collect();
+    assert!(!on_1_before.is_empty());
+    let frames: Vec<Vec<u8>> = (1..=9).map(|t| frame(t, b"payload")).collect();
+    let rounds = 3000u32;
+    for r in 0..rounds {
+        if r == rounds / 2 {
+            p.terminate_worker(buffet_dispatch::WorkerId(1)).unwrap();
+            assert!(
+                p.terminate_worker(buffet_dispatch::WorkerId(1)).is_err(),
+                "already dead"
+            );
+        }
+        for f in &frames {
+            p.push(u64::from(r), 0, f);
+        }
+    }
+    let report = p.finish();
+    for t in &report.tenants {
+        assert_eq!(t.packets, u64::from(rounds), "tenant {} lost packets", t.id);
+        assert_eq!(t.passed, u64::from(rounds));
+        assert_ne!(
+            t.worker, 1,
+            "tenant {} still on the terminated worker",
+            t.id
+        );
+    }
+    assert!(!report.workers[1].live);
+    assert!(
+        report.workers[1].packets > 0,
+        "worker 1 processed its queue before exiting"
+    );
+    let total: u64 = report.workers.iter().map(|w| w.packets).sum();
+    assert_eq!(total, 9 * u64::from(rounds));
+    assert!(report
+        .events
+        .iter()
+        .any(|e| matches!(e, WorkerEvent::WorkerTerminated { worker: 1, reassigned } if *reassigned == on_1_before.len())));
+}
+
+#[test]
+fn last_worker_cannot_be_terminated_and_launch_adds_one() {
+    let mut p = Pipeline::new(Monitor::default(), cfg(1)).unwrap();
+    assert!(p.terminate_worker(buffet_dispatch::WorkerId(0)).is_err());
+    let w = p.launch_worker().unwrap();
+    assert_eq!(w.0, 1);
+    p.admit(monitor_tenant(1)).unwrap();
+    p.admit(monitor_tenant(2)).unwrap();
+    // Initial placement spreads tenants: one on each worker.
+    let r = p.report();
+    let mut workers: Vec<u16> = r.tenants.iter().map(|t| t.worker).collect();
+    workers.sort();
+    assert_eq!(workers, vec![0, 1]);
+    for i in 0..100 {
+        p.push(i, 0, &frame(1, b"a"));
+        p.push(i, 0, &frame(2, b"b"));
+    }
+    let r = p.finish();
+    assert!(r.workers.iter().all(|w| w.packets == 100));
+}
+
+/// An NF that panics on a packet whose payload is `boom`.
+struct Fragile;
+
+impl NetworkFunction for Fragile {
+    type State = u64;
+    type Policy = ();
+    fn name(&self) -> &'static str {
+        "fragile"
+    }
+    fn register(&self) -> MemorySpec {
+        MemorySpec::of::<u64>()
+    }
+    fn init(&self, _: &(), _: &mut u64) -> Result<(), InitError> {
+        Ok(())
+    }
+    fn handle(&self, pkt: &mut Packet<'_>, seen: &mut u64) -> Verdict {
+        *seen += 1;
+        if pkt.payload() == b"boom" {
+            panic!("tenant {} sent boom", pkt.tenant());
+        }
+        Verdict::Pass
+    }
+    fn summary(&self, seen: &u64) -> Vec<(&'static str, u64)> {
+        vec![("seen", *seen)]
+    }
+}
+
+#[test]
+fn a_panicking_handler_quarantines_only_its_tenant() {
+    let mut p = Pipeline::new(Fragile, cfg(2)).unwrap();
+    for t in 1..=4 {
+        p.admit(TenantSpec {
+            id: TenantId(t),
+            name: format!("t{t}"),
+            rules: rules(t),
+            max_nb: 0,
+            policy: (),
+        })
+        .unwrap();
+    }
+    let ok: Vec<Vec<u8>> = (1..=4).map(|t| frame(t, b"fine")).collect();
+    let boom = frame(3, b"boom");
+    for r in 0..2000u64 {
+        for f in &ok {
+            p.push(r, 0, f);
+        }
+        if r == 500 {
+            p.push(r, 0, &boom);
+        }
+    }
+    let report = p.finish();
+    for t in &report.tenants {
+        if t.id == TenantId(3) {
+            assert!(t.quarantined);
+            assert_eq!(t.packets, 2001);
+            assert!(t.passed >= 501 && t.passed < 2001, "passed {}", t.passed);
+            assert_eq!(t.passed + t.drops["quarantined"], 2001);
+        } else {
+            assert!(!t.quarantined);
+            assert_eq!(
+                (t.packets, t.passed),
+                (2000, 2000),
+                "tenant {} was hurt",
+                t.id
+            );
+            assert!(t.drops.is_empty());
+            assert_eq!(t.nf["seen"], 2000);
+        }
+    }
+    assert!(report.events.iter().any(
+        |e| matches!(e, WorkerEvent::Fault { tenant, message, .. } if *tenant == TenantId(3) && message.contains("boom"))
+    ));
+}
+
+#[test]
+fn admission_and_removal_under_traffic_lose_no_other_tenants_packets() {
+    let mut p = Pipeline::new(Monitor::default(), cfg(2)).unwrap();
+    for t in 1..=4 {
+        p.admit(monitor_tenant(t)).unwrap();
+    }
+    let steady: Vec<Vec<u8>> = (1..=4).map(|t| frame(t, b"steady")).collect();
+    let churn = frame(50, b"churn");
+    let mut churn_sent_while_admitted = 0u64;
+    for r in 0..4000u64 {
+        if r % 200 == 0 {
+            if r % 400 == 0 {
+                p.admit(monitor_tenant(50)).unwrap();
+            } else {
+                p.remove(TenantId(50)).unwrap();
+            }
+        }
+        if (r / 200) % 2 == 0 {
+            churn_sent_while_admitted += 1;
+        }
+        p.push(r, 0, &churn);
+        for f in &steady {
+            p.push(r, 0, f);
+        }
+    }
+    let report = p.finish();
+    for t in report.tenants.iter().filter(|t| t.id.0 <= 4) {
+        assert_eq!(
+            (t.packets, t.passed),
+            (4000, 4000),
+            "tenant {} lost packets",
+            t.id
+        );
+    }
+    assert!(
+        report.tenants.iter().all(|t| t.id != TenantId(50)),
+        "removed at the end"
+    );
+    // While tenant 50 was out, its frames were unmatched.
+    assert_eq!(report.global.unmatched, 4000 - churn_sent_while_admitted);
+    assert!(p_err_duplicate());
+}
+
+fn p_err_duplicate() -> bool {
+    let mut p = Pipeline::new(Monitor::default(), cfg(1)).unwrap();
+    p.admit(monitor_tenant(1)).unwrap();
+    let dup = p.admit(monitor_tenant(1)).unwrap_err().to_string();
+    let bad = p
+        .admit(TenantSpec {
+            policy: MonitorPolicy {
+                flow_capacity: Some(0),
+            },
+            ..monitor_tenant(2)
+        })
+        .unwrap_err()
+        .to_string();
+    dup.contains("already admitted")
+        && bad.contains("flow_capacity")
+        && p.slot_of(TenantId(2)).is_none()
+}
