@@ -3,9 +3,12 @@
 //! state in a plain struct, no framework tables) used as the benchmark baseline.
 //!
 //! * [`monitor`] — per-flow statistics in a fixed-capacity per-tenant table.
+//! * [`firewall`] — ordered per-tenant ACL (tuple-space search) with connection tracking.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod firewall;
 pub mod monitor;
 
+pub use firewall::Firewall;
 pub use monitor::Monitor;
