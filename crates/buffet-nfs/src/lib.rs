@@ -4,11 +4,14 @@
 //!
 //! * [`monitor`] — per-flow statistics in a fixed-capacity per-tenant table.
 //! * [`firewall`] — ordered per-tenant ACL (tuple-space search) with connection tracking.
+//! * [`ipsec`] — ESP tunnel-mode gateway (AES-256-GCM) with per-tenant SAs.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod firewall;
+pub mod ipsec;
 pub mod monitor;
 
 pub use firewall::Firewall;
+pub use ipsec::Ipsec;
 pub use monitor::Monitor;
