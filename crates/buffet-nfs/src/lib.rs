@@ -4,14 +4,17 @@
 //!
 //! * [`monitor`] — per-flow statistics in a fixed-capacity per-tenant table.
 //! * [`firewall`] — ordered per-tenant ACL (tuple-space search) with connection tracking.
+//! * [`ids`] — Snort-like content signatures matched with Aho-Corasick; alert or block.
 //! * [`ipsec`] — ESP tunnel-mode gateway (AES-256-GCM) with per-tenant SAs.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod firewall;
+pub mod ids;
 pub mod ipsec;
 pub mod monitor;
 
 pub use firewall::Firewall;
+pub use ids::Ids;
 pub use ipsec::Ipsec;
 pub use monitor::Monitor;
