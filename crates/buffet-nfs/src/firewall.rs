@@ -844,15 +844,28 @@ fn compile_rule(i: usize, r: &RulePolicy) -> Result<Rule, InitError> {
 }
 
 /// The static counter name `rule_hits[i]`.
-///
-/// `summary()` names are `&'static str`; each distinct index is formatted and leaked once
-/// per process, so the memory is bounded by the largest rule count ever summarised.
 pub(crate) fn rule_hits_name(i: usize) -> &'static str {
-    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    indexed_counter_name("rule_hits", i)
+}
+
+/// The static counter name `<prefix>[i]` (`rule_hits[3]`, `blacklist_hits[0]`).
+///
+/// `summary()` names are `&'static str`; each distinct name is formatted and leaked once
+/// per process, so the memory is bounded by the largest table ever summarised.
+pub(crate) fn indexed_counter_name(prefix: &'static str, i: usize) -> &'static str {
+    static NAMES: Mutex<Vec<(&'static str, Vec<&'static str>)>> = Mutex::new(Vec::new());
+    let mut all = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let pos = match all.iter().position(|(p, _)| *p == prefix) {
+        Some(pos) => pos,
+        None => {
+            all.push((prefix, Vec::new()));
+            all.len() - 1
+        }
+    };
+    let names = &mut all[pos].1;
     while names.len() <= i {
         let n = names.len();
-        names.push(Box::leak(format!("rule_hits[{n}]").into_boxed_str()));
+        names.push(Box::leak(format!("{prefix}[{n}]").into_boxed_str()));
     }
     names[i]
 }

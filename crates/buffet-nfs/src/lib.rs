@@ -5,15 +5,18 @@
 //! * [`monitor`] — per-flow statistics in a fixed-capacity per-tenant table.
 //! * [`firewall`] — ordered per-tenant ACL (tuple-space search) with connection tracking.
 //! * [`ids`] — Snort-like content signatures matched with Aho-Corasick; alert or block.
+//! * [`dpi`] — drops HTTP requests whose Host is on a per-tenant domain blacklist.
 //! * [`ipsec`] — ESP tunnel-mode gateway (AES-256-GCM) with per-tenant SAs.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod dpi;
 pub mod firewall;
 pub mod ids;
 pub mod ipsec;
 pub mod monitor;
 
+pub use dpi::Dpi;
 pub use firewall::Firewall;
 pub use ids::Ids;
 pub use ipsec::Ipsec;
