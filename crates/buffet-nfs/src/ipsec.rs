@@ -1950,6 +1950,29 @@ mod tests {
     }
 
     #[test]
+    fn documented_policy_example_is_valid() {
+        let doc = include_str!("../../../docs/ipsec.md");
+        let start = doc
+            .find("```toml\n")
+            .expect("docs/ipsec.md has a TOML example")
+            + 8;
+        let example = &doc[start..start + doc[start..].find("```").unwrap()];
+        #[derive(Deserialize)]
+        struct File {
+            tenant: Tenant,
+        }
+        #[derive(Deserialize)]
+        struct Tenant {
+            policy: IpsecPolicy,
+        }
+        let file: File = toml::from_str(example).unwrap();
+        let st = IpsecState::from_policy(&file.tenant.policy, DEFAULT_MAX_SAS).unwrap();
+        assert_eq!((st.outbound.len(), st.inbound.len()), (1, 1));
+        assert_eq!(st.inbound[0].window.size(), 128);
+        assert_eq!(st.outbound_port, Some(1));
+    }
+
+    #[test]
     fn debug_never_prints_key_material() {
         let (a, _) = pair();
         let s = format!("{a:?}");
