@@ -1,1 +1,69 @@
-//! buffet-memory
+//! Buffet's Memory Manager: where each tenant's state lives, and how workers find it.
+//!
+//! * [`MemoryStorage`] reserves one arena of address space at start-up (`mmap`,
+//!   `PROT_NONE`, `MAP_NORESERVE`: it costs no memory until used) and carves page-aligned
+//!   [`Region`]s from it, one per tenant, each with an inaccessible guard page on either
+//!   side. A region is readable and writable only while allocated. On release it is
+//!   scrubbed with `madvise(MADV_DONTNEED)` — for a private anonymous mapping the kernel
+//!   then supplies zero-filled pages on the next touch, and takes the memory back — or by
+//!   writing zeros if that call fails, made `PROT_NONE` again, and returned to a
+//!   best-fit, coalescing free list. No tenant ever sees another tenant's old bytes, and a
+//!   linear overrun past a region faults.
+//! * [`TenantTable`] maps a dense slot index to a [`TenantEntry`]: tenant id, region, and
+//!   the tenant's state `S`, moved *into* the region. Workers look an entry up once per
+//!   packet group, lock-free and without allocating ([`TenantTable::get`]), and take the
+//!   state with [`TenantEntry::lock`] — one atomic CAS, contended only while a tenant
+//!   migrates between workers. Admission and removal run on a control thread and publish
+//!   with one atomic swap per slot: other tenants' traffic never pauses.
+//! * [`Domain`] tags each entry with its isolation domain; only [`Domain::None`] (the
+//!   type-system-only "safe" level) exists so far.
+//!
+//! What this crate does not do: choose slots or ids (the dispatcher and the daemon do),
+//! build state from a policy (the NF's `init`, called by the worker), run NF code, catch
+//! faults (the worker's fault containment does; here a guard-page hit is a plain
+//! `SIGSEGV`), or MPK isolation (the seam is [`Domain`]). The state `S` is moved into its
+//! region by value, so very large states pass through the stack once; bytes of a region
+//! beyond `size_of::<S>()` are not reachable through this API yet. No NUMA placement, no
+//! huge pages.
+//!
+//! Limits: Linux only (`MADV_DONTNEED` zero-fill semantics). Each live region splits the
+//! arena's mapping, costing about two kernel memory mappings, so the default
+//! `vm.max_map_count` (65530) allows roughly 32 000 live regions per process; past that,
+//! allocation fails with `mprotect` / `ENOMEM` ([`AllocError::Protect`]) until the sysctl is
+//! raised.
+//!
+//! All `unsafe` code is in the private `sys` module, each block with a `// SAFETY:`
+//! comment; the rest of the crate is safe Rust.
+//!
+//! ```
+//! use buffet_memory::{ArenaConfig, MemoryStorage, TenantTable};
+//! use buffet_sdk::TenantId;
+//!
+//! #[derive(Default)]
+//! struct Counter { packets: u64 }
+//!
+//! let storage = MemoryStorage::new(ArenaConfig { capacity: 64 << 20 })?;
+//! let table = TenantTable::<Counter>::new(storage, 1024);
+//! table.admit(7, TenantId(42), 4096, Counter::default())?;
+//!
+//! // A worker, once per packet group:
+//! if let Some(entry) = table.get(7).entry() {
+//!     entry.lock().packets += 3;
+//! }
+//! let removed = table.remove(7).unwrap();
+//! assert_eq!(removed.lock().packets, 3);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod domain;
+mod storage;
+mod sys;
+mod table;
+
+pub use domain::{Domain, RegionExtent};
+pub use storage::{AllocError, ArenaConfig, ArenaError, MemoryStorage, Region, StorageStats};
+pub use sys::SysError;
+pub use table::{AdmitError, StateGuard, TenantEntry, TenantRef, TenantTable};
+
+#[cfg(test)]
+mod tests;

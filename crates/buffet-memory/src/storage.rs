@@ -1,0 +1,733 @@
+//! Memory Storage: one reserved arena, carved into page-aligned, guard-separated regions.
+//!
+//! Layout of the arena (`G` = guard page, never accessible):
+//!
+//! ```text
+//! | G | region 1 | G | region 2 | G |   free ...   | region 3 | G | free |
+//! ```
+//!
+//! The first page is a guard; every region is followed by its own guard page. A block
+//! handed out is `region + guard`, so regions never touch and a linear overrun or
+//! underrun of any region hits `PROT_NONE` and faults.
+//!
+//! Free blocks are kept by offset (to coalesce neighbours on release) and by size (best
+//! fit, lowest address on ties), so a released range is reused by the next request that
+//! fits it. The free list sits behind a `Mutex`: allocation and release are control-path
+//! operations (admission, removal), never per packet. The syscalls (`mprotect`,
+//! `madvise`) run outside that lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::domain::RegionExtent;
+use crate::sys::{self, Mapping, OpenError, OpenSpan, Scrub, SysError};
+
+/// How much address space the arena reserves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArenaConfig {
+    /// Bytes of address space to reserve (rounded up to whole pages). Reserving costs no
+    /// memory: pages are backed only while a region using them is allocated and touched.
+    pub capacity: usize,
+}
+
+impl Default for ArenaConfig {
+    /// 1 GiB of address space.
+    fn default() -> Self {
+        ArenaConfig { capacity: 1 << 30 }
+    }
+}
+
+/// Why the arena could not be set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArenaError {
+    /// The capacity cannot hold even one page-sized region and its two guard pages.
+    #[error("arena capacity of {capacity} bytes is too small: at least {minimum} bytes (3 pages) are needed")]
+    TooSmall {
+        /// The capacity asked for.
+        capacity: usize,
+        /// The smallest usable capacity.
+        minimum: usize,
+    },
+    /// The capacity does not fit the address space once rounded up to pages.
+    #[error("arena capacity of {capacity} bytes is larger than the address space")]
+    TooLarge {
+        /// The capacity asked for.
+        capacity: usize,
+    },
+    /// The kernel refused the reservation.
+    #[error("reserving {capacity} bytes of address space: {cause}")]
+    Reserve {
+        /// The (page-rounded) capacity asked for.
+        capacity: usize,
+        /// The failed call (`mmap`).
+        cause: SysError,
+    },
+}
+
+/// Why a region could not be allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// More than the whole arena could ever give, even empty.
+    #[error("region of {requested} bytes exceeds the largest possible region ({max} bytes)")]
+    TooLarge {
+        /// Bytes asked for.
+        requested: usize,
+        /// The largest region an empty arena could give.
+        max: usize,
+    },
+    /// No free range is large enough right now.
+    #[error("arena exhausted: no free range for a region of {requested} bytes (largest free region: {largest_free} bytes)")]
+    Exhausted {
+        /// Bytes asked for, rounded up to pages.
+        requested: usize,
+        /// The largest region that could be allocated now.
+        largest_free: usize,
+    },
+    /// The kernel refused to make the region accessible. `ENOMEM` here usually means the
+    /// process hit `vm.max_map_count`: each live region costs about two mappings.
+    #[error("making a region of {len} bytes accessible: {cause}")]
+    Protect {
+        /// The region's length.
+        len: usize,
+        /// The failed call (`mprotect`).
+        cause: SysError,
+    },
+}
+
+/// A snapshot of the storage's accounting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StorageStats {
+    /// Bytes of address space reserved for the arena.
+    pub reserved: usize,
+    /// Bytes in live regions (guard pages not counted).
+    pub in_use: usize,
+    /// Number of live regions.
+    pub regions: usize,
+    /// Bytes in free ranges (including the guard page each future region will take).
+    pub free: usize,
+    /// The largest region that could be allocated right now.
+    pub largest_free: usize,
+    /// Bytes withdrawn from use because they could not be made inaccessible again after
+    /// release (they were zeroed; they are never handed out again).
+    pub quarantined: usize,
+}
+
+/// The arena and its free list. Cheap to clone: all clones share one arena.
+///
+/// Regions keep the arena alive: it is unmapped only when the last handle and the last
+/// [`Region`] are gone.
+#[derive(Clone)]
+pub struct MemoryStorage {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    map: Arc<Mapping>,
+    page: usize,
+    scrub: Scrub,
+    books: Mutex<Books>,
+}
+
+/// Everything the free-list lock protects.
+#[derive(Debug)]
+struct Books {
+    free: FreeList,
+    in_use: usize,
+    regions: usize,
+    quarantined: usize,
+}
+
+impl MemoryStorage {
+    /// Reserves the arena (`mmap` of `PROT_NONE`, `MAP_NORESERVE` address space).
+    pub fn new(cfg: ArenaConfig) -> Result<Self, ArenaError> {
+        Self::with_scrub(cfg, Scrub::PLATFORM)
+    }
+
+    pub(crate) fn with_scrub(cfg: ArenaConfig, scrub: Scrub) -> Result<Self, ArenaError> {
+        let page = sys::page_size();
+        let minimum = 3 * page;
+        let capacity = cfg
+            .capacity
+            .checked_next_multiple_of(page)
+            .ok_or(ArenaError::TooLarge {
+                capacity: cfg.capacity,
+            })?;
+        if capacity < minimum {
+            return Err(ArenaError::TooSmall {
+                capacity: cfg.capacity,
+                minimum,
+            });
+        }
+        let map = Mapping::reserve(capacity, page)
+            .map_err(|cause| ArenaError::Reserve { capacity, cause })?;
+        // Page 0 is the leading guard; everything after it is one free block.
+        let mut free = FreeList::default();
+        free.give(page, capacity - page);
+        Ok(MemoryStorage {
+            inner: Arc::new(Inner {
+                map,
+                page,
+                scrub,
+                books: Mutex::new(Books {
+                    free,
+                    in_use: 0,
+                    regions: 0,
+                    quarantined: 0,
+                }),
+            }),
+        })
+    }
+
+    /// The page size regions are rounded to and aligned on.
+    pub fn page_size(&self) -> usize {
+        self.inner.page
+    }
+
+    /// The length a region of `bytes` gets: rounded up to whole pages, at least one page.
+    pub fn region_len(&self, bytes: usize) -> Result<usize, AllocError> {
+        let max = self.inner.map.len() - 2 * self.inner.page;
+        match bytes.max(1).checked_next_multiple_of(self.inner.page) {
+            Some(len) if len <= max => Ok(len),
+            _ => Err(AllocError::TooLarge {
+                requested: bytes,
+                max,
+            }),
+        }
+    }
+
+    /// Allocates a zero-filled, readable and writable region of at least `bytes` bytes
+    /// (rounded up to whole pages; at least one page), with a guard page on each side.
+    pub fn alloc(&self, bytes: usize) -> Result<Region, AllocError> {
+        let page = self.inner.page;
+        let len = self.region_len(bytes)?;
+        let block = len + page;
+        let off = {
+            let mut books = self.inner.books();
+            let off = books.free.take(block).ok_or(AllocError::Exhausted {
+                requested: len,
+                largest_free: books.free.largest().saturating_sub(page),
+            })?;
+            books.in_use += len;
+            books.regions += 1;
+            off
+        };
+        match self.inner.map.open(off, len) {
+            Ok(span) => Ok(Region {
+                span,
+                storage: Arc::clone(&self.inner),
+            }),
+            Err(OpenError::Sys(cause)) => {
+                let mut books = self.inner.books();
+                books.free.give(off, block);
+                books.in_use -= len;
+                books.regions -= 1;
+                Err(AllocError::Protect { len, cause })
+            }
+            Err(bug) => panic!(
+                "buffet-memory free list handed out [{off}, +{len}) which the arena refused: {bug:?}"
+            ),
+        }
+    }
+
+    /// Reserved bytes, bytes and regions in use, free space.
+    pub fn stats(&self) -> StorageStats {
+        let books = self.inner.books();
+        StorageStats {
+            reserved: self.inner.map.len(),
+            in_use: books.in_use,
+            regions: books.regions,
+            free: books.free.total(),
+            largest_free: books.free.largest().saturating_sub(self.inner.page),
+            quarantined: books.quarantined,
+        }
+    }
+
+    /// First address of the arena (for tests and diagnostics).
+    pub fn arena_base(&self) -> usize {
+        self.inner.map.base_addr()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn mapping(&self) -> &Mapping {
+        &self.inner.map
+    }
+}
+
+impl fmt::Debug for MemoryStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStorage")
+            .field("arena_base", &format_args!("{:#x}", self.arena_base()))
+            .field("page_size", &self.inner.page)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Inner {
+    fn books(&self) -> MutexGuard<'_, Books> {
+        // The books are updated in single statements that cannot panic halfway, so a
+        // poisoned lock still guards consistent data.
+        self.books.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Scrubs, seals and returns a region's range to the free list.
+    fn release(&self, span: &mut OpenSpan) {
+        let (off, len) = (span.off(), span.len());
+        let sealed = span.retire(self.scrub);
+        let mut books = self.books();
+        books.in_use -= len;
+        books.regions -= 1;
+        match sealed {
+            Ok(()) => books.free.give(off, len + self.page),
+            // Zeroed but still accessible: never reuse it.
+            Err(_) => books.quarantined += len + self.page,
+        }
+    }
+}
+
+/// One allocated region: owns `[base, base + len)` of the arena, readable and writable.
+///
+/// On drop its bytes are scrubbed to zero (`madvise(MADV_DONTNEED)`: the kernel maps fresh
+/// zero pages on next touch and takes the memory back; explicit zeroing if that call
+/// fails), the range is made `PROT_NONE` again, and it returns to the free list.
+pub struct Region {
+    span: OpenSpan,
+    storage: Arc<Inner>,
+}
+
+impl Region {
+    /// First byte of the region (page-aligned).
+    pub fn base(&self) -> NonNull<u8> {
+        self.span.ptr()
+    }
+
+    /// Length in bytes: a whole number of pages, never 0.
+    pub fn len(&self) -> usize {
+        self.span.len()
+    }
+
+    /// Always `false`: a region has at least one page.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Where the region lies.
+    pub fn extent(&self) -> RegionExtent {
+        RegionExtent {
+            base: self.base().as_ptr() as usize,
+            len: self.len(),
+        }
+    }
+
+    /// The region's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.span.bytes()
+    }
+
+    /// The region's bytes, mutably.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.span.bytes_mut()
+    }
+
+    /// For [`sys::StateCell`], which takes the region over for good.
+    pub(crate) fn span_mut(&mut self) -> &mut OpenSpan {
+        &mut self.span
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        self.storage.release(&mut self.span);
+    }
+}
+
+impl fmt::Debug for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Region")
+            .field("base", &self.base())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// Free blocks of the arena, by offset and by size.
+#[derive(Debug, Default)]
+struct FreeList {
+    by_off: BTreeMap<usize, usize>,
+    by_size: BTreeSet<(usize, usize)>,
+    total: usize,
+}
+
+impl FreeList {
+    /// Best fit: the smallest free block of at least `size` bytes (lowest offset among
+    /// equals); takes its front and keeps the rest.
+    fn take(&mut self, size: usize) -> Option<usize> {
+        let &(found, off) = self.by_size.range((size, 0)..).next()?;
+        self.remove(off, found);
+        if found > size {
+            self.insert(off + size, found - size);
+        }
+        Some(off)
+    }
+
+    /// Returns `[off, off+size)`, merged with free neighbours.
+    fn give(&mut self, mut off: usize, mut size: usize) {
+        if let Some((&p_off, &p_size)) = self.by_off.range(..off).next_back() {
+            debug_assert!(p_off + p_size <= off, "double free at {off}");
+            if p_off + p_size == off {
+                self.remove(p_off, p_size);
+                off = p_off;
+                size += p_size;
+            }
+        }
+        if let Some((&n_off, &n_size)) = self.by_off.range(off..).next() {
+            debug_assert!(off + size <= n_off, "double free at {off}");
+            if off + size == n_off {
+                self.remove(n_off, n_size);
+                size += n_size;
+            }
+        }
+        self.insert(off, size);
+    }
+
+    fn insert(&mut self, off: usize, size: usize) {
+        self.by_off.insert(off, size);
+        self.by_size.insert((size, off));
+        self.total += size;
+    }
+
+    fn remove(&mut self, off: usize, size: usize) {
+        self.by_off.remove(&off);
+        self.by_size.remove(&(size, off));
+        self.total -= size;
+    }
+
+    fn largest(&self) -> usize {
+        self.by_size.last().map_or(0, |&(size, _)| size)
+    }
+
+    fn total(&self) -> usize {
+        self.total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn storage(pages: usize) -> MemoryStorage {
+        MemoryStorage::new(ArenaConfig {
+            capacity: pages * sys::page_size(),
+        })
+        .unwrap()
+    }
+
+    /// Deterministic xorshift64*, so failures reproduce.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Every live region is page-aligned, inside the arena after the leading guard, and
+    /// separated from the next by at least one page nobody owns.
+    fn assert_disjoint_with_guards(s: &MemoryStorage, live: &[Region]) {
+        let page = s.page_size();
+        let lo = s.arena_base() + page;
+        let hi = s.arena_base() + s.stats().reserved;
+        let mut ext: Vec<RegionExtent> = live.iter().map(Region::extent).collect();
+        ext.sort_by_key(|e| e.base);
+        for e in &ext {
+            assert_eq!(e.base % page, 0, "{e:?} not page-aligned");
+            assert_eq!(e.len % page, 0, "{e:?} not whole pages");
+            assert!(
+                e.base >= lo && e.end() + page <= hi,
+                "{e:?} outside the arena"
+            );
+        }
+        for w in ext.windows(2) {
+            assert!(
+                w[0].end() + page <= w[1].base,
+                "no guard page between {:?} and {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+
+    #[test]
+    fn config_is_validated() {
+        let page = sys::page_size();
+        assert_eq!(
+            MemoryStorage::new(ArenaConfig { capacity: 2 * page }).err(),
+            Some(ArenaError::TooSmall {
+                capacity: 2 * page,
+                minimum: 3 * page
+            })
+        );
+        assert_eq!(
+            MemoryStorage::new(ArenaConfig {
+                capacity: usize::MAX
+            })
+            .err(),
+            Some(ArenaError::TooLarge {
+                capacity: usize::MAX
+            })
+        );
+        assert!(matches!(
+            MemoryStorage::new(ArenaConfig {
+                capacity: usize::MAX / 2
+            }),
+            Err(ArenaError::Reserve {
+                cause: SysError { call: "mmap", .. },
+                ..
+            })
+        ));
+        let s = storage(3);
+        assert_eq!(s.stats().reserved, 3 * page);
+        assert_eq!(s.stats().largest_free, page);
+    }
+
+    #[test]
+    fn default_reserves_a_gib_without_using_it() {
+        let s = MemoryStorage::new(ArenaConfig::default()).unwrap();
+        let st = s.stats();
+        assert_eq!(st.reserved, 1 << 30);
+        assert_eq!((st.in_use, st.regions), (0, 0));
+    }
+
+    #[test]
+    fn lengths_round_to_pages() {
+        let s = storage(64);
+        let page = s.page_size();
+        for (bytes, pages) in [(0, 1), (1, 1), (page, 1), (page + 1, 2), (5 * page - 1, 5)] {
+            let r = s.alloc(bytes).unwrap();
+            assert_eq!(r.len(), pages * page, "alloc({bytes})");
+            assert!(!r.is_empty());
+            assert_eq!(r.base().as_ptr() as usize % page, 0);
+        }
+    }
+
+    #[test]
+    fn regions_never_overlap_and_have_guard_pages() {
+        let s = storage(4096);
+        let page = s.page_size();
+        let mut rng = Rng(0x5EED_0001);
+        let mut live: Vec<Region> = Vec::new();
+        let mut allocated = 0;
+        for round in 0..4000 {
+            if !live.is_empty() && rng.below(3) == 0 {
+                let i = rng.below(live.len() as u64) as usize;
+                live.swap_remove(i);
+            } else {
+                let bytes = 1 + rng.below(6 * page as u64) as usize;
+                match s.alloc(bytes) {
+                    Ok(mut r) => {
+                        // Every byte is ours and writable.
+                        r.bytes_mut().fill((round % 251) as u8);
+                        live.push(r);
+                        allocated += 1;
+                    }
+                    Err(AllocError::Exhausted { .. }) => live.clear(),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            if round % 50 == 0 {
+                assert_disjoint_with_guards(&s, &live);
+            }
+        }
+        assert_disjoint_with_guards(&s, &live);
+        assert!(allocated > 2000, "the test should exercise reuse");
+        let st = s.stats();
+        assert_eq!(st.regions, live.len());
+        assert_eq!(st.in_use, live.iter().map(Region::len).sum::<usize>());
+        drop(live);
+        let st = s.stats();
+        assert_eq!((st.in_use, st.regions), (0, 0));
+        // Everything coalesced back into one block.
+        assert_eq!(st.largest_free, st.reserved - 2 * page);
+        assert_eq!(st.free, st.reserved - page);
+    }
+
+    #[test]
+    fn released_regions_are_zeroed_on_reuse() {
+        for scrub in [Scrub::Discard, Scrub::Zero] {
+            let s = MemoryStorage::with_scrub(
+                ArenaConfig {
+                    capacity: 64 * sys::page_size(),
+                },
+                scrub,
+            )
+            .unwrap();
+            let _before = s.alloc(1).unwrap();
+            let mut r = s.alloc(3 * s.page_size()).unwrap();
+            let _after = s.alloc(1).unwrap();
+            let base = r.base();
+            for (i, b) in r.bytes_mut().iter_mut().enumerate() {
+                *b = (i % 255) as u8 + 1;
+            }
+            drop(r);
+            let r = s.alloc(3 * s.page_size()).unwrap();
+            assert_eq!(r.base(), base, "{scrub:?}: the freed range is reused");
+            assert!(
+                r.bytes().iter().all(|&b| b == 0),
+                "{scrub:?}: reused region still holds old bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn a_freed_range_is_reused_by_a_smaller_region() {
+        let s = storage(64);
+        let page = s.page_size();
+        let big = s.alloc(8 * page).unwrap();
+        let _pin = s.alloc(page).unwrap();
+        let base = big.base().as_ptr() as usize;
+        drop(big);
+        let small = s.alloc(2 * page).unwrap();
+        assert_eq!(small.base().as_ptr() as usize, base);
+        assert!(small.bytes().iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn exhaustion_and_oversize_are_errors_that_change_nothing() {
+        let s = storage(16);
+        let page = s.page_size();
+        assert_eq!(
+            s.alloc(15 * page).err(),
+            Some(AllocError::TooLarge {
+                requested: 15 * page,
+                max: 14 * page
+            })
+        );
+        let whole = s.alloc(14 * page).unwrap();
+        let before = s.stats();
+        assert_eq!(
+            s.alloc(1).err(),
+            Some(AllocError::Exhausted {
+                requested: page,
+                largest_free: 0
+            })
+        );
+        assert_eq!(s.stats(), before);
+        drop(whole);
+        let halves = (s.alloc(6 * page).unwrap(), s.alloc(6 * page).unwrap());
+        assert!(matches!(
+            s.alloc(2 * page),
+            Err(AllocError::Exhausted {
+                largest_free: 0,
+                ..
+            })
+        ));
+        drop(halves);
+        assert_eq!(s.stats().largest_free, 14 * page);
+    }
+
+    #[test]
+    fn regions_outlive_their_storage_handle() {
+        let s = storage(8);
+        let mut r = s.alloc(1).unwrap();
+        drop(s);
+        r.bytes_mut()[0] = 7;
+        assert_eq!(r.bytes()[0], 7);
+    }
+
+    #[test]
+    fn free_list_best_fit_and_coalescing() {
+        let mut f = FreeList::default();
+        f.give(0, 100);
+        assert_eq!(f.take(10), Some(0));
+        assert_eq!(f.take(20), Some(10));
+        assert_eq!(f.take(30), Some(30));
+        // Free: [60, 100). Return [10, 30): best fit for 20 is it, not the tail.
+        f.give(10, 20);
+        assert_eq!(f.take(15), Some(10));
+        assert_eq!(f.take(5), Some(25));
+        f.give(25, 5);
+        f.give(10, 15);
+        f.give(0, 10);
+        f.give(30, 30);
+        assert_eq!(f.by_off.len(), 1, "{f:?}");
+        assert_eq!((f.largest(), f.total()), (100, 100));
+        assert_eq!(f.take(101), None);
+    }
+
+    const CHILD_ENV: &str = "BUFFET_MEMORY_FAULT_CHILD";
+
+    /// Runs `fault_child` in a fresh copy of this test binary with `mode`; returns how it ended.
+    fn run_child(mode: &str) -> std::process::ExitStatus {
+        let name = format!(
+            "{}::fault_child",
+            module_path!().split_once("::").map_or("", |(_, m)| m)
+        );
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, mode)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("child: touching"),
+            "the child did not run `{name}` in mode {mode}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.status
+    }
+
+    /// Not a test on its own: the body a child process runs for `guard_pages_fault`.
+    #[test]
+    fn fault_child() {
+        let Ok(mode) = std::env::var(CHILD_ENV) else {
+            return;
+        };
+        sys::disable_core_dumps();
+        let s = storage(64);
+        let page = s.page_size();
+        let first = s.alloc(2 * page).unwrap();
+        let mut second = s.alloc(page).unwrap();
+        let released = s.alloc(page).unwrap();
+        let released_off = released.base().as_ptr() as usize - s.arena_base();
+        drop(released);
+        let first_off = first.base().as_ptr() as usize - s.arena_base();
+        let second_off = second.base().as_ptr() as usize - s.arena_base();
+        println!("child: touching {mode}");
+        match mode.as_str() {
+            // Control: the last byte of a region is writable.
+            "inside" => second.bytes_mut()[page - 1] = 1,
+            "before-first" => s.mapping().poke(first_off - 1),
+            "after-first" => s.mapping().poke(first_off + first.len()),
+            "before-second" => s.mapping().poke(second_off - 1),
+            "released" => s.mapping().poke(released_off),
+            other => panic!("unknown mode {other}"),
+        }
+        println!("child: survived {mode}");
+    }
+
+    #[test]
+    fn guard_pages_fault() {
+        use std::os::unix::process::ExitStatusExt;
+        if std::env::var_os(CHILD_ENV).is_some() {
+            return;
+        }
+        let ok = run_child("inside");
+        assert!(ok.success(), "writing inside a region must work: {ok:?}");
+        for mode in ["before-first", "after-first", "before-second", "released"] {
+            let st = run_child(mode);
+            assert_eq!(
+                st.signal(),
+                Some(libc::SIGSEGV),
+                "writing {mode} must die of SIGSEGV, got {st:?}"
+            );
+        }
+    }
+}

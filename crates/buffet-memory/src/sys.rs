@@ -1,0 +1,554 @@
+//! Every `unsafe` operation of buffet-memory lives here, and only here.
+//!
+//! Three small pieces, each keeping its own invariant so that the safe code around it
+//! cannot break memory safety even if it has a bug:
+//!
+//! * [`Mapping`]: one anonymous `PROT_NONE` reservation (`mmap` / `munmap`), plus a
+//!   *claim registry* of the ranges currently handed out. [`Mapping::open`] refuses a
+//!   range that overlaps a live claim, so two [`OpenSpan`]s never alias, whatever the
+//!   allocator in `storage.rs` does.
+//! * [`OpenSpan`]: exclusive ownership of one claimed, readable and writable range.
+//!   [`OpenSpan::retire`] scrubs it to zero, makes it `PROT_NONE` and drops the claim.
+//! * [`StateCell`]: a value of type `S` placed at the start of a [`Region`], behind a
+//!   one-word spin lock; the lock's guard is the only way to reach the value.
+//!
+//! Every syscall failure becomes a [`SysError`] carrying the call's name and `errno`.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::marker::PhantomData;
+use std::mem;
+use std::ops::{Deref, DerefMut};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::storage::Region;
+
+/// A system call failed: which one, and the `errno` it left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{call}` failed: {}", io::Error::from_raw_os_error(*errno))]
+pub struct SysError {
+    /// The call's name (`mmap`, `mprotect`, `madvise`, …).
+    pub call: &'static str,
+    /// The `errno` value it returned.
+    pub errno: i32,
+}
+
+impl SysError {
+    /// The error of the call that just failed, read from `errno`.
+    fn last(call: &'static str) -> Self {
+        SysError {
+            call,
+            errno: io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        }
+    }
+
+    /// The same error as a [`std::io::Error`].
+    pub fn io_error(&self) -> io::Error {
+        io::Error::from_raw_os_error(self.errno)
+    }
+}
+
+/// The size of a virtual-memory page, in bytes.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: `sysconf` only reads a system constant; `_SC_PAGESIZE` is a valid name and
+    // the call has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    // POSIX requires the page size to be known; fall back to the smallest common one.
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
+/// How a released range is brought back to all-zero bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scrub {
+    /// `madvise(MADV_DONTNEED)`: for a private anonymous mapping the kernel drops the pages
+    /// and maps zero-filled ones on the next touch; the physical memory goes back to the
+    /// system. Falls back to [`Scrub::Zero`] if the call fails.
+    Discard,
+    /// Write zeros over the range (keeps the pages resident).
+    Zero,
+}
+
+impl Scrub {
+    /// `Discard` where `MADV_DONTNEED` is known to give zero pages (Linux); `Zero` elsewhere.
+    pub(crate) const PLATFORM: Scrub = if cfg!(target_os = "linux") {
+        Scrub::Discard
+    } else {
+        Scrub::Zero
+    };
+}
+
+/// Why [`Mapping::open`] refused a range.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum OpenError {
+    /// The range is empty, unaligned or not inside the reservation.
+    OutOfBounds,
+    /// The range overlaps one that is handed out: the allocator has a bug.
+    Overlap { other_off: usize, other_len: usize },
+    /// `mprotect` refused to make the range accessible.
+    Sys(SysError),
+}
+
+/// One anonymous reservation of address space, `PROT_NONE` except where an [`OpenSpan`]
+/// has opened it. Unmapped when the last reference (the storage or any span) goes away.
+pub(crate) struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+    page: usize,
+    /// Live claims: offset -> length. Disjoint by construction (see [`Mapping::open`]).
+    claims: Mutex<BTreeMap<usize, usize>>,
+}
+
+// SAFETY: `base` is only used to compute addresses inside the reservation; those go to
+// thread-safe syscalls or into `OpenSpan`s / `StateCell`s whose exclusivity the `claims`
+// registry (behind a Mutex) enforces. No thread-affine state is involved.
+unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`: every `&self` method either only reads immutable fields, goes
+// through the `claims` Mutex, or issues a syscall, all of which are safe from any thread.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Reserves `len` bytes (a multiple of `page`) of address space: `PROT_NONE`,
+    /// `MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE`, so it costs no memory until opened.
+    pub(crate) fn reserve(len: usize, page: usize) -> Result<Arc<Self>, SysError> {
+        assert!(page.is_power_of_two() && len > 0 && len % page == 0);
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing (NULL
+        // hint, no MAP_FIXED) cannot replace or alias any existing mapping. The result is
+        // checked against MAP_FAILED before use.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SysError::last("mmap"));
+        }
+        let Some(base) = NonNull::new(p.cast::<u8>()) else {
+            // Only possible with vm.mmap_min_addr = 0; a null base would break NonNull
+            // users, so give it back and report it as "no memory".
+            // SAFETY: [p, p+len) is exactly the mapping mmap just returned, and nothing
+            // refers to it yet.
+            unsafe { libc::munmap(p, len) };
+            return Err(SysError {
+                call: "mmap",
+                errno: libc::ENOMEM,
+            });
+        };
+        Ok(Arc::new(Mapping {
+            base,
+            len,
+            page,
+            claims: Mutex::new(BTreeMap::new()),
+        }))
+    }
+
+    /// Bytes reserved.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The first address of the reservation.
+    pub(crate) fn base_addr(&self) -> usize {
+        self.base.as_ptr() as usize
+    }
+
+    /// A pointer `off` bytes into the reservation (keeps the mapping's provenance).
+    fn at(&self, off: usize) -> *mut u8 {
+        self.base.as_ptr().wrapping_add(off)
+    }
+
+    /// Claims `[off, off+len)` and makes it readable and writable.
+    pub(crate) fn open(self: &Arc<Self>, off: usize, len: usize) -> Result<OpenSpan, OpenError> {
+        self.claim(off, len)?;
+        if let Err(e) = self.protect(off, len, libc::PROT_READ | libc::PROT_WRITE) {
+            self.unclaim(off);
+            return Err(OpenError::Sys(e));
+        }
+        Ok(OpenSpan {
+            map: Arc::clone(self),
+            off,
+            len,
+            live: true,
+        })
+    }
+
+    fn claim(&self, off: usize, len: usize) -> Result<(), OpenError> {
+        let end = off.checked_add(len).ok_or(OpenError::OutOfBounds)?;
+        if len == 0 || end > self.len || off % self.page != 0 || len % self.page != 0 {
+            return Err(OpenError::OutOfBounds);
+        }
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        // Claims are disjoint, so the one starting last before `end` is the only candidate
+        // for an overlap: any other overlapping claim would overlap it too.
+        if let Some((&o, &l)) = claims.range(..end).next_back() {
+            if o + l > off {
+                return Err(OpenError::Overlap {
+                    other_off: o,
+                    other_len: l,
+                });
+            }
+        }
+        claims.insert(off, len);
+        Ok(())
+    }
+
+    fn unclaim(&self, off: usize) {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        let was = claims.remove(&off);
+        debug_assert!(was.is_some(), "unclaiming an unclaimed range at {off}");
+    }
+
+    /// `mprotect` a range of this reservation.
+    fn protect(&self, off: usize, len: usize, prot: libc::c_int) -> Result<(), SysError> {
+        debug_assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: [off, off+len) lies inside this reservation (callers pass a claimed
+        // range), so only pages this Mapping owns change protection. When `prot` removes
+        // access, the caller (`OpenSpan::retire`) has given up every way to form a Rust
+        // reference into the range, so no live reference becomes inaccessible.
+        let rc = unsafe { libc::mprotect(self.at(off).cast(), len, prot) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(SysError::last("mprotect"))
+        }
+    }
+
+    /// `madvise(MADV_DONTNEED)` a range of this reservation.
+    fn discard(&self, off: usize, len: usize) -> Result<(), SysError> {
+        debug_assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: the range lies inside this private anonymous reservation and is owned
+        // by the calling span, which holds no reference into it across this call. For such
+        // a mapping MADV_DONTNEED only replaces the contents with zero-fill-on-demand
+        // pages; it cannot affect memory outside the range.
+        let rc = unsafe { libc::madvise(self.at(off).cast(), len, libc::MADV_DONTNEED) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(SysError::last("madvise"))
+        }
+    }
+
+    /// Test only: writes one byte `off` bytes into the reservation, whatever its
+    /// protection — used to prove that guard pages fault.
+    #[cfg(test)]
+    pub(crate) fn poke(&self, off: usize) {
+        assert!(off < self.len, "poke outside the reservation");
+        // SAFETY: the address is inside our own reservation, so it is never memory that
+        // belongs to anything but this Mapping. Tests call this only on ranges no span
+        // owns (guard pages, released regions), in a child process that is expected to
+        // die of SIGSEGV right here; were the page accessible, the write would land in
+        // bytes nobody references.
+        unsafe { ptr::write_volatile(self.at(off), 0xA5) };
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: [base, base+len) is exactly the mapping `reserve` created. Every span
+        // holds an `Arc<Mapping>`, so when this runs no span, region or state cell — and
+        // so no reference into the range — is left.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Exclusive ownership of one claimed range of a [`Mapping`] that is readable and
+/// writable, until [`OpenSpan::retire`] (or drop) scrubs it, seals it and drops the claim.
+pub(crate) struct OpenSpan {
+    map: Arc<Mapping>,
+    off: usize,
+    len: usize,
+    /// False once retired: the range is no longer ours and may be `PROT_NONE`.
+    live: bool,
+}
+
+impl OpenSpan {
+    /// Offset of the range in the reservation.
+    pub(crate) fn off(&self) -> usize {
+        self.off
+    }
+
+    /// Length of the range in bytes (a multiple of the page size, never 0).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// First byte of the range.
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        NonNull::new(self.map.at(self.off)).expect("mapping base is non-null")
+    }
+
+    /// The range's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        assert!(self.live, "span used after retire");
+        // SAFETY: the claim registry makes this span the only owner of the range; it is
+        // readable (opened RW, `live`), inside a mapping kept alive by `self.map`, and
+        // initialized (zero pages from the kernel or bytes written through this span).
+        // `&self` rules out a concurrent `&mut` from `bytes_mut`.
+        unsafe { std::slice::from_raw_parts(self.map.at(self.off), self.len) }
+    }
+
+    /// The range's bytes, mutably.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        assert!(self.live, "span used after retire");
+        // SAFETY: as in `bytes`; `&mut self` makes this the only reference to the range.
+        unsafe { std::slice::from_raw_parts_mut(self.map.at(self.off), self.len) }
+    }
+
+    /// Scrubs the range to zero, makes it `PROT_NONE` and drops the claim. Idempotent.
+    ///
+    /// `Err` means the range is zeroed and unclaimed but `mprotect(PROT_NONE)` failed, so it
+    /// is still accessible: the caller must not hand it out again (quarantine it).
+    pub(crate) fn retire(&mut self, scrub: Scrub) -> Result<(), SysError> {
+        if !self.live {
+            return Ok(());
+        }
+        let zero_by_hand = match scrub {
+            Scrub::Discard => self.map.discard(self.off, self.len).is_err(),
+            Scrub::Zero => true,
+        };
+        if zero_by_hand {
+            self.bytes_mut().fill(0);
+        }
+        self.live = false;
+        let sealed = self.map.protect(self.off, self.len, libc::PROT_NONE);
+        self.map.unclaim(self.off);
+        sealed
+    }
+}
+
+impl Drop for OpenSpan {
+    fn drop(&mut self) {
+        // Normally retired by its Region already (then a no-op). If not, still never
+        // leave a readable range with old bytes behind.
+        let _ = self.retire(Scrub::Discard);
+    }
+}
+
+/// Why a value could not be placed in a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PlaceError {
+    TooLarge { size: usize, region: usize },
+    Misaligned { align: usize },
+}
+
+/// A value of type `S` living at the start of a [`Region`], behind a spin lock.
+///
+/// The region is private to the cell: nothing can read or write its bytes except through
+/// a [`CellGuard`], and the cell drops `S` in place before the region is released.
+pub(crate) struct StateCell<S> {
+    ptr: NonNull<S>,
+    locked: AtomicBool,
+    region: Region,
+    _owns: PhantomData<S>,
+}
+
+// SAFETY: the cell owns its `S` (like a Box), so sending the cell sends the `S`: requires
+// `S: Send`. The region is `Send` on its own.
+unsafe impl<S: Send> Send for StateCell<S> {}
+// SAFETY: `&StateCell` hands out access to `S` only through the lock, one holder at a
+// time (Acquire/Release on `locked`), exactly like `Mutex<S>`: requires `S: Send` only.
+unsafe impl<S: Send> Sync for StateCell<S> {}
+
+impl<S> StateCell<S> {
+    /// Moves `state` to the start of `region`. Fails (dropping both) if `S` is larger
+    /// than the region or needs more alignment than its base has.
+    pub(crate) fn place(mut region: Region, state: S) -> Result<Self, PlaceError> {
+        let span = region.span_mut();
+        if mem::size_of::<S>() > span.len() {
+            return Err(PlaceError::TooLarge {
+                size: mem::size_of::<S>(),
+                region: span.len(),
+            });
+        }
+        let ptr = span.ptr().cast::<S>();
+        if !ptr.as_ptr().is_aligned() {
+            return Err(PlaceError::Misaligned {
+                align: mem::align_of::<S>(),
+            });
+        }
+        // SAFETY: `span` is an open (RW), exclusively claimed range of at least
+        // size_of::<S>() bytes and `ptr` is its base, aligned for `S` (both checked
+        // above). The region moves into the cell below and is reachable from nowhere
+        // else, so this value is only ever accessed through the cell.
+        unsafe { ptr.as_ptr().write(state) };
+        Ok(StateCell {
+            ptr,
+            locked: AtomicBool::new(false),
+            region,
+            _owns: PhantomData,
+        })
+    }
+
+    /// Bytes of the region holding the state.
+    pub(crate) fn region_len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Takes the lock if it is free.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<CellGuard<'_, S>> {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| CellGuard {
+                cell: self,
+                _excl: PhantomData,
+            })
+    }
+
+    /// Takes the lock, spinning (then yielding) while another thread holds it.
+    #[inline]
+    pub(crate) fn lock(&self) -> CellGuard<'_, S> {
+        if let Some(g) = self.try_lock() {
+            return g;
+        }
+        self.lock_contended()
+    }
+
+    #[cold]
+    fn lock_contended(&self) -> CellGuard<'_, S> {
+        let mut spins = 0u32;
+        loop {
+            // Test-and-test-and-set: wait on a plain load, not on failing CASes.
+            while self.locked.load(Ordering::Relaxed) {
+                if spins < 128 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            if let Some(g) = self.try_lock() {
+                return g;
+            }
+        }
+    }
+}
+
+impl<S> Drop for StateCell<S> {
+    fn drop(&mut self) {
+        // SAFETY: `place` wrote an initialized `S` at `ptr`, and only guards touch it
+        // afterwards; `&mut self` proves no guard is alive. Drop runs once, and the region
+        // (a field, dropped right after) is released without reading the bytes as `S`.
+        unsafe { ptr::drop_in_place(self.ptr.as_ptr()) };
+    }
+}
+
+/// Proof that the current thread holds a [`StateCell`]'s lock; derefs to the state.
+pub(crate) struct CellGuard<'a, S> {
+    cell: &'a StateCell<S>,
+    /// Behaves like `&mut S` for auto traits: `Sync` only if `S: Sync`.
+    _excl: PhantomData<&'a mut S>,
+}
+
+impl<S> Deref for CellGuard<'_, S> {
+    type Target = S;
+    #[inline]
+    fn deref(&self) -> &S {
+        // SAFETY: the lock is held by this guard, so no other reference to the state
+        // exists; the state is initialized and lives as long as the cell, which the guard
+        // borrows.
+        unsafe { self.cell.ptr.as_ref() }
+    }
+}
+
+impl<S> DerefMut for CellGuard<'_, S> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut S {
+        // SAFETY: as in `deref`; `&mut self` makes the returned reference unique.
+        unsafe { &mut *self.cell.ptr.as_ptr() }
+    }
+}
+
+impl<S> Drop for CellGuard<'_, S> {
+    #[inline]
+    fn drop(&mut self) {
+        self.cell.locked.store(false, Ordering::Release);
+    }
+}
+
+/// Test only: no core files from the child processes that fault on purpose.
+#[cfg(test)]
+pub(crate) fn disable_core_dumps() {
+    let zero = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `setrlimit` reads the struct we pass by reference and nothing else.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(pages: usize) -> Arc<Mapping> {
+        let page = page_size();
+        Mapping::reserve(pages * page, page).unwrap()
+    }
+
+    #[test]
+    fn overlapping_claims_are_refused() {
+        let page = page_size();
+        let m = mapping(8);
+        let a = m.open(page, 2 * page).unwrap();
+        for (off, len) in [(0, 2 * page), (2 * page, page), (page, page), (0, 8 * page)] {
+            assert!(
+                matches!(m.open(off, len), Err(OpenError::Overlap { .. })),
+                "[{off}, +{len}) overlaps [{page}, +{})",
+                2 * page
+            );
+        }
+        // Adjacent ranges are fine.
+        let b = m.open(0, page).unwrap();
+        let c = m.open(3 * page, page).unwrap();
+        drop((a, b, c));
+        // Released claims can be taken again.
+        let _all = m.open(0, 8 * page).unwrap();
+    }
+
+    #[test]
+    fn bad_ranges_are_refused() {
+        let page = page_size();
+        let m = mapping(4);
+        for (off, len) in [(0, 0), (1, page), (0, page + 1), (3 * page, 2 * page)] {
+            assert_eq!(m.open(off, len).err(), Some(OpenError::OutOfBounds));
+        }
+        assert_eq!(
+            m.open(usize::MAX - page + 1, page).err(),
+            Some(OpenError::OutOfBounds)
+        );
+    }
+
+    #[test]
+    fn retire_zeroes_with_either_scrub() {
+        let page = page_size();
+        let m = mapping(4);
+        for scrub in [Scrub::Discard, Scrub::Zero] {
+            let mut s = m.open(page, 2 * page).unwrap();
+            s.bytes_mut().fill(0x5A);
+            s.retire(scrub).unwrap();
+            assert!(s.retire(scrub).is_ok(), "retire is idempotent");
+            drop(s);
+            let s = m.open(page, 2 * page).unwrap();
+            assert!(s.bytes().iter().all(|&b| b == 0), "{scrub:?} left bytes");
+        }
+    }
+
+    #[test]
+    fn sys_error_names_the_call() {
+        let e = SysError {
+            call: "mprotect",
+            errno: libc::ENOMEM,
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("`mprotect` failed: "), "{text}");
+        assert_eq!(e.io_error().raw_os_error(), Some(libc::ENOMEM));
+    }
+}

@@ -1,0 +1,386 @@
+//! Tenant Table: a dense slot index -> the tenant admitted there, its region and its state.
+//!
+//! Readers (workers) go through [`TenantTable::get`]: one array index and one `arc_swap`
+//! load, no lock and no allocation. Writers (the control thread: [`TenantTable::admit`],
+//! [`TenantTable::remove`]) serialise on a `Mutex` that readers never touch, and publish
+//! an entry with a single atomic swap of its slot, so admitting or removing one tenant
+//! never pauses traffic of the others.
+//!
+//! A removed entry stays alive as long as some worker still holds it (it holds an `Arc`);
+//! its state is dropped and its region scrubbed and released when the last one lets go —
+//! which may be on that worker's thread.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::mem;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use arc_swap::{ArcSwapOption, Guard};
+use buffet_sdk::TenantId;
+
+use crate::domain::{Domain, RegionExtent};
+use crate::storage::{AllocError, MemoryStorage};
+use crate::sys::{CellGuard, PlaceError, StateCell};
+
+/// Why a tenant was not admitted. Whatever the reason, the table is left unchanged (and
+/// the state passed in is dropped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitError {
+    /// The slot index is not below the table's capacity.
+    #[error("slot {slot} is out of range: the table has {capacity} slots")]
+    SlotOutOfRange {
+        /// The slot asked for.
+        slot: u32,
+        /// The table's capacity.
+        capacity: u32,
+    },
+    /// Another tenant occupies the slot.
+    #[error("slot {slot} is occupied by tenant {occupant}")]
+    SlotOccupied {
+        /// The slot asked for.
+        slot: u32,
+        /// The tenant already there.
+        occupant: TenantId,
+    },
+    /// The tenant is already admitted.
+    #[error("tenant {id} is already admitted (slot {slot})")]
+    AlreadyAdmitted {
+        /// The tenant.
+        id: TenantId,
+        /// Where it is.
+        slot: u32,
+    },
+    /// The state is larger than the region asked for.
+    #[error("tenant state of {state_bytes} bytes does not fit a region of {region_bytes} bytes")]
+    StateTooLarge {
+        /// `size_of` the state type.
+        state_bytes: usize,
+        /// The region size asked for.
+        region_bytes: usize,
+    },
+    /// The state type needs more alignment than a page gives.
+    #[error("tenant state needs {align}-byte alignment, more than a page ({page_size} bytes)")]
+    StateOverAligned {
+        /// `align_of` the state type.
+        align: usize,
+        /// The page size.
+        page_size: usize,
+    },
+    /// No region could be allocated (too large, arena exhausted, kernel refusal).
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+}
+
+/// One admitted tenant: its id, its region, and its state `S`, which lives in the region.
+pub struct TenantEntry<S> {
+    id: TenantId,
+    slot: u32,
+    domain: Domain,
+    extent: RegionExtent,
+    cell: StateCell<S>,
+}
+
+impl<S: Send> TenantEntry<S> {
+    /// The tenant.
+    pub fn id(&self) -> TenantId {
+        self.id
+    }
+
+    /// The slot it was admitted at.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// Bytes of its region (whole pages).
+    pub fn region_len(&self) -> usize {
+        self.cell.region_len()
+    }
+
+    /// Where its region lies.
+    pub fn extent(&self) -> RegionExtent {
+        self.extent
+    }
+
+    /// Its isolation domain.
+    pub fn domain(&self) -> Domain {
+        self.domain
+    }
+
+    /// Exclusive access to the state, for one group of packets.
+    ///
+    /// One atomic compare-and-swap when uncontended. While another thread holds it —
+    /// only for the instant a tenant migrates between workers — this spins, then yields.
+    /// Not reentrant: locking twice on one thread never returns.
+    ///
+    /// Enters the entry's isolation domain; the guard leaves it when dropped. A panic while
+    /// holding the guard releases the lock (no poisoning): quarantining the tenant is the
+    /// caller's decision.
+    #[inline]
+    pub fn lock(&self) -> StateGuard<'_, S> {
+        self.guard(self.cell.lock())
+    }
+
+    /// Like [`lock`](Self::lock), but `None` instead of waiting if another thread holds it.
+    #[inline]
+    pub fn try_lock(&self) -> Option<StateGuard<'_, S>> {
+        self.cell.try_lock().map(|g| self.guard(g))
+    }
+
+    #[inline]
+    fn guard<'a>(&'a self, inner: CellGuard<'a, S>) -> StateGuard<'a, S> {
+        self.domain.enter(self.extent);
+        StateGuard {
+            inner,
+            domain: self.domain,
+            extent: self.extent,
+        }
+    }
+}
+
+impl<S> fmt::Debug for TenantEntry<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TenantEntry")
+            .field("id", &self.id)
+            .field("slot", &self.slot)
+            .field("domain", &self.domain)
+            .field("extent", &self.extent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Exclusive access to one tenant's state; derefs to it. Unlocks (and leaves the
+/// isolation domain) on drop.
+pub struct StateGuard<'a, S> {
+    inner: CellGuard<'a, S>,
+    domain: Domain,
+    extent: RegionExtent,
+}
+
+impl<S> Deref for StateGuard<'_, S> {
+    type Target = S;
+    #[inline]
+    fn deref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S> DerefMut for StateGuard<'_, S> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+}
+
+impl<S> Drop for StateGuard<'_, S> {
+    #[inline]
+    fn drop(&mut self) {
+        // Runs before `inner` drops, so the domain closes before the lock opens.
+        self.domain.leave(self.extent);
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for StateGuard<'_, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// What [`TenantTable::get`] returns: a cheap, non-allocating hold on one slot's current
+/// entry (an `arc_swap` guard). Derefs to `Option<Arc<TenantEntry<S>>>` (`None`: the slot
+/// is empty or out of range). Hold it for one packet group, not indefinitely: convert with
+/// [`TenantRef::into_arc`] to keep the entry longer.
+pub struct TenantRef<S>(Guard<Option<Arc<TenantEntry<S>>>>);
+
+impl<S> TenantRef<S> {
+    /// The entry, if the slot holds one.
+    #[inline]
+    pub fn entry(&self) -> Option<&TenantEntry<S>> {
+        self.0.as_deref()
+    }
+
+    /// A full reference-counted handle to the entry.
+    pub fn into_arc(self) -> Option<Arc<TenantEntry<S>>> {
+        Guard::into_inner(self.0)
+    }
+}
+
+impl<S> Deref for TenantRef<S> {
+    type Target = Option<Arc<TenantEntry<S>>>;
+    #[inline]
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl<S> fmt::Debug for TenantRef<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TenantRef").field(&self.entry()).finish()
+    }
+}
+
+/// The Tenant Table: a fixed number of slots, each empty or holding one [`TenantEntry`].
+pub struct TenantTable<S> {
+    slots: Box<[ArcSwapOption<TenantEntry<S>>]>,
+    /// Control path only: tenant id -> slot. Also serialises admit/remove.
+    by_id: Mutex<HashMap<TenantId, u32>>,
+    len: AtomicUsize,
+    storage: MemoryStorage,
+    domain: Domain,
+}
+
+impl<S: Send + 'static> TenantTable<S> {
+    /// An empty table of `capacity_slots` slots (8 bytes each) whose regions come from
+    /// `storage`. Entries get [`Domain::None`].
+    pub fn new(storage: MemoryStorage, capacity_slots: u32) -> Self {
+        TenantTable {
+            slots: (0..capacity_slots)
+                .map(|_| ArcSwapOption::empty())
+                .collect(),
+            by_id: Mutex::new(HashMap::new()),
+            len: AtomicUsize::new(0),
+            storage,
+            domain: Domain::None,
+        }
+    }
+
+    /// Admits tenant `id` at `slot`: allocates a region of `bytes` (rounded up to pages;
+    /// must hold `S`), moves `state` into it, and publishes the entry. Readers see either
+    /// no entry or the complete one. On error nothing changes and `state` is dropped.
+    pub fn admit(&self, slot: u32, id: TenantId, bytes: usize, state: S) -> Result<(), AdmitError> {
+        let cell = self.slot(slot)?;
+        let mut by_id = self.by_id();
+        if let Some(&at) = by_id.get(&id) {
+            return Err(AdmitError::AlreadyAdmitted { id, slot: at });
+        }
+        if let Some(occupant) = &*cell.load() {
+            return Err(AdmitError::SlotOccupied {
+                slot,
+                occupant: occupant.id,
+            });
+        }
+        let page = self.storage.page_size();
+        if mem::align_of::<S>() > page {
+            return Err(AdmitError::StateOverAligned {
+                align: mem::align_of::<S>(),
+                page_size: page,
+            });
+        }
+        if mem::size_of::<S>() > bytes {
+            return Err(AdmitError::StateTooLarge {
+                state_bytes: mem::size_of::<S>(),
+                region_bytes: bytes,
+            });
+        }
+        let region = self.storage.alloc(bytes)?;
+        let extent = region.extent();
+        let state = StateCell::place(region, state).map_err(|e| match e {
+            // Both checked above; kept as errors rather than panics all the same.
+            PlaceError::TooLarge { size, region } => AdmitError::StateTooLarge {
+                state_bytes: size,
+                region_bytes: region,
+            },
+            PlaceError::Misaligned { align } => AdmitError::StateOverAligned {
+                align,
+                page_size: page,
+            },
+        })?;
+        let entry = Arc::new(TenantEntry {
+            id,
+            slot,
+            domain: self.domain,
+            extent,
+            cell: state,
+        });
+        by_id.insert(id, slot);
+        cell.store(Some(entry));
+        self.len.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// The entry at `slot`, for one packet group. Lock-free, no allocation.
+    #[inline]
+    pub fn get(&self, slot: u32) -> TenantRef<S> {
+        match self.slots.get(slot as usize) {
+            Some(cell) => TenantRef(cell.load()),
+            None => TenantRef(Guard::from_inner(None)),
+        }
+    }
+
+    /// The entry at `slot` as a full `Arc` (one reference-count increment), for holders
+    /// that keep it beyond one packet group.
+    pub fn get_arc(&self, slot: u32) -> Option<Arc<TenantEntry<S>>> {
+        self.slots.get(slot as usize)?.load_full()
+    }
+
+    /// Unpublishes the entry at `slot` and returns it. New lookups miss at once; its state
+    /// and region are released when the last holder (this `Arc`, an in-flight reader)
+    /// drops it.
+    pub fn remove(&self, slot: u32) -> Option<Arc<TenantEntry<S>>> {
+        let cell = self.slots.get(slot as usize)?;
+        let mut by_id = self.by_id();
+        let old = cell.swap(None)?;
+        by_id.remove(&old.id);
+        self.len.fetch_sub(1, Ordering::Release);
+        Some(old)
+    }
+
+    /// Number of admitted tenants.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Whether no tenant is admitted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// The slot tenant `id` is admitted at.
+    pub fn slot_of(&self, id: TenantId) -> Option<u32> {
+        self.by_id().get(&id).copied()
+    }
+
+    /// Every admitted tenant with its slot, by slot.
+    pub fn ids(&self) -> Vec<(u32, TenantId)> {
+        let mut ids: Vec<(u32, TenantId)> =
+            self.by_id().iter().map(|(&id, &slot)| (slot, id)).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The storage regions come from.
+    pub fn storage(&self) -> &MemoryStorage {
+        &self.storage
+    }
+
+    fn slot(&self, slot: u32) -> Result<&ArcSwapOption<TenantEntry<S>>, AdmitError> {
+        self.slots
+            .get(slot as usize)
+            .ok_or(AdmitError::SlotOutOfRange {
+                slot,
+                capacity: self.capacity(),
+            })
+    }
+
+    fn by_id(&self) -> MutexGuard<'_, HashMap<TenantId, u32>> {
+        // Mutated only by single non-panicking calls, so still consistent if poisoned.
+        self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<S> fmt::Debug for TenantTable<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TenantTable")
+            .field("capacity", &self.slots.len())
+            .field("len", &self.len.load(Ordering::Relaxed))
+            .field("domain", &self.domain)
+            .field("storage", &self.storage)
+            .finish()
+    }
+}

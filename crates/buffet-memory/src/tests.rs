@@ -1,0 +1,475 @@
+//! Tenant Table tests: admission rules, drop accounting, and concurrent traffic.
+
+use std::cell::Cell;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use buffet_sdk::TenantId;
+
+use crate::*;
+
+/// A state that counts how often values of it were dropped.
+struct Tracked {
+    n: u64,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Tracked {
+    fn new(drops: &Arc<AtomicUsize>) -> Self {
+        Tracked {
+            n: 0,
+            drops: Arc::clone(drops),
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn storage(mib: usize) -> MemoryStorage {
+    MemoryStorage::new(ArenaConfig {
+        capacity: mib << 20,
+    })
+    .unwrap()
+}
+
+/// Read-modify-write that loses updates if two threads ever run it at once.
+fn bump(n: &mut u64) {
+    let v = black_box(*n);
+    std::hint::spin_loop();
+    *n = black_box(v + 1);
+}
+
+fn assert_send_sync<T: Send + Sync>() {}
+
+#[test]
+fn handles_are_send_and_sync() {
+    assert_send_sync::<MemoryStorage>();
+    assert_send_sync::<Region>();
+    // `Cell` is Send but not Sync: the table still is, like Mutex<Cell<_>>.
+    assert_send_sync::<TenantTable<Cell<u64>>>();
+    assert_send_sync::<TenantEntry<Cell<u64>>>();
+}
+
+#[test]
+fn state_lives_in_its_region() {
+    let table = TenantTable::new(storage(16), 8);
+    let page = table.storage().page_size();
+    table.admit(3, TenantId(9), 3 * page, [7u64; 64]).unwrap();
+    let got = table.get(3);
+    let entry = got.entry().unwrap();
+    assert_eq!((entry.id(), entry.slot()), (TenantId(9), 3));
+    assert_eq!(entry.region_len(), 3 * page);
+    assert_eq!(entry.domain(), Domain::None);
+    let guard = entry.lock();
+    let addr = &*guard as *const [u64; 64] as usize;
+    assert_eq!(addr, entry.extent().base, "state sits at the region's base");
+    assert!(entry.extent().contains(addr + 64 * 8 - 1));
+    assert_eq!(guard[63], 7);
+    let st = table.storage().stats();
+    assert_eq!((st.regions, st.in_use), (1, 3 * page));
+}
+
+#[test]
+fn lookups_of_empty_or_missing_slots_miss() {
+    let table = TenantTable::<u64>::new(storage(4), 4);
+    assert!(table.get(0).is_none());
+    assert!(table.get(4).is_none());
+    assert!(table.get(u32::MAX).entry().is_none());
+    assert!(table.get_arc(u32::MAX).is_none());
+    assert!(table.remove(4).is_none());
+    assert!(table.remove(1).is_none());
+    assert_eq!((table.len(), table.capacity()), (0, 4));
+    assert!(table.is_empty());
+}
+
+#[test]
+fn duplicate_slot_or_id_and_bad_slot_are_rejected() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let table = TenantTable::new(storage(16), 4);
+    table
+        .admit(0, TenantId(1), 64, Tracked::new(&drops))
+        .unwrap();
+    let before = table.storage().stats();
+
+    let e = table.admit(0, TenantId(2), 64, Tracked::new(&drops));
+    assert_eq!(
+        e,
+        Err(AdmitError::SlotOccupied {
+            slot: 0,
+            occupant: TenantId(1)
+        })
+    );
+    let e = table.admit(1, TenantId(1), 64, Tracked::new(&drops));
+    assert_eq!(
+        e,
+        Err(AdmitError::AlreadyAdmitted {
+            id: TenantId(1),
+            slot: 0
+        })
+    );
+    let e = table.admit(4, TenantId(3), 64, Tracked::new(&drops));
+    assert_eq!(
+        e,
+        Err(AdmitError::SlotOutOfRange {
+            slot: 4,
+            capacity: 4
+        })
+    );
+    // Each rejected state was dropped once; nothing else moved.
+    assert_eq!(drops.load(Ordering::SeqCst), 3);
+    assert_eq!(table.storage().stats(), before);
+    assert_eq!(table.ids(), vec![(0, TenantId(1))]);
+    assert_eq!(table.len(), 1);
+    assert!(table.get(1).is_none());
+
+    // After removal the id and the slot are free again.
+    drop(table.remove(0));
+    table
+        .admit(2, TenantId(1), 64, Tracked::new(&drops))
+        .unwrap();
+    table
+        .admit(0, TenantId(5), 64, Tracked::new(&drops))
+        .unwrap();
+    assert_eq!(table.slot_of(TenantId(1)), Some(2));
+    assert_eq!(table.slot_of(TenantId(2)), None);
+    assert_eq!(table.ids(), vec![(0, TenantId(5)), (2, TenantId(1))]);
+}
+
+#[test]
+fn state_that_does_not_fit_is_rejected_and_changes_nothing() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let table = TenantTable::new(storage(1), 4);
+    let page = table.storage().page_size();
+    table
+        .admit(0, TenantId(1), 64, Tracked::new(&drops))
+        .unwrap();
+    let before = table.storage().stats();
+    let check_unchanged = |table: &TenantTable<_>| {
+        assert_eq!(table.storage().stats(), before);
+        assert_eq!(table.ids(), vec![(0, TenantId(1))]);
+        assert!(table.get(1).is_none());
+        assert_eq!(table.slot_of(TenantId(2)), None);
+    };
+
+    // The region asked for is smaller than the state.
+    let e = table.admit(1, TenantId(2), 4, Tracked::new(&drops));
+    assert_eq!(
+        e,
+        Err(AdmitError::StateTooLarge {
+            state_bytes: std::mem::size_of::<Tracked>(),
+            region_bytes: 4
+        })
+    );
+    check_unchanged(&table);
+
+    // Larger than the arena could ever give.
+    let e = table.admit(1, TenantId(2), 2 << 20, Tracked::new(&drops));
+    assert!(
+        matches!(e, Err(AdmitError::Alloc(AllocError::TooLarge { .. }))),
+        "{e:?}"
+    );
+    check_unchanged(&table);
+
+    // Fits an empty arena, but not what is left of this one.
+    let e = table.admit(
+        1,
+        TenantId(2),
+        before.largest_free + 1,
+        Tracked::new(&drops),
+    );
+    assert!(
+        matches!(e, Err(AdmitError::Alloc(AllocError::Exhausted { .. }))),
+        "{e:?}"
+    );
+    check_unchanged(&table);
+    assert_eq!(drops.load(Ordering::SeqCst), 3);
+    assert!(e.unwrap_err().to_string().starts_with("arena exhausted"));
+
+    // A state needing more than page alignment cannot be placed at a page-aligned base.
+    #[repr(align(65536))]
+    struct Aligned(#[allow(dead_code)] u8);
+    let t2 = TenantTable::new(storage(4), 4);
+    let e = t2.admit(0, TenantId(1), 1 << 20, Aligned(0));
+    if 65536 > page {
+        assert_eq!(
+            e,
+            Err(AdmitError::StateOverAligned {
+                align: 65536,
+                page_size: page
+            })
+        );
+        assert_eq!(t2.len(), 0);
+        assert_eq!(t2.storage().stats().regions, 0);
+    } else {
+        e.unwrap();
+    }
+}
+
+#[test]
+fn state_is_dropped_exactly_once() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let count = || drops.load(Ordering::SeqCst);
+    let table = TenantTable::new(storage(16), 8);
+
+    // Removed and dropped by the control thread.
+    table
+        .admit(0, TenantId(1), 64, Tracked::new(&drops))
+        .unwrap();
+    let removed = table.remove(0).unwrap();
+    assert_eq!(count(), 0, "still held");
+    drop(removed);
+    assert_eq!(count(), 1);
+
+    // Removed while a reader still holds it: dropped when the reader lets go.
+    table
+        .admit(1, TenantId(2), 64, Tracked::new(&drops))
+        .unwrap();
+    let reader = table.get(1);
+    let arc = table.get_arc(1).unwrap();
+    drop(table.remove(1));
+    assert!(table.get(1).is_none(), "new lookups miss at once");
+    assert_eq!(count(), 1);
+    reader.entry().unwrap().lock().n += 1;
+    drop(reader);
+    assert_eq!(count(), 1);
+    assert_eq!(table.storage().stats().regions, 1, "region kept while held");
+    drop(arc);
+    assert_eq!(count(), 2);
+    assert_eq!(
+        table.storage().stats().regions,
+        0,
+        "region released with it"
+    );
+
+    // Still admitted when the table goes away.
+    table
+        .admit(2, TenantId(3), 64, Tracked::new(&drops))
+        .unwrap();
+    table
+        .admit(3, TenantId(4), 64, Tracked::new(&drops))
+        .unwrap();
+    let storage = table.storage().clone();
+    drop(table);
+    assert_eq!(count(), 4);
+    assert_eq!(storage.stats().regions, 0);
+    assert_eq!(storage.stats().in_use, 0);
+}
+
+#[test]
+fn released_tenant_memory_is_zero_for_the_next_tenant() {
+    let table = TenantTable::new(storage(16), 4);
+    let page = table.storage().page_size();
+    table.admit(0, TenantId(1), page, [0xABu8; 512]).unwrap();
+    let base = table.get(0).entry().unwrap().extent().base;
+    drop(table.remove(0));
+    // The next tenant lands in the same range; its bytes beyond its own state are zero.
+    let mut region = table.storage().alloc(page).unwrap();
+    assert_eq!(region.extent().base, base);
+    assert!(region.bytes().iter().all(|&b| b == 0));
+    region.bytes_mut()[0] = 1;
+}
+
+#[test]
+fn two_threads_never_hold_the_same_tenant() {
+    const THREADS: usize = 4;
+    const ROUNDS: u64 = 20_000;
+    let table = Arc::new(TenantTable::new(storage(4), 2));
+    table.admit(0, TenantId(1), 64, 0u64).unwrap();
+    let holders = Arc::new(AtomicUsize::new(0));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(Barrier::new(THREADS));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (table, holders, max_seen, start) = (
+                Arc::clone(&table),
+                Arc::clone(&holders),
+                Arc::clone(&max_seen),
+                Arc::clone(&start),
+            );
+            thread::spawn(move || {
+                start.wait();
+                let r = table.get(0);
+                let entry = r.entry().unwrap();
+                for i in 0..ROUNDS {
+                    let mut g = if (i + t as u64) % 3 == 0 {
+                        loop {
+                            if let Some(g) = entry.try_lock() {
+                                break g;
+                            }
+                            std::hint::spin_loop();
+                        }
+                    } else {
+                        entry.lock()
+                    };
+                    let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_seen.fetch_max(now, Ordering::SeqCst);
+                    bump(&mut g);
+                    // Widen the window a broken lock would need to show.
+                    if i % 64 == 0 {
+                        thread::yield_now();
+                    }
+                    for _ in 0..32 {
+                        std::hint::spin_loop();
+                    }
+                    max_seen.fetch_max(holders.load(Ordering::SeqCst), Ordering::SeqCst);
+                    holders.fetch_sub(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(max_seen.load(Ordering::SeqCst), 1, "two holders at once");
+    assert_eq!(
+        *table.get(0).entry().unwrap().lock(),
+        THREADS as u64 * ROUNDS
+    );
+
+    // try_lock fails while another thread holds the lock, and succeeds after.
+    let entry = table.get_arc(0).unwrap();
+    let g = entry.lock();
+    let e2 = Arc::clone(&entry);
+    assert!(thread::spawn(move || e2.try_lock().is_none())
+        .join()
+        .unwrap());
+    drop(g);
+    let e2 = Arc::clone(&entry);
+    assert!(thread::spawn(move || e2.try_lock().is_some())
+        .join()
+        .unwrap());
+}
+
+#[test]
+fn admission_and_removal_under_traffic_lose_nothing() {
+    const HOT: u32 = 8; // tenants A..H, slots 0..8
+    const SLOTS: u32 = 48; // slots HOT.. churn
+    const READERS: usize = 4;
+    const MIN_CHURN_ROUNDS: u64 = 300;
+
+    let table = Arc::new(TenantTable::new(storage(64), SLOTS));
+    let page = table.storage().page_size();
+    let hot_drops = Arc::new(AtomicUsize::new(0));
+    let churn_drops = Arc::new(AtomicUsize::new(0));
+    for s in 0..HOT {
+        table
+            .admit(s, TenantId(s + 1), page, Tracked::new(&hot_drops))
+            .unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn_rounds = Arc::new(AtomicU64::new(0));
+    let churn_hits = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(Barrier::new(READERS + 1));
+
+    let readers: Vec<_> = (0..READERS)
+        .map(|r| {
+            let (table, stop, start, churn_hits) = (
+                Arc::clone(&table),
+                Arc::clone(&stop),
+                Arc::clone(&start),
+                Arc::clone(&churn_hits),
+            );
+            thread::spawn(move || {
+                let mut made = [0u64; HOT as usize];
+                let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ r as u64;
+                start.wait();
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) || i < 10_000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let hot = (x % HOT as u64) as u32;
+                    let got = table.get(hot);
+                    let entry = got.entry().expect("hot tenant vanished");
+                    assert_eq!(entry.id(), TenantId(hot + 1));
+                    bump(&mut entry.lock().n);
+                    made[hot as usize] += 1;
+                    // Also touch a churning slot: admitted, removed or in between.
+                    let cold = HOT + (x >> 32) as u32 % (SLOTS - HOT);
+                    if let Some(e) = table.get(cold).entry() {
+                        bump(&mut e.lock().n);
+                        churn_hits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    i += 1;
+                }
+                made
+            })
+        })
+        .collect();
+
+    let control = {
+        let (table, stop, start, churn_rounds, churn_drops) = (
+            Arc::clone(&table),
+            Arc::clone(&stop),
+            Arc::clone(&start),
+            Arc::clone(&churn_rounds),
+            Arc::clone(&churn_drops),
+        );
+        thread::spawn(move || {
+            start.wait();
+            let mut next_id = 1000u32;
+            let mut created = 0usize;
+            let mut round = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for s in HOT..SLOTS {
+                    let bytes = std::mem::size_of::<Tracked>() + (s as usize % 3) * page;
+                    if table.get(s).is_none() {
+                        created += 1;
+                        table
+                            .admit(s, TenantId(next_id), bytes, Tracked::new(&churn_drops))
+                            .unwrap();
+                        next_id += 1;
+                    }
+                    // Rejected admissions under load change nothing either.
+                    created += 1;
+                    let dup = table.admit(s, TenantId(1), bytes, Tracked::new(&churn_drops));
+                    assert!(matches!(dup, Err(AdmitError::AlreadyAdmitted { .. })));
+                }
+                for s in (HOT..SLOTS).filter(|s| (*s as u64 + round) % 2 == 0) {
+                    let gone = table.remove(s).expect("was admitted");
+                    assert!(gone.id().0 >= 1000);
+                }
+                round += 1;
+                churn_rounds.store(round, Ordering::Relaxed);
+            }
+            created
+        })
+    };
+
+    while churn_rounds.load(Ordering::Relaxed) < MIN_CHURN_ROUNDS && !control.is_finished() {
+        thread::yield_now();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let created = control.join().expect("control thread panicked");
+    let made: Vec<[u64; HOT as usize]> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    assert!(
+        churn_hits.load(Ordering::Relaxed) > 0,
+        "readers never met a churning tenant"
+    );
+
+    // Every increment of every hot tenant is there; none of their state was dropped.
+    for s in 0..HOT {
+        let expected: u64 = made.iter().map(|m| m[s as usize]).sum();
+        let got = table.get(s);
+        let entry = got.entry().unwrap();
+        assert_eq!(entry.lock().n, expected, "tenant {} lost updates", s + 1);
+    }
+    assert_eq!(hot_drops.load(Ordering::SeqCst), 0);
+
+    // Each churn state was dropped exactly once: those still admitted drop with the table.
+    let still = table.len() - HOT as usize;
+    assert_eq!(churn_drops.load(Ordering::SeqCst), created - still);
+    let storage = table.storage().clone();
+    assert_eq!(storage.stats().regions, table.len());
+    drop(table);
+    assert_eq!(churn_drops.load(Ordering::SeqCst), created);
+    assert_eq!(hot_drops.load(Ordering::SeqCst), HOT as usize);
+    assert_eq!(storage.stats().regions, 0);
+    assert_eq!(storage.stats().in_use, 0);
+}
