@@ -55,6 +55,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![deny(missing_docs)]
+
 mod domain;
 mod storage;
 mod sys;
