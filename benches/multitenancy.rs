@@ -25,7 +25,8 @@ use buffet::worker::{Engine, Mbuf};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const PACKETS: usize = 32 * 1024;
-const BURST: usize = 32;
+/// Packets a worker pops at once: the Worker Pool's default `PipelineConfig::burst`.
+const BURST: usize = 256;
 const TENANT_COUNTS: [u32; 5] = [1, 8, 64, 1024, 10_000];
 
 /// Generated traffic for `tenants` tenants: frames with their tenant index.
@@ -117,7 +118,7 @@ fn worker_path(c: &mut Criterion) {
                 .admit(i, TenantId(i + 1), monitor.register().bytes, state)
                 .expect("admit");
         }
-        let engine = Engine::new(Arc::new(monitor), table);
+        let mut engine = Engine::new(Arc::new(monitor), table);
         group.bench_function(BenchmarkId::new("buffet", n), |b| {
             b.iter(|| {
                 for burst in bufs.chunks_mut(BURST) {

@@ -7,8 +7,11 @@ use buffet_sdk::{PortId, Verdict};
 pub const MBUF_CAPACITY: usize = 2048;
 
 /// One packet in flight: its bytes, metadata, and (after a worker ran) its verdict.
+///
+/// `repr(C)` with the metadata first, so the metadata shares its cache line with the
+/// first bytes of the frame (the headers every NF reads).
+#[repr(C)]
 pub struct Mbuf {
-    buf: [u8; MBUF_CAPACITY],
     len: u16,
     /// Arrival timestamp (ns).
     pub ts_ns: u64,
@@ -18,6 +21,7 @@ pub struct Mbuf {
     pub tenant: TenantSlot,
     /// What happened to it in the worker.
     pub outcome: Outcome,
+    buf: [u8; MBUF_CAPACITY],
 }
 
 /// What a worker did with a packet.

@@ -46,7 +46,7 @@ impl Default for PipelineConfig {
             worker_max_nb: u64::MAX,
             dispatcher: DispatcherConfig::default(),
             ring_size: 1024,
-            burst: 32,
+            burst: 256,
             tenant_capacity: 16_384,
             arena: ArenaConfig::default(),
             pin: true,

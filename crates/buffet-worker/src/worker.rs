@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use buffet_dispatch::{TenantSlot, WorkerId};
 use buffet_memory::TenantTable;
-use buffet_sdk::{NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
+use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 
@@ -63,10 +63,11 @@ pub struct Engine<N: NetworkFunction> {
     id: WorkerId,
     shared: Shared<N>,
     counters: Arc<WorkerCounters>,
+    groups: Groups,
 }
 
 impl<N: NetworkFunction> WorkerThread<N> {
-    pub(crate) fn run(self) {
+    pub(crate) fn run(mut self) {
         if let Some(core) = self.pin {
             sys::pin_to_core(core);
         }
@@ -114,6 +115,7 @@ impl<N: NetworkFunction> Engine<N> {
             id,
             shared,
             counters,
+            groups: Groups::default(),
         }
     }
 
@@ -138,6 +140,7 @@ impl<N: NetworkFunction> Engine<N> {
             id: WorkerId(0),
             shared,
             counters: Arc::new(WorkerCounters::new(cap)),
+            groups: Groups::default(),
         }
     }
 
@@ -146,35 +149,35 @@ impl<N: NetworkFunction> Engine<N> {
         self.counters.packets.load(Ordering::Relaxed)
     }
 
-    /// Runs one burst: group by tenant (stable), then one state load per group. Each
+    /// Runs one burst: group it by tenant into Packet Buffers (a counting sort over
+    /// indices, O(burst), stable, no allocation), then one state load per group. Each
     /// mbuf's `outcome` holds the result afterwards.
-    pub fn process(&self, burst: &mut [Box<Mbuf>]) {
-        stable_sort_by_tenant(burst);
+    pub fn process(&mut self, burst: &mut [Box<Mbuf>]) {
         let t0 = sys::cycles();
-        let mut start = 0;
-        while start < burst.len() {
-            let tenant = burst[start].tenant;
-            let end = start
-                + burst[start..]
-                    .iter()
-                    .take_while(|m| m.tenant == tenant)
-                    .count();
-            self.run_group(tenant, &mut burst[start..end]);
-            start = end;
+        let mut groups = std::mem::take(&mut self.groups);
+        groups.build(burst);
+        let mut t = t0;
+        for g in 0..groups.active.len() {
+            let (tenant, members) = groups.group(g);
+            t = self.run_group(TenantSlot(tenant), burst, members, t);
         }
+        self.groups = groups;
         bump(&self.counters.packets, burst.len() as u64);
         bump(&self.counters.bursts, 1);
-        bump(&self.counters.busy_cycles, sys::cycles().wrapping_sub(t0));
+        bump(&self.counters.busy_cycles, t.wrapping_sub(t0));
     }
 
-    fn run_group(&self, tenant: TenantSlot, group: &mut [Box<Mbuf>]) {
-        let t0 = sys::cycles();
+    /// Runs the packets `members` (indices into `burst`) of one tenant; `t0` is the
+    /// cycle count when the group started, the return value when it ended.
+    fn run_group(
+        &self,
+        tenant: TenantSlot,
+        burst: &mut [Box<Mbuf>],
+        members: &[u32],
+        t0: u64,
+    ) -> u64 {
         let idx = tenant.0 as usize;
         let mut tally = GroupTally::default();
-        for m in group.iter() {
-            tally.packets += 1;
-            tally.bytes += m.len() as u64;
-        }
         let quarantined = self
             .shared
             .quarantined
@@ -183,61 +186,101 @@ impl<N: NetworkFunction> Engine<N> {
         let entry = self.shared.table.get(tenant.0);
         match (&*entry, quarantined) {
             (Some(entry), false) => {
-                let id = TenantId(self.shared.ids[idx].load(Ordering::Relaxed));
+                let id = entry.id();
                 let nf = &*self.shared.nf;
                 let mut state = entry.lock();
+                // One pass per packet: parse, handle, count.
                 let result = catch_unwind(AssertUnwindSafe(|| {
-                    for m in group.iter_mut() {
+                    for &i in members {
+                        let m = &mut burst[i as usize];
+                        tally.bytes += m.len() as u64;
                         let meta = PacketMeta {
                             in_port: m.in_port,
                             ts_ns: m.ts_ns,
                             tenant: id,
                         };
                         m.outcome = match Packet::parse(m.data_mut(), meta) {
-                            Ok(mut pkt) => Outcome::Nf(nf.handle(&mut pkt, &mut state)),
-                            Err(_) => Outcome::Malformed,
+                            Ok(mut pkt) => match nf.handle(&mut pkt, &mut state) {
+                                Verdict::Drop(cause) => {
+                                    tally.nf_drops[cause.index()] += 1;
+                                    Outcome::Nf(Verdict::Drop(cause))
+                                }
+                                v => {
+                                    tally.passed += 1;
+                                    Outcome::Nf(v)
+                                }
+                            },
+                            Err(_) => {
+                                tally.malformed += 1;
+                                Outcome::Malformed
+                            }
                         };
                     }
                 }));
                 drop(state);
                 if let Err(panic) = result {
-                    self.quarantine(tenant, panic_message(&*panic), group);
+                    tally.quarantined +=
+                        self.quarantine(tenant, panic_message(&*panic), burst, members);
+                    tally.bytes = group_bytes(burst, members);
                 }
             }
-            (Some(_), true) => group
-                .iter_mut()
-                .for_each(|m| m.outcome = Outcome::Quarantined),
-            (None, _) => group.iter_mut().for_each(|m| m.outcome = Outcome::NoTenant),
-        }
-        for m in group.iter() {
-            match m.outcome {
-                Outcome::Nf(Verdict::Drop(cause)) => tally.nf_drops[cause.index()] += 1,
-                Outcome::Nf(_) => tally.passed += 1,
-                Outcome::Malformed => tally.malformed += 1,
-                Outcome::NoTenant => tally.no_tenant += 1,
-                Outcome::Quarantined | Outcome::Pending => tally.quarantined += 1,
+            (Some(_), true) => {
+                tally.quarantined = members.len() as u64;
+                tally.bytes = group_bytes(burst, members);
+                members
+                    .iter()
+                    .for_each(|&i| burst[i as usize].outcome = Outcome::Quarantined);
+            }
+            (None, _) => {
+                tally.no_tenant = members.len() as u64;
+                tally.bytes = group_bytes(burst, members);
+                members
+                    .iter()
+                    .for_each(|&i| burst[i as usize].outcome = Outcome::NoTenant);
             }
         }
+        tally.packets = members.len() as u64;
+        let t1 = sys::cycles();
         if let Some(row) = self.counters.tenants.get(idx) {
-            row.publish(&tally, sys::cycles().wrapping_sub(t0));
+            row.publish(&tally, t1.wrapping_sub(t0));
         }
+        t1
     }
 
-    fn quarantine(&self, tenant: TenantSlot, message: String, group: &mut [Box<Mbuf>]) {
+    fn quarantine(
+        &self,
+        tenant: TenantSlot,
+        message: String,
+        burst: &mut [Box<Mbuf>],
+        members: &[u32],
+    ) -> u64 {
         if let Some(q) = self.shared.quarantined.get(tenant.0 as usize) {
             q.store(true, Ordering::Release);
         }
         // Packets of the faulting group that had not completed are dropped as quarantined;
         // the ones the handler finished before the fault keep their verdicts.
-        for m in group.iter_mut().filter(|m| m.outcome == Outcome::Pending) {
-            m.outcome = Outcome::Quarantined;
+        let mut dropped = 0;
+        for &i in members {
+            let m = &mut burst[i as usize];
+            if m.outcome == Outcome::Pending {
+                m.outcome = Outcome::Quarantined;
+                dropped += 1;
+            }
         }
         let _ = self.shared.notices.push(Notice::Fault {
             tenant,
             worker: self.id,
             message,
         });
+        dropped
     }
+}
+
+fn group_bytes(burst: &[Box<Mbuf>], members: &[u32]) -> u64 {
+    members
+        .iter()
+        .map(|&i| burst[i as usize].len() as u64)
+        .sum()
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -250,15 +293,74 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Stable insertion sort by tenant: bursts are small (≤ 64), it allocates nothing, and
-/// keeps each tenant's packets in arrival order.
-fn stable_sort_by_tenant(burst: &mut [Box<Mbuf>]) {
-    for i in 1..burst.len() {
-        let mut j = i;
-        while j > 0 && burst[j - 1].tenant > burst[j].tenant {
-            burst.swap(j - 1, j);
-            j -= 1;
+/// Per-worker scratch for grouping a burst into Packet Buffers by tenant slot.
+///
+/// Counting sort over indices: the per-slot arrays are sized to the Tenant Table once;
+/// `epoch` marks which slots this burst touched, so nothing is cleared per burst.
+#[derive(Default)]
+struct Groups {
+    epoch: u32,
+    seen: Vec<u32>,
+    count: Vec<u32>,
+    /// Slots of this burst in first-seen order.
+    active: Vec<u32>,
+    /// Start of each active group in `order`.
+    starts: Vec<u32>,
+    /// Burst indices grouped by tenant, arrival order within a group.
+    order: Vec<u32>,
+    /// Each packet's tenant slot, read once from its mbuf.
+    tags: Vec<u32>,
+}
+
+impl Groups {
+    fn build(&mut self, burst: &[Box<Mbuf>]) {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.seen.iter_mut().for_each(|s| *s = 0);
+            self.epoch = 1;
         }
+        self.active.clear();
+        self.tags.clear();
+        for m in burst {
+            let t = m.tenant.0 as usize;
+            self.tags.push(t as u32);
+            if t >= self.seen.len() {
+                self.seen.resize(t + 1, 0);
+                self.count.resize(t + 1, 0);
+            }
+            if self.seen[t] != self.epoch {
+                self.seen[t] = self.epoch;
+                self.count[t] = 0;
+                self.active.push(t as u32);
+            }
+            self.count[t] += 1;
+        }
+        self.starts.clear();
+        let mut at = 0u32;
+        for &t in &self.active {
+            self.starts.push(at);
+            let n = self.count[t as usize];
+            // `count` now holds the next write position of the group.
+            self.count[t as usize] = at;
+            at += n;
+        }
+        self.order.clear();
+        self.order.resize(burst.len(), 0);
+        for (i, &t) in self.tags.iter().enumerate() {
+            let t = t as usize;
+            self.order[self.count[t] as usize] = i as u32;
+            self.count[t] += 1;
+        }
+    }
+
+    /// Group `g`: its tenant slot and the burst indices of its packets.
+    fn group(&self, g: usize) -> (u32, &[u32]) {
+        let start = self.starts[g] as usize;
+        let end = self
+            .starts
+            .get(g + 1)
+            .map_or(self.order.len(), |&e| e as usize);
+        (self.active[g], &self.order[start..end])
     }
 }
 
@@ -267,19 +369,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sort_is_stable_and_groups_tenants() {
-        let mut v: Vec<Box<Mbuf>> = [3u32, 1, 3, 2, 1, 3]
+    fn groups_are_stable_and_complete() {
+        let burst: Vec<Box<Mbuf>> = [3u32, 1, 3, 2, 1, 3]
             .iter()
-            .enumerate()
-            .map(|(i, t)| {
+            .map(|t| {
                 let mut m = Mbuf::boxed();
                 m.tenant = TenantSlot(*t);
-                m.ts_ns = i as u64;
                 m
             })
             .collect();
-        stable_sort_by_tenant(&mut v);
-        let got: Vec<(u32, u64)> = v.iter().map(|m| (m.tenant.0, m.ts_ns)).collect();
-        assert_eq!(got, vec![(1, 1), (1, 4), (2, 3), (3, 0), (3, 2), (3, 5)]);
+        let mut g = Groups::default();
+        for _ in 0..3 {
+            g.build(&burst);
+            let got: Vec<(u32, Vec<u32>)> = (0..g.active.len())
+                .map(|i| (g.group(i).0, g.group(i).1.to_vec()))
+                .collect();
+            assert_eq!(got, vec![(3, vec![0, 2, 5]), (1, vec![1, 4]), (2, vec![3])]);
+        }
+        g.build(&burst[..1]);
+        assert_eq!((g.group(0).0, g.group(0).1), (3, &[0u32][..]));
     }
 }

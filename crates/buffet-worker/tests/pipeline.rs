@@ -33,6 +33,7 @@ fn cfg(workers: u16) -> PipelineConfig {
         workers,
         pin: false,
         ring_size: 64,
+        burst: 32,
         dispatcher: DispatcherConfig {
             sched: SchedulerConfig {
                 shift: 30,
