@@ -92,12 +92,16 @@ pub enum Verdict {
     Tx,
     /// Drop the packet, with the reason it is counted under.
     Drop(DropCause),
+    /// The NF could not run this tenant's code safely (a sandbox or hardware fault, a
+    /// verifier-rejected program): the packet is dropped and the tenant quarantined, as
+    /// if its handler had panicked. Other tenants are not affected.
+    Fault,
 }
 
 impl Verdict {
     /// True for every verdict that lets the packet leave the NF.
     pub const fn is_pass(self) -> bool {
-        !matches!(self, Verdict::Drop(_))
+        !matches!(self, Verdict::Drop(_) | Verdict::Fault)
     }
 }
 

@@ -201,6 +201,8 @@ impl<N: NetworkFunction> Engine<N> {
                         };
                         m.outcome = match Packet::parse(m.data_mut(), meta) {
                             Ok(mut pkt) => match nf.handle(&mut pkt, &mut state) {
+                                // Left pending: the whole rest of the group is quarantined.
+                                Verdict::Fault => break,
                                 Verdict::Drop(cause) => {
                                     tally.nf_drops[cause.index()] += 1;
                                     Outcome::Nf(Verdict::Drop(cause))
@@ -218,6 +220,17 @@ impl<N: NetworkFunction> Engine<N> {
                     }
                 }));
                 drop(state);
+                let result = match result {
+                    Ok(())
+                        if members
+                            .iter()
+                            .any(|&i| burst[i as usize].outcome == Outcome::Pending) =>
+                    {
+                        Err(Box::new("the NF reported a fault (Verdict::Fault)")
+                            as Box<dyn std::any::Any + Send>)
+                    }
+                    other => other,
+                };
                 if let Err(panic) = result {
                     tally.quarantined +=
                         self.quarantine(tenant, panic_message(&*panic), burst, members);

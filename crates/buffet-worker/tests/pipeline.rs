@@ -147,6 +147,9 @@ impl NetworkFunction for Fragile {
         if pkt.payload() == b"boom" {
             panic!("tenant {} sent boom", pkt.tenant());
         }
+        if pkt.payload() == b"fault" {
+            return Verdict::Fault;
+        }
         Verdict::Pass
     }
     fn summary(&self, seen: &u64) -> Vec<(&'static str, u64)> {
@@ -198,6 +201,35 @@ fn a_panicking_handler_quarantines_only_its_tenant() {
     }
     assert!(report.events.iter().any(
         |e| matches!(e, WorkerEvent::Fault { tenant, message, .. } if *tenant == TenantId(3) && message.contains("boom"))
+    ));
+}
+
+#[test]
+fn a_fault_verdict_quarantines_only_its_tenant() {
+    let mut p = Pipeline::new(Fragile, cfg(1)).unwrap();
+    for t in 1..=2 {
+        p.admit(TenantSpec {
+            id: TenantId(t),
+            name: format!("t{t}"),
+            rules: rules(t),
+            max_nb: 0,
+            policy: (),
+        })
+        .unwrap();
+    }
+    for r in 0..100u64 {
+        p.push(r, 0, &frame(1, b"fine"));
+        p.push(r, 0, &frame(2, if r == 10 { b"fault" } else { b"fine" }));
+    }
+    let report = p.finish();
+    let t1 = &report.tenants[0];
+    let t2 = &report.tenants[1];
+    assert_eq!((t1.passed, t1.quarantined), (100, false));
+    assert!(t2.quarantined);
+    assert_eq!(t2.passed, 10);
+    assert_eq!(t2.drops["quarantined"], 90);
+    assert!(report.events.iter().any(
+        |e| matches!(e, WorkerEvent::Fault { tenant, message, .. } if *tenant == TenantId(2) && message.contains("Verdict::Fault"))
     ));
 }
 
