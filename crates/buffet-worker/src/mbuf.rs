@@ -75,6 +75,17 @@ impl Mbuf {
         &mut self.buf[..self.len as usize]
     }
 
+    /// The whole buffer (frame plus spare capacity), for NFs that grow the frame.
+    pub fn buffer_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+
+    /// Sets the frame length after an NF resized the frame in place (clamped to the
+    /// buffer).
+    pub fn set_len(&mut self, len: usize) {
+        self.len = len.min(MBUF_CAPACITY) as u16;
+    }
+
     /// Frame length.
     pub fn len(&self) -> usize {
         self.len as usize

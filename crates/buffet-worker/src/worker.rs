@@ -199,8 +199,14 @@ impl<N: NetworkFunction> Engine<N> {
                             ts_ns: m.ts_ns,
                             tenant: id,
                         };
-                        m.outcome = match Packet::parse(m.data_mut(), meta) {
-                            Ok(mut pkt) => match nf.handle(&mut pkt, &mut state) {
+                        let len = m.len();
+                        let parsed = Packet::parse_with_capacity(m.buffer_mut(), len, meta);
+                        let verdict = parsed.map(|mut pkt| {
+                            let v = nf.handle(&mut pkt, &mut state);
+                            (v, pkt.len())
+                        });
+                        m.outcome = match verdict {
+                            Ok((v, new_len)) => match v {
                                 // Left pending: the whole rest of the group is quarantined.
                                 Verdict::Fault => break,
                                 Verdict::Drop(cause) => {
@@ -209,6 +215,7 @@ impl<N: NetworkFunction> Engine<N> {
                                 }
                                 v => {
                                     tally.passed += 1;
+                                    m.set_len(new_len);
                                     Outcome::Nf(v)
                                 }
                             },
