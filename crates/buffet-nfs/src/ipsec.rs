@@ -20,9 +20,11 @@
 //!    in RFC 6040's compatibility mode), ESP header, 8-byte explicit IV, the inner packet,
 //!    RFC 4303 padding, pad length, next header 4, and the 16-byte ICV. The IV is the
 //!    64-bit big-endian sequence number, so it never repeats under one key; the
-//!    nonce is salt ‖ IV and the AAD is SPI ‖ sequence number (RFC 4106 §5, without
-//!    ESN). After 2³² − 1 packets an SA is exhausted and its traffic dropped (there is no
-//!    IKE to rekey it).
+//!    nonce is salt ‖ IV and the AAD is SPI ‖ sequence number (RFC 4106 §5). With
+//!    extended sequence numbers (`esn = true` on both ends) the AAD is SPI ‖ 64-bit
+//!    number and the receiver infers the high half from its window (RFC 4303 Appendix
+//!    A2). After 2³² − 1 packets (2⁶⁴ − 1 with ESN) an SA is exhausted and its traffic
+//!    dropped (there is no IKE to rekey it).
 //! 3. **Everything else** (IPv6, IPv4 matching no SA) is passed or dropped per the
 //!    policy's `unmatched` (default: drop, [`DropCause::Policy`]).
 //!
@@ -32,8 +34,8 @@
 //! packet is dropped and counted as `esp_too_big`. Every outcome has a counter
 //! ([`IpsecCounters`], the NF's `summary`). Nothing on the packet path allocates or panics.
 //!
-//! Not supported: IKE (keys come from the policy), extended sequence numbers, transport
-//! mode, IPv6 (inner or outer), NAT traversal (ESP in UDP), fragmentation or reassembly,
+//! Not supported: IKE (keys come from the policy), transport mode, IPv6 (inner or
+//! outer), NAT traversal (ESP in UDP), fragmentation or reassembly,
 //! ciphers other than AES-GCM with a 16-byte ICV, RFC 6040 ECN propagation, inbound
 //! "SPD" checks beyond the optional inner-source `selector`.
 //!
@@ -56,6 +58,7 @@
 //! remote = "198.51.100.1"   # outer destination: the peer gateway
 //! selector = "10.2.0.0/16"  # inner destinations sent through this SA
 //! ttl = 64                  # optional; outer TTL
+//! esn = false               # optional; 64-bit extended sequence numbers (both ends)
 //!
 //! [[tenant.policy.inbound]]
 //! spi = 0x2001
@@ -208,14 +211,18 @@ pub enum SealError {
 /// Builds one ESP packet in place and returns its length ([`esp_len`] of the payload).
 ///
 /// On entry `esp[16..16 + payload_len]` holds the payload (16: ESP header and IV). On
-/// return `esp[..len]` is the packet: SPI, `seq`, `iv`, the encrypted payload, padding
-/// (1, 2, 3, …), pad length and `next_header`, then the ICV over SPI ‖ `seq` (AAD) and
-/// the ciphertext, with nonce salt ‖ `iv`. The caller guarantees `iv` is never reused
-/// under this key (the NF uses the sequence number).
+/// return `esp[..len]` is the packet: SPI, `seq` (the low 32 bits of the sequence
+/// number), `iv`, the encrypted payload, padding (1, 2, 3, …), pad length and
+/// `next_header`, then the ICV over the AAD and the ciphertext, with nonce salt ‖ `iv`.
+/// The AAD is SPI ‖ `seq`, or SPI ‖ `seq_hi` ‖ `seq` with extended sequence numbers
+/// (`seq_hi: Some(_)`, RFC 4106 §5). The caller guarantees `iv` is never reused under
+/// this key (the NF uses the sequence number).
+#[allow(clippy::too_many_arguments)]
 pub fn esp_seal(
     cipher: &EspCipher,
     spi: u32,
     seq: u32,
+    seq_hi: Option<u32>,
     iv: [u8; ESP_IV_LEN],
     next_header: u8,
     esp: &mut [u8],
@@ -233,7 +240,7 @@ pub fn esp_seal(
     }
     esp[trailer + pad] = pad as u8;
     esp[trailer + pad + 1] = next_header;
-    seal_raw(cipher, spi, seq, iv, esp)?;
+    seal_raw(cipher, spi, seq, seq_hi, iv, esp)?;
     Ok(needed)
 }
 
@@ -243,6 +250,7 @@ fn seal_raw(
     cipher: &EspCipher,
     spi: u32,
     seq: u32,
+    seq_hi: Option<u32>,
     iv: [u8; ESP_IV_LEN],
     esp: &mut [u8],
 ) -> Result<(), SealError> {
@@ -254,15 +262,16 @@ fn seal_raw(
             needed: ESP_PREFIX_LEN + ESP_ICV_LEN,
             available,
         })?;
-    let aad = aad(spi, seq);
-    esp[..ESP_HEADER_LEN].copy_from_slice(&aad);
+    let aad = Aad::new(spi, seq, seq_hi);
+    esp[..4].copy_from_slice(&spi.to_be_bytes());
+    esp[4..ESP_HEADER_LEN].copy_from_slice(&seq.to_be_bytes());
     esp[ESP_HEADER_LEN..ESP_PREFIX_LEN].copy_from_slice(&iv);
     let (body, icv) = esp.split_at_mut(icv_at);
     let tag = cipher
         .key
         .seal_in_place_separate_tag(
             cipher.nonce(&iv),
-            aead::Aad::from(aad),
+            aead::Aad::from(aad.as_bytes()),
             &mut body[ESP_PREFIX_LEN..],
         )
         .map_err(|_| SealError::TooLong)?;
@@ -270,11 +279,33 @@ fn seal_raw(
     Ok(())
 }
 
-fn aad(spi: u32, seq: u32) -> [u8; ESP_HEADER_LEN] {
-    let mut a = [0u8; ESP_HEADER_LEN];
-    a[..4].copy_from_slice(&spi.to_be_bytes());
-    a[4..].copy_from_slice(&seq.to_be_bytes());
-    a
+/// RFC 4106 §5 AAD: SPI ‖ 32-bit sequence number, or SPI ‖ 64-bit ESN.
+struct Aad {
+    bytes: [u8; 12],
+    len: usize,
+}
+
+impl Aad {
+    fn new(spi: u32, seq: u32, seq_hi: Option<u32>) -> Aad {
+        let mut bytes = [0u8; 12];
+        bytes[..4].copy_from_slice(&spi.to_be_bytes());
+        let len = match seq_hi {
+            None => {
+                bytes[4..8].copy_from_slice(&seq.to_be_bytes());
+                8
+            }
+            Some(hi) => {
+                bytes[4..8].copy_from_slice(&hi.to_be_bytes());
+                bytes[8..12].copy_from_slice(&seq.to_be_bytes());
+                12
+            }
+        };
+        Aad { bytes, len }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 /// What [`esp_open`] found in a verified ESP packet.
@@ -282,7 +313,7 @@ fn aad(spi: u32, seq: u32) -> [u8; ESP_HEADER_LEN] {
 pub struct EspOpened {
     /// The packet's SPI.
     pub spi: u32,
-    /// The packet's sequence number.
+    /// The packet's sequence number (its low 32 bits, with ESN).
     pub seq: u32,
     /// Bytes of payload (before padding), now at the start of the buffer.
     pub payload_len: usize,
@@ -311,12 +342,19 @@ pub enum OpenError {
 
 /// Verifies and decrypts the ESP packet `buf[esp_at..]` (header through ICV, nothing
 /// after it) and moves the plaintext to the start of `buf`, overwriting what is before
-/// the packet (an outer IP header, for tunnel mode).
+/// the packet (an outer IP header, for tunnel mode). With extended sequence numbers,
+/// `seq_hi` is the high half the receiver inferred ([`ReplayWindow::infer_esn`]); it is
+/// authenticated, not transmitted.
 ///
 /// On success `buf[..payload_len]` is the payload; the trailer is checked (padding bytes
 /// 1, 2, 3, …). [`OpenError::BadPadding`] is returned only for authentic packets. On any
 /// error the contents of `buf` are unspecified.
-pub fn esp_open(cipher: &EspCipher, buf: &mut [u8], esp_at: usize) -> Result<EspOpened, OpenError> {
+pub fn esp_open(
+    cipher: &EspCipher,
+    buf: &mut [u8],
+    esp_at: usize,
+    seq_hi: Option<u32>,
+) -> Result<EspOpened, OpenError> {
     let esp = buf.get(esp_at..).ok_or(OpenError::Truncated)?;
     // Smallest ciphertext: 4 bytes (2 of padding, pad length, next header).
     if esp.len() < ESP_PREFIX_LEN + 4 + ESP_ICV_LEN {
@@ -333,7 +371,7 @@ pub fn esp_open(cipher: &EspCipher, buf: &mut [u8], esp_at: usize) -> Result<Esp
         .key
         .open_within(
             cipher.nonce(&iv),
-            aead::Aad::from(aad(spi, seq)),
+            aead::Aad::from(Aad::new(spi, seq, seq_hi).as_bytes()),
             buf,
             esp_at + ESP_PREFIX_LEN..,
         )
@@ -375,7 +413,7 @@ pub enum ReplayError {
     TooOld,
 }
 
-/// RFC 4303 §3.4.3 receiver window over 32-bit sequence numbers.
+/// RFC 4303 §3.4.3 receiver window over sequence numbers (32-bit, or 64-bit with ESN).
 ///
 /// The bitmap is a ring of 64-bit words indexed by `seq / 64` (RFC 6479's layout): moving
 /// the window right clears whole words, never shifts. It keeps one spare word so the
@@ -384,7 +422,7 @@ pub enum ReplayError {
 #[derive(Clone, Debug, Default)]
 pub struct ReplayWindow {
     size: u32,
-    top: u32,
+    top: u64,
     bits: Vec<u64>,
 }
 
@@ -406,28 +444,54 @@ impl ReplayWindow {
     }
 
     /// Highest sequence number accepted so far (0: none).
-    pub fn top(&self) -> u32 {
+    pub fn top(&self) -> u64 {
         self.top
     }
 
     #[inline]
-    fn slot(&self, seq: u32) -> (usize, u64) {
+    fn slot(&self, seq: u64) -> (usize, u64) {
         (
             ((seq >> 6) as usize) & (self.bits.len() - 1),
             1u64 << (seq & 63),
         )
     }
 
+    /// The full 64-bit sequence number of a packet carrying the low half `seq_lo`, as
+    /// RFC 4303 Appendix A2.2 infers it: the high half of the window's top, one more when
+    /// `seq_lo` is below the window (the counter wrapped), one less when the window
+    /// straddles a wrap and `seq_lo` is in its older part. The ICV then tells whether the
+    /// guess was the sender's number.
+    #[inline]
+    pub fn infer_esn(&self, seq_lo: u32) -> u64 {
+        let (th, tl) = ((self.top >> 32) as u32, self.top as u32);
+        let span = self.size.saturating_sub(1);
+        let bottom = tl.wrapping_sub(span);
+        let hi = if tl >= span {
+            // Case A: the window lies within one 2^32 subspace.
+            if seq_lo >= bottom {
+                th
+            } else {
+                th.wrapping_add(1)
+            }
+        } else if seq_lo >= bottom {
+            // Case B, older part of a window that straddles a wrap (none below 0).
+            th.saturating_sub(1)
+        } else {
+            th
+        };
+        (u64::from(hi) << 32) | u64::from(seq_lo)
+    }
+
     /// Whether `seq` may be accepted: new, and not left of the window.
     #[inline]
-    pub fn check(&self, seq: u32) -> Result<(), ReplayError> {
+    pub fn check(&self, seq: u64) -> Result<(), ReplayError> {
         if seq == 0 || self.bits.is_empty() {
             return Err(ReplayError::TooOld);
         }
         if seq > self.top {
             return Ok(());
         }
-        if self.top - seq >= self.size {
+        if self.top - seq >= u64::from(self.size) {
             return Err(ReplayError::TooOld);
         }
         let (w, b) = self.slot(seq);
@@ -441,13 +505,13 @@ impl ReplayWindow {
     /// Records `seq` as received (after [`check`](Self::check) passed and the ICV was
     /// verified), sliding the window when `seq` is the new highest.
     #[inline]
-    pub fn accept(&mut self, seq: u32) {
+    pub fn accept(&mut self, seq: u64) {
         if self.bits.is_empty() {
             return;
         }
         if seq > self.top {
             let (old, new) = (self.top >> 6, seq >> 6);
-            let stale = (new - old).min(self.bits.len() as u32);
+            let stale = (new - old).min(self.bits.len() as u64);
             for i in 1..=stale {
                 let w = (old.wrapping_add(i) as usize) & (self.bits.len() - 1);
                 self.bits[w] = 0;
@@ -500,6 +564,9 @@ pub struct OutboundSaPolicy {
     pub selector: String,
     /// Outer TTL (default 64).
     pub ttl: Option<u8>,
+    /// Extended (64-bit) sequence numbers, RFC 4303 §2.2.1; both ends must agree.
+    #[serde(default)]
+    pub esn: bool,
 }
 
 /// One inbound SA: ESP from `remote` to `local` with this SPI is decapsulated.
@@ -518,6 +585,9 @@ pub struct InboundSaPolicy {
     pub selector: Option<String>,
     /// Anti-replay window for this SA (default: the tenant's `replay_window`).
     pub replay_window: Option<u32>,
+    /// Extended (64-bit) sequence numbers; both ends must agree.
+    #[serde(default)]
+    pub esn: bool,
 }
 
 /// A tenant's IPsec policy (see the module doc for a TOML example).
@@ -721,8 +791,11 @@ struct OutboundSa {
     remote: [u8; 4],
     selector: Prefix,
     ttl: u8,
-    /// Next sequence number to send; past `u32::MAX` the SA is exhausted.
+    esn: bool,
+    /// Next sequence number to send (the IV, and with ESN the whole 64-bit number).
     next_seq: u64,
+    /// The last number (2³² − 1, or 2⁶⁴ − 1 with ESN) was sent.
+    exhausted: bool,
 }
 
 #[derive(Debug)]
@@ -732,6 +805,7 @@ struct InboundSa {
     local: [u8; 4],
     remote: [u8; 4],
     selector: Option<Prefix>,
+    esn: bool,
     window: ReplayWindow,
 }
 
@@ -912,7 +986,9 @@ impl IpsecState {
                 remote,
                 selector,
                 ttl,
+                esn: sa.esn,
                 next_seq: 1,
+                exhausted: false,
             });
         }
         outbound.sort_by_key(|sa| std::cmp::Reverse(sa.selector.len));
@@ -947,6 +1023,7 @@ impl IpsecState {
                 local,
                 remote,
                 selector,
+                esn: sa.esn,
                 window: ReplayWindow::new(window),
             });
         }
@@ -988,7 +1065,7 @@ impl IpsecState {
     }
 
     /// Highest sequence number accepted on the inbound SA with `spi`.
-    pub fn inbound_top(&self, spi: u32) -> Option<u32> {
+    pub fn inbound_top(&self, spi: u32) -> Option<u64> {
         self.inbound
             .iter()
             .find(|sa| sa.spi == spi)
@@ -1040,11 +1117,13 @@ impl IpsecState {
         };
         let (dscp, df) = (inner.dcp(), inner.dont_fragment());
         let sa = &mut self.outbound[sa];
-        if sa.next_seq > u64::from(u32::MAX) {
+        if sa.exhausted {
             self.counters.seq_exhausted += 1;
             return Verdict::Drop(DropCause::Policy);
         }
-        let seq = sa.next_seq as u32;
+        let full_seq = sa.next_seq;
+        let seq = full_seq as u32;
+        let seq_hi = sa.esn.then_some((full_seq >> 32) as u32);
         let inner_len = end - l3;
         let esp_total = esp_len(inner_len);
         let outer_total = OUTER_IP_LEN + esp_total;
@@ -1073,11 +1152,12 @@ impl IpsecState {
         let esp_at = l3 + OUTER_IP_LEN;
         data.copy_within(l3..end, esp_at + ESP_PREFIX_LEN);
         data[l3..esp_at].copy_from_slice(&outer.to_bytes());
-        let iv = u64::from(seq).to_be_bytes();
+        let iv = full_seq.to_be_bytes();
         if esp_seal(
             &sa.cipher,
             sa.spi,
             seq,
+            seq_hi,
             iv,
             NEXT_HEADER_IPV4,
             &mut data[esp_at..],
@@ -1089,7 +1169,16 @@ impl IpsecState {
             self.counters.too_big += 1;
             return Verdict::Drop(DropCause::Policy);
         }
-        sa.next_seq += 1;
+        let last = if sa.esn {
+            u64::MAX
+        } else {
+            u64::from(u32::MAX)
+        };
+        if full_seq == last {
+            sa.exhausted = true;
+        } else {
+            sa.next_seq += 1;
+        }
         if let Some(eth) = self.outbound_eth {
             eth.apply(data);
         }
@@ -1104,7 +1193,7 @@ impl IpsecState {
     fn decapsulate(&mut self, pkt: &mut Packet<'_>, src: [u8; 4], dst: [u8; 4]) -> Verdict {
         let (l3, l4, end) = (pkt.l3_offset(), pkt.l4_offset(), pkt.ip_end());
         let c = &mut self.counters;
-        let Some((spi, seq)) = pkt.data().get(l4..end).and_then(esp_header) else {
+        let Some((spi, seq_lo)) = pkt.data().get(l4..end).and_then(esp_header) else {
             c.truncated += 1;
             return Verdict::Drop(DropCause::Malformed);
         };
@@ -1117,6 +1206,11 @@ impl IpsecState {
             c.wrong_endpoint += 1;
             return Verdict::Drop(DropCause::Integrity);
         }
+        let seq = if sa.esn {
+            sa.window.infer_esn(seq_lo)
+        } else {
+            u64::from(seq_lo)
+        };
         match sa.window.check(seq) {
             Ok(()) => {}
             Err(ReplayError::Duplicate) => {
@@ -1132,7 +1226,8 @@ impl IpsecState {
             c.truncated += 1;
             return Verdict::Drop(DropCause::Malformed);
         };
-        let opened = match esp_open(&sa.cipher, frame, l4 - l3) {
+        let seq_hi = sa.esn.then_some((seq >> 32) as u32);
+        let opened = match esp_open(&sa.cipher, frame, l4 - l3, seq_hi) {
             Ok(o) => o,
             Err(e) => {
                 let (counter, cause) = match e {
@@ -1293,6 +1388,7 @@ mod tests {
             remote: GW_B.into(),
             selector: selector.into(),
             ttl: None,
+            esn: false,
         }
     }
 
@@ -1304,6 +1400,7 @@ mod tests {
             remote: GW_A.into(),
             selector: None,
             replay_window: None,
+            esn: false,
         }
     }
 
@@ -1571,48 +1668,75 @@ mod tests {
     #[test]
     fn replay_window_matches_a_reference_model() {
         for size in [1u32, 2, 31, 32, 63, 64, 65, 100, 128, 1000, 4096] {
-            let mut w = ReplayWindow::new(size);
-            let mut seen = BTreeSet::new();
-            let mut top = 0u32;
-            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(size);
-            for _ in 0..20_000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                // Mostly near the top, sometimes far behind, sometimes a jump ahead.
-                let seq = match x % 10 {
-                    0 => (x >> 8) as u32 % (top + 1),
-                    1 => top.saturating_add((x >> 8) as u32 % 20_000),
-                    _ => (top + 8).saturating_sub((x >> 8) as u32 % (size + 16)),
-                };
-                let want = if seq == 0 || (seq <= top && top - seq >= size) {
-                    Err(ReplayError::TooOld)
-                } else if seen.contains(&seq) {
-                    Err(ReplayError::Duplicate)
-                } else {
-                    Ok(())
-                };
-                assert_eq!(w.check(seq), want, "size {size} top {top} seq {seq}");
-                if want.is_ok() {
-                    w.accept(seq);
-                    seen.insert(seq);
-                    top = top.max(seq);
+            // Start at 0 and just below 2^32 (the 32-bit and ESN boundary).
+            for start in [0u64, (1 << 32) - 5_000] {
+                let mut w = ReplayWindow::new(size);
+                let mut seen = BTreeSet::new();
+                let mut top = start;
+                if start > 0 {
+                    w.accept(start);
+                    seen.insert(start);
                 }
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(size) ^ start;
+                for _ in 0..20_000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Mostly near the top, sometimes far behind, sometimes a jump ahead.
+                    let r = x >> 8;
+                    let seq = match x % 10 {
+                        0 => r % (top + 1),
+                        1 => top + r % 20_000,
+                        _ => (top + 8).saturating_sub(r % (u64::from(size) + 16)),
+                    };
+                    let want = if seq == 0 || (seq <= top && top - seq >= u64::from(size)) {
+                        Err(ReplayError::TooOld)
+                    } else if seen.contains(&seq) {
+                        Err(ReplayError::Duplicate)
+                    } else {
+                        Ok(())
+                    };
+                    // ESN inference recovers every number the window could still accept.
+                    if seq > top.saturating_sub(u64::from(size)) && seq <= top + (1 << 31) {
+                        assert_eq!(w.infer_esn(seq as u32), seq, "size {size} top {top}");
+                    }
+                    assert_eq!(w.check(seq), want, "size {size} top {top} seq {seq}");
+                    if want.is_ok() {
+                        w.accept(seq);
+                        seen.insert(seq);
+                        top = top.max(seq);
+                    }
+                }
+                assert_eq!(w.top(), top);
             }
-            assert_eq!(w.top(), top);
         }
     }
 
     #[test]
-    fn replay_window_near_u32_max() {
+    fn replay_window_across_the_32_bit_boundary() {
+        let max = u64::from(u32::MAX);
         let mut w = ReplayWindow::new(64);
-        w.accept(u32::MAX - 1);
-        assert_eq!(w.check(u32::MAX), Ok(()));
-        w.accept(u32::MAX);
-        assert_eq!(w.check(u32::MAX), Err(ReplayError::Duplicate));
-        assert_eq!(w.check(u32::MAX - 63), Ok(()));
-        assert_eq!(w.check(u32::MAX - 64), Err(ReplayError::TooOld));
+        w.accept(max - 1);
+        assert_eq!(w.check(max), Ok(()));
+        w.accept(max);
+        assert_eq!(w.check(max), Err(ReplayError::Duplicate));
+        assert_eq!(w.check(max - 63), Ok(()));
+        assert_eq!(w.check(max - 64), Err(ReplayError::TooOld));
         assert_eq!(w.check(0), Err(ReplayError::TooOld));
+        // With ESN the counter goes on: low half 0 after the wrap is 2^32.
+        assert_eq!(w.infer_esn(0), 1 << 32);
+        assert_eq!(w.infer_esn(u32::MAX - 10), max - 10);
+        w.accept(1 << 32);
+        w.accept((1 << 32) + 5);
+        // The window now straddles the wrap (case B): old low halves belong to 0.
+        assert_eq!(w.infer_esn(u32::MAX - 3), max - 3);
+        assert_eq!(w.infer_esn(3), (1 << 32) + 3);
+        assert_eq!(w.check(max - 3), Ok(()));
+        assert_eq!(w.check(max), Err(ReplayError::Duplicate));
+        // An empty window guesses the first subspace.
+        let fresh = ReplayWindow::new(64);
+        assert_eq!((fresh.infer_esn(7), fresh.infer_esn(u32::MAX)), (7, max));
+        assert_eq!(ReplayWindow::default().infer_esn(7), 7);
     }
 
     #[test]
@@ -1666,7 +1790,7 @@ mod tests {
         let cipher = EspCipher::new(&parse_hex(k).unwrap()).unwrap();
         let mut esp = vec![0u8; ESP_PREFIX_LEN + plain.len() + ESP_ICV_LEN];
         esp[ESP_PREFIX_LEN..ESP_PREFIX_LEN + plain.len()].copy_from_slice(plain);
-        seal_raw(&cipher, spi, seq, [9; 8], &mut esp).unwrap();
+        seal_raw(&cipher, spi, seq, None, [9; 8], &mut esp).unwrap();
         let mut v = Vec::new();
         PacketBuilder::ethernet2([1; 6], [2; 6])
             .ipv4([203, 0, 113, 1], [198, 51, 100, 1], 64)
@@ -1718,7 +1842,7 @@ mod tests {
         );
         assert_eq!(
             b.inbound_top(0x1001),
-            Some(cases.len() as u32),
+            Some(cases.len() as u64),
             "authentic: window moved"
         );
 
@@ -1849,6 +1973,75 @@ mod tests {
         assert_eq!(v, Verdict::Drop(DropCause::Policy));
         assert_eq!(a.counters().seq_exhausted, 1);
         assert_eq!(run(&mut b, &last).0, Verdict::Pass);
+    }
+
+    fn esn_pair(a_esn: bool, b_esn: bool) -> (IpsecState, IpsecState) {
+        let a = IpsecPolicy {
+            outbound: vec![OutboundSaPolicy {
+                esn: a_esn,
+                ..out_sa(0x1001, &key(1), "10.2.0.0/16")
+            }],
+            ..Default::default()
+        };
+        let b = IpsecPolicy {
+            inbound: vec![InboundSaPolicy {
+                esn: b_esn,
+                ..in_sa(0x1001, &key(1))
+            }],
+            ..Default::default()
+        };
+        (
+            IpsecState::from_policy(&a, 8).unwrap(),
+            IpsecState::from_policy(&b, 8).unwrap(),
+        )
+    }
+
+    #[test]
+    fn extended_sequence_numbers_cross_the_32_bit_wrap() {
+        let (mut a, mut b) = esn_pair(true, true);
+        let start = (1u64 << 32) - 3;
+        a.outbound[0].next_seq = start;
+        let pkts: Vec<Vec<u8>> = (0..8).map(|i| esp_frame(&mut a, &[i; 5])).collect();
+        for (i, p) in pkts.iter().enumerate() {
+            let full = start + i as u64;
+            assert_eq!(
+                esp_header(&p[34..]).unwrap().1,
+                full as u32,
+                "low half on the wire"
+            );
+            assert_eq!(&p[42..50], &full.to_be_bytes(), "IV is the 64-bit number");
+        }
+        // Out of order across the wrap, then replays of both sides of it.
+        for i in [0, 4, 1, 3, 7, 2, 6, 5] {
+            assert_eq!(run(&mut b, &pkts[i]).0, Verdict::Pass, "packet {i}");
+        }
+        assert_eq!(b.inbound_top(0x1001), Some(start + 7));
+        for i in [1, 6] {
+            assert_eq!(run(&mut b, &pkts[i]).0, Verdict::Drop(DropCause::Replay));
+        }
+        assert_eq!(b.counters().decapsulated, 8);
+
+        // Both ends must agree: a 12-byte AAD never verifies as an 8-byte one.
+        let (mut a, mut b) = esn_pair(true, false);
+        assert_eq!(
+            run(&mut b, &esp_frame(&mut a, b"x")).0,
+            Verdict::Drop(DropCause::Integrity)
+        );
+        let (mut a, mut b) = esn_pair(false, true);
+        assert_eq!(
+            run(&mut b, &esp_frame(&mut a, b"x")).0,
+            Verdict::Drop(DropCause::Integrity)
+        );
+
+        // An ESN SA is exhausted only after 2^64 - 1.
+        let (mut a, mut b) = esn_pair(true, true);
+        a.outbound[0].next_seq = u64::MAX;
+        b.inbound[0].window.accept(u64::MAX - 1);
+        let last = esp_frame(&mut a, b"last");
+        assert_eq!(run(&mut b, &last).0, Verdict::Pass);
+        let (v, _) = run(&mut a, &udp([10, 1, 0, 1], [10, 2, 0, 1], b"none left"));
+        assert_eq!(v, Verdict::Drop(DropCause::Policy));
+        assert_eq!(a.counters().seq_exhausted, 1);
     }
 
     #[test]

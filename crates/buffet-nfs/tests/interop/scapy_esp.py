@@ -4,13 +4,15 @@
 Tunnel-mode ESP with AES-GCM (RFC 4106, 16-byte ICV), through scapy's own
 SecurityAssociation; nothing here knows about Buffet.
 
-  scapy_esp.py decrypt IN.pcap SPI KEYHEX
+  scapy_esp.py decrypt IN.pcap SPI KEYHEX [ESN_HI]
       For every frame: the decrypted inner IPv4 packet in hex, or "ERR <exception>"
-      when scapy refuses it (a bad ICV raises IPSecIntegrityError).
-  scapy_esp.py encrypt OUT.pcap SPI KEYHEX SRC DST COUNT
+      when scapy refuses it (a bad ICV raises IPSecIntegrityError). With ESN_HI, the SA
+      uses extended sequence numbers whose high 32 bits are ESN_HI.
+  scapy_esp.py encrypt OUT.pcap SPI KEYHEX SRC DST COUNT [ESN_START]
       Encrypts COUNT inner packets (UDP of growing sizes, TCP, ICMP) with sequence
-      numbers 1..COUNT, writes the Ethernet frames to OUT.pcap and prints each inner
-      IPv4 packet in hex, one per line.
+      numbers 1..COUNT (or, with extended sequence numbers, ESN_START, ESN_START+1, ...),
+      writes the Ethernet frames to OUT.pcap and prints each inner IPv4 packet in hex,
+      one per line.
 
 KEYHEX is RFC 4106 keying material: the AES key followed by the 4-byte salt.
 Run with Debian's /usr/bin/python3 (python3-scapy, python3-cryptography).
@@ -46,19 +48,28 @@ def main(argv):
     cmd = argv[1]
     if cmd == "decrypt":
         path, spi, keyhex = argv[2], int(argv[3], 0), argv[4]
+        esn = {"esn_en": True, "esn": int(argv[5], 0)} if len(argv) > 5 else {}
         s = sa(spi, keyhex)
         for frame in rdpcap(path):
             try:
-                print(bytes(s.decrypt(frame[IP])).hex())
+                print(bytes(s.decrypt(frame[IP], **esn)).hex())
             except Exception as e:  # noqa: BLE001 - the exception's name is the answer
                 print("ERR", type(e).__name__)
     elif cmd == "encrypt":
         path, spi, keyhex, src, dst, count = argv[2], int(argv[3], 0), argv[4], argv[5], argv[6], int(argv[7])
+        esn_start = int(argv[8], 0) if len(argv) > 8 else None
         s = sa(spi, keyhex, src, dst)
         frames = []
         for i in range(count):
             p = IP(bytes(inner(i)))  # fill in lengths and checksums once
-            frames.append(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / s.encrypt(p))
+            if esn_start is None:
+                e = s.encrypt(p)
+            else:
+                # scapy takes the low half from the SA's counter, the high half as `esn`.
+                full = esn_start + i
+                s.seq_num = full & 0xFFFFFFFF
+                e = s.encrypt(p, esn_en=True, esn=full >> 32)
+            frames.append(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / e)
             print(bytes(p).hex())
         wrpcap(path, frames)
     else:
