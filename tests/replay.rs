@@ -230,3 +230,73 @@ fn replay_rejects_a_bad_tenants_file_and_runs_nothing() {
         "{err}"
     );
 }
+
+#[test]
+fn replay_runs_a_firewall_per_tenant_with_overlapping_addresses() {
+    // Two tenants with the same private addresses, told apart by VLAN: each has its own
+    // ACL, and the drops land on the right tenant.
+    let dir = tempfile::tempdir().unwrap();
+    let vlan_udp = |vlan: u16, dport: u16| {
+        let mut v = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .single_vlan(etherparse::VlanId::try_new(vlan).unwrap())
+            .ipv4([192, 168, 0, 1], [192, 168, 0, 2], 64)
+            .udp(40000, dport)
+            .write(&mut v, b"x")
+            .unwrap();
+        v
+    };
+    let mut frames = Vec::new();
+    for _ in 0..10 {
+        frames.push(vlan_udp(100, 53));
+        frames.push(vlan_udp(100, 123));
+        frames.push(vlan_udp(200, 53));
+        frames.push(vlan_udp(200, 123));
+    }
+    let input = dir.path().join("in.pcap");
+    write_pcap(&input, &frames);
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(
+        &tenants,
+        r#"
+[[tenant]]
+id = 1
+name = "dns-only"
+rules = [ { vlan = 100 } ]
+[tenant.policy]
+default = "deny"
+rules = [ { action = "allow", proto = "udp", dst_port = 53 } ]
+
+[[tenant]]
+id = 2
+name = "no-dns"
+rules = [ { vlan = 200 } ]
+[tenant.policy]
+default = "allow"
+rules = [ { action = "deny", proto = "udp", dst_port = 53 } ]
+"#,
+    )
+    .unwrap();
+    let stats = dir.path().join("stats.json");
+    let run = buffet()
+        .args(["replay", "--nf", "firewall", "--no-pin"])
+        .arg("--tenants")
+        .arg(&tenants)
+        .arg("--input")
+        .arg(&input)
+        .arg("--stats-json")
+        .arg(&stats)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    for t in json["tenants"].as_array().unwrap() {
+        assert_eq!(t["packets"], 20, "{t}");
+        assert_eq!(t["passed"], 10, "{t}");
+        assert_eq!(t["drops"]["policy"], 10, "{t}");
+    }
+}

@@ -74,9 +74,7 @@ impl PacketSink for PcapSink {
 pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
     let tenants = crate::tenants::load(&a.tenants)?;
-    match a.nf {
-        NfName::Monitor => replay_with(buffet_nfs::Monitor::default(), a, &tenants),
-    }
+    crate::with_nf!(a.nf, |nf| replay_with(nf, a, &tenants))
 }
 
 fn replay_with<N: NetworkFunction>(
