@@ -48,6 +48,8 @@ fn traffic(tenants: u32) -> Vec<(u32, Vec<u8>)> {
     out
 }
 
+// Boxed like the Worker Pool's buffers, which travel between threads as one pointer.
+#[allow(clippy::vec_box)]
 fn mbufs(traffic: &[(u32, Vec<u8>)]) -> Vec<Box<Mbuf>> {
     traffic
         .iter()
