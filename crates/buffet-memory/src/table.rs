@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::mem;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::{ArcSwapOption, Guard};
@@ -223,6 +223,11 @@ impl<S> fmt::Debug for TenantRef<S> {
 /// The Tenant Table: a fixed number of slots, each empty or holding one [`TenantEntry`].
 pub struct TenantTable<S> {
     slots: Box<[ArcSwapOption<TenantEntry<S>>]>,
+    /// Per slot: bumped after every admit or remove at that slot, so a reader may cache
+    /// an entry and revalidate it with one plain load.
+    generations: Box<[AtomicU64]>,
+    /// Bumped after every admit or remove anywhere.
+    changes: AtomicU64,
     /// Control path only: tenant id -> slot. Also serialises admit/remove.
     by_id: Mutex<HashMap<TenantId, u32>>,
     len: AtomicUsize,
@@ -238,6 +243,8 @@ impl<S: Send + 'static> TenantTable<S> {
             slots: (0..capacity_slots)
                 .map(|_| ArcSwapOption::empty())
                 .collect(),
+            generations: (0..capacity_slots).map(|_| AtomicU64::new(0)).collect(),
+            changes: AtomicU64::new(0),
             by_id: Mutex::new(HashMap::new()),
             len: AtomicUsize::new(0),
             storage,
@@ -295,6 +302,7 @@ impl<S: Send + 'static> TenantTable<S> {
         });
         by_id.insert(id, slot);
         cell.store(Some(entry));
+        self.bump(slot);
         self.len.fetch_add(1, Ordering::Release);
         Ok(())
     }
@@ -321,9 +329,35 @@ impl<S: Send + 'static> TenantTable<S> {
         let cell = self.slots.get(slot as usize)?;
         let mut by_id = self.by_id();
         let old = cell.swap(None)?;
+        self.bump(slot);
         by_id.remove(&old.id);
         self.len.fetch_sub(1, Ordering::Release);
         Some(old)
+    }
+
+    /// Marks `slot` changed; called after the slot's new content is published, so a
+    /// reader that sees the new generation also sees the new content.
+    fn bump(&self, slot: u32) {
+        self.generations[slot as usize].fetch_add(1, Ordering::Release);
+        self.changes.fetch_add(1, Ordering::Release);
+    }
+
+    /// The generation of `slot`: it changes whenever the slot's entry is admitted or
+    /// removed. A worker that cached an entry under generation `g` may keep using it
+    /// while `generation(slot) == g` (one plain load instead of a reference-count
+    /// round trip per packet group). 0 for slots out of range.
+    #[inline]
+    pub fn generation(&self, slot: u32) -> u64 {
+        self.generations
+            .get(slot as usize)
+            .map_or(0, |g| g.load(Ordering::Acquire))
+    }
+
+    /// Admissions plus removals so far, anywhere in the table: cheap to poll for
+    /// "something changed, revalidate cached entries".
+    #[inline]
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// Number of admitted tenants.

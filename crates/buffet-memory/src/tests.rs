@@ -473,3 +473,23 @@ fn admission_and_removal_under_traffic_lose_nothing() {
     assert_eq!(storage.stats().regions, 0);
     assert_eq!(storage.stats().in_use, 0);
 }
+
+#[test]
+fn generations_change_on_every_admit_and_remove() {
+    let table: TenantTable<u64> = TenantTable::new(storage(4), 4);
+    assert_eq!((table.generation(1), table.changes()), (0, 0));
+    table.admit(1, TenantId(10), 8, 5).unwrap();
+    let g1 = table.generation(1);
+    assert_ne!(g1, 0);
+    assert_eq!(table.generation(2), 0, "other slots keep theirs");
+    // A failed admission changes nothing.
+    assert!(table.admit(1, TenantId(11), 8, 6).is_err());
+    assert_eq!(table.generation(1), g1);
+    table.remove(1).unwrap();
+    let g2 = table.generation(1);
+    assert_ne!(g2, g1);
+    table.admit(1, TenantId(12), 8, 7).unwrap();
+    assert_ne!(table.generation(1), g2);
+    assert_eq!(table.changes(), 3);
+    assert_eq!(table.generation(99), 0, "out of range");
+}

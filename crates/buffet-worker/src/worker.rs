@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use buffet_dispatch::{TenantSlot, WorkerId};
-use buffet_memory::TenantTable;
+use buffet_memory::{TenantEntry, TenantTable};
 use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
@@ -64,6 +64,7 @@ pub struct Engine<N: NetworkFunction> {
     shared: Shared<N>,
     counters: Arc<WorkerCounters>,
     groups: Groups,
+    cache: EntryCache<N::State>,
 }
 
 impl<N: NetworkFunction> WorkerThread<N> {
@@ -116,6 +117,7 @@ impl<N: NetworkFunction> Engine<N> {
             shared,
             counters,
             groups: Groups::default(),
+            cache: EntryCache::default(),
         }
     }
 
@@ -141,6 +143,7 @@ impl<N: NetworkFunction> Engine<N> {
             shared,
             counters: Arc::new(WorkerCounters::new(cap)),
             groups: Groups::default(),
+            cache: EntryCache::default(),
         }
     }
 
@@ -155,13 +158,17 @@ impl<N: NetworkFunction> Engine<N> {
     pub fn process(&mut self, burst: &mut [Box<Mbuf>]) {
         let t0 = sys::cycles();
         let mut groups = std::mem::take(&mut self.groups);
+        let mut cache = std::mem::take(&mut self.cache);
         groups.build(burst);
+        cache.revalidate(&self.shared.table);
         let mut t = t0;
         for g in 0..groups.active.len() {
             let (tenant, members) = groups.group(g);
-            t = self.run_group(TenantSlot(tenant), burst, members, t);
+            let entry = cache.lookup(&self.shared.table, tenant);
+            t = self.run_group(TenantSlot(tenant), entry, burst, members, t);
         }
         self.groups = groups;
+        self.cache = cache;
         bump(&self.counters.packets, burst.len() as u64);
         bump(&self.counters.bursts, 1);
         bump(&self.counters.busy_cycles, t.wrapping_sub(t0));
@@ -172,6 +179,7 @@ impl<N: NetworkFunction> Engine<N> {
     fn run_group(
         &self,
         tenant: TenantSlot,
+        entry: Option<&TenantEntry<N::State>>,
         burst: &mut [Box<Mbuf>],
         members: &[u32],
         t0: u64,
@@ -183,8 +191,7 @@ impl<N: NetworkFunction> Engine<N> {
             .quarantined
             .get(idx)
             .is_none_or(|q| q.load(Ordering::Acquire));
-        let entry = self.shared.table.get(tenant.0);
-        match (&*entry, quarantined) {
+        match (entry, quarantined) {
             (Some(entry), false) => {
                 let id = entry.id();
                 let nf = &*self.shared.nf;
@@ -310,6 +317,67 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "handler panicked".to_string()
+    }
+}
+
+/// A worker's cache of Tenant Table entries, revalidated by slot generation: a hit costs
+/// one plain load instead of an atomic reference-count round trip per Packet Buffer.
+/// When anything in the table changed, entries whose slot moved on are dropped, so a
+/// removed tenant's region is released even if its slot is never seen again.
+struct EntryCache<S> {
+    entries: Vec<Option<(u64, Arc<TenantEntry<S>>)>>,
+    /// Slots with a cached entry.
+    cached: Vec<u32>,
+    seen_changes: u64,
+}
+
+impl<S> Default for EntryCache<S> {
+    fn default() -> Self {
+        EntryCache {
+            entries: Vec::new(),
+            cached: Vec::new(),
+            seen_changes: 0,
+        }
+    }
+}
+
+impl<S: Send + 'static> EntryCache<S> {
+    fn revalidate(&mut self, table: &TenantTable<S>) {
+        let changes = table.changes();
+        if changes == self.seen_changes {
+            return;
+        }
+        self.seen_changes = changes;
+        let entries = &mut self.entries;
+        self.cached.retain(|&slot| {
+            let keep =
+                matches!(&entries[slot as usize], Some((g, _)) if *g == table.generation(slot));
+            if !keep {
+                entries[slot as usize] = None;
+            }
+            keep
+        });
+    }
+
+    #[inline]
+    fn lookup(&mut self, table: &TenantTable<S>, slot: u32) -> Option<&TenantEntry<S>> {
+        let i = slot as usize;
+        let generation = table.generation(slot);
+        if i >= self.entries.len() {
+            self.entries
+                .resize_with((i + 1).max(table.capacity() as usize), || None);
+        }
+        let hit = matches!(&self.entries[i], Some((g, _)) if *g == generation);
+        if !hit {
+            let was_cached = self.entries[i].is_some();
+            self.entries[i] = table.get_arc(slot).map(|e| (generation, e));
+            match (was_cached, self.entries[i].is_some()) {
+                (false, true) => self.cached.push(slot),
+                (true, false) => self.cached.retain(|&s| s != slot),
+                _ => {}
+            }
+        }
+        self.entries[i].as_ref().map(|(_, e)| &**e)
     }
 }
 
