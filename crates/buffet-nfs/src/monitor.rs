@@ -60,7 +60,11 @@ impl FlowTable {
     /// [`PROBE_WINDOW`]).
     pub fn with_capacity(capacity: usize) -> Self {
         let cap = capacity.max(PROBE_WINDOW).next_power_of_two();
-        FlowTable { slots: vec![None; cap], mask: cap - 1, ..FlowTable::default() }
+        FlowTable {
+            slots: vec![None; cap],
+            mask: cap - 1,
+            ..FlowTable::default()
+        }
     }
 
     /// Records one packet. Never allocates.
@@ -176,7 +180,9 @@ pub struct Monitor {
 
 impl Default for Monitor {
     fn default() -> Self {
-        Monitor { max_flows: DEFAULT_FLOWS }
+        Monitor {
+            max_flows: DEFAULT_FLOWS,
+        }
     }
 }
 
@@ -204,7 +210,9 @@ impl NetworkFunction for Monitor {
     }
 
     fn register(&self) -> MemorySpec {
-        let slots = (self.max_flows as usize).max(PROBE_WINDOW).next_power_of_two();
+        let slots = (self.max_flows as usize)
+            .max(PROBE_WINDOW)
+            .next_power_of_two();
         MemorySpec::with_extra::<FlowTable>(slots * std::mem::size_of::<Option<FlowStats>>())
     }
 
@@ -250,7 +258,9 @@ pub struct SingleTenantMonitor {
 impl SingleTenantMonitor {
     /// A monitor tracking up to `capacity` flows.
     pub fn new(capacity: usize) -> Self {
-        SingleTenantMonitor { table: FlowTable::with_capacity(capacity) }
+        SingleTenantMonitor {
+            table: FlowTable::with_capacity(capacity),
+        }
     }
 
     /// Processes one packet.
@@ -274,7 +284,13 @@ mod tests {
             .tcp(src_port, 80, 1, 1000);
         let b = if syn { b.syn() } else { b.ack(1) };
         b.write(&mut v, b"data").unwrap();
-        (v, PacketMeta { ts_ns: ts, ..Default::default() })
+        (
+            v,
+            PacketMeta {
+                ts_ns: ts,
+                ..Default::default()
+            },
+        )
     }
 
     #[test]
@@ -307,7 +323,9 @@ mod tests {
         assert_eq!(st.evictions(), 92);
         // The most recent flow always survives.
         let (mut b, m) = tcp(99, false, 0);
-        assert!(st.get(&Packet::parse(&mut b, m).unwrap().flow_key()).is_some());
+        assert!(st
+            .get(&Packet::parse(&mut b, m).unwrap().flow_key())
+            .is_some());
     }
 
     #[test]
