@@ -23,17 +23,32 @@ fn trace_prints_decisions_and_overload_reports() {
     //         < 2 -> times 0; pass 1.
     std::fs::write(&input, "ts_ns,tenant_id\n0,0\n0,0\n0,0\n1,2\n1,0\n2,1\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_buffet"))
-        .args(["trace", "--workers", "2", "--worker-max", "2", "--tenant-max", "2"])
+        .args([
+            "trace",
+            "--workers",
+            "2",
+            "--worker-max",
+            "2",
+            "--tenant-max",
+            "2",
+        ])
         .args(["--shift", "0", "--threshold", "0", "--input"])
         .arg(&input)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
         "0,0,pass,0\n1,0,pass,0\n2,0,drop,\n3,2,pass,1\n4,0,pass,0\n5,1,pass,1\n"
     );
-    assert_eq!(String::from_utf8(out.stderr).unwrap(), "overload,3,0,1\noverload,4,0,1\n");
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "overload,3,0,1\noverload,4,0,1\n"
+    );
 }
 
 #[test]
