@@ -11,25 +11,34 @@ use crate::lib::*;
 use crate::stack::{StackFrame, StackUsage};
 use core::ops::Range;
 
+/// An address range the program may access: `(start, len)`.
+// Buffet: ranges instead of slices, so that no Rust reference to memory the program
+// writes is alive while it runs (see `execute_program`).
+type Area = (u64, u64);
+
+fn in_area(addr: u64, addr_end: u64, area: Area) -> bool {
+    area.0 <= addr && addr_end <= area.0 + area.1
+}
+
 #[allow(clippy::too_many_arguments)]
 fn check_mem(
     addr: u64,
     len: usize,
     access_type: &str,
     insn_ptr: usize,
-    mbuff: &[u8],
-    mem: &[u8],
-    stack: &[u8],
+    mbuff: Area,
+    mem: Area,
+    stack: Area,
     allowed_memory: &HashSet<Range<u64>>,
 ) -> Result<(), Error> {
     if let Some(addr_end) = addr.checked_add(len as u64) {
-        if mbuff.as_ptr() as u64 <= addr && addr_end <= mbuff.as_ptr() as u64 + mbuff.len() as u64 {
+        if in_area(addr, addr_end, mbuff) {
             return Ok(());
         }
-        if mem.as_ptr() as u64 <= addr && addr_end <= mem.as_ptr() as u64 + mem.len() as u64 {
+        if in_area(addr, addr_end, mem) {
             return Ok(());
         }
-        if stack.as_ptr() as u64 <= addr && addr_end <= stack.as_ptr() as u64 + stack.len() as u64 {
+        if in_area(addr, addr_end, stack) {
             return Ok(());
         }
         if allowed_memory.iter().any(|range| range.contains(&addr)) {
@@ -40,17 +49,23 @@ fn check_mem(
     Err(Error::other(format!(
         "Error: out of bounds memory {} (insn #{:?}), addr {:#x}, size {:?}\nmbuff: {:#x}/{:#x}, mem: {:#x}/{:#x}, stack: {:#x}/{:#x}",
         access_type, insn_ptr, addr, len,
-        mbuff.as_ptr() as u64, mbuff.len(),
-        mem.as_ptr() as u64, mem.len(),
-        stack.as_ptr() as u64, stack.len()
+        mbuff.0, mbuff.1,
+        mem.0, mem.1,
+        stack.0, stack.1
     )))
 }
 
+/// Runs `prog_` on `mem` (packet data) and `mbuff` (metadata buffer).
+///
+/// Buffet: `mem` and `mbuff` are raw slice pointers, not `&[u8]`: the program writes
+/// through them, and a write through memory reachable from a live shared reference is
+/// undefined behaviour. Every access the program makes is checked against `mem`,
+/// `mbuff` and the stack before it happens.
 pub fn execute_program(
     prog_: Option<&[u8]>,
     stack_usage: Option<&StackUsage>,
-    mem: &[u8],
-    mbuff: &[u8],
+    mem: *mut [u8],
+    mbuff: *mut [u8],
     helpers: &HashMap<u32, ebpf::Helper>,
     allowed_memory: &HashSet<Range<u64>>,
 ) -> Result<u64, Error> {
@@ -63,7 +78,12 @@ pub fn execute_program(
             "Error: No program set, call prog_set() to load one",
         ))?,
     };
-    let stack = vec![0u8; ebpf::STACK_SIZE];
+    // Buffet: the stack lives on the host stack (no allocation per run); it is
+    // zeroed so a program never sees a previous run's bytes.
+    let mut stack = [0u8; ebpf::STACK_SIZE];
+    let stack_area: Area = (stack.as_mut_ptr() as u64, ebpf::STACK_SIZE as u64);
+    let mem_area: Area = (mem as *mut u8 as u64, mem.len() as u64);
+    let mbuff_area: Area = (mbuff as *mut u8 as u64, mbuff.len() as u64);
     let mut stacks = [StackFrame::new(); MAX_CALL_DEPTH];
     let mut stack_frame_idx = 0;
 
@@ -79,12 +99,12 @@ pub fn execute_program(
         0,
         0,
         0,
-        stack.as_ptr() as u64 + stack.len() as u64,
+        stack_area.0 + stack_area.1,
     ];
-    if !mbuff.is_empty() {
-        reg[1] = mbuff.as_ptr() as u64;
-    } else if !mem.is_empty() {
-        reg[1] = mem.as_ptr() as u64;
+    if mbuff_area.1 != 0 {
+        reg[1] = mbuff_area.0;
+    } else if mem_area.1 != 0 {
+        reg[1] = mem_area.0;
     }
 
     let check_mem_load = |addr: u64, len: usize, insn_ptr: usize| {
@@ -93,9 +113,9 @@ pub fn execute_program(
             len,
             "load",
             insn_ptr,
-            mbuff,
-            mem,
-            &stack,
+            mbuff_area,
+            mem_area,
+            stack_area,
             allowed_memory,
         )
     };
@@ -105,9 +125,9 @@ pub fn execute_program(
             len,
             "store",
             insn_ptr,
-            mbuff,
-            mem,
-            &stack,
+            mbuff_area,
+            mem_area,
+            stack_area,
             allowed_memory,
         )
     };
@@ -125,12 +145,16 @@ pub fn execute_program(
         let _src = insn.src as usize;
 
         let mut do_jump = || {
-            insn_ptr = (insn_ptr as i16 + insn.off) as usize;
+            // Buffet: isize arithmetic (upstream used i16, wrong past 32767 instructions).
+            insn_ptr = (insn_ptr as isize + insn.off as isize) as usize;
         };
 
+        // Buffet: the immediate of a 64-bit jump is sign-extended, as in Linux and in
+        // the JIT (upstream zero-extended it, so `if r1 == -1` compared against
+        // 0xffffffff).
         macro_rules! unsigned_u64 {
             ($imm:expr) => {
-                ($imm as u32) as u64
+                ($imm as i64) as u64
             };
         }
 
@@ -143,42 +167,42 @@ pub fn execute_program(
             // Since this pointer is constant, and since we already know it (mem), do not
             // bother re-fetching it, just use mem already.
             ebpf::LD_ABS_B   => reg[0] = unsafe {
-                let x = (mem.as_ptr() as u64 + (insn.imm as u32) as u64) as *const u8;
+                let x = (mem_area.0 + (insn.imm as u32) as u64) as *const u8;
                 check_mem_load(x as u64, 8, insn_ptr)?;
                 x.read_unaligned() as u64
             },
             ebpf::LD_ABS_H   => reg[0] = unsafe {
-                let x = (mem.as_ptr() as u64 + (insn.imm as u32) as u64) as *const u16;
+                let x = (mem_area.0 + (insn.imm as u32) as u64) as *const u16;
                 check_mem_load(x as u64, 8, insn_ptr)?;
                 x.read_unaligned() as u64
             },
             ebpf::LD_ABS_W   => reg[0] = unsafe {
-                let x = (mem.as_ptr() as u64 + (insn.imm as u32) as u64) as *const u32;
+                let x = (mem_area.0 + (insn.imm as u32) as u64) as *const u32;
                 check_mem_load(x as u64, 8, insn_ptr)?;
                 x.read_unaligned() as u64
             },
             ebpf::LD_ABS_DW  => reg[0] = unsafe {
-                let x = (mem.as_ptr() as u64 + (insn.imm as u32) as u64) as *const u64;
+                let x = (mem_area.0 + (insn.imm as u32) as u64) as *const u64;
                 check_mem_load(x as u64, 8, insn_ptr)?;
                 x.read_unaligned()
             },
             ebpf::LD_IND_B   => reg[0] = unsafe {
-                let x = (mem.as_ptr() as u64 + reg[_src] + (insn.imm as u32) as u64) as *const u8;
+                let x = (mem_area.0 + reg[_src] + (insn.imm as u32) as u64) as *const u8;
                 check_mem_load(x as u64, 8, insn_ptr)?;
                 x.read_unaligned() as u64
             },
             ebpf::LD_IND_H   => reg[0] = unsafe {
-                let x = (mem.as_ptr() as u64 + reg[_src] + (insn.imm as u32) as u64) as *const u16;
+                let x = (mem_area.0 + reg[_src] + (insn.imm as u32) as u64) as *const u16;
                 check_mem_load(x as u64, 8, insn_ptr)?;
                 x.read_unaligned() as u64
             },
             ebpf::LD_IND_W   => reg[0] = unsafe {
-                let x = (mem.as_ptr() as u64 + reg[_src] + (insn.imm as u32) as u64) as *const u32;
+                let x = (mem_area.0 + reg[_src] + (insn.imm as u32) as u64) as *const u32;
                 check_mem_load(x as u64, 8, insn_ptr)?;
                 x.read_unaligned() as u64
             },
             ebpf::LD_IND_DW  => reg[0] = unsafe {
-                let x = (mem.as_ptr() as u64 + reg[_src] + (insn.imm as u32) as u64) as *const u64;
+                let x = (mem_area.0 + reg[_src] + (insn.imm as u32) as u64) as *const u64;
                 check_mem_load(x as u64, 8, insn_ptr)?;
                 x.read_unaligned()
             },
@@ -282,9 +306,10 @@ pub fn execute_program(
             ebpf::RSH32_IMM  =>   reg[_dst] = (reg[_dst] as u32).wrapping_shr(insn.imm  as u32) as u64,
             ebpf::RSH32_REG  =>   reg[_dst] = (reg[_dst] as u32).wrapping_shr(reg[_src] as u32) as u64,
             ebpf::NEG32      => { reg[_dst] = (reg[_dst] as i32).wrapping_neg()                 as u64; reg[_dst] &= U32MAX; },
-            ebpf::MOD32_IMM if insn.imm as u32 == 0 => (),
+            // Buffet: modulo by zero leaves a 32-bit destination zero-extended (ISA spec).
+            ebpf::MOD32_IMM if insn.imm as u32 == 0 => reg[_dst] &= U32MAX,
             ebpf::MOD32_IMM  =>   reg[_dst] = (reg[_dst] as u32             % insn.imm  as u32) as u64,
-            ebpf::MOD32_REG if reg[_src] as u32 == 0 => (),
+            ebpf::MOD32_REG if reg[_src] as u32 == 0 => reg[_dst] &= U32MAX,
             ebpf::MOD32_REG  =>   reg[_dst] = (reg[_dst] as u32 % reg[_src]             as u32) as u64,
             ebpf::XOR32_IMM  =>   reg[_dst] = (reg[_dst] as u32             ^ insn.imm  as u32) as u64,
             ebpf::XOR32_REG  =>   reg[_dst] = (reg[_dst] as u32             ^ reg[_src] as u32) as u64,
@@ -427,7 +452,8 @@ pub fn execute_program(
                         // that read or write to the stack, check_mem_load or check_mem_store will return an error.
                         reg[10] -= stacks[stack_frame_idx].get_stack_usage().stack_usage() as u64;
                         stack_frame_idx += 1;
-                        insn_ptr += insn.imm as usize;
+                        // Buffet: a backward call has a negative offset.
+                        insn_ptr = (insn_ptr as isize + insn.imm as isize) as usize;
                     }
                     _ => {
                         Err(Error::other(
@@ -451,9 +477,10 @@ pub fn execute_program(
                 }
             }
 
-            _                => unreachable!()
+            // Buffet: errors instead of panics (the loader's verifier rejects both).
+            _                => Err(Error::other(format!("Error: unknown eBPF opcode {:#2x} (insn #{})", insn.opc, insn_ptr - 1)))?,
         };
     }
 
-    unreachable!()
+    Err(Error::other("Error: execution ran past the last instruction"))
 }

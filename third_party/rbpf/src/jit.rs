@@ -16,12 +16,28 @@ use core::mem;
 use core::ops::{Index, IndexMut};
 use core::ptr;
 
-type MachineCode = unsafe fn(*mut u8, usize, *mut u8, usize, usize, usize) -> u64;
+// Buffet: `extern "C"`: the generated prologue reads its arguments from the System V
+// argument registers.
+type MachineCode = unsafe extern "C" fn(*mut u8, usize, *mut u8, usize, usize, usize) -> u64;
 
 const PAGE_SIZE: usize = 4096;
 // TODO: check how long the page must be to be sure to support an eBPF program of maximum possible
 // length
+#[cfg(not(feature = "std"))]
 const NUM_PAGES: usize = 1;
+
+// Buffet: upper bounds on the machine code emitted, used to size the code buffer from the
+// program (upstream had one fixed page and panicked past ~800 instructions). The longest
+// sequence for one eBPF instruction is a 64-bit division by a register (about 50 bytes).
+const MAX_INSN_BYTES: usize = 64;
+const PROLOGUE_EPILOGUE_BYTES: usize = 256;
+
+// Buffet: bytes of host stack reserved for the eBPF stack. The program's frame is the top
+// `ebpf::STACK_SIZE` bytes; each bpf-to-bpf call moves the frame pointer down by
+// `LOCAL_FUNCTION_STACK_SIZE`, as the interpreter does, and the reserve covers the deepest
+// call chain the interpreter allows, so no frame can reach the saved registers.
+const JIT_STACK_RESERVE: usize =
+    ebpf::STACK_SIZE + ebpf::MAX_CALL_DEPTH * ebpf::LOCAL_FUNCTION_STACK_SIZE as usize;
 
 // Special values for target_pc in struct Jump
 const TARGET_OFFSET: isize = ebpf::PROG_MAX_INSNS as isize;
@@ -376,7 +392,7 @@ impl JitCompiler {
     fn emit_muldivmod(
         &mut self,
         mem: &mut JitMemory,
-        pc: u16,
+        pc: usize,
         opc: u8,
         src: u8,
         dst: u8,
@@ -387,6 +403,12 @@ impl JitCompiler {
         let modrm = (opc & ebpf::BPF_ALU_OP_MASK) == (ebpf::MOD32_IMM & ebpf::BPF_ALU_OP_MASK);
         let is64 = (opc & ebpf::BPF_CLS_MASK) == ebpf::BPF_ALU64;
         let is_reg = (opc & ebpf::BPF_X) == ebpf::BPF_X;
+
+        // Buffet: a 32-bit modulo zero-extends its destination, also when the divisor is
+        // zero (ISA spec); truncating first does not change the remainder.
+        if modrm && !is64 {
+            self.emit_alu32(mem, 0x89, dst, dst);
+        }
 
         if (div || mul) && !is_reg && imm == 0 {
             // Division by zero returns 0
@@ -474,9 +496,13 @@ impl JitCompiler {
         self.emit_push(mem, map_register(7));
         self.emit_push(mem, map_register(8));
         self.emit_push(mem, map_register(9));
+        // Buffet: the callee gets its own stack frame below the caller's, as in the
+        // interpreter (upstream let it overwrite the caller's frame).
+        self.emit_alu64_imm32(mem, 0x81, 5, map_register(10), ebpf::LOCAL_FUNCTION_STACK_SIZE as i32);
         // 0xe8 is the opcode for a CALL
         self.emit1(mem, 0xe8);
         self.emit_jump_offset(mem, target_pc);
+        self.emit_alu64_imm32(mem, 0x81, 0, map_register(10), ebpf::LOCAL_FUNCTION_STACK_SIZE as i32);
         self.emit_pop(mem, map_register(9));
         self.emit_pop(mem, map_register(8));
         self.emit_pop(mem, map_register(7));
@@ -544,7 +570,7 @@ impl JitCompiler {
         self.emit_mov(mem, RSP, map_register(10));
 
         // Allocate stack space
-        self.emit_alu64_imm32(mem, 0x81, 5, RSP, ebpf::STACK_SIZE as i32);
+        self.emit_alu64_imm32(mem, 0x81, 5, RSP, JIT_STACK_RESERVE as i32);
 
         // Use a call to set up a place where we can land after eBPF program's
         // final EXIT call. This will make JIT of BPF EXIT call easier in the
@@ -563,6 +589,12 @@ impl JitCompiler {
             let insn = ebpf::get_insn(prog, insn_ptr);
 
             self.pc_locs[insn_ptr] = mem.offset;
+            // Buffet: an error, never a panic, if the buffer could overflow.
+            if mem.offset + MAX_INSN_BYTES + PROLOGUE_EPILOGUE_BYTES > mem.contents.len() {
+                Err(Error::other(format!(
+                    "[JIT] Error: code buffer too small at insn #{insn_ptr:?}"
+                )))?;
+            }
 
             let dst = map_register(insn.dst);
             let src = map_register(insn.src);
@@ -653,7 +685,7 @@ impl JitCompiler {
                 | ebpf::DIV32_REG
                 | ebpf::MOD32_IMM
                 | ebpf::MOD32_REG =>
-                    self.emit_muldivmod(mem, insn_ptr as u16, insn.opc, src, dst, insn.imm),
+                    self.emit_muldivmod(mem, insn_ptr, insn.opc, src, dst, insn.imm),
                 ebpf::OR32_IMM   => self.emit_alu32_imm32(mem, 0x81, 1, dst, insn.imm),
                 ebpf::OR32_REG   => self.emit_alu32(mem, 0x09, src, dst),
                 ebpf::AND32_IMM  => self.emit_alu32_imm32(mem, 0x81, 4, dst, insn.imm),
@@ -672,13 +704,19 @@ impl JitCompiler {
                 ebpf::XOR32_IMM  => self.emit_alu32_imm32(mem, 0x81, 6, dst, insn.imm),
                 ebpf::XOR32_REG  => self.emit_alu32(mem, 0x31, src, dst),
                 ebpf::MOV32_IMM  => self.emit_alu32_imm32(mem, 0xc7, 0, dst, insn.imm),
-                ebpf::MOV32_REG  => self.emit_mov(mem, src, dst),
+                // Buffet: a 32-bit move zero-extends (upstream copied all 64 bits).
+                ebpf::MOV32_REG  => self.emit_alu32(mem, 0x89, src, dst),
                 ebpf::ARSH32_IMM => self.emit_alu32_imm8(mem, 0xc1, 7, dst, insn.imm as i8),
                 ebpf::ARSH32_REG => {
                     self.emit_mov(mem, src, RCX);
                     self.emit_alu32(mem, 0xd3, 7, dst);
                 }
-                ebpf::LE         => {}, // No-op
+                // Buffet: on a little-endian host `le16`/`le32` still truncate.
+                ebpf::LE         => match insn.imm {
+                    16 => self.emit_alu32_imm32(mem, 0x81, 4, dst, 0xffff),
+                    32 => self.emit_alu32(mem, 0x89, dst, dst),
+                    _  => {}
+                },
                 ebpf::BE         => {
                     match insn.imm {
                         16 => {
@@ -707,7 +745,7 @@ impl JitCompiler {
                 ebpf::MUL64_IMM | ebpf::MUL64_REG |
                     ebpf::DIV64_IMM | ebpf::DIV64_REG |
                     ebpf::MOD64_IMM | ebpf::MOD64_REG =>
-                    self.emit_muldivmod(mem, insn_ptr as u16, insn.opc, src, dst, insn.imm),
+                    self.emit_muldivmod(mem, insn_ptr, insn.opc, src, dst, insn.imm),
                 ebpf::OR64_IMM   => self.emit_alu64_imm32(mem, 0x81, 1, dst, insn.imm),
                 ebpf::OR64_REG   => self.emit_alu64(mem, 0x09, src, dst),
                 ebpf::AND64_IMM  => self.emit_alu64_imm32(mem, 0x81, 4, dst, insn.imm),
@@ -923,7 +961,16 @@ impl JitCompiler {
                             if let Some(helper) = helpers.get(&(insn.imm as u32)) {
                                 // We reserve RCX for shifts
                                 self.emit_mov(mem, R9, RCX);
+                                // Buffet: align the stack to 16 bytes for the call, as
+                                // the System V ABI requires (upstream called helpers with
+                                // RSP 8 bytes off). R11 is scratch.
+                                self.emit_mov(mem, RSP, R11);
+                                self.emit_alu64_imm8(mem, 0x83, 4, RSP, -16);
+                                self.emit_push(mem, R11);
+                                self.emit_push(mem, R11);
                                 self.emit_call(mem, *helper as usize);
+                                self.emit_pop(mem, R11);
+                                self.emit_pop(mem, RSP);
                             } else {
                                 Err(Error::other(
                                     format!(
@@ -974,7 +1021,7 @@ impl JitCompiler {
         }
 
         // Deallocate stack space
-        self.emit_alu64_imm32(mem, 0x81, 0, RSP, ebpf::STACK_SIZE as i32);
+        self.emit_alu64_imm32(mem, 0x81, 0, RSP, JIT_STACK_RESERVE as i32);
 
         self.emit_pop(mem, R15);
         self.emit_pop(mem, R14);
@@ -1009,12 +1056,16 @@ impl JitCompiler {
 
 pub struct JitMemory<'a> {
     contents: &'a mut [u8],
-    #[cfg(feature = "std")]
-    layout: std::alloc::Layout,
     offset: usize,
 }
 
 impl<'a> JitMemory<'a> {
+    /// Buffet: the code buffer is an anonymous mapping sized from the program, written
+    /// while `PROT_READ | PROT_WRITE` and then switched to `PROT_READ | PROT_EXEC`
+    /// (never writable and executable at once); both calls are checked, and the
+    /// mapping is unmapped on drop. Upstream allocated one page from the global
+    /// allocator, made it writable and executable without checking the result, and
+    /// returned it to the allocator still executable.
     #[cfg(feature = "std")]
     pub fn new(
         prog: &[u8],
@@ -1022,36 +1073,40 @@ impl<'a> JitMemory<'a> {
         use_mbuff: bool,
         update_data_ptr: bool,
     ) -> Result<JitMemory<'a>, Error> {
-        let layout;
+        let insns = prog.len() / ebpf::INSN_SIZE + 1;
+        let size = (insns * MAX_INSN_BYTES + 2 * PROLOGUE_EPILOGUE_BYTES).div_ceil(PAGE_SIZE) * PAGE_SIZE;
 
-        // Allocate the appropriately sized memory.
-        let contents = unsafe {
-            // Create a layout with the proper size and alignment.
-            let size = NUM_PAGES * PAGE_SIZE;
-            layout = std::alloc::Layout::from_size_align_unchecked(size, PAGE_SIZE);
-
-            // Allocate the region of memory.
-            let ptr = std::alloc::alloc(layout);
-            if ptr.is_null() {
-                return Err(Error::from(std::io::ErrorKind::OutOfMemory));
-            }
-
-            // Protect it.
-            libc::mprotect(ptr.cast(), size, libc::PROT_EXEC | libc::PROT_WRITE);
-
-            // Convert to a slice.
-            std::slice::from_raw_parts_mut(ptr, size)
+        // SAFETY: a fresh private anonymous mapping; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::last_os_error());
+        }
+        // SAFETY: `ptr` is a readable, writable mapping of `size` bytes that only this
+        // `JitMemory` refers to, until `drop` unmaps it.
+        let contents = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), size) };
 
         let mut mem = JitMemory {
             contents,
-            layout,
             offset: 0,
         };
 
         let mut jit = JitCompiler::new();
         jit.jit_compile(&mut mem, prog, use_mbuff, update_data_ptr, helpers)?;
         jit.resolve_jumps(&mut mem)?;
+
+        // SAFETY: the mapping made above; from here on it is only read and executed.
+        if unsafe { libc::mprotect(ptr, size, libc::PROT_READ | libc::PROT_EXEC) } != 0 {
+            return Err(Error::last_os_error());
+        }
 
         Ok(mem)
     }
@@ -1112,8 +1167,9 @@ impl IndexMut<usize> for JitMemory<'_> {
 #[cfg(feature = "std")]
 impl Drop for JitMemory<'_> {
     fn drop(&mut self) {
+        // SAFETY: `contents` is exactly the mapping `new` created (Buffet patch).
         unsafe {
-            std::alloc::dealloc(self.contents.as_mut_ptr(), self.layout);
+            libc::munmap(self.contents.as_mut_ptr().cast(), self.contents.len());
         }
     }
 }

@@ -324,7 +324,7 @@ impl<'a> EbpfVmMbuff<'a> {
     pub fn set_stack_usage_calculator(
         &mut self,
         calculator: StackUsageCalculator,
-        data: Box<dyn Any>,
+        data: Box<dyn Any + Send + Sync>,
     ) -> Result<(), Error> {
         let mut stack_verifier = StackVerifier::new(Some(calculator), Some(data));
         if let Some(prog) = self.prog {
@@ -470,11 +470,28 @@ impl<'a> EbpfVmMbuff<'a> {
     /// ```
     pub fn execute_program(&self, mem: &[u8], mbuff: &[u8]) -> Result<u64, Error> {
         let stack_usage = self.stack_usage.as_ref();
+        // Buffet: kept for compatibility. A program that stores to `mem` or `mbuff`
+        // writes through a shared reference here; use `execute_program_mut`.
         interpreter::execute_program(
             self.prog,
             stack_usage,
-            mem,
-            mbuff,
+            mem as *const [u8] as *mut [u8],
+            mbuff as *const [u8] as *mut [u8],
+            &self.helpers,
+            &self.allowed_memory,
+        )
+    }
+
+    /// Buffet: `execute_program` for programs that write to the packet or the metadata
+    /// buffer. The interpreter checks every load and store against `mem`, `mbuff` and
+    /// its stack.
+    pub fn execute_program_mut(&self, mem: &mut [u8], mbuff: &mut [u8]) -> Result<u64, Error> {
+        let stack_usage = self.stack_usage.as_ref();
+        interpreter::execute_program(
+            self.prog,
+            stack_usage,
+            mem as *mut [u8],
+            mbuff as *mut [u8],
             &self.helpers,
             &self.allowed_memory,
         )
@@ -587,7 +604,8 @@ impl<'a> EbpfVmMbuff<'a> {
     pub unsafe fn execute_program_jit(
         &self,
         mem: &mut [u8],
-        mbuff: &'a mut [u8],
+        // Buffet: not `&'a mut` (that tied every metadata buffer to the program's lifetime).
+        mbuff: &mut [u8],
     ) -> Result<u64, Error> {
         // If packet data is empty, do not send the address of an empty slice; send a null pointer
         //  as first argument instead, as this is uBPF's behavior (empty packet should not happen
@@ -943,7 +961,7 @@ impl<'a> EbpfVmFixedMbuff<'a> {
     pub fn set_stack_usage_calculator(
         &mut self,
         calculator: StackUsageCalculator,
-        data: Box<dyn Any>,
+        data: Box<dyn Any + Send + Sync>,
     ) -> Result<(), Error> {
         self.parent.set_stack_usage_calculator(calculator, data)
     }
@@ -1102,7 +1120,7 @@ impl<'a> EbpfVmFixedMbuff<'a> {
             &mut self.mbuff.buffer[(self.mbuff.data_end_offset)..],
             mem.as_ptr() as u64 + mem.len() as u64,
         );
-        self.parent.execute_program(mem, &self.mbuff.buffer)
+        self.parent.execute_program_mut(mem, &mut self.mbuff.buffer)
     }
 
     /// JIT-compile the loaded program. No argument required for this.
@@ -1495,7 +1513,7 @@ impl<'a> EbpfVmRaw<'a> {
     pub fn set_stack_usage_calculator(
         &mut self,
         calculator: StackUsageCalculator,
-        data: Box<dyn Any>,
+        data: Box<dyn Any + Send + Sync>,
     ) -> Result<(), Error> {
         self.parent.set_stack_usage_calculator(calculator, data)
     }
@@ -1624,7 +1642,7 @@ impl<'a> EbpfVmRaw<'a> {
     /// assert_eq!(res, 0x22cc);
     /// ```
     pub fn execute_program(&self, mem: &'a mut [u8]) -> Result<u64, Error> {
-        self.parent.execute_program(mem, &[])
+        self.parent.execute_program_mut(mem, &mut [])
     }
 
     /// JIT-compile the loaded program. No argument required for this.
@@ -1954,7 +1972,7 @@ impl<'a> EbpfVmNoData<'a> {
     pub fn set_stack_usage_calculator(
         &mut self,
         calculator: StackUsageCalculator,
-        data: Box<dyn Any>,
+        data: Box<dyn Any + Send + Sync>,
     ) -> Result<(), Error> {
         self.parent.set_stack_usage_calculator(calculator, data)
     }

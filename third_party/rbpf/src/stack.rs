@@ -71,13 +71,14 @@ impl StackUsageType {
 
 pub struct StackVerifier {
     calculator: Option<StackUsageCalculator>,
-    data: Option<Box<dyn Any>>,
+    // Buffet: `Send + Sync`, so that a VM can be shared by worker threads.
+    data: Option<Box<dyn Any + Send + Sync>>,
 }
 
 impl StackVerifier {
     pub fn new(
         stack_usage_calculator: Option<StackUsageCalculator>,
-        data: Option<Box<dyn Any>>,
+        data: Option<Box<dyn Any + Send + Sync>>,
     ) -> Self {
         Self {
             calculator: stack_usage_calculator,
