@@ -1,18 +1,15 @@
 //! Isolation domains: what, beyond the type system, keeps one tenant's NF code away from
 //! other tenants' regions while it runs.
 //!
-//! Every [`TenantEntry`](crate::TenantEntry) carries a [`Domain`] tag, and
-//! [`TenantEntry::lock`](crate::TenantEntry::lock) calls [`Domain::enter`] when it hands out
-//! the state and [`Domain::leave`] when the guard drops — once per packet group, the
-//! granularity at which a worker switches tenants.
+//! Every [`TenantEntry`](crate::TenantEntry) carries a [`Domain`] tag.
+//! [`TenantEntry::lock`](crate::TenantEntry::lock) enters the domain when it hands out the
+//! state and the guard leaves it when dropped — once per packet group, the granularity at
+//! which a worker switches tenants.
 //!
-//! Only [`Domain::None`] exists today: the "safe" isolation level, where a Rust handler
-//! gets `&mut State` of exactly one tenant and cannot name another, so there is nothing
-//! to switch. The MPK level (a protection key per region, the worker's PKRU opened for
-//! one tenant at a time, keys virtualised over the 15 usable ones) is the seam this type
-//! leaves: a new variant carrying the entry's (virtual) key, whose `enter`/`leave` write
-//! PKRU. That variant may need per-worker context (the key cache) in `enter`, so treat
-//! these two signatures as the place where it plugs in, not as final.
+//! * [`Domain::None`]: the "safe" isolation level, where a Rust handler gets `&mut State`
+//!   of exactly one tenant and cannot name another, so there is nothing to switch.
+//! * [`Domain::Mpk`]: a protection key per region, the thread's PKRU opened for one tenant
+//!   at a time, keys virtualised over the 15 usable ones ([`Mpk`](crate::Mpk)).
 
 /// Where a region lies in the address space: what an isolation domain protects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,41 +32,25 @@ impl RegionExtent {
     }
 }
 
-/// The isolation domain a tenant's state runs in.
+/// The isolation domain a tenant's state runs in: a tag, fixed per Tenant Table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Domain {
-    /// No hardware isolation: the type system is the boundary (safe Rust NFs).
-    /// `enter` and `leave` do nothing.
+    /// No hardware isolation: the type system is the boundary (safe Rust NFs). Entering
+    /// and leaving cost nothing.
     #[default]
     None,
+    /// Intel memory protection keys ([`Mpk`](crate::Mpk)): the region carries a non-zero
+    /// key that only the thread holding the tenant's state guard has open.
+    Mpk,
 }
 
 impl Domain {
-    /// Opens `region` to the current thread before the tenant's code runs.
-    #[inline]
-    pub fn enter(&self, region: RegionExtent) {
-        match self {
-            Domain::None => {
-                let _ = region;
-            }
-        }
-    }
-
-    /// Closes `region` again after the tenant's code ran.
-    #[inline]
-    pub fn leave(&self, region: RegionExtent) {
-        match self {
-            Domain::None => {
-                let _ = region;
-            }
-        }
-    }
-
-    /// A short stable name (`none`), for logs and the API.
+    /// A short stable name (`none`, `mpk`), for logs and the API.
     pub const fn name(&self) -> &'static str {
         match self {
             Domain::None => "none",
+            Domain::Mpk => "mpk",
         }
     }
 }
@@ -93,5 +74,6 @@ mod tests {
     fn none_is_the_default_and_named() {
         assert_eq!(Domain::default(), Domain::None);
         assert_eq!(Domain::None.name(), "none");
+        assert_eq!(Domain::Mpk.name(), "mpk");
     }
 }

@@ -15,16 +15,18 @@
 //!   state with [`TenantEntry::lock`] — one atomic CAS, contended only while a tenant
 //!   migrates between workers. Admission and removal run on a control thread and publish
 //!   with one atomic swap per slot: other tenants' traffic never pauses.
-//! * [`Domain`] tags each entry with its isolation domain; only [`Domain::None`] (the
-//!   type-system-only "safe" level) exists so far.
+//! * [`Domain`] tags each entry with its isolation domain: [`Domain::None`] (the
+//!   type-system-only "safe" level) or [`Domain::Mpk`]: every region carries a non-zero
+//!   Intel protection key, open only to the thread that holds the tenant's state guard,
+//!   keys virtualised over any number of tenants by a per-process cache ([`Mpk`]).
 //!
 //! What this crate does not do: choose slots or ids (the dispatcher and the daemon do),
 //! build state from a policy (the NF's `init`, called by the worker), run NF code, catch
-//! faults (the worker's fault containment does; here a guard-page hit is a plain
-//! `SIGSEGV`), or MPK isolation (the seam is [`Domain`]). The state `S` is moved into its
-//! region by value, so very large states pass through the stack once; bytes of a region
-//! beyond `size_of::<S>()` are not reachable through this API yet. No NUMA placement, no
-//! huge pages.
+//! faults (the worker's fault containment does; here a guard-page or protection-key hit
+//! is a plain `SIGSEGV`). The state `S` is moved into its region by value, so very large
+//! states pass through the stack once; the bytes of a region past the state are reachable
+//! through [`StateGuard::split`] (C and eBPF NFs keep their state there). No NUMA
+//! placement, no huge pages.
 //!
 //! Limits: Linux only (`MADV_DONTNEED` zero-fill semantics). Each live region splits the
 //! arena's mapping, costing about two kernel memory mappings, so the default
@@ -58,14 +60,16 @@
 #![deny(missing_docs)]
 
 mod domain;
+mod mpk;
 mod storage;
 mod sys;
 mod table;
 
 pub use domain::{Domain, RegionExtent};
+pub use mpk::{Mpk, MpkError, MpkStats, DISABLE_ENV as MPK_DISABLE_ENV, MAX_CACHE_KEYS};
 pub use storage::{AllocError, ArenaConfig, ArenaError, MemoryStorage, Region, StorageStats};
 pub use sys::SysError;
-pub use table::{AdmitError, StateGuard, TenantEntry, TenantRef, TenantTable};
+pub use table::{AdmitError, AdmitWithError, StateGuard, TenantEntry, TenantRef, TenantTable};
 
 #[cfg(test)]
 mod tests;

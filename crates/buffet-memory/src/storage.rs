@@ -331,6 +331,11 @@ impl Region {
         self.span.bytes_mut()
     }
 
+    /// The span, for [`sys::StateCell`] (protection-key tags).
+    pub(crate) fn span(&self) -> &OpenSpan {
+        &self.span
+    }
+
     /// For [`sys::StateCell`], which takes the region over for good.
     pub(crate) fn span_mut(&mut self) -> &mut OpenSpan {
         &mut self.span

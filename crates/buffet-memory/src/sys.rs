@@ -10,7 +10,11 @@
 //! * [`OpenSpan`]: exclusive ownership of one claimed, readable and writable range.
 //!   [`OpenSpan::retire`] scrubs it to zero, makes it `PROT_NONE` and drops the claim.
 //! * [`StateCell`]: a value of type `S` placed at the start of a [`Region`], behind a
-//!   one-word spin lock; the lock's guard is the only way to reach the value.
+//!   one-word spin lock; the lock's guard is the only way to reach the value (and the
+//!   region's bytes past it, [`CellGuard::split`]).
+//! * Intel MPK: `pkey_alloc` / `pkey_mprotect` by raw syscall, `RDPKRU` / `WRPKRU` by
+//!   inline assembly, and [`RegionTag`], the capability to move one live region to another
+//!   protection key. The key cache built on them is `mpk.rs`.
 //!
 //! Every syscall failure becomes a [`SysError`] carrying the call's name and `errno`.
 
@@ -219,6 +223,22 @@ impl Mapping {
         }
     }
 
+    /// Makes a claimed range `PROT_NONE` again — and gives it back protection key 0, so a
+    /// range that an MPK domain had tagged is plain memory when it is next handed out —
+    /// and drops the claim, both under the claims lock, so that no [`RegionTag`] can
+    /// reopen the range in between. The claim is dropped even if the call fails.
+    fn seal_and_unclaim(&self, off: usize, len: usize) -> Result<(), SysError> {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        let sealed = if pku_supported() {
+            pkey_mprotect_raw(self.at(off), len, libc::PROT_NONE, 0)
+        } else {
+            self.protect(off, len, libc::PROT_NONE)
+        };
+        let was = claims.remove(&off);
+        debug_assert!(was.is_some(), "unclaiming an unclaimed range at {off}");
+        sealed
+    }
+
     /// `madvise(MADV_DONTNEED)` a range of this reservation.
     fn discard(&self, off: usize, len: usize) -> Result<(), SysError> {
         debug_assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
@@ -316,9 +336,16 @@ impl OpenSpan {
             self.bytes_mut().fill(0);
         }
         self.live = false;
-        let sealed = self.map.protect(self.off, self.len, libc::PROT_NONE);
-        self.map.unclaim(self.off);
-        sealed
+        self.map.seal_and_unclaim(self.off, self.len)
+    }
+
+    /// The capability to move this span to another protection key while it is live.
+    pub(crate) fn tag(&self) -> RegionTag {
+        RegionTag {
+            map: Arc::clone(&self.map),
+            off: self.off,
+            len: self.len,
+        }
     }
 }
 
@@ -390,6 +417,11 @@ impl<S> StateCell<S> {
         self.region.len()
     }
 
+    /// The capability to retag the region with another protection key.
+    pub(crate) fn tag(&self) -> RegionTag {
+        self.region.span().tag()
+    }
+
     /// Takes the lock if it is free.
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<CellGuard<'_, S>> {
@@ -447,6 +479,39 @@ pub(crate) struct CellGuard<'a, S> {
     _excl: PhantomData<&'a mut S>,
 }
 
+/// Where the bytes of a region past its state begin: `size_of::<S>()` rounded up to a
+/// cache line ([`TAIL_ALIGN`]).
+pub(crate) const fn tail_offset<S>() -> usize {
+    mem::size_of::<S>().next_multiple_of(TAIL_ALIGN)
+}
+
+/// Alignment of the region bytes past the state ([`CellGuard::split`]).
+pub(crate) const TAIL_ALIGN: usize = 64;
+
+impl<S> CellGuard<'_, S> {
+    /// The state and the region's bytes past it (`tail_offset::<S>()..region_len`, empty
+    /// when the state fills the region), both exclusive for as long as the borrow lasts.
+    pub(crate) fn split(&mut self) -> (&mut S, &mut [u8]) {
+        let region_len = self.cell.region_len();
+        let off = tail_offset::<S>().min(region_len);
+        let base = self.cell.ptr.as_ptr().cast::<u8>();
+        // SAFETY: the lock is held by this guard and `&mut self` makes these the only
+        // references derived from it. The state occupies [0, size_of::<S>()) of the region
+        // and the tail starts at or after that (`off` >= size_of::<S>(), or the region's end),
+        // so the two never overlap. `base` is the region's first byte (the state is placed
+        // at the region base, with the mapping's provenance), `off + (region_len - off)` stays
+        // inside the region, which is readable, writable and initialised (zero pages from the
+        // kernel or bytes written through earlier guards), and lives as long as the cell the
+        // guard borrows.
+        unsafe {
+            (
+                &mut *self.cell.ptr.as_ptr(),
+                std::slice::from_raw_parts_mut(base.add(off), region_len - off),
+            )
+        }
+    }
+}
+
 impl<S> Deref for CellGuard<'_, S> {
     type Target = S;
     #[inline]
@@ -471,6 +536,239 @@ impl<S> Drop for CellGuard<'_, S> {
     fn drop(&mut self) {
         self.cell.locked.store(false, Ordering::Release);
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Intel MPK (memory protection keys)
+// ---------------------------------------------------------------------------------------
+
+/// Whether this CPU has protection keys *and* the kernel enabled them (CPUID leaf 7,
+/// ECX bit 4, `OSPKE`: CR4.PKE is set, so `RDPKRU`/`WRPKRU` do not fault). Cached.
+pub(crate) fn pku_supported() -> bool {
+    use std::sync::atomic::AtomicU8;
+    static CACHED: AtomicU8 = AtomicU8::new(0);
+    match CACHED.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let yes = detect_ospke();
+            CACHED.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect_ospke() -> bool {
+    use std::arch::x86_64::{__cpuid, __cpuid_count};
+    // `__cpuid*` became safe functions in later Rust versions; `unused_unsafe` keeps both
+    // compiling without warnings.
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID exists on every x86_64 CPU and only reads identification registers;
+    // leaf 0 is always valid.
+    let max_leaf = unsafe { __cpuid(0) }.eax;
+    if max_leaf < 7 {
+        return false;
+    }
+    #[allow(unused_unsafe)]
+    // SAFETY: leaf 7 sub-leaf 0 is valid because the maximum basic leaf is at least 7.
+    let ecx = unsafe { __cpuid_count(7, 0) }.ecx;
+    ecx & (1 << 4) != 0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect_ospke() -> bool {
+    false
+}
+
+/// `pkey_alloc(0, access_rights)`: a new protection key. The calling thread gets
+/// `access_rights` for it (`PKEY_DISABLE_ACCESS` here: closed); every other thread keeps the
+/// rights its PKRU already has for that key (closed by default on Linux).
+pub(crate) fn pkey_alloc(access_rights: u32) -> Result<i32, SysError> {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        // SAFETY: pkey_alloc takes two integers and touches no memory of ours; it only
+        // reserves a key number in the process and sets this thread's rights for it.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pkey_alloc,
+                0 as libc::c_ulong,
+                libc::c_ulong::from(access_rights),
+            )
+        };
+        if rc < 0 {
+            Err(SysError::last("pkey_alloc"))
+        } else {
+            Ok(rc as i32)
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        let _ = access_rights;
+        Err(SysError {
+            call: "pkey_alloc",
+            errno: libc::ENOSYS,
+        })
+    }
+}
+
+/// `pkey_free(key)`: gives a key back (only ever called for keys no page carries yet).
+pub(crate) fn pkey_free(key: i32) {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    // SAFETY: pkey_free takes an integer and touches no memory; callers free only keys they
+    // allocated and never used to tag a page, so no mapping is left with a stale key.
+    unsafe {
+        libc::syscall(libc::SYS_pkey_free, libc::c_long::from(key));
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    let _ = key;
+}
+
+/// `pkey_mprotect` of an address range: not exposed; [`RegionTag::set_pkey`] and
+/// [`Mapping::seal_and_unclaim`] call it on ranges they own.
+fn pkey_mprotect_raw(
+    addr: *mut u8,
+    len: usize,
+    prot: libc::c_int,
+    key: i32,
+) -> Result<(), SysError> {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        // SAFETY: the callers pass a range of a `Mapping` they hold a claim on (under the
+        // claims lock): only pages that belong to one live region (or one being sealed)
+        // change their protection and key, and `prot` is either PROT_NONE (sealing, after
+        // every reference into the range is gone) or the PROT_READ | PROT_WRITE the region
+        // already has. No memory outside our own reservation is affected.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pkey_mprotect,
+                addr as libc::c_ulong,
+                len as libc::size_t,
+                libc::c_ulong::from(prot as u32),
+                libc::c_long::from(key),
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(SysError::last("pkey_mprotect"))
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        let _ = (addr, len, prot, key);
+        Err(SysError {
+            call: "pkey_mprotect",
+            errno: libc::ENOSYS,
+        })
+    }
+}
+
+/// The capability to change the protection key of one live region: held by the region's
+/// MPK virtual key, used by whichever thread loads or evicts that key.
+pub(crate) struct RegionTag {
+    map: Arc<Mapping>,
+    off: usize,
+    len: usize,
+}
+
+impl RegionTag {
+    /// Tags the region's pages with protection key `key` (they stay readable and
+    /// writable; the thread's PKRU decides who may touch them).
+    ///
+    /// Refuses (`EINVAL`) if the range is no longer a live claim, so a stale tag can never
+    /// reopen a released range or a guard page. The claims lock is held across the call:
+    /// the region cannot be sealed in between.
+    pub(crate) fn set_pkey(&self, key: i32) -> Result<(), SysError> {
+        let claims = self
+            .map
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if claims.get(&self.off) != Some(&self.len) {
+            return Err(SysError {
+                call: "pkey_mprotect",
+                errno: libc::EINVAL,
+            });
+        }
+        let r = pkey_mprotect_raw(
+            self.map.at(self.off),
+            self.len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            key,
+        );
+        drop(claims);
+        r
+    }
+}
+
+/// Reads this thread's PKRU register.
+///
+/// Only call when [`pku_supported`] is true (`RDPKRU` raises #UD otherwise): the key cache,
+/// which alone calls this, exists only then.
+#[inline]
+pub(crate) fn rdpkru() -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        debug_assert!(pku_supported());
+        let eax: u32;
+        // SAFETY: RDPKRU needs ECX = 0 and CR4.PKE = 1 (callers only run once
+        // `pku_supported()` said so); it writes EAX and EDX and nothing else. Not `nomem`:
+        // we want no memory access reordered around the PKRU accesses of a domain switch.
+        unsafe {
+            std::arch::asm!(
+                "rdpkru",
+                in("ecx") 0u32,
+                out("eax") eax,
+                out("edx") _,
+                options(nostack, preserves_flags),
+            );
+        }
+        eax
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
+}
+
+/// Writes this thread's PKRU register. Panics if `value` would close protection key 0.
+///
+/// Key 0 carries everything that is not a tenant region — code, stack, heap, packet
+/// buffers — so with it open, writing PKRU can only change access to tenant regions, which
+/// the crate reaches exclusively through guards that open their own key first.
+#[inline]
+pub(crate) fn wrpkru(value: u32) {
+    assert!(
+        value & 0b11 == 0,
+        "PKRU {value:#x} would close protection key 0"
+    );
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: WRPKRU needs ECX = EDX = 0 and CR4.PKE = 1 (only reachable through the key
+    // cache, which exists only when `pku_supported()`). It changes this thread's access
+    // rights to user pages by key; key 0 stays open (asserted above), so no stack, heap or
+    // code the program relies on becomes inaccessible. Deliberately not `nomem`: the
+    // compiler must not move loads or stores of tenant memory across the switch.
+    unsafe {
+        std::arch::asm!(
+            "wrpkru",
+            in("eax") value,
+            in("ecx") 0u32,
+            in("edx") 0u32,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
+/// Test only: reads one byte at `addr` whatever its protection — used by child processes
+/// to prove that a protection key stops the read.
+#[cfg(test)]
+pub(crate) fn peek(addr: usize) -> u8 {
+    // SAFETY: tests pass addresses of tenant regions they allocated themselves (live, so
+    // mapped); if the thread's PKRU closes the page's key the read faults, which the
+    // child process running this expects and dies of; otherwise it reads an initialised
+    // byte nobody writes concurrently.
+    unsafe { ptr::read_volatile(addr as *const u8) }
 }
 
 /// Test only: no core files from the child processes that fault on purpose.

@@ -21,8 +21,9 @@ use arc_swap::{ArcSwapOption, Guard};
 use buffet_sdk::TenantId;
 
 use crate::domain::{Domain, RegionExtent};
+use crate::mpk::{Entered, Mpk, VKeyShared};
 use crate::storage::{AllocError, MemoryStorage};
-use crate::sys::{CellGuard, PlaceError, StateCell};
+use crate::sys::{CellGuard, PlaceError, StateCell, SysError};
 
 /// Why a tenant was not admitted. Whatever the reason, the table is left unchanged (and
 /// the state passed in is dropped).
@@ -71,6 +72,21 @@ pub enum AdmitError {
     /// No region could be allocated (too large, arena exhausted, kernel refusal).
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// The region could not be tagged with its MPK protection key.
+    #[error("tagging the tenant region with its protection key: {0}")]
+    Tag(SysError),
+}
+
+/// Why [`TenantTable::admit_with`] did not admit a tenant: the table refused, or the
+/// initialiser did. Either way the table is unchanged.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitWithError<E> {
+    /// The table refused (slot, id, size, memory).
+    #[error(transparent)]
+    Admit(#[from] AdmitError),
+    /// The initialiser returned an error.
+    #[error("initialising the tenant state in its region: {0}")]
+    Init(E),
 }
 
 /// One admitted tenant: its id, its region, and its state `S`, which lives in the region.
@@ -79,7 +95,19 @@ pub struct TenantEntry<S> {
     slot: u32,
     domain: Domain,
     extent: RegionExtent,
+    /// The region's MPK virtual key (MPK tables only).
+    vkey: Option<(&'static Mpk, Arc<VKeyShared>)>,
     cell: StateCell<S>,
+}
+
+impl<S> Drop for TenantEntry<S> {
+    fn drop(&mut self) {
+        // Before the cell drops the state in place and releases the region: give up the
+        // cache key and tag the region with key 0 again.
+        if let Some((mpk, v)) = &self.vkey {
+            mpk.unregister(v);
+        }
+    }
 }
 
 impl<S: Send> TenantEntry<S> {
@@ -108,6 +136,12 @@ impl<S: Send> TenantEntry<S> {
         self.domain
     }
 
+    /// The protection key its region carries right now: a cache key while loaded, the
+    /// parking key otherwise. `None` outside the MPK domain.
+    pub fn pkey(&self) -> Option<i32> {
+        self.vkey.as_ref().map(|(mpk, v)| v.pkey(mpk))
+    }
+
     /// Exclusive access to the state, for one group of packets.
     ///
     /// One atomic compare-and-swap when uncontended. While another thread holds it —
@@ -130,12 +164,8 @@ impl<S: Send> TenantEntry<S> {
 
     #[inline]
     fn guard<'a>(&'a self, inner: CellGuard<'a, S>) -> StateGuard<'a, S> {
-        self.domain.enter(self.extent);
-        StateGuard {
-            inner,
-            domain: self.domain,
-            extent: self.extent,
-        }
+        let entered = self.vkey.as_ref().map(|(mpk, v)| (*mpk, mpk.enter(v)));
+        StateGuard { inner, entered }
     }
 }
 
@@ -152,10 +182,23 @@ impl<S> fmt::Debug for TenantEntry<S> {
 
 /// Exclusive access to one tenant's state; derefs to it. Unlocks (and leaves the
 /// isolation domain) on drop.
+///
+/// In the MPK domain the thread that holds the guard is the only one whose PKRU opens the
+/// tenant's region, and only until the guard drops: do not keep references into the
+/// region beyond it, and do not hand them to another thread.
 pub struct StateGuard<'a, S> {
     inner: CellGuard<'a, S>,
-    domain: Domain,
-    extent: RegionExtent,
+    entered: Option<(&'static Mpk, Entered)>,
+}
+
+impl<S> StateGuard<'_, S> {
+    /// The state and the bytes of the region past it — from `size_of::<S>()` rounded up to
+    /// 64 bytes to the end of the region; empty when the state fills it — both exclusive
+    /// for as long as the guard is borrowed. For NFs whose state is (also) untyped memory:
+    /// C NFs, eBPF programs.
+    pub fn split(&mut self) -> (&mut S, &mut [u8]) {
+        self.inner.split()
+    }
 }
 
 impl<S> Deref for StateGuard<'_, S> {
@@ -177,7 +220,9 @@ impl<S> Drop for StateGuard<'_, S> {
     #[inline]
     fn drop(&mut self) {
         // Runs before `inner` drops, so the domain closes before the lock opens.
-        self.domain.leave(self.extent);
+        if let Some((mpk, e)) = self.entered.take() {
+            mpk.leave(e);
+        }
     }
 }
 
@@ -232,7 +277,7 @@ pub struct TenantTable<S> {
     by_id: Mutex<HashMap<TenantId, u32>>,
     len: AtomicUsize,
     storage: MemoryStorage,
-    domain: Domain,
+    mpk: Option<&'static Mpk>,
 }
 
 impl<S: Send + 'static> TenantTable<S> {
@@ -248,7 +293,24 @@ impl<S: Send + 'static> TenantTable<S> {
             by_id: Mutex::new(HashMap::new()),
             len: AtomicUsize::new(0),
             storage,
-            domain: Domain::None,
+            mpk: None,
+        }
+    }
+
+    /// Like [`new`](Self::new), but entries get [`Domain::Mpk`]: every region carries a
+    /// non-zero protection key of `mpk` and is open only to the thread holding its guard.
+    pub fn with_mpk(storage: MemoryStorage, capacity_slots: u32, mpk: &'static Mpk) -> Self {
+        TenantTable {
+            mpk: Some(mpk),
+            ..TenantTable::new(storage, capacity_slots)
+        }
+    }
+
+    /// The isolation domain of every entry.
+    pub fn domain(&self) -> Domain {
+        match self.mpk {
+            Some(_) => Domain::Mpk,
+            None => Domain::None,
         }
     }
 
@@ -256,31 +318,55 @@ impl<S: Send + 'static> TenantTable<S> {
     /// must hold `S`), moves `state` into it, and publishes the entry. Readers see either
     /// no entry or the complete one. On error nothing changes and `state` is dropped.
     pub fn admit(&self, slot: u32, id: TenantId, bytes: usize, state: S) -> Result<(), AdmitError> {
+        self.admit_with(slot, id, bytes, state, |_, _| {
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .map_err(|e| match e {
+            AdmitWithError::Admit(e) => e,
+            AdmitWithError::Init(never) => match never {},
+        })
+    }
+
+    /// Like [`admit`](Self::admit), but before publishing runs `init` on the state *in its
+    /// region*, inside the entry's isolation domain, with the region's bytes past the state
+    /// (see [`StateGuard::split`]) — the paper's `buffet_state_init(policy, region)`. If
+    /// `init` fails, nothing is published, the state is dropped and the region released.
+    pub fn admit_with<E>(
+        &self,
+        slot: u32,
+        id: TenantId,
+        bytes: usize,
+        state: S,
+        init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
+    ) -> Result<(), AdmitWithError<E>> {
         let cell = self.slot(slot)?;
         let mut by_id = self.by_id();
         if let Some(&at) = by_id.get(&id) {
-            return Err(AdmitError::AlreadyAdmitted { id, slot: at });
+            return Err(AdmitError::AlreadyAdmitted { id, slot: at }.into());
         }
         if let Some(occupant) = &*cell.load() {
             return Err(AdmitError::SlotOccupied {
                 slot,
                 occupant: occupant.id,
-            });
+            }
+            .into());
         }
         let page = self.storage.page_size();
         if mem::align_of::<S>() > page {
             return Err(AdmitError::StateOverAligned {
                 align: mem::align_of::<S>(),
                 page_size: page,
-            });
+            }
+            .into());
         }
         if mem::size_of::<S>() > bytes {
             return Err(AdmitError::StateTooLarge {
                 state_bytes: mem::size_of::<S>(),
                 region_bytes: bytes,
-            });
+            }
+            .into());
         }
-        let region = self.storage.alloc(bytes)?;
+        let region = self.storage.alloc(bytes).map_err(AdmitError::from)?;
         let extent = region.extent();
         let state = StateCell::place(region, state).map_err(|e| match e {
             // Both checked above; kept as errors rather than panics all the same.
@@ -293,13 +379,23 @@ impl<S: Send + 'static> TenantTable<S> {
                 page_size: page,
             },
         })?;
+        let vkey = match self.mpk {
+            Some(mpk) => Some((mpk, mpk.register(state.tag()).map_err(AdmitError::Tag)?)),
+            None => None,
+        };
         let entry = Arc::new(TenantEntry {
             id,
             slot,
-            domain: self.domain,
+            domain: self.domain(),
             extent,
+            vkey,
             cell: state,
         });
+        {
+            let mut guard = entry.lock();
+            let (state, tail) = guard.split();
+            init(state, tail).map_err(AdmitWithError::Init)?;
+        }
         by_id.insert(id, slot);
         cell.store(Some(entry));
         self.bump(slot);
@@ -413,7 +509,7 @@ impl<S> fmt::Debug for TenantTable<S> {
         f.debug_struct("TenantTable")
             .field("capacity", &self.slots.len())
             .field("len", &self.len.load(Ordering::Relaxed))
-            .field("domain", &self.domain)
+            .field("domain", &self.mpk.map_or(Domain::None, |_| Domain::Mpk))
             .field("storage", &self.storage)
             .finish()
     }
