@@ -12,14 +12,15 @@
 //!
 //! Rule fields: `priority` (lower wins, default 100), `in_port`, `src_mac`, `dst_mac`,
 //! `vlan`, `src_ip`, `dst_ip` (IPv4/IPv6 with optional `/prefix`), `protocol` (`tcp`,
-//! `udp`, `icmp`, `icmpv6`, `sctp` or a number), `src_port`, `dst_port` (`80` or
-//! `"5000-5099"`), `dscp` (0–63). Every error names the file, the tenant and the field,
-//! and nothing runs.
+//! `udp`, `icmp`, `icmpv6`, `sctp`, `gre`, `esp` or a number), `src_port`, `dst_port`
+//! (`80` or `"5000-5099"`), `dscp` (0–63). Values parse with [`buffet_sdk::policy`].
+//! Every error names the file, the tenant and the field, and nothing runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use buffet_dispatch::{IpPrefix, Match, PortRange};
+use buffet_sdk::policy::{parse_mac, NumOrName};
 use buffet_sdk::TenantId;
 use serde::Deserialize;
 
@@ -104,26 +105,10 @@ struct RawRule {
     vlan: Option<u16>,
     src_ip: Option<String>,
     dst_ip: Option<String>,
-    protocol: Option<NumOrText>,
-    src_port: Option<NumOrText>,
-    dst_port: Option<NumOrText>,
+    protocol: Option<NumOrName>,
+    src_port: Option<NumOrName>,
+    dst_port: Option<NumOrName>,
     dscp: Option<u8>,
-}
-
-#[derive(Deserialize, Clone)]
-#[serde(untagged)]
-enum NumOrText {
-    Num(i64),
-    Text(String),
-}
-
-impl NumOrText {
-    fn text(&self) -> String {
-        match self {
-            NumOrText::Num(n) => n.to_string(),
-            NumOrText::Text(s) => s.clone(),
-        }
-    }
 }
 
 /// Reads and validates a tenants file.
@@ -222,12 +207,12 @@ fn build_rule(raw: RawRule) -> Result<(u32, Match), FieldError> {
         .src_mac
         .map(|s| parse_mac(&s))
         .transpose()
-        .map_err(|e| ("src_mac", e))?;
+        .map_err(|e| ("src_mac", e.to_string()))?;
     m.dst_mac = raw
         .dst_mac
         .map(|s| parse_mac(&s))
         .transpose()
-        .map_err(|e| ("dst_mac", e))?;
+        .map_err(|e| ("dst_mac", e.to_string()))?;
     m.src_ip = raw
         .src_ip
         .map(|s| prefix(&s))
@@ -240,9 +225,9 @@ fn build_rule(raw: RawRule) -> Result<(u32, Match), FieldError> {
         .map_err(|e| ("dst_ip", e))?;
     m.protocol = raw
         .protocol
-        .map(|p| protocol(&p))
+        .map(|p| p.protocol())
         .transpose()
-        .map_err(|e| ("protocol", e))?;
+        .map_err(|e| ("protocol", e.to_string()))?;
     m.src_port = raw
         .src_port
         .map(|p| ports(&p))
@@ -280,46 +265,9 @@ fn prefix(s: &str) -> Result<IpPrefix, String> {
         .map_err(|e| format!("invalid prefix {s:?}: {e}"))
 }
 
-fn ports(p: &NumOrText) -> Result<PortRange, String> {
-    let t = p.text();
-    t.parse::<PortRange>()
-        .map_err(|e| format!("invalid port or range {t:?}: {e}"))
-}
-
-fn protocol(p: &NumOrText) -> Result<u8, String> {
-    match p {
-        NumOrText::Num(n) => {
-            u8::try_from(*n).map_err(|_| format!("{n} is not an IP protocol number (0-255)"))
-        }
-        NumOrText::Text(t) => match t.to_ascii_lowercase().as_str() {
-            "tcp" => Ok(6),
-            "udp" => Ok(17),
-            "icmp" => Ok(1),
-            "icmpv6" => Ok(58),
-            "sctp" => Ok(132),
-            "gre" => Ok(47),
-            "esp" => Ok(50),
-            other => other.parse::<u8>().map_err(|_| {
-                format!("unknown protocol {t:?} (tcp, udp, icmp, icmpv6, sctp, gre, esp or 0-255)")
-            }),
-        },
-    }
-}
-
-fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split([':', '-']).collect();
-    let bad = || format!("invalid MAC address {s:?} (expected aa:bb:cc:dd:ee:ff)");
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut mac = [0u8; 6];
-    for (b, p) in mac.iter_mut().zip(parts) {
-        if p.len() != 2 {
-            return Err(bad());
-        }
-        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    Ok(mac)
+fn ports(p: &NumOrName) -> Result<PortRange, String> {
+    p.port_range()
+        .map_err(|e| format!("invalid port or range {:?}: {e}", p.to_string()))
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! A [`Rule`] matches any subset of: in-port, source/destination MAC, VLAN id,
 //! source/destination IP prefix (IPv4 or IPv6), IP protocol, source/destination L4 port
 //! range, DSCP. Lower `priority` wins; among rules of equal priority the one inserted
-//! first wins. A packet no rule matches classifies to `None`.
+//! first wins. A packet no rule matches classifies to `None`. Prefixes and port ranges
+//! are [`buffet_sdk::policy`]'s [`IpPrefix`] and [`PortRange`], re-exported here.
 //!
 //! How: every packet is reduced once to a fixed-width key (in-port, MACs, VLAN, IP
 //! version, both addresses as 128 bits with IPv4 mapped into `::ffff:0:0/96`, protocol,
@@ -34,12 +35,16 @@
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::str::FromStr;
 
+use buffet_sdk::policy::PolicyValueError;
 use buffet_sdk::{L3Kind, Packet};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::TenantSlot;
+
+/// The prefix and port-range types of rules are the SDK's policy values; their parse
+/// errors convert into [`RuleError`].
+pub use buffet_sdk::policy::{IpPrefix, PortRange};
 
 /// Why a rule (or a prefix / port range in one) is invalid.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -84,196 +89,30 @@ pub enum RuleError {
     /// Ports are only seen for TCP (6) and UDP (17).
     #[error("port match with protocol {0}: ports are only matched for TCP (6) and UDP (17)")]
     PortsNeedTcpOrUdp(u8),
+    /// A policy value that is neither a prefix nor a port range (a MAC address or an IP
+    /// protocol) did not parse; see [`RuleError::from`].
+    #[error(transparent)]
+    Value(PolicyValueError),
 }
 
-/// An IPv4 or IPv6 prefix with no host bits set. Parses from `"10.0.0.0/16"`,
-/// `"2001:db8::/32"`, or a bare address (full length).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IpPrefix {
-    addr: IpAddr,
-    len: u8,
-}
-
-impl IpPrefix {
-    /// A prefix of `len` bits; fails when `len` exceeds the address width or host bits
-    /// are set.
-    pub fn new(addr: IpAddr, len: u8) -> Result<Self, RuleError> {
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if len > max {
-            return Err(RuleError::PrefixTooLong { len, max });
-        }
-        let p = IpPrefix { addr, len };
-        if p.bits128() & !p.mask128() != 0 {
-            return Err(RuleError::HostBitsSet(p.to_string()));
-        }
-        Ok(p)
-    }
-
-    /// The network address.
-    pub fn addr(&self) -> IpAddr {
-        self.addr
-    }
-
-    /// The prefix length in bits.
-    pub fn len(&self) -> u8 {
-        self.len
-    }
-
-    /// True for a zero-length prefix (matches every address of its version).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// True for an IPv4 prefix.
-    pub fn is_ipv4(&self) -> bool {
-        self.addr.is_ipv4()
-    }
-
-    /// Whether `ip` (of the same version) falls in the prefix.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        ip.is_ipv4() == self.is_ipv4() && addr128(ip) & self.mask128() == self.bits128()
-    }
-
-    /// The address in the key's 128-bit space (IPv4 mapped).
-    fn bits128(&self) -> u128 {
-        addr128(self.addr)
-    }
-
-    /// The mask in the key's 128-bit space (IPv4: the `::ffff:0:0/96` part plus `len`).
-    fn mask128(&self) -> u128 {
-        let bits = u32::from(self.len) + if self.is_ipv4() { 96 } else { 0 };
-        if bits == 0 {
-            0
-        } else {
-            !0u128 << (128 - bits)
-        }
-    }
-}
-
-fn addr128(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => u128::from_be_bytes(a.to_ipv6_mapped().octets()),
-        IpAddr::V6(a) => u128::from_be_bytes(a.octets()),
-    }
-}
-
-impl fmt::Display for IpPrefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
-
-impl FromStr for IpPrefix {
-    type Err = RuleError;
-
-    fn from_str(s: &str) -> Result<Self, RuleError> {
-        let (a, l) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let addr: IpAddr = a
-            .parse()
-            .map_err(|_| RuleError::BadAddress(a.to_string()))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match l {
-            None => max,
-            Some(l) => {
-                if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(RuleError::BadPrefixLength(s.to_string()));
-                }
-                match l.parse::<u8>() {
-                    Ok(n) => n,
-                    // All digits but not a u8: certainly too long.
-                    Err(_) => return Err(RuleError::PrefixTooLong { len: u8::MAX, max }),
-                }
-            }
-        };
-        IpPrefix::new(addr, len)
-    }
-}
-
-/// An inclusive L4 port range. Parses from `"80"` or `"5000-5099"`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PortRange {
-    /// Lowest port matched.
-    pub lo: u16,
-    /// Highest port matched.
-    pub hi: u16,
-}
-
-impl PortRange {
-    /// `lo..=hi`; fails when `lo > hi`.
-    pub fn new(lo: u16, hi: u16) -> Result<Self, RuleError> {
-        let r = PortRange { lo, hi };
-        r.validate()?;
-        Ok(r)
-    }
-
-    /// Exactly one port.
-    pub fn single(port: u16) -> Self {
-        PortRange { lo: port, hi: port }
-    }
-
-    /// Whether `port` is in the range.
-    pub fn contains(&self, port: u16) -> bool {
-        self.lo <= port && port <= self.hi
-    }
-
-    fn validate(&self) -> Result<(), RuleError> {
-        if self.lo > self.hi {
-            return Err(RuleError::EmptyPortRange {
-                lo: self.lo,
-                hi: self.hi,
-            });
-        }
-        Ok(())
-    }
-
-    /// The range as aligned power-of-two blocks `(value, prefix length)`, the fewest that
-    /// cover it exactly (at most 30 for 16-bit ports). Empty for an empty range.
-    pub fn prefixes(&self) -> Vec<(u16, u8)> {
-        let mut out = Vec::new();
-        let (mut lo, hi) = (u32::from(self.lo), u32::from(self.hi));
-        while lo <= hi {
-            let mut k = if lo == 0 {
-                16
-            } else {
-                lo.trailing_zeros().min(16)
-            };
-            while lo + (1 << k) - 1 > hi {
-                k -= 1;
-            }
-            out.push((lo as u16, 16 - k as u8));
-            lo += 1 << k;
-        }
-        out
-    }
-}
-
-impl fmt::Display for PortRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.lo == self.hi {
-            write!(f, "{}", self.lo)
-        } else {
-            write!(f, "{}-{}", self.lo, self.hi)
-        }
-    }
-}
-
-impl FromStr for PortRange {
-    type Err = RuleError;
-
-    fn from_str(s: &str) -> Result<Self, RuleError> {
-        let port = |p: &str| {
-            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(RuleError::BadPort(s.to_string()));
-            }
-            p.parse::<u16>()
-                .map_err(|_| RuleError::BadPort(s.to_string()))
-        };
-        match s.split_once('-') {
-            None => Ok(PortRange::single(port(s)?)),
-            Some((lo, hi)) => PortRange::new(port(lo)?, port(hi)?),
+/// Prefix and port-range errors keep their `RuleError` names; other policy values (MAC
+/// addresses, protocols) become [`RuleError::Value`].
+impl From<PolicyValueError> for RuleError {
+    fn from(e: PolicyValueError) -> Self {
+        match e {
+            PolicyValueError::BadAddress(a) => RuleError::BadAddress(a),
+            PolicyValueError::BadPrefixLength(s) => RuleError::BadPrefixLength(s),
+            PolicyValueError::PrefixTooLong { len, max } => RuleError::PrefixTooLong {
+                len: u8::try_from(len).unwrap_or(u8::MAX),
+                max,
+            },
+            PolicyValueError::HostBitsSet { prefix, .. } => RuleError::HostBitsSet(prefix),
+            PolicyValueError::BadPort(s) => RuleError::BadPort(s),
+            PolicyValueError::PortOutOfRange(n) => RuleError::BadPort(n.to_string()),
+            PolicyValueError::EmptyPortRange { lo, hi } => RuleError::EmptyPortRange { lo, hi },
+            e @ (PolicyValueError::BadMac(_)
+            | PolicyValueError::UnknownProtocol(_)
+            | PolicyValueError::ProtocolOutOfRange(_)) => RuleError::Value(e),
         }
     }
 }
@@ -491,8 +330,8 @@ fn expand(m: &Match) -> Vec<(Key, Key)> {
             if !p.is_ipv4() {
                 val[0] |= IS_V6;
             }
-            set128(&mut mask, at, p.mask128());
-            set128(&mut val, at, p.bits128());
+            set128(&mut mask, at, p.mapped_mask());
+            set128(&mut val, at, p.mapped_bits());
         }
     }
     if m.src_port.is_some() || m.dst_port.is_some() {
@@ -910,82 +749,68 @@ mod tests {
         }
     }
 
+    /// Prefix and port-range parsing is `buffet_sdk::policy`'s (tested there); its errors
+    /// keep their `RuleError` names and messages here.
     #[test]
-    fn prefixes_parse_and_reject() {
-        let p: IpPrefix = "10.0.0.0/16".parse().unwrap();
+    fn policy_value_errors_become_rule_errors() {
+        let prefix = |s: &str| s.parse::<IpPrefix>().map_err(RuleError::from);
+        let ports = |s: &str| s.parse::<PortRange>().map_err(RuleError::from);
+        let p = prefix("10.0.0.0/16").unwrap();
         assert_eq!((p.addr(), p.len()), (ip("10.0.0.0"), 16));
-        assert_eq!(p.to_string(), "10.0.0.0/16");
-        let p: IpPrefix = "2001:db8::/32".parse().unwrap();
-        assert!(!p.is_ipv4());
-        assert!(p.contains(ip("2001:db8::1")));
-        assert!(!p.contains(ip("2001:db9::1")));
-        assert_eq!("10.1.2.3".parse::<IpPrefix>().unwrap().len(), 32);
-        assert_eq!("::1".parse::<IpPrefix>().unwrap().len(), 128);
-        assert_eq!("0.0.0.0/0".parse::<IpPrefix>().unwrap().len(), 0);
-        let e = "10.0.0.1/16".parse::<IpPrefix>().unwrap_err();
+        let e = prefix("10.0.0.1/16").unwrap_err();
         assert_eq!(e.to_string(), "10.0.0.1/16 has host bits set");
         assert_eq!(
-            "2001:db8::1/32".parse::<IpPrefix>().unwrap_err(),
+            prefix("2001:db8::1/32").unwrap_err(),
             RuleError::HostBitsSet("2001:db8::1/32".into())
         );
         assert_eq!(
-            "10.0.0.0/33".parse::<IpPrefix>().unwrap_err(),
+            prefix("10.0.0.0/33").unwrap_err(),
             RuleError::PrefixTooLong { len: 33, max: 32 }
         );
         assert_eq!(
-            "::/129".parse::<IpPrefix>().unwrap_err(),
+            prefix("::/129").unwrap_err(),
             RuleError::PrefixTooLong { len: 129, max: 128 }
         );
         assert!(matches!(
-            "::/999".parse::<IpPrefix>(),
+            prefix("::/999"),
             Err(RuleError::PrefixTooLong { max: 128, .. })
         ));
         for bad in ["", "foo", "10.0.0/8", "10.0.0.0.0/8", "1.2.3.4 /8"] {
             assert!(
-                matches!(bad.parse::<IpPrefix>(), Err(RuleError::BadAddress(_))),
+                matches!(prefix(bad), Err(RuleError::BadAddress(_))),
                 "{bad}"
             );
         }
         for bad in ["10.0.0.0/", "10.0.0.0/x", "10.0.0.0/-1", "10.0.0.0/+8"] {
             assert!(
-                matches!(bad.parse::<IpPrefix>(), Err(RuleError::BadPrefixLength(_))),
+                matches!(prefix(bad), Err(RuleError::BadPrefixLength(_))),
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn port_ranges_parse_and_expand() {
-        assert_eq!("80".parse::<PortRange>(), Ok(PortRange::single(80)));
+        assert_eq!(ports("80"), Ok(PortRange::single(80)));
         assert_eq!(
-            "5000-5099".parse::<PortRange>(),
-            Ok(PortRange { lo: 5000, hi: 5099 })
-        );
-        assert_eq!(
-            "99-5".parse::<PortRange>(),
+            ports("99-5"),
             Err(RuleError::EmptyPortRange { lo: 99, hi: 5 })
         );
         for bad in ["", "x", "70000", "-5", "5-", "1-2-3", " 80"] {
-            assert!(
-                matches!(bad.parse::<PortRange>(), Err(RuleError::BadPort(_))),
-                "{bad}"
-            );
+            assert!(matches!(ports(bad), Err(RuleError::BadPort(_))), "{bad}");
         }
-        assert_eq!(PortRange { lo: 0, hi: 65535 }.prefixes(), [(0, 0)]);
-        assert_eq!(PortRange::single(80).prefixes(), [(80, 16)]);
-        assert_eq!(PortRange::single(65535).prefixes(), [(65535, 16)]);
-        assert_eq!(PortRange { lo: 0, hi: 1023 }.prefixes(), [(0, 6)]);
         assert_eq!(
-            PortRange {
-                lo: 32768,
-                hi: 65535
-            }
-            .prefixes(),
-            [(32768, 1)]
+            RuleError::from(PolicyValueError::PortOutOfRange(70000)),
+            RuleError::BadPort("70000".into())
         );
-        // 1-65534 is the worst case: 15 blocks growing up to 32768, 15 shrinking.
+        let e = RuleError::from(PolicyValueError::UnknownProtocol("tcpp".into()));
+        assert_eq!(
+            e,
+            RuleError::Value(PolicyValueError::UnknownProtocol("tcpp".into()))
+        );
+        assert!(e.to_string().contains("tcpp"), "{e}");
+    }
+
+    /// The classifier's port masks select exactly the ports of each range's blocks.
+    #[test]
+    fn port_masks_cover_range_prefixes() {
         assert_eq!(PortRange { lo: 1, hi: 65534 }.prefixes().len(), 30);
-        // Exact cover, by brute force, for edge and random ranges.
         let mut seed = 99u64;
         let mut ranges = vec![
             (0, 0),

@@ -54,9 +54,9 @@
 //! ```
 
 use std::hash::Hash;
-use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
 
+use buffet_sdk::policy::{parse_protocol, IpPrefix, PolicyValueError, PortRange};
 use buffet_sdk::{
     DropCause, FlowKey, InitError, L4Kind, MemorySpec, NetworkFunction, Packet, Verdict,
 };
@@ -85,14 +85,7 @@ pub enum Action {
 
 /// A number or a name, as written in a policy (`proto = 6` or `proto = "tcp"`,
 /// `dst_port = 80` or `dst_port = "80-90"`). Validated by `init`, which names the field.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum NumOrName {
-    /// A number.
-    Num(i64),
-    /// A name or a range written as text.
-    Name(String),
-}
+pub use buffet_sdk::policy::NumOrName;
 
 /// One ACL rule as written in a policy. Every match field is optional (omitted: any).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
@@ -132,80 +125,6 @@ pub struct FirewallPolicy {
     pub rules: Vec<RulePolicy>,
 }
 
-/// An IPv4 or IPv6 prefix, held in the IPv4-mapped IPv6 space of [`FlowKey`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct IpPrefix {
-    addr: u128,
-    len: u8,
-}
-
-impl IpPrefix {
-    /// The prefix matching every address, IPv4 and IPv6.
-    pub const ANY: IpPrefix = IpPrefix { addr: 0, len: 0 };
-
-    /// Parses `a.b.c.d/n`, `x:y::/n`, a bare address (a host prefix) or `any`. Host bits
-    /// beyond the prefix length must be zero.
-    pub fn parse(text: &str) -> Result<IpPrefix, String> {
-        let text = text.trim();
-        if text.eq_ignore_ascii_case("any") {
-            return Ok(IpPrefix::ANY);
-        }
-        let (addr, len) = match text.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (text, None),
-        };
-        let ip: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("`{addr}` is not an IPv4 or IPv6 address"))?;
-        let (octets, max, offset) = match ip {
-            IpAddr::V4(v4) => (v4.to_ipv6_mapped().octets(), 32u8, 96u8),
-            IpAddr::V6(v6) => (v6.octets(), 128u8, 0u8),
-        };
-        let len = match len {
-            None => max,
-            Some(l) => l
-                .parse::<u8>()
-                .ok()
-                .filter(|&l| l <= max)
-                .ok_or_else(|| format!("prefix length `{l}` is not in 0..={max}"))?,
-        };
-        let len = len + offset;
-        let addr = u128::from_be_bytes(octets);
-        if addr & !mask128(len) != 0 {
-            let net = IpPrefix {
-                addr: addr & mask128(len),
-                len,
-            };
-            return Err(format!(
-                "`{text}` has host bits set beyond the prefix (the network is {net})"
-            ));
-        }
-        Ok(IpPrefix { addr, len })
-    }
-
-    /// Prefix length in the mapped space (an IPv4 `/24` is 120).
-    pub fn mapped_len(&self) -> u8 {
-        self.len
-    }
-
-    /// True when `addr` (IPv4-mapped for IPv4, as in [`FlowKey`]) is inside the prefix.
-    #[inline]
-    pub fn contains(&self, addr: [u8; 16]) -> bool {
-        u128::from_be_bytes(addr) & mask128(self.len) == self.addr
-    }
-}
-
-impl std::fmt::Display for IpPrefix {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let v6 = Ipv6Addr::from(self.addr.to_be_bytes());
-        match v6.to_ipv4_mapped() {
-            _ if self.len == 0 => write!(f, "any"),
-            Some(v4) if self.len >= 96 => write!(f, "{v4}/{}", self.len - 96),
-            _ => write!(f, "{v6}/{}", self.len),
-        }
-    }
-}
-
 #[inline]
 fn mask128(len: u8) -> u128 {
     if len == 0 {
@@ -224,74 +143,47 @@ fn mask16(len: u8) -> u16 {
     }
 }
 
-/// Parses an IP protocol name or number (`None` means any).
-pub(crate) fn parse_proto(spec: &NumOrName) -> Result<Option<u8>, String> {
+/// True for the policy keyword `any` (any case, surrounding blanks ignored).
+fn is_any(text: &str) -> bool {
+    text.trim().eq_ignore_ascii_case("any")
+}
+
+/// Parses a prefix ([`IpPrefix`]: IPv4 or IPv6, host bits zero) or `any` (`None`: every
+/// address of both families). Surrounding blanks are ignored.
+pub(crate) fn prefix_or_any(text: &str) -> Result<Option<IpPrefix>, PolicyValueError> {
+    if is_any(text) {
+        return Ok(None);
+    }
+    text.trim().parse().map(Some)
+}
+
+/// Parses an IP protocol name or number ([`parse_protocol`]), or `any` / `ip` (`None`).
+pub(crate) fn proto_or_any(spec: &NumOrName) -> Result<Option<u8>, PolicyValueError> {
     match spec {
-        NumOrName::Num(n) => u8::try_from(*n)
-            .map(Some)
-            .map_err(|_| format!("protocol number {n} is not in 0..=255")),
-        NumOrName::Name(s) => match s.trim().to_ascii_lowercase().as_str() {
-            "any" | "ip" => Ok(None),
-            "tcp" => Ok(Some(6)),
-            "udp" => Ok(Some(17)),
-            "icmp" => Ok(Some(1)),
-            "icmpv6" | "ipv6-icmp" => Ok(Some(58)),
-            "sctp" => Ok(Some(132)),
-            "gre" => Ok(Some(47)),
-            "esp" => Ok(Some(50)),
-            other => other.parse::<u8>().map(Some).map_err(|_| {
-                format!("unknown protocol `{s}` (tcp, udp, icmp, icmpv6, sctp, gre, esp, any or 0..=255)")
-            }),
-        },
+        NumOrName::Name(s) if is_any(s) || s.trim().eq_ignore_ascii_case("ip") => Ok(None),
+        NumOrName::Name(s) => parse_protocol(s.trim()).map(Some),
+        NumOrName::Num(_) => spec.protocol().map(Some),
     }
 }
 
-/// Parses a port or an inclusive port range (`80`, `"80"`, `"1024-65535"`, `"any"`).
-pub(crate) fn parse_port_range(spec: &NumOrName) -> Result<(u16, u16), String> {
-    let one = |t: &str| {
-        t.trim()
-            .parse::<u16>()
-            .map_err(|_| format!("`{t}` is not a port number (0..=65535)"))
-    };
+/// Parses a port or an inclusive port range (`80`, `"80"`, `"1024-65535"`), or `any`.
+fn ports_or_any(spec: &NumOrName) -> Result<PortRange, PolicyValueError> {
     match spec {
-        NumOrName::Num(n) => u16::try_from(*n)
-            .map(|p| (p, p))
-            .map_err(|_| format!("port {n} is not in 0..=65535")),
-        NumOrName::Name(s) if s.trim().eq_ignore_ascii_case("any") => Ok((0, u16::MAX)),
-        NumOrName::Name(s) => {
-            let (lo, hi) = match s.split_once('-') {
-                Some((lo, hi)) => (one(lo)?, one(hi)?),
-                None => {
-                    let p = one(s)?;
-                    (p, p)
-                }
-            };
-            if lo > hi {
-                return Err(format!("empty port range `{s}` (low end above high end)"));
-            }
-            Ok((lo, hi))
-        }
+        NumOrName::Name(s) if is_any(s) => Ok(PortRange::ALL),
+        NumOrName::Name(s) => s.trim().parse(),
+        NumOrName::Num(_) => spec.port_range(),
     }
 }
 
-/// Splits an inclusive port range into the fewest (value, prefix length) port prefixes.
-pub(crate) fn range_to_prefixes(lo: u16, hi: u16) -> Vec<(u16, u8)> {
-    let mut out = Vec::new();
-    let (mut lo, hi) = (u32::from(lo), u32::from(hi));
-    while lo <= hi {
-        // The largest aligned block starting at `lo` that stays within `hi`.
-        let mut size: u32 = if lo == 0 {
-            1 << 16
-        } else {
-            lo & lo.wrapping_neg()
-        };
-        while lo + size - 1 > hi {
-            size >>= 1;
-        }
-        out.push((lo as u16, (16 - size.trailing_zeros()) as u8));
-        lo += size;
-    }
-    out
+/// A rule's prefix in the mapped 128-bit space of [`FlowKey`]: (length, bits); `any` is
+/// the zero-length prefix, which both IPv4 and IPv6 addresses fall in.
+fn mapped(p: Option<IpPrefix>) -> (u8, u128) {
+    p.map_or((0, 0), |p| (p.mapped_len(), p.mapped_bits()))
+}
+
+/// An inclusive port range as the fewest (value, prefix length) port prefixes.
+fn port_prefixes((lo, hi): (u16, u16)) -> Vec<(u16, u8)> {
+    PortRange { lo, hi }.prefixes()
 }
 
 /// One compiled ACL rule.
@@ -299,10 +191,10 @@ pub(crate) fn range_to_prefixes(lo: u16, hi: u16) -> Vec<(u16, u8)> {
 pub struct Rule {
     /// What the rule does.
     pub action: Action,
-    /// Source prefix.
-    pub src: IpPrefix,
-    /// Destination prefix.
-    pub dst: IpPrefix,
+    /// Source prefix (`None`: any address, IPv4 or IPv6).
+    pub src: Option<IpPrefix>,
+    /// Destination prefix (`None`: any address).
+    pub dst: Option<IpPrefix>,
     /// IP protocol (`None`: any).
     pub proto: Option<u8>,
     /// Inclusive source-port range.
@@ -314,8 +206,8 @@ pub struct Rule {
 impl Rule {
     /// The rule's predicate, evaluated directly (what a linear scan would do).
     pub fn matches(&self, key: &FlowKey) -> bool {
-        self.src.contains(key.src)
-            && self.dst.contains(key.dst)
+        self.src.is_none_or(|p| p.contains_mapped(&key.src))
+            && self.dst.is_none_or(|p| p.contains_mapped(&key.dst))
             && self.proto.is_none_or(|p| p == key.proto)
             && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
             && (self.dst_ports.0..=self.dst_ports.1).contains(&key.dst_port)
@@ -420,13 +312,15 @@ impl Acl {
         let mut tuples: Vec<TupleTable> = Vec::new();
         let mut entries = 0usize;
         for (i, r) in rules.iter().enumerate() {
-            let sports = range_to_prefixes(r.src_ports.0, r.src_ports.1);
-            let dports = range_to_prefixes(r.dst_ports.0, r.dst_ports.1);
+            let (src_len, src_bits) = mapped(r.src);
+            let (dst_len, dst_bits) = mapped(r.dst);
+            let sports = port_prefixes(r.src_ports);
+            let dports = port_prefixes(r.dst_ports);
             for &(sp, sl) in &sports {
                 for &(dp, dl) in &dports {
                     let t = MaskTuple {
-                        src: r.src.len,
-                        dst: r.dst.len,
+                        src: src_len,
+                        dst: dst_len,
                         proto: r.proto.is_some(),
                         src_port: sl,
                         dst_port: dl,
@@ -437,8 +331,8 @@ impl Acl {
                     });
                     let table = &mut tuples[slot];
                     let key = AclKey {
-                        src: r.src.addr,
-                        dst: r.dst.addr,
+                        src: src_bits,
+                        dst: dst_bits,
                         src_port: sp,
                         dst_port: dp,
                         proto: r.proto.unwrap_or(0),
@@ -812,19 +706,21 @@ impl FirewallState {
 
 fn compile_rule(i: usize, r: &RulePolicy) -> Result<Rule, InitError> {
     let field = |f: &str| format!("rules[{i}].{f}");
+    let invalid = |f: &str, e: PolicyValueError| InitError::invalid(field(f), e.to_string());
     let prefix = |f: &str, v: &Option<String>| match v {
-        None => Ok(IpPrefix::ANY),
-        Some(s) => IpPrefix::parse(s).map_err(|m| InitError::invalid(field(f), m)),
+        None => Ok(None),
+        Some(s) => prefix_or_any(s).map_err(|e| invalid(f, e)),
     };
     let src = prefix("src", &r.src)?;
     let dst = prefix("dst", &r.dst)?;
     let proto = match &r.proto {
         None => None,
-        Some(p) => parse_proto(p).map_err(|m| InitError::invalid(field("proto"), m))?,
+        Some(p) => proto_or_any(p).map_err(|e| invalid("proto", e))?,
     };
     let ports = |f: &str, v: &Option<NumOrName>| -> Result<(u16, u16), InitError> {
         let Some(v) = v else { return Ok((0, u16::MAX)) };
-        let range = parse_port_range(v).map_err(|m| InitError::invalid(field(f), m))?;
+        let r = ports_or_any(v).map_err(|e| invalid(f, e))?;
+        let range = (r.lo, r.hi);
         if range != (0, u16::MAX) && !proto.is_some_and(|p| PORT_PROTOS.contains(&p)) {
             return Err(InitError::invalid(
                 field(f),
@@ -1018,14 +914,15 @@ mod tests {
 
     const DROP: Verdict = Verdict::Drop(DropCause::Policy);
 
+    /// The ACL's port masks select exactly the ports of each range's prefixes.
     #[test]
     fn port_ranges_become_minimal_prefixes() {
-        assert_eq!(range_to_prefixes(0, 65535), vec![(0, 0)]);
-        assert_eq!(range_to_prefixes(80, 80), vec![(80, 16)]);
-        assert_eq!(range_to_prefixes(1024, 65535).len(), 6);
-        assert_eq!(range_to_prefixes(1, 65534).len(), 30);
+        assert_eq!(port_prefixes((0, 65535)), vec![(0, 0)]);
+        assert_eq!(port_prefixes((80, 80)), vec![(80, 16)]);
+        assert_eq!(port_prefixes((1024, 65535)).len(), 6);
+        assert_eq!(port_prefixes((1, 65534)).len(), 30);
         for (lo, hi) in [(3u16, 17u16), (0, 1), (100, 1000), (65535, 65535)] {
-            let ps = range_to_prefixes(lo, hi);
+            let ps = port_prefixes((lo, hi));
             for p in 0..=u16::MAX {
                 let inside = ps.iter().filter(|&&(v, l)| p & mask16(l) == v).count();
                 assert_eq!(
@@ -1037,19 +934,21 @@ mod tests {
         }
     }
 
+    /// Prefixes are `buffet_sdk::policy::IpPrefix` (tested there); the firewall adds
+    /// `any` and ignores surrounding blanks.
     #[test]
     fn prefixes_parse_and_reject() {
-        let p = IpPrefix::parse("192.168.0.0/16").unwrap();
+        let prefix = |s: &str| prefix_or_any(s).unwrap().unwrap();
+        let p = prefix("192.168.0.0/16");
         assert_eq!(p.mapped_len(), 112);
         assert_eq!(p.to_string(), "192.168.0.0/16");
-        assert!(p.contains(Ipv4Addr::new(192, 168, 9, 9).to_ipv6_mapped().octets()));
-        assert!(!p.contains(Ipv4Addr::new(192, 169, 0, 1).to_ipv6_mapped().octets()));
-        assert_eq!(
-            IpPrefix::parse("2001:db8::/32").unwrap().to_string(),
-            "2001:db8::/32"
-        );
-        assert_eq!(IpPrefix::parse("10.0.0.1").unwrap().mapped_len(), 128);
-        assert_eq!(IpPrefix::parse("any").unwrap(), IpPrefix::ANY);
+        assert!(p.contains_mapped(&Ipv4Addr::new(192, 168, 9, 9).to_ipv6_mapped().octets()));
+        assert!(!p.contains_mapped(&Ipv4Addr::new(192, 169, 0, 1).to_ipv6_mapped().octets()));
+        assert_eq!(prefix("2001:db8::/32").to_string(), "2001:db8::/32");
+        assert_eq!(prefix("10.0.0.1").mapped_len(), 128);
+        assert_eq!(prefix(" 10.0.0.0/8 ").to_string(), "10.0.0.0/8");
+        assert_eq!(prefix_or_any("any"), Ok(None));
+        assert_eq!(prefix_or_any(" ANY "), Ok(None));
         for bad in [
             "10.0.0.0/33",
             "10.0.0.1/8",
@@ -1058,8 +957,28 @@ mod tests {
             "::/129",
             "host",
         ] {
-            assert!(IpPrefix::parse(bad).is_err(), "{bad}");
+            assert!(prefix_or_any(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn protocols_and_ports_accept_any() {
+        let name = |s: &str| NumOrName::Name(s.into());
+        assert_eq!(proto_or_any(&name(" TCP ")), Ok(Some(6)));
+        assert_eq!(proto_or_any(&name("ipv6-icmp")), Ok(Some(58)));
+        assert_eq!(proto_or_any(&name("any")), Ok(None));
+        assert_eq!(proto_or_any(&name("ip")), Ok(None));
+        assert_eq!(proto_or_any(&NumOrName::Num(47)), Ok(Some(47)));
+        assert!(proto_or_any(&NumOrName::Num(256)).is_err());
+        assert!(proto_or_any(&name("tcpp")).is_err());
+        assert_eq!(ports_or_any(&name("Any")), Ok(PortRange::ALL));
+        assert_eq!(
+            ports_or_any(&name(" 80-90 ")),
+            Ok(PortRange { lo: 80, hi: 90 })
+        );
+        assert_eq!(ports_or_any(&NumOrName::Num(53)), Ok(PortRange::single(53)));
+        assert!(ports_or_any(&NumOrName::Num(70000)).is_err());
+        assert!(ports_or_any(&name("90-80")).is_err());
     }
 
     #[test]

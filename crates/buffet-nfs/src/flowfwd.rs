@@ -26,11 +26,12 @@
 
 use std::net::IpAddr;
 
+use buffet_sdk::policy::NumOrName;
 use buffet_sdk::{FlowKey, InitError, MemorySpec, NetworkFunction, Packet, PortId, Verdict};
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
-use crate::firewall::{parse_proto, NumOrName};
+use crate::firewall::proto_or_any;
 use crate::l2fwd::{fwd_summary, FwdCounters, MissAction};
 
 /// Default maximum flow entries per tenant.
@@ -105,8 +106,8 @@ fn compile_flow(i: usize, e: &FlowEntry) -> Result<FlowKey, InitError> {
             "src and dst must be of the same address family",
         ));
     }
-    let proto = parse_proto(&e.proto)
-        .map_err(|m| InitError::invalid(field("proto"), m))?
+    let proto = proto_or_any(&e.proto)
+        .map_err(|m| InitError::invalid(field("proto"), m.to_string()))?
         .ok_or_else(|| {
             InitError::invalid(
                 field("proto"),

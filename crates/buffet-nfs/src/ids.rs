@@ -58,12 +58,13 @@
 //! ```
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use buffet_sdk::policy::{IpPrefix, NumOrName};
 use buffet_sdk::{
     DropCause, FlowKey, InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict,
 };
 use serde::Deserialize;
 
-use crate::firewall::{parse_proto, rule_hits_name, IpPrefix, NumOrName};
+use crate::firewall::{prefix_or_any, proto_or_any, rule_hits_name};
 
 /// Default alert records per tenant per second of packet time.
 pub const DEFAULT_LOG_PER_SECOND: u32 = 10;
@@ -117,12 +118,12 @@ pub struct Signature {
     pub msg: String,
     /// IP protocol (`None`: any).
     pub proto: Option<u8>,
-    /// Source prefix.
-    pub src: IpPrefix,
+    /// Source prefix (`None`: any address, IPv4 or IPv6).
+    pub src: Option<IpPrefix>,
     /// Inclusive source-port range.
     pub src_ports: (u16, u16),
-    /// Destination prefix.
-    pub dst: IpPrefix,
+    /// Destination prefix (`None`: any address).
+    pub dst: Option<IpPrefix>,
     /// Inclusive destination-port range.
     pub dst_ports: (u16, u16),
     /// Contents that must all occur in the payload.
@@ -134,8 +135,8 @@ impl Signature {
     fn header_matches(&self, key: &FlowKey, has_ports: bool) -> bool {
         let any_ports = |r: (u16, u16)| r == (0, u16::MAX);
         self.proto.is_none_or(|p| p == key.proto)
-            && self.src.contains(key.src)
-            && self.dst.contains(key.dst)
+            && self.src.is_none_or(|p| p.contains_mapped(&key.src))
+            && self.dst.is_none_or(|p| p.contains_mapped(&key.dst))
             && ((any_ports(self.src_ports) && any_ports(self.dst_ports))
                 || (has_ports
                     && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
@@ -189,8 +190,8 @@ fn parse_rule(text: &str, line: usize) -> Result<Signature, String> {
     if !matches!(action, "alert" | "drop") {
         return Err(format!("unknown action `{action}` (alert or drop)"));
     }
-    let proto = parse_proto(&NumOrName::Name(proto.into()))?;
-    let prefix = |s: &str| IpPrefix::parse(s);
+    let proto = proto_or_any(&NumOrName::Name(proto.into())).map_err(|e| e.to_string())?;
+    let prefix = |s: &str| prefix_or_any(s).map_err(|e| e.to_string());
     let mut sig = Signature {
         line,
         sid: 0,
@@ -863,7 +864,7 @@ mod tests {
         assert_eq!((sigs[0].sid, sigs[0].line), (1001, 3));
         assert_eq!(sigs[0].dst_ports, (80, 80));
         assert!(sigs[0].contents[0].nocase);
-        assert_eq!(sigs[1].src.to_string(), "192.168.0.0/16");
+        assert_eq!(sigs[1].src.unwrap().to_string(), "192.168.0.0/16");
         assert_eq!(sigs[1].contents.len(), 2);
         assert_eq!(sigs[2].contents[0].bytes, b"\x03bad\x03com");
         assert_eq!(sigs[3].proto, None);

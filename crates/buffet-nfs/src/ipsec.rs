@@ -78,6 +78,7 @@ use std::fmt;
 use std::net::Ipv4Addr;
 
 use buffet_sdk::etherparse::{IpDscp, IpNumber, Ipv4Header, Ipv4HeaderSlice};
+use buffet_sdk::policy;
 use buffet_sdk::{DropCause, InitError, MemorySpec, NetworkFunction, Packet, PortId, Verdict};
 use ring::aead;
 use serde::Deserialize;
@@ -731,20 +732,7 @@ fn parse_window(field: &str, w: u32) -> Result<u32, InitError> {
 }
 
 fn parse_mac(field: &str, s: &str) -> Result<[u8; 6], InitError> {
-    let mut mac = [0u8; 6];
-    let parts: Vec<&str> = s.split([':', '-']).collect();
-    let ok = parts.len() == 6
-        && parts
-            .iter()
-            .zip(mac.iter_mut())
-            .all(|(p, m)| p.len() == 2 && u8::from_str_radix(p, 16).map(|v| *m = v).is_ok());
-    if !ok {
-        return Err(InitError::invalid(
-            field,
-            format!("`{s}` is not a MAC address"),
-        ));
-    }
-    Ok(mac)
+    policy::parse_mac(s).map_err(|e| InitError::invalid(field, e.to_string()))
 }
 
 fn parse_eth(field: &str, e: &Option<EthRewrite>) -> Result<Option<MacRewrite>, InitError> {

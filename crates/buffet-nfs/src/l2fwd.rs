@@ -23,11 +23,12 @@
 //! port = 7
 //! ```
 
+use buffet_sdk::policy::{parse_mac, NumOrName};
 use buffet_sdk::{DropCause, InitError, MemorySpec, NetworkFunction, Packet, PortId, Verdict};
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
-use crate::firewall::{indexed_counter_name, NumOrName};
+use crate::firewall::indexed_counter_name;
 
 /// Default maximum table entries per tenant.
 pub const DEFAULT_MAX_ENTRIES: u32 = 65_536;
@@ -96,23 +97,6 @@ impl MissAction {
     }
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff` (or with `-`).
-pub fn parse_mac(text: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = text.trim().split([':', '-']).collect();
-    let bad = || format!("`{text}` is not a MAC address (aa:bb:cc:dd:ee:ff)");
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut mac = [0u8; 6];
-    for (b, p) in mac.iter_mut().zip(parts) {
-        if p.len() != 2 {
-            return Err(bad());
-        }
-        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    Ok(mac)
-}
-
 /// Counters of one tenant's forwarder (L2Fwd or FlowFwd).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FwdCounters {
@@ -165,8 +149,8 @@ impl L2FwdState {
         table.reserve(policy.entries.len());
         let mut ports = Vec::with_capacity(policy.entries.len());
         for (i, e) in policy.entries.iter().enumerate() {
-            let mac = parse_mac(&e.mac)
-                .map_err(|m| InitError::invalid(format!("entries[{i}].mac"), m))?;
+            let mac = parse_mac(e.mac.trim())
+                .map_err(|m| InitError::invalid(format!("entries[{i}].mac"), m.to_string()))?;
             if let Some(&j) = table.get(&mac) {
                 return Err(InitError::invalid(
                     format!("entries[{i}].mac"),

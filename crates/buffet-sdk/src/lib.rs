@@ -11,6 +11,9 @@
 //! * [`NetworkFunction::handle`] processes one [`Packet`] against one tenant's state and
 //!   returns a [`Verdict`]. It sees exactly one tenant's state: it cannot name another.
 //!
+//! [`policy`] parses the values policies are written in (IP prefixes, port ranges, MAC
+//! addresses, IP protocols) with one error type, so every NF reads them the same way.
+//!
 //! What this crate does not do: no threads, no I/O, no clock, no `unsafe`. Packet
 //! parsing goes through etherparse header slices; every accessor of [`Packet`] is
 //! total (returns `Option`/`Result`, never panics) on any input bytes.
@@ -73,6 +76,7 @@
 
 mod nf;
 mod packet;
+pub mod policy;
 
 pub use nf::{DropCause, InitError, MemorySpec, NetworkFunction, PortId, TenantId, Verdict};
 pub use packet::{FlowKey, L3Kind, L4Kind, Packet, PacketMeta, ParseError, ResizeError};
