@@ -24,7 +24,7 @@ use std::marker::PhantomData;
 use std::mem;
 use std::ops::{Deref, DerefMut};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::storage::Region;
@@ -144,6 +144,7 @@ impl Mapping {
                 errno: libc::ENOMEM,
             });
         };
+        register_arena(base.as_ptr() as usize, len);
         Ok(Arc::new(Mapping {
             base,
             len,
@@ -270,11 +271,52 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        unregister_arena(self.base.as_ptr() as usize);
         // SAFETY: [base, base+len) is exactly the mapping `reserve` created. Every span
         // holds an `Arc<Mapping>`, so when this runs no span, region or state cell — and
         // so no reference into the range — is left.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
+}
+
+/// Most arenas [`in_tenant_arena`] knows about at once (more still work; they are just not
+/// recognised by fault handlers).
+const MAX_ARENAS: usize = 64;
+
+/// Live arenas as (base, len); len 0 = free entry. Read from signal handlers.
+static ARENAS: [(AtomicUsize, AtomicUsize); MAX_ARENAS] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_ARENAS];
+
+fn register_arena(base: usize, len: usize) {
+    for (b, l) in &ARENAS {
+        if b.compare_exchange(0, base, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            l.store(len, Ordering::Release);
+            return;
+        }
+    }
+}
+
+fn unregister_arena(base: usize) {
+    for (b, l) in &ARENAS {
+        if b.load(Ordering::Acquire) == base {
+            l.store(0, Ordering::Release);
+            b.store(0, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// Whether `addr` lies in the address space of a live tenant arena (a region, a guard page,
+/// or free arena space). Only atomic loads: safe to call from a signal handler, which is
+/// what it is for — telling a tenant's stray access apart from a bug elsewhere.
+pub fn in_tenant_arena(addr: usize) -> bool {
+    ARENAS.iter().any(|(b, l)| {
+        let len = l.load(Ordering::Acquire);
+        let base = b.load(Ordering::Acquire);
+        len != 0 && addr.wrapping_sub(base) < len
+    })
 }
 
 /// Exclusive ownership of one claimed range of a [`Mapping`] that is readable and
@@ -479,9 +521,12 @@ pub(crate) struct CellGuard<'a, S> {
     _excl: PhantomData<&'a mut S>,
 }
 
-/// Where the bytes of a region past its state begin: `size_of::<S>()` rounded up to a
-/// cache line ([`TAIL_ALIGN`]).
-pub(crate) const fn tail_offset<S>() -> usize {
+/// Where the bytes of a region past its state begin ([`StateGuard::split`]):
+/// `size_of::<S>()` rounded up to a cache line (64 bytes). A state type that wants `n`
+/// bytes of untyped memory after it registers `region_tail_offset::<S>() + n` bytes.
+///
+/// [`StateGuard::split`]: crate::StateGuard::split
+pub const fn tail_offset<S>() -> usize {
     mem::size_of::<S>().next_multiple_of(TAIL_ALIGN)
 }
 
@@ -544,7 +589,7 @@ impl<S> Drop for CellGuard<'_, S> {
 
 /// Whether this CPU has protection keys *and* the kernel enabled them (CPUID leaf 7,
 /// ECX bit 4, `OSPKE`: CR4.PKE is set, so `RDPKRU`/`WRPKRU` do not fault). Cached.
-pub(crate) fn pku_supported() -> bool {
+pub fn pku_supported() -> bool {
     use std::sync::atomic::AtomicU8;
     static CACHED: AtomicU8 = AtomicU8::new(0);
     match CACHED.load(Ordering::Relaxed) {

@@ -187,6 +187,24 @@ pub trait NetworkFunction: Send + Sync + 'static {
     /// On error the tenant is not admitted and `state` is discarded.
     fn init(&self, policy: &Self::Policy, state: &mut Self::State) -> Result<(), InitError>;
 
+    /// `buffet_state_init` as the framework calls it: `state` already sits in the
+    /// tenant's region and `region` is the rest of that region — the bytes past `State`,
+    /// zero-filled, exclusively this tenant's. NFs whose per-tenant state is (partly)
+    /// untyped memory — C NFs, eBPF programs — build it there and may keep a handle to it
+    /// in `State`; the bytes stay in place for the tenant's lifetime and are reachable
+    /// only while the framework runs this tenant's code.
+    ///
+    /// Default: ignores `region` and calls [`init`](Self::init).
+    fn init_in_region(
+        &self,
+        policy: &Self::Policy,
+        state: &mut Self::State,
+        region: &mut [u8],
+    ) -> Result<(), InitError> {
+        let _ = region;
+        self.init(policy, state)
+    }
+
     /// `buffet_pkt_handler`: process one packet of the tenant owning `state`.
     fn handle(&self, pkt: &mut Packet<'_>, state: &mut Self::State) -> Verdict;
 

@@ -8,7 +8,9 @@ use std::thread::JoinHandle;
 use buffet_dispatch::{
     Decision, DispatchDrop, Dispatcher, DispatcherConfig, Event, Match, TenantSlot, WorkerId,
 };
-use buffet_memory::{ArenaConfig, MemoryStorage, TenantTable};
+use buffet_memory::{
+    AdmitWithError, ArenaConfig, Domain, MemoryStorage, Mpk, MpkError, TenantTable,
+};
 use buffet_sdk::{InitError, NetworkFunction, PortId, TenantId, Verdict};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
@@ -37,6 +39,9 @@ pub struct PipelineConfig {
     pub arena: ArenaConfig,
     /// Pin worker `i` to core `i`.
     pub pin: bool,
+    /// The isolation domain of every tenant region: [`Domain::None`] (type system only,
+    /// for safe Rust NFs) or [`Domain::Mpk`] (Intel protection keys, for native NFs).
+    pub domain: Domain,
 }
 
 impl Default for PipelineConfig {
@@ -50,6 +55,7 @@ impl Default for PipelineConfig {
             tenant_capacity: 16_384,
             arena: ArenaConfig::default(),
             pin: true,
+            domain: Domain::None,
         }
     }
 }
@@ -119,6 +125,9 @@ pub enum PipelineError {
     /// A worker thread could not be started.
     #[error("cannot start worker thread: {0}")]
     Spawn(std::io::Error),
+    /// The isolation domain asked for cannot be set up on this machine.
+    #[error("isolation: {0}")]
+    Isolation(#[from] MpkError),
     /// No such worker, or it is already terminated.
     #[error("worker {0} is not live")]
     NotLive(u16),
@@ -252,9 +261,17 @@ impl<N: NetworkFunction> Pipeline<N> {
         }
         let storage = MemoryStorage::new(cfg.arena)?;
         let cap = cfg.tenant_capacity;
+        let table = match cfg.domain {
+            Domain::Mpk => {
+                let mpk = Mpk::get()?;
+                check_mpk_workers(mpk, cfg.workers)?;
+                TenantTable::with_mpk(storage, cap, mpk)
+            }
+            _ => TenantTable::new(storage, cap),
+        };
         let shared = Shared {
             nf: Arc::new(nf),
-            table: Arc::new(TenantTable::new(storage, cap)),
+            table: Arc::new(table),
             quarantined: (0..cap).map(|_| AtomicBool::new(false)).collect(),
             notices: Arc::new(ArrayQueue::new(1024)),
             ids: (0..cap).map(|_| AtomicU32::new(0)).collect(),
@@ -335,6 +352,10 @@ impl<N: NetworkFunction> Pipeline<N> {
 
     /// Launches one more worker at run time.
     pub fn launch_worker(&mut self) -> Result<WorkerId, PipelineError> {
+        if self.cfg.domain == Domain::Mpk {
+            let live = self.workers.iter().filter(|w| w.live).count();
+            check_mpk_workers(Mpk::get()?, live as u16 + 1)?;
+        }
         let id = self.spawn_worker()?;
         self.events
             .push(WorkerEvent::WorkerLaunched { worker: id.0 });
@@ -378,11 +399,6 @@ impl<N: NetworkFunction> Pipeline<N> {
         if self.by_id.contains_key(&id) {
             return Err(AdmitError::Duplicate(id));
         }
-        let mut state = N::State::default();
-        self.shared
-            .nf
-            .init(&spec.policy, &mut state)
-            .map_err(|source| AdmitError::Policy { tenant: id, source })?;
         self.reclaim_retired();
         let slot = match self.free_slots.pop() {
             Some(s) => s,
@@ -393,9 +409,20 @@ impl<N: NetworkFunction> Pipeline<N> {
             None => return Err(AdmitError::TooMany(self.cfg.tenant_capacity)),
         };
         let bytes = self.shared.nf.register().bytes;
-        if let Err(source) = self.shared.table.admit(slot, id, bytes, state) {
+        // `init` runs on the state in its region, inside the tenant's isolation domain.
+        let nf = &self.shared.nf;
+        let admitted =
+            self.shared
+                .table
+                .admit_with(slot, id, bytes, N::State::default(), |state, region| {
+                    nf.init_in_region(&spec.policy, state, region)
+                });
+        if let Err(e) = admitted {
             self.free_slots.push(slot);
-            return Err(AdmitError::Memory { tenant: id, source });
+            return Err(match e {
+                AdmitWithError::Init(source) => AdmitError::Policy { tenant: id, source },
+                AdmitWithError::Admit(source) => AdmitError::Memory { tenant: id, source },
+            });
         }
         if let Err(source) = self
             .dispatcher
@@ -683,6 +710,19 @@ impl<N: NetworkFunction> Drop for Pipeline<N> {
             }
         }
     }
+}
+
+/// MPK: every worker may pin one cache key at a time and the control thread one more
+/// (reports lock tenants); more would make groups wait for keys.
+fn check_mpk_workers(mpk: &Mpk, workers: u16) -> Result<(), PipelineError> {
+    if usize::from(workers) + 1 > mpk.cache_keys() {
+        return Err(PipelineError::Config(format!(
+            "MPK isolation: {workers} workers need {} protection keys, this process has {}",
+            usize::from(workers) + 1,
+            mpk.cache_keys()
+        )));
+    }
+    Ok(())
 }
 
 fn subtract(r: &mut TenantReport, base: &TenantReport) {

@@ -1,0 +1,214 @@
+/*
+ * guard.c — fault containment for C NFs: run a tenant's C code so that a protection-key
+ * fault (or a hit on a tenant arena's guard page) returns to the caller instead of killing
+ * the process.
+ *
+ * How: each guarded call does sigsetjmp, arms a thread-local pointer to its jmp_buf and
+ * calls the NF's function. Our SIGSEGV handler (SA_SIGINFO | SA_ONSTACK, on a per-thread
+ * alternate stack) siglongjmps back to it only if the faulting thread is armed — it is
+ * inside an NF call — and the fault is one a tenant causes:
+ *   - si_code == SEGV_PKUERR (4): the access hit a region whose protection key this
+ *     thread's PKRU closes: another tenant's region;
+ *   - si_code == SEGV_ACCERR inside a tenant arena: a guard page between regions, or free
+ *     arena space (buffet_cnf_in_arena, atomic loads only, answers that).
+ * Every other SIGSEGV goes to the handler that was installed before ours (Rust's stack
+ * overflow handler, or the default action), so real bugs still crash.
+ *
+ * The frames a siglongjmp skips are the NF's own C frames only: the trampolines below are
+ * C and call the NF's function pointer directly; no Rust frame sits between sigsetjmp and
+ * the fault. A signal handler runs with the kernel's default PKRU and siglongjmp does not
+ * restore it, so the landing pad writes back the PKRU saved before the call. The signal
+ * mask is not saved by sigsetjmp (that would cost a syscall per call); the handler
+ * unblocks SIGSEGV itself before jumping.
+ *
+ * What this does not make safe: NF code that faults while holding a lock of its own or of
+ * libc (a longjmp leaves it held), and NF code that calls back into Rust.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "buffet.h"
+
+#ifndef SEGV_PKUERR
+#define SEGV_PKUERR 4
+#endif
+
+/* Filled by the handler when it recovers a fault. Mirrored in src/sys.rs. */
+struct buffet_fault {
+    int32_t code; /* si_code: SEGV_PKUERR or SEGV_ACCERR */
+    int32_t pkey; /* si_pkey for SEGV_PKUERR, else -1 */
+    uint64_t addr;
+};
+
+/* Exported by the Rust side (buffet_memory::in_tenant_arena): async-signal-safe. */
+extern int buffet_cnf_in_arena(uintptr_t addr);
+
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+
+static TLS sigjmp_buf *armed;
+static TLS struct buffet_fault *fault_out;
+static TLS int altstack_ready;
+
+static struct sigaction previous;
+static pthread_once_t install_once = PTHREAD_ONCE_INIT;
+static int install_error;
+static pthread_key_t altstack_key;
+
+#define ALTSTACK_BYTES (64 * 1024)
+
+static inline uint32_t rdpkru(void) {
+    uint32_t eax, edx;
+    __asm__ volatile(".byte 0x0f, 0x01, 0xee" : "=a"(eax), "=d"(edx) : "c"(0));
+    return eax;
+}
+
+static inline void wrpkru(uint32_t v) {
+    __asm__ volatile(".byte 0x0f, 0x01, 0xef" : : "a"(v), "c"(0), "d"(0) : "memory");
+}
+
+/* Hands a fault that is not ours to whoever handled SIGSEGV before us. */
+static void chain(int sig, siginfo_t *si, void *uc) {
+    if (previous.sa_flags & SA_SIGINFO) {
+        if (previous.sa_sigaction) {
+            previous.sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+        previous.sa_handler(sig);
+        return;
+    }
+    /* Default action: uninstall ourselves; returning re-executes the faulting
+     * instruction, which now kills the process with SIGSEGV as it should. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+}
+
+static void on_segv(int sig, siginfo_t *si, void *uc) {
+    sigjmp_buf *jb = armed;
+    if (jb != NULL &&
+        (si->si_code == SEGV_PKUERR ||
+         (si->si_code == SEGV_ACCERR && buffet_cnf_in_arena((uintptr_t)si->si_addr)))) {
+        armed = NULL;
+        if (fault_out != NULL) {
+            fault_out->code = si->si_code;
+            fault_out->pkey = si->si_code == SEGV_PKUERR ? (int32_t)si->si_pkey : -1;
+            fault_out->addr = (uint64_t)(uintptr_t)si->si_addr;
+        }
+        sigset_t unblock;
+        sigemptyset(&unblock);
+        sigaddset(&unblock, SIGSEGV);
+        sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+        siglongjmp(*jb, 1);
+    }
+    chain(sig, si, uc);
+}
+
+static void free_altstack(void *mem) {
+    stack_t off;
+    memset(&off, 0, sizeof off);
+    off.ss_flags = SS_DISABLE;
+    sigaltstack(&off, NULL);
+    munmap(mem, ALTSTACK_BYTES);
+}
+
+static void install(void) {
+    if ((install_error = pthread_key_create(&altstack_key, free_altstack)) != 0) {
+        return;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGSEGV, &sa, &previous) != 0) {
+        install_error = errno;
+    }
+}
+
+/* Installs the SIGSEGV handler once per process. 0, or an errno value. */
+int buffet_guard_install(void) {
+    pthread_once(&install_once, install);
+    return install_error;
+}
+
+/* Gives this thread an alternate signal stack unless it has one (Rust threads usually
+ * do): the handler must run even if the fault was a stack overflow. */
+static void ensure_altstack(void) {
+    stack_t cur;
+    altstack_ready = 1;
+    if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) {
+        return;
+    }
+    void *mem = mmap(NULL, ALTSTACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (mem == MAP_FAILED) {
+        return;
+    }
+    stack_t ss;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = mem;
+    ss.ss_size = ALTSTACK_BYTES;
+    if (sigaltstack(&ss, NULL) != 0) {
+        munmap(mem, ALTSTACK_BYTES);
+        return;
+    }
+    pthread_setspecific(altstack_key, mem);
+}
+
+/* The three guarded calls. Each returns 0 when the NF's function returned, 1 when a
+ * tenant fault was recovered (then *fault says what and where). `pku` says whether the
+ * CPU has PKRU (RDPKRU/WRPKRU are only used then). */
+
+typedef buffet_verdict (*pkt_fn)(struct buffet_pkt *, void *, size_t);
+typedef int (*init_fn)(const char *, void *, size_t, char *, size_t);
+typedef size_t (*summary_fn)(const void *, size_t, struct buffet_counter *, size_t);
+
+#define GUARDED(pku, fault, call)                                                           \
+    do {                                                                                    \
+        sigjmp_buf jb;                                                                      \
+        volatile uint32_t saved = (pku) ? rdpkru() : 0;                                     \
+        if (!altstack_ready) {                                                              \
+            ensure_altstack();                                                              \
+        }                                                                                   \
+        if (sigsetjmp(jb, 0) != 0) {                                                        \
+            /* Landed from on_segv: restore the PKRU this call started with. */             \
+            fault_out = NULL;                                                               \
+            if (pku) {                                                                      \
+                wrpkru(saved);                                                              \
+            }                                                                               \
+            return 1;                                                                       \
+        }                                                                                   \
+        fault_out = (fault);                                                                \
+        armed = &jb;                                                                        \
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);                                            \
+        call;                                                                               \
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);                                            \
+        armed = NULL;                                                                       \
+        fault_out = NULL;                                                                   \
+        return 0;                                                                           \
+    } while (0)
+
+int buffet_guard_pkt(pkt_fn f, struct buffet_pkt *pkt, void *state, size_t len, int pku,
+                     struct buffet_fault *fault, buffet_verdict *verdict) {
+    GUARDED(pku, fault, *verdict = f(pkt, state, len));
+}
+
+int buffet_guard_init(init_fn f, const char *policy, void *state, size_t len, char *err,
+                      size_t errlen, int pku, struct buffet_fault *fault, int *rc) {
+    GUARDED(pku, fault, *rc = f(policy, state, len, err, errlen));
+}
+
+int buffet_guard_summary(summary_fn f, const void *state, size_t len,
+                         struct buffet_counter *out, size_t max, int pku,
+                         struct buffet_fault *fault, size_t *n) {
+    GUARDED(pku, fault, *n = f(state, len, out, max));
+}

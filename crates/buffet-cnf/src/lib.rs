@@ -1,0 +1,504 @@
+//! C network functions for Buffet.
+//!
+//! [`CNf`] loads a shared object that implements `include/buffet.h` — the paper's
+//! `buffet_mem_register`, `buffet_state_init` and `buffet_pkt_handler` — and is a
+//! [`NetworkFunction`] like any Rust NF: a [`Pipeline`](https://docs.rs/buffet-worker)
+//! runs it for thousands of tenants, each with its own state region.
+//!
+//! * **State.** A tenant's C state is the bytes of its region past a small Rust header
+//!   ([`CState`], 64 bytes): `buffet_state_init(policy_json, state, len, …)` builds it there
+//!   at admission and every `buffet_pkt_handler(pkt, state, len)` gets the same bytes. The
+//!   policy is the tenant's policy table as JSON text.
+//! * **Isolation.** Run the pipeline with `Domain::Mpk`: each region then carries an Intel
+//!   protection key that only the worker running that tenant has open, so a C NF that
+//!   reads or writes outside its region hits a closed key (or a guard page) and faults.
+//! * **Fault containment.** Every call into the NF goes through a small C shim
+//!   (`csrc/guard.c`): `sigsetjmp`, call, and a SIGSEGV handler that jumps back when the
+//!   faulting thread is inside an NF call and the fault is a tenant's — a protection-key
+//!   fault (`SEGV_PKUERR`) or a hit in a tenant arena (guard page). The PKRU the call
+//!   started with is restored, the handler returns [`Verdict::Fault`], the worker
+//!   quarantines that tenant and keeps running. Other faults crash the process as before.
+//!   [`CNf::faults`] lists what happened (tenant, address, key).
+//!
+//! What this does not do: resize frames (ABI v1 rewrites in place), give C NFs helpers, or
+//! make a *malicious* native NF safe — native code can execute `WRPKRU` or call
+//! `pkey_mprotect` itself; MPK contains stray accesses of buggy NFs. Untrusted NF code
+//! belongs in the eBPF level. A fault inside libc while it holds a lock (e.g. in `malloc`)
+//! leaves that lock held: C NFs should not allocate on the packet path.
+//!
+//! All `unsafe` code is in the private `sys` module, each block with a `// SAFETY:` comment.
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
+
+#[allow(unsafe_code)]
+mod sys;
+
+use std::collections::HashMap;
+use std::ffi::{c_char, CString};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use buffet_sdk::{
+    DropCause, InitError, L3Kind, MemorySpec, NetworkFunction, Packet, TenantId, Verdict,
+};
+
+pub use sys::buffet_cnf_in_arena;
+
+/// The ABI version of `include/buffet.h` this crate implements.
+pub const ABI_VERSION: u32 = 1;
+
+/// How many fault records [`CNf::faults`] keeps (the first ones).
+const MAX_FAULT_RECORDS: usize = 1024;
+
+/// `si_code` of a protection-key fault.
+const SEGV_PKUERR: i32 = 4;
+/// `si_code` of an access to a mapped page whose protection forbids it.
+const SEGV_ACCERR: i32 = 2;
+
+/// Why a C NF could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// `dlopen` failed.
+    #[error("cannot load C NF {path}: {source}")]
+    Open {
+        /// The shared object.
+        path: PathBuf,
+        /// The loader's reason.
+        source: libloading::Error,
+    },
+    /// A required function is not exported.
+    #[error("the C NF does not export `{symbol}` (see include/buffet.h): {source}")]
+    Missing {
+        /// The function.
+        symbol: &'static str,
+        /// The loader's reason.
+        source: libloading::Error,
+    },
+    /// The NF was built against another ABI version.
+    #[error(
+        "the C NF was built for buffet.h ABI version {found}, this Buffet implements {ABI_VERSION}"
+    )]
+    Abi {
+        /// What `buffet_abi_version()` returned.
+        found: u32,
+    },
+    /// The SIGSEGV handler for fault containment could not be installed.
+    #[error("cannot install the fault-containment signal handler: {0}")]
+    Guard(std::io::Error),
+}
+
+/// Whether NF calls run inside the fault-containment shim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Containment {
+    /// Through the shim: a tenant's fault quarantines the tenant (the default).
+    Guarded,
+    /// Direct calls: any fault kills the process. Only for measuring the shim's cost.
+    Unguarded,
+}
+
+/// What kind of fault a tenant's C code caused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// An access to a region whose protection key this thread had closed: another
+    /// tenant's region (or a parked one).
+    ProtectionKey {
+        /// The key the page carried.
+        pkey: i32,
+    },
+    /// An access to a page of a tenant arena that is not open to anyone: a guard page
+    /// between regions, or free arena space.
+    GuardPage,
+    /// The handler returned a value that is not a verdict of include/buffet.h.
+    BadVerdict(i32),
+}
+
+/// One contained fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CFault {
+    /// The tenant whose code faulted.
+    pub tenant: TenantId,
+    /// The NF function that was running (`buffet_pkt_handler`, …).
+    pub during: &'static str,
+    /// What happened.
+    pub kind: FaultKind,
+    /// The faulting address (0 for [`FaultKind::BadVerdict`]).
+    pub addr: u64,
+}
+
+impl std::fmt::Display for CFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            FaultKind::ProtectionKey { pkey } => write!(
+                f,
+                "tenant {}: {} touched {:#x}, a region it may not access (protection key {pkey})",
+                self.tenant, self.during, self.addr
+            ),
+            FaultKind::GuardPage => write!(
+                f,
+                "tenant {}: {} touched {:#x}, a guard page or unused part of the tenant arena",
+                self.tenant, self.during, self.addr
+            ),
+            FaultKind::BadVerdict(v) => write!(
+                f,
+                "tenant {}: {} returned {v}, which is not a buffet.h verdict",
+                self.tenant, self.during
+            ),
+        }
+    }
+}
+
+/// The packet descriptor of include/buffet.h (`struct buffet_pkt`).
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct CPacket {
+    data: *mut u8,
+    len: u32,
+    tenant: u32,
+    ts_ns: u64,
+    in_port: u16,
+    l3_off: u16,
+    l4_off: u16,
+    payload_off: u16,
+    src_port: u16,
+    dst_port: u16,
+    ip_proto: u8,
+    l3_kind: u8,
+    reserved: [u8; 2],
+}
+
+/// `struct buffet_counter`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Counter {
+    name: *const c_char,
+    value: u64,
+}
+
+/// What the shim reports about a recovered fault (`struct buffet_fault` in guard.c).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RawFault {
+    code: i32,
+    pkey: i32,
+    addr: u64,
+}
+
+/// A tenant's state as Buffet sees it: a handle to the C state, which is the rest of the
+/// tenant's region. Set by `buffet_state_init` at admission.
+#[derive(Debug, Default)]
+pub struct CState {
+    region: Option<sys::RegionPtr>,
+}
+
+impl CState {
+    /// Bytes of C state (the `len` the NF's functions get); 0 before admission.
+    pub fn len(&self) -> usize {
+        self.region.map_or(0, |r| r.len())
+    }
+
+    /// Whether the state is not set up yet.
+    pub fn is_empty(&self) -> bool {
+        self.region.is_none()
+    }
+}
+
+/// A C NF loaded from a shared object.
+pub struct CNf {
+    lib: sys::Loaded,
+    path: PathBuf,
+    name: &'static str,
+    state_bytes: usize,
+    /// `Some(pku)` when guarded: whether the shim saves and restores PKRU.
+    guard: Option<bool>,
+    faults: Mutex<Vec<CFault>>,
+    counter_names: Mutex<HashMap<String, &'static str>>,
+}
+
+impl std::fmt::Debug for CNf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CNf")
+            .field("path", &self.path)
+            .field("name", &self.name)
+            .field("state_bytes", &self.state_bytes)
+            .field("guarded", &self.guard.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CNf {
+    /// Loads `path` with fault containment ([`Containment::Guarded`]).
+    pub fn load(path: &Path) -> Result<CNf, LoadError> {
+        CNf::load_with(path, Containment::Guarded)
+    }
+
+    /// Loads `path`: resolves the NF's functions, checks its ABI version, asks
+    /// `buffet_mem_register` for the state size and (guarded) installs the SIGSEGV handler.
+    pub fn load_with(path: &Path, containment: Containment) -> Result<CNf, LoadError> {
+        let (lib, id) = sys::Loaded::open(path)?;
+        if let Some(found) = id.abi.filter(|&v| v != ABI_VERSION) {
+            return Err(LoadError::Abi { found });
+        }
+        let guard = match containment {
+            Containment::Guarded => {
+                sys::install_guard().map_err(LoadError::Guard)?;
+                Some(buffet_memory::pku_supported())
+            }
+            Containment::Unguarded => None,
+        };
+        let name = id.name.unwrap_or_else(|| {
+            path.file_stem()
+                .map_or_else(|| "c-nf".into(), |s| s.to_string_lossy().into_owned())
+        });
+        let state_bytes = lib.mem_register();
+        Ok(CNf {
+            lib,
+            path: path.to_owned(),
+            // One leak per load: `NetworkFunction::name` wants a static string.
+            name: Box::leak(name.into_boxed_str()),
+            state_bytes,
+            guard,
+            faults: Mutex::new(Vec::new()),
+            counter_names: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The shared object it was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes of state per tenant, as `buffet_mem_register` said.
+    pub fn state_bytes(&self) -> usize {
+        self.state_bytes
+    }
+
+    /// Faults contained so far (the first 1024), in order.
+    pub fn faults(&self) -> Vec<CFault> {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn record(&self, tenant: TenantId, during: &'static str, kind: FaultKind, addr: u64) {
+        let mut f = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
+        if f.len() < MAX_FAULT_RECORDS {
+            f.push(CFault {
+                tenant,
+                during,
+                kind,
+                addr,
+            });
+        }
+    }
+
+    fn record_raw(&self, tenant: TenantId, during: &'static str, raw: RawFault) -> CFault {
+        let kind = match raw.code {
+            SEGV_PKUERR => FaultKind::ProtectionKey { pkey: raw.pkey },
+            SEGV_ACCERR => FaultKind::GuardPage,
+            // The shim recovers only the two codes above.
+            _ => FaultKind::GuardPage,
+        };
+        self.record(tenant, during, kind, raw.addr);
+        CFault {
+            tenant,
+            during,
+            kind,
+            addr: raw.addr,
+        }
+    }
+
+    fn intern(&self, name: String) -> &'static str {
+        let mut names = self
+            .counter_names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(&s) = names.get(&name) {
+            return s;
+        }
+        // One leak per distinct counter name (a handful per NF).
+        let s: &'static str = Box::leak(name.clone().into_boxed_str());
+        names.insert(name, s);
+        s
+    }
+}
+
+/// A buffet.h verdict as a [`Verdict`]; `None` for values the header does not define.
+fn decode_verdict(v: i32) -> Option<Verdict> {
+    Some(match v {
+        0 => Verdict::Pass,
+        1 => Verdict::Tx,
+        2 => Verdict::Drop(DropCause::Policy),
+        3 => Verdict::Drop(DropCause::Malformed),
+        4 => Verdict::Drop(DropCause::RateLimited),
+        5 => Verdict::Drop(DropCause::Integrity),
+        6 => Verdict::Drop(DropCause::Replay),
+        7 => Verdict::Drop(DropCause::TableFull),
+        v if v & !0xffff == 0x10000 => Verdict::Forward((v & 0xffff) as u16),
+        _ => return None,
+    })
+}
+
+fn offset(o: usize) -> u16 {
+    u16::try_from(o).unwrap_or(0xffff)
+}
+
+impl NetworkFunction for CNf {
+    type State = CState;
+    /// The tenant's policy table, handed to `buffet_state_init` as JSON text.
+    type Policy = serde_json::Value;
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn register(&self) -> MemorySpec {
+        MemorySpec {
+            bytes: buffet_memory::region_tail_offset::<CState>().saturating_add(self.state_bytes),
+        }
+    }
+
+    fn init(&self, _policy: &Self::Policy, _state: &mut CState) -> Result<(), InitError> {
+        Err(InitError::invalid(
+            "(nf)",
+            "a C NF builds its state in the tenant's region: admit tenants through a \
+             Pipeline (or TenantTable::admit_with and init_in_region)",
+        ))
+    }
+
+    fn init_in_region(
+        &self,
+        policy: &Self::Policy,
+        state: &mut CState,
+        region: &mut [u8],
+    ) -> Result<(), InitError> {
+        if region.len() < self.state_bytes {
+            return Err(InitError::OutOfMemory {
+                needed: self.state_bytes,
+                available: region.len(),
+            });
+        }
+        let json = match policy {
+            serde_json::Value::Null => "{}".to_owned(),
+            p => p.to_string(),
+        };
+        let json = CString::new(json)
+            .map_err(|_| InitError::invalid("(policy)", "contains a NUL character"))?;
+        let handle = sys::RegionPtr::new(region)
+            .ok_or_else(|| InitError::invalid("(region)", "empty tenant region"))?;
+        match self.lib.state_init(&json, region, self.guard) {
+            Ok(Ok(())) => {
+                state.region = Some(handle);
+                Ok(())
+            }
+            Ok(Err(message)) => Err(InitError::invalid("(policy)", message)),
+            Err(raw) => {
+                // The tenant is not admitted; which one it would have been is not known
+                // here, so the record carries id 0.
+                let f = self.record_raw(TenantId(0), "buffet_state_init", raw);
+                Err(InitError::invalid(
+                    "(state)",
+                    format!("fault contained: {f}"),
+                ))
+            }
+        }
+    }
+
+    #[inline]
+    fn handle(&self, pkt: &mut Packet<'_>, state: &mut CState) -> Verdict {
+        let Some(region) = state.region else {
+            return Verdict::Fault;
+        };
+        let meta = pkt.meta();
+        let (src_port, dst_port) = pkt.ports().unwrap_or((0, 0));
+        let mut c = CPacket {
+            data: std::ptr::null_mut(),
+            len: 0,
+            tenant: meta.tenant.0,
+            ts_ns: meta.ts_ns,
+            in_port: meta.in_port,
+            l3_off: offset(pkt.l3_offset()),
+            l4_off: offset(pkt.l4_offset()),
+            payload_off: offset(pkt.payload_offset()),
+            src_port,
+            dst_port,
+            ip_proto: pkt.ip_proto(),
+            l3_kind: match pkt.l3_kind() {
+                L3Kind::Ipv4 => 4,
+                L3Kind::Ipv6 => 6,
+            },
+            reserved: [0; 2],
+        };
+        let data = pkt.data_mut();
+        c.data = data.as_mut_ptr();
+        c.len = data.len() as u32;
+        match self.lib.pkt_handler(&mut c, region, self.guard) {
+            Ok(v) => decode_verdict(v).unwrap_or_else(|| {
+                self.record(
+                    meta.tenant,
+                    "buffet_pkt_handler",
+                    FaultKind::BadVerdict(v),
+                    0,
+                );
+                Verdict::Fault
+            }),
+            Err(raw) => {
+                self.record_raw(meta.tenant, "buffet_pkt_handler", raw);
+                Verdict::Fault
+            }
+        }
+    }
+
+    fn summary(&self, state: &CState) -> Vec<(&'static str, u64)> {
+        let Some(region) = state.region else {
+            return Vec::new();
+        };
+        let mut out = [Counter {
+            name: std::ptr::null(),
+            value: 0,
+        }; 32];
+        match self
+            .lib
+            .summary(region, self.guard.unwrap_or(false), &mut out)
+        {
+            Ok(n) => out[..n]
+                .iter()
+                .filter_map(|c| Some((self.intern(sys::counter_name(c)?), c.value)))
+                .collect(),
+            Err(raw) => {
+                self.record_raw(TenantId(0), "buffet_summary", raw);
+                Vec::new()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_decode_as_the_header_says() {
+        assert_eq!(decode_verdict(0), Some(Verdict::Pass));
+        assert_eq!(decode_verdict(1), Some(Verdict::Tx));
+        assert_eq!(decode_verdict(2), Some(Verdict::Drop(DropCause::Policy)));
+        assert_eq!(decode_verdict(7), Some(Verdict::Drop(DropCause::TableFull)));
+        assert_eq!(decode_verdict(0x10000 | 3), Some(Verdict::Forward(3)));
+        assert_eq!(decode_verdict(0x1ffff), Some(Verdict::Forward(0xffff)));
+        for bad in [8, -1, 0x20000, 0x30005, i32::MIN] {
+            assert_eq!(decode_verdict(bad), None, "{bad:#x}");
+        }
+    }
+
+    #[test]
+    fn descriptor_layout_matches_the_header() {
+        // struct buffet_pkt: 8 (data) + 4 + 4 + 8 + 6*2 + 1 + 1 + 2 = 40 bytes.
+        assert_eq!(std::mem::size_of::<CPacket>(), 40);
+        assert_eq!(std::mem::size_of::<Counter>(), 16);
+        assert_eq!(std::mem::size_of::<RawFault>(), 16);
+        assert!(
+            std::mem::size_of::<CState>() <= 64,
+            "the header fits the tail offset"
+        );
+    }
+}

@@ -1,0 +1,329 @@
+//! Every `unsafe` operation of buffet-cnf: loading the shared object, calling its three
+//! functions (through the fault-containment shim `csrc/guard.c`, or directly when
+//! unguarded), and the pointer into the tenant region that a [`RegionPtr`] keeps.
+//!
+//! The invariants the safe code relies on:
+//! * a [`Loaded`] keeps the library mapped for as long as its function pointers exist;
+//! * a [`RegionPtr`] is only created from the `&mut [u8]` of a tenant region that stays in
+//!   place for the tenant's lifetime, and only dereferenced (by C) while the caller holds
+//!   that tenant's state guard (which is how a `&mut CState` is reached);
+//! * a guarded call never lets C unwind or jump over a Rust frame: the shim's trampolines
+//!   are the only frames between `sigsetjmp` and the NF's code.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::Path;
+use std::ptr::NonNull;
+
+use crate::{CPacket, Counter, LoadError, RawFault, ABI_VERSION};
+
+type MemRegisterFn = unsafe extern "C" fn() -> usize;
+type StateInitFn =
+    unsafe extern "C" fn(*const c_char, *mut c_void, usize, *mut c_char, usize) -> c_int;
+type PktHandlerFn = unsafe extern "C" fn(*mut CPacket, *mut c_void, usize) -> i32;
+type NameFn = unsafe extern "C" fn() -> *const c_char;
+type AbiFn = unsafe extern "C" fn() -> u32;
+type SummaryFn = unsafe extern "C" fn(*const c_void, usize, *mut Counter, usize) -> usize;
+
+extern "C" {
+    fn buffet_guard_install() -> c_int;
+    fn buffet_guard_pkt(
+        f: PktHandlerFn,
+        pkt: *mut CPacket,
+        state: *mut c_void,
+        len: usize,
+        pku: c_int,
+        fault: *mut RawFault,
+        verdict: *mut i32,
+    ) -> c_int;
+    fn buffet_guard_init(
+        f: StateInitFn,
+        policy: *const c_char,
+        state: *mut c_void,
+        len: usize,
+        err: *mut c_char,
+        errlen: usize,
+        pku: c_int,
+        fault: *mut RawFault,
+        rc: *mut c_int,
+    ) -> c_int;
+    fn buffet_guard_summary(
+        f: SummaryFn,
+        state: *const c_void,
+        len: usize,
+        out: *mut Counter,
+        max: usize,
+        pku: c_int,
+        fault: *mut RawFault,
+        n: *mut usize,
+    ) -> c_int;
+}
+
+/// For the shim's SIGSEGV handler: does `addr` lie in a tenant arena? Atomic loads only,
+/// so callable from a signal handler; never panics.
+#[no_mangle]
+pub extern "C" fn buffet_cnf_in_arena(addr: usize) -> c_int {
+    c_int::from(buffet_memory::in_tenant_arena(addr))
+}
+
+/// Installs the shim's SIGSEGV handler (once per process).
+pub(crate) fn install_guard() -> Result<(), std::io::Error> {
+    // SAFETY: the shim's install function takes no arguments, runs at most once
+    // (pthread_once) and only calls sigaction / pthread_key_create.
+    match unsafe { buffet_guard_install() } {
+        0 => Ok(()),
+        errno => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// A loaded C NF: the library and the function pointers taken from it.
+pub(crate) struct Loaded {
+    mem_register: MemRegisterFn,
+    state_init: StateInitFn,
+    pkt_handler: PktHandlerFn,
+    summary: Option<SummaryFn>,
+    /// Keeps the code of the pointers above mapped; dropped last.
+    _lib: libloading::Library,
+}
+
+/// What the optional symbols said.
+pub(crate) struct Identity {
+    pub name: Option<String>,
+    pub abi: Option<u32>,
+}
+
+impl Loaded {
+    /// `dlopen`s `path` and resolves the three required functions and the optional ones.
+    pub(crate) fn open(path: &Path) -> Result<(Loaded, Identity), LoadError> {
+        // SAFETY: loading a shared object runs its initialisers: the operator chose to
+        // run this native NF in the process (that is what `--nf-lib` means), and the
+        // library is not unloaded while any pointer into it exists (`_lib` lives as
+        // long as the pointers, which never leave `Loaded`).
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|source| LoadError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        // SAFETY: for each symbol below, the type is the one include/buffet.h declares for
+        // that name; a library exporting the name with another type violates the ABI it
+        // links against. The pointers are copied out of the `Symbol`s and used only while
+        // `lib` is alive (it moves into the same `Loaded`). The optional name and ABI
+        // functions take no arguments; a non-null name points to a NUL-terminated string
+        // of the library (checked for null before reading).
+        unsafe {
+            let mem_register = *required::<MemRegisterFn>(&lib, "buffet_mem_register")?;
+            let state_init = *required::<StateInitFn>(&lib, "buffet_state_init")?;
+            let pkt_handler = *required::<PktHandlerFn>(&lib, "buffet_pkt_handler")?;
+            let summary = lib.get::<SummaryFn>(b"buffet_summary\0").ok().map(|s| *s);
+            let name = lib
+                .get::<NameFn>(b"buffet_nf_name\0")
+                .ok()
+                .map(|f| f())
+                .filter(|p| !p.is_null())
+                .map(|p| CStr::from_ptr(p).to_string_lossy().into_owned());
+            let abi = lib.get::<AbiFn>(b"buffet_abi_version\0").ok().map(|f| f());
+            Ok((
+                Loaded {
+                    mem_register,
+                    state_init,
+                    pkt_handler,
+                    summary,
+                    _lib: lib,
+                },
+                Identity { name, abi },
+            ))
+        }
+    }
+
+    /// `buffet_mem_register()`.
+    pub(crate) fn mem_register(&self) -> usize {
+        // SAFETY: a function of the ABI without arguments; it runs the NF's code, which
+        // the operator trusts to the extent of running it at all (it runs once, at load,
+        // on the loading thread, before any tenant region exists).
+        unsafe { (self.mem_register)() }
+    }
+
+    /// `buffet_state_init(policy, region, err)`, guarded or not.
+    pub(crate) fn state_init(
+        &self,
+        policy: &CString,
+        region: &mut [u8],
+        guarded: Option<bool>,
+    ) -> Result<Result<(), String>, RawFault> {
+        let mut err = [0 as c_char; 256];
+        let mut rc: c_int = 0;
+        let mut fault = RawFault::default();
+        let (state, len) = (region.as_mut_ptr().cast::<c_void>(), region.len());
+        let faulted = match guarded {
+            // SAFETY: all pointers are valid for the call: `policy` is NUL-terminated,
+            // `region` is the tenant's exclusively borrowed bytes, `err`, `rc` and `fault`
+            // are locals. The shim calls `state_init` between sigsetjmp and the jump
+            // target, with no Rust frame in between.
+            Some(pku) => unsafe {
+                buffet_guard_init(
+                    self.state_init,
+                    policy.as_ptr(),
+                    state,
+                    len,
+                    err.as_mut_ptr(),
+                    err.len(),
+                    c_int::from(pku),
+                    &mut fault,
+                    &mut rc,
+                ) != 0
+            },
+            // SAFETY: as above, called directly (unguarded: a fault kills the process).
+            None => unsafe {
+                rc = (self.state_init)(policy.as_ptr(), state, len, err.as_mut_ptr(), err.len());
+                false
+            },
+        };
+        if faulted {
+            return Err(fault);
+        }
+        if rc == 0 {
+            return Ok(Ok(()));
+        }
+        err[err.len() - 1] = 0;
+        // SAFETY: `err` is NUL-terminated (its last byte was just set to 0).
+        let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
+        Ok(Err(if msg.is_empty() {
+            format!("buffet_state_init returned {rc}")
+        } else {
+            msg.into_owned()
+        }))
+    }
+
+    /// `buffet_pkt_handler(pkt, state)`, guarded or not.
+    #[inline]
+    pub(crate) fn pkt_handler(
+        &self,
+        pkt: &mut CPacket,
+        region: RegionPtr,
+        guarded: Option<bool>,
+    ) -> Result<i32, RawFault> {
+        match guarded {
+            Some(pku) => {
+                let mut v = 0;
+                let mut fault = RawFault::default();
+                // SAFETY: `pkt` points to a local descriptor whose `data` is the packet's
+                // exclusively borrowed frame; `region` is the tenant's region, reachable
+                // because the caller holds the tenant's state guard (it came from a
+                // `&mut CState`); `v` and `fault` are locals. The shim's trampoline is the
+                // only frame between sigsetjmp and the NF.
+                let faulted = unsafe {
+                    buffet_guard_pkt(
+                        self.pkt_handler,
+                        pkt,
+                        region.ptr.as_ptr().cast(),
+                        region.len,
+                        c_int::from(pku),
+                        &mut fault,
+                        &mut v,
+                    )
+                };
+                if faulted != 0 {
+                    Err(fault)
+                } else {
+                    Ok(v)
+                }
+            }
+            // SAFETY: as above, called directly (unguarded: a fault kills the process).
+            None => Ok(unsafe { (self.pkt_handler)(pkt, region.ptr.as_ptr().cast(), region.len) }),
+        }
+    }
+
+    /// `buffet_summary(state, out)`, always guarded; empty without the symbol.
+    pub(crate) fn summary(
+        &self,
+        region: RegionPtr,
+        pku: bool,
+        out: &mut [Counter],
+    ) -> Result<usize, RawFault> {
+        let Some(f) = self.summary else {
+            return Ok(0);
+        };
+        let mut n = 0usize;
+        let mut fault = RawFault::default();
+        // SAFETY: as for the packet handler; `out` is a local array of `out.len()`
+        // counters the NF may fill.
+        let faulted = unsafe {
+            buffet_guard_summary(
+                f,
+                region.ptr.as_ptr().cast_const().cast(),
+                region.len,
+                out.as_mut_ptr(),
+                out.len(),
+                c_int::from(pku),
+                &mut fault,
+                &mut n,
+            )
+        };
+        if faulted != 0 {
+            Err(fault)
+        } else {
+            Ok(n.min(out.len()))
+        }
+    }
+}
+
+/// Looks a required symbol up.
+///
+/// # Safety
+/// `T` must be the symbol's real type (see `Loaded::open`).
+unsafe fn required<'l, T>(
+    lib: &'l libloading::Library,
+    name: &'static str,
+) -> Result<libloading::Symbol<'l, T>, LoadError> {
+    let mut cname = name.as_bytes().to_vec();
+    cname.push(0);
+    // SAFETY: forwarded to the caller: `T` is the symbol's type.
+    unsafe { lib.get::<T>(&cname) }.map_err(|source| LoadError::Missing {
+        symbol: name,
+        source,
+    })
+}
+
+/// The name of a counter the NF wrote (a static C string), or `None` when null.
+pub(crate) fn counter_name(c: &Counter) -> Option<String> {
+    if c.name.is_null() {
+        return None;
+    }
+    // SAFETY: the ABI requires `name` to point to a NUL-terminated string with static
+    // storage duration in the loaded library, which is still loaded (we hold it).
+    Some(
+        unsafe { CStr::from_ptr(c.name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// Where a tenant's C state lives: the bytes of its region past the `CState` header.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RegionPtr {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a RegionPtr is only reachable through the tenant's `CState`, i.e. through its
+// state guard, which serialises every use across threads (exactly like the `&mut [u8]` it
+// was made from, which is Send).
+unsafe impl Send for RegionPtr {}
+
+impl RegionPtr {
+    /// Remembers the tenant region's bytes for later calls; they stay in place for the
+    /// tenant's lifetime (regions never move) and are used only under its state guard.
+    pub(crate) fn new(region: &mut [u8]) -> Option<RegionPtr> {
+        Some(RegionPtr {
+            ptr: NonNull::new(region.as_mut_ptr())?,
+            len: region.len(),
+        })
+    }
+
+    /// Bytes of C state.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// `ABI_VERSION` is re-checked here so the header and this module cannot drift apart
+/// silently: the shim includes include/buffet.h.
+const _: () = assert!(ABI_VERSION == 1);

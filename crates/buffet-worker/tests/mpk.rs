@@ -1,0 +1,145 @@
+//! The Worker Pool with MPK isolation: Rust NFs whose tenant regions carry protection
+//! keys, more tenants than keys, exact counts. Needs a CPU with `pku`: skips with a
+//! message without one, unless `BUFFET_REQUIRE_PRIVILEGED=1` (CI), where that fails.
+
+use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
+use buffet_memory::{Domain, Mpk};
+use buffet_nfs::monitor::{Monitor, MonitorPolicy};
+use buffet_sdk::TenantId;
+use buffet_worker::{Pipeline, PipelineConfig, PipelineError, TenantSpec};
+use etherparse::PacketBuilder;
+
+fn mpk_or_skip(test: &str) -> Option<&'static Mpk> {
+    match Mpk::get() {
+        Ok(m) => Some(m),
+        Err(e) if std::env::var("BUFFET_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1") => {
+            panic!("{test}: BUFFET_REQUIRE_PRIVILEGED=1 but {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED {test}: {e}");
+            None
+        }
+    }
+}
+
+fn frame(tenant: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4([192, 168, 0, 1], [10, 0, tenant as u8, 1], 64)
+        .udp(1000 + tenant as u16, 53)
+        .write(&mut v, payload)
+        .unwrap();
+    v
+}
+
+fn tenant(t: u32) -> TenantSpec<MonitorPolicy> {
+    TenantSpec {
+        id: TenantId(t),
+        name: format!("t{t}"),
+        rules: vec![(
+            100,
+            Match {
+                dst_ip: Some(format!("10.0.{t}.0/24").parse().unwrap()),
+                ..Match::default()
+            },
+        )],
+        max_nb: 0,
+        policy: MonitorPolicy::default(),
+    }
+}
+
+fn cfg(workers: u16, domain: Domain) -> PipelineConfig {
+    PipelineConfig {
+        workers,
+        pin: false,
+        ring_size: 256,
+        burst: 64,
+        domain,
+        dispatcher: DispatcherConfig {
+            sched: SchedulerConfig {
+                shift: 30,
+                threshold: 3,
+            },
+            ..DispatcherConfig::default()
+        },
+        ..PipelineConfig::default()
+    }
+}
+
+#[test]
+fn forty_tenants_over_fourteen_keys_count_exactly() {
+    let Some(mpk) = mpk_or_skip("forty_tenants_over_fourteen_keys_count_exactly") else {
+        return;
+    };
+    let mut p = Pipeline::new(Monitor::with_max_flows(64), cfg(2, Domain::Mpk)).unwrap();
+    for t in 1..=40 {
+        p.admit(tenant(t)).unwrap();
+    }
+    let misses_before = mpk.stats().misses;
+    let frames: Vec<Vec<u8>> = (1..=40).map(|t| frame(t, &[t as u8; 20])).collect();
+    let rounds = 200u32;
+    for r in 0..rounds {
+        // Runs of 8 packets per tenant, so groups are real Packet Buffers.
+        for f in &frames {
+            for _ in 0..8 {
+                p.push(u64::from(r), 0, f);
+            }
+        }
+    }
+    let report = p.finish();
+    assert_eq!(report.tenants.len(), 40);
+    for t in &report.tenants {
+        assert_eq!(t.packets, 8 * u64::from(rounds), "tenant {}", t.id);
+        assert_eq!(t.passed, t.packets);
+        assert!(!t.quarantined);
+        let monitored = t.nf.get("monitored_packets").copied();
+        assert_eq!(monitored, Some(t.packets), "tenant {} state", t.id);
+    }
+    assert!(
+        mpk.stats().misses > misses_before,
+        "40 tenants over {} keys must re-tag",
+        mpk.cache_keys()
+    );
+}
+
+#[test]
+fn too_many_workers_for_the_keys_is_a_clear_error() {
+    let Some(mpk) = mpk_or_skip("too_many_workers_for_the_keys_is_a_clear_error") else {
+        return;
+    };
+    let workers = mpk.cache_keys() as u16;
+    let e = Pipeline::new(Monitor::default(), cfg(workers, Domain::Mpk))
+        .err()
+        .expect("more workers than keys allow");
+    assert!(
+        matches!(&e, PipelineError::Config(m) if m.contains("protection keys")),
+        "{e}"
+    );
+}
+
+#[test]
+fn mpk_unavailable_is_a_clear_error_at_setup() {
+    const CHILD: &str = "BUFFET_WORKER_MPK_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let e = Pipeline::new(Monitor::default(), cfg(1, Domain::Mpk))
+            .err()
+            .expect("MPK is off in this child");
+        println!("child: {e}");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "mpk_unavailable_is_a_clear_error_at_setup",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env(buffet_memory::MPK_DISABLE_ENV, "off")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("child: isolation: MPK isolation is unavailable"),
+        "{stdout}"
+    );
+}
