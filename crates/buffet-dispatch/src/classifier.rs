@@ -807,29 +807,20 @@ mod tests {
         assert!(e.to_string().contains("tcpp"), "{e}");
     }
 
-    /// The classifier's port masks select exactly the ports of each range's blocks.
+    /// The classifier's port masks select exactly the ports of each range's blocks (the
+    /// blocks themselves are checked by brute force in `buffet_sdk::policy`).
     #[test]
     fn port_masks_cover_range_prefixes() {
         assert_eq!(PortRange { lo: 1, hi: 65534 }.prefixes().len(), 30);
-        let mut seed = 99u64;
-        let mut ranges = vec![
+        for (lo, hi) in [
             (0, 0),
             (0, 65535),
             (1, 65534),
             (1, 1),
             (65535, 65535),
             (5000, 5099),
-        ];
-        for _ in 0..16 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let (a, b) = (seed as u16, (seed >> 16) as u16);
-            ranges.push((a.min(b), a.max(b)));
-        }
-        for (lo, hi) in ranges {
+        ] {
             let pieces = PortRange { lo, hi }.prefixes();
-            assert!(pieces.len() <= 30);
             for port in 0..=u16::MAX {
                 let hits = pieces
                     .iter()

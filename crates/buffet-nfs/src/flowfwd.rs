@@ -28,11 +28,10 @@ use std::net::IpAddr;
 
 use buffet_sdk::policy::NumOrName;
 use buffet_sdk::{FlowKey, InitError, MemorySpec, NetworkFunction, Packet, PortId, Verdict};
-use rustc_hash::FxHashMap;
 use serde::Deserialize;
 
 use crate::firewall::proto_or_any;
-use crate::l2fwd::{fwd_summary, FwdCounters, MissAction};
+use crate::l2fwd::{FwdCounters, FwdTable, MissAction};
 
 /// Default maximum flow entries per tenant.
 pub const DEFAULT_MAX_FLOWS: u32 = 65_536;
@@ -71,12 +70,8 @@ pub struct FlowFwdPolicy {
 /// One tenant's FlowFwd state.
 #[derive(Debug, Default)]
 pub struct FlowFwdState {
-    /// 5-tuple -> entry index.
-    table: FxHashMap<FlowKey, u32>,
-    ports: Vec<PortId>,
-    hits: Vec<u64>,
-    miss: MissAction,
-    counters: FwdCounters,
+    /// 5-tuple -> output port.
+    fwd: FwdTable<FlowKey>,
 }
 
 fn addr(i: usize, field: &str, text: &str) -> Result<IpAddr, InitError> {
@@ -146,56 +141,37 @@ impl FlowFwdState {
             ));
         }
         let miss = MissAction::parse(&policy.default)?;
-        let mut table = FxHashMap::default();
-        table.reserve(policy.flows.len());
-        let mut ports = Vec::with_capacity(policy.flows.len());
+        let mut fwd = FwdTable::with_capacity(miss, policy.flows.len());
         for (i, e) in policy.flows.iter().enumerate() {
-            let key = compile_flow(i, e)?;
-            if let Some(&j) = table.get(&key) {
-                return Err(InitError::invalid(
+            fwd.push(compile_flow(i, e)?, e.port).map_err(|j| {
+                InitError::invalid(
                     format!("flows[{i}]"),
                     format!("the same 5-tuple as flows[{j}]"),
-                ));
-            }
-            table.insert(key, i as u32);
-            ports.push(e.port);
+                )
+            })?;
         }
-        Ok(FlowFwdState {
-            hits: vec![0; ports.len()],
-            table,
-            ports,
-            miss,
-            counters: FwdCounters::default(),
-        })
+        Ok(FlowFwdState { fwd })
     }
 
     /// Forwards one packet. Never allocates.
     #[inline]
     pub fn process(&mut self, pkt: &Packet<'_>) -> Verdict {
-        self.counters.packets += 1;
-        match self.table.get(&pkt.flow_key()) {
-            Some(&i) => {
-                self.hits[i as usize] += 1;
-                self.counters.forwarded += 1;
-                Verdict::Forward(self.ports[i as usize])
-            }
-            None => self.counters.miss(self.miss),
-        }
+        self.fwd.forward(Some(&pkt.flow_key()))
     }
 
     /// Packets forwarded per entry, in policy order.
     pub fn entry_hits(&self) -> &[u64] {
-        &self.hits
+        self.fwd.hits()
     }
 
     /// The counters.
     pub fn counters(&self) -> &FwdCounters {
-        &self.counters
+        self.fwd.counters()
     }
 
     /// Named counters, as `summary()` reports them.
     pub fn summary(&self) -> Vec<(&'static str, u64)> {
-        fwd_summary(&self.counters, &self.hits)
+        self.fwd.summary()
     }
 }
 

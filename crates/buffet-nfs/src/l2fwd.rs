@@ -23,6 +23,8 @@
 //! port = 7
 //! ```
 
+use std::hash::Hash;
+
 use buffet_sdk::policy::{parse_mac, NumOrName};
 use buffet_sdk::{DropCause, InitError, MemorySpec, NetworkFunction, Packet, PortId, Verdict};
 use rustc_hash::FxHashMap;
@@ -121,15 +123,106 @@ impl FwdCounters {
     }
 }
 
-/// One tenant's L2Fwd state.
-#[derive(Debug, Default)]
-pub struct L2FwdState {
-    /// MAC -> entry index.
-    table: FxHashMap<[u8; 6], u32>,
+/// The exact-match table both forwarders are: key -> entry (policy order) -> output
+/// port, with a hit counter per entry, the forwarder's counters and the tenant's miss
+/// action. Built in `init`, never grown by packets.
+#[derive(Debug)]
+pub(crate) struct FwdTable<K> {
+    /// Key -> entry index.
+    index: FxHashMap<K, u32>,
     ports: Vec<PortId>,
     hits: Vec<u64>,
     miss: MissAction,
     counters: FwdCounters,
+}
+
+impl<K> Default for FwdTable<K> {
+    fn default() -> Self {
+        FwdTable {
+            index: FxHashMap::default(),
+            ports: Vec::new(),
+            hits: Vec::new(),
+            miss: MissAction::default(),
+            counters: FwdCounters::default(),
+        }
+    }
+}
+
+impl<K: Hash + Eq> FwdTable<K> {
+    /// An empty table with room for `entries` entries.
+    pub(crate) fn with_capacity(miss: MissAction, entries: usize) -> Self {
+        let mut index = FxHashMap::default();
+        index.reserve(entries);
+        FwdTable {
+            index,
+            ports: Vec::with_capacity(entries),
+            hits: Vec::with_capacity(entries),
+            miss,
+            counters: FwdCounters::default(),
+        }
+    }
+
+    /// Appends the next entry. When `key` is already in the table, returns the index of
+    /// the entry holding it and changes nothing.
+    pub(crate) fn push(&mut self, key: K, port: PortId) -> Result<(), u32> {
+        if let Some(&j) = self.index.get(&key) {
+            return Err(j);
+        }
+        self.index.insert(key, self.ports.len() as u32);
+        self.ports.push(port);
+        self.hits.push(0);
+        Ok(())
+    }
+
+    /// Counts one packet and forwards it by `key`; a packet without a key (`None`) or
+    /// with an unknown one gets the miss action. Never allocates.
+    #[inline]
+    pub(crate) fn forward(&mut self, key: Option<&K>) -> Verdict {
+        self.counters.packets += 1;
+        match key.and_then(|k| self.index.get(k)) {
+            Some(&i) => {
+                self.hits[i as usize] += 1;
+                self.counters.forwarded += 1;
+                Verdict::Forward(self.ports[i as usize])
+            }
+            None => self.counters.miss(self.miss),
+        }
+    }
+
+    /// Packets forwarded per entry, in policy order.
+    pub(crate) fn hits(&self) -> &[u64] {
+        &self.hits
+    }
+
+    /// The counters.
+    pub(crate) fn counters(&self) -> &FwdCounters {
+        &self.counters
+    }
+
+    /// Named counters: the [`FwdCounters`] and `entry_hits[i]`.
+    pub(crate) fn summary(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.counters;
+        let mut v = vec![
+            ("packets", c.packets),
+            ("forwarded", c.forwarded),
+            ("default_forwarded", c.default_forwarded),
+            ("dropped", c.dropped),
+        ];
+        v.extend(
+            self.hits
+                .iter()
+                .enumerate()
+                .map(|(i, &h)| (indexed_counter_name("entry_hits", i), h)),
+        );
+        v
+    }
+}
+
+/// One tenant's L2Fwd state.
+#[derive(Debug, Default)]
+pub struct L2FwdState {
+    /// Destination MAC -> output port.
+    fwd: FwdTable<[u8; 6]>,
 }
 
 impl L2FwdState {
@@ -145,78 +238,42 @@ impl L2FwdState {
             ));
         }
         let miss = MissAction::parse(&policy.default)?;
-        let mut table = FxHashMap::default();
-        table.reserve(policy.entries.len());
-        let mut ports = Vec::with_capacity(policy.entries.len());
+        let mut fwd = FwdTable::with_capacity(miss, policy.entries.len());
         for (i, e) in policy.entries.iter().enumerate() {
-            let mac = parse_mac(e.mac.trim())
-                .map_err(|m| InitError::invalid(format!("entries[{i}].mac"), m.to_string()))?;
-            if let Some(&j) = table.get(&mac) {
-                return Err(InitError::invalid(
-                    format!("entries[{i}].mac"),
-                    format!("{} is already in entries[{j}]", e.mac),
-                ));
-            }
-            table.insert(mac, i as u32);
-            ports.push(e.port);
+            let field = || format!("entries[{i}].mac");
+            let mac =
+                parse_mac(e.mac.trim()).map_err(|m| InitError::invalid(field(), m.to_string()))?;
+            fwd.push(mac, e.port).map_err(|j| {
+                InitError::invalid(field(), format!("{} is already in entries[{j}]", e.mac))
+            })?;
         }
-        Ok(L2FwdState {
-            hits: vec![0; ports.len()],
-            table,
-            ports,
-            miss,
-            counters: FwdCounters::default(),
-        })
+        Ok(L2FwdState { fwd })
     }
 
     /// Forwards one frame. Never allocates.
     #[inline]
     pub fn process(&mut self, pkt: &Packet<'_>) -> Verdict {
-        self.counters.packets += 1;
-        let Some(dst) = pkt.data().get(..6) else {
-            return self.counters.miss(self.miss);
-        };
-        let mut mac = [0u8; 6];
-        mac.copy_from_slice(dst);
-        match self.table.get(&mac) {
-            Some(&i) => {
-                self.hits[i as usize] += 1;
-                self.counters.forwarded += 1;
-                Verdict::Forward(self.ports[i as usize])
-            }
-            None => self.counters.miss(self.miss),
-        }
+        let dst = pkt
+            .data()
+            .get(..6)
+            .and_then(|d| <[u8; 6]>::try_from(d).ok());
+        self.fwd.forward(dst.as_ref())
     }
 
     /// Frames forwarded per entry, in policy order.
     pub fn entry_hits(&self) -> &[u64] {
-        &self.hits
+        self.fwd.hits()
     }
 
     /// The counters.
     pub fn counters(&self) -> &FwdCounters {
-        &self.counters
+        self.fwd.counters()
     }
 
     /// Named counters, as `summary()` reports them.
     pub fn summary(&self) -> Vec<(&'static str, u64)> {
-        fwd_summary(&self.counters, &self.hits)
+        self.fwd.summary()
     }
-}
-
-pub(crate) fn fwd_summary(c: &FwdCounters, hits: &[u64]) -> Vec<(&'static str, u64)> {
-    let mut v = vec![
-        ("packets", c.packets),
-        ("forwarded", c.forwarded),
-        ("default_forwarded", c.default_forwarded),
-        ("dropped", c.dropped),
-    ];
-    v.extend(
-        hits.iter()
-            .enumerate()
-            .map(|(i, &h)| (indexed_counter_name("entry_hits", i), h)),
-    );
-    v
 }
 
 /// The L2Fwd NF (multi-tenant).

@@ -44,6 +44,7 @@
 //! ```
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
@@ -271,19 +272,25 @@ impl FromStr for IpPrefix {
     }
 }
 
+/// Deserializes a `T` from a string with its `FromStr`; `.0` says what is expected.
+struct FromStrVisitor<T>(&'static str, PhantomData<T>);
+
+impl<T: FromStr<Err = PolicyValueError>> Visitor<'_> for FromStrVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        v.parse().map_err(E::custom)
+    }
+}
+
 impl<'de> Deserialize<'de> for IpPrefix {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = IpPrefix;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an IP prefix such as \"10.0.0.0/16\" or \"2001:db8::/32\"")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<IpPrefix, E> {
-                v.parse().map_err(E::custom)
-            }
-        }
-        d.deserialize_str(V)
+        d.deserialize_str(FromStrVisitor(
+            "an IP prefix such as \"10.0.0.0/16\" or \"2001:db8::/32\"",
+            PhantomData,
+        ))
     }
 }
 
@@ -476,17 +483,10 @@ impl From<MacAddr> for [u8; 6] {
 
 impl<'de> Deserialize<'de> for MacAddr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = MacAddr;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a MAC address such as \"02:00:00:00:00:01\"")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<MacAddr, E> {
-                v.parse().map_err(E::custom)
-            }
-        }
-        d.deserialize_str(V)
+        d.deserialize_str(FromStrVisitor(
+            "a MAC address such as \"02:00:00:00:00:01\"",
+            PhantomData,
+        ))
     }
 }
 
