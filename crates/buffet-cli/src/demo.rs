@@ -92,6 +92,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
                 } else {
                     0
                 },
+                isolation: None,
                 policy: toml::Table::new(),
             }
         })

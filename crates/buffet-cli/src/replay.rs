@@ -1,4 +1,6 @@
-//! `buffet replay`: a pcap through the dispatcher and the workers running an NF.
+//! `buffet replay`: a pcap through the dispatcher and the workers running an NF — a
+//! reference NF (`--nf`) or a C NF loaded from a shared object (`--nf-lib`), at an
+//! isolation level (`--isolation safe|mpk|ebpf`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -7,19 +9,34 @@ use anyhow::Context;
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
 use buffet_io::pcap::{PcapReader, PcapWriter};
 use buffet_io::PacketSource;
+use buffet_memory::{Domain, Mpk};
 use buffet_sdk::{NetworkFunction, PortId, Verdict};
 use buffet_worker::{PacketSink, Pipeline, PipelineConfig, Report};
 use clap::Args;
 
 use crate::nfs::NfName;
 use crate::run;
+use crate::tenants::{Isolation, TenantConfig};
 
 /// `buffet replay` arguments.
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// The NF every tenant runs.
+    /// The NF every tenant runs (a reference NF).
+    #[arg(
+        long,
+        value_enum,
+        required_unless_present = "nf_lib",
+        conflicts_with = "nf_lib"
+    )]
+    pub nf: Option<NfName>,
+    /// Run a C NF instead: a shared object implementing include/buffet.h.
+    #[arg(long, value_name = "PATH")]
+    pub nf_lib: Option<PathBuf>,
+    /// Isolation level: `safe` (type system; Rust NFs), `mpk` (Intel protection keys;
+    /// required for C NFs) or `ebpf`. Default: the tenants file's `isolation` if every
+    /// tenant names the same one, else `mpk` with --nf-lib and `safe` with --nf.
     #[arg(long, value_enum)]
-    pub nf: NfName,
+    pub isolation: Option<Isolation>,
     /// The tenants file (TOML).
     #[arg(long)]
     pub tenants: PathBuf,
@@ -74,13 +91,75 @@ impl PacketSink for PcapSink {
 pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
     let tenants = crate::tenants::load(&a.tenants)?;
-    crate::with_nf!(a.nf, |nf| replay_with(nf, a, &tenants))
+    let level = isolation_level(a, &tenants)?;
+    let domain = match (level, &a.nf_lib) {
+        (Isolation::Ebpf, _) => anyhow::bail!(
+            "--isolation ebpf: `buffet replay` cannot run eBPF NFs yet (they are built in \
+             the buffet-ebpf crate); use --isolation safe or mpk"
+        ),
+        (Isolation::Safe, Some(lib)) => anyhow::bail!(
+            "--isolation safe cannot run the C NF {}: native code is not isolated by the \
+             type system; use --isolation mpk",
+            lib.display()
+        ),
+        (Isolation::Safe, None) => Domain::None,
+        (Isolation::Mpk, _) => {
+            let mpk = Mpk::get().context("--isolation mpk")?;
+            eprintln!(
+                "isolation: mpk ({} protection keys cache tenant regions)",
+                mpk.cache_keys()
+            );
+            Domain::Mpk
+        }
+    };
+    match (&a.nf_lib, a.nf) {
+        (Some(lib), _) => {
+            let nf = buffet_cnf::CNf::load(lib)?;
+            replay_with(nf, a, &tenants, domain, |nf| {
+                nf.faults().iter().map(ToString::to_string).collect()
+            })
+        }
+        (None, Some(name)) => {
+            crate::with_nf!(name, |nf| replay_with(nf, a, &tenants, domain, |_| {
+                Vec::new()
+            }))
+        }
+        (None, None) => anyhow::bail!("give --nf or --nf-lib"),
+    }
+}
+
+/// The run's isolation level: `--isolation`, else the one every tenant names, else the
+/// default for the kind of NF. Every tenant that names a level must get that one.
+fn isolation_level(a: &ReplayArgs, tenants: &[TenantConfig]) -> anyhow::Result<Isolation> {
+    let named: Vec<Isolation> = tenants.iter().filter_map(|t| t.isolation).collect();
+    let level = a.isolation.unwrap_or_else(|| match named.first() {
+        Some(&first) if named.len() == tenants.len() && named.iter().all(|&l| l == first) => first,
+        _ if a.nf_lib.is_some() => Isolation::Mpk,
+        _ => Isolation::Safe,
+    });
+    if let Some(t) = tenants
+        .iter()
+        .find(|t| t.isolation.is_some_and(|l| l != level))
+    {
+        anyhow::bail!(
+            "{}: tenant {} ({:?}) asks for isolation {} but this replay runs {}: one replay \
+             runs one isolation level",
+            a.tenants.display(),
+            t.id,
+            t.name,
+            t.isolation.map_or("?", Isolation::name),
+            level.name()
+        );
+    }
+    Ok(level)
 }
 
 fn replay_with<N: NetworkFunction>(
     nf: N,
     a: &ReplayArgs,
-    tenants: &[crate::tenants::TenantConfig],
+    tenants: &[TenantConfig],
+    domain: Domain,
+    faults: impl FnOnce(&N) -> Vec<String>,
 ) -> anyhow::Result<()> {
     let cfg = PipelineConfig {
         workers: a.workers,
@@ -97,6 +176,7 @@ fn replay_with<N: NetworkFunction>(
             ..DispatcherConfig::default()
         },
         pin: !a.no_pin,
+        domain,
         ..PipelineConfig::default()
     };
     let mut source = PcapReader::open(&a.input)?;
@@ -111,6 +191,7 @@ fn replay_with<N: NetworkFunction>(
     }
     let bar = run::progress(source.size_hint(), "replay");
     let (n, took) = run::drive(&mut p, &mut source, &bar)?;
+    let faults = faults(p.nf());
     let report = p.finish();
     if let Some(e) = &report.sink_error {
         anyhow::bail!(
@@ -122,6 +203,9 @@ fn replay_with<N: NetworkFunction>(
     let mut out = stdout.lock();
     run::print_tenants(&mut out, &report)?;
     run::print_events(&mut out, &report, 20)?;
+    for f in &faults {
+        writeln!(out, "  contained fault: {f}")?;
+    }
     eprintln!(
         "replayed {n} packets in {:.3} s ({:.2} Mpps)",
         took.as_secs_f64(),

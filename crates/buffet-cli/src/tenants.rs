@@ -7,6 +7,7 @@
 //! rules = [ { dst_ip = "10.7.0.0/16" },
 //!           { src_ip = "192.168.7.0/24", protocol = "udp", dst_port = "5000-5099", priority = 10 } ]
 //! max_nb = 0                  # MAX_NB per timeslot, 0 = unlimited
+//! isolation = "mpk"           # optional: safe | mpk | ebpf (must match the run's level)
 //! [tenant.policy]             # handed to the NF's init, NF-specific
 //! ```
 //!
@@ -38,8 +39,34 @@ pub struct TenantConfig {
     pub rules: Vec<(u32, Match)>,
     /// MAX_NB per timeslot.
     pub max_nb: u64,
+    /// The isolation level the tenant asks for (`isolation = "mpk"`), if any.
+    pub isolation: Option<Isolation>,
     /// The NF policy table.
     pub policy: toml::Table,
+}
+
+/// An isolation level (docs/isolation.md): what keeps one tenant's NF code away from the
+/// others' state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// The type system: safe Rust NFs, each handler sees one tenant's state.
+    Safe,
+    /// Intel memory protection keys: native (C or unsafe Rust) NFs, faults contained.
+    Mpk,
+    /// Verified eBPF bytecode (buffet-ebpf).
+    Ebpf,
+}
+
+impl Isolation {
+    /// `safe`, `mpk` or `ebpf`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Isolation::Safe => "safe",
+            Isolation::Mpk => "mpk",
+            Isolation::Ebpf => "ebpf",
+        }
+    }
 }
 
 /// A tenants file that cannot be used.
@@ -91,6 +118,8 @@ struct RawTenant {
     rules: Vec<toml::Value>,
     #[serde(default)]
     max_nb: u64,
+    #[serde(default)]
+    isolation: Option<Isolation>,
     #[serde(default)]
     policy: toml::Table,
 }
@@ -168,6 +197,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<TenantConfig>, TenantsError>
             name: t.name.unwrap_or_else(|| format!("tenant-{}", t.id)),
             rules,
             max_nb: t.max_nb,
+            isolation: t.isolation,
             policy: t.policy,
         });
     }
@@ -340,5 +370,21 @@ rules = [ { dst_ip = "2001:db8::/32", vlan = 12, src_mac = "02:00:00:00:00:01", 
         assert!(e.contains("rules"), "{e}");
         let e = err("[[tenants]]\nid = 7\n");
         assert!(e.contains("tenants"), "{e}");
+        let e = err(
+            "[[tenant]]\nid = 7\nisolation = \"vm\"\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n",
+        );
+        assert!(e.contains("vm") && e.contains("mpk"), "{e}");
+    }
+
+    #[test]
+    fn isolation_is_optional_per_tenant() {
+        let t = parse(
+            Path::new("t.toml"),
+            "[[tenant]]\nid = 1\nisolation = \"mpk\"\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n\
+             [[tenant]]\nid = 2\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
+        )
+        .unwrap();
+        assert_eq!(t[0].isolation, Some(Isolation::Mpk));
+        assert_eq!(t[1].isolation, None);
     }
 }
