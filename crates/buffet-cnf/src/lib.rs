@@ -123,6 +123,9 @@ pub struct CFault {
     pub kind: FaultKind,
     /// The faulting address (0 for [`FaultKind::BadVerdict`]).
     pub addr: u64,
+    /// The thread's PKRU right after the fault was contained, back in Rust (`None` on a
+    /// CPU without protection keys): the PKRU the NF call started with.
+    pub pkru_after: Option<u32>,
 }
 
 impl std::fmt::Display for CFault {
@@ -208,8 +211,8 @@ pub struct CNf {
     path: PathBuf,
     name: &'static str,
     state_bytes: usize,
-    /// `Some(pku)` when guarded: whether the shim saves and restores PKRU.
-    guard: Option<bool>,
+    /// Whether NF calls go through the fault-containment shim.
+    guard: bool,
     faults: Mutex<Vec<CFault>>,
     counter_names: Mutex<HashMap<String, &'static str>>,
 }
@@ -220,7 +223,7 @@ impl std::fmt::Debug for CNf {
             .field("path", &self.path)
             .field("name", &self.name)
             .field("state_bytes", &self.state_bytes)
-            .field("guarded", &self.guard.is_some())
+            .field("guarded", &self.guard)
             .finish_non_exhaustive()
     }
 }
@@ -241,9 +244,9 @@ impl CNf {
         let guard = match containment {
             Containment::Guarded => {
                 sys::install_guard().map_err(LoadError::Guard)?;
-                Some(buffet_memory::pku_supported())
+                true
             }
-            Containment::Unguarded => None,
+            Containment::Unguarded => false,
         };
         let name = id.name.unwrap_or_else(|| {
             path.file_stem()
@@ -281,6 +284,7 @@ impl CNf {
     }
 
     fn record(&self, tenant: TenantId, during: &'static str, kind: FaultKind, addr: u64) {
+        let pkru_after = buffet_memory::current_pkru();
         let mut f = self.faults.lock().unwrap_or_else(PoisonError::into_inner);
         if f.len() < MAX_FAULT_RECORDS {
             f.push(CFault {
@@ -288,6 +292,7 @@ impl CNf {
                 during,
                 kind,
                 addr,
+                pkru_after,
             });
         }
     }
@@ -305,6 +310,7 @@ impl CNf {
             during,
             kind,
             addr: raw.addr,
+            pkru_after: buffet_memory::current_pkru(),
         }
     }
 
@@ -457,10 +463,7 @@ impl NetworkFunction for CNf {
             name: std::ptr::null(),
             value: 0,
         }; 32];
-        match self
-            .lib
-            .summary(region, self.guard.unwrap_or(false), &mut out)
-        {
+        match self.lib.summary(region, &mut out) {
             Ok(n) => out[..n]
                 .iter()
                 .filter_map(|c| Some((self.intern(sys::counter_name(c)?), c.value)))

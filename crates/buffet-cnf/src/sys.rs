@@ -31,8 +31,6 @@ extern "C" {
         pkt: *mut CPacket,
         state: *mut c_void,
         len: usize,
-        pku: c_int,
-        fault: *mut RawFault,
         verdict: *mut i32,
     ) -> c_int;
     fn buffet_guard_init(
@@ -42,8 +40,6 @@ extern "C" {
         len: usize,
         err: *mut c_char,
         errlen: usize,
-        pku: c_int,
-        fault: *mut RawFault,
         rc: *mut c_int,
     ) -> c_int;
     fn buffet_guard_summary(
@@ -52,10 +48,17 @@ extern "C" {
         len: usize,
         out: *mut Counter,
         max: usize,
-        pku: c_int,
-        fault: *mut RawFault,
         n: *mut usize,
     ) -> c_int;
+    fn buffet_guard_last_fault(out: *mut RawFault);
+}
+
+/// What the shim's handler recorded about the last fault it recovered on this thread.
+fn last_fault() -> RawFault {
+    let mut f = RawFault::default();
+    // SAFETY: writes one `struct buffet_fault` (same layout as `RawFault`) into `f`.
+    unsafe { buffet_guard_last_fault(&mut f) };
+    f
 }
 
 /// For the shim's SIGSEGV handler: does `addr` lie in a tenant arena? Atomic loads only,
@@ -146,18 +149,17 @@ impl Loaded {
         &self,
         policy: &CString,
         region: &mut [u8],
-        guarded: Option<bool>,
+        guarded: bool,
     ) -> Result<Result<(), String>, RawFault> {
         let mut err = [0 as c_char; 256];
         let mut rc: c_int = 0;
-        let mut fault = RawFault::default();
         let (state, len) = (region.as_mut_ptr().cast::<c_void>(), region.len());
         let faulted = match guarded {
             // SAFETY: all pointers are valid for the call: `policy` is NUL-terminated,
             // `region` is the tenant's exclusively borrowed bytes, `err`, `rc` and `fault`
             // are locals. The shim calls `state_init` between sigsetjmp and the jump
             // target, with no Rust frame in between.
-            Some(pku) => unsafe {
+            true => unsafe {
                 buffet_guard_init(
                     self.state_init,
                     policy.as_ptr(),
@@ -165,19 +167,17 @@ impl Loaded {
                     len,
                     err.as_mut_ptr(),
                     err.len(),
-                    c_int::from(pku),
-                    &mut fault,
                     &mut rc,
                 ) != 0
             },
             // SAFETY: as above, called directly (unguarded: a fault kills the process).
-            None => unsafe {
+            false => unsafe {
                 rc = (self.state_init)(policy.as_ptr(), state, len, err.as_mut_ptr(), err.len());
                 false
             },
         };
         if faulted {
-            return Err(fault);
+            return Err(last_fault());
         }
         if rc == 0 {
             return Ok(Ok(()));
@@ -198,12 +198,11 @@ impl Loaded {
         &self,
         pkt: &mut CPacket,
         region: RegionPtr,
-        guarded: Option<bool>,
+        guarded: bool,
     ) -> Result<i32, RawFault> {
         match guarded {
-            Some(pku) => {
+            true => {
                 let mut v = 0;
-                let mut fault = RawFault::default();
                 // SAFETY: `pkt` points to a local descriptor whose `data` is the packet's
                 // exclusively borrowed frame; `region` is the tenant's region, reachable
                 // because the caller holds the tenant's state guard (it came from a
@@ -215,19 +214,17 @@ impl Loaded {
                         pkt,
                         region.ptr.as_ptr().cast(),
                         region.len,
-                        c_int::from(pku),
-                        &mut fault,
                         &mut v,
                     )
                 };
                 if faulted != 0 {
-                    Err(fault)
+                    Err(last_fault())
                 } else {
                     Ok(v)
                 }
             }
             // SAFETY: as above, called directly (unguarded: a fault kills the process).
-            None => Ok(unsafe { (self.pkt_handler)(pkt, region.ptr.as_ptr().cast(), region.len) }),
+            false => Ok(unsafe { (self.pkt_handler)(pkt, region.ptr.as_ptr().cast(), region.len) }),
         }
     }
 
@@ -235,14 +232,12 @@ impl Loaded {
     pub(crate) fn summary(
         &self,
         region: RegionPtr,
-        pku: bool,
         out: &mut [Counter],
     ) -> Result<usize, RawFault> {
         let Some(f) = self.summary else {
             return Ok(0);
         };
         let mut n = 0usize;
-        let mut fault = RawFault::default();
         // SAFETY: as for the packet handler; `out` is a local array of `out.len()`
         // counters the NF may fill.
         let faulted = unsafe {
@@ -252,13 +247,11 @@ impl Loaded {
                 region.len,
                 out.as_mut_ptr(),
                 out.len(),
-                c_int::from(pku),
-                &mut fault,
                 &mut n,
             )
         };
         if faulted != 0 {
-            Err(fault)
+            Err(last_fault())
         } else {
             Ok(n.min(out.len()))
         }

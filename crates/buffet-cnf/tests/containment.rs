@@ -146,7 +146,12 @@ fn an_attacker_is_quarantined_and_its_neighbours_regions_are_byte_identical() {
         }
     );
     assert_eq!(f.addr as usize, n.extent().base + 64);
-    // The thread is back to its own PKRU: every tenant key closed again.
+    // Right after the fault, back in Rust, PKRU was the group's own: the attacker's key
+    // open, every other key closed (not the signal handler's default PKRU).
+    let attacker_key = a.pkey().unwrap();
+    let group_pkru = mpk.closed_pkru() & !(0b11 << (2 * attacker_key));
+    assert_eq!(f.pkru_after, Some(group_pkru));
+    // And after the group, the thread is back to its own PKRU: every tenant key closed.
     assert_eq!(mpk.current_pkru(), pkru_before);
     let regions = rig.regions();
     for slot in [0, 2, 3] {

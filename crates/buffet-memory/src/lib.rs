@@ -68,7 +68,9 @@ mod table;
 pub use domain::{Domain, RegionExtent};
 pub use mpk::{Mpk, MpkError, MpkStats, DISABLE_ENV as MPK_DISABLE_ENV, MAX_CACHE_KEYS};
 pub use storage::{AllocError, ArenaConfig, ArenaError, MemoryStorage, Region, StorageStats};
-pub use sys::{in_tenant_arena, pku_supported, tail_offset as region_tail_offset, SysError};
+pub use sys::{
+    current_pkru, in_tenant_arena, pku_supported, tail_offset as region_tail_offset, SysError,
+};
 pub use table::{AdmitError, AdmitWithError, StateGuard, TenantEntry, TenantRef, TenantTable};
 
 #[cfg(test)]

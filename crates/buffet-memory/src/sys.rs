@@ -777,6 +777,11 @@ pub(crate) fn rdpkru() -> u32 {
     }
 }
 
+/// This thread's PKRU register, or `None` on a CPU or kernel without protection keys.
+pub fn current_pkru() -> Option<u32> {
+    pku_supported().then(rdpkru)
+}
+
 /// Writes this thread's PKRU register. Panics if `value` would close protection key 0.
 ///
 /// Key 0 carries everything that is not a tenant region — code, stack, heap, packet

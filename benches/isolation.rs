@@ -1,0 +1,284 @@
+//! `isolation`: what each isolation level costs a worker core, per packet.
+//!
+//! One core, packets in memory, `buffet_worker::Engine` inline (as in `multitenancy`):
+//! bursts of 256 packets made of eight 32-packet tenant groups (the Packet Buffers a
+//! worker runs with one state load — and, under MPK, one domain switch — each). With 8
+//! tenants every burst holds all of them; with 1,000 tenants consecutive bursts walk
+//! through all tenants round robin, so each group's tenant last ran 124 bursts ago.
+//!
+//! Two logics, each a criterion group, with these arms:
+//!
+//! * `monitor` — per-flow packet/byte counters. Rust: `buffet_nfs::Monitor`; C:
+//!   `examples/c-nf/flowmon.c` (the same table shape, in the tenant's region).
+//! * `firewall` — drop by destination port. Rust: `buffet_nfs::Firewall` (ordered ACL,
+//!   tuple-space search), two deny rules; C: `examples/c-nf/portblock.c` (counters and a
+//!   blocked-port list). A quarter of the packets go to a blocked port.
+//!
+//! | arm        | NF code | domain       | calls                                   |
+//! |------------|---------|--------------|-----------------------------------------|
+//! | `none`     | C       | `Domain::None` | direct (`Containment::Unguarded`)     |
+//! | `mpk`      | C       | `Domain::Mpk`  | through the fault-containment shim    |
+//! | `safe`     | Rust    | `Domain::None` | direct                                |
+//! | `safe+mpk` | Rust    | `Domain::Mpk`  | direct                                |
+//!
+//! `none` → `mpk` is the full price of MPK for native code (PKRU switch per group, key
+//! cache, `sigsetjmp` per packet); `safe` → `safe+mpk` isolates the domain switch alone on
+//! identical Rust code. `none` vs `safe` compares C and Rust implementations of similar,
+//! not identical, logic. The eBPF arm (buffet-ebpf running the same logic as bytecode)
+//! slots into [`logic_group`] as `ebpf` — see the marked place.
+//!
+//! A third group, `mpk-key`, measures one state lock + unlock (enter + leave the domain):
+//! `none` (no domain), `hit` (the key is cached), `miss` (15 tenants locked round robin
+//! over 14 cache keys: LRU misses every time — two `pkey_mprotect`s). The key cache's own
+//! average miss time (`MpkStats::miss_ns / misses`) is printed at the end.
+//!
+//! Run: `cargo bench --bench isolation`. Needs a C compiler; the MPK arms need `pku`
+//! (they are skipped with a message without it).
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use buffet::cnf::{CNf, Containment};
+use buffet::dispatch::TenantSlot;
+use buffet::memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
+use buffet::nfs::firewall::{Firewall, FirewallLimits, FirewallPolicy};
+use buffet::nfs::monitor::{Monitor, MonitorPolicy};
+use buffet::sdk::{NetworkFunction, TenantId};
+use buffet::worker::{Engine, Mbuf};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+/// One burst: boxed, as the Worker Pool moves packet buffers between threads by pointer.
+#[allow(clippy::vec_box)]
+type Burst = Vec<Box<Mbuf>>;
+
+const GROUP: usize = 32;
+const GROUPS_PER_BURST: usize = 8;
+const BURST: usize = GROUP * GROUPS_PER_BURST;
+/// Bursts per iteration: enough for 1,000 tenants to each run one group.
+const BURSTS: usize = 125;
+const PACKETS: usize = BURST * BURSTS;
+const TENANT_COUNTS: [u32; 2] = [8, 1000];
+
+/// Compiles examples/c-nf/<name>.c (once per bench process).
+fn c_nf(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-c-nf");
+    std::fs::create_dir_all(&dir).expect("bench tmp dir");
+    let out = dir.join(format!("{name}.so"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .args(["-O2", "-fPIC", "-shared", "-I"])
+        .arg(root.join("include"))
+        .arg("-o")
+        .arg(&out)
+        .arg(root.join("examples/c-nf").join(format!("{name}.c")))
+        .status()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(st.success(), "compiling {name}.c");
+    out
+}
+
+/// A UDP frame of tenant `t` (60-byte frame), flow `f` of 4: destination ports 53, 80,
+/// 443 and 22 (the blocked one).
+fn frame(t: u32, f: u32) -> Vec<u8> {
+    let dport = [53u16, 80, 443, 22][f as usize % 4];
+    let mut v = Vec::new();
+    etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4([192, 168, 0, 1], [10, (t >> 8) as u8, t as u8, 1], 64)
+        .udp(40000 + f as u16, dport)
+        .write(&mut v, &[0u8; 18])
+        .expect("frame");
+    v
+}
+
+/// The bursts of one iteration for `n` tenants: burst k holds groups of tenants
+/// 8k..8k+7 (mod n), 32 packets each, cycling through 4 flows.
+fn bursts(n: u32) -> Vec<Burst> {
+    (0..BURSTS)
+        .map(|k| {
+            let mut burst = Vec::with_capacity(BURST);
+            for g in 0..GROUPS_PER_BURST {
+                let t = ((k * GROUPS_PER_BURST + g) as u32) % n;
+                for i in 0..GROUP {
+                    let mut m = Mbuf::boxed();
+                    assert!(m.fill(&frame(t, i as u32)));
+                    m.tenant = TenantSlot(t);
+                    m.ts_ns = (k * BURST + g * GROUP + i) as u64;
+                    burst.push(m);
+                }
+            }
+            burst
+        })
+        .collect()
+}
+
+fn table<S: Send + 'static>(domain: Domain, n: u32) -> Arc<TenantTable<S>> {
+    let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
+    Arc::new(match domain {
+        Domain::Mpk => TenantTable::with_mpk(storage, n, Mpk::get().expect("mpk")),
+        _ => TenantTable::new(storage, n),
+    })
+}
+
+/// An engine whose `n` tenants run `nf`, each admitted with `policy` initialised in place.
+fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, domain: Domain, n: u32) -> Engine<N> {
+    let table = table::<N::State>(domain, n);
+    for t in 0..n {
+        table
+            .admit_with(
+                t,
+                TenantId(t + 1),
+                nf.register().bytes,
+                N::State::default(),
+                |s, r| nf.init_in_region(policy, s, r),
+            )
+            .expect("admit");
+    }
+    Engine::new(Arc::new(nf), table)
+}
+
+fn run<N: NetworkFunction>(e: &mut Engine<N>, bursts: &mut [Burst]) -> u64 {
+    for b in bursts.iter_mut() {
+        e.process(b);
+    }
+    e.packets()
+}
+
+fn firewall_policy() -> FirewallPolicy {
+    serde_json::from_value(serde_json::json!({
+        "default": "allow",
+        "rules": [
+            { "action": "deny", "proto": "udp", "dst_port": 22 },
+            { "action": "deny", "proto": "udp", "dst_port": 23 },
+        ],
+    }))
+    .expect("firewall policy")
+}
+
+/// One logic: its C NF (`c`, with `c_policy`) and its Rust NF, all arms.
+fn logic_group<R: NetworkFunction + Clone>(
+    c: &mut Criterion,
+    name: &str,
+    c_path: &Path,
+    c_policy: serde_json::Value,
+    rust: R,
+    rust_policy: R::Policy,
+    mpk: bool,
+) {
+    let mut group = c.benchmark_group(name);
+    group
+        .throughput(Throughput::Elements(PACKETS as u64))
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4))
+        .sample_size(30);
+    for &n in &TENANT_COUNTS {
+        let mut b = bursts(n);
+        let load = |containment| CNf::load_with(c_path, containment).expect("load C NF");
+        let mut none = engine(load(Containment::Unguarded), &c_policy, Domain::None, n);
+        group.bench_function(BenchmarkId::new("none", n), |bch| {
+            bch.iter(|| black_box(run(&mut none, &mut b)))
+        });
+        let mut safe = engine(rust.clone(), &rust_policy, Domain::None, n);
+        group.bench_function(BenchmarkId::new("safe", n), |bch| {
+            bch.iter(|| black_box(run(&mut safe, &mut b)))
+        });
+        if mpk {
+            let mut m = engine(load(Containment::Guarded), &c_policy, Domain::Mpk, n);
+            group.bench_function(BenchmarkId::new("mpk", n), |bch| {
+                bch.iter(|| black_box(run(&mut m, &mut b)))
+            });
+            let mut sm = engine(rust.clone(), &rust_policy, Domain::Mpk, n);
+            group.bench_function(BenchmarkId::new("safe+mpk", n), |bch| {
+                bch.iter(|| black_box(run(&mut sm, &mut b)))
+            });
+        }
+        // ebpf: buffet-ebpf's engine running the same logic as verified bytecode goes
+        // here, as `BenchmarkId::new("ebpf", n)` over the same bursts `b`.
+    }
+    group.finish();
+}
+
+fn isolation(c: &mut Criterion) {
+    let mpk = match Mpk::get() {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("isolation: MPK arms skipped: {e}");
+            false
+        }
+    };
+    logic_group(
+        c,
+        "monitor",
+        &c_nf("flowmon"),
+        serde_json::json!({ "flow_capacity": 64 }),
+        Monitor::with_max_flows(64),
+        MonitorPolicy::default(),
+        mpk,
+    );
+    logic_group(
+        c,
+        "firewall",
+        &c_nf("portblock"),
+        serde_json::json!({ "blocked_ports": [22, 23] }),
+        Firewall::with_limits(FirewallLimits {
+            max_rules: 8,
+            max_entries: 64,
+            max_conns: 64,
+        }),
+        firewall_policy(),
+        mpk,
+    );
+}
+
+/// One lock + unlock of a tenant's state: no domain, an MPK hit, an MPK miss.
+fn key_cache(c: &mut Criterion) {
+    let Ok(mpk) = Mpk::get() else {
+        return;
+    };
+    let mut group = c.benchmark_group("mpk-key");
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    let tenants = mpk.cache_keys() as u32 + 1;
+    for domain in [Domain::None, Domain::Mpk] {
+        let t = table::<u64>(domain, tenants);
+        for i in 0..tenants {
+            t.admit(i, TenantId(i + 1), 4096, 0).expect("admit");
+        }
+        let entries: Vec<_> = (0..tenants).map(|i| t.get_arc(i).expect("entry")).collect();
+        let label = if domain == Domain::None {
+            "none"
+        } else {
+            "hit"
+        };
+        group.bench_function(label, |b| {
+            b.iter(|| {
+                *entries[0].lock() += 1;
+            })
+        });
+        if domain == Domain::Mpk {
+            let mut i = 0;
+            group.bench_function("miss", |b| {
+                b.iter(|| {
+                    i = (i + 1) % entries.len();
+                    *entries[i].lock() += 1;
+                })
+            });
+        }
+    }
+    group.finish();
+    let s = mpk.stats();
+    eprintln!(
+        "mpk-key: {} cache keys; {} hits, {} misses, {:.0} ns per miss inside the key cache",
+        s.cache_keys,
+        s.hits,
+        s.misses,
+        s.miss_ns as f64 / s.misses.max(1) as f64
+    );
+}
+
+criterion_group!(benches, isolation, key_cache);
+criterion_main!(benches);
