@@ -17,6 +17,7 @@
 //! | arm        | NF code | domain       | calls                                   |
 //! |------------|---------|--------------|-----------------------------------------|
 //! | `none`     | C       | `Domain::None` | direct (`Containment::Unguarded`)     |
+//! | `none+guard` | C     | `Domain::None` | through the fault-containment shim    |
 //! | `mpk`      | C       | `Domain::Mpk`  | through the fault-containment shim    |
 //! | `safe`     | Rust    | `Domain::None` | direct                                |
 //! | `safe+mpk` | Rust    | `Domain::Mpk`  | direct                                |
@@ -180,6 +181,11 @@ fn logic_group<R: NetworkFunction + Clone>(
         let mut none = engine(load(Containment::Unguarded), &c_policy, Domain::None, n);
         group.bench_function(BenchmarkId::new("none", n), |bch| {
             bch.iter(|| black_box(run(&mut none, &mut b)))
+        });
+        // The shim alone, without MPK: how much of `mpk` is fault containment.
+        let mut guarded = engine(load(Containment::Guarded), &c_policy, Domain::None, n);
+        group.bench_function(BenchmarkId::new("none+guard", n), |bch| {
+            bch.iter(|| black_box(run(&mut guarded, &mut b)))
         });
         let mut safe = engine(rust.clone(), &rust_policy, Domain::None, n);
         group.bench_function(BenchmarkId::new("safe", n), |bch| {
