@@ -13,12 +13,14 @@
 //!   protection key that only the worker running that tenant has open, so a C NF that
 //!   reads or writes outside its region hits a closed key (or a guard page) and faults.
 //! * **Fault containment.** Every call into the NF goes through a small C shim
-//!   (`csrc/guard.c`): `sigsetjmp`, call, and a SIGSEGV handler that jumps back when the
-//!   faulting thread is inside an NF call and the fault is a tenant's — a protection-key
-//!   fault (`SEGV_PKUERR`) or a hit in a tenant arena (guard page). The PKRU the call
-//!   started with is restored, the handler returns [`Verdict::Fault`], the worker
-//!   quarantines that tenant and keeps running. Other faults crash the process as before.
-//!   [`CNf::faults`] lists what happened (tenant, address, key).
+//!   (`csrc/guard.c`): a setjmp, the call — for packets, one call per chunk of up to 32
+//!   packets of a tenant's group ([`NetworkFunction::handle_group`]), the shim looping
+//!   over `buffet_pkt_handler` in C — and a SIGSEGV handler that resumes the shim when
+//!   the faulting thread is inside an NF call and the fault is a tenant's: a
+//!   protection-key fault (`SEGV_PKUERR`) or a hit in a tenant arena (guard page). The
+//!   PKRU the call started with is restored, the faulting packet gets [`Verdict::Fault`],
+//!   the worker quarantines that tenant and keeps running. Other faults crash the process
+//!   as before. [`CNf::faults`] lists what happened (tenant, address, key).
 //!
 //! What this does not do: resize frames (ABI v1 rewrites in place), give C NFs helpers, or
 //! make a *malicious* native NF safe — native code can execute `WRPKRU` or call
@@ -38,8 +40,10 @@ use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
+use arrayvec::ArrayVec;
 use buffet_sdk::{
     DropCause, InitError, L3Kind, MemorySpec, NetworkFunction, Packet, TenantId, Verdict,
+    GROUP_CHUNK,
 };
 
 pub use sys::buffet_cnf_in_arena;
@@ -349,6 +353,36 @@ fn offset(o: usize) -> u16 {
     u16::try_from(o).unwrap_or(0xffff)
 }
 
+/// The `struct buffet_pkt` of a parsed packet; `data` points to its frame, which stays
+/// exclusively borrowed (through `pkt`) for as long as the caller keeps `pkt` borrowed.
+#[inline]
+fn describe(pkt: &mut Packet<'_>) -> CPacket {
+    let meta = pkt.meta();
+    let (src_port, dst_port) = pkt.ports().unwrap_or((0, 0));
+    let mut c = CPacket {
+        data: std::ptr::null_mut(),
+        len: 0,
+        tenant: meta.tenant.0,
+        ts_ns: meta.ts_ns,
+        in_port: meta.in_port,
+        l3_off: offset(pkt.l3_offset()),
+        l4_off: offset(pkt.l4_offset()),
+        payload_off: offset(pkt.payload_offset()),
+        src_port,
+        dst_port,
+        ip_proto: pkt.ip_proto(),
+        l3_kind: match pkt.l3_kind() {
+            L3Kind::Ipv4 => 4,
+            L3Kind::Ipv6 => 6,
+        },
+        reserved: [0; 2],
+    };
+    let data = pkt.data_mut();
+    c.data = data.as_mut_ptr();
+    c.len = data.len() as u32;
+    c
+}
+
 impl NetworkFunction for CNf {
     type State = CState;
     /// The tenant's policy table, handed to `buffet_state_init` as JSON text.
@@ -415,42 +449,57 @@ impl NetworkFunction for CNf {
         let Some(region) = state.region else {
             return Verdict::Fault;
         };
-        let meta = pkt.meta();
-        let (src_port, dst_port) = pkt.ports().unwrap_or((0, 0));
-        let mut c = CPacket {
-            data: std::ptr::null_mut(),
-            len: 0,
-            tenant: meta.tenant.0,
-            ts_ns: meta.ts_ns,
-            in_port: meta.in_port,
-            l3_off: offset(pkt.l3_offset()),
-            l4_off: offset(pkt.l4_offset()),
-            payload_off: offset(pkt.payload_offset()),
-            src_port,
-            dst_port,
-            ip_proto: pkt.ip_proto(),
-            l3_kind: match pkt.l3_kind() {
-                L3Kind::Ipv4 => 4,
-                L3Kind::Ipv6 => 6,
-            },
-            reserved: [0; 2],
-        };
-        let data = pkt.data_mut();
-        c.data = data.as_mut_ptr();
-        c.len = data.len() as u32;
+        let tenant = pkt.tenant();
+        let mut c = describe(pkt);
         match self.lib.pkt_handler(&mut c, region, self.guard) {
             Ok(v) => decode_verdict(v).unwrap_or_else(|| {
-                self.record(
-                    meta.tenant,
-                    "buffet_pkt_handler",
-                    FaultKind::BadVerdict(v),
-                    0,
-                );
+                self.record(tenant, "buffet_pkt_handler", FaultKind::BadVerdict(v), 0);
                 Verdict::Fault
             }),
             Err(raw) => {
-                self.record_raw(meta.tenant, "buffet_pkt_handler", raw);
+                self.record_raw(tenant, "buffet_pkt_handler", raw);
                 Verdict::Fault
+            }
+        }
+    }
+
+    /// The whole chunk in one call into the shim: one setjmp per chunk, not per packet.
+    #[inline]
+    fn handle_group(&self, pkts: &mut [Packet<'_>], state: &mut CState, verdicts: &mut [Verdict]) {
+        let Some(region) = state.region else {
+            verdicts.fill(Verdict::Fault);
+            return;
+        };
+        let Some(tenant) = pkts.first().map(Packet::tenant) else {
+            return;
+        };
+        let mut descs: ArrayVec<CPacket, GROUP_CHUNK> = ArrayVec::new();
+        for p in pkts.iter_mut().take(GROUP_CHUNK) {
+            descs.push(describe(p));
+        }
+        let n = descs.len().min(verdicts.len());
+        let mut raw = [0i32; GROUP_CHUNK];
+        let handled = match self
+            .lib
+            .pkt_batch(&mut descs[..n], region, &mut raw[..n], self.guard)
+        {
+            Ok(()) => n,
+            Err((at, fault)) => {
+                self.record_raw(tenant, "buffet_pkt_handler", fault);
+                if let Some(v) = verdicts.get_mut(at) {
+                    *v = Verdict::Fault;
+                }
+                at
+            }
+        };
+        for (v, &r) in verdicts.iter_mut().zip(&raw[..handled]) {
+            match decode_verdict(r) {
+                Some(d) => *v = d,
+                None => {
+                    self.record(tenant, "buffet_pkt_handler", FaultKind::BadVerdict(r), 0);
+                    *v = Verdict::Fault;
+                    return;
+                }
             }
         }
     }

@@ -33,6 +33,15 @@ extern "C" {
         len: usize,
         verdict: *mut i32,
     ) -> c_int;
+    fn buffet_guard_batch(
+        f: PktHandlerFn,
+        pkts: *mut CPacket,
+        n: usize,
+        state: *mut c_void,
+        len: usize,
+        verdicts: *mut i32,
+        done: *mut usize,
+    ) -> c_int;
     fn buffet_guard_init(
         f: StateInitFn,
         policy: *const c_char,
@@ -225,6 +234,50 @@ impl Loaded {
             }
             // SAFETY: as above, called directly (unguarded: a fault kills the process).
             false => Ok(unsafe { (self.pkt_handler)(pkt, region.ptr.as_ptr().cast(), region.len) }),
+        }
+    }
+
+    /// `buffet_pkt_handler` over a chunk of one tenant's packets, `verdicts[i]` for
+    /// `pkts[i]`; guarded: one setjmp for the whole chunk. On a contained fault, the
+    /// index of the faulting packet (verdicts before it are valid) and the fault.
+    #[inline]
+    pub(crate) fn pkt_batch(
+        &self,
+        pkts: &mut [CPacket],
+        region: RegionPtr,
+        verdicts: &mut [i32],
+        guarded: bool,
+    ) -> Result<(), (usize, RawFault)> {
+        let n = pkts.len().min(verdicts.len());
+        if !guarded {
+            for (p, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
+                // SAFETY: as in `pkt_handler`, called directly (unguarded: a fault kills
+                // the process).
+                *v = unsafe { (self.pkt_handler)(p, region.ptr.as_ptr().cast(), region.len) };
+            }
+            return Ok(());
+        }
+        let mut done = 0usize;
+        // SAFETY: `pkts` and `verdicts` are exclusively borrowed arrays of at least `n`
+        // elements whose packet descriptors point to the packets' exclusively borrowed
+        // frames; `region` is the tenant's region, reachable because the caller holds
+        // the tenant's state guard; `done` is a local. The shim's trampoline is the only
+        // frame between the setjmp and the NF.
+        let faulted = unsafe {
+            buffet_guard_batch(
+                self.pkt_handler,
+                pkts.as_mut_ptr(),
+                n,
+                region.ptr.as_ptr().cast(),
+                region.len,
+                verdicts.as_mut_ptr(),
+                &mut done,
+            )
+        };
+        if faulted != 0 {
+            Err((done, last_fault()))
+        } else {
+            Ok(())
         }
     }
 

@@ -78,7 +78,9 @@ mod nf;
 mod packet;
 pub mod policy;
 
-pub use nf::{DropCause, InitError, MemorySpec, NetworkFunction, PortId, TenantId, Verdict};
+pub use nf::{
+    DropCause, InitError, MemorySpec, NetworkFunction, PortId, TenantId, Verdict, GROUP_CHUNK,
+};
 pub use packet::{FlowKey, L3Kind, L4Kind, Packet, PacketMeta, ParseError, ResizeError};
 
 /// Re-export of the header-slice library the [`Packet`] view is built on, so NFs name

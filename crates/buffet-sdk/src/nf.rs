@@ -105,6 +105,10 @@ impl Verdict {
     }
 }
 
+/// Most packets [`NetworkFunction::handle_group`] gets at once: a longer Packet Buffer is
+/// handed over in chunks of this many.
+pub const GROUP_CHUNK: usize = 32;
+
 /// How much memory one tenant's state needs (the answer of `buffet_mem_register`).
 ///
 /// The Memory Manager rounds it up to whole pages and places the tenant's region,
@@ -207,6 +211,34 @@ pub trait NetworkFunction: Send + Sync + 'static {
 
     /// `buffet_pkt_handler`: process one packet of the tenant owning `state`.
     fn handle(&self, pkt: &mut Packet<'_>, state: &mut Self::State) -> Verdict;
+
+    /// The batch form: process `pkts` — consecutive packets of one tenant's Packet Buffer,
+    /// in arrival order, at most [`GROUP_CHUNK`] at a time — writing `verdicts[i]` for
+    /// `pkts[i]` (`verdicts.len() == pkts.len()`). The worker calls this, once per chunk,
+    /// inside the tenant's isolation domain.
+    ///
+    /// A [`Verdict::Fault`] at `i` ends the group: packets after `i` are not handled and
+    /// the tenant is quarantined. The worker fills `verdicts` with `Verdict::Fault` before
+    /// the call, so a handler that panics at packet `k` leaves the verdicts of `0..k` in
+    /// place and the rest quarantined.
+    ///
+    /// Default: [`handle`](Self::handle) for each packet, in order, stopping after a
+    /// fault. NFs override it to pay a per-call cost once per chunk — C NFs enter their
+    /// fault-containment shim once for the whole chunk.
+    #[inline]
+    fn handle_group(
+        &self,
+        pkts: &mut [Packet<'_>],
+        state: &mut Self::State,
+        verdicts: &mut [Verdict],
+    ) {
+        for (pkt, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
+            *v = self.handle(pkt, state);
+            if *v == Verdict::Fault {
+                break;
+            }
+        }
+    }
 
     /// Named counters summarising one tenant's state, for stats output (replay's stats
     /// JSON, the daemon's per-tenant stats). Called off the hot path. Default: none.

@@ -4,9 +4,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use arrayvec::ArrayVec;
 use buffet_dispatch::{TenantSlot, WorkerId};
 use buffet_memory::{TenantEntry, TenantTable};
-use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict};
+use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict, GROUP_CHUNK};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 
@@ -196,41 +197,15 @@ impl<N: NetworkFunction> Engine<N> {
                 let id = entry.id();
                 let nf = &*self.shared.nf;
                 let mut state = entry.lock();
-                // One pass per packet: parse, handle, count.
+                // Chunks of up to GROUP_CHUNK packets: parse them, one `handle_group`
+                // call, count.
                 let result = catch_unwind(AssertUnwindSafe(|| {
-                    for &i in members {
-                        let m = &mut burst[i as usize];
-                        tally.bytes += m.len() as u64;
-                        let meta = PacketMeta {
-                            in_port: m.in_port,
-                            ts_ns: m.ts_ns,
-                            tenant: id,
-                        };
-                        let len = m.len();
-                        let parsed = Packet::parse_with_capacity(m.buffer_mut(), len, meta);
-                        let verdict = parsed.map(|mut pkt| {
-                            let v = nf.handle(&mut pkt, &mut state);
-                            (v, pkt.len())
-                        });
-                        m.outcome = match verdict {
-                            Ok((v, new_len)) => match v {
-                                // Left pending: the whole rest of the group is quarantined.
-                                Verdict::Fault => break,
-                                Verdict::Drop(cause) => {
-                                    tally.nf_drops[cause.index()] += 1;
-                                    Outcome::Nf(Verdict::Drop(cause))
-                                }
-                                v => {
-                                    tally.passed += 1;
-                                    m.set_len(new_len);
-                                    Outcome::Nf(v)
-                                }
-                            },
-                            Err(_) => {
-                                tally.malformed += 1;
-                                Outcome::Malformed
-                            }
-                        };
+                    for chunk in members.chunks(GROUP_CHUNK) {
+                        if !run_chunk(nf, &mut state, id, burst, chunk, &mut tally) {
+                            // A fault verdict: the rest of the group stays pending and is
+                            // quarantined below.
+                            break;
+                        }
                     }
                 }));
                 drop(state);
@@ -301,6 +276,93 @@ impl<N: NetworkFunction> Engine<N> {
         });
         dropped
     }
+}
+
+/// Runs one chunk of a tenant's group: `chunk` holds ascending burst indices, at most
+/// [`GROUP_CHUNK`]. Parses each packet (malformed ones are counted and never reach the
+/// NF), hands the parsed ones to `handle_group` in one call, and records every outcome in
+/// arrival order. Returns false when the NF reported a fault: that packet and the ones
+/// after it stay pending. A panic in the NF is re-raised after the verdicts already
+/// written are recorded, so the packets before it keep theirs.
+fn run_chunk<N: NetworkFunction>(
+    nf: &N,
+    state: &mut N::State,
+    id: buffet_sdk::TenantId,
+    burst: &mut [Box<Mbuf>],
+    chunk: &[u32],
+    tally: &mut GroupTally,
+) -> bool {
+    debug_assert!(chunk.len() <= GROUP_CHUNK && chunk.windows(2).all(|w| w[0] < w[1]));
+    let mut verdicts = [Verdict::Fault; GROUP_CHUNK];
+    let mut lens = [0usize; GROUP_CHUNK];
+    // Per chunk position: the index into `pkts`, or None when the frame did not parse.
+    let mut parsed: ArrayVec<Option<usize>, GROUP_CHUNK> = ArrayVec::new();
+    let panicked = {
+        let mut pkts: ArrayVec<Packet<'_>, GROUP_CHUNK> = ArrayVec::new();
+        // Disjoint `&mut` to the members: walk the burst once, splitting at each index.
+        let mut rest: &mut [Box<Mbuf>] = burst;
+        let mut base = 0usize;
+        for &i in chunk {
+            let i = i as usize;
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
+            let Some((m, tail)) = tail.split_first_mut() else {
+                break;
+            };
+            rest = tail;
+            base = i + 1;
+            tally.bytes += m.len() as u64;
+            let meta = PacketMeta {
+                in_port: m.in_port,
+                ts_ns: m.ts_ns,
+                tenant: id,
+            };
+            let len = m.len();
+            match Packet::parse_with_capacity(m.buffer_mut(), len, meta) {
+                Ok(pkt) => {
+                    parsed.push(Some(pkts.len()));
+                    pkts.push(pkt);
+                }
+                Err(_) => parsed.push(None),
+            }
+        }
+        let n = pkts.len();
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            nf.handle_group(&mut pkts, state, &mut verdicts[..n])
+        }));
+        for (l, p) in lens.iter_mut().zip(&pkts) {
+            *l = p.len();
+        }
+        r.err()
+    };
+    let mut go_on = true;
+    for (&i, &slot) in chunk.iter().zip(&parsed) {
+        let m = &mut burst[i as usize];
+        let Some(k) = slot else {
+            tally.malformed += 1;
+            m.outcome = Outcome::Malformed;
+            continue;
+        };
+        match verdicts[k] {
+            // Left pending: the rest of the group is quarantined.
+            Verdict::Fault => {
+                go_on = false;
+                break;
+            }
+            Verdict::Drop(cause) => {
+                tally.nf_drops[cause.index()] += 1;
+                m.outcome = Outcome::Nf(Verdict::Drop(cause));
+            }
+            v => {
+                tally.passed += 1;
+                m.set_len(lens[k]);
+                m.outcome = Outcome::Nf(v);
+            }
+        }
+    }
+    if let Some(panic) = panicked {
+        std::panic::resume_unwind(panic);
+    }
+    go_on
 }
 
 fn group_bytes(burst: &[Box<Mbuf>], members: &[u32]) -> u64 {
