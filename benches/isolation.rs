@@ -23,7 +23,8 @@
 //! | `safe+mpk` | Rust    | `Domain::Mpk`  | direct                                |
 //!
 //! `none` → `mpk` is the full price of MPK for native code (PKRU switch per group, key
-//! cache, `sigsetjmp` per packet); `safe` → `safe+mpk` isolates the domain switch alone on
+//! cache, the shim's setjmp per chunk of up to 32 packets); `none` → `none+guard` is the
+//! shim alone, and `safe` → `safe+mpk` the domain switch alone on
 //! identical Rust code. `none` vs `safe` compares C and Rust implementations of similar,
 //! not identical, logic. The eBPF arm (buffet-ebpf running the same logic as bytecode)
 //! slots into [`logic_group`] as `ebpf` — see the marked place.
