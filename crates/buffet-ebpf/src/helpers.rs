@@ -1,0 +1,355 @@
+//! The helpers programs call, and the per-run context they check their arguments against.
+//!
+//! rbpf helpers are plain `fn(u64, u64, u64, u64, u64) -> u64` without state, so the run
+//! in progress is described in a thread-local [`RunCtx`]: the packet and tenant-region
+//! address ranges and the program's map layout. Every pointer a helper returns and every
+//! byte it touches lies inside the current packet or the current tenant's region;
+//! anything else is an error value, never an access. A helper called outside a run
+//! (impossible through `Program::run`) returns an error value too.
+
+use std::cell::RefCell;
+
+use crate::abi::{self, MAX_COUNTERS};
+use crate::sys::{self, Area};
+
+/// Where one map's storage sits in the tenant region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MapSlot {
+    /// ARRAY or STRSET.
+    pub strset: bool,
+    /// Offset of its storage in the region.
+    pub offset: u64,
+    /// Array: element size. Strset: longest string.
+    pub elem: u64,
+    /// Array: elements. Strset: strings.
+    pub entries: u64,
+    /// Strset: hash slots (a power of two). Array: 0.
+    pub slots: u64,
+    /// Bytes of storage.
+    pub len: u64,
+}
+
+/// Bytes of a strset string record: a little-endian u16 length, then the bytes.
+pub(crate) fn strset_record(key_size: u64) -> u64 {
+    2 + key_size
+}
+
+/// The run in progress on this thread.
+#[derive(Default)]
+pub(crate) struct RunCtx {
+    /// Identity of the program whose maps are in `maps`.
+    pub program: u64,
+    pub packet: Area,
+    pub region: Area,
+    pub maps: Vec<MapSlot>,
+    pub active: bool,
+}
+
+thread_local! {
+    pub(crate) static RUN: RefCell<RunCtx> = RefCell::new(RunCtx::default());
+}
+
+const ERR: u64 = (-1i64) as u64;
+const ERR_RANGE: u64 = (-2i64) as u64;
+
+fn with_run<R>(default: R, f: impl FnOnce(&RunCtx) -> R) -> R {
+    RUN.with(|r| match r.try_borrow() {
+        Ok(run) if run.active => f(&run),
+        _ => default,
+    })
+}
+
+/// `void *buffet_map_lookup(void *map, u32 index)`: the element's address, or 0.
+pub(crate) fn map_lookup(map: u64, index: u64, _: u64, _: u64, _: u64) -> u64 {
+    with_run(0, |run| {
+        let Some(slot) = usize::try_from(map).ok().and_then(|m| run.maps.get(m)) else {
+            return 0;
+        };
+        let index = index as u32 as u64;
+        if slot.strset || index >= slot.entries {
+            return 0;
+        }
+        let off = slot.offset + index * slot.elem;
+        // Inside the region by construction of the layout; checked again anyway.
+        if off + slot.elem > run.region.len {
+            return 0;
+        }
+        run.region.start + off
+    })
+}
+
+/// `long buffet_counter_add(u32 index, u64 delta)`.
+pub(crate) fn counter_add(index: u64, delta: u64, _: u64, _: u64, _: u64) -> u64 {
+    with_run(ERR, |run| {
+        let index = index as u32 as u64;
+        if index >= MAX_COUNTERS as u64 {
+            return ERR;
+        }
+        let off = abi::COUNTERS_OFFSET as u64 + 8 * index;
+        sys::with_bytes_mut(run.region, off, 8, |b| {
+            let v = u64::from_le_bytes(b.try_into().expect("8 bytes")).wrapping_add(delta);
+            b.copy_from_slice(&v.to_le_bytes());
+            0
+        })
+        .unwrap_or(ERR)
+    })
+}
+
+/// One's-complement sum folding, RFC 1624 eqn. 3: `HC' = ~(~HC + ~m + m')`.
+pub fn csum_update(csum: u16, from: u32, to: u32, size: u32) -> u16 {
+    let mut sum = u32::from(!csum);
+    let words = |v: u32| -> [u16; 2] {
+        if size == 4 {
+            [(v >> 16) as u16, v as u16]
+        } else {
+            [0, v as u16]
+        }
+    };
+    for (old, new) in words(from).into_iter().zip(words(to)) {
+        sum += u32::from(!old) + u32::from(new);
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// `long buffet_csum_replace(u32 csum_off, u64 from, u64 to, u32 size)`.
+pub(crate) fn csum_replace(csum_off: u64, from: u64, to: u64, size: u64, _: u64) -> u64 {
+    let size = size as u32;
+    if size != 2 && size != 4 {
+        return ERR;
+    }
+    with_run(ERR, |run| {
+        sys::with_bytes_mut(run.packet, csum_off as u32 as u64, 2, |b| {
+            let new = csum_update(
+                u16::from_be_bytes([b[0], b[1]]),
+                from as u32,
+                to as u32,
+                size,
+            );
+            b.copy_from_slice(&new.to_be_bytes());
+            0
+        })
+        .unwrap_or(ERR)
+    })
+}
+
+/// `long buffet_strset_lookup(void *map, u32 off, u32 len, u32 flags)`.
+pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) -> u64 {
+    with_run(ERR, |run| {
+        let Some(slot) = usize::try_from(map)
+            .ok()
+            .and_then(|m| run.maps.get(m))
+            .copied()
+        else {
+            return ERR;
+        };
+        if !slot.strset {
+            return ERR;
+        }
+        let (off, len) = (off as u32 as u64, len as u32 as u64);
+        let suffixes = flags & abi::STRSET_SUFFIXES != 0;
+        sys::with_bytes(run.packet, off, len, |key| {
+            sys::with_bytes(
+                run.region,
+                slot.offset,
+                slot.len,
+                |table| match strset_find(table, &slot, key, suffixes) {
+                    Some(i) => i,
+                    None => ERR,
+                },
+            )
+            .unwrap_or(ERR)
+        })
+        .unwrap_or(ERR_RANGE)
+    })
+}
+
+/// FNV-1a over ASCII-lowercased bytes.
+pub(crate) fn strset_hash(key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= u64::from(b.to_ascii_lowercase());
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Looks `key` (and, with `suffixes`, every suffix after a `.`) up in a strset's storage.
+///
+/// The storage is `slots` little-endian u32 slot words (0 empty, else 1 + record index)
+/// followed by `entries` records. It is treated as untrusted: every index is checked and
+/// a probe visits each slot at most once.
+pub(crate) fn strset_find(table: &[u8], slot: &MapSlot, key: &[u8], suffixes: bool) -> Option<u64> {
+    let mut k = key;
+    loop {
+        if let Some(i) = strset_find_one(table, slot, k) {
+            return Some(i);
+        }
+        if !suffixes {
+            return None;
+        }
+        let dot = k.iter().position(|&b| b == b'.')?;
+        k = &k[dot + 1..];
+    }
+}
+
+fn strset_find_one(table: &[u8], slot: &MapSlot, key: &[u8]) -> Option<u64> {
+    if key.is_empty() || key.len() as u64 > slot.elem || slot.slots == 0 {
+        return None;
+    }
+    let mask = slot.slots - 1;
+    let records = slot.slots * 4;
+    let rec_len = strset_record(slot.elem);
+    let mut s = strset_hash(key) & mask;
+    for _ in 0..slot.slots {
+        let at = (s * 4) as usize;
+        let word = table.get(at..at + 4)?;
+        let v = u64::from(u32::from_le_bytes(word.try_into().ok()?));
+        if v == 0 {
+            return None;
+        }
+        let idx = v - 1;
+        if idx < slot.entries {
+            let r = (records + idx * rec_len) as usize;
+            let rec = table.get(r..r + rec_len as usize)?;
+            let n = usize::from(u16::from_le_bytes([rec[0], rec[1]]));
+            if let Some(stored) = rec.get(2..2 + n) {
+                if stored.eq_ignore_ascii_case(key) {
+                    return Some(idx);
+                }
+            }
+        }
+        s = (s + 1) & mask;
+    }
+    None
+}
+
+/// Writes `keys` (lowercased, de-duplicated, in order) into a strset's storage; the
+/// number stored. The storage must be zeroed and `keys` already validated (length and
+/// count).
+pub(crate) fn strset_build(table: &mut [u8], slot: &MapSlot, keys: &[Vec<u8>]) -> u64 {
+    let rec_len = strset_record(slot.elem);
+    let records = slot.slots * 4;
+    let mut n = 0u64;
+    for key in keys {
+        if strset_find_one(table, slot, key).is_some() {
+            continue;
+        }
+        let r = (records + n * rec_len) as usize;
+        let rec = &mut table[r..r + rec_len as usize];
+        rec[..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        for (d, s) in rec[2..2 + key.len()].iter_mut().zip(key) {
+            *d = s.to_ascii_lowercase();
+        }
+        let mask = slot.slots - 1;
+        let mut s = strset_hash(key) & mask;
+        loop {
+            let at = (s * 4) as usize;
+            if table[at..at + 4] == [0; 4] {
+                table[at..at + 4].copy_from_slice(&((n + 1) as u32).to_le_bytes());
+                break;
+            }
+            s = (s + 1) & mask;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// The helpers, by id, as rbpf registers them.
+pub(crate) const TABLE: [(u32, rbpf::Helper); 4] = [
+    (abi::helper::MAP_LOOKUP as u32, map_lookup),
+    (abi::helper::COUNTER_ADD as u32, counter_add),
+    (abi::helper::CSUM_REPLACE as u32, csum_replace),
+    (abi::helper::STRSET_LOOKUP as u32, strset_lookup),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(keys: &[&str], elem: u64, entries: u64) -> (Vec<u8>, MapSlot) {
+        let slots = (entries * 2).next_power_of_two();
+        let slot = MapSlot {
+            strset: true,
+            offset: 0,
+            elem,
+            entries,
+            slots,
+            len: slots * 4 + entries * strset_record(elem),
+        };
+        let mut table = vec![0u8; slot.len as usize];
+        let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
+        strset_build(&mut table, &slot, &keys);
+        (table, slot)
+    }
+
+    #[test]
+    fn strset_matches_case_insensitively_and_by_suffix() {
+        let (t, s) = set(&["example.com", "Ads.Tracker.NET", "example.com"], 64, 8);
+        assert_eq!(strset_find(&t, &s, b"EXAMPLE.com", false), Some(0));
+        assert_eq!(strset_find(&t, &s, b"www.example.com", false), None);
+        assert_eq!(strset_find(&t, &s, b"www.example.com", true), Some(0));
+        assert_eq!(strset_find(&t, &s, b"x.ads.tracker.net", true), Some(1));
+        assert_eq!(strset_find(&t, &s, b"tracker.net", true), None);
+        assert_eq!(strset_find(&t, &s, b"badexample.com", true), None);
+        assert_eq!(strset_find(&t, &s, b"", true), None);
+        // Longer than the key size: never a match, but its suffixes may be.
+        let long = format!("{}.example.com", "a".repeat(100));
+        assert_eq!(strset_find(&t, &s, long.as_bytes(), true), Some(0));
+    }
+
+    #[test]
+    fn strset_survives_garbage_storage() {
+        let (_, s) = set(&["a"], 8, 4);
+        for fill in [0u8, 1, 0x7f, 0xff] {
+            let t = vec![fill; s.len as usize];
+            let _ = strset_find(&t, &s, b"abc.def", true);
+        }
+        // Truncated storage.
+        let _ = strset_find(&[1, 0, 0], &s, b"a", true);
+    }
+
+    #[test]
+    fn csum_update_matches_a_full_recomputation() {
+        // IPv4 header checksum before and after changing the TTL/protocol word.
+        let mut hdr = [
+            0x45u8, 0, 0, 0x54, 0x12, 0x34, 0x40, 0, 0x40, 0x11, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        let full = |h: &[u8]| {
+            let mut s: u32 = h
+                .chunks(2)
+                .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                .sum();
+            while s >> 16 != 0 {
+                s = (s & 0xffff) + (s >> 16);
+            }
+            !(s as u16)
+        };
+        let c = full(&hdr);
+        hdr[10..12].copy_from_slice(&c.to_be_bytes());
+        let old = u32::from(u16::from_be_bytes([hdr[8], hdr[9]]));
+        hdr[8] = 0x3f;
+        let new = u32::from(u16::from_be_bytes([hdr[8], hdr[9]]));
+        let updated = csum_update(c, old, new, 2);
+        hdr[10..12].copy_from_slice(&[0, 0]);
+        assert_eq!(updated, full(&hdr));
+        // A 4-byte field (an address).
+        hdr[10..12].copy_from_slice(&updated.to_be_bytes());
+        let old = u32::from_be_bytes([hdr[12], hdr[13], hdr[14], hdr[15]]);
+        hdr[12..16].copy_from_slice(&[192, 168, 7, 9]);
+        let u2 = csum_update(updated, old, u32::from_be_bytes([192, 168, 7, 9]), 4);
+        hdr[10..12].copy_from_slice(&[0, 0]);
+        assert_eq!(u2, full(&hdr));
+    }
+
+    #[test]
+    fn helpers_outside_a_run_touch_nothing() {
+        assert_eq!(map_lookup(0, 0, 0, 0, 0), 0);
+        assert_eq!(counter_add(0, 1, 0, 0, 0), ERR);
+        assert_eq!(csum_replace(0, 0, 0, 2, 0), ERR);
+        assert_eq!(strset_lookup(0, 0, 1, 0, 0), ERR);
+    }
+}

@@ -1,0 +1,407 @@
+//! A verified program, ready to run: its tenant-region layout and its rbpf VM.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::abi::{self, CtxFields, MAPS_OFFSET};
+use crate::elf::{self, Image, LoadError, MapDef, MapKind};
+use crate::helpers::{self, MapSlot, RUN};
+use crate::sys::{self, Area};
+use crate::verify::{self, Verified, VerifierConfig, VerifyError};
+
+/// Largest tenant region a program may declare (context, counters and maps).
+pub const MAX_REGION_BYTES: u64 = 64 << 20;
+/// Longest string a STRSET map may hold.
+pub const MAX_STRSET_KEY: u32 = 4096;
+
+/// How programs are executed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// rbpf's interpreter: every load and store is also checked at run time against the
+    /// packet, the tenant region and the stack (a second line of defence behind the
+    /// verifier; a failed check faults the tenant).
+    #[default]
+    Interpreter,
+    /// rbpf's x86-64 JIT (Buffet-patched, see `third_party/rbpf/BUFFET.md`): native code
+    /// without run-time bounds checks, safe as far as the verifier's proof is.
+    Jit,
+}
+
+impl Engine {
+    /// `interpreter` or `jit`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Interpreter => "interpreter",
+            Engine::Jit => "jit",
+        }
+    }
+}
+
+/// How a program is loaded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The ELF section holding the program (default `buffet`).
+    pub section: Option<String>,
+    /// The engine.
+    pub engine: Engine,
+    /// Verifier settings.
+    pub verifier: VerifierConfig,
+}
+
+/// Why a program cannot be used. Nothing was loaded when this is returned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProgramError {
+    /// The object could not be read or linked.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The verifier rejected the program.
+    #[error("rejected by the verifier: {0}")]
+    Verify(#[from] VerifyError),
+    /// A map declaration Buffet cannot lay out.
+    #[error("map `{map}`: {message}")]
+    Map {
+        /// The map.
+        map: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// rbpf refused the program or could not compile it.
+    #[error("{engine}: {message}")]
+    Vm {
+        /// The engine.
+        engine: &'static str,
+        /// rbpf's message.
+        message: String,
+    },
+}
+
+/// Why one run failed. The tenant is faulted; the message says where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// The region is not this program's (the tenant was not initialised for it).
+    #[error("tenant region of {got} bytes, the program needs {want}")]
+    Region {
+        /// Bytes given.
+        got: usize,
+        /// Bytes needed.
+        want: usize,
+    },
+    /// rbpf stopped the program (out-of-bounds access caught by the interpreter, too
+    /// deep a call chain, ...).
+    #[error("{0}")]
+    Vm(String),
+}
+
+/// A program that passed the ELF loader, the verifier and rbpf, shared by every tenant
+/// that runs it. `Sync`: workers run it concurrently, each on its own tenant region.
+pub struct Program {
+    id: u64,
+    image: Image,
+    verified: Verified,
+    maps: Vec<MapSlot>,
+    region_len: usize,
+    counter_names: Vec<&'static str>,
+    engine: Engine,
+    vm: rbpf::EbpfVmMbuff<'static>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("section", &self.image.section)
+            .field("function", &self.image.function)
+            .field("instructions", &self.verified.instructions)
+            .field("maps", &self.image.maps)
+            .field("region_len", &self.region_len)
+            .field("engine", &self.engine)
+            .finish()
+    }
+}
+
+/// What [`check`] reports about an acceptable object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckReport {
+    /// The linked program.
+    pub image: Image,
+    /// What the verifier proved.
+    pub verified: Verified,
+    /// Bytes of one tenant's region.
+    pub region_len: usize,
+}
+
+/// Loads, links and verifies an object without preparing it to run: what `buffet nf
+/// check` prints.
+pub fn check(bytes: &[u8], opts: &LoadOptions) -> Result<CheckReport, ProgramError> {
+    let image = elf::load(bytes, opts.section.as_deref())?;
+    let (_, region_len) = layout(&image.maps)?;
+    let verified = verify::verify(&image, &opts.verifier)?;
+    // rbpf's own structural checks (the VM borrows the bytes only for this call).
+    rbpf::EbpfVmMbuff::new(Some(&image.insns)).map_err(|e| ProgramError::Vm {
+        engine: opts.engine.name(),
+        message: e.to_string(),
+    })?;
+    Ok(CheckReport {
+        image,
+        verified,
+        region_len,
+    })
+}
+
+/// Lays the maps out after the context and the counters; (slots, region bytes).
+fn layout(maps: &[MapDef]) -> Result<(Vec<MapSlot>, usize), ProgramError> {
+    let mut offset = MAPS_OFFSET as u64;
+    let mut slots = Vec::with_capacity(maps.len());
+    for m in maps {
+        let err = |message: String| ProgramError::Map {
+            map: m.name.clone(),
+            message,
+        };
+        let (elem, entries) = (u64::from(m.value_size), u64::from(m.max_entries));
+        if entries == 0 {
+            return Err(err("max_entries is 0".into()));
+        }
+        let slot = match m.kind {
+            MapKind::Array => {
+                if m.key_size != 4 {
+                    return Err(err(format!(
+                        "an ARRAY map has 4-byte keys, not {}",
+                        m.key_size
+                    )));
+                }
+                if elem == 0 {
+                    return Err(err("value_size is 0".into()));
+                }
+                MapSlot {
+                    strset: false,
+                    offset,
+                    elem,
+                    entries,
+                    slots: 0,
+                    len: elem.saturating_mul(entries),
+                }
+            }
+            MapKind::StrSet => {
+                if m.key_size == 0 || m.key_size > MAX_STRSET_KEY {
+                    return Err(err(format!(
+                        "a STRSET map's key_size (longest string) must be 1..={MAX_STRSET_KEY}, not {}",
+                        m.key_size
+                    )));
+                }
+                if m.value_size != 0 {
+                    return Err(err("a STRSET map has no values (value_size 0)".into()));
+                }
+                let key = u64::from(m.key_size);
+                let hash_slots = (entries * 2).next_power_of_two();
+                MapSlot {
+                    strset: true,
+                    offset,
+                    elem: key,
+                    entries,
+                    slots: hash_slots,
+                    len: (hash_slots * 4)
+                        .saturating_add(entries.saturating_mul(helpers::strset_record(key))),
+                }
+            }
+        };
+        offset = offset.saturating_add(slot.len);
+        if offset > MAX_REGION_BYTES {
+            return Err(err(format!(
+                "the maps need more than {MAX_REGION_BYTES} bytes per tenant"
+            )));
+        }
+        offset = offset.div_ceil(8) * 8;
+        slots.push(slot);
+    }
+    Ok((slots, offset as usize))
+}
+
+/// The bytecode of every program ever made runnable, one copy per distinct program: rbpf's
+/// VM borrows its code for `'static`. Bounded by the number of distinct programs loaded.
+fn intern(code: &[u8]) -> &'static [u8] {
+    static CODE: OnceLock<Mutex<HashMap<Vec<u8>, &'static [u8]>>> = OnceLock::new();
+    let mut all = CODE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(&c) = all.get(code) {
+        return c;
+    }
+    let leaked: &'static [u8] = Box::leak(code.to_vec().into_boxed_slice());
+    all.insert(code.to_vec(), leaked);
+    leaked
+}
+
+/// A counter name as `&'static str`, leaked once per distinct name.
+fn intern_name(name: &str) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
+    let mut all = NAMES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(&n) = all.get(name) {
+        return n;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    all.insert(name.to_owned(), leaked);
+    leaked
+}
+
+impl Program {
+    /// Loads, links, verifies and prepares the program of an object file's bytes.
+    pub fn load(bytes: &[u8], opts: &LoadOptions) -> Result<Program, ProgramError> {
+        let CheckReport {
+            image,
+            verified,
+            region_len,
+        } = check(bytes, opts)?;
+        Self::prepare(image, verified, region_len, opts.engine)
+    }
+
+    /// Verifies and prepares an already linked image (tests build images by hand).
+    pub fn from_image(image: Image, opts: &LoadOptions) -> Result<Program, ProgramError> {
+        let (_, region_len) = layout(&image.maps)?;
+        let verified = verify::verify(&image, &opts.verifier)?;
+        Self::prepare(image, verified, region_len, opts.engine)
+    }
+
+    fn prepare(
+        image: Image,
+        verified: Verified,
+        region_len: usize,
+        engine: Engine,
+    ) -> Result<Program, ProgramError> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let (maps, _) = layout(&image.maps)?;
+        let vm_err = |e: std::io::Error| ProgramError::Vm {
+            engine: engine.name(),
+            message: e.to_string(),
+        };
+        let mut vm = rbpf::EbpfVmMbuff::new(Some(intern(&image.insns))).map_err(vm_err)?;
+        for (id, f) in helpers::TABLE {
+            vm.register_helper(id, f).map_err(vm_err)?;
+        }
+        if engine == Engine::Jit {
+            if !cfg!(all(target_arch = "x86_64", unix)) {
+                return Err(ProgramError::Vm {
+                    engine: engine.name(),
+                    message: "rbpf's JIT emits x86-64 code only".into(),
+                });
+            }
+            vm.jit_compile().map_err(vm_err)?;
+        }
+        let counter_names = image
+            .counter_names
+            .iter()
+            .take(abi::MAX_COUNTERS)
+            .map(|n| intern_name(n))
+            .collect();
+        Ok(Program {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            image,
+            verified,
+            maps,
+            region_len,
+            counter_names,
+            engine,
+            vm,
+        })
+    }
+
+    /// The linked program.
+    pub fn image(&self) -> &Image {
+        &self.image
+    }
+
+    /// What the verifier proved.
+    pub fn verified(&self) -> &Verified {
+        &self.verified
+    }
+
+    /// Bytes of one tenant's region (context, counters, maps).
+    pub fn region_len(&self) -> usize {
+        self.region_len
+    }
+
+    /// The engine it runs on.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// Names of the counters the program declared (index order).
+    pub fn counter_names(&self) -> &[&'static str] {
+        &self.counter_names
+    }
+
+    /// The map named `name`: (its definition, its byte range in a tenant region).
+    pub fn map(&self, name: &str) -> Option<(&MapDef, std::ops::Range<usize>)> {
+        let i = self.image.maps.iter().position(|m| m.name == name)?;
+        let s = &self.maps[i];
+        Some((
+            &self.image.maps[i],
+            s.offset as usize..(s.offset + s.len) as usize,
+        ))
+    }
+
+    pub(crate) fn slot(&self, name: &str) -> Option<&MapSlot> {
+        let i = self.image.maps.iter().position(|m| m.name == name)?;
+        self.maps.get(i)
+    }
+
+    /// Runs the program once: `region` is the tenant's region (this program's layout),
+    /// `packet` the frame. Writes the context (with `data`/`data_end` pointing at
+    /// `packet`) and returns `r0`.
+    pub fn run(
+        &self,
+        packet: &mut [u8],
+        region: &mut [u8],
+        ctx: &CtxFields,
+    ) -> Result<u64, RunError> {
+        if region.len() != self.region_len {
+            return Err(RunError::Region {
+                got: region.len(),
+                want: self.region_len,
+            });
+        }
+        let pkt_area = Area::of(packet);
+        let fields = CtxFields {
+            data: pkt_area.start,
+            data_end: pkt_area.start + pkt_area.len,
+            ..*ctx
+        };
+        region[..abi::CTX_SIZE].copy_from_slice(&fields.to_bytes());
+        let region_area = Area::of(region);
+        RUN.with(|r| {
+            let mut run = r.borrow_mut();
+            if run.program != self.id {
+                run.maps.clear();
+                run.maps.extend_from_slice(&self.maps);
+                run.program = self.id;
+            }
+            run.packet = pkt_area;
+            run.region = region_area;
+            run.active = true;
+        });
+        let _active = Deactivate;
+        let r = match self.engine {
+            Engine::Interpreter => self.vm.execute_program_mut(packet, region),
+            Engine::Jit => sys::run_jit(&self.vm, packet, region),
+        };
+        r.map_err(|e| RunError::Vm(e.to_string()))
+    }
+}
+
+/// Ends the helpers' view of a run, also when the run unwinds.
+struct Deactivate;
+
+impl Drop for Deactivate {
+    fn drop(&mut self) {
+        let _ = RUN.try_with(|r| {
+            if let Ok(mut run) = r.try_borrow_mut() {
+                run.active = false;
+                run.packet = Area::default();
+                run.region = Area::default();
+            }
+        });
+    }
+}

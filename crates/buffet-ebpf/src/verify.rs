@@ -1,0 +1,478 @@
+//! Verification with PREVAIL (the abstract-interpretation eBPF verifier, Rust port) against
+//! a platform description of Buffet's context.
+//!
+//! What PREVAIL is told (the [`BuffetPlatform`]):
+//!
+//! * **Context** (r1 at entry): `struct buffet_ctx`, [`CTX_SIZE`](crate::abi::CTX_SIZE)
+//!   bytes, with the packet start at offset 0 and the packet end at offset 8 (64-bit
+//!   pointers). A load of those two fields yields a packet pointer; every packet access
+//!   must be proven within `[data, data_end)`; stores to the two pointer fields are
+//!   rejected; other context bytes are plain numbers. Accesses beyond the 48 bytes are
+//!   rejected, so the counters and maps that follow the context in the tenant's region
+//!   are out of reach through r1.
+//! * **Tenant region**: every map is a PREVAIL map (`EbpfMapDescriptor`) with its real
+//!   size. `buffet_map_lookup` is declared as returning `PtrToMapValueOrNull` of the
+//!   map's `value_size`, so the program must test for NULL and stay within one element;
+//!   it only accepts ARRAY maps, `buffet_strset_lookup` only STRSET maps (PREVAIL's
+//!   allowed-map-type check).
+//! * **Stack**: two frames of 256 bytes (the program and one level of bpf-to-bpf calls),
+//!   laid out exactly as rbpf's interpreter and (patched) JIT lay them out; reads of
+//!   uninitialised stack are rejected.
+//! * **Helpers**: only the four Buffet helpers exist (an unknown helper id is rejected),
+//!   with argument types that take no pointer PREVAIL would have to trust — the helpers
+//!   take offsets and check them at run time.
+//! * **Instructions**: base 32/64-bit ALU, jumps, div/mod (conformance groups `base32`,
+//!   `base64`, `divmul32`, `divmul64`); no atomics (rbpf has none), no legacy packet
+//!   loads (`LD_ABS`/`LD_IND`), no `callx`.
+//! * **Termination**: on — every loop head gets a counter that must be proven bounded
+//!   (PREVAIL's limit is 100,000 iterations per loop head over a whole run; Buffet can
+//!   lower it, see [`VerifierConfig::max_loop_iterations`]).
+//!
+//! What it does not check, and who does: the return value (the host maps it, an
+//! unknown value is a run-time fault) and helper arguments that are numbers (offsets,
+//! counter indices; the helpers check them).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use prevail::crab::ebpf_domain::DomainContext;
+use prevail::crab::var_registry::VariableRegistry;
+use prevail::elf_loader::UnmarshalError;
+use prevail::fwd_analyzer;
+use prevail::ir::program::Program as PrevailProgram;
+use prevail::ir::unmarshal;
+use prevail::linux::linux_platform::conformance_groups as groups;
+use prevail::linux::spec_prototypes::{map_type_bit, HelperPrototype};
+use prevail::platform::EbpfPlatform;
+use prevail::spec::config::{EbpfRuntimeConfig, EbpfVerifierOptions, VerbosityOptions};
+use prevail::spec::ebpf_base::{EbpfArgumentType as Arg, EbpfCtxDescriptor, EbpfReturnType};
+use prevail::spec::type_descriptors::{
+    EbpfMapDescriptor, EbpfMapType, EbpfMapValueType, EbpfProgramType, ProgramInfo,
+};
+use prevail::spec::vm_isa::EbpfInst;
+
+use crate::abi::{self, helper, CTX_SIZE};
+use crate::elf::{Image, MapKind};
+
+/// The context PREVAIL checks accesses through r1 against.
+static BUFFET_CTX: EbpfCtxDescriptor = EbpfCtxDescriptor {
+    size: CTX_SIZE as i32,
+    data: abi::CTX_DATA as i32,
+    end: abi::CTX_DATA_END as i32,
+    meta: -1,
+};
+
+/// Bytes of one stack frame (rbpf's `LOCAL_FUNCTION_STACK_SIZE`).
+pub const FRAME_SIZE: i32 = 256;
+/// Frames: the program and one level of bpf-to-bpf calls (2 × 256 = rbpf's 512-byte stack).
+pub const MAX_FRAMES: i32 = 2;
+/// PREVAIL's own bound on a loop head's iterations.
+pub const PREVAIL_LOOP_LIMIT: u32 = 100_000;
+/// Longest program accepted, in instructions.
+pub const MAX_INSNS: usize = 32_768;
+/// Longest frame a program is run on (the context's offsets are 16-bit); longer frames
+/// are dropped as malformed without running the program.
+pub const MAX_FRAME_LEN: usize = 0xffff;
+/// The packet size PREVAIL assumes as an upper bound. Larger than [`MAX_FRAME_LEN`] on
+/// purpose: a program may compare `data + ctx->l4_off + 20` (a 16-bit offset plus a
+/// header) with `data_end`, and PREVAIL only accepts pointer comparisons within
+/// `max_packet_size`; below 100,000 so that a loop bounded by the packet end is still
+/// proven to terminate within PREVAIL's loop limit. Sound because real frames are
+/// shorter.
+pub const VERIFIER_MAX_PACKET: i32 = 98_304;
+
+const fn proto(
+    name: &'static str,
+    return_type: EbpfReturnType,
+    args: [Arg; 5],
+    allowed_map_types: u64,
+) -> HelperPrototype {
+    HelperPrototype {
+        name,
+        return_type,
+        argument_type: args,
+        reallocate_packet: false,
+        ctx_descriptor: None,
+        unsupported: false,
+        might_sleep: false,
+        zero_args_mask: 0,
+        allowed_map_types,
+    }
+}
+
+/// Prototypes of helpers 1..=4 (index = id - 1).
+static HELPERS: [HelperPrototype; 4] = [
+    proto(
+        "buffet_map_lookup",
+        EbpfReturnType::PtrToMapValueOrNull,
+        [
+            Arg::PtrToMap,
+            Arg::Anything,
+            Arg::DontCare,
+            Arg::DontCare,
+            Arg::DontCare,
+        ],
+        map_type_bit(abi::MAP_ARRAY),
+    ),
+    proto(
+        "buffet_counter_add",
+        EbpfReturnType::Integer,
+        [
+            Arg::Anything,
+            Arg::Anything,
+            Arg::DontCare,
+            Arg::DontCare,
+            Arg::DontCare,
+        ],
+        0,
+    ),
+    proto(
+        "buffet_csum_replace",
+        EbpfReturnType::Integer,
+        [
+            Arg::Anything,
+            Arg::Anything,
+            Arg::Anything,
+            Arg::Anything,
+            Arg::DontCare,
+        ],
+        0,
+    ),
+    proto(
+        "buffet_strset_lookup",
+        EbpfReturnType::Integer,
+        [
+            Arg::PtrToMap,
+            Arg::Anything,
+            Arg::Anything,
+            Arg::Anything,
+            Arg::DontCare,
+        ],
+        map_type_bit(abi::MAP_STRSET),
+    ),
+];
+
+static UNKNOWN_HELPER: HelperPrototype = HelperPrototype {
+    name: "unknown",
+    return_type: EbpfReturnType::Unsupported,
+    argument_type: [Arg::DontCare; 5],
+    reallocate_packet: false,
+    ctx_descriptor: None,
+    unsupported: true,
+    might_sleep: false,
+    zero_args_mask: 0,
+    allowed_map_types: 0,
+};
+
+/// PREVAIL's view of Buffet: program type, helpers, maps.
+pub struct BuffetPlatform {
+    maps: Vec<EbpfMapDescriptor>,
+}
+
+impl BuffetPlatform {
+    fn new(image: &Image) -> Self {
+        let maps = image
+            .maps
+            .iter()
+            .enumerate()
+            .map(|(i, m)| EbpfMapDescriptor {
+                original_fd: i as i32,
+                map_type: match m.kind {
+                    MapKind::Array => abi::MAP_ARRAY,
+                    MapKind::StrSet => abi::MAP_STRSET,
+                },
+                key_size: m.key_size,
+                value_size: m.value_size,
+                max_entries: m.max_entries,
+                inner_map_fd: -1,
+                name: m.name.clone(),
+                is_inner_map_template: false,
+            })
+            .collect();
+        BuffetPlatform { maps }
+    }
+
+    fn program_type() -> EbpfProgramType {
+        EbpfProgramType {
+            name: "buffet".into(),
+            ctx_descriptor: Some(&BUFFET_CTX),
+            platform_specific_data: 0,
+            section_prefixes: vec![crate::elf::DEFAULT_SECTION.into()],
+            is_privileged: false,
+            is_sleepable: false,
+        }
+    }
+}
+
+impl EbpfPlatform for BuffetPlatform {
+    fn get_program_type(&self, _section: &str, _path: &str) -> EbpfProgramType {
+        Self::program_type()
+    }
+
+    fn get_helper_prototype(&self, n: i32) -> &HelperPrototype {
+        self.try_get_helper_prototype(n).unwrap_or(&UNKNOWN_HELPER)
+    }
+
+    fn try_get_helper_prototype(&self, n: i32) -> Option<&HelperPrototype> {
+        usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| HELPERS.get(i))
+    }
+
+    fn is_helper_usable(&self, n: i32) -> bool {
+        helper::ALL.contains(&n)
+    }
+
+    fn map_record_size(&self) -> usize {
+        20
+    }
+
+    fn parse_maps_section(
+        &mut self,
+        _descriptors: &mut Vec<EbpfMapDescriptor>,
+        _data: &[u8],
+        _record_size: usize,
+        _count: usize,
+        _options: &EbpfVerifierOptions,
+    ) {
+        // Buffet's own loader (crate::elf) reads the maps; PREVAIL's ELF loader is unused.
+    }
+
+    fn resolve_inner_map_references(
+        &self,
+        _descriptors: &mut Vec<EbpfMapDescriptor>,
+    ) -> Result<(), UnmarshalError> {
+        Ok(())
+    }
+
+    fn get_map_descriptor(&self, map_fd: i32) -> Option<&EbpfMapDescriptor> {
+        self.maps.iter().find(|m| m.original_fd == map_fd)
+    }
+
+    fn get_map_type(&self, platform_specific_type: u32) -> EbpfMapType {
+        let (name, is_array) = match platform_specific_type {
+            abi::MAP_ARRAY => ("array", true),
+            abi::MAP_STRSET => ("strset", false),
+            _ => ("unsupported", false),
+        };
+        EbpfMapType {
+            platform_specific_type,
+            name: name.into(),
+            is_array,
+            value_type: EbpfMapValueType::Any,
+        }
+    }
+
+    fn supported_conformance_groups(&self) -> u32 {
+        groups::BASE32 | groups::BASE64 | groups::DIVMUL32 | groups::DIVMUL64
+    }
+}
+
+/// Verifier settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifierConfig {
+    /// Most iterations any one loop head may run per packet, as proven by PREVAIL
+    /// (at most [`PREVAIL_LOOP_LIMIT`]). Together with the program's length this bounds
+    /// the instructions one packet can cost.
+    pub max_loop_iterations: u32,
+}
+
+impl Default for VerifierConfig {
+    fn default() -> Self {
+        VerifierConfig {
+            max_loop_iterations: PREVAIL_LOOP_LIMIT,
+        }
+    }
+}
+
+/// What verification proved about an accepted program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    /// Instructions (an `ld_imm64` counts as two).
+    pub instructions: usize,
+    /// The largest iteration count PREVAIL proved for any loop head (0: no loops).
+    pub max_loop_count: u32,
+    /// Possible return values, as PREVAIL's interval for r0 at exit.
+    pub exit_value: String,
+}
+
+/// Why a program was rejected. Its `Display` is the verifier's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// Too many instructions.
+    #[error("{0} instructions exceed the limit of {MAX_INSNS}")]
+    TooLong(usize),
+    /// An instruction Buffet does not run (checked before PREVAIL).
+    #[error("instruction {insn}: {message}")]
+    Unsupported {
+        /// Instruction index.
+        insn: usize,
+        /// Which and why.
+        message: String,
+    },
+    /// PREVAIL could not decode the program (bad opcode, register, helper id, ...).
+    #[error("{0}")]
+    Malformed(String),
+    /// Invalid control flow (jump out of the program, missing exit, call depth, ...).
+    #[error("{0}")]
+    ControlFlow(String),
+    /// The abstract interpretation found a possible violation: `label: message`.
+    #[error("{0}")]
+    Rejected(String),
+    /// Proven to terminate, but a loop may run longer than the configured budget.
+    #[error("a loop may run {count} iterations per packet; the limit is {limit}")]
+    LoopBudget {
+        /// PREVAIL's bound.
+        count: u32,
+        /// The configured limit.
+        limit: u32,
+    },
+    /// The verifier itself failed (a bug in it); the program is not accepted.
+    #[error("verifier internal error: {0}")]
+    Internal(String),
+}
+
+fn insts(image: &Image) -> Vec<EbpfInst> {
+    image
+        .insns
+        .chunks_exact(8)
+        .map(|c| EbpfInst {
+            opcode: c[0],
+            dst_src: c[1],
+            offset: i16::from_le_bytes([c[2], c[3]]),
+            imm: i32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect()
+}
+
+/// Buffet's own structural checks, before PREVAIL: instructions rbpf would run
+/// differently from the model.
+fn precheck(insns: &[EbpfInst]) -> Result<(), VerifyError> {
+    if insns.len() > MAX_INSNS {
+        return Err(VerifyError::TooLong(insns.len()));
+    }
+    let mut i = 0;
+    while i < insns.len() {
+        let ins = &insns[i];
+        let src = ins.dst_src >> 4;
+        let class = ins.opcode & 0x07;
+        let unsupported = |message: &str| VerifyError::Unsupported {
+            insn: i,
+            message: message.into(),
+        };
+        match ins.opcode {
+            0x18 => {
+                if src > 1 {
+                    return Err(unsupported(
+                        "ld_imm64 of a map value, variable or code address is not supported \
+                         (only constants and map references)",
+                    ));
+                }
+                i += 1;
+            }
+            0x85 if src > 1 => {
+                return Err(unsupported("kfunc calls are not supported"));
+            }
+            // BPF_LD with BPF_ABS / BPF_IND modes.
+            op if class == 0x00 && matches!(op & 0xe0, 0x20 | 0x40) => {
+                return Err(unsupported(
+                    "legacy packet loads (LD_ABS/LD_IND) are not supported; read the packet \
+                     through ctx->data",
+                ));
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+fn options() -> EbpfVerifierOptions {
+    EbpfVerifierOptions {
+        runtime: EbpfRuntimeConfig {
+            strict: false,
+            // rbpf defines division by zero (0, and modulo leaves the dividend).
+            allow_division_by_zero: true,
+            setup_constraints: true,
+            big_endian: false,
+            check_for_termination: true,
+            subprogram_stack_size: FRAME_SIZE,
+            max_call_stack_frames: MAX_FRAMES,
+            max_packet_size: VERIFIER_MAX_PACKET,
+        },
+        verbosity_opts: VerbosityOptions::default(),
+        must_have_exit: true,
+        mock_map_fds: true,
+    }
+}
+
+/// Verifies a loaded image. Never panics: a panic inside PREVAIL is
+/// [`VerifyError::Internal`].
+pub fn verify(image: &Image, cfg: &VerifierConfig) -> Result<Verified, VerifyError> {
+    let insns = insts(image);
+    precheck(&insns)?;
+    let opts = options();
+    let limit = cfg.max_loop_iterations.min(PREVAIL_LOOP_LIMIT);
+    let platform = BuffetPlatform::new(image);
+    let outcome = catch_unwind(AssertUnwindSafe(|| run_prevail(&insns, &platform, &opts)));
+    let (max_loop_count, exit_value) = match outcome {
+        Ok(r) => r?,
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".into());
+            return Err(VerifyError::Internal(msg));
+        }
+    };
+    if max_loop_count > limit {
+        return Err(VerifyError::LoopBudget {
+            count: max_loop_count,
+            limit,
+        });
+    }
+    Ok(Verified {
+        instructions: insns.len(),
+        max_loop_count,
+        exit_value,
+    })
+}
+
+fn run_prevail(
+    insns: &[EbpfInst],
+    platform: &BuffetPlatform,
+    opts: &EbpfVerifierOptions,
+) -> Result<(u32, String), VerifyError> {
+    let mut info = ProgramInfo {
+        map_descriptors: platform.maps.clone(),
+        program_type: BuffetPlatform::program_type(),
+        supported_conformance_groups: platform.supported_conformance_groups(),
+        ..ProgramInfo::default()
+    };
+    let mut notes = Vec::new();
+    let seq = unmarshal::unmarshal(insns, &mut notes, &info, platform, opts)
+        .map_err(|e| VerifyError::Malformed(e.to_string()))?;
+    let program = PrevailProgram::from_sequence(&seq, &mut info, platform, opts)
+        .map_err(|e| VerifyError::ControlFlow(e.to_string()))?;
+    let ctx = DomainContext {
+        program_info: &info,
+        program: &program,
+        runtime: &opts.runtime,
+        options: opts,
+        platform,
+    };
+    let mut registry = VariableRegistry::new();
+    let result = fwd_analyzer::analyze(&program, &ctx, &mut registry);
+    if result.failed {
+        let message = result
+            .find_first_error()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "verification failed".into());
+        return Err(VerifyError::Rejected(message));
+    }
+    Ok((
+        u32::try_from(result.max_loop_count).unwrap_or(u32::MAX),
+        result.exit_value.to_string(),
+    ))
+}
