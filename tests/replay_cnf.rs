@@ -188,7 +188,7 @@ fn replay_refuses_what_it_cannot_isolate() {
     };
     for (level, expect) in [
         ("safe", "native code is not isolated by the type system"),
-        ("ebpf", "cannot run eBPF NFs yet"),
+        ("ebpf", "it runs verified eBPF programs only"),
     ] {
         let out = common(level);
         let stderr = String::from_utf8_lossy(&out.stderr);

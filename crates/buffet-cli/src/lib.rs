@@ -3,10 +3,12 @@
 //! Offline commands, no daemon needed:
 //! * `buffet demo` — synthetic multi-tenant traffic through the whole pipeline;
 //! * `buffet replay` — a pcap through the same pipeline with a tenants file;
-//! * `buffet trace` — the timeslot scheduler alone over a `ts_ns,tenant_id` trace.
+//! * `buffet trace` — the timeslot scheduler alone over a `ts_ns,tenant_id` trace;
+//! * `buffet nf check file.o` — verify an eBPF NF and print the verifier's verdict.
 #![forbid(unsafe_code)]
 
 mod demo;
+mod ebpf;
 mod nfs;
 mod replay;
 mod run;
@@ -35,6 +37,8 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Run only the timeslot scheduler over a `ts_ns,tenant_id` trace.
     Trace(TraceArgs),
+    /// Inspect NF programs: `buffet nf check file.o` verifies an eBPF NF.
+    Nf(ebpf::NfArgs),
 }
 
 /// `buffet trace` arguments.
@@ -67,6 +71,7 @@ pub fn main() -> ExitCode {
         Command::Demo(a) => demo::run(&a),
         Command::Replay(a) => replay::run(&a),
         Command::Trace(a) => run_trace(&a),
+        Command::Nf(a) => ebpf::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

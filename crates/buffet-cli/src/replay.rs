@@ -1,6 +1,7 @@
 //! `buffet replay`: a pcap through the dispatcher and the workers running an NF — a
-//! reference NF (`--nf`) or a C NF loaded from a shared object (`--nf-lib`), at an
-//! isolation level (`--isolation safe|mpk|ebpf`).
+//! reference NF (`--nf`), a C NF loaded from a shared object (`--nf-lib`) or an eBPF NF
+//! from a clang BPF object (`--nf-ebpf`), at an isolation level
+//! (`--isolation safe|mpk|ebpf`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use buffet_sdk::{NetworkFunction, PortId, Verdict};
 use buffet_worker::{PacketSink, Pipeline, PipelineConfig, Report};
 use clap::Args;
 
+use crate::ebpf::EbpfEngine;
 use crate::nfs::NfName;
 use crate::run;
 use crate::tenants::{Isolation, TenantConfig};
@@ -25,16 +27,24 @@ pub struct ReplayArgs {
     #[arg(
         long,
         value_enum,
-        required_unless_present = "nf_lib",
-        conflicts_with = "nf_lib"
+        required_unless_present_any = ["nf_lib", "nf_ebpf"],
+        conflicts_with_all = ["nf_lib", "nf_ebpf"]
     )]
     pub nf: Option<NfName>,
     /// Run a C NF instead: a shared object implementing include/buffet.h.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "nf_ebpf")]
     pub nf_lib: Option<PathBuf>,
+    /// Run an eBPF NF instead: a `clang -target bpf` object (include/buffet_ebpf.h of
+    /// buffet-ebpf), verified before anything runs; implies `--isolation ebpf`.
+    #[arg(long, value_name = "PATH")]
+    pub nf_ebpf: Option<PathBuf>,
+    /// How eBPF NFs run.
+    #[arg(long, value_enum, default_value_t = EbpfEngine::Interpreter)]
+    pub ebpf_engine: EbpfEngine,
     /// Isolation level: `safe` (type system; Rust NFs), `mpk` (Intel protection keys;
-    /// required for C NFs) or `ebpf`. Default: the tenants file's `isolation` if every
-    /// tenant names the same one, else `mpk` with --nf-lib and `safe` with --nf.
+    /// required for C NFs) or `ebpf` (verified bytecode; required for --nf-ebpf).
+    /// Default: the tenants file's `isolation` if every tenant names the same one, else
+    /// `mpk` with --nf-lib, `ebpf` with --nf-ebpf and `safe` with --nf.
     #[arg(long, value_enum)]
     pub isolation: Option<Isolation>,
     /// The tenants file (TOML).
@@ -93,9 +103,19 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     let tenants = crate::tenants::load(&a.tenants)?;
     let level = isolation_level(a, &tenants)?;
     let domain = match (level, &a.nf_lib) {
-        (Isolation::Ebpf, _) => anyhow::bail!(
-            "--isolation ebpf: `buffet replay` cannot run eBPF NFs yet (they are built in \
-             the buffet-ebpf crate); use --isolation safe or mpk"
+        (Isolation::Ebpf, Some(lib)) => anyhow::bail!(
+            "--isolation ebpf cannot run the C NF {}: it runs verified eBPF programs only \
+             (--nf-ebpf path/to/nf.o); use --isolation mpk",
+            lib.display()
+        ),
+        (Isolation::Ebpf, None) if a.nf_ebpf.is_none() => anyhow::bail!(
+            "--isolation ebpf runs eBPF NFs: give --nf-ebpf path/to/nf.o (see `buffet nf check`)"
+        ),
+        // The verifier and the VM isolate eBPF tenants; regions need no hardware domain.
+        (Isolation::Ebpf, _) => Domain::None,
+        (_, _) if a.nf_ebpf.is_some() => anyhow::bail!(
+            "--nf-ebpf runs under --isolation ebpf, not {}",
+            level.name()
         ),
         (Isolation::Safe, Some(lib)) => anyhow::bail!(
             "--isolation safe cannot run the C NF {}: native code is not isolated by the \
@@ -112,6 +132,23 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
             Domain::Mpk
         }
     };
+    if let Some(obj) = &a.nf_ebpf {
+        let opts = buffet_ebpf::LoadOptions {
+            engine: a.ebpf_engine.into(),
+            ..buffet_ebpf::LoadOptions::default()
+        };
+        let nf = buffet_ebpf::EbpfNf::from_file(obj, opts)?;
+        let p = nf.program();
+        eprintln!(
+            "isolation: ebpf ({}: {} instructions verified, engine {})",
+            obj.display(),
+            p.verified().instructions,
+            p.engine().name()
+        );
+        return replay_with(nf, a, &tenants, domain, |nf| {
+            nf.faults().iter().map(ToString::to_string).collect()
+        });
+    }
     match (&a.nf_lib, a.nf) {
         (Some(lib), _) => {
             let nf = buffet_cnf::CNf::load(lib)?;
@@ -135,6 +172,7 @@ fn isolation_level(a: &ReplayArgs, tenants: &[TenantConfig]) -> anyhow::Result<I
     let level = a.isolation.unwrap_or_else(|| match named.first() {
         Some(&first) if named.len() == tenants.len() && named.iter().all(|&l| l == first) => first,
         _ if a.nf_lib.is_some() => Isolation::Mpk,
+        _ if a.nf_ebpf.is_some() => Isolation::Ebpf,
         _ => Isolation::Safe,
     });
     if let Some(t) = tenants

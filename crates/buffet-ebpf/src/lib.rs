@@ -38,7 +38,7 @@ mod sys;
 pub mod verify;
 
 pub use helpers::csum_update;
-pub use nf::{EbpfFileError, EbpfNf, EbpfPolicy, EbpfState, MapInit};
+pub use nf::{EbpfFault, EbpfFileError, EbpfNf, EbpfPolicy, EbpfState, MapInit};
 pub use program::{
     check, CheckReport, Engine, LoadOptions, Program, ProgramError, RunError, MAX_REGION_BYTES,
     MAX_STRSET_KEY,

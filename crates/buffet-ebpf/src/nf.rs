@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use buffet_sdk::{
-    DropCause, InitError, L3Kind, L4Kind, MemorySpec, NetworkFunction, Packet, Verdict,
+    DropCause, InitError, L3Kind, L4Kind, MemorySpec, NetworkFunction, Packet, TenantId, Verdict,
 };
 use serde::Deserialize;
 
@@ -105,19 +105,38 @@ impl EbpfState {
     }
 }
 
+/// A fault: a tenant's program failed at run time or returned a value outside the ABI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EbpfFault {
+    /// The tenant (quarantined by the worker).
+    pub tenant: TenantId,
+    /// What happened.
+    pub message: String,
+}
+
+impl std::fmt::Display for EbpfFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tenant {}: {}", self.tenant, self.message)
+    }
+}
+
+/// Faults kept by [`EbpfNf::faults`]; later ones are only counted in the tenant's state.
+const FAULT_LOG: usize = 1024;
+
 /// An eBPF program (clang `-target bpf`) run for every tenant: one verified program shared
 /// by all tenants, each with its own region.
 #[derive(Debug, Clone)]
 pub struct EbpfNf {
     program: Arc<Program>,
     opts: LoadOptions,
+    faults: Arc<Mutex<Vec<EbpfFault>>>,
 }
 
 impl EbpfNf {
     /// The NF running the program of an object file's bytes.
     pub fn from_elf(bytes: &[u8], opts: LoadOptions) -> Result<Self, ProgramError> {
         let program = Arc::new(Program::load(bytes, &opts)?);
-        Ok(EbpfNf { program, opts })
+        Ok(Self::with_program(program, opts))
     }
 
     /// The NF running the program of an object file.
@@ -134,7 +153,30 @@ impl EbpfNf {
 
     /// The NF running an already prepared program.
     pub fn with_program(program: Arc<Program>, opts: LoadOptions) -> Self {
-        EbpfNf { program, opts }
+        EbpfNf {
+            program,
+            opts,
+            faults: Arc::default(),
+        }
+    }
+
+    /// The faults so far, in order (the first 1,024), across tenants.
+    pub fn faults(&self) -> Vec<EbpfFault> {
+        self.faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn log_fault(&self, tenant: TenantId, state: &mut EbpfState, message: String) -> Verdict {
+        let mut log = self.faults.lock().unwrap_or_else(|e| e.into_inner());
+        if log.len() < FAULT_LOG {
+            log.push(EbpfFault {
+                tenant,
+                message: message.clone(),
+            });
+        }
+        state.fault(message)
     }
 
     /// The NF's program.
@@ -424,9 +466,13 @@ impl NetworkFunction for EbpfNf {
         match program.run(pkt.data_mut(), region, &ctx) {
             Ok(r0) => match abi::verdict_of(r0) {
                 Some(v) => v,
-                None => state.fault(format!("return value {r0:#x} is not a verdict")),
+                None => self.log_fault(
+                    meta.tenant,
+                    state,
+                    format!("return value {r0:#x} is not a verdict"),
+                ),
             },
-            Err(e) => state.fault(e.to_string()),
+            Err(e) => self.log_fault(meta.tenant, state, e.to_string()),
         }
     }
 
