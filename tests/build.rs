@@ -13,8 +13,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The C sources, without `.c`.
-pub const EXAMPLES: [&str; 9] = [
+pub const EXAMPLES: [&str; 10] = [
     "dpi",
+    "dpi_scan",
     "counter",
     "ttl",
     "fault",

@@ -46,7 +46,7 @@ fn engines() -> Vec<Engine> {
 #[test]
 fn the_verifier_accepts_the_examples_and_rejects_the_bad_programs_with_its_message() {
     let test = "verifier";
-    for good in ["dpi", "counter", "ttl", "fault"] {
+    for good in ["dpi", "dpi_scan", "counter", "ttl", "fault"] {
         let Some(elf) = build::elf(test, good) else {
             return;
         };
@@ -99,6 +99,9 @@ fn a_loop_budget_below_the_proven_bound_is_a_rejection() {
 
 // ---------------------------------------------------------------------------------------
 // DPI: eBPF == native
+
+/// The two eBPF DPIs: with scanning helpers, and scanning every byte itself.
+const DPI_PROGRAMS: [&str; 2] = ["dpi", "dpi_scan"];
 
 /// Deterministic xorshift.
 struct Rng(u64);
@@ -295,178 +298,186 @@ fn ebpf_policy(blacklist: &[String], ports: &Option<Vec<u16>>) -> EbpfPolicy {
 
 #[test]
 fn ebpf_dpi_gives_the_native_dpis_verdicts_and_counters() {
-    let Some(elf) = build::elf("dpi equivalence", "dpi") else {
-        return;
-    };
-    let native = Dpi::default();
-    let tenants = dpi_tenants();
-    for engine in engines() {
-        let nf = EbpfNf::from_elf(&elf, opts(engine)).unwrap();
-        let mut states: Vec<(DpiState, EbpfState)> = tenants
-            .iter()
-            .map(|(bl, ports)| {
-                let mut n = DpiState::default();
-                native
-                    .init(
-                        &DpiPolicy {
-                            blacklist: bl.clone(),
-                            ports: ports.clone(),
-                        },
-                        &mut n,
-                    )
-                    .unwrap();
-                let mut e = EbpfState::default();
-                nf.init(&ebpf_policy(bl, ports), &mut e).unwrap();
-                (n, e)
-            })
-            .collect();
-        let mut r = Rng(0x5eed_0000_0000_0001);
-        let mut seen: BTreeMap<String, u64> = BTreeMap::new();
-        for k in 0..6000 {
-            let t = r.below(tenants.len());
-            let bytes = frame(&mut r, t as u8 + 1);
-            let (ns, es) = &mut states[t];
-            let meta = PacketMeta {
-                tenant: TenantId(t as u32 + 1),
-                ..PacketMeta::default()
-            };
-            let mut a = bytes.clone();
-            let want = native.handle(&mut Packet::parse(&mut a, meta).unwrap(), ns);
-            let mut b = bytes.clone();
-            let got = nf.handle(&mut Packet::parse(&mut b, meta).unwrap(), es);
-            assert_eq!(
-                got,
-                want,
-                "{engine:?}, packet {k}, tenant {t}: {:?}",
-                String::from_utf8_lossy(&bytes[54.min(bytes.len())..])
-            );
-            *seen.entry(format!("{want:?}")).or_default() += 1;
-        }
-        // The traffic exercises every outcome.
-        for v in ["Pass", "Drop(Policy)", "Drop(Malformed)"] {
-            assert!(seen.get(v).is_some_and(|&n| n > 20), "{v}: {seen:?}");
-        }
-        for (t, (ns, es)) in states.iter().enumerate() {
-            let want: BTreeMap<&str, u64> = ns
-                .summary()
-                .into_iter()
-                .filter(|(k, _)| !k.starts_with("blacklist_hits"))
+    for program in DPI_PROGRAMS {
+        let Some(elf) = build::elf("dpi equivalence", program) else {
+            return;
+        };
+        let native = Dpi::default();
+        let tenants = dpi_tenants();
+        for engine in engines() {
+            let nf = EbpfNf::from_elf(&elf, opts(engine)).unwrap();
+            let mut states: Vec<(DpiState, EbpfState)> = tenants
+                .iter()
+                .map(|(bl, ports)| {
+                    let mut n = DpiState::default();
+                    native
+                        .init(
+                            &DpiPolicy {
+                                blacklist: bl.clone(),
+                                ports: ports.clone(),
+                            },
+                            &mut n,
+                        )
+                        .unwrap();
+                    let mut e = EbpfState::default();
+                    nf.init(&ebpf_policy(bl, ports), &mut e).unwrap();
+                    (n, e)
+                })
                 .collect();
-            let got: BTreeMap<&str, u64> = nf
-                .summary(es)
-                .into_iter()
-                .filter(|(k, _)| *k != "faults")
-                .collect();
-            assert_eq!(got, want, "{engine:?}, tenant {t}: counters");
-            let hits: Vec<u64> = nf
-                .map_bytes(es, "hits")
-                .unwrap()
-                .chunks(8)
-                .take(ns.domain_hits().len())
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            assert_eq!(hits, ns.domain_hits(), "{engine:?}, tenant {t}: hits");
-            assert_eq!(es.faults(), 0);
+            let mut r = Rng(0x5eed_0000_0000_0001);
+            let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+            for k in 0..6000 {
+                let t = r.below(tenants.len());
+                let bytes = frame(&mut r, t as u8 + 1);
+                let (ns, es) = &mut states[t];
+                let meta = PacketMeta {
+                    tenant: TenantId(t as u32 + 1),
+                    ..PacketMeta::default()
+                };
+                let mut a = bytes.clone();
+                let want = native.handle(&mut Packet::parse(&mut a, meta).unwrap(), ns);
+                let mut b = bytes.clone();
+                let got = nf.handle(&mut Packet::parse(&mut b, meta).unwrap(), es);
+                assert_eq!(
+                    got,
+                    want,
+                    "{program} {engine:?}, packet {k}, tenant {t}: {:?}",
+                    String::from_utf8_lossy(&bytes[54.min(bytes.len())..])
+                );
+                *seen.entry(format!("{want:?}")).or_default() += 1;
+            }
+            // The traffic exercises every outcome.
+            for v in ["Pass", "Drop(Policy)", "Drop(Malformed)"] {
+                assert!(seen.get(v).is_some_and(|&n| n > 20), "{v}: {seen:?}");
+            }
+            for (t, (ns, es)) in states.iter().enumerate() {
+                let want: BTreeMap<&str, u64> = ns
+                    .summary()
+                    .into_iter()
+                    .filter(|(k, _)| !k.starts_with("blacklist_hits"))
+                    .collect();
+                let got: BTreeMap<&str, u64> = nf
+                    .summary(es)
+                    .into_iter()
+                    .filter(|(k, _)| *k != "faults")
+                    .collect();
+                assert_eq!(got, want, "{program} {engine:?}, tenant {t}: counters");
+                let hits: Vec<u64> = nf
+                    .map_bytes(es, "hits")
+                    .unwrap()
+                    .chunks(8)
+                    .take(ns.domain_hits().len())
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
+                assert_eq!(
+                    hits,
+                    ns.domain_hits(),
+                    "{program} {engine:?}, tenant {t}: hits"
+                );
+                assert_eq!(es.faults(), 0);
+            }
         }
     }
 }
 
 #[test]
 fn ebpf_dpi_matches_the_native_unit_cases() {
-    let Some(elf) = build::elf("dpi unit cases", "dpi") else {
-        return;
-    };
-    let tcp = |dport: u16, payload: &[u8]| {
-        let mut v = Vec::new();
-        PacketBuilder::ethernet2([1; 6], [2; 6])
-            .ipv4([192, 168, 0, 10], [192, 168, 1, 1], 64)
-            .tcp(40000, dport, 1, 1000)
-            .write(&mut v, payload)
-            .unwrap();
-        v
-    };
-    let mut cases: Vec<Vec<u8>> = [
-        "example.com",
-        "EXAMPLE.com",
-        "www.example.com",
-        "a.b.c.Example.COM",
-        "example.com:8080",
-        "example.com.",
-        "  example.com  ",
-        "user@example.com:80",
-        "ads.tracker.net",
-        "x.ads.tracker.net",
-        "badexample.com",
-        "example.com.evil",
-        "tracker.net",
-        "[::1]:80",
-        "10.0.0.1",
-        "",
-    ]
-    .iter()
-    .map(|h| {
-        tcp(
-            80,
-            format!("GET /i HTTP/1.1\r\nUser-Agent: t\r\nHost: {h}\r\n\r\n").as_bytes(),
-        )
-    })
-    .collect();
-    for p in [
-        &b"GET http://www.example.com:80/x HTTP/1.1\r\nHost: fine.org\r\n\r\n"[..],
-        b"GET https://fine.org/x HTTP/1.1\r\nHost: example.com\r\n\r\n",
-        b"CONNECT example.com:443 HTTP/1.1\r\n\r\n",
-        b"GET / HTTP/1.1\r\nHost: fine.org\r\nhOsT:example.com\r\n\r\n",
-        b"POST / HTTP/1.1\r\nHost: fine.org\r\n\r\nHost: example.com\r\n",
-        b"GET / HTTP/1.0\nHost: example.com\n\n",
-        b"GET / HTTP/1.1\r\nHost: example.c",
-        b"GET / HTTP/1.1\r\nHost: example.com\r\nAccept: te",
-        b"GET /very/long",
-        b"HTTP/1.1 200 OK\r\nHost: example.com\r\n\r\n",
-        b"get / HTTP/1.1\r\nHost: example.com\r\n\r\n",
-        b"GET http:///x HTTP/1.1\r\n\r\n",
-        b"GET ftp://example.com/ HTTP/1.1\r\nHost: fine.org\r\n\r\n",
-    ] {
-        cases.push(tcp(80, p));
-    }
-    cases.push(tcp(
-        80,
-        format!("GET / HTTP/1.1\r\nHost: {}.com\r\n\r\n", "a".repeat(300)).as_bytes(),
-    ));
-    let full = b"GET http://x.example.com/ HTTP/1.1\r\nHost: a@example.com:1\r\n\r\n";
-    for n in 0..full.len() {
-        cases.push(tcp(80, &full[..n]));
-    }
-    let bl = vec!["example.com".to_owned(), "ads.tracker.net".to_owned()];
-    for engine in engines() {
-        let nf = EbpfNf::from_elf(&elf, opts(engine)).unwrap();
-        let mut e = EbpfState::default();
-        nf.init(&ebpf_policy(&bl, &None), &mut e).unwrap();
-        let mut n = DpiState::default();
-        Dpi::default()
-            .init(
-                &DpiPolicy {
-                    blacklist: bl.clone(),
-                    ports: None,
-                },
-                &mut n,
+    for program in DPI_PROGRAMS {
+        let Some(elf) = build::elf("dpi unit cases", program) else {
+            return;
+        };
+        let tcp = |dport: u16, payload: &[u8]| {
+            let mut v = Vec::new();
+            PacketBuilder::ethernet2([1; 6], [2; 6])
+                .ipv4([192, 168, 0, 10], [192, 168, 1, 1], 64)
+                .tcp(40000, dport, 1, 1000)
+                .write(&mut v, payload)
+                .unwrap();
+            v
+        };
+        let mut cases: Vec<Vec<u8>> = [
+            "example.com",
+            "EXAMPLE.com",
+            "www.example.com",
+            "a.b.c.Example.COM",
+            "example.com:8080",
+            "example.com.",
+            "  example.com  ",
+            "user@example.com:80",
+            "ads.tracker.net",
+            "x.ads.tracker.net",
+            "badexample.com",
+            "example.com.evil",
+            "tracker.net",
+            "[::1]:80",
+            "10.0.0.1",
+            "",
+        ]
+        .iter()
+        .map(|h| {
+            tcp(
+                80,
+                format!("GET /i HTTP/1.1\r\nUser-Agent: t\r\nHost: {h}\r\n\r\n").as_bytes(),
             )
-            .unwrap();
-        for c in &cases {
-            let (mut a, mut b) = (c.clone(), c.clone());
-            let want = Dpi::default().handle(
-                &mut Packet::parse(&mut a, PacketMeta::default()).unwrap(),
-                &mut n,
-            );
-            let got = nf.handle(
-                &mut Packet::parse(&mut b, PacketMeta::default()).unwrap(),
-                &mut e,
-            );
-            assert_eq!(
-                got,
-                want,
-                "{engine:?}: {:?}",
-                String::from_utf8_lossy(&c[54..])
-            );
+        })
+        .collect();
+        for p in [
+            &b"GET http://www.example.com:80/x HTTP/1.1\r\nHost: fine.org\r\n\r\n"[..],
+            b"GET https://fine.org/x HTTP/1.1\r\nHost: example.com\r\n\r\n",
+            b"CONNECT example.com:443 HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: fine.org\r\nhOsT:example.com\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: fine.org\r\n\r\nHost: example.com\r\n",
+            b"GET / HTTP/1.0\nHost: example.com\n\n",
+            b"GET / HTTP/1.1\r\nHost: example.c",
+            b"GET / HTTP/1.1\r\nHost: example.com\r\nAccept: te",
+            b"GET /very/long",
+            b"HTTP/1.1 200 OK\r\nHost: example.com\r\n\r\n",
+            b"get / HTTP/1.1\r\nHost: example.com\r\n\r\n",
+            b"GET http:///x HTTP/1.1\r\n\r\n",
+            b"GET ftp://example.com/ HTTP/1.1\r\nHost: fine.org\r\n\r\n",
+        ] {
+            cases.push(tcp(80, p));
+        }
+        cases.push(tcp(
+            80,
+            format!("GET / HTTP/1.1\r\nHost: {}.com\r\n\r\n", "a".repeat(300)).as_bytes(),
+        ));
+        let full = b"GET http://x.example.com/ HTTP/1.1\r\nHost: a@example.com:1\r\n\r\n";
+        for n in 0..full.len() {
+            cases.push(tcp(80, &full[..n]));
+        }
+        let bl = vec!["example.com".to_owned(), "ads.tracker.net".to_owned()];
+        for engine in engines() {
+            let nf = EbpfNf::from_elf(&elf, opts(engine)).unwrap();
+            let mut e = EbpfState::default();
+            nf.init(&ebpf_policy(&bl, &None), &mut e).unwrap();
+            let mut n = DpiState::default();
+            Dpi::default()
+                .init(
+                    &DpiPolicy {
+                        blacklist: bl.clone(),
+                        ports: None,
+                    },
+                    &mut n,
+                )
+                .unwrap();
+            for c in &cases {
+                let (mut a, mut b) = (c.clone(), c.clone());
+                let want = Dpi::default().handle(
+                    &mut Packet::parse(&mut a, PacketMeta::default()).unwrap(),
+                    &mut n,
+                );
+                let got = nf.handle(
+                    &mut Packet::parse(&mut b, PacketMeta::default()).unwrap(),
+                    &mut e,
+                );
+                assert_eq!(
+                    got,
+                    want,
+                    "{engine:?}: {:?}",
+                    String::from_utf8_lossy(&c[54..])
+                );
+            }
         }
     }
 }

@@ -112,10 +112,23 @@ static long (*buffet_csum_replace)(__u32 csum_off, __u64 from, __u64 to, __u32 s
 
 /* Looks the bytes [off, off + len) of the packet up in a STRSET map, ignoring ASCII case.
  * With BUFFET_STRSET_SUFFIXES, also looks up every suffix that follows a '.', longest
- * first (a domain and its parent domains). The index of the first match (in policy
- * order), -1 when nothing matches (a candidate longer than the map's key_size never
- * matches), -2 when the range is outside the frame. */
+ * first (a domain and its parent domains). With BUFFET_STRSET_HOST, the bytes are first
+ * reduced to a host name as written in a URL or an HTTP Host header: blanks trimmed,
+ * user info up to the last '@' dropped, an IPv6 literal "[...]" kept whole, else cut at
+ * the first ':' (the port), one trailing '.' dropped.
+ * Returns the index of the first match (in policy order); -1 when nothing matches (a
+ * candidate longer than the map's key_size never matches); -2 when the range is outside
+ * the frame; with BUFFET_STRSET_HOST, -3 for an empty host and -4 for a host longer than
+ * the map's key_size. */
 #define BUFFET_STRSET_SUFFIXES 1
+#define BUFFET_STRSET_HOST 2
+#define BUFFET_STRSET_EMPTY_HOST (-3)
+#define BUFFET_STRSET_HOST_TOO_LONG (-4)
 static long (*buffet_strset_lookup)(void *map, __u32 off, __u32 len, __u32 flags) = (void *)4;
+
+/* The offset of the first `byte` in the packet's [off, off + len): -1 if there is none,
+ * -2 when the range is outside the frame. (memchr: scanning text without a loop in the
+ * program.) */
+static long (*buffet_pkt_find)(__u32 off, __u32 len, __u32 byte) = (void *)5;
 
 #endif /* BUFFET_EBPF_H */

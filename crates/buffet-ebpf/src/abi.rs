@@ -41,12 +41,28 @@ pub mod helper {
     pub const CSUM_REPLACE: i32 = 3;
     /// `long buffet_strset_lookup(void *map, u32 off, u32 len, u32 flags)`.
     pub const STRSET_LOOKUP: i32 = 4;
+    /// `long buffet_pkt_find(u32 off, u32 len, u32 byte)`.
+    pub const PKT_FIND: i32 = 5;
     /// Every helper id, in order.
-    pub const ALL: [i32; 4] = [MAP_LOOKUP, COUNTER_ADD, CSUM_REPLACE, STRSET_LOOKUP];
+    pub const ALL: [i32; 5] = [
+        MAP_LOOKUP,
+        COUNTER_ADD,
+        CSUM_REPLACE,
+        STRSET_LOOKUP,
+        PKT_FIND,
+    ];
 }
 
 /// `BUFFET_STRSET_SUFFIXES`: also look up every suffix after a `.`.
 pub const STRSET_SUFFIXES: u64 = 1;
+/// `BUFFET_STRSET_HOST`: normalise the bytes as a URL/HTTP host first.
+pub const STRSET_HOST: u64 = 2;
+/// `buffet_strset_lookup`: the range is outside the frame.
+pub const STRSET_OUT_OF_RANGE: i64 = -2;
+/// `buffet_strset_lookup` with `BUFFET_STRSET_HOST`: the host is empty.
+pub const STRSET_EMPTY_HOST: i64 = -3;
+/// `buffet_strset_lookup` with `BUFFET_STRSET_HOST`: the host is longer than `key_size`.
+pub const STRSET_HOST_TOO_LONG: i64 = -4;
 
 /// Return values (`r0` at exit).
 pub mod ret {

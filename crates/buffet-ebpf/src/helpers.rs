@@ -23,15 +23,35 @@ pub(crate) struct MapSlot {
     pub elem: u64,
     /// Array: elements. Strset: strings.
     pub entries: u64,
-    /// Strset: hash slots (a power of two). Array: 0.
+    /// Strset: the most hash slots it can need (a power of two). Array: 0.
     pub slots: u64,
     /// Bytes of storage.
     pub len: u64,
 }
 
-/// Bytes of a strset string record: a little-endian u16 length, then the bytes.
-pub(crate) fn strset_record(key_size: u64) -> u64 {
-    2 + key_size
+/// Strset storage, packed at the start of the map so that a small set spans a cache
+/// line or two whatever its capacity:
+///
+/// ```text
+/// 0: u32 slots (a power of two)   4: u32 strings
+/// 8: u32 slot[slots]              (0: empty, else 1 + offset of a record in the map)
+///    records: u16 index, u16 len, len bytes (lowercase), one after the other
+/// ```
+const STRSET_HEADER: u64 = 8;
+/// Bytes of one record's header (index and length).
+const STRSET_RECORD_HEADER: u64 = 4;
+
+/// The most bytes a strset can need: header, `slots` slot words, `entries` records.
+pub(crate) fn strset_bytes(slots: u64, entries: u64, key_size: u64) -> u64 {
+    STRSET_HEADER
+        .saturating_add(slots.saturating_mul(4))
+        .saturating_add(entries.saturating_mul(STRSET_RECORD_HEADER + key_size))
+}
+
+fn word(table: &[u8], at: u64) -> Option<u64> {
+    let at = usize::try_from(at).ok()?;
+    let w = table.get(at..at.checked_add(4)?)?;
+    Some(u64::from(u32::from_le_bytes(w.try_into().ok()?)))
 }
 
 /// The run in progress on this thread.
@@ -151,6 +171,18 @@ pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) ->
         let (off, len) = (off as u32 as u64, len as u32 as u64);
         let suffixes = flags & abi::STRSET_SUFFIXES != 0;
         sys::with_bytes(run.packet, off, len, |key| {
+            let key = if flags & abi::STRSET_HOST != 0 {
+                let host = normalise_host(key);
+                if host.is_empty() {
+                    return abi::STRSET_EMPTY_HOST as u64;
+                }
+                if host.len() as u64 > slot.elem {
+                    return abi::STRSET_HOST_TOO_LONG as u64;
+                }
+                host
+            } else {
+                key
+            };
             sys::with_bytes(
                 run.region,
                 slot.offset,
@@ -166,6 +198,41 @@ pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) ->
     })
 }
 
+/// A URL/HTTP host as written (`Host:` value or authority) reduced to the name to look
+/// up: surrounding ASCII whitespace trimmed, user info up to the last `@` dropped, an
+/// IPv6 literal `[...]` kept whole, otherwise cut at the first `:` (the port), and one
+/// trailing `.` dropped. (The native DPI's normalisation, without the lowercasing:
+/// lookups ignore ASCII case.)
+pub fn normalise_host(value: &[u8]) -> &[u8] {
+    let mut h = value.trim_ascii();
+    if let Some(at) = h.iter().rposition(|&b| b == b'@') {
+        h = &h[at + 1..];
+    }
+    if h.first() == Some(&b'[') {
+        let end = h.iter().position(|&b| b == b']').map_or(h.len(), |e| e + 1);
+        return &h[..end];
+    }
+    if let Some(colon) = h.iter().position(|&b| b == b':') {
+        h = &h[..colon];
+    }
+    h.strip_suffix(b".").unwrap_or(h)
+}
+
+/// `long buffet_pkt_find(u32 off, u32 len, u32 byte)`: the offset of the first `byte` in
+/// the frame's `[off, off + len)`, -1 if none, -2 when the range is outside the frame.
+pub(crate) fn pkt_find(off: u64, len: u64, byte: u64, _: u64, _: u64) -> u64 {
+    let (off, len) = (off as u32 as u64, len as u32 as u64);
+    with_run(ERR, |run| {
+        sys::with_bytes(run.packet, off, len, |b| {
+            match u8::try_from(byte).ok().and_then(|c| memchr::memchr(c, b)) {
+                Some(i) => off + i as u64,
+                None => ERR,
+            }
+        })
+        .unwrap_or(ERR_RANGE)
+    })
+}
+
 /// FNV-1a over ASCII-lowercased bytes.
 pub(crate) fn strset_hash(key: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -176,11 +243,11 @@ pub(crate) fn strset_hash(key: &[u8]) -> u64 {
     h
 }
 
-/// Looks `key` (and, with `suffixes`, every suffix after a `.`) up in a strset's storage.
+/// Looks `key` (and, with `suffixes`, every suffix after a `.`) up in a strset's storage
+/// (layout at [`STRSET_HEADER`]); the matching string's index.
 ///
-/// The storage is `slots` little-endian u32 slot words (0 empty, else 1 + record index)
-/// followed by `entries` records. It is treated as untrusted: every index is checked and
-/// a probe visits each slot at most once.
+/// The storage is treated as untrusted: every offset is checked against the map and the
+/// slot count against the map's capacity, and a probe visits each slot at most once.
 pub(crate) fn strset_find(table: &[u8], slot: &MapSlot, key: &[u8], suffixes: bool) -> Option<u64> {
     let mut k = key;
     loop {
@@ -196,29 +263,28 @@ pub(crate) fn strset_find(table: &[u8], slot: &MapSlot, key: &[u8], suffixes: bo
 }
 
 fn strset_find_one(table: &[u8], slot: &MapSlot, key: &[u8]) -> Option<u64> {
-    if key.is_empty() || key.len() as u64 > slot.elem || slot.slots == 0 {
+    if key.is_empty() || key.len() as u64 > slot.elem {
         return None;
     }
-    let mask = slot.slots - 1;
-    let records = slot.slots * 4;
-    let rec_len = strset_record(slot.elem);
+    let slots = word(table, 0)?;
+    if slots == 0 || !slots.is_power_of_two() || slots > slot.slots {
+        return None;
+    }
+    let mask = slots - 1;
     let mut s = strset_hash(key) & mask;
-    for _ in 0..slot.slots {
-        let at = (s * 4) as usize;
-        let word = table.get(at..at + 4)?;
-        let v = u64::from(u32::from_le_bytes(word.try_into().ok()?));
+    for _ in 0..slots {
+        let v = word(table, STRSET_HEADER + s * 4)?;
         if v == 0 {
             return None;
         }
-        let idx = v - 1;
-        if idx < slot.entries {
-            let r = (records + idx * rec_len) as usize;
-            let rec = table.get(r..r + rec_len as usize)?;
-            let n = usize::from(u16::from_le_bytes([rec[0], rec[1]]));
-            if let Some(stored) = rec.get(2..2 + n) {
-                if stored.eq_ignore_ascii_case(key) {
-                    return Some(idx);
-                }
+        let r = usize::try_from(v - 1).ok()?;
+        let head = table.get(r..r.checked_add(STRSET_RECORD_HEADER as usize)?)?;
+        let idx = u64::from(u16::from_le_bytes([head[0], head[1]]));
+        let n = usize::from(u16::from_le_bytes([head[2], head[3]]));
+        let start = r + STRSET_RECORD_HEADER as usize;
+        if let Some(stored) = table.get(start..start.checked_add(n)?) {
+            if stored.eq_ignore_ascii_case(key) {
+                return Some(idx);
             }
         }
         s = (s + 1) & mask;
@@ -226,44 +292,50 @@ fn strset_find_one(table: &[u8], slot: &MapSlot, key: &[u8]) -> Option<u64> {
     None
 }
 
-/// Writes `keys` (lowercased, de-duplicated, in order) into a strset's storage; the
-/// number stored. The storage must be zeroed and `keys` already validated (length and
-/// count).
+/// Writes `keys` (lowercased, de-duplicated, indexed in order) into a strset's storage;
+/// the number stored. The storage must be zeroed and `keys` already validated (at most
+/// `entries`, each 1..=`key_size` bytes).
 pub(crate) fn strset_build(table: &mut [u8], slot: &MapSlot, keys: &[Vec<u8>]) -> u64 {
-    let rec_len = strset_record(slot.elem);
-    let records = slot.slots * 4;
-    let mut n = 0u64;
-    for key in keys {
-        if strset_find_one(table, slot, key).is_some() {
-            continue;
+    let mut unique: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
+    for k in keys {
+        let k = k.to_ascii_lowercase();
+        if !unique.contains(&k) {
+            unique.push(k);
         }
-        let r = (records + n * rec_len) as usize;
-        let rec = &mut table[r..r + rec_len as usize];
-        rec[..2].copy_from_slice(&(key.len() as u16).to_le_bytes());
-        for (d, s) in rec[2..2 + key.len()].iter_mut().zip(key) {
-            *d = s.to_ascii_lowercase();
-        }
-        let mask = slot.slots - 1;
+    }
+    let slots = (2 * unique.len() as u64)
+        .next_power_of_two()
+        .clamp(2, slot.slots.max(2));
+    table[0..4].copy_from_slice(&(slots as u32).to_le_bytes());
+    table[4..8].copy_from_slice(&(unique.len() as u32).to_le_bytes());
+    let mut rec = STRSET_HEADER + slots * 4;
+    let mask = slots - 1;
+    for (i, key) in unique.iter().enumerate() {
+        let r = rec as usize;
+        table[r..r + 2].copy_from_slice(&(i as u16).to_le_bytes());
+        table[r + 2..r + 4].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        table[r + 4..r + 4 + key.len()].copy_from_slice(key);
         let mut s = strset_hash(key) & mask;
         loop {
-            let at = (s * 4) as usize;
+            let at = (STRSET_HEADER + s * 4) as usize;
             if table[at..at + 4] == [0; 4] {
-                table[at..at + 4].copy_from_slice(&((n + 1) as u32).to_le_bytes());
+                table[at..at + 4].copy_from_slice(&((rec + 1) as u32).to_le_bytes());
                 break;
             }
             s = (s + 1) & mask;
         }
-        n += 1;
+        rec += STRSET_RECORD_HEADER + key.len() as u64;
     }
-    n
+    unique.len() as u64
 }
 
 /// The helpers, by id, as rbpf registers them.
-pub(crate) const TABLE: [(u32, rbpf::Helper); 4] = [
+pub(crate) const TABLE: [(u32, rbpf::Helper); 5] = [
     (abi::helper::MAP_LOOKUP as u32, map_lookup),
     (abi::helper::COUNTER_ADD as u32, counter_add),
     (abi::helper::CSUM_REPLACE as u32, csum_replace),
     (abi::helper::STRSET_LOOKUP as u32, strset_lookup),
+    (abi::helper::PKT_FIND as u32, pkt_find),
 ];
 
 #[cfg(test)]
@@ -278,7 +350,7 @@ mod tests {
             elem,
             entries,
             slots,
-            len: slots * 4 + entries * strset_record(elem),
+            len: strset_bytes(slots, entries, elem),
         };
         let mut table = vec![0u8; slot.len as usize];
         let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.as_bytes().to_vec()).collect();
@@ -351,5 +423,22 @@ mod tests {
         assert_eq!(counter_add(0, 1, 0, 0, 0), ERR);
         assert_eq!(csum_replace(0, 0, 0, 2, 0), ERR);
         assert_eq!(strset_lookup(0, 0, 1, 0, 0), ERR);
+        assert_eq!(pkt_find(0, 1, 0, 0, 0), ERR);
+    }
+
+    #[test]
+    fn hosts_are_normalised_like_the_native_dpi() {
+        for (raw, want) in [
+            ("example.com", "example.com"),
+            ("  Example.COM:8080 ", "Example.COM"),
+            ("user:pw@a.b.c.:1", "a.b.c"),
+            ("[::1]:80", "[::1]"),
+            ("[::1", "[::1"),
+            ("x@", ""),
+            ("\t", ""),
+            ("a..", "a."),
+        ] {
+            assert_eq!(normalise_host(raw.as_bytes()), want.as_bytes(), "{raw:?}");
+        }
     }
 }

@@ -191,6 +191,12 @@ fn layout(maps: &[MapDef]) -> Result<(Vec<MapSlot>, usize), ProgramError> {
                 if m.value_size != 0 {
                     return Err(err("a STRSET map has no values (value_size 0)".into()));
                 }
+                if entries > u64::from(u16::MAX) {
+                    return Err(err(format!(
+                        "a STRSET map holds at most {} strings, not {entries}",
+                        u16::MAX
+                    )));
+                }
                 let key = u64::from(m.key_size);
                 let hash_slots = (entries * 2).next_power_of_two();
                 MapSlot {
@@ -199,8 +205,7 @@ fn layout(maps: &[MapDef]) -> Result<(Vec<MapSlot>, usize), ProgramError> {
                     elem: key,
                     entries,
                     slots: hash_slots,
-                    len: (hash_slots * 4)
-                        .saturating_add(entries.saturating_mul(helpers::strset_record(key))),
+                    len: helpers::strset_bytes(hash_slots, entries, key),
                 }
             }
         };

@@ -18,7 +18,7 @@
 //! * **Stack**: two frames of 256 bytes (the program and one level of bpf-to-bpf calls),
 //!   laid out exactly as rbpf's interpreter and (patched) JIT lay them out; reads of
 //!   uninitialised stack are rejected.
-//! * **Helpers**: only the four Buffet helpers exist (an unknown helper id is rejected),
+//! * **Helpers**: only the five Buffet helpers exist (an unknown helper id is rejected),
 //!   with argument types that take no pointer PREVAIL would have to trust — the helpers
 //!   take offsets and check them at run time.
 //! * **Instructions**: base 32/64-bit ALU, jumps, div/mod (conformance groups `base32`,
@@ -100,7 +100,7 @@ const fn proto(
 }
 
 /// Prototypes of helpers 1..=4 (index = id - 1).
-static HELPERS: [HelperPrototype; 4] = [
+static HELPERS: [HelperPrototype; 5] = [
     proto(
         "buffet_map_lookup",
         EbpfReturnType::PtrToMapValueOrNull,
@@ -148,6 +148,18 @@ static HELPERS: [HelperPrototype; 4] = [
             Arg::DontCare,
         ],
         map_type_bit(abi::MAP_STRSET),
+    ),
+    proto(
+        "buffet_pkt_find",
+        EbpfReturnType::Integer,
+        [
+            Arg::Anything,
+            Arg::Anything,
+            Arg::Anything,
+            Arg::DontCare,
+            Arg::DontCare,
+        ],
+        0,
     ),
 ];
 
