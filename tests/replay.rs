@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
@@ -44,8 +44,17 @@ fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     }
 }
 
-fn buffet() -> Command {
+/// `buffet replay --nf <nf> --no-pin --tenants <tenants> --input <input>` plus `extra`.
+fn replay(nf: &str, tenants: &Path, input: &Path, extra: &[&std::ffi::OsStr]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_buffet"))
+        .args(["replay", "--nf", nf, "--no-pin"])
+        .arg("--tenants")
+        .arg(tenants)
+        .arg("--input")
+        .arg(input)
+        .args(extra)
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -116,18 +125,19 @@ rules = [ { dst_ip = "10.8.0.0/16", priority = 50 }, { dst_ip = "2001:db8::/64" 
     .unwrap();
     let output = dir.path().join("out.pcap");
     let stats = dir.path().join("stats.json");
-    let run = buffet()
-        .args(["replay", "--nf", "monitor", "--workers", "2", "--no-pin"])
-        .arg("--tenants")
-        .arg(&tenants)
-        .arg("--input")
-        .arg(&input)
-        .arg("--output")
-        .arg(&output)
-        .arg("--stats-json")
-        .arg(&stats)
-        .output()
-        .unwrap();
+    let run = replay(
+        "monitor",
+        &tenants,
+        &input,
+        &[
+            "--workers".as_ref(),
+            "2".as_ref(),
+            "--output".as_ref(),
+            output.as_os_str(),
+            "--stats-json".as_ref(),
+            stats.as_os_str(),
+        ],
+    );
     assert!(
         run.status.success(),
         "{}",
@@ -191,16 +201,12 @@ fn replay_rejects_a_bad_tenants_file_and_runs_nothing() {
     )
     .unwrap();
     let stats = dir.path().join("stats.json");
-    let run = buffet()
-        .args(["replay", "--nf", "monitor", "--no-pin"])
-        .arg("--tenants")
-        .arg(&tenants)
-        .arg("--input")
-        .arg(&input)
-        .arg("--stats-json")
-        .arg(&stats)
-        .output()
-        .unwrap();
+    let run = replay(
+        "monitor",
+        &tenants,
+        &input,
+        &["--stats-json".as_ref(), stats.as_os_str()],
+    );
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(
@@ -215,14 +221,7 @@ fn replay_rejects_a_bad_tenants_file_and_runs_nothing() {
         "[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.7.0.0/16\" } ]\n[tenant.policy]\nflow_capacity = 0\n",
     )
     .unwrap();
-    let run = buffet()
-        .args(["replay", "--nf", "monitor", "--no-pin"])
-        .arg("--tenants")
-        .arg(&tenants)
-        .arg("--input")
-        .arg(&input)
-        .output()
-        .unwrap();
+    let run = replay("monitor", &tenants, &input, &[]);
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(
@@ -278,16 +277,12 @@ rules = [ { action = "deny", proto = "udp", dst_port = 53 } ]
     )
     .unwrap();
     let stats = dir.path().join("stats.json");
-    let run = buffet()
-        .args(["replay", "--nf", "firewall", "--no-pin"])
-        .arg("--tenants")
-        .arg(&tenants)
-        .arg("--input")
-        .arg(&input)
-        .arg("--stats-json")
-        .arg(&stats)
-        .output()
-        .unwrap();
+    let run = replay(
+        "firewall",
+        &tenants,
+        &input,
+        &["--stats-json".as_ref(), stats.as_os_str()],
+    );
     assert!(
         run.status.success(),
         "{}",
