@@ -21,13 +21,16 @@
 //! | `mpk`      | C       | `Domain::Mpk`  | through the fault-containment shim    |
 //! | `safe`     | Rust    | `Domain::None` | direct                                |
 //! | `safe+mpk` | Rust    | `Domain::Mpk`  | direct                                |
+//! | `ebpf`     | eBPF    | `Domain::None` | rbpf interpreter (checks every access) |
+//! | `ebpf-jit` | eBPF    | `Domain::None` | rbpf x86-64 JIT (Buffet-patched)      |
 //!
 //! `none` → `mpk` is the full price of MPK for native code (PKRU switch per group, key
 //! cache, the shim's setjmp per chunk of up to 32 packets); `none` → `none+guard` is the
 //! shim alone, and `safe` → `safe+mpk` the domain switch alone on
 //! identical Rust code. `none` vs `safe` compares C and Rust implementations of similar,
-//! not identical, logic. The eBPF arm (buffet-ebpf running the same logic as bytecode)
-//! slots into [`logic_group`] as `ebpf` — see the marked place.
+//! not identical, logic. The eBPF arms run `examples/ebpf/flowmon.c` and
+//! `examples/ebpf/portblock.c` — the same logic as the C NFs, as verified bytecode
+//! (buffet-ebpf); they need clang and are skipped with a message without it.
 //!
 //! A third group, `mpk-key`, measures one state lock + unlock (enter + leave the domain):
 //! `none` (no domain), `hit` (the key is cached), `miss` (15 tenants locked round robin
@@ -35,7 +38,10 @@
 //! average miss time (`MpkStats::miss_ns / misses`) is printed at the end.
 //!
 //! Run: `cargo bench --bench isolation`. Needs a C compiler; the MPK arms need `pku`
-//! (they are skipped with a message without it).
+//! and the eBPF arms clang (each is skipped with a message without it).
+
+#[path = "../tests/build.rs"]
+mod build;
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -45,6 +51,7 @@ use std::time::Duration;
 
 use buffet::cnf::{CNf, Containment};
 use buffet::dispatch::TenantSlot;
+use buffet::ebpf::{EbpfNf, EbpfPolicy, Engine as EbpfEngine, LoadOptions, MapInit};
 use buffet::memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
 use buffet::nfs::firewall::{Firewall, FirewallLimits, FirewallPolicy};
 use buffet::nfs::monitor::{Monitor, MonitorPolicy};
@@ -160,7 +167,30 @@ fn firewall_policy() -> FirewallPolicy {
     .expect("firewall policy")
 }
 
-/// One logic: its C NF (`c`, with `c_policy`) and its Rust NF, all arms.
+/// The eBPF twin of a logic: `examples/ebpf/<name>.c`'s object and its tenant policy;
+/// `None` (arms skipped, with a message) without clang.
+fn ebpf_nf(name: &str, policy: EbpfPolicy) -> Option<(Vec<u8>, EbpfPolicy)> {
+    match build::objects() {
+        Ok(dir) => Some((
+            std::fs::read(dir.join(format!("{name}.o"))).expect("eBPF object"),
+            policy,
+        )),
+        Err(e) => {
+            eprintln!("isolation: eBPF arms skipped: {e}");
+            None
+        }
+    }
+}
+
+fn ebpf_map(name: &str, init: MapInit) -> EbpfPolicy {
+    EbpfPolicy {
+        maps: [(name.to_owned(), init)].into(),
+        ..EbpfPolicy::default()
+    }
+}
+
+/// One logic: its C NF (`c`, with `c_policy`), its Rust NF and its eBPF NF, all arms.
+#[allow(clippy::too_many_arguments)]
 fn logic_group<R: NetworkFunction + Clone>(
     c: &mut Criterion,
     name: &str,
@@ -168,6 +198,7 @@ fn logic_group<R: NetworkFunction + Clone>(
     c_policy: serde_json::Value,
     rust: R,
     rust_policy: R::Policy,
+    ebpf: Option<(Vec<u8>, EbpfPolicy)>,
     mpk: bool,
 ) {
     let mut group = c.benchmark_group(name);
@@ -202,8 +233,25 @@ fn logic_group<R: NetworkFunction + Clone>(
                 bch.iter(|| black_box(run(&mut sm, &mut b)))
             });
         }
-        // ebpf: buffet-ebpf's engine running the same logic as verified bytecode goes
-        // here, as `BenchmarkId::new("ebpf", n)` over the same bursts `b`.
+        if let Some((obj, policy)) = &ebpf {
+            for (arm, kind) in [
+                ("ebpf", EbpfEngine::Interpreter),
+                ("ebpf-jit", EbpfEngine::Jit),
+            ] {
+                if kind == EbpfEngine::Jit && !cfg!(all(target_arch = "x86_64", unix)) {
+                    continue;
+                }
+                let opts = LoadOptions {
+                    engine: kind,
+                    ..LoadOptions::default()
+                };
+                let nf = EbpfNf::from_elf(obj, opts).expect("the eBPF NF verifies");
+                let mut e = engine(nf, policy, Domain::None, n);
+                group.bench_function(BenchmarkId::new(arm, n), |bch| {
+                    bch.iter(|| black_box(run(&mut e, &mut b)))
+                });
+            }
+        }
     }
     group.finish();
 }
@@ -223,6 +271,16 @@ fn isolation(c: &mut Criterion) {
         serde_json::json!({ "flow_capacity": 64 }),
         Monitor::with_max_flows(64),
         MonitorPolicy::default(),
+        ebpf_nf(
+            "flowmon",
+            ebpf_map(
+                "config",
+                MapInit {
+                    u32: Some(vec![64]),
+                    ..MapInit::default()
+                },
+            ),
+        ),
         mpk,
     );
     logic_group(
@@ -236,6 +294,16 @@ fn isolation(c: &mut Criterion) {
             max_conns: 64,
         }),
         firewall_policy(),
+        ebpf_nf(
+            "portblock",
+            ebpf_map(
+                "blocked",
+                MapInit {
+                    u16: Some(vec![22, 23]),
+                    ..MapInit::default()
+                },
+            ),
+        ),
         mpk,
     );
 }

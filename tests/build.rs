@@ -13,10 +13,12 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The C sources, without `.c`.
-pub const EXAMPLES: [&str; 10] = [
+pub const EXAMPLES: [&str; 12] = [
     "dpi",
     "dpi_scan",
     "counter",
+    "flowmon",
+    "portblock",
     "ttl",
     "fault",
     "reject_oob",

@@ -46,7 +46,15 @@ fn engines() -> Vec<Engine> {
 #[test]
 fn the_verifier_accepts_the_examples_and_rejects_the_bad_programs_with_its_message() {
     let test = "verifier";
-    for good in ["dpi", "dpi_scan", "counter", "ttl", "fault"] {
+    for good in [
+        "dpi",
+        "dpi_scan",
+        "counter",
+        "flowmon",
+        "portblock",
+        "ttl",
+        "fault",
+    ] {
         let Some(elf) = build::elf(test, good) else {
             return;
         };
@@ -521,6 +529,85 @@ fn the_ttl_example_rewrites_the_packet_and_keeps_its_checksum_valid() {
         }
         let s: BTreeMap<_, _> = nf.summary(&st).into_iter().collect();
         assert_eq!((s["forwarded"], s["expired"]), (2, 2));
+    }
+}
+
+#[test]
+fn the_monitor_and_firewall_examples_count_flows_and_block_ports() {
+    let test = "flowmon/portblock";
+    let (Some(flowmon), Some(portblock)) =
+        (build::elf(test, "flowmon"), build::elf(test, "portblock"))
+    else {
+        return;
+    };
+    // 40 flows (ports 1000..1040 to 10.0.0.x:22/53/80/443), each seen 3 times.
+    let frames: Vec<Vec<u8>> = (0..120u16)
+        .map(|i| {
+            let f = i % 40;
+            let mut v = Vec::new();
+            PacketBuilder::ethernet2([1; 6], [2; 6])
+                .ipv4([192, 168, 0, 1], [10, 0, 0, (f % 7) as u8], 64)
+                .udp(1000 + f, [22u16, 53, 80, 443][usize::from(f % 4)])
+                .write(&mut v, b"abcd")
+                .unwrap();
+            v
+        })
+        .collect();
+    let maps = |name: &str, init: MapInit| EbpfPolicy {
+        maps: [(name.to_owned(), init)].into(),
+        ..EbpfPolicy::default()
+    };
+    for engine in engines() {
+        // A table of 64 flows holds all 40; of 8 flows, evicts.
+        for (capacity, evict) in [(64u32, false), (8, true)] {
+            let nf = EbpfNf::from_elf(&flowmon, opts(engine)).unwrap();
+            let mut st = EbpfState::default();
+            let cfg = MapInit {
+                u32: Some(vec![capacity]),
+                ..MapInit::default()
+            };
+            nf.init(&maps("config", cfg), &mut st).unwrap();
+            for f in &frames {
+                let mut b = f.clone();
+                let v = nf.handle(
+                    &mut Packet::parse(&mut b, PacketMeta::default()).unwrap(),
+                    &mut st,
+                );
+                assert_eq!(v, Verdict::Pass);
+            }
+            let s: BTreeMap<_, _> = nf.summary(&st).into_iter().collect();
+            assert_eq!(s["monitored_packets"], 120, "{engine:?}");
+            if evict {
+                assert!(s["flow_evictions"] > 0, "{engine:?}: {s:?}");
+                assert!(s["flows"] <= 8, "{engine:?}: {s:?}");
+            } else {
+                assert_eq!((s["flows"], s["flow_evictions"]), (40, 0), "{engine:?}");
+            }
+        }
+        let nf = EbpfNf::from_elf(&portblock, opts(engine)).unwrap();
+        let mut st = EbpfState::default();
+        let blocked = MapInit {
+            u16: Some(vec![22, 23]),
+            ..MapInit::default()
+        };
+        nf.init(&maps("blocked", blocked), &mut st).unwrap();
+        let mut dropped = 0;
+        for f in &frames {
+            let mut b = f.clone();
+            let v = nf.handle(
+                &mut Packet::parse(&mut b, PacketMeta::default()).unwrap(),
+                &mut st,
+            );
+            if v == Verdict::Drop(DropCause::Policy) {
+                dropped += 1;
+            }
+        }
+        let s: BTreeMap<_, _> = nf.summary(&st).into_iter().collect();
+        assert_eq!(
+            (dropped, s["dropped"], s["packets"]),
+            (30, 30, 120),
+            "{engine:?}"
+        );
     }
 }
 

@@ -55,7 +55,6 @@ fn word(table: &[u8], at: u64) -> Option<u64> {
 }
 
 /// The run in progress on this thread.
-#[derive(Default)]
 pub(crate) struct RunCtx {
     /// Identity of the program whose maps are in `maps`.
     pub program: u64,
@@ -65,8 +64,19 @@ pub(crate) struct RunCtx {
     pub active: bool,
 }
 
+impl RunCtx {
+    const IDLE: RunCtx = RunCtx {
+        program: 0,
+        packet: Area { start: 0, len: 0 },
+        region: Area { start: 0, len: 0 },
+        maps: Vec::new(),
+        active: false,
+    };
+}
+
 thread_local! {
-    pub(crate) static RUN: RefCell<RunCtx> = RefCell::new(RunCtx::default());
+    // `const`: no lazy-initialisation check on the helpers' path.
+    pub(crate) static RUN: RefCell<RunCtx> = const { RefCell::new(RunCtx::IDLE) };
 }
 
 const ERR: u64 = (-1i64) as u64;
