@@ -13,8 +13,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The C sources, without `.c`.
-pub const EXAMPLES: [&str; 12] = [
+pub const EXAMPLES: [&str; 13] = [
     "dpi",
+    "subprog",
     "dpi_scan",
     "counter",
     "flowmon",

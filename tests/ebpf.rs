@@ -54,6 +54,7 @@ fn the_verifier_accepts_the_examples_and_rejects_the_bad_programs_with_its_messa
         "portblock",
         "ttl",
         "fault",
+        "subprog",
     ] {
         let Some(elf) = build::elf(test, good) else {
             return;
@@ -608,6 +609,53 @@ fn the_monitor_and_firewall_examples_count_flows_and_block_ports() {
             (30, 30, 120),
             "{engine:?}"
         );
+    }
+}
+
+#[test]
+fn a_bpf_to_bpf_call_is_linked_and_gets_its_own_frame() {
+    let Some(elf) = build::elf("bpf-to-bpf call", "subprog") else {
+        return;
+    };
+    let image = buffet::ebpf::elf::load(&elf, None).unwrap();
+    // The callee lives in .text: the loader appended it after the program and turned the
+    // relocated call into a pc-relative one.
+    let calls: Vec<i32> = image
+        .insns
+        .chunks(8)
+        .filter(|i| i[0] == 0x85 && i[1] >> 4 == 1)
+        .map(|i| i32::from_le_bytes(i[4..8].try_into().unwrap()))
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(
+        calls[0] > 0,
+        "a forward call into the appended .text: {calls:?}"
+    );
+    for engine in engines() {
+        let nf = EbpfNf::from_elf(&elf, opts(engine)).unwrap();
+        let mut st = EbpfState::default();
+        nf.init(&EbpfPolicy::default(), &mut st).unwrap();
+        let mut good = Vec::new();
+        PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(1, 2)
+            .write(&mut good, b"x")
+            .unwrap();
+        let mut bad = good.clone();
+        bad[24] ^= 0x55; // the IPv4 header checksum
+        for (frame, want) in [
+            (good, Verdict::Pass),
+            (bad, Verdict::Drop(DropCause::Integrity)),
+        ] {
+            let mut b = frame.clone();
+            let got = nf.handle(
+                &mut Packet::parse(&mut b, PacketMeta::default()).unwrap(),
+                &mut st,
+            );
+            assert_eq!(got, want, "{engine:?}");
+        }
+        let s: BTreeMap<_, _> = nf.summary(&st).into_iter().collect();
+        assert_eq!((s["checked"], s["bad"]), (2, 1), "{engine:?}");
     }
 }
 
