@@ -51,7 +51,7 @@ mod dispatcher;
 pub mod scheduler;
 pub mod tagging;
 
-pub use buffet_sdk::TenantId;
+pub use buffet_sdk::{TenantId, TenantSlot};
 
 pub use classifier::{Classifier, IpPrefix, Match, PortRange, Rule, RuleError, RuleHandle};
 pub use dispatcher::{
@@ -65,24 +65,6 @@ pub use scheduler::{
 pub use tagging::{read_dscp, tag_dscp, TagError};
 
 use std::fmt;
-
-/// Dense tenant index chosen by the caller at admission (the same index is used by the
-/// Memory Manager's Tenant Table). Tables in this crate are `Vec`s indexed by it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TenantSlot(pub u32);
-
-impl TenantSlot {
-    /// The slot as a `usize` index.
-    pub const fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-impl fmt::Display for TenantSlot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "slot {}", self.0)
-    }
-}
 
 /// A worker (one core). Ids are dense, handed out by [`Scheduler::add_worker`] in order
 /// from 0 and never reused.

@@ -14,10 +14,14 @@
 //!   virtual time. Its address plan ([`gen::tenant_dst_prefix`]) lets
 //!   classifier rules be written for the tenants it generates.
 //!
-//! What this crate does not do: no live capture (AF_PACKET / AF_XDP backends
-//! are not implemented yet), no pcapng, no link types other than Ethernet, no
+//! Frames enter and leave Buffet through the [`Port`] seam ([`port`]): bursts of
+//! [`PacketBuf`]s ([`buf`]), whose storage is a heap frame or a port's own memory.
+//! [`SourcePort`] makes any source a port, [`PcapTap`] records any port to a pcap.
+//!
+//! What this crate does not do: no live capture yet (AF_PACKET / AF_XDP backends
+//! are not implemented), no pcapng, no link types other than Ethernet, no
 //! threads, no async, no clock (timestamps come from the file or the
-//! generator's virtual time), no `unsafe`.
+//! generator's virtual time). Its only `unsafe` is the view of a port frame, in `sys`.
 //!
 //! ```
 //! use buffet_io::{gen::{GenConfig, Generator}, PacketSource};
@@ -32,11 +36,18 @@
 //! assert_eq!(n, 1_000);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod buf;
 pub mod gen;
 pub mod pcap;
+pub mod port;
+#[allow(unsafe_code)]
+mod sys;
+
+pub use buf::{FrameOwner, Outcome, PacketBuf, FRAME_CAPACITY};
+pub use port::{HeapPool, PcapTap, Port, PortError, PortStats, Rx, SourcePort, TapDirection};
 
 pub use gen::GenError;
 pub use pcap::PcapError;

@@ -10,7 +10,7 @@
 //! its state is dropped and its region scrubbed and released when the last one lets go —
 //! which may be on that worker's thread.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::mem;
 use std::ops::{Deref, DerefMut};
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::{ArcSwapOption, Guard};
-use buffet_sdk::TenantId;
+use buffet_sdk::{TenantId, TenantSlot};
 
 use crate::domain::{Domain, RegionExtent};
 use crate::mpk::{Entered, Mpk, VKeyShared};
@@ -44,6 +44,18 @@ pub enum AdmitError {
         slot: u32,
         /// The tenant already there.
         occupant: TenantId,
+    },
+    /// Every slot is in use (or retired, waiting for its queued packets to drain).
+    #[error("too many tenants: all {capacity} Tenant Table slots are in use")]
+    Full {
+        /// The table's capacity.
+        capacity: u32,
+    },
+    /// The slot belongs to a removed tenant whose queued packets have not drained yet.
+    #[error("slot {slot} is retired until its removed tenant's packets drain")]
+    SlotRetired {
+        /// The slot asked for.
+        slot: u32,
     },
     /// The tenant is already admitted.
     #[error("tenant {id} is already admitted (slot {slot})")]
@@ -273,8 +285,9 @@ pub struct TenantTable<S> {
     generations: Box<[AtomicU64]>,
     /// Bumped after every admit or remove anywhere.
     changes: AtomicU64,
-    /// Control path only: tenant id -> slot. Also serialises admit/remove.
-    by_id: Mutex<HashMap<TenantId, u32>>,
+    /// Control path only: tenant id -> slot, and which slots are free. Also serialises
+    /// admit/remove.
+    by_id: Mutex<Registry>,
     len: AtomicUsize,
     storage: MemoryStorage,
     mpk: Option<&'static Mpk>,
@@ -290,7 +303,7 @@ impl<S: Send + 'static> TenantTable<S> {
                 .collect(),
             generations: (0..capacity_slots).map(|_| AtomicU64::new(0)).collect(),
             changes: AtomicU64::new(0),
-            by_id: Mutex::new(HashMap::new()),
+            by_id: Mutex::new(Registry::new(capacity_slots)),
             len: AtomicUsize::new(0),
             storage,
             mpk: None,
@@ -341,8 +354,11 @@ impl<S: Send + 'static> TenantTable<S> {
     ) -> Result<(), AdmitWithError<E>> {
         let cell = self.slot(slot)?;
         let mut by_id = self.by_id();
-        if let Some(&at) = by_id.get(&id) {
+        if let Some(&at) = by_id.ids.get(&id) {
             return Err(AdmitError::AlreadyAdmitted { id, slot: at }.into());
+        }
+        if by_id.retired.contains(&slot) {
+            return Err(AdmitError::SlotRetired { slot }.into());
         }
         if let Some(occupant) = &*cell.load() {
             return Err(AdmitError::SlotOccupied {
@@ -396,11 +412,60 @@ impl<S: Send + 'static> TenantTable<S> {
             let (state, tail) = guard.split();
             init(state, tail).map_err(AdmitWithError::Init)?;
         }
-        by_id.insert(id, slot);
+        by_id.ids.insert(id, slot);
+        by_id.free.remove(&slot);
         cell.store(Some(entry));
         self.bump(slot);
         self.len.fetch_add(1, Ordering::Release);
         Ok(())
+    }
+
+    /// Admits tenant `id` like [`admit_with`](Self::admit_with) in a slot the table picks:
+    /// the lowest never-used slot, else a released one (see [`retire`](Self::retire)).
+    /// This is the registry's one admission path: the slot it returns is the tenant's
+    /// index in every other per-tenant table (dispatcher, worker counters).
+    pub fn admit_next<E>(
+        &self,
+        id: TenantId,
+        bytes: usize,
+        state: S,
+        init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
+    ) -> Result<TenantSlot, AdmitWithError<E>> {
+        let slot = {
+            let reg = self.by_id();
+            if let Some(&at) = reg.ids.get(&id) {
+                return Err(AdmitError::AlreadyAdmitted { id, slot: at }.into());
+            }
+            reg.peek_free().ok_or(AdmitError::Full {
+                capacity: self.capacity(),
+            })?
+        };
+        self.admit_with(slot, id, bytes, state, init)?;
+        Ok(TenantSlot(slot))
+    }
+
+    /// Removes the tenant at `slot` like [`remove`](Self::remove), but keeps the slot from
+    /// reuse: packets of the removed tenant may still be queued under it.
+    /// [`release`](Self::release) makes it reusable once they drained; `remove` alone makes
+    /// it reusable at once.
+    pub fn remove_and_retire(&self, slot: TenantSlot) -> Option<Arc<TenantEntry<S>>> {
+        {
+            let mut reg = self.by_id();
+            if slot.0 >= self.capacity() {
+                return None;
+            }
+            reg.retired.insert(slot.0);
+            reg.free.remove(&slot.0);
+        }
+        self.remove(slot.0)
+    }
+
+    /// Makes a retired slot reusable.
+    pub fn release(&self, slot: TenantSlot) {
+        let mut reg = self.by_id();
+        if reg.retired.remove(&slot.0) && !reg.ids.values().any(|&s| s == slot.0) {
+            reg.free.insert(slot.0);
+        }
     }
 
     /// The entry at `slot`, for one packet group. Lock-free, no allocation.
@@ -426,7 +491,10 @@ impl<S: Send + 'static> TenantTable<S> {
         let mut by_id = self.by_id();
         let old = cell.swap(None)?;
         self.bump(slot);
-        by_id.remove(&old.id);
+        by_id.ids.remove(&old.id);
+        if !by_id.retired.contains(&slot) {
+            by_id.free.insert(slot);
+        }
         self.len.fetch_sub(1, Ordering::Release);
         Some(old)
     }
@@ -473,13 +541,13 @@ impl<S: Send + 'static> TenantTable<S> {
 
     /// The slot tenant `id` is admitted at.
     pub fn slot_of(&self, id: TenantId) -> Option<u32> {
-        self.by_id().get(&id).copied()
+        self.by_id().ids.get(&id).copied()
     }
 
     /// Every admitted tenant with its slot, by slot.
     pub fn ids(&self) -> Vec<(u32, TenantId)> {
         let mut ids: Vec<(u32, TenantId)> =
-            self.by_id().iter().map(|(&id, &slot)| (slot, id)).collect();
+            self.by_id().ids.iter().map(|(&id, &slot)| (slot, id)).collect();
         ids.sort_unstable();
         ids
     }
@@ -498,7 +566,7 @@ impl<S: Send + 'static> TenantTable<S> {
             })
     }
 
-    fn by_id(&self) -> MutexGuard<'_, HashMap<TenantId, u32>> {
+    fn by_id(&self) -> MutexGuard<'_, Registry> {
         // Mutated only by single non-panicking calls, so still consistent if poisoned.
         self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -512,5 +580,29 @@ impl<S> fmt::Debug for TenantTable<S> {
             .field("domain", &self.mpk.map_or(Domain::None, |_| Domain::Mpk))
             .field("storage", &self.storage)
             .finish()
+    }
+}
+
+/// The control path's view of the table: which tenant holds which slot, and which slots
+/// wait for their removed tenant's packets to drain.
+struct Registry {
+    ids: HashMap<TenantId, u32>,
+    /// Slots neither occupied nor retired.
+    free: BTreeSet<u32>,
+    retired: BTreeSet<u32>,
+}
+
+impl Registry {
+    fn new(capacity: u32) -> Self {
+        Registry {
+            ids: HashMap::new(),
+            free: (0..capacity).collect(),
+            retired: BTreeSet::new(),
+        }
+    }
+
+    /// The lowest slot neither occupied nor retired.
+    fn peek_free(&self) -> Option<u32> {
+        self.free.first().copied()
     }
 }

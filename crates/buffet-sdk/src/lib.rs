@@ -79,9 +79,10 @@ mod packet;
 pub mod policy;
 
 pub use nf::{
-    DropCause, InitError, MemorySpec, NetworkFunction, PortId, TenantId, Verdict, GROUP_CHUNK,
+    DropCause, InitError, MemorySpec, NetworkFunction, PortId, TenantId, TenantSlot, Verdict,
+    GROUP_CHUNK,
 };
-pub use packet::{FlowKey, L3Kind, L4Kind, Packet, PacketMeta, ParseError, ResizeError};
+pub use packet::{FlowKey, L3Kind, L4Kind, Layout, Packet, PacketMeta, ParseError, ResizeError};
 
 /// Re-export of the header-slice library the [`Packet`] view is built on, so NFs name
 /// the same types without a second dependency.

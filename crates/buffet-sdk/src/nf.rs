@@ -32,6 +32,26 @@ impl fmt::Display for TenantId {
     }
 }
 
+/// A tenant's dense index in the Tenant Table, handed out at admission by the Memory
+/// Manager's registry and used by every table that is indexed per tenant (the dispatcher's
+/// Load Monitor rows, the workers' counters). Not the tenant's identity: a removed
+/// tenant's slot is reused by a later one. Not a *timeslot* either (that is time).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TenantSlot(pub u32);
+
+impl TenantSlot {
+    /// The slot as a `usize` index.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for TenantSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "slot {}", self.0)
+    }
+}
+
 /// An output port number (for [`Verdict::Forward`]).
 pub type PortId = u16;
 

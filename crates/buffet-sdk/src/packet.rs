@@ -193,9 +193,13 @@ pub(crate) fn v4_mapped(a: [u8; 4]) -> [u8; 16] {
     Ipv4Addr::from(a).to_ipv6_mapped().octets()
 }
 
-/// Offsets found by [`Packet::parse`]; 16 bytes, `Copy`.
+/// The header offsets [`Packet::parse`] found; 16 bytes, `Copy`.
+///
+/// The Packet Dispatcher parses every frame to classify it; it keeps the layout next to
+/// the frame so the worker rebuilds the [`Packet`] with [`Packet::from_layout`] instead of
+/// walking the headers a second time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Layout {
+pub struct Layout {
     vlan: Option<u16>,
     l3: u16,
     l4: u16,
@@ -247,6 +251,41 @@ impl<'a> Packet<'a> {
             meta,
             layout,
         })
+    }
+
+    /// A packet over `buf[..len]` with the header offsets of an earlier parse of the same
+    /// bytes (see [`Layout`]), without walking the headers again. The offsets are checked
+    /// against `len` (so accessors stay total); that they describe these very bytes is the
+    /// caller's word — a stale layout misreads headers but never panics.
+    pub fn from_layout(
+        buf: &'a mut [u8],
+        len: usize,
+        meta: PacketMeta,
+        layout: Layout,
+    ) -> Result<Self, ParseError> {
+        if len > buf.len() {
+            return Err(ParseError::LengthBeyondBuffer);
+        }
+        let end = usize::from(layout.end);
+        if end > len
+            || usize::from(layout.l3) > end
+            || usize::from(layout.l4) > end
+            || usize::from(layout.payload) > end
+        {
+            return Err(ParseError::LengthBeyondBuffer);
+        }
+        Ok(Packet {
+            buf,
+            len,
+            meta,
+            layout,
+        })
+    }
+
+    /// The header offsets of this packet, to rebuild it later with
+    /// [`from_layout`](Self::from_layout).
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// The whole frame.

@@ -1,7 +1,9 @@
 //! The Worker Pool: the data plane that runs an NF for many tenants.
 //!
-//! A [`Pipeline`] owns a software Packet Dispatcher (on the calling thread) and a set of
-//! workers, one thread each, pinned to cores and fed by single-producer rings. Each worker
+//! [`build`] returns a [`Control`] handle (`Send + Sync`, for any thread) and a
+//! [`Dataplane`] (the software Packet Dispatcher, the worker rings and the ports), which
+//! applies the handle's [`Command`]s between bursts; [`Pipeline`] drives both from one
+//! thread. Workers run one thread each, pinned to cores and fed by single-producer rings. Each worker
 //! pops a burst, groups it by tenant into Packet Buffers (a stable in-place sort, no
 //! allocation), loads each tenant's state from the Memory Manager once per group, runs
 //! the NF over the group, and hands the packets back with their verdicts.
@@ -9,8 +11,8 @@
 //! What it guarantees:
 //! * tenant-level affinity — a tenant's packets run on the worker the dispatcher chose;
 //!   during a migration the tenant's state lock keeps two workers from touching it at once;
-//! * nothing allocated or locked per packet (packets live in a preallocated pool of
-//!   [`Mbuf`]s that travel by pointer);
+//! * nothing allocated or locked per packet (packets are [`PacketBuf`]s from a
+//!   preallocated pool or a port's own memory, moved between threads, never copied);
 //! * fault containment — a panicking handler quarantines its tenant only: that tenant's
 //!   packets are dropped and counted, an event is raised, every other tenant carries on;
 //! * per-tenant accounting: packets, bytes, passes, drops by reason, CPU cycles;
@@ -20,15 +22,15 @@
 //! What it does not do: read packets from a NIC (that is buffet-io's Port) or decide
 //! placement (that is buffet-dispatch's scheduler).
 
-mod mbuf;
 mod pipeline;
 mod stats;
 mod sys;
 mod worker;
 
-pub use mbuf::{Mbuf, Outcome, MBUF_CAPACITY};
+pub use buffet_io::{Outcome, PacketBuf, FRAME_CAPACITY};
 pub use pipeline::{
-    AdmitError, PacketSink, Pipeline, PipelineConfig, PipelineError, TenantSpec, WorkerEvent,
+    build, AdmitError, Command, Control, Dataplane, Pipeline, PipelineConfig, PipelineError,
+    TenantSpec, WorkerEvent, EVENT_CAPACITY,
 };
 pub use stats::{DropReason, GlobalReport, Report, TenantReport, WorkerReport};
-pub use worker::Engine;
+pub use worker::Worker;

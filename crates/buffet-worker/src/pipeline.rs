@@ -1,24 +1,37 @@
-//! The pipeline: software Packet Dispatcher on the calling thread + the Worker Pool.
+//! The pipeline, split in two: a [`Control`] handle (`Send + Sync + Clone`) that admits
+//! and removes tenants, launches and terminates workers, and asks for reports; and a
+//! [`Dataplane`] that owns the software Packet Dispatcher, the worker rings and the
+//! ports, and applies the control handle's [`Command`]s between bursts. Events (scheduler
+//! migrations and overload reports, faults, worker changes) leave through a bounded
+//! channel; when nobody drains it, new events are counted as dropped, never queued
+//! without bound.
+//!
+//! A tenant's `init` runs on the control side (in its region, in its isolation domain),
+//! never on the data plane's thread: admitting a tenant whose policy takes long to compile
+//! does not pause anyone's traffic. The data plane only learns the tenant's rules.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use buffet_dispatch::{
     Decision, DispatchDrop, Dispatcher, DispatcherConfig, Event, Match, TenantSlot, WorkerId,
 };
+use buffet_io::{HeapPool, Outcome, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_memory::{
     AdmitWithError, ArenaConfig, Domain, MemoryStorage, Mpk, MpkError, TenantTable,
 };
-use buffet_sdk::{InitError, NetworkFunction, PortId, TenantId, Verdict};
+use buffet_sdk::{InitError, NetworkFunction, PacketMeta, PortId, TenantId, Verdict};
+use crossbeam::channel::{self, Receiver, Sender, TrySendError};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 use serde::Serialize;
 
-use crate::mbuf::{Mbuf, Outcome, MBUF_CAPACITY};
 use crate::stats::{DropReason, GlobalReport, Report, TenantReport, WorkerCounters, WorkerReport};
-use crate::worker::{Engine, Notice, Shared, WorkerThread};
+use crate::worker::{Notice, Shared, Worker, WorkerThread};
+
+/// Events the channel holds before new ones are counted as dropped.
+pub const EVENT_CAPACITY: usize = 1 << 16;
 
 /// How a [`Pipeline`] is built.
 #[derive(Clone, Debug)]
@@ -42,6 +55,9 @@ pub struct PipelineConfig {
     /// The isolation domain of every tenant region: [`Domain::None`] (type system only,
     /// for safe Rust NFs) or [`Domain::Mpk`] (Intel protection keys, for native NFs).
     pub domain: Domain,
+    /// Where [`Verdict::Pass`] sends a packet, by input port: `routes[in_port]` (a port
+    /// missing here passes packets back out of the port they came in on).
+    pub routes: Vec<PortId>,
 }
 
 impl Default for PipelineConfig {
@@ -56,6 +72,7 @@ impl Default for PipelineConfig {
             arena: ArenaConfig::default(),
             pin: true,
             domain: Domain::None,
+            routes: Vec::new(),
         }
     }
 }
@@ -87,6 +104,9 @@ pub enum AdmitError {
     /// Every Tenant Table slot is in use.
     #[error("too many tenants: all {0} slots are in use")]
     TooMany(u32),
+    /// The data plane has stopped; nothing can be admitted or removed any more.
+    #[error("the data plane has stopped")]
+    Stopped,
     /// The NF rejected the policy.
     #[error("tenant {tenant}: {source}")]
     Policy {
@@ -134,6 +154,17 @@ pub enum PipelineError {
     /// Terminating it would leave no worker.
     #[error("worker {0} is the last live worker")]
     LastWorker(u16),
+    /// The data plane has stopped.
+    #[error("the data plane has stopped")]
+    Stopped,
+    /// A port failed.
+    #[error("port {port}: {source}")]
+    Port {
+        /// The port's name.
+        port: String,
+        /// What failed.
+        source: PortError,
+    },
 }
 
 /// Something the control side should know about, in the order it happened.
@@ -185,21 +216,236 @@ pub enum WorkerEvent {
     },
 }
 
-/// Where passed packets go (a pcap writer, a TX port).
-pub trait PacketSink {
-    /// One packet the NF let through, with its verdict.
-    fn emit(&mut self, ts_ns: u64, in_port: PortId, verdict: Verdict, data: &[u8]);
+/// A request from a [`Control`] handle, applied by the [`Dataplane`] between bursts. Each
+/// carries the channel its answer goes back on.
+pub enum Command {
+    /// Teach the dispatcher a tenant already placed in the Tenant Table.
+    Admit {
+        /// The tenant's slot (from the Tenant Table).
+        slot: TenantSlot,
+        /// The tenant.
+        id: TenantId,
+        /// Its name, for reports.
+        name: String,
+        /// Classifier rules.
+        rules: Vec<(u32, Match)>,
+        /// MAX_NB per timeslot.
+        max_nb: u64,
+        /// The answer.
+        reply: Sender<Result<WorkerId, buffet_dispatch::AdmitError>>,
+    },
+    /// Forget a tenant: its rules, its Load Monitor row; its slot retires until the
+    /// packets already queued under it drain.
+    Remove {
+        /// The tenant's slot.
+        slot: TenantSlot,
+        /// The answer.
+        reply: Sender<Result<(), buffet_dispatch::AdmitError>>,
+    },
+    /// Start one more worker.
+    LaunchWorker {
+        /// The answer.
+        reply: Sender<Result<WorkerId, PipelineError>>,
+    },
+    /// Stop a worker; its tenants move to live workers, its queued packets still run.
+    TerminateWorker {
+        /// The worker.
+        worker: WorkerId,
+        /// The answer.
+        reply: Sender<Result<(), PipelineError>>,
+    },
+    /// A snapshot of every counter.
+    Report {
+        /// The answer.
+        reply: Sender<Report>,
+    },
+    /// Finish what is in flight and stop running.
+    Stop,
+}
 
-    /// Flushes and closes the sink after the last packet; the error ends up in
-    /// [`Report::sink_error`].
-    fn close(&mut self) -> Result<(), String> {
-        Ok(())
+/// What the control side and the data plane share.
+pub(crate) struct Core<N: NetworkFunction> {
+    shared: Shared<N>,
+    /// Tenant names by slot (reports only).
+    names: Mutex<Vec<Option<String>>>,
+    events_dropped: AtomicU64,
+    stopped: AtomicBool,
+}
+
+/// The control handle: `Send + Sync + Clone`, usable from any thread (a daemon's API
+/// tasks, an Agent, a test thread) while the data plane runs elsewhere. Every call is
+/// applied by the data plane between bursts; calls that need an answer block until the
+/// data plane gave it, so a data plane must be running (or be driven, as [`Pipeline`]
+/// does) for them to return.
+pub struct Control<N: NetworkFunction> {
+    core: Arc<Core<N>>,
+    commands: Sender<Command>,
+    events: Receiver<WorkerEvent>,
+}
+
+impl<N: NetworkFunction> Clone for Control<N> {
+    fn clone(&self) -> Self {
+        Control {
+            core: self.core.clone(),
+            commands: self.commands.clone(),
+            events: self.events.clone(),
+        }
+    }
+}
+
+impl<N: NetworkFunction> Control<N> {
+    /// The NF.
+    pub fn nf(&self) -> &N {
+        &self.core.shared.nf
+    }
+
+    /// The events channel: migrations, overload reports, faults, worker changes, in the
+    /// order they happened. Bounded ([`EVENT_CAPACITY`]); see [`events_dropped`](Self::events_dropped).
+    pub fn events(&self) -> &Receiver<WorkerEvent> {
+        &self.events
+    }
+
+    /// Events dropped because the channel was full.
+    pub fn events_dropped(&self) -> u64 {
+        self.core.events_dropped.load(Ordering::Relaxed)
+    }
+
+    /// The slot of an admitted tenant.
+    pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
+        self.core.shared.table.slot_of(id).map(TenantSlot)
+    }
+
+    fn ask<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Option<Receiver<T>> {
+        let (tx, rx) = channel::bounded(1);
+        self.commands.send(make(tx)).ok()?;
+        Some(rx)
+    }
+
+    /// Admits a tenant: `init` builds its state in its own region (on this thread, in the
+    /// tenant's isolation domain), then the data plane learns its rules. Changes nothing
+    /// on error.
+    pub fn admit(&self, spec: TenantSpec<N::Policy>) -> Result<TenantSlot, AdmitError> {
+        let pending = self.admit_start(spec)?;
+        pending.wait(self)
+    }
+
+    fn admit_start(&self, spec: TenantSpec<N::Policy>) -> Result<PendingAdmit, AdmitError> {
+        let id = spec.id;
+        if self.core.stopped.load(Ordering::Acquire) {
+            return Err(AdmitError::Stopped);
+        }
+        let shared = &self.core.shared;
+        let bytes = shared.nf.register().bytes;
+        let nf = &shared.nf;
+        let slot = shared
+            .table
+            .admit_next(id, bytes, N::State::default(), |state, region| {
+                nf.init_in_region(&spec.policy, state, region)
+            })
+            .map_err(|e| match e {
+                AdmitWithError::Init(source) => AdmitError::Policy { tenant: id, source },
+                AdmitWithError::Admit(buffet_memory::AdmitError::AlreadyAdmitted { .. }) => {
+                    AdmitError::Duplicate(id)
+                }
+                AdmitWithError::Admit(buffet_memory::AdmitError::Full { capacity }) => {
+                    AdmitError::TooMany(capacity)
+                }
+                AdmitWithError::Admit(source) => AdmitError::Memory { tenant: id, source },
+            })?;
+        let i = slot.index();
+        shared.ids[i].store(id.0, Ordering::Relaxed);
+        shared.quarantined[i].store(false, Ordering::Release);
+        let reply = self.ask(|reply| Command::Admit {
+            slot,
+            id,
+            name: spec.name,
+            rules: spec.rules,
+            max_nb: spec.max_nb,
+            reply,
+        });
+        Ok(PendingAdmit { slot, id, reply })
+    }
+
+    /// Removes a tenant at run time. Its queued packets are dropped (`no_tenant`), its
+    /// region is zeroed and returned; other tenants are not paused.
+    pub fn remove(&self, id: TenantId) -> Result<(), AdmitError> {
+        let slot = self.slot_of(id).ok_or(AdmitError::Unknown(id))?;
+        let reply = self
+            .ask(|reply| Command::Remove { slot, reply })
+            .ok_or(AdmitError::Stopped)?;
+        match reply.recv() {
+            Ok(r) => r.map_err(|source| AdmitError::Dispatch { tenant: id, source }),
+            Err(_) => Err(AdmitError::Stopped),
+        }
+    }
+
+    /// Launches one more worker.
+    pub fn launch_worker(&self) -> Result<WorkerId, PipelineError> {
+        let rx = self
+            .ask(|reply| Command::LaunchWorker { reply })
+            .ok_or(PipelineError::Stopped)?;
+        rx.recv().unwrap_or(Err(PipelineError::Stopped))
+    }
+
+    /// Terminates a worker: its tenants are reassigned to live workers, and the packets
+    /// already queued to it are still processed before its thread exits.
+    pub fn terminate_worker(&self, worker: WorkerId) -> Result<(), PipelineError> {
+        let rx = self
+            .ask(|reply| Command::TerminateWorker { worker, reply })
+            .ok_or(PipelineError::Stopped)?;
+        rx.recv().unwrap_or(Err(PipelineError::Stopped))
+    }
+
+    /// A snapshot of every counter (its `events` are empty: events leave through
+    /// [`events`](Self::events)).
+    pub fn report(&self) -> Result<Report, PipelineError> {
+        let rx = self
+            .ask(|reply| Command::Report { reply })
+            .ok_or(PipelineError::Stopped)?;
+        rx.recv().map_err(|_| PipelineError::Stopped)
+    }
+
+    /// Asks the data plane to finish what is in flight and return from
+    /// [`Dataplane::run`].
+    pub fn stop(&self) {
+        let _ = self.commands.send(Command::Stop);
+    }
+}
+
+/// An admission whose data-plane half is in flight.
+struct PendingAdmit {
+    slot: TenantSlot,
+    id: TenantId,
+    reply: Option<Receiver<Result<WorkerId, buffet_dispatch::AdmitError>>>,
+}
+
+impl PendingAdmit {
+    fn wait<N: NetworkFunction>(self, c: &Control<N>) -> Result<TenantSlot, AdmitError> {
+        let answer = match &self.reply {
+            Some(rx) => rx.recv().ok(),
+            None => None,
+        };
+        match answer {
+            Some(Ok(_)) => Ok(self.slot),
+            Some(Err(source)) => {
+                // Nothing was dispatched under the slot: free it at once.
+                c.core.shared.table.remove(self.slot.0);
+                Err(AdmitError::Dispatch {
+                    tenant: self.id,
+                    source,
+                })
+            }
+            None => {
+                c.core.shared.table.remove(self.slot.0);
+                Err(AdmitError::Stopped)
+            }
+        }
     }
 }
 
 struct WorkerSlot {
-    rx: Arc<ArrayQueue<Box<Mbuf>>>,
-    done: Arc<ArrayQueue<Box<Mbuf>>>,
+    rx: Arc<ArrayQueue<PacketBuf>>,
+    done: Arc<ArrayQueue<PacketBuf>>,
     stop: Arc<AtomicBool>,
     counters: Arc<WorkerCounters>,
     thread: Option<JoinHandle<()>>,
@@ -208,106 +454,135 @@ struct WorkerSlot {
     completed: u64,
 }
 
-struct TenantInfo {
-    id: TenantId,
-    name: String,
+/// Per-slot control data the data plane keeps.
+#[derive(Default, Clone)]
+struct SlotInfo {
+    id: Option<TenantId>,
     /// Counters this slot had when the tenant was admitted (slots are reused).
     baseline: TenantReport,
+    policed: u64,
+    migrations: u64,
 }
 
-/// The software pipeline: dispatcher on the calling thread, workers on their own.
-pub struct Pipeline<N: NetworkFunction> {
+/// The data plane: the software Packet Dispatcher, the worker rings, the heap frame pool
+/// and the ports. `Send`: build it anywhere, run it on the thread (core) of your choice
+/// with [`run`](Self::run), or drive it frame by frame through [`Pipeline`].
+pub struct Dataplane<N: NetworkFunction> {
     cfg: PipelineConfig,
-    shared: Shared<N>,
+    core: Arc<Core<N>>,
+    commands: Receiver<Command>,
+    events: Sender<WorkerEvent>,
     dispatcher: Dispatcher,
     workers: Vec<WorkerSlot>,
-    // Boxed on purpose: 2 KiB buffers travel between threads as one pointer.
-    #[allow(clippy::vec_box)]
-    free: Vec<Box<Mbuf>>,
-    tenants: Vec<Option<TenantInfo>>,
-    by_id: BTreeMap<TenantId, u32>,
-    free_slots: Vec<u32>,
+    pool: HeapPool,
+    ports: Vec<Box<dyn Port>>,
+    /// Per port: packets waiting for its next `tx_burst`.
+    tx: Vec<Vec<PacketBuf>>,
+    slots: Vec<SlotInfo>,
     /// Removed slots waiting for their queued packets to drain: (slot, dispatched per worker).
-    retiring: Vec<(u32, Vec<u64>)>,
-    next_slot: u32,
-    policed: Vec<u64>,
-    migrations: Vec<u64>,
+    retiring: Vec<(TenantSlot, Vec<u64>)>,
     global: GlobalReport,
-    events: Vec<WorkerEvent>,
-    sink: Option<Box<dyn PacketSink>>,
     seq: u64,
+    burst: Vec<PacketBuf>,
+    stopping: bool,
+    port_error: Option<PipelineError>,
 }
 
-impl<N: NetworkFunction> Pipeline<N> {
-    /// Reserves the arena and launches `cfg.workers` workers.
-    pub fn new(nf: N, cfg: PipelineConfig) -> Result<Self, PipelineError> {
-        if cfg.workers == 0 {
-            return Err(PipelineError::Config(
-                "at least one worker is needed".into(),
-            ));
+/// Builds a pipeline: reserves the arena, starts `cfg.workers` workers, and returns the
+/// control handle and the data plane.
+pub fn build<N: NetworkFunction>(
+    nf: N,
+    cfg: PipelineConfig,
+) -> Result<(Control<N>, Dataplane<N>), PipelineError> {
+    if cfg.workers == 0 {
+        return Err(PipelineError::Config(
+            "at least one worker is needed".into(),
+        ));
+    }
+    if cfg.worker_max_nb == 0 {
+        return Err(PipelineError::Config(
+            "worker MAX_NB must be at least 1".into(),
+        ));
+    }
+    if cfg.burst == 0 || cfg.ring_size < cfg.burst {
+        return Err(PipelineError::Config("need 1 <= burst <= ring_size".into()));
+    }
+    if cfg.tenant_capacity == 0 {
+        return Err(PipelineError::Config(
+            "tenant capacity must be at least 1".into(),
+        ));
+    }
+    let storage = MemoryStorage::new(cfg.arena)?;
+    let cap = cfg.tenant_capacity;
+    let table = match cfg.domain {
+        Domain::Mpk => {
+            let mpk = Mpk::get()?;
+            check_mpk_workers(mpk, cfg.workers)?;
+            TenantTable::with_mpk(storage, cap, mpk)
         }
-        if cfg.worker_max_nb == 0 {
-            return Err(PipelineError::Config(
-                "worker MAX_NB must be at least 1".into(),
-            ));
-        }
-        if cfg.burst == 0 || cfg.ring_size < cfg.burst {
-            return Err(PipelineError::Config("need 1 <= burst <= ring_size".into()));
-        }
-        if cfg.tenant_capacity == 0 {
-            return Err(PipelineError::Config(
-                "tenant capacity must be at least 1".into(),
-            ));
-        }
-        let storage = MemoryStorage::new(cfg.arena)?;
-        let cap = cfg.tenant_capacity;
-        let table = match cfg.domain {
-            Domain::Mpk => {
-                let mpk = Mpk::get()?;
-                check_mpk_workers(mpk, cfg.workers)?;
-                TenantTable::with_mpk(storage, cap, mpk)
-            }
-            _ => TenantTable::new(storage, cap),
-        };
-        let shared = Shared {
-            nf: Arc::new(nf),
-            table: Arc::new(table),
-            quarantined: (0..cap).map(|_| AtomicBool::new(false)).collect(),
-            notices: Arc::new(ArrayQueue::new(1024)),
-            ids: (0..cap).map(|_| AtomicU32::new(0)).collect(),
-        };
-        let mut p = Pipeline {
-            dispatcher: Dispatcher::new(cfg.dispatcher),
-            shared,
-            workers: Vec::new(),
-            free: Vec::new(),
-            tenants: (0..cap).map(|_| None).collect(),
-            by_id: BTreeMap::new(),
-            free_slots: Vec::new(),
-            retiring: Vec::new(),
-            next_slot: 0,
-            policed: vec![0; cap as usize],
-            migrations: vec![0; cap as usize],
-            global: GlobalReport::default(),
-            events: Vec::new(),
-            sink: None,
-            seq: 0,
-            cfg,
-        };
-        for _ in 0..p.cfg.workers {
-            p.spawn_worker()?;
-        }
-        Ok(p)
+        _ => TenantTable::new(storage, cap),
+    };
+    let shared = Shared {
+        nf: Arc::new(nf),
+        table: Arc::new(table),
+        quarantined: (0..cap).map(|_| AtomicBool::new(false)).collect(),
+        notices: Arc::new(ArrayQueue::new(1024)),
+        ids: (0..cap).map(|_| AtomicU32::new(0)).collect(),
+    };
+    let core = Arc::new(Core {
+        shared,
+        names: Mutex::new(vec![None; cap as usize]),
+        events_dropped: AtomicU64::new(0),
+        stopped: AtomicBool::new(false),
+    });
+    let (cmd_tx, cmd_rx) = channel::unbounded();
+    let (ev_tx, ev_rx) = channel::bounded(EVENT_CAPACITY);
+    let mut d = Dataplane {
+        dispatcher: Dispatcher::new(cfg.dispatcher),
+        core: core.clone(),
+        commands: cmd_rx,
+        events: ev_tx,
+        workers: Vec::new(),
+        pool: HeapPool::default(),
+        ports: Vec::new(),
+        tx: Vec::new(),
+        slots: vec![SlotInfo::default(); cap as usize],
+        retiring: Vec::new(),
+        global: GlobalReport::default(),
+        seq: 0,
+        burst: Vec::with_capacity(cfg.burst),
+        stopping: false,
+        port_error: None,
+        cfg,
+    };
+    for _ in 0..d.cfg.workers {
+        d.spawn_worker()?;
+    }
+    let control = Control {
+        core,
+        commands: cmd_tx,
+        events: ev_rx,
+    };
+    Ok((control, d))
+}
+
+impl<N: NetworkFunction> Dataplane<N> {
+    /// Adds a port; its id is its index (the first port is 0). Frames it receives carry
+    /// that id as their input port; `Verdict::Forward(id)` sends to it.
+    pub fn add_port(&mut self, port: Box<dyn Port>) -> PortId {
+        self.ports.push(port);
+        self.tx.push(Vec::new());
+        (self.ports.len() - 1) as PortId
     }
 
-    /// Sends every passed packet to `sink` from now on.
-    pub fn set_sink(&mut self, sink: Box<dyn PacketSink>) {
-        self.sink = Some(sink);
+    /// The ports' counters, by port id.
+    pub fn port_stats(&self) -> Vec<(String, PortStats)> {
+        self.ports.iter().map(|p| (p.name(), p.stats())).collect()
     }
 
-    /// The NF.
-    pub fn nf(&self) -> &N {
-        &self.shared.nf
+    /// Frames the ports still expect to deliver, when they know.
+    pub fn size_hint(&self) -> Option<u64> {
+        self.ports.iter().map(|p| p.size_hint()).sum()
     }
 
     /// The dispatcher (read-only: tables, stats).
@@ -329,7 +604,7 @@ impl<N: NetworkFunction> Pipeline<N> {
             completed: 0,
         };
         let thread = WorkerThread {
-            engine: Engine::with_shared(id, self.shared.clone(), slot.counters.clone()),
+            engine: Worker::with_shared(id, self.core.shared.clone(), slot.counters.clone()),
             rx: slot.rx.clone(),
             done: slot.done.clone(),
             stop: slot.stop.clone(),
@@ -344,27 +619,22 @@ impl<N: NetworkFunction> Pipeline<N> {
             thread: Some(handle),
             ..slot
         });
-        // Enough buffers to fill this worker's input and completion rings.
-        self.free
-            .extend((0..2 * self.cfg.ring_size).map(|_| Mbuf::boxed()));
+        // Enough frames to fill this worker's input and completion rings.
+        self.pool.grow(2 * self.cfg.ring_size);
         Ok(id)
     }
 
-    /// Launches one more worker at run time.
-    pub fn launch_worker(&mut self) -> Result<WorkerId, PipelineError> {
+    fn launch_worker(&mut self) -> Result<WorkerId, PipelineError> {
         if self.cfg.domain == Domain::Mpk {
             let live = self.workers.iter().filter(|w| w.live).count();
             check_mpk_workers(Mpk::get()?, live as u16 + 1)?;
         }
         let id = self.spawn_worker()?;
-        self.events
-            .push(WorkerEvent::WorkerLaunched { worker: id.0 });
+        self.emit(WorkerEvent::WorkerLaunched { worker: id.0 });
         Ok(id)
     }
 
-    /// Terminates a worker at run time: its tenants are reassigned to live workers, and
-    /// the packets already queued to it are still processed before its thread exits.
-    pub fn terminate_worker(&mut self, w: WorkerId) -> Result<(), PipelineError> {
+    fn terminate_worker(&mut self, w: WorkerId) -> Result<(), PipelineError> {
         let live = self.workers.iter().filter(|s| s.live).count();
         match self.workers.get(w.0 as usize) {
             Some(s) if s.live => {}
@@ -377,152 +647,120 @@ impl<N: NetworkFunction> Pipeline<N> {
         let slot = &mut self.workers[w.0 as usize];
         slot.live = false;
         slot.stop.store(true, Ordering::Release);
-        self.events.push(WorkerEvent::WorkerTerminated {
+        self.emit(WorkerEvent::WorkerTerminated {
             worker: w.0,
             reassigned: moved.len(),
         });
         Ok(())
     }
 
-    /// Ids of the live workers.
-    pub fn live_workers(&self) -> Vec<WorkerId> {
-        (0..self.workers.len())
-            .filter(|&i| self.workers[i].live)
-            .map(|i| WorkerId(i as u16))
-            .collect()
-    }
-
-    /// Admits a tenant: `init` builds its state, the Memory Manager places it in a
-    /// region of its own, the dispatcher learns its rules. Changes nothing on error.
-    pub fn admit(&mut self, spec: TenantSpec<N::Policy>) -> Result<TenantSlot, AdmitError> {
-        let id = spec.id;
-        if self.by_id.contains_key(&id) {
-            return Err(AdmitError::Duplicate(id));
-        }
-        self.reclaim_retired();
-        let slot = match self.free_slots.pop() {
-            Some(s) => s,
-            None if self.next_slot < self.cfg.tenant_capacity => {
-                self.next_slot += 1;
-                self.next_slot - 1
+    fn emit(&self, e: WorkerEvent) {
+        match self.events.try_send(e) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.core.events_dropped.fetch_add(1, Ordering::Relaxed);
             }
-            None => return Err(AdmitError::TooMany(self.cfg.tenant_capacity)),
-        };
-        let bytes = self.shared.nf.register().bytes;
-        // `init` runs on the state in its region, inside the tenant's isolation domain.
-        let nf = &self.shared.nf;
-        let admitted =
-            self.shared
-                .table
-                .admit_with(slot, id, bytes, N::State::default(), |state, region| {
-                    nf.init_in_region(&spec.policy, state, region)
-                });
-        if let Err(e) = admitted {
-            self.free_slots.push(slot);
-            return Err(match e {
-                AdmitWithError::Init(source) => AdmitError::Policy { tenant: id, source },
-                AdmitWithError::Admit(source) => AdmitError::Memory { tenant: id, source },
-            });
         }
-        if let Err(source) = self
-            .dispatcher
-            .admit(TenantSlot(slot), id, spec.rules, spec.max_nb)
-        {
-            self.shared.table.remove(slot);
-            self.free_slots.push(slot);
-            return Err(AdmitError::Dispatch { tenant: id, source });
-        }
-        let i = slot as usize;
-        self.shared.ids[i].store(id.0, Ordering::Relaxed);
-        self.shared.quarantined[i].store(false, Ordering::Release);
-        self.policed[i] = 0;
-        self.migrations[i] = 0;
-        let mut baseline = TenantReport::default();
-        for w in &self.workers {
-            w.counters.tenants[i].add_into(&mut baseline);
-        }
-        self.tenants[i] = Some(TenantInfo {
-            id,
-            name: spec.name,
-            baseline,
-        });
-        self.by_id.insert(id, slot);
-        Ok(TenantSlot(slot))
     }
 
-    /// Removes a tenant at run time. Its queued packets are dropped (`no_tenant`), its
-    /// region is zeroed and returned; other tenants are not paused.
-    pub fn remove(&mut self, id: TenantId) -> Result<(), AdmitError> {
-        let slot = *self.by_id.get(&id).ok_or(AdmitError::Unknown(id))?;
-        self.dispatcher
-            .remove(TenantSlot(slot))
-            .map_err(|source| AdmitError::Dispatch { tenant: id, source })?;
-        self.shared.table.remove(slot);
-        self.by_id.remove(&id);
-        self.tenants[slot as usize] = None;
-        let snapshot = self.workers.iter().map(|w| w.dispatched).collect();
-        self.retiring.push((slot, snapshot));
-        Ok(())
+    /// Applies every pending command; true while the data plane should keep running.
+    pub fn apply_commands(&mut self) -> bool {
+        while let Ok(cmd) = self.commands.try_recv() {
+            self.apply(cmd);
+        }
+        !self.stopping
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        match cmd {
+            Command::Admit {
+                slot,
+                id,
+                name,
+                rules,
+                max_nb,
+                reply,
+            } => {
+                let r = self.dispatcher.admit(slot, id, rules, max_nb);
+                if r.is_ok() {
+                    let i = slot.index();
+                    let mut baseline = TenantReport::default();
+                    for w in &self.workers {
+                        w.counters.tenants[i].add_into(&mut baseline);
+                    }
+                    self.slots[i] = SlotInfo {
+                        id: Some(id),
+                        baseline,
+                        policed: 0,
+                        migrations: 0,
+                    };
+                    self.core
+                        .names
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)[i] = Some(name);
+                }
+                let _ = reply.send(r);
+            }
+            Command::Remove { slot, reply } => {
+                let r = self.dispatcher.remove(slot);
+                if r.is_ok() {
+                    self.core.shared.table.remove_and_retire(slot);
+                    self.slots[slot.index()].id = None;
+                    let snapshot = self.workers.iter().map(|w| w.dispatched).collect();
+                    self.retiring.push((slot, snapshot));
+                }
+                let _ = reply.send(r);
+            }
+            Command::LaunchWorker { reply } => {
+                let _ = reply.send(self.launch_worker());
+            }
+            Command::TerminateWorker { worker, reply } => {
+                let _ = reply.send(self.terminate_worker(worker));
+            }
+            Command::Report { reply } => {
+                let _ = reply.send(self.report());
+            }
+            Command::Stop => self.stopping = true,
+        }
     }
 
     /// Makes removed slots reusable once every packet dispatched before the removal has
     /// completed, so a queued packet can never meet the next tenant's state.
     fn reclaim_retired(&mut self) {
+        if self.retiring.is_empty() {
+            return;
+        }
         let workers = &self.workers;
+        let table = &self.core.shared.table;
         self.retiring.retain(|(slot, snap)| {
             let drained = snap.iter().zip(workers).all(|(d, w)| w.completed >= *d);
             if drained {
-                self.free_slots.push(*slot);
+                table.release(*slot);
             }
             !drained
         });
     }
 
-    /// The slot of an admitted tenant.
-    pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
-        self.by_id.get(&id).map(|s| TenantSlot(*s))
-    }
-
-    /// Offers one frame. Blocks (polling completions) while the chosen worker's ring or
-    /// the buffer pool is full: replay is lossless.
+    /// Offers one frame that arrived on `in_port` at `ts_ns` (copied into a pooled heap
+    /// frame). Waits, polling completions, while the chosen worker's ring or the pool is
+    /// full: offline input is lossless.
     pub fn push(&mut self, ts_ns: u64, in_port: PortId, frame: &[u8]) {
-        let seq = self.seq;
-        self.seq += 1;
-        self.global.input_packets += 1;
-        if frame.len() > MBUF_CAPACITY {
+        let mut m = self.take_frame();
+        if !m.fill(frame) {
+            self.global.input_packets += 1;
             self.global.oversize += 1;
+            self.pool.give(m);
             return;
         }
-        if seq % 32 == 0 {
-            self.poll_completions();
-        }
-        let mut m = self.take_mbuf();
-        m.fill(frame);
         m.ts_ns = ts_ns;
         m.in_port = in_port;
-        let decision = self.dispatcher.dispatch(ts_ns, in_port, m.data_mut());
-        self.collect_events(seq);
-        match decision {
-            Decision::Pass { worker, tenant } => {
-                m.tenant = tenant;
-                self.send(worker, m);
-            }
-            Decision::Drop(why) => {
-                match why {
-                    DispatchDrop::Malformed(e) => self.global.add_malformed(e),
-                    DispatchDrop::Unmatched => self.global.unmatched += 1,
-                    DispatchDrop::Policed(t) => self.policed[t.0 as usize] += 1,
-                    DispatchDrop::NoLiveWorker => self.global.no_live_worker += 1,
-                }
-                self.free.push(m);
-            }
-        }
+        self.dispatch(m, false);
     }
 
-    fn take_mbuf(&mut self) -> Box<Mbuf> {
+    fn take_frame(&mut self) -> PacketBuf {
         let backoff = Backoff::new();
         loop {
-            if let Some(m) = self.free.pop() {
+            if let Some(m) = self.pool.take() {
                 return m;
             }
             self.poll_completions();
@@ -530,13 +768,58 @@ impl<N: NetworkFunction> Pipeline<N> {
         }
     }
 
-    fn send(&mut self, worker: WorkerId, m: Box<Mbuf>) {
+    /// Classifies, schedules and hands one packet to its worker. `live`: drop (counted)
+    /// instead of waiting when the worker's ring is full.
+    fn dispatch(&mut self, mut m: PacketBuf, live: bool) {
+        let seq = self.seq;
+        self.seq += 1;
+        self.global.input_packets += 1;
+        if seq % 32 == 0 {
+            self.poll_completions();
+        }
+        let (ts_ns, in_port) = (m.ts_ns, m.in_port);
+        let decision = self.dispatcher.dispatch(ts_ns, in_port, m.data_mut());
+        self.collect_events(seq);
+        match decision {
+            Decision::Pass { worker, tenant } => {
+                m.tenant = tenant;
+                m.layout = parse_layout(&mut m);
+                self.send(worker, m, live);
+            }
+            Decision::Drop(why) => {
+                match why {
+                    DispatchDrop::Malformed(e) => self.global.add_malformed(e),
+                    DispatchDrop::Unmatched => self.global.unmatched += 1,
+                    DispatchDrop::Policed(t) => self.slots[t.index()].policed += 1,
+                    DispatchDrop::NoLiveWorker => self.global.no_live_worker += 1,
+                }
+                self.recycle(m);
+            }
+        }
+    }
+
+    fn recycle(&mut self, m: PacketBuf) {
+        match m.owner() {
+            None => self.pool.give(m),
+            Some(o) => match self.ports.get_mut(usize::from(o.port)) {
+                Some(p) => p.recycle(m),
+                None => drop(m),
+            },
+        }
+    }
+
+    fn send(&mut self, worker: WorkerId, m: PacketBuf, live: bool) {
         let i = worker.0 as usize;
         let rx = self.workers[i].rx.clone();
         let backoff = Backoff::new();
         let mut m = m;
         while let Err(back) = rx.push(m) {
             m = back;
+            if live {
+                self.global.ring_full += 1;
+                self.recycle(m);
+                return;
+            }
             self.poll_completions();
             backoff.snooze();
         }
@@ -544,59 +827,114 @@ impl<N: NetworkFunction> Pipeline<N> {
     }
 
     fn collect_events(&mut self, seq: u64) {
+        let mut pending: [Option<WorkerEvent>; 4] = [None, None, None, None];
+        let mut n = 0;
         for e in self.dispatcher.drain_events() {
-            match e {
+            let ev = match e {
                 Event::Migration {
                     tenant,
                     from,
                     to,
                     slot,
                 } => {
-                    self.migrations[tenant.0 as usize] += 1;
-                    let id = TenantId(self.shared.ids[tenant.0 as usize].load(Ordering::Relaxed));
-                    self.events.push(WorkerEvent::Migration {
+                    self.slots[tenant.index()].migrations += 1;
+                    let id = self.slots[tenant.index()].id.unwrap_or_default();
+                    WorkerEvent::Migration {
                         seq,
                         tenant: id,
                         from: from.0,
                         to: to.0,
                         slot,
-                    });
+                    }
                 }
-                Event::Overload { worker, slot } => self.events.push(WorkerEvent::Overload {
+                Event::Overload { worker, slot } => WorkerEvent::Overload {
                     seq,
                     worker: worker.0,
                     slot,
-                }),
+                },
+            };
+            if n < pending.len() {
+                pending[n] = Some(ev);
+                n += 1;
+            } else if self.events.try_send(ev).is_err() {
+                self.core.events_dropped.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        for ev in pending.into_iter().take(n).flatten() {
+            self.emit(ev);
         }
     }
 
-    /// Takes processed packets back from the workers: passes go to the sink, buffers
-    /// return to the pool, worker notices become events.
+    /// Takes processed packets back from the workers: passes go to their output port's
+    /// transmit queue, other frames back to the pool, worker notices become events.
     pub fn poll_completions(&mut self) {
-        for w in &mut self.workers {
-            while let Some(m) = w.done.pop() {
-                w.completed += 1;
-                if let (Outcome::Nf(v), Some(sink)) = (m.outcome, self.sink.as_mut()) {
-                    if v.is_pass() {
-                        sink.emit(m.ts_ns, m.in_port, v, m.data());
-                    }
-                }
-                self.free.push(m);
+        for wi in 0..self.workers.len() {
+            while let Some(m) = self.workers[wi].done.pop() {
+                self.workers[wi].completed += 1;
+                self.route(m);
             }
         }
         while let Some(Notice::Fault {
             tenant,
             worker,
             message,
-        }) = self.shared.notices.pop()
+        }) = self.core.shared.notices.pop()
         {
-            let id = TenantId(self.shared.ids[tenant.0 as usize].load(Ordering::Relaxed));
-            self.events.push(WorkerEvent::Fault {
+            let id = TenantId(self.core.shared.ids[tenant.index()].load(Ordering::Relaxed));
+            self.emit(WorkerEvent::Fault {
                 tenant: id,
                 worker: worker.0,
                 message,
             });
+        }
+        self.reclaim_retired();
+    }
+
+    /// Sends a processed packet where its verdict says.
+    fn route(&mut self, m: PacketBuf) {
+        let out = match m.outcome {
+            Outcome::Nf(Verdict::Pass) => Some(
+                self.cfg
+                    .routes
+                    .get(usize::from(m.in_port))
+                    .copied()
+                    .unwrap_or(m.in_port),
+            ),
+            Outcome::Nf(Verdict::Tx) => Some(m.in_port),
+            Outcome::Nf(Verdict::Forward(p)) => Some(p),
+            _ => None,
+        };
+        match out {
+            Some(p) if usize::from(p) < self.ports.len() => self.tx[usize::from(p)].push(m),
+            Some(_) => {
+                self.global.no_port += 1;
+                self.recycle(m);
+            }
+            None => self.recycle(m),
+        }
+    }
+
+    /// Transmits what the workers let through, port by port.
+    fn flush_tx(&mut self) {
+        for (i, port) in self.ports.iter_mut().enumerate() {
+            if self.tx[i].is_empty() {
+                continue;
+            }
+            if let Err(source) = port.tx_burst(&mut self.tx[i], &mut self.pool) {
+                if self.port_error.is_none() {
+                    self.port_error = Some(PipelineError::Port {
+                        port: port.name(),
+                        source,
+                    });
+                }
+            }
+            // A port that failed midway leaves frames behind: they go back to the pool.
+            for m in self.tx[i].drain(..) {
+                match m.owner() {
+                    None => self.pool.give(m),
+                    Some(_) => port.recycle(m),
+                }
+            }
         }
     }
 
@@ -607,46 +945,138 @@ impl<N: NetworkFunction> Pipeline<N> {
             .sum()
     }
 
-    /// Waits until every packet pushed so far has been processed.
+    /// Waits until every packet pushed so far has been processed and transmitted.
     pub fn flush(&mut self) {
         let backoff = Backoff::new();
         while self.in_flight() > 0 {
             self.poll_completions();
+            self.flush_tx();
             backoff.snooze();
         }
         self.poll_completions();
+        self.flush_tx();
     }
 
-    /// Events so far (scheduler migrations and overloads, faults, worker changes).
-    pub fn events(&self) -> &[WorkerEvent] {
-        &self.events
+    /// One turn of the loop: commands, one burst from every port, completions, transmit.
+    /// Returns how many frames the ports delivered and whether every port has ended.
+    pub fn poll(&mut self) -> Result<(usize, bool), PipelineError> {
+        self.apply_commands();
+        let mut got = 0;
+        let mut ended = true;
+        for pi in 0..self.ports.len() {
+            let mut burst = std::mem::take(&mut self.burst);
+            let live = self.ports[pi].is_live();
+            let room = if live {
+                self.cfg.burst
+            } else {
+                self.cfg.burst.min(self.pool.available())
+            };
+            let rx = self.ports[pi].rx_burst(&mut self.pool, &mut burst, room);
+            match rx {
+                Ok(Rx::End) => {}
+                Ok(Rx::Idle) => ended = false,
+                Ok(Rx::Packets(n)) => {
+                    got += n;
+                    ended = false;
+                }
+                Err(source) => {
+                    self.burst = burst;
+                    return Err(PipelineError::Port {
+                        port: self.ports[pi].name(),
+                        source,
+                    });
+                }
+            }
+            for m in burst.drain(..) {
+                self.dispatch(m, live);
+            }
+            self.burst = burst;
+        }
+        self.poll_completions();
+        self.flush_tx();
+        if let Some(e) = self.port_error.take() {
+            return Err(e);
+        }
+        Ok((got, ended))
+    }
+
+    /// Runs until every port has ended (files, the generator) or a [`Command::Stop`]
+    /// arrives, then processes what is in flight and flushes the ports. `progress` is
+    /// called with the frames received so far every few thousand frames.
+    pub fn run(&mut self, mut progress: impl FnMut(u64)) -> Result<u64, PipelineError> {
+        let mut total = 0u64;
+        let mut last = 0u64;
+        let backoff = Backoff::new();
+        loop {
+            if !self.apply_commands() {
+                break;
+            }
+            let (n, ended) = self.poll()?;
+            total += n as u64;
+            if total - last >= 8192 {
+                last = total;
+                progress(total);
+            }
+            if ended && !self.ports.is_empty() {
+                break;
+            }
+            if n == 0 {
+                if backoff.is_completed() {
+                    // Idle: wait for a command instead of spinning.
+                    if let Ok(cmd) = self
+                        .commands
+                        .recv_timeout(std::time::Duration::from_micros(50))
+                    {
+                        self.apply(cmd);
+                    }
+                } else {
+                    backoff.snooze();
+                }
+            } else {
+                backoff.reset();
+            }
+        }
+        self.flush();
+        for p in &mut self.ports {
+            p.flush().map_err(|source| PipelineError::Port {
+                port: p.name(),
+                source,
+            })?;
+        }
+        progress(total);
+        Ok(total)
     }
 
     /// A snapshot of everything counted so far (call [`flush`](Self::flush) first for
-    /// exact numbers).
+    /// exact numbers). `events` is empty: events leave through the channel.
     pub fn report(&self) -> Report {
+        let names = self
+            .core
+            .names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut tenants = Vec::new();
-        for (i, info) in self.tenants.iter().enumerate() {
-            let Some(info) = info else { continue };
+        for (i, info) in self.slots.iter().enumerate() {
+            let Some(id) = info.id else { continue };
             let mut r = TenantReport {
-                id: info.id,
-                name: info.name.clone(),
+                id,
+                name: names[i].clone().unwrap_or_default(),
                 ..Default::default()
             };
             for w in &self.workers {
                 w.counters.tenants[i].add_into(&mut r);
             }
             subtract(&mut r, &info.baseline);
-            r.add_drop(DropReason::Policed, self.policed[i]);
-            r.migrations = self.migrations[i];
-            r.quarantined = self.shared.quarantined[i].load(Ordering::Acquire);
+            r.add_drop(DropReason::Policed, info.policed);
+            r.migrations = info.migrations;
+            r.quarantined = self.core.shared.quarantined[i].load(Ordering::Acquire);
             if let Some(row) = self.dispatcher.scheduler().tenant(TenantSlot(i as u32)) {
                 r.worker = row.worker.0;
             }
-            if let Some(entry) = &*self.shared.table.get(i as u32) {
+            if let Some(entry) = &*self.core.shared.table.get(i as u32) {
                 if !r.quarantined {
                     let state = entry.lock();
-                    r.nf = self.shared.nf.summary(&state).into_iter().collect();
+                    r.nf = self.core.shared.nf.summary(&state).into_iter().collect();
                 }
             }
             tenants.push(r);
@@ -665,12 +1095,38 @@ impl<N: NetworkFunction> Pipeline<N> {
                 dispatched: w.dispatched,
             })
             .collect();
+        let mut global = self.global.clone();
+        global.events_dropped = self.core.events_dropped.load(Ordering::Relaxed);
         Report {
             tenants,
             workers,
-            global: self.global.clone(),
-            events: self.events.clone(),
+            global,
+            events: Vec::new(),
             sink_error: None,
+        }
+    }
+
+    fn shutdown(&mut self) {
+        self.core.stopped.store(true, Ordering::Release);
+        for w in &self.workers {
+            w.stop.store(true, Ordering::Release);
+        }
+        for w in &mut self.workers {
+            if let Some(t) = w.thread.take() {
+                // Workers only exit once their ring is empty; drain completions meanwhile.
+                while !t.is_finished() {
+                    while w.done.pop().is_some() {}
+                    std::thread::yield_now();
+                }
+                let _ = t.join();
+            }
+        }
+        // Answer what is still queued: reports get one, the rest see the channel close
+        // (their callers get `Stopped`).
+        while let Ok(cmd) = self.commands.try_recv() {
+            if let Command::Report { reply } = cmd {
+                let _ = reply.send(self.report());
+            }
         }
     }
 
@@ -686,29 +1142,208 @@ impl<N: NetworkFunction> Pipeline<N> {
             }
         }
         self.poll_completions();
+        self.flush_tx();
         let mut report = self.report();
-        if let Some(sink) = self.sink.as_mut() {
-            report.sink_error = sink.close().err();
+        for p in &mut self.ports {
+            if let Err(e) = p.flush() {
+                report.sink_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        if let Some(e) = self.port_error.take() {
+            report.sink_error.get_or_insert_with(|| e.to_string());
         }
         report
     }
 }
 
-impl<N: NetworkFunction> Drop for Pipeline<N> {
+impl<N: NetworkFunction> Drop for Dataplane<N> {
     fn drop(&mut self) {
-        for w in &self.workers {
-            w.stop.store(true, Ordering::Release);
+        self.shutdown();
+    }
+}
+
+/// The dispatcher parsed the frame to classify it; keep the offsets for the worker.
+fn parse_layout(m: &mut PacketBuf) -> Option<buffet_sdk::Layout> {
+    let meta = PacketMeta {
+        in_port: m.in_port,
+        ts_ns: m.ts_ns,
+        tenant: TenantId::default(),
+    };
+    buffet_sdk::Packet::parse(m.data_mut(), meta)
+        .ok()
+        .map(|p| p.layout())
+}
+
+/// A pipeline driven from one thread: the [`Control`] handle and the [`Dataplane`]
+/// together, for offline runs (`buffet replay`, `buffet demo`), tests and embedders that
+/// push frames themselves. Control calls apply at once. For a data plane on its own
+/// thread, use [`build`] and move the [`Dataplane`] there.
+pub struct Pipeline<N: NetworkFunction> {
+    control: Control<N>,
+    dataplane: Dataplane<N>,
+    events: Vec<WorkerEvent>,
+}
+
+impl<N: NetworkFunction> Pipeline<N> {
+    /// Reserves the arena and launches `cfg.workers` workers.
+    pub fn new(nf: N, cfg: PipelineConfig) -> Result<Self, PipelineError> {
+        let (control, dataplane) = build(nf, cfg)?;
+        Ok(Pipeline {
+            control,
+            dataplane,
+            events: Vec::new(),
+        })
+    }
+
+    /// The control handle (clone it to admit or remove tenants from other threads while
+    /// [`run`](Self::run) drives traffic).
+    pub fn control(&self) -> &Control<N> {
+        &self.control
+    }
+
+    /// The data plane.
+    pub fn dataplane(&mut self) -> &mut Dataplane<N> {
+        &mut self.dataplane
+    }
+
+    /// The NF.
+    pub fn nf(&self) -> &N {
+        self.control.nf()
+    }
+
+    /// The dispatcher (read-only: tables, stats).
+    pub fn dispatcher(&self) -> &Dispatcher {
+        &self.dataplane.dispatcher
+    }
+
+    /// Adds a port (see [`Dataplane::add_port`]).
+    pub fn add_port(&mut self, port: Box<dyn Port>) -> PortId {
+        self.dataplane.add_port(port)
+    }
+
+    /// Admits a tenant (see [`Control::admit`]).
+    pub fn admit(&mut self, spec: TenantSpec<N::Policy>) -> Result<TenantSlot, AdmitError> {
+        let pending = self.control.admit_start(spec)?;
+        self.dataplane.apply_commands();
+        pending.wait(&self.control)
+    }
+
+    /// Removes a tenant (see [`Control::remove`]).
+    pub fn remove(&mut self, id: TenantId) -> Result<(), AdmitError> {
+        let slot = self.control.slot_of(id).ok_or(AdmitError::Unknown(id))?;
+        let rx = self
+            .control
+            .ask(|reply| Command::Remove { slot, reply })
+            .ok_or(AdmitError::Stopped)?;
+        self.dataplane.apply_commands();
+        match rx.recv() {
+            Ok(r) => r.map_err(|source| AdmitError::Dispatch { tenant: id, source }),
+            Err(_) => Err(AdmitError::Stopped),
         }
-        for w in &mut self.workers {
-            if let Some(t) = w.thread.take() {
-                // Workers only exit once their ring is empty; drain completions meanwhile.
-                while !t.is_finished() {
-                    while w.done.pop().is_some() {}
-                    std::thread::yield_now();
-                }
-                let _ = t.join();
-            }
+    }
+
+    /// Launches one more worker.
+    pub fn launch_worker(&mut self) -> Result<WorkerId, PipelineError> {
+        let rx = self
+            .control
+            .ask(|reply| Command::LaunchWorker { reply })
+            .ok_or(PipelineError::Stopped)?;
+        self.dataplane.apply_commands();
+        self.drain_events();
+        rx.recv().unwrap_or(Err(PipelineError::Stopped))
+    }
+
+    /// Terminates a worker (see [`Control::terminate_worker`]).
+    pub fn terminate_worker(&mut self, worker: WorkerId) -> Result<(), PipelineError> {
+        let rx = self
+            .control
+            .ask(|reply| Command::TerminateWorker { worker, reply })
+            .ok_or(PipelineError::Stopped)?;
+        self.dataplane.apply_commands();
+        self.drain_events();
+        rx.recv().unwrap_or(Err(PipelineError::Stopped))
+    }
+
+    /// Ids of the live workers.
+    pub fn live_workers(&self) -> Vec<WorkerId> {
+        (0..self.dataplane.workers.len())
+            .filter(|&i| self.dataplane.workers[i].live)
+            .map(|i| WorkerId(i as u16))
+            .collect()
+    }
+
+    /// The slot of an admitted tenant.
+    pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
+        self.control.slot_of(id)
+    }
+
+    fn drain_events(&mut self) {
+        self.events.extend(self.control.events.try_iter());
+    }
+
+    /// Offers one frame (see [`Dataplane::push`]); lossless.
+    pub fn push(&mut self, ts_ns: u64, in_port: PortId, frame: &[u8]) {
+        self.dataplane.push(ts_ns, in_port, frame);
+        if self.control.events.len() > EVENT_CAPACITY / 2 {
+            self.drain_events();
         }
+    }
+
+    /// Runs the ports to their end (see [`Dataplane::run`]), keeping the events.
+    pub fn run(&mut self, progress: impl FnMut(u64)) -> Result<u64, PipelineError> {
+        let events = self.control.events.clone();
+        let mut kept = std::mem::take(&mut self.events);
+        let mut progress = progress;
+        let r = self.dataplane.run(|n| {
+            kept.extend(events.try_iter());
+            progress(n)
+        });
+        self.events = kept;
+        self.drain_events();
+        r
+    }
+
+    /// Takes processed packets back (see [`Dataplane::poll_completions`]).
+    pub fn poll_completions(&mut self) {
+        self.dataplane.poll_completions();
+        self.dataplane.flush_tx();
+        self.drain_events();
+    }
+
+    /// Waits until every packet pushed so far has been processed.
+    pub fn flush(&mut self) {
+        self.dataplane.flush();
+        self.drain_events();
+    }
+
+    /// Events so far, in order (this single-threaded pipeline keeps them; a [`Control`]
+    /// consumer reads the channel instead).
+    pub fn events(&mut self) -> &[WorkerEvent] {
+        self.drain_events();
+        &self.events
+    }
+
+    /// A snapshot of everything counted so far, with the events kept so far.
+    pub fn report(&mut self) -> Report {
+        self.drain_events();
+        let mut r = self.dataplane.report();
+        r.events = self.events.clone();
+        r
+    }
+
+    /// Processes everything in flight, stops and joins every worker, and reports.
+    pub fn finish(self) -> Report {
+        let Pipeline {
+            control,
+            mut dataplane,
+            mut events,
+        } = self;
+        dataplane.flush();
+        events.extend(control.events.try_iter());
+        let mut r = dataplane.finish();
+        events.extend(control.events.try_iter());
+        r.events = events;
+        r
     }
 }
 

@@ -197,10 +197,23 @@ pub struct GlobalReport {
     pub malformed: BTreeMap<&'static str, u64>,
     /// Frames no classifier rule matched.
     pub unmatched: u64,
-    /// Frames larger than an Mbuf.
+    /// Frames larger than a frame buffer.
     pub oversize: u64,
     /// Frames dropped because no live worker was left.
     pub no_live_worker: u64,
+    /// Live frames dropped because their worker's ring was full.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ring_full: u64,
+    /// Packets whose verdict named a port that does not exist.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub no_port: u64,
+    /// Events dropped because nobody drained the events channel.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub events_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl GlobalReport {

@@ -11,9 +11,9 @@ use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict, GROUP_CHUNK};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 
-use crate::mbuf::{Mbuf, Outcome};
 use crate::stats::{bump, GroupTally, WorkerCounters};
 use crate::sys;
+use buffet_io::{Outcome, PacketBuf};
 
 /// A message from a worker to the control side.
 pub(crate) enum Notice {
@@ -49,9 +49,9 @@ impl<N: NetworkFunction> Clone for Shared<N> {
 }
 
 pub(crate) struct WorkerThread<N: NetworkFunction> {
-    pub engine: Engine<N>,
-    pub rx: Arc<ArrayQueue<Box<Mbuf>>>,
-    pub done: Arc<ArrayQueue<Box<Mbuf>>>,
+    pub engine: Worker<N>,
+    pub rx: Arc<ArrayQueue<PacketBuf>>,
+    pub done: Arc<ArrayQueue<PacketBuf>>,
     pub stop: Arc<AtomicBool>,
     pub burst: usize,
     pub pin: Option<usize>,
@@ -60,11 +60,11 @@ pub(crate) struct WorkerThread<N: NetworkFunction> {
 /// What one worker does to a burst, without the thread around it: group by tenant into
 /// Packet Buffers, load each tenant's state once, run the NF, account. The worker
 /// threads run it; benchmarks and embedders can run it inline on their own core.
-pub struct Engine<N: NetworkFunction> {
+pub struct Worker<N: NetworkFunction> {
     id: WorkerId,
     shared: Shared<N>,
     counters: Arc<WorkerCounters>,
-    groups: Groups,
+    groups: PacketBuffers,
     cache: EntryCache<N::State>,
 }
 
@@ -73,7 +73,7 @@ impl<N: NetworkFunction> WorkerThread<N> {
         if let Some(core) = self.pin {
             sys::pin_to_core(core);
         }
-        let mut burst: Vec<Box<Mbuf>> = Vec::with_capacity(self.burst);
+        let mut burst: Vec<PacketBuf> = Vec::with_capacity(self.burst);
         let backoff = Backoff::new();
         loop {
             while burst.len() < self.burst {
@@ -107,17 +107,17 @@ impl<N: NetworkFunction> WorkerThread<N> {
     }
 }
 
-impl<N: NetworkFunction> Engine<N> {
+impl<N: NetworkFunction> Worker<N> {
     pub(crate) fn with_shared(
         id: WorkerId,
         shared: Shared<N>,
         counters: Arc<WorkerCounters>,
     ) -> Self {
-        Engine {
+        Worker {
             id,
             shared,
             counters,
-            groups: Groups::default(),
+            groups: PacketBuffers::default(),
             cache: EntryCache::default(),
         }
     }
@@ -139,11 +139,11 @@ impl<N: NetworkFunction> Engine<N> {
             notices: Arc::new(ArrayQueue::new(64)),
             ids,
         };
-        Engine {
+        Worker {
             id: WorkerId(0),
             shared,
             counters: Arc::new(WorkerCounters::new(cap)),
-            groups: Groups::default(),
+            groups: PacketBuffers::default(),
             cache: EntryCache::default(),
         }
     }
@@ -156,7 +156,7 @@ impl<N: NetworkFunction> Engine<N> {
     /// Runs one burst: group it by tenant into Packet Buffers (a counting sort over
     /// indices, O(burst), stable, no allocation), then one state load per group. Each
     /// mbuf's `outcome` holds the result afterwards.
-    pub fn process(&mut self, burst: &mut [Box<Mbuf>]) {
+    pub fn process(&mut self, burst: &mut [PacketBuf]) {
         let t0 = sys::cycles();
         let mut groups = std::mem::take(&mut self.groups);
         let mut cache = std::mem::take(&mut self.cache);
@@ -181,7 +181,7 @@ impl<N: NetworkFunction> Engine<N> {
         &self,
         tenant: TenantSlot,
         entry: Option<&TenantEntry<N::State>>,
-        burst: &mut [Box<Mbuf>],
+        burst: &mut [PacketBuf],
         members: &[u32],
         t0: u64,
     ) -> u64 {
@@ -253,7 +253,7 @@ impl<N: NetworkFunction> Engine<N> {
         &self,
         tenant: TenantSlot,
         message: String,
-        burst: &mut [Box<Mbuf>],
+        burst: &mut [PacketBuf],
         members: &[u32],
     ) -> u64 {
         if let Some(q) = self.shared.quarantined.get(tenant.0 as usize) {
@@ -288,7 +288,7 @@ fn run_chunk<N: NetworkFunction>(
     nf: &N,
     state: &mut N::State,
     id: buffet_sdk::TenantId,
-    burst: &mut [Box<Mbuf>],
+    burst: &mut [PacketBuf],
     chunk: &[u32],
     tally: &mut GroupTally,
 ) -> bool {
@@ -300,7 +300,7 @@ fn run_chunk<N: NetworkFunction>(
     let panicked = {
         let mut pkts: ArrayVec<Packet<'_>, GROUP_CHUNK> = ArrayVec::new();
         // Disjoint `&mut` to the members: walk the burst once, splitting at each index.
-        let mut rest: &mut [Box<Mbuf>] = burst;
+        let mut rest: &mut [PacketBuf] = burst;
         let mut base = 0usize;
         for &i in chunk {
             let i = i as usize;
@@ -317,7 +317,12 @@ fn run_chunk<N: NetworkFunction>(
                 tenant: id,
             };
             let len = m.len();
-            match Packet::parse_with_capacity(m.buffer_mut(), len, meta) {
+            // The dispatcher's parse travels with the packet; parse here only without one.
+            let parsed_pkt = match m.layout {
+                Some(layout) => Packet::from_layout(m.buffer_mut(), len, meta, layout),
+                None => Packet::parse_with_capacity(m.buffer_mut(), len, meta),
+            };
+            match parsed_pkt {
                 Ok(pkt) => {
                     parsed.push(Some(pkts.len()));
                     pkts.push(pkt);
@@ -355,6 +360,7 @@ fn run_chunk<N: NetworkFunction>(
             v => {
                 tally.passed += 1;
                 m.set_len(lens[k]);
+                m.layout = None;
                 m.outcome = Outcome::Nf(v);
             }
         }
@@ -365,7 +371,7 @@ fn run_chunk<N: NetworkFunction>(
     go_on
 }
 
-fn group_bytes(burst: &[Box<Mbuf>], members: &[u32]) -> u64 {
+fn group_bytes(burst: &[PacketBuf], members: &[u32]) -> u64 {
     members
         .iter()
         .map(|&i| burst[i as usize].len() as u64)
@@ -448,7 +454,7 @@ impl<S: Send + 'static> EntryCache<S> {
 /// Counting sort over indices: the per-slot arrays are sized to the Tenant Table once;
 /// `epoch` marks which slots this burst touched, so nothing is cleared per burst.
 #[derive(Default)]
-struct Groups {
+struct PacketBuffers {
     epoch: u32,
     seen: Vec<u32>,
     count: Vec<u32>,
@@ -462,8 +468,8 @@ struct Groups {
     tags: Vec<u32>,
 }
 
-impl Groups {
-    fn build(&mut self, burst: &[Box<Mbuf>]) {
+impl PacketBuffers {
+    fn build(&mut self, burst: &[PacketBuf]) {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             self.seen.iter_mut().for_each(|s| *s = 0);
@@ -520,15 +526,15 @@ mod tests {
 
     #[test]
     fn groups_are_stable_and_complete() {
-        let burst: Vec<Box<Mbuf>> = [3u32, 1, 3, 2, 1, 3]
+        let burst: Vec<PacketBuf> = [3u32, 1, 3, 2, 1, 3]
             .iter()
             .map(|t| {
-                let mut m = Mbuf::boxed();
+                let mut m = PacketBuf::heap();
                 m.tenant = TenantSlot(*t);
                 m
             })
             .collect();
-        let mut g = Groups::default();
+        let mut g = PacketBuffers::default();
         for _ in 0..3 {
             g.build(&burst);
             let got: Vec<(u32, Vec<u32>)> = (0..g.active.len())

@@ -1,0 +1,419 @@
+//! The Port seam: where frames enter and leave Buffet.
+//!
+//! A [`Port`] moves bursts of [`PacketBuf`]s: [`rx_burst`](Port::rx_burst) appends what
+//! arrived (each stamped with its input port and arrival time), [`tx_burst`](Port::tx_burst)
+//! sends what the NFs let out. Ports that copy frames into heap memory (files, the
+//! generator, AF_PACKET) take empty frames from a [`HeapPool`] and give sent ones back to
+//! it; ports with their own memory (AF_XDP UMEM, DPDK) hand out [`PacketBuf`]s over that
+//! memory and take their frames back through [`recycle`](Port::recycle). The data plane
+//! never copies a frame between receive and transmit.
+//!
+//! Here: [`SourcePort`] turns any [`PacketSource`] (a pcap file, the generator) into a
+//! port whose transmit side optionally writes a pcap; [`PcapTap`] wraps any port and
+//! writes what it receives and/or sends to a pcap, as smoltcp's `PcapWriter` wraps a
+//! device. Live ports (AF_PACKET, AF_XDP, DPDK) implement the same trait.
+//!
+//! Not here: threads, clocks (a port's timestamps are the source's), routing (the data
+//! plane decides which port a verdict names).
+
+use buffet_sdk::{PortId, TenantSlot};
+
+use crate::buf::{Outcome, PacketBuf};
+use crate::pcap::{PcapError, PcapWriter};
+use crate::{PacketSource, SourceError};
+
+/// Why a port failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PortError {
+    /// The source behind a [`SourcePort`] failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// Writing a pcap (a port's output or a tap) failed.
+    #[error(transparent)]
+    Pcap(#[from] PcapError),
+    /// An I/O error on a live port, with the call that failed.
+    #[error("{call}: {source}")]
+    Io {
+        /// The system call or operation.
+        call: &'static str,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+}
+
+/// What [`Port::rx_burst`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rx {
+    /// This many packets were appended.
+    Packets(usize),
+    /// Nothing right now; try again later (live ports).
+    Idle,
+    /// The port has no more packets and never will (end of file, generator done).
+    End,
+}
+
+/// Counters every port keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames received.
+    pub rx: u64,
+    /// Frames sent.
+    pub tx: u64,
+    /// Received frames dropped by the port itself (larger than a frame, no buffer free).
+    pub rx_dropped: u64,
+    /// Frames the port could not send.
+    pub tx_dropped: u64,
+}
+
+/// Empty heap frames for ports that copy into heap memory. The data plane owns one and
+/// lends it to its ports; frames come back to it when a packet is done.
+#[derive(Debug, Default)]
+pub struct HeapPool {
+    free: Vec<PacketBuf>,
+}
+
+impl HeapPool {
+    /// A pool of `n` heap frames (allocated now, never per packet).
+    pub fn new(n: usize) -> HeapPool {
+        HeapPool {
+            free: (0..n).map(|_| PacketBuf::heap()).collect(),
+        }
+    }
+
+    /// Adds `n` more frames.
+    pub fn grow(&mut self, n: usize) {
+        self.free.extend((0..n).map(|_| PacketBuf::heap()));
+    }
+
+    /// An empty frame, or `None` when all are in flight.
+    pub fn take(&mut self) -> Option<PacketBuf> {
+        self.free.pop()
+    }
+
+    /// Returns a heap frame to the pool (its metadata is reset when it is filled again).
+    pub fn give(&mut self, buf: PacketBuf) {
+        debug_assert!(buf.owner().is_none(), "port frames go back to their port");
+        self.free.push(buf);
+    }
+
+    /// Frames free now.
+    pub fn available(&self) -> usize {
+        self.free.len()
+    }
+}
+
+/// A place frames enter and leave. See the module docs.
+pub trait Port: Send {
+    /// A name for tables and errors (`pcap:in.pcap`, `af_packet:eth0`).
+    fn name(&self) -> String;
+
+    /// Receives up to `max` frames into `out` (appended, each with `in_port` and `ts_ns`
+    /// set), taking heap frames from `pool` if the port copies. Never blocks.
+    fn rx_burst(
+        &mut self,
+        pool: &mut HeapPool,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> Result<Rx, PortError>;
+
+    /// Sends every frame of `pkts` (draining it). Heap frames that are done go to `pool`;
+    /// port frames this port keeps until the device is done with them. A frame that
+    /// cannot be sent is counted in [`PortStats::tx_dropped`] and still given back.
+    fn tx_burst(&mut self, pkts: &mut Vec<PacketBuf>, pool: &mut HeapPool)
+        -> Result<(), PortError>;
+
+    /// Takes back a frame of this port's own memory that was dropped instead of sent.
+    /// Ports that only lend heap frames never see this.
+    fn recycle(&mut self, buf: PacketBuf) {
+        drop(buf);
+    }
+
+    /// True for a port fed by a live link: when the workers fall behind, its frames are
+    /// dropped and counted. False for files and the generator, which are replayed
+    /// losslessly (the data plane waits for room instead).
+    fn is_live(&self) -> bool;
+
+    /// Frames still to come, when the port knows (for progress bars).
+    fn size_hint(&self) -> Option<u64> {
+        None
+    }
+
+    /// The port's counters.
+    fn stats(&self) -> PortStats;
+
+    /// Flushes whatever the port buffers (a pcap writer) at the end of a run.
+    fn flush(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
+}
+
+/// Any [`PacketSource`] as a port: receive reads the source, transmit writes a pcap (or
+/// counts and discards when no output was given). Offline: replayed losslessly.
+pub struct SourcePort<S> {
+    id: PortId,
+    name: String,
+    source: S,
+    output: Option<PcapWriter>,
+    stats: PortStats,
+    ended: bool,
+}
+
+impl<S: PacketSource + Send> SourcePort<S> {
+    /// A port numbered `id` reading `source`.
+    pub fn new(id: PortId, name: impl Into<String>, source: S) -> Self {
+        SourcePort {
+            id,
+            name: name.into(),
+            source,
+            output: None,
+            stats: PortStats::default(),
+            ended: false,
+        }
+    }
+
+    /// Writes every frame sent on this port to `writer`.
+    pub fn with_output(mut self, writer: PcapWriter) -> Self {
+        self.output = Some(writer);
+        self
+    }
+
+    /// The source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+}
+
+impl<S: PacketSource + Send> Port for SourcePort<S> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn rx_burst(
+        &mut self,
+        pool: &mut HeapPool,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> Result<Rx, PortError> {
+        if self.ended {
+            return Ok(Rx::End);
+        }
+        let mut n = 0;
+        while n < max {
+            let Some(mut buf) = pool.take() else { break };
+            match self.source.next_packet() {
+                Ok(Some(pkt)) => {
+                    self.stats.rx += 1;
+                    if !buf.fill(pkt.data) {
+                        self.stats.rx_dropped += 1;
+                        pool.give(buf);
+                        continue;
+                    }
+                    buf.ts_ns = pkt.ts_ns;
+                    buf.in_port = self.id;
+                    buf.tenant = TenantSlot(0);
+                    buf.outcome = Outcome::Pending;
+                    out.push(buf);
+                    n += 1;
+                }
+                Ok(None) => {
+                    pool.give(buf);
+                    self.ended = true;
+                    break;
+                }
+                Err(e) => {
+                    pool.give(buf);
+                    self.ended = true;
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(match (n, self.ended) {
+            (0, true) => Rx::End,
+            (0, false) => Rx::Idle,
+            (n, _) => Rx::Packets(n),
+        })
+    }
+
+    fn tx_burst(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        pool: &mut HeapPool,
+    ) -> Result<(), PortError> {
+        let mut result = Ok(());
+        for buf in pkts.drain(..) {
+            match &mut self.output {
+                Some(w) if result.is_ok() => match w.write(buf.ts_ns, buf.data()) {
+                    Ok(()) => self.stats.tx += 1,
+                    Err(e) => {
+                        self.stats.tx_dropped += 1;
+                        result = Err(e.into());
+                    }
+                },
+                Some(_) => self.stats.tx_dropped += 1,
+                None => self.stats.tx += 1,
+            }
+            pool.give(buf);
+        }
+        result
+    }
+
+    fn is_live(&self) -> bool {
+        false
+    }
+
+    fn size_hint(&self) -> Option<u64> {
+        self.source.size_hint()
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+
+    fn flush(&mut self) -> Result<(), PortError> {
+        match &mut self.output {
+            Some(w) => w.flush().map_err(Into::into),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Which direction a [`PcapTap`] records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TapDirection {
+    /// Frames the port received.
+    Rx,
+    /// Frames sent on the port.
+    Tx,
+    /// Both, in the order they passed.
+    Both,
+}
+
+/// Wraps any port and writes the frames it receives and/or sends to a pcap file, without
+/// changing what the port does.
+pub struct PcapTap<P> {
+    inner: P,
+    writer: PcapWriter,
+    direction: TapDirection,
+    error: Option<PcapError>,
+}
+
+impl<P: Port> PcapTap<P> {
+    /// Taps `inner` into `writer`.
+    pub fn new(inner: P, writer: PcapWriter, direction: TapDirection) -> Self {
+        PcapTap {
+            inner,
+            writer,
+            direction,
+            error: None,
+        }
+    }
+
+    /// The wrapped port.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+
+    fn record(&mut self, bufs: &[PacketBuf]) {
+        if self.error.is_some() {
+            return;
+        }
+        for b in bufs {
+            if let Err(e) = self.writer.write(b.ts_ns, b.data()) {
+                self.error = Some(e);
+                return;
+            }
+        }
+    }
+}
+
+impl<P: Port> Port for PcapTap<P> {
+    fn name(&self) -> String {
+        format!("{} (tap {})", self.inner.name(), self.writer.path().display())
+    }
+
+    fn rx_burst(
+        &mut self,
+        pool: &mut HeapPool,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> Result<Rx, PortError> {
+        let before = out.len();
+        let rx = self.inner.rx_burst(pool, out, max)?;
+        if self.direction != TapDirection::Tx {
+            self.record(&out[before..]);
+        }
+        Ok(rx)
+    }
+
+    fn tx_burst(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        pool: &mut HeapPool,
+    ) -> Result<(), PortError> {
+        if self.direction != TapDirection::Rx {
+            self.record(pkts);
+        }
+        self.inner.tx_burst(pkts, pool)
+    }
+
+    fn recycle(&mut self, buf: PacketBuf) {
+        self.inner.recycle(buf);
+    }
+
+    fn is_live(&self) -> bool {
+        self.inner.is_live()
+    }
+
+    fn size_hint(&self) -> Option<u64> {
+        self.inner.size_hint()
+    }
+
+    fn stats(&self) -> PortStats {
+        self.inner.stats()
+    }
+
+    fn flush(&mut self) -> Result<(), PortError> {
+        if let Some(e) = self.error.take() {
+            return Err(e.into());
+        }
+        self.writer.flush()?;
+        self.inner.flush()
+    }
+}
+
+impl Port for Box<dyn Port> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn rx_burst(
+        &mut self,
+        pool: &mut HeapPool,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> Result<Rx, PortError> {
+        (**self).rx_burst(pool, out, max)
+    }
+    fn tx_burst(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        pool: &mut HeapPool,
+    ) -> Result<(), PortError> {
+        (**self).tx_burst(pkts, pool)
+    }
+    fn recycle(&mut self, buf: PacketBuf) {
+        (**self).recycle(buf)
+    }
+    fn is_live(&self) -> bool {
+        (**self).is_live()
+    }
+    fn size_hint(&self) -> Option<u64> {
+        (**self).size_hint()
+    }
+    fn stats(&self) -> PortStats {
+        (**self).stats()
+    }
+    fn flush(&mut self) -> Result<(), PortError> {
+        (**self).flush()
+    }
+}

@@ -1,0 +1,66 @@
+//! The one place buffet-io touches raw memory: frames that live in a port's own memory
+//! (AF_XDP UMEM, DPDK mbufs) viewed as byte slices.
+
+use std::ptr::NonNull;
+
+use crate::buf::{FrameOwner, PacketBuf};
+
+/// A frame in a port's memory, exclusively lent to one [`PacketBuf`].
+pub(crate) struct PortFrame {
+    ptr: NonNull<u8>,
+    capacity: usize,
+    owner: FrameOwner,
+}
+
+// SAFETY: a `PortFrame` is the only handle to its bytes (the contract of `new`), so moving
+// it to another thread moves exclusive access, as moving a `Box<[u8]>` does.
+unsafe impl Send for PortFrame {}
+
+impl PortFrame {
+    /// # Safety
+    /// `ptr` points to `capacity` bytes valid for reads and writes, which nothing else
+    /// accesses until this frame is dropped or handed back to `owner.port`.
+    pub(crate) unsafe fn new(ptr: NonNull<u8>, capacity: usize, owner: FrameOwner) -> Self {
+        PortFrame {
+            ptr,
+            capacity,
+            owner,
+        }
+    }
+
+    pub(crate) fn owner(&self) -> FrameOwner {
+        self.owner
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `new`'s contract: `capacity` valid bytes, accessed through this frame only;
+        // the shared borrow of `self` keeps `bytes_mut` away meanwhile.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.capacity) }
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; the exclusive borrow of `self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity) }
+    }
+}
+
+impl PacketBuf {
+    /// Wraps a frame that lives in a port's own memory, without copying it; `len` bytes
+    /// of it are the frame (clamped to `capacity`).
+    ///
+    /// # Safety
+    /// `ptr` must point to `capacity` bytes that are valid for reads and writes and that
+    /// nothing else reads or writes (no other `PacketBuf`, no device, no kernel ring)
+    /// until this `PacketBuf` is dropped or handed back to `owner.port` — the port keeps
+    /// the memory mapped at least that long.
+    pub unsafe fn from_port_frame(
+        ptr: NonNull<u8>,
+        capacity: usize,
+        len: usize,
+        owner: FrameOwner,
+    ) -> PacketBuf {
+        // SAFETY: the caller's contract is exactly `PortFrame::new`'s.
+        let frame = unsafe { PortFrame::new(ptr, capacity, owner) };
+        PacketBuf::over_port_frame(frame, len)
+    }
+}
