@@ -2,7 +2,7 @@
 //! in native Rust — the NSX DPI (HTTP Host blacklist), `buffet_nfs::Dpi` vs
 //! `examples/ebpf/dpi.c` (the same verdicts and counters, tested in `tests/ebpf.rs`).
 //!
-//! One core, packets in memory, `buffet_worker::Engine` inline (as in `multitenancy` and
+//! One core, packets in memory, `buffet_worker::Worker` inline (as in `multitenancy` and
 //! `isolation`): bursts of 256 packets made of eight 32-packet tenant groups; with 8
 //! tenants every burst holds all of them, with 1,000 tenants consecutive bursts walk
 //! through all tenants round robin. Every packet is an HTTP request (the DPI's worst
@@ -36,11 +36,11 @@ use buffet::ebpf::{EbpfNf, EbpfPolicy, Engine as EbpfEngine, LoadOptions, MapIni
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
 use buffet::nfs::dpi::{Dpi, DpiPolicy};
 use buffet::sdk::{NetworkFunction, TenantId};
-use buffet::worker::{Engine, Mbuf};
+use buffet::worker::{PacketBuf, Worker};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 #[allow(clippy::vec_box)]
-type Burst = Vec<Box<Mbuf>>;
+type Burst = Vec<PacketBuf>;
 
 const GROUP: usize = 32;
 const GROUPS_PER_BURST: usize = 8;
@@ -87,7 +87,7 @@ fn bursts(n: u32) -> Vec<Burst> {
             for g in 0..GROUPS_PER_BURST {
                 let t = ((k * GROUPS_PER_BURST + g) as u32) % n;
                 for i in 0..GROUP {
-                    let mut m = Mbuf::boxed();
+                    let mut m = PacketBuf::heap();
                     assert!(m.fill(&frame(t, i)));
                     m.tenant = TenantSlot(t);
                     m.ts_ns = (k * BURST + g * GROUP + i) as u64;
@@ -99,7 +99,7 @@ fn bursts(n: u32) -> Vec<Burst> {
         .collect()
 }
 
-fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, n: u32) -> Engine<N> {
+fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, n: u32) -> Worker<N> {
     let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
     let table = Arc::new(TenantTable::new(storage, n));
     for t in 0..n {
@@ -109,10 +109,10 @@ fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, n: u32) -> Engine<N> {
             .admit(t, TenantId(t + 1), nf.register().bytes, state)
             .expect("admit");
     }
-    Engine::new(Arc::new(nf), table)
+    Worker::new(Arc::new(nf), table)
 }
 
-fn run<N: NetworkFunction>(e: &mut Engine<N>, bursts: &mut [Burst]) -> u64 {
+fn run<N: NetworkFunction>(e: &mut Worker<N>, bursts: &mut [Burst]) -> u64 {
     for b in bursts.iter_mut() {
         e.process(b);
     }

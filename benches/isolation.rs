@@ -1,6 +1,6 @@
 //! `isolation`: what each isolation level costs a worker core, per packet.
 //!
-//! One core, packets in memory, `buffet_worker::Engine` inline (as in `multitenancy`):
+//! One core, packets in memory, `buffet_worker::Worker` inline (as in `multitenancy`):
 //! bursts of 256 packets made of eight 32-packet tenant groups (the Packet Buffers a
 //! worker runs with one state load — and, under MPK, one domain switch — each). With 8
 //! tenants every burst holds all of them; with 1,000 tenants consecutive bursts walk
@@ -56,12 +56,12 @@ use buffet::memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
 use buffet::nfs::firewall::{Firewall, FirewallLimits, FirewallPolicy};
 use buffet::nfs::monitor::{Monitor, MonitorPolicy};
 use buffet::sdk::{NetworkFunction, TenantId};
-use buffet::worker::{Engine, Mbuf};
+use buffet::worker::{PacketBuf, Worker};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 /// One burst: boxed, as the Worker Pool moves packet buffers between threads by pointer.
 #[allow(clippy::vec_box)]
-type Burst = Vec<Box<Mbuf>>;
+type Burst = Vec<PacketBuf>;
 
 const GROUP: usize = 32;
 const GROUPS_PER_BURST: usize = 8;
@@ -112,7 +112,7 @@ fn bursts(n: u32) -> Vec<Burst> {
             for g in 0..GROUPS_PER_BURST {
                 let t = ((k * GROUPS_PER_BURST + g) as u32) % n;
                 for i in 0..GROUP {
-                    let mut m = Mbuf::boxed();
+                    let mut m = PacketBuf::heap();
                     assert!(m.fill(&frame(t, i as u32)));
                     m.tenant = TenantSlot(t);
                     m.ts_ns = (k * BURST + g * GROUP + i) as u64;
@@ -133,7 +133,7 @@ fn table<S: Send + 'static>(domain: Domain, n: u32) -> Arc<TenantTable<S>> {
 }
 
 /// An engine whose `n` tenants run `nf`, each admitted with `policy` initialised in place.
-fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, domain: Domain, n: u32) -> Engine<N> {
+fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, domain: Domain, n: u32) -> Worker<N> {
     let table = table::<N::State>(domain, n);
     for t in 0..n {
         table
@@ -146,10 +146,10 @@ fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, domain: Domain, n: u32)
             )
             .expect("admit");
     }
-    Engine::new(Arc::new(nf), table)
+    Worker::new(Arc::new(nf), table)
 }
 
-fn run<N: NetworkFunction>(e: &mut Engine<N>, bursts: &mut [Burst]) -> u64 {
+fn run<N: NetworkFunction>(e: &mut Worker<N>, bursts: &mut [Burst]) -> u64 {
     for b in bursts.iter_mut() {
         e.process(b);
     }

@@ -21,7 +21,7 @@ use buffet::io::PacketSource;
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
 use buffet::nfs::monitor::{Monitor, MonitorPolicy, SingleTenantMonitor};
 use buffet::sdk::{NetworkFunction, Packet, PacketMeta, TenantId};
-use buffet::worker::{Engine, Mbuf};
+use buffet::worker::{PacketBuf, Worker};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const PACKETS: usize = 32 * 1024;
@@ -50,12 +50,12 @@ fn traffic(tenants: u32) -> Vec<(u32, Vec<u8>)> {
 
 // Boxed like the Worker Pool's buffers, which travel between threads as one pointer.
 #[allow(clippy::vec_box)]
-fn mbufs(traffic: &[(u32, Vec<u8>)]) -> Vec<Box<Mbuf>> {
+fn mbufs(traffic: &[(u32, Vec<u8>)]) -> Vec<PacketBuf> {
     traffic
         .iter()
         .enumerate()
         .map(|(i, (t, data))| {
-            let mut m = Mbuf::boxed();
+            let mut m = PacketBuf::heap();
             assert!(m.fill(data));
             m.tenant = TenantSlot(*t);
             m.ts_ns = i as u64;
@@ -120,7 +120,7 @@ fn worker_path(c: &mut Criterion) {
                 .admit(i, TenantId(i + 1), monitor.register().bytes, state)
                 .expect("admit");
         }
-        let mut engine = Engine::new(Arc::new(monitor), table);
+        let mut engine = Worker::new(Arc::new(monitor), table);
         group.bench_function(BenchmarkId::new("buffet", n), |b| {
             b.iter(|| {
                 for burst in bufs.chunks_mut(BURST) {

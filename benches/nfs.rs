@@ -8,7 +8,7 @@
 //!   Tenant Table, no grouping) over the frames of the `n` tenants' traffic, one pass
 //!   per packet: parse, handle;
 //! * `buffet/n` — the same frames, each tagged with its tenant slot as the dispatcher
-//!   delivers them, through `Engine::process` in bursts of 256: grouped into per-tenant
+//!   delivers them, through `Worker::process` in bursts of 256: grouped into per-tenant
 //!   Packet Buffers, each tenant's own state (built by `init` from its own policy, in its
 //!   own region of the Tenant Table) loaded once per group.
 //!
@@ -63,7 +63,7 @@ use buffet::nfs::macswap::{MacSwap, MacSwapPolicy, SingleTenantMacSwap};
 use buffet::nfs::monitor::{Monitor, MonitorPolicy, SingleTenantMonitor};
 use buffet::nfs::policer::{Policer, PolicerPolicy, PolicerUnit, SingleTenantPolicer};
 use buffet::sdk::{FlowKey, NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
-use buffet::worker::{Engine, Mbuf, Outcome};
+use buffet::worker::{Outcome, PacketBuf, Worker};
 use criterion::measurement::WallTime;
 use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
@@ -334,11 +334,11 @@ impl fmt::Display for Mix {
 
 // Boxed like the Worker Pool's buffers, which travel between threads as one pointer.
 #[allow(clippy::vec_box)]
-fn mbufs(frames: &[(u32, Vec<u8>)]) -> Vec<Box<Mbuf>> {
+fn mbufs(frames: &[(u32, Vec<u8>)]) -> Vec<PacketBuf> {
     frames
         .iter()
         .map(|(t, data)| {
-            let mut m = Mbuf::boxed();
+            let mut m = PacketBuf::heap();
             assert!(m.fill(data), "frame fits an mbuf");
             m.tenant = TenantSlot(*t);
             m
@@ -347,14 +347,14 @@ fn mbufs(frames: &[(u32, Vec<u8>)]) -> Vec<Box<Mbuf>> {
 }
 
 /// Copies the original frames back (for NFs that rewrite them in place).
-fn refill(bufs: &mut [Box<Mbuf>], frames: &[(u32, Vec<u8>)]) {
+fn refill(bufs: &mut [PacketBuf], frames: &[(u32, Vec<u8>)]) {
     for (m, (_, data)) in bufs.iter_mut().zip(frames) {
         m.fill(data);
     }
 }
 
 /// Gives the next `bufs.len()` packet times to the frames.
-fn stamp(bufs: &mut [Box<Mbuf>], clock: &mut u64) {
+fn stamp(bufs: &mut [PacketBuf], clock: &mut u64) {
     for m in bufs.iter_mut() {
         m.ts_ns = *clock;
         *clock += GAP_NS;
@@ -364,7 +364,7 @@ fn stamp(bufs: &mut [Box<Mbuf>], clock: &mut u64) {
 /// The baseline's per-packet work: parse with the mbuf's room to grow, handle, keep the
 /// new length of passing frames (as the worker does).
 #[inline]
-fn run_single<B: Baseline>(nf: &mut B, bufs: &mut [Box<Mbuf>]) -> Mix {
+fn run_single<B: Baseline>(nf: &mut B, bufs: &mut [PacketBuf]) -> Mix {
     let mut mix = Mix::default();
     for m in bufs.iter_mut() {
         let meta = PacketMeta {
@@ -388,7 +388,7 @@ fn run_single<B: Baseline>(nf: &mut B, bufs: &mut [Box<Mbuf>]) -> Mix {
     mix
 }
 
-fn outcomes(bufs: &[Box<Mbuf>]) -> Mix {
+fn outcomes(bufs: &[PacketBuf]) -> Mix {
     let mut mix = Mix::default();
     for m in bufs {
         match m.outcome {
@@ -437,7 +437,7 @@ struct Case<'a, N: NetworkFunction, B> {
     baseline: B,
 }
 
-fn no_prep(_: &mut [Box<Mbuf>]) {}
+fn no_prep(_: &mut [PacketBuf]) {}
 
 fn compare<N: NetworkFunction, B: Baseline>(
     g: &mut BenchmarkGroup<'_, WallTime>,
@@ -453,8 +453,8 @@ fn compare_with<N: NetworkFunction, B: Baseline>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
     case: Case<'_, N, B>,
-    mut prep_single: impl FnMut(&mut [Box<Mbuf>]),
-    mut prep_buffet: impl FnMut(&mut [Box<Mbuf>]),
+    mut prep_single: impl FnMut(&mut [PacketBuf]),
+    mut prep_buffet: impl FnMut(&mut [PacketBuf]),
 ) {
     let Case {
         frames,
@@ -493,7 +493,7 @@ fn compare_with<N: NetworkFunction, B: Baseline>(
     drop(baseline);
 
     let table = tenant_table(&nf, &policies);
-    let mut engine = Engine::new(Arc::new(nf), table);
+    let mut engine = Worker::new(Arc::new(nf), table);
     let mut clock = 0u64;
     g.bench_function(BenchmarkId::new("buffet", n), |b| {
         b.iter_custom(|iters| {
@@ -1007,7 +1007,7 @@ fn ipsec_traffic(n: u32, seed: u64, inbound: bool) -> Frames {
 /// Restores the inner frames and has the peer encrypt them: each becomes new ESP from
 /// its tenant's peer (`peers[0]` for all when `single`), with the next sequence numbers.
 fn encrypt(
-    bufs: &mut [Box<Mbuf>],
+    bufs: &mut [PacketBuf],
     frames: &[(u32, Vec<u8>)],
     peers: &mut [IpsecState],
     single: bool,
@@ -1042,7 +1042,7 @@ fn ipsec(c: &mut Criterion) {
             nf: ipsec_limits(),
             policies,
         };
-        let restore = |bufs: &mut [Box<Mbuf>]| refill(bufs, &frames);
+        let restore = |bufs: &mut [PacketBuf]| refill(bufs, &frames);
         compare_with(&mut g, "ipsec", case, restore, restore);
     }
     g.finish();

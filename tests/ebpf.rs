@@ -21,7 +21,7 @@ use buffet::ebpf::{check, EbpfNf, EbpfPolicy, EbpfState, Engine, LoadOptions, Ma
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
 use buffet::nfs::dpi::{Dpi, DpiPolicy, DpiState};
 use buffet::sdk::{DropCause, InitError, NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
-use buffet::worker::{AdmitError, Engine as Worker, Mbuf, Outcome, Pipeline, PipelineConfig};
+use buffet::worker::{AdmitError, Outcome, PacketBuf, Pipeline, PipelineConfig, Worker};
 use buffet::worker::{TenantSpec, WorkerEvent};
 use etherparse::PacketBuilder;
 
@@ -784,10 +784,10 @@ fn a_faulting_tenant_is_quarantined_and_the_others_lose_nothing() {
         let mut outcomes = vec![Vec::new(); 4];
         for burst_no in 0..10u32 {
             // 32 packets per burst, the four tenants interleaved.
-            let mut burst: Vec<Box<Mbuf>> = (0..32u32)
+            let mut burst: Vec<PacketBuf> = (0..32u32)
                 .map(|k| {
                     let slot = k % 4;
-                    let mut m = Mbuf::boxed();
+                    let mut m = PacketBuf::heap();
                     assert!(m.fill(&udp_frame(slot + 1, burst_no * 32 + k)));
                     m.tenant = TenantSlot(slot);
                     m

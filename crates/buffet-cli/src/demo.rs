@@ -8,7 +8,7 @@ use std::path::Path;
 
 use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
 use buffet_io::gen::{tenant_dst_prefix, GenConfig, Generator};
-use buffet_io::PacketSource;
+use buffet_io::{PacketSource, SourcePort};
 use buffet_sdk::TenantId;
 use buffet_worker::{Pipeline, PipelineConfig};
 use clap::Args;
@@ -66,7 +66,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
         mean_rate_pps: a.rate,
         ..GenConfig::default()
     };
-    let mut source = Generator::new(gen_cfg)?;
+    let source = Generator::new(gen_cfg)?;
 
     // Tenant i owns the generator's destination prefix i; the last tenant is policed
     // to show MAX_NB at work.
@@ -131,7 +131,11 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
         tenants.last().map_or(0, |t| t.max_nb)
     )?;
     let bar = run::progress(source.size_hint(), "demo");
-    let (n, took) = run::drive(&mut p, &mut source, &bar)?;
+    let (n, took) = run::drive(
+        &mut p,
+        Box::new(SourcePort::new(0, "generator", source)),
+        &bar,
+    )?;
     let report = p.finish();
     writeln!(out)?;
     run::print_tenants(&mut out, &report)?;

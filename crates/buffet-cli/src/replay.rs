@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
 use buffet_io::pcap::{PcapReader, PcapWriter};
-use buffet_io::PacketSource;
+use buffet_io::{PacketSource, SourcePort};
 use buffet_memory::{Domain, Mpk};
-use buffet_sdk::{NetworkFunction, PortId, Verdict};
-use buffet_worker::{PacketSink, Pipeline, PipelineConfig, Report};
+use buffet_sdk::NetworkFunction;
+use buffet_worker::{Pipeline, PipelineConfig, Report};
 use clap::Args;
 
 use crate::ebpf::EbpfEngine;
@@ -74,28 +74,6 @@ pub struct ReplayArgs {
     /// Do not pin workers to cores.
     #[arg(long)]
     pub no_pin: bool,
-}
-
-struct PcapSink {
-    writer: PcapWriter,
-    error: Option<String>,
-}
-
-impl PacketSink for PcapSink {
-    fn emit(&mut self, ts_ns: u64, _in_port: PortId, _verdict: Verdict, data: &[u8]) {
-        if self.error.is_none() {
-            if let Err(e) = self.writer.write(ts_ns, data) {
-                self.error = Some(e.to_string());
-            }
-        }
-    }
-
-    fn close(&mut self) -> Result<(), String> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
-        self.writer.flush().map_err(|e| e.to_string())
-    }
 }
 
 pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
@@ -217,18 +195,16 @@ fn replay_with<N: NetworkFunction>(
         domain,
         ..PipelineConfig::default()
     };
-    let mut source = PcapReader::open(&a.input)?;
+    let source = PcapReader::open(&a.input)?;
     let mut p = Pipeline::new(nf, cfg)?;
     run::admit_all(&mut p, tenants, &a.tenants)?;
-    if let Some(out) = &a.output {
-        let writer = PcapWriter::create(out)?;
-        p.set_sink(Box::new(PcapSink {
-            writer,
-            error: None,
-        }));
-    }
     let bar = run::progress(source.size_hint(), "replay");
-    let (n, took) = run::drive(&mut p, &mut source, &bar)?;
+    // The pcap is port 0: Pass, Tx and Forward(0) go to --output.
+    let mut port = SourcePort::new(0, format!("pcap:{}", a.input.display()), source);
+    if let Some(out) = &a.output {
+        port = port.with_output(PcapWriter::create(out)?);
+    }
+    let (n, took) = run::drive(&mut p, Box::new(port), &bar)?;
     let faults = faults(p.nf());
     let report = p.finish();
     if let Some(e) = &report.sink_error {

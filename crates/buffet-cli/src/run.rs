@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use buffet_io::PacketSource;
+use buffet_io::Port;
 use buffet_sdk::NetworkFunction;
 use buffet_worker::{Pipeline, Report, TenantSpec, WorkerEvent};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -66,22 +66,16 @@ pub fn progress(len: Option<u64>, what: &str) -> ProgressBar {
     bar
 }
 
-/// Pushes every packet of `src` through `p`; returns how many and how long it took.
+/// Adds `port` as port 0 and runs the pipeline until the port ends; returns how many
+/// frames it delivered and how long it took.
 pub fn drive<N: NetworkFunction>(
     p: &mut Pipeline<N>,
-    src: &mut dyn PacketSource,
+    port: Box<dyn Port>,
     bar: &ProgressBar,
 ) -> anyhow::Result<(u64, Duration)> {
     let start = Instant::now();
-    let mut n = 0u64;
-    while let Some(pkt) = src.next_packet()? {
-        p.push(pkt.ts_ns, 0, pkt.data);
-        n += 1;
-        if n % 8192 == 0 {
-            bar.set_position(n);
-        }
-    }
-    p.flush();
+    p.add_port(port);
+    let n = p.run(|n| bar.set_position(n))?;
     bar.set_position(n);
     bar.finish_and_clear();
     Ok((n, start.elapsed()))

@@ -11,7 +11,9 @@ use buffet_cnf::{CNf, CState, FaultKind};
 use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig, TenantSlot};
 use buffet_memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
 use buffet_sdk::{NetworkFunction, TenantId, Verdict};
-use buffet_worker::{Engine, Mbuf, Outcome, Pipeline, PipelineConfig, TenantSpec, WorkerEvent};
+use buffet_worker::{
+    Outcome, PacketBuf, Pipeline, PipelineConfig, TenantSpec, Worker, WorkerEvent,
+};
 use common::{example_nf, frame, mpk_or_skip};
 use serde_json::json;
 
@@ -21,7 +23,7 @@ const FRAME_PAYLOAD: usize = 30;
 struct Rig {
     nf: Arc<CNf>,
     table: Arc<TenantTable<CState>>,
-    engine: Engine<CNf>,
+    engine: Worker<CNf>,
 }
 
 impl Rig {
@@ -48,7 +50,7 @@ impl Rig {
                 )
                 .unwrap();
         }
-        let engine = Engine::new(nf.clone(), table.clone());
+        let engine = Worker::new(nf.clone(), table.clone());
         Rig { nf, table, engine }
     }
 
@@ -58,10 +60,10 @@ impl Rig {
     fn run(&mut self, bursts: usize) -> Vec<Vec<Outcome>> {
         let mut out = vec![Vec::new(); 4];
         for _ in 0..bursts {
-            let mut burst: Vec<Box<Mbuf>> = Vec::new();
+            let mut burst: Vec<PacketBuf> = Vec::new();
             for slot in [2u32, 0, 1, 3] {
                 for _ in 0..8 {
-                    let mut m = Mbuf::boxed();
+                    let mut m = PacketBuf::heap();
                     assert!(m.fill(&frame(slot + 1, 53, FRAME_PAYLOAD)));
                     m.tenant = TenantSlot(slot);
                     burst.push(m);

@@ -207,6 +207,10 @@ mod tests {
             assert_eq!(b.capacity(), 128);
             b.data_mut().copy_from_slice(b"abcd");
         }
-        assert_eq!(&memory[..4], b"abcd", "written where the port keeps the frame");
+        assert_eq!(
+            &memory[..4],
+            b"abcd",
+            "written where the port keeps the frame"
+        );
     }
 }

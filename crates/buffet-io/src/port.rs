@@ -329,7 +329,11 @@ impl<P: Port> PcapTap<P> {
 
 impl<P: Port> Port for PcapTap<P> {
     fn name(&self) -> String {
-        format!("{} (tap {})", self.inner.name(), self.writer.path().display())
+        format!(
+            "{} (tap {})",
+            self.inner.name(),
+            self.writer.path().display()
+        )
     }
 
     fn rx_burst(

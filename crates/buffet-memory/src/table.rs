@@ -546,8 +546,12 @@ impl<S: Send + 'static> TenantTable<S> {
 
     /// Every admitted tenant with its slot, by slot.
     pub fn ids(&self) -> Vec<(u32, TenantId)> {
-        let mut ids: Vec<(u32, TenantId)> =
-            self.by_id().ids.iter().map(|(&id, &slot)| (slot, id)).collect();
+        let mut ids: Vec<(u32, TenantId)> = self
+            .by_id()
+            .ids
+            .iter()
+            .map(|(&id, &slot)| (slot, id))
+            .collect();
         ids.sort_unstable();
         ids
     }
