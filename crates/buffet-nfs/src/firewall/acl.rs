@@ -3,8 +3,8 @@
 //! elsewhere.
 
 use buffet_sdk::policy::{IpPrefix, PortRange};
+use buffet_sdk::tss::{MaskedKey, TupleSpace};
 use buffet_sdk::{FlowKey, InitError};
-use rustc_hash::FxHashMap;
 
 use super::policy::Action;
 
@@ -99,69 +99,32 @@ impl AclKey {
     }
 }
 
-/// The five prefix lengths that define one tuple of the tuple-space search.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct MaskTuple {
-    src: u8,
-    dst: u8,
-    proto: bool,
-    src_port: u8,
-    dst_port: u8,
-}
-
-/// One tuple: its masks and the hash of masked keys -> lowest rule index.
-#[derive(Debug)]
-struct TupleTable {
-    src: u128,
-    dst: u128,
-    src_port: u16,
-    dst_port: u16,
-    proto: u8,
-    /// The lowest rule index in `map` (the tuple cannot yield a better match).
-    best: u32,
-    map: FxHashMap<AclKey, u32>,
-}
-
-impl TupleTable {
-    fn new(t: MaskTuple) -> Self {
-        TupleTable {
-            src: mask128(t.src),
-            dst: mask128(t.dst),
-            src_port: mask16(t.src_port),
-            dst_port: mask16(t.dst_port),
-            proto: if t.proto { u8::MAX } else { 0 },
-            best: u32::MAX,
-            map: FxHashMap::default(),
-        }
-    }
-
+impl MaskedKey for AclKey {
     #[inline]
-    fn mask(&self, k: &AclKey) -> AclKey {
+    fn masked(&self, m: &Self) -> Self {
         AclKey {
-            src: k.src & self.src,
-            dst: k.dst & self.dst,
-            src_port: k.src_port & self.src_port,
-            dst_port: k.dst_port & self.dst_port,
-            proto: k.proto & self.proto,
+            src: self.src & m.src,
+            dst: self.dst & m.dst,
+            src_port: self.src_port & m.src_port,
+            dst_port: self.dst_port & m.dst_port,
+            proto: self.proto & m.proto,
         }
     }
 }
 
-/// A compiled ACL: the rules in order plus their tuple-space search tables.
+/// A compiled ACL: the rules in order plus their tuple-space search
+/// ([`TupleSpace`], entries are rule indices: the lowest, the first in ACL order, wins).
 #[derive(Debug, Default)]
 pub struct Acl {
     rules: Vec<Rule>,
-    tuples: Vec<TupleTable>,
-    entries: usize,
+    tss: TupleSpace<AclKey, u32>,
 }
 
 impl Acl {
     /// Compiles `rules` (in ACL order). Fails when they expand to more than
     /// `max_entries` hash entries.
     pub fn compile(rules: Vec<Rule>, max_entries: usize) -> Result<Acl, InitError> {
-        let mut index: FxHashMap<MaskTuple, usize> = FxHashMap::default();
-        let mut tuples: Vec<TupleTable> = Vec::new();
-        let mut entries = 0usize;
+        let mut tss = TupleSpace::new();
         for (i, r) in rules.iter().enumerate() {
             let (src_len, src_bits) = mapped(r.src);
             let (dst_len, dst_bits) = mapped(r.dst);
@@ -169,19 +132,14 @@ impl Acl {
             let dports = port_prefixes(r.dst_ports);
             for &(sp, sl) in &sports {
                 for &(dp, dl) in &dports {
-                    let t = MaskTuple {
-                        src: src_len,
-                        dst: dst_len,
-                        proto: r.proto.is_some(),
-                        src_port: sl,
-                        dst_port: dl,
+                    let mask = AclKey {
+                        src: mask128(src_len),
+                        dst: mask128(dst_len),
+                        src_port: mask16(sl),
+                        dst_port: mask16(dl),
+                        proto: if r.proto.is_some() { u8::MAX } else { 0 },
                     };
-                    let slot = *index.entry(t).or_insert_with(|| {
-                        tuples.push(TupleTable::new(t));
-                        tuples.len() - 1
-                    });
-                    let table = &mut tuples[slot];
-                    let key = AclKey {
+                    let value = AclKey {
                         src: src_bits,
                         dst: dst_bits,
                         src_port: sp,
@@ -189,13 +147,12 @@ impl Acl {
                         proto: r.proto.unwrap_or(0),
                     };
                     // Keep the first rule for a key: later ones are shadowed by it.
-                    let e = table.map.entry(key).or_insert_with(|| {
-                        entries += 1;
-                        i as u32
-                    });
-                    table.best = table.best.min(*e);
+                    if tss.get(&mask, &value).is_none() {
+                        tss.insert(mask, value, i as u32);
+                    }
                 }
             }
+            let entries = tss.value_count();
             if entries > max_entries {
                 return Err(InitError::invalid(
                     format!("rules[{i}]"),
@@ -206,15 +163,8 @@ impl Acl {
                 ));
             }
         }
-        tuples.sort_by_key(|t| t.best);
-        for t in &mut tuples {
-            t.map.shrink_to_fit();
-        }
-        Ok(Acl {
-            rules,
-            tuples,
-            entries,
-        })
+        tss.shrink_to_fit();
+        Ok(Acl { rules, tss })
     }
 
     /// Index of the first rule (in ACL order) matching `key`, by tuple-space search.
@@ -225,16 +175,7 @@ impl Acl {
 
     #[inline]
     pub(super) fn classify_key(&self, key: &AclKey) -> Option<usize> {
-        let mut best = u32::MAX;
-        for t in &self.tuples {
-            if t.best >= best {
-                break;
-            }
-            if let Some(&r) = t.map.get(&t.mask(key)) {
-                best = best.min(r);
-            }
-        }
-        (best != u32::MAX).then_some(best as usize)
+        self.tss.lookup(key).map(|i| i as usize)
     }
 
     /// Index of the first rule matching `key`, by scanning every rule in order (the
@@ -250,11 +191,11 @@ impl Acl {
 
     /// Number of mask tuples (hash tables probed in the worst case).
     pub fn tuple_count(&self) -> usize {
-        self.tuples.len()
+        self.tss.tuple_count()
     }
 
     /// Number of hash entries over all tuples.
     pub fn entry_count(&self) -> usize {
-        self.entries
+        self.tss.value_count()
     }
 }

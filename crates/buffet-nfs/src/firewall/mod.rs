@@ -5,15 +5,16 @@
 //! in ACL order wins** (the lowest index); a packet no rule matches gets the tenant's
 //! `default` action. Denied packets are dropped with [`DropCause::Policy`].
 //!
-//! **Lookup is not a linear scan.** At `init` every rule is compiled into tuple-space
-//! search tables: port ranges are expanded into port prefixes, and each (src prefix,
-//! dst prefix, proto, src-port prefix, dst-port prefix) combination goes into the hash
-//! table of its *mask tuple* (the five prefix lengths). Fully specified rules (host
-//! addresses, a protocol and single ports) all land in one tuple, the exact-match hash.
-//! A lookup masks the packet's 5-tuple once per tuple and probes that tuple's hash; the
-//! tuples are sorted by the lowest rule index they hold, so the search stops as soon as
-//! the best match found so far comes before every rule of the remaining tuples. Each hash
-//! entry keeps the lowest rule index for its key, which preserves first-match semantics.
+//! **Lookup is not a linear scan.** At `init` every rule is compiled into a tuple-space
+//! search ([`buffet_sdk::tss::TupleSpace`], with rule indices as entries): port ranges
+//! are expanded into port prefixes, and each (src prefix, dst prefix, proto, src-port
+//! prefix, dst-port prefix) combination goes into the hash table of its *mask tuple* (the
+//! five prefix lengths). Fully specified rules (host addresses, a protocol and single
+//! ports) all land in one tuple, the exact-match hash. A lookup masks the packet's
+//! 5-tuple once per tuple and probes that tuple's hash; the tuples are sorted by the
+//! lowest rule index they hold, so the search stops as soon as the best match found so
+//! far comes before every rule of the remaining tuples. Each hash entry keeps the lowest
+//! rule index for its key, which preserves first-match semantics.
 //!
 //! **Connection tracking** (`allow_established = true`): every allowed packet records its
 //! flow in a fixed-capacity per-tenant table; a packet whose *reverse* flow is recorded
