@@ -11,10 +11,12 @@
 //! ports, DSCP, and presence bits for the VLAN tag and the ports). Each rule becomes one
 //! or more (mask, value) pairs over that key — a port range is expanded into aligned
 //! power-of-two blocks (range-to-prefix expansion), so `1-65534` costs 30 pairs per port
-//! field, and a rule with both port ranges costs their product. Pairs sharing a mask
-//! form a *tuple* holding an `FxHashMap` from masked key to the best rule with that
-//! value (tuple-space search). Tuples are kept sorted by the best rule they hold, so a
-//! search stops as soon as no remaining tuple can beat what it already found.
+//! field, and a rule with both port ranges costs their product. The pairs go into a
+//! [`TupleSpace`](buffet_sdk::tss::TupleSpace), the SDK's tuple-space search: pairs sharing
+//! a mask form a *tuple*, a hash map from masked key to the best rule with that value,
+//! where "best" is the lowest (priority, insertion sequence). Tuples are kept sorted by
+//! the best rule they hold, so a search stops as soon as no remaining tuple can beat what
+//! it already found.
 //!
 //! In front of the tuples sits an exact-match cache: a fixed, direct-mapped table
 //! keyed by the full packet key (hit: one hash, one compare). It is allocated once,
@@ -37,6 +39,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use buffet_sdk::policy::PolicyValueError;
+use buffet_sdk::tss::{MaskedKey, TupleSpace};
 use buffet_sdk::{L3Kind, Packet};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
@@ -269,7 +272,10 @@ impl Key {
         set128(&mut k, 5, u128::from_be_bytes(dst));
         Key(k)
     }
+}
 
+impl MaskedKey for Key {
+    #[inline]
     fn masked(&self, mask: &Key) -> Key {
         let mut out = [0u64; KEY_WORDS];
         for (o, (a, m)) in out.iter_mut().zip(self.0.iter().zip(&mask.0)) {
@@ -358,9 +364,10 @@ fn expand(m: &Match) -> Vec<(Key, Key)> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Tuples.
+// Tuple-space search entries.
 
-/// One rule's presence in a tuple bucket. Ordered by (priority, insertion sequence).
+/// One rule's presence under one (mask, value) pair. Ordered by (priority, insertion
+/// sequence): the lowest is the best; sequences are unique, so the tenant never decides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Entry {
     priority: u32,
@@ -369,35 +376,12 @@ struct Entry {
 }
 
 impl Entry {
-    fn rank(&self) -> (u32, u64) {
-        (self.priority, self.seq)
-    }
-}
-
-/// The rules sharing one masked value in one tuple: the best first (the only one a
-/// lookup reads), the rest kept for when it is removed.
-#[derive(Clone, Debug)]
-struct Bucket {
-    best: Entry,
-    rest: Vec<Entry>,
-}
-
-#[derive(Clone, Debug)]
-struct Tuple {
-    mask: Key,
-    map: FxHashMap<Key, Bucket>,
-    /// The best (priority, seq) of all entries.
-    best: (u32, u64),
-}
-
-impl Tuple {
-    fn recompute_best(&mut self) {
-        self.best = self
-            .map
-            .values()
-            .map(|b| b.best.rank())
-            .min()
-            .unwrap_or((u32::MAX, u64::MAX));
+    fn of(seq: u64, rule: &Rule) -> Entry {
+        Entry {
+            priority: rule.priority,
+            seq,
+            tenant: rule.tenant,
+        }
     }
 }
 
@@ -416,9 +400,7 @@ pub const DEFAULT_CACHE_ENTRIES: usize = 4096;
 pub struct Classifier {
     rules: FxHashMap<u64, Rule>,
     next_seq: u64,
-    /// Sorted by `best`, ascending.
-    tuples: Vec<Tuple>,
-    by_mask: FxHashMap<Key, usize>,
+    tss: TupleSpace<Key, Entry>,
     cache: Vec<CacheEntry>,
     generation: u64,
 }
@@ -428,7 +410,7 @@ impl fmt::Debug for Classifier {
         // The tables can be large: show their sizes, not their contents.
         f.debug_struct("Classifier")
             .field("rules", &self.rules.len())
-            .field("tuples", &self.tuples.len())
+            .field("tuples", &self.tss.tuple_count())
             .field("cache_entries", &self.cache.len())
             .field("generation", &self.generation)
             .finish()
@@ -458,8 +440,7 @@ impl Classifier {
         Classifier {
             rules: FxHashMap::default(),
             next_seq: 0,
-            tuples: Vec::new(),
-            by_mask: FxHashMap::default(),
+            tss: TupleSpace::new(),
             cache: vec![CacheEntry::default(); n],
             generation: 1,
         }
@@ -471,42 +452,12 @@ impl Classifier {
         rule.fields.validate()?;
         let seq = self.next_seq;
         self.next_seq += 1;
-        let entry = Entry {
-            priority: rule.priority,
-            seq,
-            tenant: rule.tenant,
-        };
+        let entry = Entry::of(seq, &rule);
         for (mask, val) in expand(&rule.fields) {
-            let ti = match self.by_mask.get(&mask) {
-                Some(&i) => i,
-                None => {
-                    self.tuples.push(Tuple {
-                        mask,
-                        map: FxHashMap::default(),
-                        best: (u32::MAX, u64::MAX),
-                    });
-                    self.by_mask.insert(mask, self.tuples.len() - 1);
-                    self.tuples.len() - 1
-                }
-            };
-            let t = &mut self.tuples[ti];
-            match t.map.get_mut(&val) {
-                None => {
-                    t.map.insert(
-                        val,
-                        Bucket {
-                            best: entry,
-                            rest: Vec::new(),
-                        },
-                    );
-                }
-                Some(b) if entry < b.best => b.rest.push(std::mem::replace(&mut b.best, entry)),
-                Some(b) => b.rest.push(entry),
-            }
-            t.best = t.best.min(entry.rank());
+            self.tss.insert(mask, val, entry);
         }
         self.rules.insert(seq, rule);
-        self.reorder();
+        self.generation += 1;
         Ok(RuleHandle(seq))
     }
 
@@ -514,7 +465,7 @@ impl Classifier {
     pub fn remove(&mut self, h: RuleHandle) -> Option<Rule> {
         let rule = self.rules.remove(&h.0)?;
         self.unlink(h.0, &rule);
-        self.reorder();
+        self.generation += 1;
         Some(rule)
     }
 
@@ -533,44 +484,18 @@ impl Classifier {
             }
         }
         if !seqs.is_empty() {
-            self.reorder();
+            self.generation += 1;
         }
         seqs.len()
     }
 
-    /// Takes a rule's entries out of its tuples (bests are recomputed by `reorder`).
+    /// Takes a rule's entries out of the tuple space (the cache is the caller's to
+    /// invalidate).
     fn unlink(&mut self, seq: u64, rule: &Rule) {
+        let entry = Entry::of(seq, rule);
         for (mask, val) in expand(&rule.fields) {
-            let Some(&ti) = self.by_mask.get(&mask) else {
-                continue;
-            };
-            let map = &mut self.tuples[ti].map;
-            let Some(b) = map.get_mut(&val) else { continue };
-            if b.best.seq == seq {
-                match b.rest.iter().enumerate().min_by_key(|(_, e)| **e) {
-                    Some((i, _)) => b.best = b.rest.swap_remove(i),
-                    None => {
-                        map.remove(&val);
-                    }
-                }
-            } else {
-                b.rest.retain(|e| e.seq != seq);
-            }
+            self.tss.remove(&mask, &val, &entry);
         }
-    }
-
-    /// Drops empty tuples, recomputes bests, sorts, reindexes, invalidates the cache.
-    fn reorder(&mut self) {
-        self.tuples.retain(|t| !t.map.is_empty());
-        for t in &mut self.tuples {
-            t.recompute_best();
-        }
-        self.tuples.sort_by_key(|t| t.best);
-        self.by_mask.clear();
-        for (i, t) in self.tuples.iter().enumerate() {
-            self.by_mask.insert(t.mask, i);
-        }
-        self.generation += 1;
     }
 
     /// Number of rules.
@@ -585,7 +510,7 @@ impl Classifier {
 
     /// Number of distinct masks (tuples) a full search may probe.
     pub fn tuple_count(&self) -> usize {
-        self.tuples.len()
+        self.tss.tuple_count()
     }
 
     /// The rules of `tenant`, in insertion order.
@@ -625,19 +550,9 @@ impl Classifier {
         self.search(&Key::of(pkt))
     }
 
+    #[inline]
     fn search(&self, key: &Key) -> Option<TenantSlot> {
-        let mut found: Option<Entry> = None;
-        for t in &self.tuples {
-            if found.is_some_and(|f| t.best >= f.rank()) {
-                break;
-            }
-            if let Some(b) = t.map.get(&key.masked(&t.mask)) {
-                if found.is_none_or(|f| b.best < f) {
-                    found = Some(b.best);
-                }
-            }
-        }
-        found.map(|e| e.tenant)
+        self.tss.lookup(key).map(|e| e.tenant)
     }
 }
 

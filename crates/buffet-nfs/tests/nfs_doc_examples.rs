@@ -82,7 +82,7 @@ fn check_sections<N: NetworkFunction>(nf: N, source: &str) {
 #[test]
 fn documented_policies_are_accepted() {
     check_sections(Monitor::default(), include_str!("../src/monitor.rs"));
-    check_sections(Firewall::default(), include_str!("../src/firewall.rs"));
+    check_sections(Firewall::default(), include_str!("../src/firewall/mod.rs"));
     check_sections(Ids::default(), include_str!("../src/ids.rs"));
     check_sections(Dpi::default(), include_str!("../src/dpi.rs"));
     check_sections(MacSwap, include_str!("../src/macswap.rs"));

@@ -13,6 +13,8 @@
 //!
 //! [`policy`] parses the values policies are written in (IP prefixes, port ranges, MAC
 //! addresses, IP protocols) with one error type, so every NF reads them the same way.
+//! [`tss`] is a tuple-space search (masked-key rules, best entry wins, allocation-free
+//! lookups) for NFs that classify packets against many rules.
 //!
 //! What this crate does not do: no threads, no I/O, no clock, no `unsafe`. Packet
 //! parsing goes through etherparse header slices; every accessor of [`Packet`] is
@@ -77,6 +79,7 @@
 mod nf;
 mod packet;
 pub mod policy;
+pub mod tss;
 
 pub use nf::{
     DropCause, InitError, MemorySpec, NetworkFunction, PortId, TenantId, TenantSlot, Verdict,
