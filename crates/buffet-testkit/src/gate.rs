@@ -6,7 +6,7 @@
 //!
 //! | need                                   | skip line                            | a failure when                          |
 //! |----------------------------------------|--------------------------------------|-----------------------------------------|
-//! | privilege: root, a capability, a tool  | `SKIP (privilege: <why>): <test>`    | `BUFFET_REQUIRE_PRIVILEGED=1` or `CI=true` |
+//! | privilege: root, a capability, a tool  | `SKIP (privilege): <test>: <why>`    | `BUFFET_REQUIRE_PRIVILEGED=1` or `CI=true` |
 //! | hardware: a CPU with `pku` (Intel MPK) | `SKIP (hardware: no pku): <test>`    | `BUFFET_REQUIRE_PKU=1`                  |
 //!
 //! The skip line goes straight to file descriptor 2, past libtest's output capture, so it
@@ -43,10 +43,15 @@ fn env_is_one(var: &str) -> bool {
     std::env::var(var).is_ok_and(|v| v == "1")
 }
 
-/// Writes `line` to fd 2 in one write, bypassing libtest's capture of `eprintln!`.
+/// Writes `line` to fd 2 as one line (inner line breaks become `; `) in one write,
+/// bypassing libtest's capture of `eprintln!`.
 fn say(line: &str) {
-    let mut buf = String::with_capacity(line.len() + 1);
-    buf.push_str(line);
+    let mut buf = line
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
     buf.push('\n');
     let _ = std::io::stderr().lock().write_all(buf.as_bytes());
 }
@@ -57,7 +62,7 @@ pub fn skip_privileged(test: &str, why: impl Display) -> bool {
     if privileged_required() {
         panic!("{test}: {REQUIRE_PRIVILEGED_ENV}=1 (or CI) but {why}");
     }
-    say(&format!("SKIP (privilege: {why}): {test}"));
+    say(&format!("SKIP (privilege): {test}: {why}"));
     false
 }
 
@@ -151,10 +156,16 @@ pub fn require_capabilities(test: &str, caps: &[Capability]) -> bool {
 pub fn require_tool(test: &str, what: &str, probe: &mut Command, hint: &str) -> bool {
     let why = match probe.output() {
         Ok(o) if o.status.success() => return true,
+        // The last line of a tool's complaint says what is missing (a traceback ends with
+        // the exception).
         Ok(o) => format!(
             "{} ({})",
             o.status,
-            String::from_utf8_lossy(&o.stderr).trim()
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .rfind(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
         ),
         Err(e) => e.to_string(),
     };
