@@ -64,6 +64,8 @@ use buffet::nfs::monitor::{Monitor, MonitorPolicy, SingleTenantMonitor};
 use buffet::nfs::policer::{Policer, PolicerPolicy, PolicerUnit, SingleTenantPolicer};
 use buffet::sdk::{FlowKey, NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
 use buffet::worker::{Outcome, PacketBuf, Worker};
+// xorshift64* seeded through splitmix64: one seed, one traffic trace.
+use buffet_testkit::Rng;
 use criterion::measurement::WallTime;
 use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
@@ -88,43 +90,6 @@ const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
 // ---------------------------------------------------------------------------------------
 // Deterministic generation
 // ---------------------------------------------------------------------------------------
-
-/// xorshift64* seeded through splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn byte(&mut self, n: u64) -> u8 {
-        self.below(n) as u8
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len() as u64) as usize]
-    }
-}
 
 /// Zipf(1) over `0..n`: rank `k` has weight `1 / (k + 1)`.
 struct Zipf {
@@ -183,8 +148,8 @@ fn flow(t: u32, i: u32) -> Flow {
     let mut r = Rng::new((u64::from(t) << 32) | u64::from(i));
     let tcp = r.below(10) < 8;
     Flow {
-        src: [192, 168, r.byte(4), 1 + r.byte(254)],
-        dst: [10, 0, r.byte(16), 1 + r.byte(254)],
+        src: [192, 168, r.below(4) as u8, 1 + r.below(254) as u8],
+        dst: [10, 0, r.below(16) as u8, 1 + r.below(254) as u8],
         tcp,
         sport: 1024 + r.below(64_512) as u16,
         dport: if tcp {
@@ -827,7 +792,7 @@ fn ids_policy(t: u32) -> (IdsPolicy, Vec<String>) {
     }
     let mut tokens = Vec::new();
     for k in 0..20u32 {
-        let token = format!("tk{t:04x}{k:02x}{:08x}", r.next() as u32);
+        let token = format!("tk{t:04x}{k:02x}{:08x}", r.next_u64() as u32);
         let line = match k % 5 {
             3 => format!(
                 "alert udp any any -> any 53 (msg:\"dns token {k}\"; content:\"{token}\"; sid:{};)",
@@ -896,7 +861,9 @@ fn ids(c: &mut Criterion) {
 }
 
 fn key_hex(r: &mut Rng) -> String {
-    (0..36).map(|_| format!("{:02x}", r.next() as u8)).collect()
+    (0..36)
+        .map(|_| format!("{:02x}", r.next_u64() as u8))
+        .collect()
 }
 
 /// Tenant `t`'s gateway address (outer source of its ESP).

@@ -1,8 +1,8 @@
 //! Builds the eBPF examples (`examples/ebpf/*.c`) with `clang -target bpf`, for the tests
 //! and the benchmark that run them. Also a test of its own: every example compiles.
 //!
-//! Without clang the eBPF tests skip with a message, unless `CI=true` or
-//! `BUFFET_REQUIRE_PRIVILEGED=1` is set: then a missing clang is a failure. The objects
+//! Without clang the eBPF tests are privilege skips (one `SKIP` line each), unless
+//! `CI=true` or `BUFFET_REQUIRE_PRIVILEGED=1` is set: then a missing clang is a failure. The objects
 //! go to cargo's per-target temporary directory; nothing built is committed.
 //!
 //! Other test files use it with `#[path = "build.rs"] mod build;`.
@@ -35,12 +35,6 @@ fn root() -> PathBuf {
 
 fn clang() -> String {
     std::env::var("CLANG").unwrap_or_else(|_| "clang".into())
-}
-
-/// True when a skipped eBPF test must fail instead (CI).
-pub fn required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("BUFFET_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
 }
 
 /// Compiles `examples/ebpf/<name>.c` into `dir`; the object's path.
@@ -89,14 +83,18 @@ pub fn objects() -> Result<&'static Path, String> {
     .map_err(Clone::clone)
 }
 
-/// The object of example `name`, or `None` after printing why the test is skipped
-/// (panics instead when [`required`]).
+/// The object of example `name`, or `None` after a privilege skip (one `SKIP` line; a
+/// failure under `CI=true` or `BUFFET_REQUIRE_PRIVILEGED=1`, see `buffet_testkit::gate`).
 pub fn object(test: &str, name: &str) -> Option<PathBuf> {
     match objects() {
         Ok(dir) => Some(dir.join(format!("{name}.o"))),
-        Err(e) if required() => panic!("{test}: the eBPF examples must build here (CI): {e}"),
         Err(e) => {
-            eprintln!("{test}: skipped: {e} (install clang to run the eBPF tests)");
+            buffet_testkit::skip_privileged(
+                test,
+                format_args!(
+                    "the eBPF examples do not build: {e} (install clang to run the eBPF tests)"
+                ),
+            );
             None
         }
     }

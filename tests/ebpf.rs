@@ -23,6 +23,7 @@ use buffet::nfs::dpi::{Dpi, DpiPolicy, DpiState};
 use buffet::sdk::{DropCause, InitError, NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
 use buffet::worker::{AdmitError, Outcome, PacketBuf, Pipeline, PipelineConfig, Worker};
 use buffet::worker::{TenantSpec, WorkerEvent};
+use buffet_testkit::Rng;
 use etherparse::PacketBuilder;
 
 fn opts(engine: Engine) -> LoadOptions {
@@ -112,27 +113,6 @@ fn a_loop_budget_below_the_proven_bound_is_a_rejection() {
 /// The two eBPF DPIs: with scanning helpers, and scanning every byte itself.
 const DPI_PROGRAMS: [&str; 2] = ["dpi", "dpi_scan"];
 
-/// Deterministic xorshift.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len())]
-    }
-}
-
 const DOMAINS: [&str; 10] = [
     "example.com",
     "ads.tracker.net",
@@ -147,15 +127,15 @@ const DOMAINS: [&str; 10] = [
 ];
 
 fn host(r: &mut Rng) -> String {
-    let mut h = match r.below(12) {
+    let mut h = match r.index(12) {
         0 => format!("www.{}", r.pick(&DOMAINS)),
         1 => format!("a.b.{}", r.pick(&DOMAINS)),
         2 => format!("bad{}", r.pick(&DOMAINS)),
         3 => "[2001:db8::1]".to_owned(),
         4 => "10.1.2.3".to_owned(),
-        5 => format!("{}.{}", "x".repeat(120 + r.below(140)), r.pick(&DOMAINS)),
-        6 => format!("d{}.test", r.below(300)),
-        _ => r.pick(&DOMAINS).to_owned(),
+        5 => format!("{}.{}", "x".repeat(120 + r.index(140)), r.pick(&DOMAINS)),
+        6 => format!("d{}.test", r.index(300)),
+        _ => r.pick(&DOMAINS).to_string(),
     };
     if r.chance(30) {
         h = h
@@ -173,7 +153,7 @@ fn host(r: &mut Rng) -> String {
         h.push('.');
     }
     if r.chance(15) {
-        h = format!("{h}:{}", r.below(65536));
+        h = format!("{h}:{}", r.index(65536));
     }
     if r.chance(8) {
         h = format!("user{}@{h}", if r.chance(50) { ":pw" } else { "" });
@@ -186,11 +166,11 @@ fn host(r: &mut Rng) -> String {
 
 fn http_payload(r: &mut Rng) -> Vec<u8> {
     let eol = if r.chance(85) { "\r\n" } else { "\n" };
-    let method = r.pick(&[
+    let method = *r.pick(&[
         "GET", "GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH", "CONNECT",
         "get", "GETX", "BREW",
     ]);
-    let mut s = match (method, r.below(6)) {
+    let mut s = match (method, r.index(6)) {
         ("CONNECT", _) => format!("CONNECT {} HTTP/1.1{eol}", host(r)),
         (m, 0) => format!("{m} http://{}/p?q=1 HTTP/1.1{eol}", host(r)),
         (m, 1) => format!(
@@ -201,11 +181,11 @@ fn http_payload(r: &mut Rng) -> Vec<u8> {
         (m, 2) => format!("{m} * HTTP/1.1{eol}"),
         (m, _) => format!("{m} /index.html?x=1 HTTP/1.1{eol}"),
     };
-    for _ in 0..r.below(4) {
+    for _ in 0..r.index(4) {
         let name = r.pick(&["User-Agent", "Accept", "X-Host", "Hostname"]);
         s.push_str(&format!("{name}: v{eol}"));
     }
-    for _ in 0..r.below(3) {
+    for _ in 0..r.index(3) {
         let name = r.pick(&["Host", "host", "HOST", "hOsT"]);
         let sep = r.pick(&[":", ": ", ":\t"]);
         let value = if r.chance(5) { String::new() } else { host(r) };
@@ -219,14 +199,14 @@ fn http_payload(r: &mut Rng) -> Vec<u8> {
     }
     let mut bytes = s.into_bytes();
     if r.chance(15) {
-        let cut = r.below(bytes.len() + 1);
+        let cut = r.index(bytes.len() + 1);
         bytes.truncate(cut);
     }
     bytes
 }
 
 fn payload(r: &mut Rng) -> Vec<u8> {
-    match r.below(20) {
+    match r.index(20) {
         0 => b"HTTP/1.1 200 OK\r\nHost: example.com\r\n\r\n".to_vec(),
         1 => vec![0x16, 0x03, 0x01, 0x02, 0x00, b'e', b'x'],
         2 => Vec::new(),
@@ -236,7 +216,7 @@ fn payload(r: &mut Rng) -> Vec<u8> {
 
 /// A frame to `tenant`'s server network: TCP (mostly), UDP, IPv4 or IPv6.
 fn frame(r: &mut Rng, tenant: u8) -> Vec<u8> {
-    let dport = *[80u16, 8080, 443, 3128].get(r.below(4)).unwrap();
+    let dport = *[80u16, 8080, 443, 3128].get(r.index(4)).unwrap();
     let body = payload(r);
     let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
     let mut v = Vec::new();
@@ -333,10 +313,10 @@ fn ebpf_dpi_gives_the_native_dpis_verdicts_and_counters() {
                     (n, e)
                 })
                 .collect();
-            let mut r = Rng(0x5eed_0000_0000_0001);
+            let mut r = Rng::new(0x5eed_0000_0000_0001);
             let mut seen: BTreeMap<String, u64> = BTreeMap::new();
             for k in 0..6000 {
-                let t = r.below(tenants.len());
+                let t = r.index(tenants.len());
                 let bytes = frame(&mut r, t as u8 + 1);
                 let (ns, es) = &mut states[t];
                 let meta = PacketMeta {

@@ -1,29 +1,17 @@
 //! End to end: `buffet replay --nf-lib nf.so --isolation mpk` with the example C NFs —
 //! exact per-tenant counts, and an attacking tenant quarantined while the others carry on.
-//! Needs a CPU with `pku`: skips with a message without one, unless
-//! `BUFFET_REQUIRE_PRIVILEGED=1` (CI), where that fails.
+//! Needs a CPU with `pku`: without one it is a hardware skip (`buffet_testkit::require_mpk`),
+//! a failure only under `BUFFET_REQUIRE_PKU=1`.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use buffet_testkit::require_mpk;
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
-
-fn mpk_available(test: &str) -> bool {
-    match buffet::memory::Mpk::get() {
-        Ok(_) => true,
-        Err(e) if std::env::var("BUFFET_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1") => {
-            panic!("{test}: BUFFET_REQUIRE_PRIVILEGED=1 but {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            false
-        }
-    }
-}
 
 /// Compiles examples/c-nf/<name>.c with the system C compiler into `dir`.
 fn build_nf(dir: &Path, name: &str) -> PathBuf {
@@ -98,7 +86,12 @@ fn tenant(stats: &serde_json::Value, id: u64) -> &serde_json::Value {
 
 #[test]
 fn replay_runs_a_c_nf_under_mpk_and_contains_an_attacker() {
-    if !mpk_available("replay_runs_a_c_nf_under_mpk_and_contains_an_attacker") {
+    if require_mpk(
+        "replay_runs_a_c_nf_under_mpk_and_contains_an_attacker",
+        buffet::memory::Mpk::get,
+    )
+    .is_none()
+    {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,8 @@
 //! Fault containment of C NFs under MPK: a tenant whose C code reads or writes another
 //! tenant's region faults, is quarantined, and nobody else notices — while the traffic of
-//! several tenants is in flight. Needs a CPU with `pku`: each test skips with a message
-//! without one, unless `BUFFET_REQUIRE_PRIVILEGED=1` (CI), where that fails.
+//! several tenants is in flight. Needs a CPU with `pku`: without one each test is a
+//! hardware skip (`buffet_testkit::require_mpk`), a failure only under
+//! `BUFFET_REQUIRE_PKU=1`; other MPK set-up errors fail under `BUFFET_REQUIRE_PRIVILEGED=1`.
 
 mod common;
 
@@ -11,10 +12,11 @@ use buffet_cnf::{CNf, CState, FaultKind};
 use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig, TenantSlot};
 use buffet_memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
 use buffet_sdk::{NetworkFunction, TenantId, Verdict};
+use buffet_testkit::require_mpk;
 use buffet_worker::{
     Outcome, PacketBuf, Pipeline, PipelineConfig, TenantSpec, Worker, WorkerEvent,
 };
-use common::{example_nf, frame, mpk_or_skip};
+use common::{example_nf, frame};
 use serde_json::json;
 
 const FRAME_PAYLOAD: usize = 30;
@@ -98,9 +100,10 @@ fn passed(outcomes: &[Outcome]) -> usize {
 
 #[test]
 fn an_attacker_is_quarantined_and_its_neighbours_regions_are_byte_identical() {
-    let Some(mpk) =
-        mpk_or_skip("an_attacker_is_quarantined_and_its_neighbours_regions_are_byte_identical")
-    else {
+    let Some(mpk) = require_mpk(
+        "an_attacker_is_quarantined_and_its_neighbours_regions_are_byte_identical",
+        Mpk::get,
+    ) else {
         return;
     };
     let control = {
@@ -172,7 +175,12 @@ fn an_attacker_is_quarantined_and_its_neighbours_regions_are_byte_identical() {
 /// The same attack without MPK succeeds — the comparison above would catch it.
 #[test]
 fn without_mpk_the_same_attack_corrupts_the_neighbour() {
-    if mpk_or_skip("without_mpk_the_same_attack_corrupts_the_neighbour").is_none() {
+    if require_mpk(
+        "without_mpk_the_same_attack_corrupts_the_neighbour",
+        Mpk::get,
+    )
+    .is_none()
+    {
         return;
     }
     let control = {
@@ -197,8 +205,10 @@ fn without_mpk_the_same_attack_corrupts_the_neighbour() {
 
 #[test]
 fn a_write_only_attack_and_a_guard_page_overrun_are_contained_too() {
-    let Some(mpk) = mpk_or_skip("a_write_only_attack_and_a_guard_page_overrun_are_contained_too")
-    else {
+    let Some(mpk) = require_mpk(
+        "a_write_only_attack_and_a_guard_page_overrun_are_contained_too",
+        Mpk::get,
+    ) else {
         return;
     };
     for (attack, expect) in [("write", None), ("overrun", Some(FaultKind::GuardPage))] {
@@ -260,7 +270,12 @@ fn cfg(workers: u16) -> PipelineConfig {
 /// worker keeps serving its other tenants, and every other count is exact.
 #[test]
 fn the_pipeline_quarantines_the_attacker_and_its_worker_keeps_running() {
-    if mpk_or_skip("the_pipeline_quarantines_the_attacker_and_its_worker_keeps_running").is_none() {
+    if require_mpk(
+        "the_pipeline_quarantines_the_attacker_and_its_worker_keeps_running",
+        Mpk::get,
+    )
+    .is_none()
+    {
         return;
     }
     let nf = CNf::load(&example_nf("malicious")).unwrap();
@@ -321,7 +336,8 @@ fn the_pipeline_quarantines_the_attacker_and_its_worker_keeps_running() {
 /// More tenants than protection keys, on two worker threads, with a real policy.
 #[test]
 fn forty_c_tenants_over_the_key_cache_count_exactly() {
-    let Some(mpk) = mpk_or_skip("forty_c_tenants_over_the_key_cache_count_exactly") else {
+    let Some(mpk) = require_mpk("forty_c_tenants_over_the_key_cache_count_exactly", Mpk::get)
+    else {
         return;
     };
     let nf = CNf::load(&example_nf("portblock")).unwrap();

@@ -28,12 +28,14 @@
 //! architectures only the interpreter runs.
 //!
 //! All `unsafe` code is in the private `sys` module.
+#![deny(unsafe_code)]
 
 pub mod abi;
 pub mod elf;
 mod helpers;
 mod nf;
 mod program;
+#[allow(unsafe_code)]
 mod sys;
 pub mod verify;
 

@@ -35,7 +35,7 @@
 //! raised.
 //!
 //! All `unsafe` code is in the private `sys` module, each block with a `// SAFETY:`
-//! comment; the rest of the crate is safe Rust.
+//! comment; the rest of the crate is safe Rust (`#![deny(unsafe_code)]` outside `sys`).
 //!
 //! ```
 //! use buffet_memory::{ArenaConfig, MemoryStorage, TenantTable};
@@ -56,12 +56,13 @@
 //! assert_eq!(removed.lock().packets, 3);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 mod domain;
 mod mpk;
 mod storage;
+#[allow(unsafe_code)]
 mod sys;
 mod table;
 

@@ -466,24 +466,10 @@ mod tests {
     use std::sync::Barrier;
 
     use buffet_sdk::TenantId;
+    use buffet_testkit::require_mpk;
 
     use super::*;
     use crate::{AdmitWithError, ArenaConfig, Domain, MemoryStorage, TenantTable};
-
-    /// The process's key cache, or `None` (with a message) when this machine has no MPK —
-    /// unless `BUFFET_REQUIRE_PRIVILEGED=1` (CI), where that is a failure.
-    fn mpk_or_skip(test: &str) -> Option<&'static Mpk> {
-        match Mpk::get() {
-            Ok(m) => Some(m),
-            Err(e) if std::env::var("BUFFET_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1") => {
-                panic!("{test}: BUFFET_REQUIRE_PRIVILEGED=1 but {e}")
-            }
-            Err(e) => {
-                eprintln!("SKIPPED {test}: {e}");
-                None
-            }
-        }
-    }
 
     fn table<S: Send + 'static>(mpk: &'static Mpk, slots: u32) -> TenantTable<S> {
         let storage = MemoryStorage::new(ArenaConfig { capacity: 64 << 20 }).unwrap();
@@ -500,7 +486,7 @@ mod tests {
 
     #[test]
     fn a_guard_opens_its_own_key_and_nothing_else() {
-        let Some(mpk) = mpk_or_skip("a_guard_opens_its_own_key_and_nothing_else") else {
+        let Some(mpk) = require_mpk("a_guard_opens_its_own_key_and_nothing_else", Mpk::get) else {
             return;
         };
         let t = table::<[u64; 8]>(mpk, 4);
@@ -532,8 +518,10 @@ mod tests {
 
     #[test]
     fn admit_with_runs_init_in_the_region_and_rolls_back_on_error() {
-        let Some(mpk) = mpk_or_skip("admit_with_runs_init_in_the_region_and_rolls_back_on_error")
-        else {
+        let Some(mpk) = require_mpk(
+            "admit_with_runs_init_in_the_region_and_rolls_back_on_error",
+            Mpk::get,
+        ) else {
             return;
         };
         let t = table::<u64>(mpk, 4);
@@ -565,7 +553,10 @@ mod tests {
     /// managed key open, and no update is lost.
     #[test]
     fn forty_tenants_over_the_key_cache_from_two_threads() {
-        let Some(mpk) = mpk_or_skip("forty_tenants_over_the_key_cache_from_two_threads") else {
+        let Some(mpk) = require_mpk(
+            "forty_tenants_over_the_key_cache_from_two_threads",
+            Mpk::get,
+        ) else {
             return;
         };
         const TENANTS: u32 = 40;
@@ -621,7 +612,10 @@ mod tests {
 
     #[test]
     fn removed_regions_go_back_to_key_zero_and_are_reused() {
-        let Some(mpk) = mpk_or_skip("removed_regions_go_back_to_key_zero_and_are_reused") else {
+        let Some(mpk) = require_mpk(
+            "removed_regions_go_back_to_key_zero_and_are_reused",
+            Mpk::get,
+        ) else {
             return;
         };
         let t = table::<u64>(mpk, 2);
@@ -688,7 +682,7 @@ mod tests {
     fn cross_tenant_reads_fault() {
         use std::os::unix::process::ExitStatusExt;
         if std::env::var_os(CHILD_ENV).is_some()
-            || mpk_or_skip("cross_tenant_reads_fault").is_none()
+            || require_mpk("cross_tenant_reads_fault", Mpk::get).is_none()
         {
             return;
         }

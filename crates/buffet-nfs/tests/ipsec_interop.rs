@@ -15,8 +15,8 @@
 //!   padding, AAD and nonce construction; AES-192 case 7 is left out, `ring` has no
 //!   AES-192). These need no tool and always run.
 //!
-//! A missing tool skips its test with a message, unless `CI=true` or
-//! `BUFFET_REQUIRE_PRIVILEGED=1`: then it is a failure. Debian packages: `tshark`,
+//! A missing tool is a privilege skip (`buffet_testkit::require_tool`): one `SKIP` line,
+//! or a failure under `CI=true` or `BUFFET_REQUIRE_PRIVILEGED=1`. Debian packages: `tshark`,
 //! `python3-scapy`, `python3-cryptography`; scapy is run with `/usr/bin/python3`.
 
 use std::path::{Path, PathBuf};
@@ -30,6 +30,7 @@ use buffet_nfs::ipsec::{
 use buffet_nfs::Ipsec;
 use buffet_sdk::etherparse::{IpNumber, PacketBuilder};
 use buffet_sdk::{DropCause, NetworkFunction, Packet, PacketMeta, Verdict};
+use buffet_testkit::require_tool;
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 
 const LOCAL: &str = "203.0.113.1";
@@ -45,48 +46,30 @@ const SCAPY: &str = "/usr/bin/python3";
 // Tools
 // ---------------------------------------------------------------------------------------
 
-fn required() -> bool {
-    let ci = std::env::var("CI").unwrap_or_default();
-    ci.eq_ignore_ascii_case("true")
-        || ci == "1"
-        || std::env::var("BUFFET_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1")
+/// How to get the interop peers.
+const TOOLS_HINT: &str = "install the Debian packages tshark, python3-scapy, python3-cryptography \
+                          to run this interop test";
+
+/// Privilege gate of a test that needs tshark.
+fn have_tshark(test: &str) -> bool {
+    require_tool(
+        test,
+        "tshark",
+        Command::new("tshark").arg("--version"),
+        TOOLS_HINT,
+    )
 }
 
-/// Whether `what` can be used; panics when it cannot and the environment requires it.
-fn available(what: &str, probe: &mut Command) -> bool {
-    let why = match probe.output() {
-        Ok(o) if o.status.success() => return true,
-        Ok(o) => format!(
-            "{} ({})",
-            o.status,
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => e.to_string(),
-    };
-    if required() {
-        panic!(
-            "{what} is required (CI=true or BUFFET_REQUIRE_PRIVILEGED=1) but unusable: {why}; \
-             install tshark python3-scapy python3-cryptography"
-        );
-    }
-    eprintln!(
-        "SKIPPED: {what} unusable ({why}); install the Debian packages tshark, python3-scapy, \
-         python3-cryptography to run this interop test"
-    );
-    false
-}
-
-fn have_tshark() -> bool {
-    available("tshark", Command::new("tshark").arg("--version"))
-}
-
-fn have_scapy() -> bool {
-    available(
+/// Privilege gate of a test that needs scapy with AES-GCM.
+fn have_scapy(test: &str) -> bool {
+    require_tool(
+        test,
         "scapy with AES-GCM (/usr/bin/python3 with python3-scapy and python3-cryptography)",
         Command::new(SCAPY).args([
             "-c",
             "import scapy.layers.ipsec, cryptography.hazmat.primitives.ciphers.aead",
         ]),
+        TOOLS_HINT,
     )
 }
 
@@ -174,7 +157,7 @@ fn gateway(esn: bool) -> IpsecState {
     state
 }
 
-/// Runs one frame through the NF in a 2048-byte buffer (an Mbuf's size).
+/// Runs one frame through the NF in a 2048-byte buffer (a heap PacketBuf's size).
 fn handle(state: &mut IpsecState, frame: &[u8]) -> (Verdict, Vec<u8>) {
     let mut buf = vec![0u8; 2048];
     buf[..frame.len()].copy_from_slice(frame);
@@ -230,7 +213,7 @@ fn buffet_esp(esn: bool) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 
 #[test]
 fn wireshark_decrypts_and_verifies_buffet_esp() {
-    if !have_tshark() {
+    if !have_tshark("wireshark_decrypts_and_verifies_buffet_esp") {
         return;
     }
     let (inner, esp) = buffet_esp(false);
@@ -305,7 +288,7 @@ fn wireshark_decrypts_and_verifies_buffet_esp() {
 
 #[test]
 fn scapy_decrypts_buffet_esp() {
-    if !have_scapy() {
+    if !have_scapy("scapy_decrypts_buffet_esp") {
         return;
     }
     let (inner, esp) = buffet_esp(false);
@@ -330,7 +313,7 @@ fn scapy_decrypts_buffet_esp() {
 
 #[test]
 fn buffet_decrypts_scapy_esp() {
-    if !have_scapy() {
+    if !have_scapy("buffet_decrypts_scapy_esp") {
         return;
     }
     const COUNT: usize = 24;
@@ -383,7 +366,7 @@ fn buffet_decrypts_scapy_esp() {
 /// the NF follows scapy's counter across the 2^32 wrap, inferring the high half.
 #[test]
 fn extended_sequence_numbers_with_scapy() {
-    if !have_scapy() {
+    if !have_scapy("extended_sequence_numbers_with_scapy") {
         return;
     }
     let (inner, esp) = buffet_esp(true);

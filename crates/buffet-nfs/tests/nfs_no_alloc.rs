@@ -4,61 +4,16 @@
 //! records and rate limiting, blocked and hostless HTTP, policing, table hits and misses)
 //! under a counting allocator.
 //!
-//! The library forbids `unsafe`; this separate test crate needs one `unsafe impl` to
-//! install a global allocator, which only counts and delegates to the system allocator.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+//! The global allocator of this test binary is `buffet_testkit::CountingAllocator`, which
+//! only counts and delegates to the system allocator (its `unsafe impl` lives in the
+//! testkit's `sys` module); this file has no `unsafe`.
 
 use buffet_nfs::{Dpi, Firewall, FlowFwd, Ids, L2Fwd, MacSwap, Policer};
 use buffet_sdk::{NetworkFunction, Packet, PacketMeta};
-
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    // `try_with`: thread-locals may be gone during thread teardown.
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
-        }
-    });
-}
-
-// SAFETY: every method forwards its arguments unchanged to `System`, which upholds the
-// `GlobalAlloc` contract; the counting touches only const-initialised thread-locals,
-// which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded from our caller, who upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc*` with this layout (we only forward).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: forwarded from our caller, who upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use buffet_testkit::{allocations_during, CountingAllocator};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations_during(f: impl FnOnce()) -> u64 {
-    ALLOCS.with(|n| n.set(0));
-    COUNTING.with(|on| on.set(true));
-    f();
-    COUNTING.with(|on| on.set(false));
-    ALLOCS.with(Cell::get)
-}
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::new();

@@ -21,9 +21,11 @@
 //!
 //! What it does not do: read packets from a NIC (that is buffet-io's Port) or decide
 //! placement (that is buffet-dispatch's scheduler).
+#![deny(unsafe_code)]
 
 mod pipeline;
 mod stats;
+#[allow(unsafe_code)]
 mod sys;
 mod worker;
 

@@ -1,26 +1,15 @@
 //! The Worker Pool with MPK isolation: Rust NFs whose tenant regions carry protection
-//! keys, more tenants than keys, exact counts. Needs a CPU with `pku`: skips with a
-//! message without one, unless `BUFFET_REQUIRE_PRIVILEGED=1` (CI), where that fails.
+//! keys, more tenants than keys, exact counts. Needs a CPU with `pku`: without one each
+//! test is a hardware skip (`buffet_testkit::require_mpk`), a failure only under
+//! `BUFFET_REQUIRE_PKU=1`; other MPK set-up errors fail under `BUFFET_REQUIRE_PRIVILEGED=1`.
 
 use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
 use buffet_memory::{Domain, Mpk};
 use buffet_nfs::monitor::{Monitor, MonitorPolicy};
 use buffet_sdk::TenantId;
+use buffet_testkit::require_mpk;
 use buffet_worker::{Pipeline, PipelineConfig, PipelineError, TenantSpec};
 use etherparse::PacketBuilder;
-
-fn mpk_or_skip(test: &str) -> Option<&'static Mpk> {
-    match Mpk::get() {
-        Ok(m) => Some(m),
-        Err(e) if std::env::var("BUFFET_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1") => {
-            panic!("{test}: BUFFET_REQUIRE_PRIVILEGED=1 but {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            None
-        }
-    }
-}
 
 fn frame(tenant: u32, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::new();
@@ -68,7 +57,7 @@ fn cfg(workers: u16, domain: Domain) -> PipelineConfig {
 
 #[test]
 fn forty_tenants_over_fourteen_keys_count_exactly() {
-    let Some(mpk) = mpk_or_skip("forty_tenants_over_fourteen_keys_count_exactly") else {
+    let Some(mpk) = require_mpk("forty_tenants_over_fourteen_keys_count_exactly", Mpk::get) else {
         return;
     };
     let mut p = Pipeline::new(Monitor::with_max_flows(64), cfg(2, Domain::Mpk)).unwrap();
@@ -104,7 +93,7 @@ fn forty_tenants_over_fourteen_keys_count_exactly() {
 
 #[test]
 fn too_many_workers_for_the_keys_is_a_clear_error() {
-    let Some(mpk) = mpk_or_skip("too_many_workers_for_the_keys_is_a_clear_error") else {
+    let Some(mpk) = require_mpk("too_many_workers_for_the_keys_is_a_clear_error", Mpk::get) else {
         return;
     };
     let workers = mpk.cache_keys() as u16;

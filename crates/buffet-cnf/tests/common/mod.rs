@@ -1,10 +1,9 @@
-//! What the C NF tests share: building the example NFs, skipping without MPK, frames.
+//! What the C NF tests share: building the example NFs, frames. (The MPK skip gate is
+//! `buffet_testkit::require_mpk`.)
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use buffet_memory::Mpk;
 
 /// Compiles `examples/c-nf/<name>.c` into a shared object under the target's test
 /// directory (once per process) and returns its path.
@@ -36,21 +35,6 @@ pub fn example_nf(name: &str) -> PathBuf {
     assert!(status.success(), "compiling {}", src.display());
     std::fs::rename(&tmp, &out).unwrap();
     out
-}
-
-/// The process's MPK key cache, or `None` with a message when the machine has none —
-/// unless `BUFFET_REQUIRE_PRIVILEGED=1` (CI), where that is a failure.
-pub fn mpk_or_skip(test: &str) -> Option<&'static Mpk> {
-    match Mpk::get() {
-        Ok(m) => Some(m),
-        Err(e) if std::env::var("BUFFET_REQUIRE_PRIVILEGED").is_ok_and(|v| v == "1") => {
-            panic!("{test}: BUFFET_REQUIRE_PRIVILEGED=1 but {e}")
-        }
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            None
-        }
-    }
 }
 
 /// A UDP frame to 10.0.<tenant>.1, destination port `dport`.

@@ -1,0 +1,35 @@
+//! What Buffet's tests and benchmarks share. A dev-dependency only: no library crate of
+//! the workspace depends on it, and it is never published.
+//!
+//! * [`gate`]: whether a test that needs something this machine may lack runs, skips with
+//!   one line on stderr, or fails. Two kinds of need, treated differently:
+//!   - a **privilege** (root, a capability, a tool such as clang): its skip becomes a
+//!     failure when `BUFFET_REQUIRE_PRIVILEGED=1` (or `CI=true`), because CI provides it;
+//!   - **hardware** (a CPU with `pku`, Intel MPK): its skip is never a failure by default,
+//!     since no environment variable can give a CPU a feature, and becomes one only when
+//!     `BUFFET_REQUIRE_PKU=1` (CI sets it when /proc/cpuinfo lists `pku`).
+//! * [`alloc`]: a global allocator that counts allocations on the current thread, for the
+//!   "the packet path does not allocate" tests.
+//! * [`rng`]: a small seeded generator (xorshift64\*, seeded through splitmix64), so
+//!   random inputs in tests and benchmarks are the same on every run.
+//!
+//! What it does not do: build NFs, frames or pipelines (each test crate keeps its own
+//! fixtures), or depend on any Buffet crate — a crate's own unit tests can use it without
+//! linking a second copy of that crate.
+//!
+//! The one `unsafe` item (the allocator's `unsafe impl GlobalAlloc`) is in the private
+//! `sys` module, with a `// SAFETY:` comment on every block.
+#![deny(unsafe_code)]
+
+pub mod alloc;
+pub mod gate;
+pub mod rng;
+#[allow(unsafe_code)]
+mod sys;
+
+pub use alloc::{allocations_during, CountingAllocator};
+pub use gate::{
+    pku_required, privileged_required, require_mpk, require_pku, require_root, require_tool,
+    skip_privileged,
+};
+pub use rng::Rng;

@@ -1,0 +1,66 @@
+//! The testkit's only `unsafe` code: the counting global allocator.
+//!
+//! [`CountingAllocator`] forwards every call to [`System`] and, while counting is on for
+//! the calling thread, counts `alloc`, `alloc_zeroed` and `realloc` calls. The counters
+//! are const-initialised thread-locals, which never allocate themselves.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A global allocator that counts allocations made on a thread while
+/// [`allocations_during`](crate::allocations_during) runs there, and otherwise behaves
+/// exactly as the system allocator. Install it in a test crate with
+/// `#[global_allocator] static GLOBAL: CountingAllocator = CountingAllocator;`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CountingAllocator;
+
+fn note() {
+    // `try_with`: thread-locals may be gone during thread teardown.
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
+        }
+    });
+}
+
+/// Turns counting on for this thread with the count at zero.
+pub(crate) fn start_counting() {
+    ALLOCS.with(|n| n.set(0));
+    COUNTING.with(|on| on.set(true));
+}
+
+/// Turns counting off for this thread; the allocations since [`start_counting`].
+pub(crate) fn stop_counting() -> u64 {
+    COUNTING.with(|on| on.set(false));
+    ALLOCS.with(Cell::get)
+}
+
+// SAFETY: every method forwards its arguments unchanged to `System`, which upholds the
+// `GlobalAlloc` contract; the counting touches only const-initialised thread-locals,
+// which never allocate.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: forwarded from our caller, who upholds `alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: forwarded from our caller, who upholds `alloc_zeroed`'s contract.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc*` with this layout (we only forward).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        // SAFETY: forwarded from our caller, who upholds `realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
