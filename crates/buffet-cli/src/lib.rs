@@ -9,16 +9,14 @@
 
 mod demo;
 mod ebpf;
-mod nfs;
 mod replay;
 mod run;
-pub mod tenants;
-pub mod trace;
 
 use std::io::{BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use buffet_config::trace;
 use clap::{Args, Parser, Subcommand};
 
 /// Buffet: multi-tenant network functions, one process, thousands of tenants.

@@ -7,18 +7,18 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use buffet_config::isolation::{self, Isolation};
+use buffet_config::registry::{EbpfEngine, LoadedNf, NfName, NfSpec, NfVisitor, RegisteredNf};
+use buffet_config::{tenants, TenantConfig};
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
 use buffet_io::pcap::{PcapReader, PcapWriter};
 use buffet_io::PacketSource;
-use buffet_memory::{Domain, Mpk};
-use buffet_sdk::{NetworkFunction, PortId, Verdict};
+use buffet_memory::Domain;
+use buffet_sdk::{PortId, Verdict};
 use buffet_worker::{PacketSink, Pipeline, PipelineConfig, Report};
 use clap::Args;
 
-use crate::ebpf::EbpfEngine;
-use crate::nfs::NfName;
 use crate::run;
-use crate::tenants::{Isolation, TenantConfig};
 
 /// `buffet replay` arguments.
 #[derive(Args, Debug)]
@@ -47,7 +47,7 @@ pub struct ReplayArgs {
     /// `mpk` with --nf-lib, `ebpf` with --nf-ebpf and `safe` with --nf.
     #[arg(long, value_enum)]
     pub isolation: Option<Isolation>,
-    /// The tenants file (TOML).
+    /// The tenants file: TOML (`.toml`) or JSON (`.json`).
     #[arg(long)]
     pub tenants: PathBuf,
     /// The pcap to replay (Ethernet link type).
@@ -98,46 +98,35 @@ impl PacketSink for PcapSink {
     }
 }
 
+impl ReplayArgs {
+    /// The NF the arguments name.
+    fn nf_spec(&self) -> anyhow::Result<NfSpec> {
+        Ok(match (&self.nf_lib, &self.nf_ebpf, self.nf) {
+            (Some(lib), _, _) => NfSpec::C(lib.clone()),
+            (None, Some(obj), _) => NfSpec::Ebpf {
+                path: obj.clone(),
+                engine: self.ebpf_engine,
+            },
+            (None, None, Some(name)) => NfSpec::Reference(name),
+            (None, None, None) => anyhow::bail!("give --nf or --nf-lib"),
+        })
+    }
+}
+
 pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
-    let tenants = crate::tenants::load(&a.tenants)?;
-    let level = isolation_level(a, &tenants)?;
-    let domain = match (level, &a.nf_lib) {
-        (Isolation::Ebpf, Some(lib)) => anyhow::bail!(
-            "--isolation ebpf cannot run the C NF {}: it runs verified eBPF programs only \
-             (--nf-ebpf path/to/nf.o); use --isolation mpk",
-            lib.display()
-        ),
-        (Isolation::Ebpf, None) if a.nf_ebpf.is_none() => anyhow::bail!(
-            "--isolation ebpf runs eBPF NFs: give --nf-ebpf path/to/nf.o (see `buffet nf check`)"
-        ),
-        // The verifier and the VM isolate eBPF tenants; regions need no hardware domain.
-        (Isolation::Ebpf, _) => Domain::None,
-        (_, _) if a.nf_ebpf.is_some() => anyhow::bail!(
-            "--nf-ebpf runs under --isolation ebpf, not {}",
-            level.name()
-        ),
-        (Isolation::Safe, Some(lib)) => anyhow::bail!(
-            "--isolation safe cannot run the C NF {}: native code is not isolated by the \
-             type system; use --isolation mpk",
-            lib.display()
-        ),
-        (Isolation::Safe, None) => Domain::None,
-        (Isolation::Mpk, _) => {
-            let mpk = Mpk::get().context("--isolation mpk")?;
-            eprintln!(
-                "isolation: mpk ({} protection keys cache tenant regions)",
-                mpk.cache_keys()
-            );
-            Domain::Mpk
-        }
-    };
-    if let Some(obj) = &a.nf_ebpf {
-        let opts = buffet_ebpf::LoadOptions {
-            engine: a.ebpf_engine.into(),
-            ..buffet_ebpf::LoadOptions::default()
-        };
-        let nf = buffet_ebpf::EbpfNf::from_file(obj, opts)?;
+    let spec = a.nf_spec()?;
+    let tenants = tenants::load(&a.tenants)?;
+    let level = isolation::resolve(a.isolation, &spec, &tenants, &a.tenants)?;
+    if level == Isolation::Mpk {
+        let mpk = isolation::mpk()?;
+        eprintln!(
+            "isolation: mpk ({} protection keys cache tenant regions)",
+            mpk.cache_keys()
+        );
+    }
+    let nf = spec.load()?;
+    if let (LoadedNf::Ebpf(nf), Some(obj)) = (&nf, spec.path()) {
         let p = nf.program();
         eprintln!(
             "isolation: ebpf ({}: {} instructions verified, engine {})",
@@ -145,59 +134,34 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
             p.verified().instructions,
             p.engine().name()
         );
-        return replay_with(nf, a, &tenants, domain, |nf| {
-            nf.faults().iter().map(ToString::to_string).collect()
-        });
     }
-    match (&a.nf_lib, a.nf) {
-        (Some(lib), _) => {
-            let nf = buffet_cnf::CNf::load(lib)?;
-            replay_with(nf, a, &tenants, domain, |nf| {
-                nf.faults().iter().map(ToString::to_string).collect()
-            })
-        }
-        (None, Some(name)) => {
-            crate::with_nf!(name, |nf| replay_with(nf, a, &tenants, domain, |_| {
-                Vec::new()
-            }))
-        }
-        (None, None) => anyhow::bail!("give --nf or --nf-lib"),
+    nf.visit(Replay {
+        a,
+        tenants: &tenants,
+        domain: level.domain(),
+    })
+}
+
+/// Replays with whichever NF was loaded.
+struct Replay<'a> {
+    a: &'a ReplayArgs,
+    tenants: &'a [TenantConfig],
+    domain: Domain,
+}
+
+impl NfVisitor for Replay<'_> {
+    type Output = anyhow::Result<()>;
+
+    fn visit<N: RegisteredNf>(self, nf: N) -> anyhow::Result<()> {
+        replay_with(nf, self.a, self.tenants, self.domain)
     }
 }
 
-/// The run's isolation level: `--isolation`, else the one every tenant names, else the
-/// default for the kind of NF. Every tenant that names a level must get that one.
-fn isolation_level(a: &ReplayArgs, tenants: &[TenantConfig]) -> anyhow::Result<Isolation> {
-    let named: Vec<Isolation> = tenants.iter().filter_map(|t| t.isolation).collect();
-    let level = a.isolation.unwrap_or_else(|| match named.first() {
-        Some(&first) if named.len() == tenants.len() && named.iter().all(|&l| l == first) => first,
-        _ if a.nf_lib.is_some() => Isolation::Mpk,
-        _ if a.nf_ebpf.is_some() => Isolation::Ebpf,
-        _ => Isolation::Safe,
-    });
-    if let Some(t) = tenants
-        .iter()
-        .find(|t| t.isolation.is_some_and(|l| l != level))
-    {
-        anyhow::bail!(
-            "{}: tenant {} ({:?}) asks for isolation {} but this replay runs {}: one replay \
-             runs one isolation level",
-            a.tenants.display(),
-            t.id,
-            t.name,
-            t.isolation.map_or("?", Isolation::name),
-            level.name()
-        );
-    }
-    Ok(level)
-}
-
-fn replay_with<N: NetworkFunction>(
+fn replay_with<N: RegisteredNf>(
     nf: N,
     a: &ReplayArgs,
     tenants: &[TenantConfig],
     domain: Domain,
-    faults: impl FnOnce(&N) -> Vec<String>,
 ) -> anyhow::Result<()> {
     let cfg = PipelineConfig {
         workers: a.workers,
@@ -229,7 +193,7 @@ fn replay_with<N: NetworkFunction>(
     }
     let bar = run::progress(source.size_hint(), "replay");
     let (n, took) = run::drive(&mut p, &mut source, &bar)?;
-    let faults = faults(p.nf());
+    let faults = p.nf().contained_faults();
     let report = p.finish();
     if let Some(e) = &report.sink_error {
         anyhow::bail!(
