@@ -13,7 +13,7 @@ use buffet_sdk::TenantId;
 use buffet_worker::{Pipeline, PipelineConfig};
 use clap::Args;
 
-use crate::run;
+use super::run;
 use buffet_config::TenantConfig;
 
 /// `buffet demo` arguments.

@@ -18,7 +18,7 @@ use buffet_sdk::{PortId, Verdict};
 use buffet_worker::{PacketSink, Pipeline, PipelineConfig, Report};
 use clap::Args;
 
-use crate::run;
+use super::run;
 
 /// `buffet replay` arguments.
 #[derive(Args, Debug)]
@@ -224,4 +224,127 @@ fn write_stats(path: &std::path::Path, report: &Report) -> anyhow::Result<()> {
     serde_json::to_writer_pretty(&mut f, report)?;
     f.write_all(b"\n")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn udp(dst: [u8; 4], dport: u16) -> Vec<u8> {
+        let mut v = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([192, 168, 1, 10], dst, 64)
+            .udp(40000, dport)
+            .write(&mut v, b"payload")
+            .unwrap();
+        v
+    }
+
+    fn args(dir: &std::path::Path, nf: NfName, tenants: &str, stats: &str) -> ReplayArgs {
+        ReplayArgs {
+            nf: Some(nf),
+            nf_lib: None,
+            nf_ebpf: None,
+            ebpf_engine: EbpfEngine::Interpreter,
+            isolation: None,
+            tenants: dir.join(tenants),
+            input: dir.join("in.pcap"),
+            output: None,
+            workers: 2,
+            worker_max: 0,
+            shift: 30,
+            threshold: 3,
+            stats_json: Some(dir.join(stats)),
+            no_pin: true,
+        }
+    }
+
+    /// What a run did per tenant, without the timings.
+    fn outcome(path: &std::path::Path) -> Vec<serde_json::Value> {
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        json["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                serde_json::json!([
+                    t["id"],
+                    t["name"],
+                    t["packets"],
+                    t["passed"],
+                    t["drops"],
+                    t["nf"]
+                ])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_json_tenants_file_replays_like_the_toml_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = PcapWriter::create(dir.path().join("in.pcap")).unwrap();
+        for i in 0..40u64 {
+            let port = if i % 2 == 0 { 53 } else { 123 };
+            w.write(i * 1000, &udp([10, 7 + (i % 2) as u8, 0, 1], port))
+                .unwrap();
+        }
+        w.flush().unwrap();
+        std::fs::write(
+            dir.path().join("t.toml"),
+            r#"
+[[tenant]]
+id = 7
+name = "dns-only"
+rules = [ { dst_ip = "10.7.0.0/16" } ]
+[tenant.policy]
+default = "deny"
+rules = [ { action = "allow", proto = "udp", dst_port = 53 } ]
+
+[[tenant]]
+id = 8
+rules = [ { dst_ip = "10.8.0.0/16", protocol = "udp", dst_port = "100-200" } ]
+[tenant.policy]
+default = "allow"
+rules = [ { action = "deny", proto = "udp", dst_port = "120-130" } ]
+"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("t.json"),
+            r#"{ "tenant": [
+  { "id": 7, "name": "dns-only", "rules": [ { "dst_ip": "10.7.0.0/16" } ],
+    "policy": { "default": "deny",
+                "rules": [ { "action": "allow", "proto": "udp", "dst_port": 53 } ] } },
+  { "id": 8, "rules": [ { "dst_ip": "10.8.0.0/16", "protocol": "udp", "dst_port": "100-200" } ],
+    "policy": { "default": "allow",
+                "rules": [ { "action": "deny", "proto": "udp", "dst_port": "120-130" } ] } } ] }"#,
+        )
+        .unwrap();
+        run(&args(dir.path(), NfName::Firewall, "t.toml", "toml.json")).unwrap();
+        run(&args(dir.path(), NfName::Firewall, "t.json", "json.json")).unwrap();
+        let (from_toml, from_json) = (
+            outcome(&dir.path().join("toml.json")),
+            outcome(&dir.path().join("json.json")),
+        );
+        assert_eq!(from_toml, from_json);
+        // Tenant 7 passed its 20 DNS packets; tenant 8 denied all 20 of port 123.
+        assert_eq!(from_toml[0][2], 20);
+        assert_eq!(from_toml[0][3], 20);
+        assert_eq!(from_toml[1][2], 20);
+        assert_eq!(from_toml[1][3], 0);
+    }
+
+    #[test]
+    fn other_tenants_file_extensions_are_refused_before_anything_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("t.yaml"), "tenant: []\n").unwrap();
+        let a = args(dir.path(), NfName::Monitor, "t.yaml", "stats.json");
+        let e = format!("{:#}", run(&a).unwrap_err());
+        assert!(
+            e.ends_with("t.yaml: a tenants file is .toml or .json"),
+            "{e}"
+        );
+        assert!(!dir.path().join("stats.json").exists());
+    }
 }
