@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use buffet_ebpf::elf::MapKind;
-use buffet_ebpf::{check, CheckReport, Engine, LoadOptions};
-use clap::{Args, Subcommand, ValueEnum};
+use buffet_ebpf::{check, CheckReport, LoadOptions};
+use clap::{Args, Subcommand};
 
 /// `buffet nf` arguments.
 #[derive(Args, Debug)]
@@ -33,25 +33,6 @@ pub struct CheckArgs {
     /// Reject programs with a loop that may run more iterations than this per packet.
     #[arg(long, default_value_t = buffet_ebpf::verify::PREVAIL_LOOP_LIMIT)]
     pub max_loop_iterations: u32,
-}
-
-/// The eBPF engine (`--ebpf-engine`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum EbpfEngine {
-    /// rbpf's interpreter: every memory access also checked at run time.
-    #[default]
-    Interpreter,
-    /// rbpf's x86-64 JIT (Buffet-patched): native code, safe as far as the verifier's proof.
-    Jit,
-}
-
-impl From<EbpfEngine> for Engine {
-    fn from(e: EbpfEngine) -> Engine {
-        match e {
-            EbpfEngine::Interpreter => Engine::Interpreter,
-            EbpfEngine::Jit => Engine::Jit,
-        }
-    }
 }
 
 /// Runs `buffet nf ...`.

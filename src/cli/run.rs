@@ -11,7 +11,7 @@ use buffet_sdk::NetworkFunction;
 use buffet_worker::{Pipeline, Report, TenantSpec, WorkerEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::tenants::TenantConfig;
+use buffet_config::TenantConfig;
 
 /// Admits every tenant; the first error stops and names the file and tenant.
 pub fn admit_all<N: NetworkFunction>(
@@ -20,18 +20,7 @@ pub fn admit_all<N: NetworkFunction>(
     file: &Path,
 ) -> anyhow::Result<()> {
     for t in tenants {
-        let policy: N::Policy =
-            toml::Value::Table(t.policy.clone())
-                .try_into()
-                .map_err(|e: toml::de::Error| {
-                    anyhow::anyhow!(
-                        "{}: tenant {} ({:?}): policy: {}",
-                        file.display(),
-                        t.id,
-                        t.name,
-                        e.message().trim()
-                    )
-                })?;
+        let policy: N::Policy = t.policy_as(file)?;
         p.admit(TenantSpec {
             id: t.id,
             name: t.name.clone(),

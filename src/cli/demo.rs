@@ -13,8 +13,8 @@ use buffet_sdk::TenantId;
 use buffet_worker::{Pipeline, PipelineConfig};
 use clap::Args;
 
-use crate::run;
-use crate::tenants::TenantConfig;
+use super::run;
+use buffet_config::TenantConfig;
 
 /// `buffet demo` arguments.
 #[derive(Args, Debug)]
@@ -77,24 +77,23 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
             let prefix = format!("{addr}/{len}")
                 .parse()
                 .expect("generator prefixes are valid");
-            TenantConfig {
-                id: TenantId(i + 1),
-                name: format!("tenant-{:02}", i + 1),
-                rules: vec![(
+            let mut t = TenantConfig::new(
+                TenantId(i + 1),
+                vec![(
                     100,
                     Match {
                         dst_ip: Some(prefix),
                         ..Match::default()
                     },
                 )],
-                max_nb: if i + 1 == policed {
-                    (per_slot / a.tenants as f64 * 0.5) as u64 + 1
-                } else {
-                    0
-                },
-                isolation: None,
-                policy: toml::Table::new(),
-            }
+            );
+            t.name = format!("tenant-{:02}", i + 1);
+            t.max_nb = if i + 1 == policed {
+                (per_slot / a.tenants as f64 * 0.5) as u64 + 1
+            } else {
+                0
+            };
+            t
         })
         .collect();
 

@@ -1,0 +1,853 @@
+//! The tenants file: ids, names, classifier rules, MAX_NB, isolation level, NF policy.
+//!
+//! The same schema in two formats, chosen by the file's extension (`.toml` or `.json`):
+//!
+//! ```toml
+//! [[tenant]]
+//! id = 7                      # tenant id (u32)
+//! name = "acme"
+//! rules = [ { dst_ip = "10.7.0.0/16" },
+//!           { src_ip = "192.168.7.0/24", protocol = "udp", dst_port = "5000-5099", priority = 10 } ]
+//! max_nb = 0                  # MAX_NB per timeslot, 0 = unlimited
+//! isolation = "mpk"           # optional: safe | mpk | ebpf (must match the run's level)
+//! [tenant.policy]             # handed to the NF's init, NF-specific
+//! ```
+//!
+//! ```json
+//! { "tenant": [
+//!   { "id": 7, "name": "acme",
+//!     "rules": [ { "dst_ip": "10.7.0.0/16" },
+//!                { "src_ip": "192.168.7.0/24", "protocol": "udp", "dst_port": "5000-5099", "priority": 10 } ],
+//!     "max_nb": 0, "isolation": "mpk",
+//!     "policy": { } } ] }
+//! ```
+//!
+//! Rule fields: `priority` (lower wins, default 100), `in_port`, `src_mac`, `dst_mac`,
+//! `vlan`, `src_ip`, `dst_ip` (IPv4/IPv6 with optional `/prefix`), `protocol` (`tcp`,
+//! `udp`, `icmp`, `icmpv6`, `sctp`, `gre`, `esp` or a number), `src_port`, `dst_port`
+//! (`80` or `"5000-5099"`), `dscp` (0–63). Values parse with [`buffet_sdk::policy`].
+//! Every error names the file, the tenant and the field, and nothing runs.
+//!
+//! The policy is kept as a format-neutral [`Policy`] (a JSON object; TOML values map to
+//! their JSON equivalents, datetimes to their RFC 3339 text), so a TOML file and a JSON
+//! file with the same content give every NF the same policy. It is checked against an
+//! NF only when [`TenantConfig::policy_as`] builds that NF's `Policy` type.
+//!
+//! Reserved: a tenant's own NF (`nf`) and a per-tenant chain of NFs (`[[tenant.chain]]`,
+//! each stage with `nf`, `policy` and an optional `when` guard) have their place in
+//! [`TenantConfig`] but are rejected with "not supported yet" when a file gives them.
+//! This module does not read clocks, admit tenants or know which NF a run uses.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use buffet_dispatch::{IpPrefix, Match, PortRange};
+use buffet_sdk::policy::{parse_mac, NumOrName};
+use buffet_sdk::TenantId;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::isolation::Isolation;
+use crate::registry::NfSpec;
+
+/// Priority of a rule that does not give one.
+pub const DEFAULT_PRIORITY: u32 = 100;
+
+/// The two forms of a tenants file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// TOML: `[[tenant]]` tables.
+    Toml,
+    /// JSON: `{ "tenant": [ ... ] }`.
+    Json,
+}
+
+impl Format {
+    /// The format a file's extension names (`.toml` or `.json`, any case).
+    pub fn of_path(path: &Path) -> Result<Format, TenantsError> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("toml") => Ok(Format::Toml),
+            Some("json") => Ok(Format::Json),
+            _ => Err(TenantsError::Format {
+                path: path.to_owned(),
+            }),
+        }
+    }
+
+    /// `toml` or `json`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Format::Toml => "toml",
+            Format::Json => "json",
+        }
+    }
+}
+
+/// A tenant's NF policy, independent of the file format it came from: a JSON object.
+///
+/// Any NF's `Policy: DeserializeOwned` is built from it ([`Policy::decode`]); a C NF's
+/// policy is this object itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Policy(serde_json::Value);
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy(serde_json::Value::Object(serde_json::Map::new()))
+    }
+}
+
+impl Policy {
+    /// An empty policy (`{}`): every field at the NF's default.
+    pub fn new() -> Policy {
+        Policy::default()
+    }
+
+    /// The policy made of these fields.
+    pub fn from_map(map: serde_json::Map<String, serde_json::Value>) -> Policy {
+        Policy(serde_json::Value::Object(map))
+    }
+
+    /// The fields.
+    pub fn as_map(&self) -> &serde_json::Map<String, serde_json::Value> {
+        match &self.0 {
+            serde_json::Value::Object(m) => m,
+            _ => unreachable!("a Policy is always an object"),
+        }
+    }
+
+    /// The policy as a JSON value (always an object).
+    pub fn as_value(&self) -> &serde_json::Value {
+        &self.0
+    }
+
+    /// Builds an NF's policy type from it; the error is the deserializer's message.
+    pub fn decode<P: DeserializeOwned>(&self) -> Result<P, String> {
+        P::deserialize(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+/// One stage of a per-tenant chain. Reserved: files that give `chain` are rejected for
+/// now, so this is never built by [`load`]; a `when` guard will join the fields.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct StageConfig {
+    /// The stage's NF.
+    pub nf: NfSpec,
+    /// The stage's policy.
+    pub policy: Policy,
+}
+
+/// One tenant, validated; the policy is still NF-agnostic.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct TenantConfig {
+    /// Tenant id.
+    pub id: TenantId,
+    /// Name (defaults to `tenant-<id>`).
+    pub name: String,
+    /// `(priority, match)` rules.
+    pub rules: Vec<(u32, Match)>,
+    /// MAX_NB per timeslot.
+    pub max_nb: u64,
+    /// The isolation level the tenant asks for (`isolation = "mpk"`), if any.
+    pub isolation: Option<Isolation>,
+    /// The NF policy.
+    pub policy: Policy,
+    /// The tenant's own NF instead of the run's. Reserved: always `None` for now.
+    pub nf: Option<NfSpec>,
+    /// The tenant's chain of NFs. Reserved: always empty for now (the run's NF is the
+    /// one-stage default).
+    pub chain: Vec<StageConfig>,
+}
+
+impl TenantConfig {
+    /// A tenant named `tenant-<id>` with these rules, no MAX_NB, no isolation request
+    /// and an empty policy.
+    pub fn new(id: TenantId, rules: Vec<(u32, Match)>) -> TenantConfig {
+        TenantConfig {
+            id,
+            name: format!("tenant-{}", id.0),
+            rules,
+            max_nb: 0,
+            isolation: None,
+            policy: Policy::new(),
+            nf: None,
+            chain: Vec::new(),
+        }
+    }
+
+    /// Builds the tenant's policy for an NF whose policy type is `P`; the error names
+    /// `file` (the tenants file, or whatever the tenants came from), the tenant and
+    /// `policy`.
+    pub fn policy_as<P: DeserializeOwned>(&self, file: &Path) -> Result<P, TenantsError> {
+        self.policy.decode().map_err(|message| TenantsError::Field {
+            path: file.to_owned(),
+            tenant: format!("{} ({:?})", self.id, self.name),
+            field: "policy".to_owned(),
+            message: message.trim().to_owned(),
+        })
+    }
+}
+
+/// A tenants file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TenantsError {
+    /// The extension names no known format.
+    #[error("{}: a tenants file is .toml or .json", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Unreadable file.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not valid TOML or JSON, or a value of the wrong shape.
+    #[error("{}: {message}", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// A field of one tenant is invalid.
+    #[error("{}: tenant {tenant}: {field}: {message}", path.display())]
+    Field {
+        /// The file.
+        path: PathBuf,
+        /// `7 ("acme")` or `#3` when there is no id.
+        tenant: String,
+        /// The field, e.g. `rules[1].dst_ip`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A parsed document of either format: what validation needs from it.
+trait Doc: DeserializeOwned {
+    fn int(&self, key: &str) -> Option<i64>;
+    fn str(&self, key: &str) -> Option<&str>;
+    /// Converts to `T`; the error is the message alone (no position).
+    fn decode<T: DeserializeOwned>(self) -> Result<T, String>;
+    /// The value as a policy object.
+    fn into_policy(self) -> Result<Policy, String>;
+}
+
+impl Doc for toml::Value {
+    fn int(&self, key: &str) -> Option<i64> {
+        self.get(key).and_then(toml::Value::as_integer)
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(toml::Value::as_str)
+    }
+
+    fn decode<T: DeserializeOwned>(self) -> Result<T, String> {
+        self.try_into()
+            .map_err(|e: toml::de::Error| e.message().trim().to_owned())
+    }
+
+    fn into_policy(self) -> Result<Policy, String> {
+        match toml_to_json(self)? {
+            serde_json::Value::Object(m) => Ok(Policy::from_map(m)),
+            _ => Err("a policy is a table".into()),
+        }
+    }
+}
+
+impl Doc for serde_json::Value {
+    fn int(&self, key: &str) -> Option<i64> {
+        self.get(key).and_then(serde_json::Value::as_i64)
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(serde_json::Value::as_str)
+    }
+
+    fn decode<T: DeserializeOwned>(self) -> Result<T, String> {
+        serde_json::from_value(self).map_err(|e| e.to_string().trim().to_owned())
+    }
+
+    fn into_policy(self) -> Result<Policy, String> {
+        match self {
+            serde_json::Value::Object(m) => Ok(Policy::from_map(m)),
+            _ => Err("a policy is an object".into()),
+        }
+    }
+}
+
+/// TOML to its JSON equivalent: datetimes become their text; NaN and infinities, which
+/// JSON cannot hold, are an error.
+fn toml_to_json(v: toml::Value) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    Ok(match v {
+        toml::Value::String(s) => J::String(s),
+        toml::Value::Integer(i) => J::from(i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(f)
+            .map(J::Number)
+            .ok_or_else(|| format!("{f} has no JSON equivalent"))?,
+        toml::Value::Boolean(b) => J::Bool(b),
+        toml::Value::Datetime(d) => J::String(d.to_string()),
+        toml::Value::Array(a) => {
+            J::Array(a.into_iter().map(toml_to_json).collect::<Result<_, _>>()?)
+        }
+        toml::Value::Table(t) => J::Object(
+            t.into_iter()
+                .map(|(k, v)| toml_to_json(v).map(|v| (k, v)))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(bound = "V: DeserializeOwned")]
+struct RawFile<V> {
+    #[serde(default = "Vec::new")]
+    tenant: Vec<V>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(bound = "V: DeserializeOwned")]
+struct RawTenant<V> {
+    id: u32,
+    name: Option<String>,
+    #[serde(default = "Vec::new")]
+    rules: Vec<V>,
+    #[serde(default)]
+    max_nb: u64,
+    #[serde(default)]
+    isolation: Option<Isolation>,
+    #[serde(default = "Option::default")]
+    policy: Option<V>,
+    // Reserved (see the module docs): accepted by the parser so that the error can say
+    // what they are, then rejected.
+    #[serde(default = "Option::default")]
+    nf: Option<V>,
+    #[serde(default = "Option::default")]
+    chain: Option<V>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    priority: Option<u32>,
+    in_port: Option<u16>,
+    src_mac: Option<String>,
+    dst_mac: Option<String>,
+    vlan: Option<u16>,
+    src_ip: Option<String>,
+    dst_ip: Option<String>,
+    protocol: Option<NumOrName>,
+    src_port: Option<NumOrName>,
+    dst_port: Option<NumOrName>,
+    dscp: Option<u8>,
+}
+
+/// Reads and validates a tenants file, in the format its extension names.
+pub fn load(path: &Path) -> Result<Vec<TenantConfig>, TenantsError> {
+    let format = Format::of_path(path)?;
+    let text = std::fs::read_to_string(path).map_err(|source| TenantsError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(format, path, &text)
+}
+
+/// Validates tenants-file text in `format` (`path` only names it in errors).
+pub fn parse(format: Format, path: &Path, text: &str) -> Result<Vec<TenantConfig>, TenantsError> {
+    let syntax = |message: String| TenantsError::Syntax {
+        path: path.to_owned(),
+        message,
+    };
+    match format {
+        Format::Toml => {
+            let raw: RawFile<toml::Value> =
+                toml::from_str(text).map_err(|e| syntax(e.to_string()))?;
+            if raw.tenant.is_empty() {
+                return Err(syntax("no [[tenant]] entries".into()));
+            }
+            validate(path, raw.tenant)
+        }
+        Format::Json => {
+            let raw: RawFile<serde_json::Value> =
+                serde_json::from_str(text).map_err(|e| syntax(e.to_string()))?;
+            if raw.tenant.is_empty() {
+                return Err(syntax("no \"tenant\" entries".into()));
+            }
+            validate(path, raw.tenant)
+        }
+    }
+}
+
+fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, TenantsError> {
+    let mut out = Vec::with_capacity(tenants.len());
+    let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, value) in tenants.into_iter().enumerate() {
+        let label = tenant_label(&value, i);
+        let field_err = |field: &str, message: String| TenantsError::Field {
+            path: path.to_owned(),
+            tenant: label.clone(),
+            field: field.to_owned(),
+            message,
+        };
+        let t: RawTenant<V> = value.decode().map_err(|e| field_err("(tenant)", e))?;
+        if let Some(first) = seen.insert(t.id, i) {
+            return Err(field_err(
+                "id",
+                format!("duplicate tenant id {} (also tenant #{})", t.id, first + 1),
+            ));
+        }
+        if t.nf.is_some() {
+            return Err(field_err(
+                "nf",
+                "a tenant's own NF is not supported yet: every tenant runs the run's NF".into(),
+            ));
+        }
+        if t.chain.is_some() {
+            return Err(field_err(
+                "chain",
+                "per-tenant NF chains are not supported yet: every tenant runs the run's NF".into(),
+            ));
+        }
+        let mut rules = Vec::with_capacity(t.rules.len());
+        for (r, rule) in t.rules.into_iter().enumerate() {
+            let at = |f: &str| format!("rules[{r}]{}{f}", if f.is_empty() { "" } else { "." });
+            let raw: RawRule = rule.decode().map_err(|e| field_err(&at(""), e))?;
+            rules.push(build_rule(raw).map_err(|(f, m)| field_err(&at(f), m))?);
+        }
+        if rules.is_empty() {
+            return Err(field_err(
+                "rules",
+                "at least one classifier rule is needed".into(),
+            ));
+        }
+        let policy = match t.policy {
+            Some(p) => p.into_policy().map_err(|e| field_err("policy", e))?,
+            None => Policy::new(),
+        };
+        let mut tenant = TenantConfig::new(TenantId(t.id), rules);
+        if let Some(name) = t.name {
+            tenant.name = name;
+        }
+        tenant.max_nb = t.max_nb;
+        tenant.isolation = t.isolation;
+        tenant.policy = policy;
+        out.push(tenant);
+    }
+    Ok(out)
+}
+
+fn tenant_label<V: Doc>(value: &V, i: usize) -> String {
+    match (value.int("id"), value.str("name")) {
+        (Some(id), Some(n)) => format!("{id} ({n:?})"),
+        (Some(id), None) => id.to_string(),
+        _ => format!("#{}", i + 1),
+    }
+}
+
+type FieldError = (&'static str, String);
+
+fn build_rule(raw: RawRule) -> Result<(u32, Match), FieldError> {
+    let mut m = Match {
+        in_port: raw.in_port,
+        vlan: raw.vlan,
+        ..Match::default()
+    };
+    if let Some(v) = raw.vlan {
+        if v > 4095 {
+            return Err(("vlan", format!("{v} is not a VLAN id (0-4095)")));
+        }
+    }
+    if let Some(d) = raw.dscp {
+        if d > 63 {
+            return Err(("dscp", format!("{d} does not fit in 6 bits (0-63)")));
+        }
+        m.dscp = Some(d);
+    }
+    m.src_mac = raw
+        .src_mac
+        .map(|s| parse_mac(&s))
+        .transpose()
+        .map_err(|e| ("src_mac", e.to_string()))?;
+    m.dst_mac = raw
+        .dst_mac
+        .map(|s| parse_mac(&s))
+        .transpose()
+        .map_err(|e| ("dst_mac", e.to_string()))?;
+    m.src_ip = raw
+        .src_ip
+        .map(|s| prefix(&s))
+        .transpose()
+        .map_err(|e| ("src_ip", e))?;
+    m.dst_ip = raw
+        .dst_ip
+        .map(|s| prefix(&s))
+        .transpose()
+        .map_err(|e| ("dst_ip", e))?;
+    m.protocol = raw
+        .protocol
+        .map(|p| p.protocol())
+        .transpose()
+        .map_err(|e| ("protocol", e.to_string()))?;
+    m.src_port = raw
+        .src_port
+        .map(|p| ports(&p))
+        .transpose()
+        .map_err(|e| ("src_port", e))?;
+    m.dst_port = raw
+        .dst_port
+        .map(|p| ports(&p))
+        .transpose()
+        .map_err(|e| ("dst_port", e))?;
+    if (m.src_port.is_some() || m.dst_port.is_some())
+        && !matches!(m.protocol, Some(6) | Some(17) | Some(132))
+    {
+        return Err((
+            "protocol",
+            "port rules need protocol = \"tcp\", \"udp\" or \"sctp\"".into(),
+        ));
+    }
+    if let (Some(s), Some(d)) = (&m.src_ip, &m.dst_ip) {
+        if s.is_ipv4() != d.is_ipv4() {
+            return Err((
+                "dst_ip",
+                "src_ip and dst_ip are of different IP versions".into(),
+            ));
+        }
+    }
+    if m == Match::default() {
+        return Err(("(rule)", "a rule must match at least one field".into()));
+    }
+    Ok((raw.priority.unwrap_or(DEFAULT_PRIORITY), m))
+}
+
+fn prefix(s: &str) -> Result<IpPrefix, String> {
+    s.parse::<IpPrefix>()
+        .map_err(|e| format!("invalid prefix {s:?}: {e}"))
+}
+
+fn ports(p: &NumOrName) -> Result<PortRange, String> {
+    p.port_range()
+        .map_err(|e| format!("invalid port or range {:?}: {e}", p.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toml(text: &str) -> Result<Vec<TenantConfig>, TenantsError> {
+        parse(Format::Toml, Path::new("t.toml"), text)
+    }
+
+    fn json(text: &str) -> Result<Vec<TenantConfig>, TenantsError> {
+        parse(Format::Json, Path::new("t.json"), text)
+    }
+
+    fn err(text: &str) -> String {
+        toml(text).unwrap_err().to_string()
+    }
+
+    fn json_err(text: &str) -> String {
+        json(text).unwrap_err().to_string()
+    }
+
+    const EXAMPLE_TOML: &str = r#"
+[[tenant]]
+id = 7
+name = "acme"
+rules = [ { dst_ip = "10.7.0.0/16" }, { src_ip = "192.168.7.0/24", protocol = "udp", dst_port = "5000-5099", priority = 5 } ]
+max_nb = 0
+[tenant.policy]
+flow_capacity = 128
+
+[[tenant]]
+id = 8
+rules = [ { dst_ip = "2001:db8::/32", vlan = 12, src_mac = "02:00:00:00:00:01", dscp = 10, in_port = 1, dst_port = 443, protocol = 6 } ]
+"#;
+
+    const EXAMPLE_JSON: &str = r#"
+{ "tenant": [
+  { "id": 7, "name": "acme",
+    "rules": [ { "dst_ip": "10.7.0.0/16" },
+               { "src_ip": "192.168.7.0/24", "protocol": "udp", "dst_port": "5000-5099", "priority": 5 } ],
+    "max_nb": 0,
+    "policy": { "flow_capacity": 128 } },
+  { "id": 8,
+    "rules": [ { "dst_ip": "2001:db8::/32", "vlan": 12, "src_mac": "02:00:00:00:00:01", "dscp": 10,
+                 "in_port": 1, "dst_port": 443, "protocol": 6 } ] } ] }
+"#;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let t = toml(EXAMPLE_TOML).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].rules[0].0, DEFAULT_PRIORITY);
+        assert_eq!(t[0].rules[1].0, 5);
+        assert_eq!(t[0].rules[1].1.protocol, Some(17));
+        assert_eq!(
+            t[0].rules[1].1.dst_port,
+            Some(PortRange { lo: 5000, hi: 5099 })
+        );
+        assert_eq!(
+            t[0].policy
+                .as_map()
+                .get("flow_capacity")
+                .and_then(|v| v.as_i64()),
+            Some(128)
+        );
+        assert_eq!(t[1].name, "tenant-8");
+        assert_eq!(t[1].rules[0].1.src_mac, Some([2, 0, 0, 0, 0, 1]));
+        assert!(t.iter().all(|t| t.nf.is_none() && t.chain.is_empty()));
+    }
+
+    #[test]
+    fn json_and_toml_give_the_same_tenants() {
+        assert_eq!(json(EXAMPLE_JSON).unwrap(), toml(EXAMPLE_TOML).unwrap());
+    }
+
+    #[test]
+    fn json_and_toml_give_every_nf_the_same_policy() {
+        // Nested tables, arrays of tables, strings, numbers, booleans.
+        let t = toml(
+            r#"
+[[tenant]]
+id = 1
+rules = [ { vlan = 100 } ]
+[tenant.policy]
+default = "deny"
+allow_established = true
+conntrack_capacity = 64
+rules = [ { action = "allow", proto = "udp", dst_port = 53 },
+          { action = "allow", proto = "tcp", dst_port = "8000-8080", src = "10.0.0.0/8" } ]
+"#,
+        )
+        .unwrap();
+        let j = json(
+            r#"{ "tenant": [ { "id": 1, "rules": [ { "vlan": 100 } ], "policy": {
+                "default": "deny", "allow_established": true, "conntrack_capacity": 64,
+                "rules": [ { "action": "allow", "proto": "udp", "dst_port": 53 },
+                           { "action": "allow", "proto": "tcp", "dst_port": "8000-8080", "src": "10.0.0.0/8" } ]
+            } } ] }"#,
+        )
+        .unwrap();
+        assert_eq!(t[0].policy, j[0].policy);
+        // Decoded by a real NF's policy type, they are the same policy.
+        type Fw = buffet_nfs::firewall::FirewallPolicy;
+        let from_toml: Fw = t[0].policy_as(Path::new("t.toml")).unwrap();
+        let from_json: Fw = j[0].policy_as(Path::new("t.json")).unwrap();
+        assert_eq!(from_toml, from_json);
+        assert_eq!(from_toml.rules.len(), 2);
+        // And an empty policy is the NF's default, in both.
+        let t = toml("[[tenant]]\nid = 2\nrules = [ { vlan = 1 } ]\n").unwrap();
+        let j = json(r#"{"tenant":[{"id":2,"rules":[{"vlan":1}]}]}"#).unwrap();
+        assert_eq!(t[0].policy, Policy::new());
+        assert_eq!(j[0].policy, Policy::new());
+    }
+
+    #[test]
+    fn toml_values_map_to_json() {
+        let t = toml(
+            "[[tenant]]\nid = 1\nrules = [ { vlan = 1 } ]\n[tenant.policy]\n\
+             rate = 1.5\nwhen = 1979-05-27T07:32:00Z\nlist = [1, 2]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            t[0].policy.as_value(),
+            &serde_json::json!({ "rate": 1.5, "when": "1979-05-27T07:32:00Z", "list": [1, 2] })
+        );
+        let e = err("[[tenant]]\nid = 1\nrules = [ { vlan = 1 } ]\n[tenant.policy]\nrate = nan\n");
+        assert!(e.contains("tenant 1: policy: NaN"), "{e}");
+    }
+
+    #[test]
+    fn policy_errors_name_file_tenant_and_policy() {
+        let t = toml(
+            "[[tenant]]\nid = 7\nname = \"acme\"\nrules = [ { vlan = 1 } ]\n[tenant.policy]\nflow_capacityy = 3\n",
+        )
+        .unwrap();
+        let e = t[0]
+            .policy_as::<buffet_nfs::monitor::MonitorPolicy>(Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("t.toml: tenant 7 (\"acme\"): policy: unknown field `flow_capacityy`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn errors_name_file_tenant_and_field() {
+        let e =
+            err("[[tenant]]\nid = 7\nname = \"acme\"\nrules = [ { dst_ip = \"10.0.0.0/33\" } ]\n");
+        assert!(
+            e.contains("t.toml") && e.contains("7 (\"acme\")") && e.contains("rules[0].dst_ip"),
+            "{e}"
+        );
+        let e = err("[[tenant]]\nid = 7\nrules = [ { dst_ipp = \"10.0.0.0/8\" } ]\n");
+        assert!(e.contains("rules[0]") && e.contains("dst_ipp"), "{e}");
+        let e = err("[[tenant]]\nid = 7\ncolour = 1\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n");
+        assert!(e.contains("colour"), "{e}");
+        let e = err("[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n");
+        assert!(e.contains("duplicate tenant id 7"), "{e}");
+        let e = err("[[tenant]]\nid = 7\nrules = [ { dst_port = 80 } ]\n");
+        assert!(e.contains("protocol"), "{e}");
+        let e =
+            err("[[tenant]]\nid = 7\nrules = [ { protocol = \"udp\", dst_port = \"90-80\" } ]\n");
+        assert!(e.contains("rules[0].dst_port"), "{e}");
+        let e = err("[[tenant]]\nid = 7\nrules = [ { src_mac = \"zz:00:00:00:00:00\" } ]\n");
+        assert!(e.contains("src_mac"), "{e}");
+        let e = err("[[tenant]]\nid = 7\nrules = []\n");
+        assert!(e.contains("rules"), "{e}");
+        let e = err("[[tenants]]\nid = 7\n");
+        assert!(e.contains("tenants"), "{e}");
+        let e = err(
+            "[[tenant]]\nid = 7\nisolation = \"vm\"\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n",
+        );
+        assert!(e.contains("vm") && e.contains("mpk"), "{e}");
+        let e = err("[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\npolicy = 3\n");
+        assert!(e.contains("tenant 7: policy: a policy is a table"), "{e}");
+    }
+
+    #[test]
+    fn json_errors_are_the_toml_errors() {
+        // Same file, same tenant, same field, same message; only the file name differs.
+        let cases = [
+            (
+                "[[tenant]]\nid = 7\nname = \"acme\"\nrules = [ { dst_ip = \"10.0.0.0/33\" } ]\n",
+                r#"{"tenant":[{"id":7,"name":"acme","rules":[{"dst_ip":"10.0.0.0/33"}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { dst_ipp = \"10.0.0.0/8\" } ]\n",
+                r#"{"tenant":[{"id":7,"rules":[{"dst_ipp":"10.0.0.0/8"}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\ncolour = 1\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n",
+                r#"{"tenant":[{"id":7,"colour":1,"rules":[{"dst_ip":"10.0.0.0/8"}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
+                r#"{"tenant":[{"id":7,"rules":[{"dst_ip":"10.0.0.0/8"}]},{"id":7,"rules":[{"dst_ip":"10.1.0.0/16"}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { dst_port = 80 } ]\n",
+                r#"{"tenant":[{"id":7,"rules":[{"dst_port":80}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { protocol = \"udp\", dst_port = \"90-80\" } ]\n",
+                r#"{"tenant":[{"id":7,"rules":[{"protocol":"udp","dst_port":"90-80"}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { src_mac = \"zz:00:00:00:00:00\" } ]\n",
+                r#"{"tenant":[{"id":7,"rules":[{"src_mac":"zz:00:00:00:00:00"}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { vlan = 5000 } ]\n",
+                r#"{"tenant":[{"id":7,"rules":[{"vlan":5000}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { dscp = 64 } ]\n",
+                r#"{"tenant":[{"id":7,"rules":[{"dscp":64}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = []\n",
+                r#"{"tenant":[{"id":7,"rules":[]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nisolation = \"vm\"\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n",
+                r#"{"tenant":[{"id":7,"isolation":"vm","rules":[{"dst_ip":"10.0.0.0/8"}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\nnf = \"firewall\"\n",
+                r#"{"tenant":[{"id":7,"rules":[{"dst_ip":"10.0.0.0/8"}],"nf":"firewall"}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nname = \"a\"\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n[[tenant.chain]]\nnf = \"firewall\"\n",
+                r#"{"tenant":[{"id":7,"name":"a","rules":[{"dst_ip":"10.0.0.0/8"}],"chain":[{"nf":"firewall"}]}]}"#,
+            ),
+        ];
+        for (t, j) in cases {
+            let (te, je) = (err(t), json_err(j));
+            assert!(te.starts_with("t.toml: tenant "), "{te}");
+            assert_eq!(te.strip_prefix("t.toml"), je.strip_prefix("t.json"), "{t}");
+        }
+    }
+
+    #[test]
+    fn json_syntax_errors() {
+        let e = json_err(r#"{"tenant": [ {"id": 7, } ]}"#);
+        assert!(e.starts_with("t.json: ") && e.contains("line 1"), "{e}");
+        let e = json_err(r#"{"tenants": []}"#);
+        assert!(e.contains("tenants"), "{e}");
+        let e = json_err(r#"{"tenant": []}"#);
+        assert!(e.contains("no \"tenant\" entries"), "{e}");
+        let e = json_err(r#"{"tenant": [ {"id": 7, "rules": [ {"vlan": 1} ], "policy": [] } ]}"#);
+        assert!(e.contains("tenant 7: policy: a policy is an object"), "{e}");
+    }
+
+    #[test]
+    fn chains_and_own_nfs_are_reserved() {
+        let e = err("[[tenant]]\nid = 7\nrules = [ { vlan = 1 } ]\n[[tenant.chain]]\nnf = \"firewall\"\n[tenant.chain.policy]\ndefault = \"deny\"\n");
+        assert!(
+            e.contains("tenant 7: chain: per-tenant NF chains are not supported yet"),
+            "{e}"
+        );
+        let e = err("[[tenant]]\nid = 7\nnf = \"monitor\"\nrules = [ { vlan = 1 } ]\n");
+        assert!(
+            e.contains("tenant 7: nf: a tenant's own NF is not supported yet"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_format_follows_the_extension() {
+        assert_eq!(
+            Format::of_path(Path::new("a/t.toml")).unwrap(),
+            Format::Toml
+        );
+        assert_eq!(Format::of_path(Path::new("t.JSON")).unwrap(), Format::Json);
+        for bad in ["t.yaml", "tenants", "t.toml.bak"] {
+            let e = Format::of_path(Path::new(bad)).unwrap_err().to_string();
+            assert_eq!(e, format!("{bad}: a tenants file is .toml or .json"));
+        }
+        // The format is checked before the file is read.
+        let e = load(Path::new("/nonexistent/t.yml")).unwrap_err();
+        assert!(matches!(e, TenantsError::Format { .. }), "{e}");
+    }
+
+    #[test]
+    fn load_reads_both_formats() {
+        let dir = std::env::temp_dir().join(format!("buffet-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (t, j) = (dir.join("t.toml"), dir.join("t.json"));
+        std::fs::write(&t, EXAMPLE_TOML).unwrap();
+        std::fs::write(&j, EXAMPLE_JSON).unwrap();
+        let (from_t, from_j) = (load(&t), load(&j));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(from_t.unwrap(), from_j.unwrap());
+        let e = load(&dir.join("gone.json")).unwrap_err().to_string();
+        assert!(e.contains("gone.json"), "{e}");
+    }
+
+    #[test]
+    fn isolation_is_optional_per_tenant() {
+        let t = toml(
+            "[[tenant]]\nid = 1\nisolation = \"mpk\"\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n\
+             [[tenant]]\nid = 2\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
+        )
+        .unwrap();
+        assert_eq!(t[0].isolation, Some(Isolation::Mpk));
+        assert_eq!(t[1].isolation, None);
+    }
+}
