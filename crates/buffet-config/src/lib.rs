@@ -2,13 +2,13 @@
 //!
 //! * [`tenants`] — the tenants file, in TOML or JSON with the same fields and the same
 //!   validation: ids, names, classifier rules, MAX_NB, the isolation level a tenant asks
-//!   for and its NF policy, carried in a format-neutral [`Policy`](tenants::Policy) that
+//!   for and its NF policy, carried in a format-neutral [`Policy`] that
 //!   any NF's `Policy: DeserializeOwned` is built from;
 //! * [`isolation`] — the isolation levels (safe, mpk, ebpf), which level a run uses and
 //!   which kinds of NF each level accepts, and the Memory Manager domain it maps to;
-//! * [`registry`] — naming an NF ([`NfSpec`](registry::NfSpec): a reference NF, a C
+//! * [`registry`] — naming an NF ([`NfSpec`]: a reference NF, a C
 //!   shared object, an eBPF object and its engine), loading it, and running one generic
-//!   function over whichever NF it is ([`NfVisitor`](registry::NfVisitor));
+//!   function over whichever NF it is ([`NfVisitor`]);
 //! * [`trace`] — the timeslot scheduler alone over a `ts_ns,tenant_id` trace, the
 //!   yardstick every scheduler implementation is checked against.
 //!
