@@ -12,7 +12,7 @@
 //! spawns a thread, never touches a socket or a queue, and contains no `unsafe`. Moving
 //! the frame to the chosen worker is the caller's business. The same semantics are
 //! mirrored by the C core, the XDP program and the Micro-C plugin; the trace vectors in
-//! `buffet-cli`'s `trace` module are the common yardstick.
+//! `buffet-config`'s `trace` module are the common yardstick.
 //!
 //! # Example
 //!
