@@ -9,6 +9,8 @@
 
 use std::cell::RefCell;
 
+use buffet_sdk::http::normalise_host;
+
 use crate::abi::{self, MAX_COUNTERS};
 use crate::sys::{self, Area};
 
@@ -206,26 +208,6 @@ pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) ->
         })
         .unwrap_or(ERR_RANGE)
     })
-}
-
-/// A URL/HTTP host as written (`Host:` value or authority) reduced to the name to look
-/// up: surrounding ASCII whitespace trimmed, user info up to the last `@` dropped, an
-/// IPv6 literal `[...]` kept whole, otherwise cut at the first `:` (the port), and one
-/// trailing `.` dropped. (The native DPI's normalisation, without the lowercasing:
-/// lookups ignore ASCII case.)
-pub fn normalise_host(value: &[u8]) -> &[u8] {
-    let mut h = value.trim_ascii();
-    if let Some(at) = h.iter().rposition(|&b| b == b'@') {
-        h = &h[at + 1..];
-    }
-    if h.first() == Some(&b'[') {
-        let end = h.iter().position(|&b| b == b']').map_or(h.len(), |e| e + 1);
-        return &h[..end];
-    }
-    if let Some(colon) = h.iter().position(|&b| b == b':') {
-        h = &h[..colon];
-    }
-    h.strip_suffix(b".").unwrap_or(h)
 }
 
 /// `long buffet_pkt_find(u32 off, u32 len, u32 byte)`: the offset of the first `byte` in

@@ -32,6 +32,7 @@
 //! ports = [80, 8080]     # optional: only inspect these TCP destination ports (default: all)
 //! ```
 
+use buffet_sdk::http::normalise_host;
 use buffet_sdk::{DropCause, InitError, MemorySpec, NetworkFunction, Packet, Verdict};
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
@@ -326,23 +327,6 @@ fn absolute_authority(target: &[u8]) -> Option<&[u8]> {
         .position(|&b| matches!(b, b'/' | b'?' | b'#'))
         .unwrap_or(rest.len());
     Some(&rest[..end])
-}
-
-/// Trims whitespace, user info, port and one trailing dot from a host value.
-fn normalise_host(value: &[u8]) -> &[u8] {
-    let mut h = value.trim_ascii();
-    if let Some(at) = h.iter().rposition(|&b| b == b'@') {
-        h = &h[at + 1..];
-    }
-    if h.first() == Some(&b'[') {
-        // An IPv6 literal: keep it whole (it never equals a domain).
-        let end = h.iter().position(|&b| b == b']').map_or(h.len(), |e| e + 1);
-        return &h[..end];
-    }
-    if let Some(colon) = h.iter().position(|&b| b == b':') {
-        h = &h[..colon];
-    }
-    h.strip_suffix(b".").unwrap_or(h)
 }
 
 /// The DPI NF (multi-tenant).

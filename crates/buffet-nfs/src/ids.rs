@@ -60,11 +60,11 @@
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use buffet_sdk::policy::{IpPrefix, NumOrName};
 use buffet_sdk::{
-    DropCause, FlowKey, InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict,
+    DropCause, FlowKey, InitError, L3Kind, MemorySpec, NetworkFunction, Packet, TenantId, Verdict,
 };
 use serde::Deserialize;
 
-use crate::firewall::{prefix_or_any, proto_or_any, rule_hits_name};
+use crate::firewall::{ip_of, prefix_or_any, proto_or_any, rule_hits_name};
 
 /// Default alert records per tenant per second of packet time.
 pub const DEFAULT_LOG_PER_SECOND: u32 = 10;
@@ -131,12 +131,13 @@ pub struct Signature {
 }
 
 impl Signature {
-    /// True when the packet header satisfies the signature's restrictions.
-    fn header_matches(&self, key: &FlowKey, has_ports: bool) -> bool {
+    /// True when the packet header satisfies the signature's restrictions. `l3` is the
+    /// packet's IP version: a prefix matches only addresses of its own version.
+    fn header_matches(&self, l3: L3Kind, key: &FlowKey, has_ports: bool) -> bool {
         let any_ports = |r: (u16, u16)| r == (0, u16::MAX);
         self.proto.is_none_or(|p| p == key.proto)
-            && self.src.is_none_or(|p| p.contains_mapped(&key.src))
-            && self.dst.is_none_or(|p| p.contains_mapped(&key.dst))
+            && self.src.is_none_or(|p| p.contains(ip_of(l3, key.src)))
+            && self.dst.is_none_or(|p| p.contains(ip_of(l3, key.dst)))
             && ((any_ports(self.src_ports) && any_ports(self.dst_ports))
                 || (has_ports
                     && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
@@ -536,6 +537,7 @@ impl IdsState {
         let has_ports = pkt.ports().is_some();
         let mut scan = Scan {
             generation: self.generation,
+            l3: pkt.l3_kind(),
             key: &key,
             has_ports,
             sigs: &self.sigs,
@@ -684,6 +686,7 @@ fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
 /// The per-packet bookkeeping of one scan (borrows the state's scratch arrays).
 struct Scan<'s> {
     generation: u32,
+    l3: L3Kind,
     key: &'s FlowKey,
     has_ports: bool,
     sigs: &'s [Signature],
@@ -708,7 +711,7 @@ impl Scan<'_> {
         if self.rule_seen[r] != gen {
             self.rule_seen[r] = gen;
             self.rule_found[r] = 0;
-            self.rule_applies[r] = self.sigs[r].header_matches(self.key, self.has_ports);
+            self.rule_applies[r] = self.sigs[r].header_matches(self.l3, self.key, self.has_ports);
         }
         if !self.rule_applies[r] {
             return;
@@ -943,6 +946,32 @@ mod tests {
         assert_eq!((c.alerts, c.alerted_packets, c.blocked), (3, 2, 2));
         assert_eq!(st.rule_hits(), &[2, 1, 0, 0]);
         assert!(st.recent_alerts().all(|a| a.blocked));
+    }
+
+    /// A prefix matches only its own IP version: `::ffff:192.168.0.1` over IPv6 is not
+    /// in `192.168.0.0/16`.
+    #[test]
+    fn prefixes_never_match_ipv4_mapped_ipv6_sources() {
+        let mut st = state("block", RULES);
+        let payload = b"GET /etc/passwd HTTP/1.0\r\n\r\n";
+        let mut v6 = Vec::new();
+        PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv6(
+                std::net::Ipv4Addr::new(192, 168, 0, 1)
+                    .to_ipv6_mapped()
+                    .octets(),
+                [9; 16],
+                64,
+            )
+            .tcp(40000, 80, 1, 1000)
+            .write(&mut v6, payload)
+            .unwrap();
+        assert_eq!(run(&mut st, &v6), Verdict::Pass);
+        assert_eq!(
+            run(&mut st, &tcp([192, 168, 0, 1], 40000, 80, payload)),
+            DROP
+        );
+        assert_eq!(st.rule_hits(), &[0, 1, 0, 0]);
     }
 
     #[test]

@@ -76,6 +76,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod http;
 mod nf;
 mod packet;
 pub mod policy;

@@ -200,7 +200,9 @@ impl IpPrefix {
     /// Whether `addr`, in the IPv4-mapped 128-bit form of [`FlowKey`](crate::FlowKey)
     /// (IPv4 as `::ffff:a.b.c.d`), falls in the prefix. The form does not keep the IP
     /// version, so an IPv4 prefix also holds the IPv6 address `::ffff:a.b.c.d` of one of
-    /// its IPv4 addresses.
+    /// its IPv4 addresses: when the packet's IP version is known, use
+    /// [`contains`](Self::contains) (or match the version separately, as a mask-based
+    /// table does with [`mapped_mask`](Self::mapped_mask) / [`mapped_bits`](Self::mapped_bits)).
     #[inline]
     pub fn contains_mapped(&self, addr: &[u8; 16]) -> bool {
         u128::from_be_bytes(*addr) & self.mapped_mask() == self.bits

@@ -2,20 +2,13 @@
 //! of [`super`] describes the lookup). Parsing policies and tracking connections happen
 //! elsewhere.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use buffet_sdk::policy::{IpPrefix, PortRange};
 use buffet_sdk::tss::{MaskedKey, TupleSpace};
-use buffet_sdk::{FlowKey, InitError};
+use buffet_sdk::{FlowKey, InitError, L3Kind};
 
 use super::policy::Action;
-
-#[inline]
-fn mask128(len: u8) -> u128 {
-    if len == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(len.min(128)))
-    }
-}
 
 #[inline]
 pub(super) fn mask16(len: u8) -> u16 {
@@ -26,10 +19,21 @@ pub(super) fn mask16(len: u8) -> u16 {
     }
 }
 
-/// A rule's prefix in the mapped 128-bit space of [`FlowKey`]: (length, bits); `any` is
-/// the zero-length prefix, which both IPv4 and IPv6 addresses fall in.
-fn mapped(p: Option<IpPrefix>) -> (u8, u128) {
-    p.map_or((0, 0), |p| (p.mapped_len(), p.mapped_bits()))
+/// A rule's prefix as a (mask, value) pair over the 128-bit address form of [`FlowKey`]
+/// (IPv4 mapped into `::ffff:0:0/96`); `any` is the empty mask. The IP version is matched
+/// separately ([`AclKey::v6`]).
+fn mapped(p: Option<IpPrefix>) -> (u128, u128) {
+    p.map_or((0, 0), |p| (p.mapped_mask(), p.mapped_bits()))
+}
+
+/// Address `a` of a [`FlowKey`] as the [`IpAddr`] of a packet of IP version `l3` (an
+/// IPv6 address of the form `::ffff:a.b.c.d` stays IPv6).
+#[inline]
+pub(crate) fn ip_of(l3: L3Kind, a: [u8; 16]) -> IpAddr {
+    match l3 {
+        L3Kind::Ipv4 => IpAddr::V4(Ipv4Addr::new(a[12], a[13], a[14], a[15])),
+        L3Kind::Ipv6 => IpAddr::V6(Ipv6Addr::from(a)),
+    }
 }
 
 /// An inclusive port range as the fewest (value, prefix length) port prefixes.
@@ -55,17 +59,20 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// The rule's predicate, evaluated directly (what a linear scan would do).
-    pub fn matches(&self, key: &FlowKey) -> bool {
-        self.src.is_none_or(|p| p.contains_mapped(&key.src))
-            && self.dst.is_none_or(|p| p.contains_mapped(&key.dst))
+    /// The rule's predicate, evaluated directly (what a linear scan would do) for a
+    /// packet of IP version `l3` with flow `key`. A prefix matches only addresses of its
+    /// own IP version, so a rule whose source and destination prefixes differ in version
+    /// matches nothing.
+    pub fn matches(&self, l3: L3Kind, key: &FlowKey) -> bool {
+        self.src.is_none_or(|p| p.contains(ip_of(l3, key.src)))
+            && self.dst.is_none_or(|p| p.contains(ip_of(l3, key.dst)))
             && self.proto.is_none_or(|p| p == key.proto)
             && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
             && (self.dst_ports.0..=self.dst_ports.1).contains(&key.dst_port)
     }
 }
 
-/// The 5-tuple as the ACL hashes it.
+/// The 5-tuple and IP version as the ACL hashes it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(super) struct AclKey {
     src: u128,
@@ -73,17 +80,21 @@ pub(super) struct AclKey {
     src_port: u16,
     dst_port: u16,
     proto: u8,
+    /// The packet is IPv6. Rules with a prefix match on it, so the 128-bit address form
+    /// (which an IPv6 `::ffff:a.b.c.d` shares with IPv4 `a.b.c.d`) never mixes versions.
+    v6: bool,
 }
 
 impl AclKey {
     #[inline]
-    pub(super) fn of(key: &FlowKey) -> Self {
+    pub(super) fn of(l3: L3Kind, key: &FlowKey) -> Self {
         AclKey {
             src: u128::from_be_bytes(key.src),
             dst: u128::from_be_bytes(key.dst),
             src_port: key.src_port,
             dst_port: key.dst_port,
             proto: key.proto,
+            v6: l3 == L3Kind::Ipv6,
         }
     }
 
@@ -95,6 +106,7 @@ impl AclKey {
             src_port: self.dst_port,
             dst_port: self.src_port,
             proto: self.proto,
+            v6: self.v6,
         }
     }
 }
@@ -108,6 +120,7 @@ impl MaskedKey for AclKey {
             src_port: self.src_port & m.src_port,
             dst_port: self.dst_port & m.dst_port,
             proto: self.proto & m.proto,
+            v6: self.v6 & m.v6,
         }
     }
 }
@@ -126,18 +139,27 @@ impl Acl {
     pub fn compile(rules: Vec<Rule>, max_entries: usize) -> Result<Acl, InitError> {
         let mut tss = TupleSpace::new();
         for (i, r) in rules.iter().enumerate() {
-            let (src_len, src_bits) = mapped(r.src);
-            let (dst_len, dst_bits) = mapped(r.dst);
+            let (src_mask, src_bits) = mapped(r.src);
+            let (dst_mask, dst_bits) = mapped(r.dst);
+            // The IP version the rule's prefixes require (`None`: no prefix, any version).
+            let v6 = match (r.src, r.dst) {
+                (None, None) => None,
+                (Some(p), None) | (None, Some(p)) => Some(!p.is_ipv4()),
+                (Some(s), Some(d)) if s.is_ipv4() == d.is_ipv4() => Some(!s.is_ipv4()),
+                // Prefixes of both versions: no packet matches the rule.
+                (Some(_), Some(_)) => continue,
+            };
             let sports = port_prefixes(r.src_ports);
             let dports = port_prefixes(r.dst_ports);
             for &(sp, sl) in &sports {
                 for &(dp, dl) in &dports {
                     let mask = AclKey {
-                        src: mask128(src_len),
-                        dst: mask128(dst_len),
+                        src: src_mask,
+                        dst: dst_mask,
                         src_port: mask16(sl),
                         dst_port: mask16(dl),
                         proto: if r.proto.is_some() { u8::MAX } else { 0 },
+                        v6: v6.is_some(),
                     };
                     let value = AclKey {
                         src: src_bits,
@@ -145,6 +167,7 @@ impl Acl {
                         src_port: sp,
                         dst_port: dp,
                         proto: r.proto.unwrap_or(0),
+                        v6: v6 == Some(true),
                     };
                     // Keep the first rule for a key: later ones are shadowed by it.
                     if tss.get(&mask, &value).is_none() {
@@ -167,10 +190,11 @@ impl Acl {
         Ok(Acl { rules, tss })
     }
 
-    /// Index of the first rule (in ACL order) matching `key`, by tuple-space search.
+    /// Index of the first rule (in ACL order) matching a packet of IP version `l3` with
+    /// flow `key`, by tuple-space search.
     #[inline]
-    pub fn classify(&self, key: &FlowKey) -> Option<usize> {
-        self.classify_key(&AclKey::of(key))
+    pub fn classify(&self, l3: L3Kind, key: &FlowKey) -> Option<usize> {
+        self.classify_key(&AclKey::of(l3, key))
     }
 
     #[inline]
@@ -180,8 +204,8 @@ impl Acl {
 
     /// Index of the first rule matching `key`, by scanning every rule in order (the
     /// reference the tuple-space search is tested against).
-    pub fn classify_linear(&self, key: &FlowKey) -> Option<usize> {
-        self.rules.iter().position(|r| r.matches(key))
+    pub fn classify_linear(&self, l3: L3Kind, key: &FlowKey) -> Option<usize> {
+        self.rules.iter().position(|r| r.matches(l3, key))
     }
 
     /// The rules, in ACL order.

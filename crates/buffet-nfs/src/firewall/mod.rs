@@ -24,8 +24,10 @@
 //! [`CONN_PROBE_WINDOW`] slots; expired entries are reused, and when the window holds only
 //! live entries the least recently seen one is evicted and counted.
 //!
-//! Addresses are matched in the IPv4-mapped IPv6 space of [`FlowKey`]: an IPv4 prefix
-//! matches only IPv4 packets, `any` (or an omitted field) matches both families.
+//! A prefix matches only packets of its own IP version: an IPv4 prefix never matches an
+//! IPv6 packet, not even one whose addresses are IPv4-mapped (`::ffff:a.b.c.d`), and an
+//! IPv6 prefix never matches an IPv4 packet; `any` (or an omitted field) matches both. A
+//! rule whose `src` and `dst` are of different versions therefore matches nothing.
 //! Packets without ports (ICMP, non-first fragments) are matched with ports 0; a TCP or
 //! UDP packet that carries no L4 header (a non-first fragment) is counted as a fragment.
 //!
@@ -64,6 +66,7 @@ mod policy;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use acl::ip_of;
 use acl::AclKey;
 pub use acl::{Acl, Rule};
 use conntrack::ConnSlot;
@@ -186,7 +189,7 @@ impl FirewallState {
         if pkt.l4_kind() == L4Kind::Other && PORT_PROTOS.contains(&flow.proto) {
             c.fragments += 1;
         }
-        let key = AclKey::of(&flow);
+        let key = AclKey::of(pkt.l3_kind(), &flow);
         let now = pkt.meta().ts_ns;
         if self.allow_established && self.conns.touch(&key.reversed(), now) {
             c.established += 1;

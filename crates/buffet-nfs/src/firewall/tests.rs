@@ -205,6 +205,66 @@ fn ipv6_rules_match_ipv6_only() {
     );
 }
 
+/// The IP version is part of every prefix match: an IPv6 packet whose addresses are
+/// IPv4-mapped is not an IPv4 packet, and an IPv6 prefix never matches IPv4.
+#[test]
+fn prefixes_never_match_the_other_ip_version_even_ipv4_mapped() {
+    let mut st = state(
+        r#"
+        default = "allow"
+        [[rules]]
+        action = "deny"
+        src = "10.0.0.0/8"
+        [[rules]]
+        action = "deny"
+        dst = "::/0"
+        proto = "udp"
+        [[rules]]
+        action = "deny"
+        src = "10.0.0.0/8"
+        dst = "::ffff:0:0/96"
+        "#,
+    );
+    let v6 = |src: [u8; 16], dst: [u8; 16], udp: bool| {
+        let mut v = Vec::new();
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6]).ipv6(src, dst, 64);
+        if udp {
+            b.udp(1, 2).write(&mut v, b"").unwrap();
+        } else {
+            b.tcp(1, 2, 0, 100).write(&mut v, b"").unwrap();
+        }
+        v
+    };
+    let mapped = |a: [u8; 4]| Ipv4Addr::from(a).to_ipv6_mapped().octets();
+    let frames = [
+        // ::ffff:10.0.0.1 over IPv6: not in 10.0.0.0/8, and rule 2 mixes versions.
+        (
+            v6(mapped([10, 0, 0, 1]), mapped([10, 0, 0, 2]), false),
+            None,
+        ),
+        (tcp4([10, 0, 0, 1], [10, 0, 0, 2], 1, 2), Some(0)),
+        // ::/0 is IPv6: not every IPv4 packet.
+        (udp4([1, 1, 1, 1], [2, 2, 2, 2], 1, 2), None),
+        (
+            v6(mapped([1, 1, 1, 1]), mapped([2, 2, 2, 2]), true),
+            Some(1),
+        ),
+    ];
+    for (i, (bytes, want)) in frames.iter().enumerate() {
+        let mut b = bytes.clone();
+        let p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
+        let key = p.flow_key();
+        assert_eq!(st.acl().classify(p.l3_kind(), &key), *want, "frame {i}");
+        assert_eq!(
+            st.acl().classify_linear(p.l3_kind(), &key),
+            *want,
+            "frame {i}"
+        );
+        let verdict = if want.is_some() { DROP } else { Verdict::Pass };
+        assert_eq!(run(&mut st, bytes, 0), verdict, "frame {i}");
+    }
+}
+
 #[test]
 fn established_flows_pass_in_reverse_and_expire() {
     let mut st = state(
@@ -487,8 +547,12 @@ fn tuple_space_search_agrees_with_a_linear_scan() {
             let mut b = bytes.clone();
             let p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
             let key = p.flow_key();
-            let linear = st.acl().classify_linear(&key);
-            assert_eq!(st.acl().classify(&key), linear, "round {round}, {key:?}");
+            let linear = st.acl().classify_linear(p.l3_kind(), &key);
+            assert_eq!(
+                st.acl().classify(p.l3_kind(), &key),
+                linear,
+                "round {round}, {key:?}"
+            );
             let want = match linear {
                 Some(i) => {
                     matched += 1;

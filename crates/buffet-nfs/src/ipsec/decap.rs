@@ -1,5 +1,7 @@
 //! Inbound: checking, decrypting and decapsulating one ESP packet through an inbound SA.
 
+use std::net::{IpAddr, Ipv4Addr};
+
 use buffet_sdk::etherparse::Ipv4HeaderSlice;
 use buffet_sdk::{DropCause, Packet, Verdict};
 
@@ -88,7 +90,10 @@ impl IpsecState {
                 return Verdict::Drop(DropCause::Malformed);
             }
         };
-        if sa.selector.is_some_and(|p| !p.contains(inner_src)) {
+        if sa
+            .selector
+            .is_some_and(|p| !p.contains(IpAddr::V4(Ipv4Addr::from(inner_src))))
+        {
             c.selector_mismatch += 1;
             return Verdict::Drop(DropCause::Policy);
         }

@@ -74,6 +74,9 @@
 //! (`tests/ipsec_interop.rs`) drive them and the NF against draft-mcgrew-gcm-test-01,
 //! Wireshark and scapy.
 
+use std::net::{IpAddr, Ipv4Addr};
+
+use buffet_sdk::policy::IpPrefix;
 use buffet_sdk::{DropCause, InitError, MemorySpec, NetworkFunction, Packet, PortId, Verdict};
 
 mod decap;
@@ -88,7 +91,6 @@ pub use esp::{
     esp_header, esp_len, esp_open, esp_pad_len, esp_seal, EspCipher, EspOpened, KeyError,
     OpenError, SealError,
 };
-use policy::Prefix;
 pub use policy::{EthRewrite, InboundSaPolicy, IpsecPolicy, OutboundSaPolicy, Unmatched};
 pub use replay::{ReplayError, ReplayWindow};
 
@@ -141,7 +143,7 @@ struct OutboundSa {
     cipher: EspCipher,
     local: [u8; 4],
     remote: [u8; 4],
-    selector: Prefix,
+    selector: IpPrefix,
     ttl: u8,
     esn: bool,
     /// Next sequence number to send (the IV, and with ESN the whole 64-bit number).
@@ -156,7 +158,7 @@ struct InboundSa {
     cipher: EspCipher,
     local: [u8; 4],
     remote: [u8; 4],
-    selector: Option<Prefix>,
+    selector: Option<IpPrefix>,
     esn: bool,
     window: ReplayWindow,
 }
@@ -290,7 +292,7 @@ impl IpsecState {
         match self
             .outbound
             .iter()
-            .position(|sa| sa.selector.contains(dst))
+            .position(|sa| sa.selector.contains(IpAddr::V4(Ipv4Addr::from(dst))))
         {
             Some(i) => self.encapsulate(pkt, i),
             None => self.unmatched(),

@@ -3,7 +3,7 @@
 
 use std::net::Ipv4Addr;
 
-use buffet_sdk::policy;
+use buffet_sdk::policy::{self, IpPrefix, PolicyValueError};
 use buffet_sdk::{InitError, PortId};
 use serde::Deserialize;
 
@@ -102,48 +102,20 @@ pub struct IpsecPolicy {
     pub inbound_eth: Option<EthRewrite>,
 }
 
-/// An IPv4 prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Prefix {
-    addr: u32,
-    len: u8,
-}
-
-impl Prefix {
-    fn mask(self) -> u32 {
-        if self.len == 0 {
-            0
-        } else {
-            u32::MAX << (32 - self.len)
+/// Parses an SA selector: an IPv4 [`IpPrefix`] written with its length (`10.2.0.0/16`).
+fn parse_selector(s: &str) -> Result<IpPrefix, String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or_else(|| format!("`{s}` is not a prefix (expected a.b.c.d/len)"))?;
+    if a.parse::<Ipv4Addr>().is_err() {
+        return Err(format!("`{a}` is not an IPv4 address"));
+    }
+    s.parse::<IpPrefix>().map_err(|e| match e {
+        PolicyValueError::BadPrefixLength(_) | PolicyValueError::PrefixTooLong { .. } => {
+            format!("prefix length `{l}` is not 0..=32")
         }
-    }
-
-    #[inline]
-    pub(super) fn contains(self, a: [u8; 4]) -> bool {
-        u32::from_be_bytes(a) & self.mask() == self.addr
-    }
-
-    fn parse(s: &str) -> Result<Prefix, String> {
-        let (a, l) = s
-            .split_once('/')
-            .ok_or_else(|| format!("`{s}` is not a prefix (expected a.b.c.d/len)"))?;
-        let addr: Ipv4Addr = a
-            .parse()
-            .map_err(|_| format!("`{a}` is not an IPv4 address"))?;
-        let len: u8 = l
-            .parse()
-            .ok()
-            .filter(|&n| n <= 32)
-            .ok_or_else(|| format!("prefix length `{l}` is not 0..=32"))?;
-        let p = Prefix {
-            addr: u32::from(addr),
-            len,
-        };
-        if p.addr & !p.mask() != 0 {
-            return Err(format!("`{s}` has host bits set"));
-        }
-        Ok(p)
-    }
+        e => e.to_string(),
+    })
 }
 
 pub(super) fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
@@ -289,7 +261,7 @@ impl IpsecState {
             let local = parse_addr(&f("local"), &sa.local)?;
             let remote = parse_addr(&f("remote"), &sa.remote)?;
             let selector =
-                Prefix::parse(&sa.selector).map_err(|m| InitError::invalid(f("selector"), m))?;
+                parse_selector(&sa.selector).map_err(|m| InitError::invalid(f("selector"), m))?;
             let ttl = sa.ttl.unwrap_or(DEFAULT_TTL);
             if ttl == 0 {
                 return Err(InitError::invalid(f("ttl"), "must be at least 1"));
@@ -327,7 +299,7 @@ impl IpsecState {
                 exhausted: false,
             });
         }
-        outbound.sort_by_key(|sa| std::cmp::Reverse(sa.selector.len));
+        outbound.sort_by_key(|sa| std::cmp::Reverse(sa.selector.len()));
 
         let mut inbound: Vec<InboundSa> = Vec::with_capacity(policy.inbound.len());
         for (i, sa) in policy.inbound.iter().enumerate() {
@@ -346,7 +318,7 @@ impl IpsecState {
             let selector = sa
                 .selector
                 .as_deref()
-                .map(Prefix::parse)
+                .map(parse_selector)
                 .transpose()
                 .map_err(|m| InitError::invalid(f("selector"), m))?;
             let window = match sa.replay_window {
