@@ -26,29 +26,19 @@
 
 #[path = "../tests/build.rs"]
 mod build;
+mod common;
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use buffet::dispatch::TenantSlot;
 use buffet::ebpf::{EbpfNf, EbpfPolicy, Engine as EbpfEngine, LoadOptions, MapInit};
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
 use buffet::nfs::dpi::{Dpi, DpiPolicy};
 use buffet::sdk::{NetworkFunction, TenantId};
-use buffet::worker::{PacketBuf, Worker};
+use buffet::worker::Worker;
+use common::{bursts, run, PACKETS, TENANT_COUNTS};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-
-#[allow(clippy::vec_box)]
-type Burst = Vec<PacketBuf>;
-
-const GROUP: usize = 32;
-const GROUPS_PER_BURST: usize = 8;
-const BURST: usize = GROUP * GROUPS_PER_BURST;
-/// Bursts per iteration: enough for 1,000 tenants to each run one group.
-const BURSTS: usize = 125;
-const PACKETS: usize = BURST * BURSTS;
-const TENANT_COUNTS: [u32; 2] = [8, 1000];
 
 const BLACKLIST: [&str; 4] = ["yahoo.com", "facebook.com", "example.com", "youtube.com"];
 const HOSTS: [&str; 8] = [
@@ -78,27 +68,6 @@ fn frame(t: u32, i: usize) -> Vec<u8> {
     v
 }
 
-/// The bursts of one iteration for `n` tenants: burst k holds groups of tenants
-/// 8k..8k+7 (mod n), 32 requests each.
-fn bursts(n: u32) -> Vec<Burst> {
-    (0..BURSTS)
-        .map(|k| {
-            let mut burst = Vec::with_capacity(BURST);
-            for g in 0..GROUPS_PER_BURST {
-                let t = ((k * GROUPS_PER_BURST + g) as u32) % n;
-                for i in 0..GROUP {
-                    let mut m = PacketBuf::heap();
-                    assert!(m.fill(&frame(t, i)));
-                    m.tenant = TenantSlot(t);
-                    m.ts_ns = (k * BURST + g * GROUP + i) as u64;
-                    burst.push(m);
-                }
-            }
-            burst
-        })
-        .collect()
-}
-
 fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, n: u32) -> Worker<N> {
     let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
     let table = Arc::new(TenantTable::new(storage, n));
@@ -110,13 +79,6 @@ fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, n: u32) -> Worker<N> {
             .expect("admit");
     }
     Worker::new(Arc::new(nf), table)
-}
-
-fn run<N: NetworkFunction>(e: &mut Worker<N>, bursts: &mut [Burst]) -> u64 {
-    for b in bursts.iter_mut() {
-        e.process(b);
-    }
-    e.packets()
 }
 
 fn dpi(c: &mut Criterion) {
@@ -157,7 +119,7 @@ fn dpi(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(5))
         .sample_size(20);
     for &n in &TENANT_COUNTS {
-        let mut b = bursts(n);
+        let mut b = bursts(n, frame);
         let mut native = engine(Dpi::with_max_domains(64), &native_policy, n);
         group.bench_function(BenchmarkId::new("native", n), |bch| {
             bch.iter(|| black_box(run(&mut native, &mut b)))

@@ -42,6 +42,7 @@
 
 #[path = "../tests/build.rs"]
 mod build;
+mod common;
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -50,26 +51,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use buffet::cnf::{CNf, Containment};
-use buffet::dispatch::TenantSlot;
 use buffet::ebpf::{EbpfNf, EbpfPolicy, Engine as EbpfEngine, LoadOptions, MapInit};
 use buffet::memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
 use buffet::nfs::firewall::{Firewall, FirewallLimits, FirewallPolicy};
 use buffet::nfs::monitor::{Monitor, MonitorPolicy};
 use buffet::sdk::{NetworkFunction, TenantId};
-use buffet::worker::{PacketBuf, Worker};
+use buffet::worker::Worker;
+use common::{bursts, run, PACKETS, TENANT_COUNTS};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-
-/// One burst: boxed, as the Worker Pool moves packet buffers between threads by pointer.
-#[allow(clippy::vec_box)]
-type Burst = Vec<PacketBuf>;
-
-const GROUP: usize = 32;
-const GROUPS_PER_BURST: usize = 8;
-const BURST: usize = GROUP * GROUPS_PER_BURST;
-/// Bursts per iteration: enough for 1,000 tenants to each run one group.
-const BURSTS: usize = 125;
-const PACKETS: usize = BURST * BURSTS;
-const TENANT_COUNTS: [u32; 2] = [8, 1000];
 
 /// Compiles examples/c-nf/<name>.c (once per bench process).
 fn c_nf(name: &str) -> PathBuf {
@@ -103,27 +92,6 @@ fn frame(t: u32, f: u32) -> Vec<u8> {
     v
 }
 
-/// The bursts of one iteration for `n` tenants: burst k holds groups of tenants
-/// 8k..8k+7 (mod n), 32 packets each, cycling through 4 flows.
-fn bursts(n: u32) -> Vec<Burst> {
-    (0..BURSTS)
-        .map(|k| {
-            let mut burst = Vec::with_capacity(BURST);
-            for g in 0..GROUPS_PER_BURST {
-                let t = ((k * GROUPS_PER_BURST + g) as u32) % n;
-                for i in 0..GROUP {
-                    let mut m = PacketBuf::heap();
-                    assert!(m.fill(&frame(t, i as u32)));
-                    m.tenant = TenantSlot(t);
-                    m.ts_ns = (k * BURST + g * GROUP + i) as u64;
-                    burst.push(m);
-                }
-            }
-            burst
-        })
-        .collect()
-}
-
 fn table<S: Send + 'static>(domain: Domain, n: u32) -> Arc<TenantTable<S>> {
     let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
     Arc::new(match domain {
@@ -147,13 +115,6 @@ fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, domain: Domain, n: u32)
             .expect("admit");
     }
     Worker::new(Arc::new(nf), table)
-}
-
-fn run<N: NetworkFunction>(e: &mut Worker<N>, bursts: &mut [Burst]) -> u64 {
-    for b in bursts.iter_mut() {
-        e.process(b);
-    }
-    e.packets()
 }
 
 fn firewall_policy() -> FirewallPolicy {
@@ -208,7 +169,7 @@ fn logic_group<R: NetworkFunction + Clone>(
         .measurement_time(Duration::from_secs(4))
         .sample_size(30);
     for &n in &TENANT_COUNTS {
-        let mut b = bursts(n);
+        let mut b = bursts(n, |t, i| frame(t, i as u32));
         let load = |containment| CNf::load_with(c_path, containment).expect("load C NF");
         let mut none = engine(load(Containment::Unguarded), &c_policy, Domain::None, n);
         group.bench_function(BenchmarkId::new("none", n), |bch| {

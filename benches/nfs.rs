@@ -4,9 +4,10 @@
 //! `ipsec` (outbound: ESP encapsulation), `ipsec-inbound` (decapsulation), `dpi`,
 //! `macswap`, `policer`, `l2fwd`, `flowfwd`. For each tenant count `n` a group has
 //!
-//! * `single-tenant/n` — the baseline: the NF's `SingleTenantX` (one plain state, no
-//!   Tenant Table, no grouping) over the frames of the `n` tenants' traffic, one pass
-//!   per packet: parse, handle;
+//! * `single-tenant/n` — the baseline: one generic `SingleTenant<N>` for every NF (one
+//!   plain state built by the NF's `init`, the NF's own `handle`; no Tenant Table, no
+//!   grouping) over the frames of the `n` tenants' traffic, one pass per packet: parse,
+//!   handle;
 //! * `buffet/n` — the same frames, each tagged with its tenant slot as the dispatcher
 //!   delivers them, through `Worker::process` in bursts of 256: grouped into per-tenant
 //!   Packet Buffers, each tenant's own state (built by `init` from its own policy, in its
@@ -47,21 +48,19 @@ use std::time::{Duration, Instant};
 
 use buffet::dispatch::TenantSlot;
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
-use buffet::nfs::dpi::{Dpi, DpiPolicy, SingleTenantDpi};
+use buffet::nfs::dpi::{Dpi, DpiPolicy};
 use buffet::nfs::firewall::{
-    Action, Firewall, FirewallLimits, FirewallPolicy, FirewallState, NumOrName, RulePolicy,
-    SingleTenantFirewall,
+    Action, Firewall, FirewallLimits, FirewallPolicy, NumOrName, RulePolicy,
 };
-use buffet::nfs::flowfwd::{FlowEntry, FlowFwd, FlowFwdPolicy, SingleTenantFlowFwd};
-use buffet::nfs::ids::{Ids, IdsLimits, IdsMode, IdsPolicy, SingleTenantIds};
+use buffet::nfs::flowfwd::{FlowEntry, FlowFwd, FlowFwdPolicy};
+use buffet::nfs::ids::{Ids, IdsLimits, IdsMode, IdsPolicy};
 use buffet::nfs::ipsec::{
-    EthRewrite, InboundSaPolicy, Ipsec, IpsecPolicy, IpsecState, OutboundSaPolicy,
-    SingleTenantIpsec, Unmatched,
+    EthRewrite, InboundSaPolicy, Ipsec, IpsecPolicy, IpsecState, OutboundSaPolicy, Unmatched,
 };
-use buffet::nfs::l2fwd::{L2Fwd, L2FwdPolicy, MacEntry, SingleTenantL2Fwd};
-use buffet::nfs::macswap::{MacSwap, MacSwapPolicy, SingleTenantMacSwap};
-use buffet::nfs::monitor::{Monitor, MonitorPolicy, SingleTenantMonitor};
-use buffet::nfs::policer::{Policer, PolicerPolicy, PolicerUnit, SingleTenantPolicer};
+use buffet::nfs::l2fwd::{L2Fwd, L2FwdPolicy, MacEntry};
+use buffet::nfs::macswap::{MacSwap, MacSwapPolicy};
+use buffet::nfs::monitor::{Monitor, MonitorPolicy};
+use buffet::nfs::policer::{Policer, PolicerPolicy, PolicerUnit};
 use buffet::sdk::{FlowKey, NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
 use buffet::worker::{Outcome, PacketBuf, Worker};
 // xorshift64* seeded through splitmix64: one seed, one traffic trace.
@@ -230,33 +229,29 @@ fn table_size(entries: usize) -> u32 {
 // The two arms
 // ---------------------------------------------------------------------------------------
 
-/// The single-tenant baselines' common shape.
-trait Baseline {
-    fn handle(&mut self, pkt: &mut Packet<'_>) -> Verdict;
+/// The single-tenant baseline of any NF: one plain state, built by the NF's own `init`
+/// from one policy, and the NF's own `handle` over it — no Tenant Table, no region, no
+/// grouping. Both arms of a group therefore run the same packet code; the ratio is the
+/// cost of serving many tenants.
+struct SingleTenant<N: NetworkFunction> {
+    nf: N,
+    state: N::State,
 }
 
-macro_rules! baseline {
-    ($($t:ty),*) => {$(
-        impl Baseline for $t {
-            #[inline]
-            fn handle(&mut self, pkt: &mut Packet<'_>) -> Verdict {
-                <$t>::handle(self, pkt)
-            }
-        }
-    )*};
-}
+impl<N: NetworkFunction> SingleTenant<N> {
+    /// `nf` (with the limits the baseline needs) serving `policy` alone.
+    fn new(nf: N, policy: &N::Policy) -> Self {
+        let mut state = N::State::default();
+        nf.init(policy, &mut state)
+            .unwrap_or_else(|e| panic!("{}: baseline policy: {e}", nf.name()));
+        SingleTenant { nf, state }
+    }
 
-baseline!(
-    SingleTenantMonitor,
-    SingleTenantFirewall,
-    SingleTenantIds,
-    SingleTenantIpsec,
-    SingleTenantDpi,
-    SingleTenantMacSwap,
-    SingleTenantPolicer,
-    SingleTenantL2Fwd,
-    SingleTenantFlowFwd
-);
+    #[inline]
+    fn handle(&mut self, pkt: &mut Packet<'_>) -> Verdict {
+        self.nf.handle(pkt, &mut self.state)
+    }
+}
 
 /// Verdicts of one pass.
 #[derive(Default)]
@@ -329,7 +324,7 @@ fn stamp(bufs: &mut [PacketBuf], clock: &mut u64) {
 /// The baseline's per-packet work: parse with the mbuf's room to grow, handle, keep the
 /// new length of passing frames (as the worker does).
 #[inline]
-fn run_single<B: Baseline>(nf: &mut B, bufs: &mut [PacketBuf]) -> Mix {
+fn run_single<N: NetworkFunction>(nf: &mut SingleTenant<N>, bufs: &mut [PacketBuf]) -> Mix {
     let mut mix = Mix::default();
     for m in bufs.iter_mut() {
         let meta = PacketMeta {
@@ -395,29 +390,29 @@ fn mean_group(frames: &[(u32, Vec<u8>)]) -> f64 {
 }
 
 /// One NF at one tenant count: its traffic, the NF, every tenant's policy, the baseline.
-struct Case<'a, N: NetworkFunction, B> {
+struct Case<'a, N: NetworkFunction> {
     frames: &'a [(u32, Vec<u8>)],
     nf: N,
     policies: Vec<N::Policy>,
-    baseline: B,
+    baseline: SingleTenant<N>,
 }
 
 fn no_prep(_: &mut [PacketBuf]) {}
 
-fn compare<N: NetworkFunction, B: Baseline>(
+fn compare<N: NetworkFunction>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
-    case: Case<'_, N, B>,
+    case: Case<'_, N>,
 ) {
     compare_with(g, name, case, no_prep, no_prep);
 }
 
 /// `single-tenant/n` and `buffet/n` over `case.frames`; `prep_*` run untimed before
 /// every iteration of their arm (after which the frames are restamped).
-fn compare_with<N: NetworkFunction, B: Baseline>(
+fn compare_with<N: NetworkFunction>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
-    case: Case<'_, N, B>,
+    case: Case<'_, N>,
     mut prep_single: impl FnMut(&mut [PacketBuf]),
     mut prep_buffet: impl FnMut(&mut [PacketBuf]),
 ) {
@@ -516,7 +511,12 @@ fn monitor(c: &mut Criterion) {
             frames: &frames,
             nf: Monitor::with_max_flows(max.unwrap_or(64)),
             policies,
-            baseline: SingleTenantMonitor::new(table_size(all) as usize),
+            baseline: SingleTenant::new(
+                Monitor::with_max_flows(table_size(all)),
+                &MonitorPolicy {
+                    flow_capacity: None,
+                },
+            ),
         };
         compare(&mut g, "monitor", case);
     }
@@ -678,14 +678,13 @@ fn firewall(c: &mut Criterion) {
         let max_conns = policies.iter().filter_map(|p| p.conntrack_capacity).max();
         let all = table_size(flows.iter().sum());
         // Tenant 0's rules with a connection table for everyone's flows, beyond the
-        // default limits `SingleTenantFirewall::new` applies.
+        // default limits.
         let single = firewall_policy(0, all);
-        let state = FirewallState::from_policy(&single, &limits(all)).expect("baseline policy");
         let case = Case {
             frames: &frames,
             nf: Firewall::with_limits(limits(max_conns.unwrap_or(64))),
             policies,
-            baseline: SingleTenantFirewall { state },
+            baseline: SingleTenant::new(Firewall::with_limits(limits(all)), &single),
         };
         compare(&mut g, "firewall", case);
     }
@@ -851,7 +850,7 @@ fn ids(c: &mut Criterion) {
         };
         let case = Case {
             frames: &frames,
-            baseline: SingleTenantIds::new(&policies[0]).expect("baseline policy"),
+            baseline: SingleTenant::new(Ids::default(), &policies[0]),
             nf: Ids::with_limits(limits),
             policies,
         };
@@ -996,6 +995,11 @@ fn ipsec_limits() -> Ipsec {
     Ipsec::with_max_sas(4)
 }
 
+/// The baseline's IPsec: exactly as many SAs as `policy` has in either direction.
+fn ipsec_baseline(policy: &IpsecPolicy) -> Ipsec {
+    Ipsec::with_max_sas(policy.outbound.len().max(policy.inbound.len()))
+}
+
 /// IPsec outbound: every packet matches one of the tenant's three outbound SAs and is
 /// encapsulated (AES-256-GCM). The frames are restored before each iteration.
 fn ipsec(c: &mut Criterion) {
@@ -1005,7 +1009,7 @@ fn ipsec(c: &mut Criterion) {
         let policies: Vec<IpsecPolicy> = (0..n).map(ipsec_policy).collect();
         let case = Case {
             frames: &frames,
-            baseline: SingleTenantIpsec::new(&policies[0]).expect("baseline policy"),
+            baseline: SingleTenant::new(ipsec_baseline(&policies[0]), &policies[0]),
             nf: ipsec_limits(),
             policies,
         };
@@ -1027,7 +1031,7 @@ fn ipsec_inbound(c: &mut Criterion) {
         let mut peers: Vec<IpsecState> = (0..n).map(ipsec_peer).collect();
         let case = Case {
             frames: &frames,
-            baseline: SingleTenantIpsec::new(&policies[0]).expect("baseline policy"),
+            baseline: SingleTenant::new(ipsec_baseline(&policies[0]), &policies[0]),
             nf: ipsec_limits(),
             policies,
         };
@@ -1119,7 +1123,7 @@ fn dpi(c: &mut Criterion) {
         });
         let case = Case {
             frames: &frames,
-            baseline: SingleTenantDpi::new(&policies[0]).expect("baseline policy"),
+            baseline: SingleTenant::new(Dpi::default(), &policies[0]),
             nf: Dpi::with_max_domains(64),
             policies,
         };
@@ -1137,7 +1141,7 @@ fn macswap(c: &mut Criterion) {
             frames: &frames,
             nf: MacSwap,
             policies: vec![MacSwapPolicy {}; n as usize],
-            baseline: SingleTenantMacSwap::new(&MacSwapPolicy {}).expect("empty policy"),
+            baseline: SingleTenant::new(MacSwap, &MacSwapPolicy {}),
         };
         compare(&mut g, "macswap", case);
     }
@@ -1187,7 +1191,7 @@ fn policer(c: &mut Criterion) {
             frames: &frames,
             nf: Policer,
             policies,
-            baseline: SingleTenantPolicer::new(&single).expect("baseline policy"),
+            baseline: SingleTenant::new(Policer, &single),
         };
         compare(&mut g, "policer", case);
     }
@@ -1262,7 +1266,7 @@ fn l2fwd(c: &mut Criterion) {
             frames: &frames,
             nf: L2Fwd::with_max_entries(64),
             policies,
-            baseline: SingleTenantL2Fwd::new(&union).expect("baseline policy"),
+            baseline: SingleTenant::new(L2Fwd::default(), &union),
         };
         compare(&mut g, "l2fwd", case);
     }
@@ -1319,7 +1323,7 @@ fn flowfwd(c: &mut Criterion) {
             frames: &frames,
             nf: FlowFwd::with_max_flows(FWD_FLOWS),
             policies,
-            baseline: SingleTenantFlowFwd::new(&union).expect("baseline policy"),
+            baseline: SingleTenant::new(FlowFwd::default(), &union),
         };
         compare(&mut g, "flowfwd", case);
     }
