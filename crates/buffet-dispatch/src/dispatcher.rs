@@ -413,7 +413,7 @@ impl Dispatcher {
             } => {
                 if let Some(from) = migrated_from {
                     self.stats.migrations += 1;
-                    let slot_no = self.sched.slot_of(ts_ns);
+                    let slot_no = self.sched.timeslot_of(ts_ns);
                     self.push_event(Event::Migration {
                         tenant: slot,
                         from,

@@ -4,37 +4,43 @@
 //! The [`Scheduler`] owns the paper's two tables (Fig. 4): a Tenant Table of
 //! [`TenantRow`]s indexed by [`TenantSlot`] and a Worker Table of [`WorkerRow`]s indexed
 //! by [`WorkerId`]. [`Scheduler::schedule`] runs one step per packet, given the packet's
-//! timestamp and its (already classified) tenant:
+//! timestamp and its (already classified) tenant.
+//!
+//! Two kinds of "slot" meet here and are never mixed up: a **timeslot** is a span of
+//! packet time, numbered `ts_ns >> shift` ([`Scheduler::timeslot_of`]); the `cur_slot`
+//! fields and [`OverloadReport::slot`] are timeslots. A **tenant slot** ([`TenantSlot`])
+//! is a tenant's row index in the Tenant Table. In the steps below `slot` is the
+//! packet's timeslot:
 //!
 //! 1. `slot = ts_ns >> shift`; `wid = T[tid].worker`. `prev(x)` means
-//!    `x.cur_slot == Some(slot - 1)` (slot 0 has no previous slot).
-//! 2. Same slot as the tenant's current one: `T.pkt_nb += 1`; if `T.max_nb != 0 &&
+//!    `x.cur_slot == Some(slot - 1)` (timeslot 0 has no previous timeslot).
+//! 2. Same timeslot as the tenant's current one: `T.pkt_nb += 1`; if `T.max_nb != 0 &&
 //!    T.pkt_nb > T.max_nb` the packet is **policed** (dropped; the worker is not charged).
-//! 3. Otherwise (the tenant's first packet in this slot): `tmp = prev(T) ? T.pkt_nb : 0`
-//!    (policed packets included); `T.cur_slot = slot; T.pkt_nb = 1`; roll `W[wid]` into
-//!    the slot. If `W[wid].last_nb < W[wid].max_nb` then `W[wid].times = 0`; else roll
-//!    every worker, let `mig` be the live worker with the lowest `last_nb` (ties: lowest
-//!    id); if `mig != wid && W[mig].last_nb + tmp < W[mig].max_nb` move the tenant to
-//!    `mig` (`W[wid].last_nb -= tmp` saturating, `W[mig].last_nb += tmp`) and send this
-//!    packet there. Either way `W[wid].times += 1`, and `times > threshold` yields an
-//!    [`OverloadReport`] `(wid, slot)`.
-//! 4. Roll the chosen worker into the slot, `W[w].pkt_nb += 1`, **pass** to it.
+//! 3. Otherwise (the tenant's first packet in this timeslot): `tmp = prev(T) ? T.pkt_nb :
+//!    0` (policed packets included); `T.cur_slot = slot; T.pkt_nb = 1`; roll `W[wid]`
+//!    into the timeslot. If `W[wid].last_nb < W[wid].max_nb` then `W[wid].times = 0`;
+//!    else roll every worker, let `mig` be the live worker with the lowest `last_nb`
+//!    (ties: lowest id); if `mig != wid && W[mig].last_nb + tmp < W[mig].max_nb` move the
+//!    tenant to `mig` (`W[wid].last_nb -= tmp` saturating, `W[mig].last_nb += tmp`) and
+//!    send this packet there. Either way `W[wid].times += 1`, and `times > threshold`
+//!    yields an [`OverloadReport`] `(wid, slot)`.
+//! 4. Roll the chosen worker into the timeslot, `W[w].pkt_nb += 1`, **pass** to it.
 //!
-//! "Rolling" worker `w` into `slot`: if `w.cur_slot != Some(slot)` then
+//! "Rolling" worker `w` into timeslot `slot`: if `w.cur_slot != Some(slot)` then
 //! `w.last_nb = prev(w) ? w.pkt_nb : 0; w.cur_slot = Some(slot); w.pkt_nb = 0`. Workers
 //! are rolled lazily, so a row read through [`Scheduler::worker`] may still describe an
-//! older slot; [`WorkerRow::rolled`] shows it as of a given slot.
+//! older timeslot; [`WorkerRow::rolled`] shows it as of a given timeslot.
 //!
 //! Literal consequences, kept on purpose because the C core, the XDP program and the
 //! Micro-C plugin must agree bit for bit:
-//! * `times` counts overload *detections* (one per tenant's first packet in a slot on an
-//!   overloaded worker), not overloaded slots, and is reset by the first non-overloaded
-//!   detection.
+//! * `times` counts overload *detections* (one per tenant's first packet in a timeslot on
+//!   an overloaded worker), not overloaded timeslots, and is reset by the first
+//!   non-overloaded detection.
 //! * A worker `max_nb` of 0 means "always overloaded" (`last_nb < 0` never holds). Callers
 //!   validate worker capacities (> 0); a tenant `max_nb` of 0 means unlimited.
-//! * A timestamp whose slot differs from the tenant's current slot, even an *older* one,
-//!   starts a new slot for that tenant (the spec only tests equality).
-//! * A `shift` of 64 or more maps every timestamp to slot 0.
+//! * A timestamp whose timeslot differs from the tenant's current one, even an *older*
+//!   one, starts a new timeslot for that tenant (the spec only tests equality).
+//! * A `shift` of 64 or more maps every timestamp to timeslot 0.
 //!
 //! Beyond the spec (control plane, never on the packet path): only live workers are
 //! candidates; a worker that stops being live hands its tenants to the live workers
@@ -43,14 +49,15 @@
 
 use crate::{TenantSlot, WorkerId};
 
-/// Largest number of tenant slots a scheduler accepts (slots are dense indices into
+/// Largest number of tenant slots a scheduler accepts (tenant slots are dense indices into
 /// `Vec`s; this guards against a stray huge index allocating gigabytes).
 pub const MAX_TENANT_SLOTS: u32 = 1 << 24;
 
 /// Scheduler parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SchedulerConfig {
-    /// `slot = ts_ns >> shift`. The default, 30, gives slots of ≈1.07 s.
+    /// Timeslot of a timestamp: `ts_ns >> shift`. The default, 30, gives timeslots of
+    /// ≈1.07 s.
     pub shift: u32,
     /// An overload report is emitted while a worker's `times` exceeds this.
     pub threshold: u32,
@@ -70,11 +77,11 @@ impl Default for SchedulerConfig {
 pub struct TenantRow {
     /// The worker this tenant's packets go to.
     pub worker: WorkerId,
-    /// The slot of the tenant's last packet; `None` before its first packet.
+    /// The timeslot of the tenant's last packet; `None` before its first packet.
     pub cur_slot: Option<u64>,
     /// Packets (passed and policed) of the tenant in `cur_slot`.
     pub pkt_nb: u64,
-    /// Packets allowed per slot; 0 means unlimited.
+    /// Packets allowed per timeslot; 0 means unlimited.
     pub max_nb: u64,
 }
 
@@ -83,13 +90,14 @@ pub struct TenantRow {
 pub struct WorkerRow {
     /// Whether the worker may receive packets and tenants.
     pub live: bool,
-    /// The slot the counters below refer to; `None` before the worker is first rolled.
+    /// The timeslot the counters below refer to; `None` before the worker is first
+    /// rolled.
     pub cur_slot: Option<u64>,
     /// Packets passed to the worker in `cur_slot`.
     pub pkt_nb: u64,
-    /// Packets of the previous slot, as adjusted by migrations in this slot.
+    /// Packets of the previous timeslot, as adjusted by migrations in this timeslot.
     pub last_nb: u64,
-    /// Capacity in packets per slot (taken literally; see the module docs).
+    /// Capacity in packets per timeslot (taken literally; see the module docs).
     pub max_nb: u64,
     /// Consecutive overload detections.
     pub times: u32,
@@ -107,30 +115,30 @@ impl WorkerRow {
         }
     }
 
-    /// Rolls the row into `slot` (see the module docs).
-    fn roll(&mut self, slot: u64) {
-        if self.cur_slot != Some(slot) {
-            self.last_nb = if is_prev(self.cur_slot, slot) {
+    /// Rolls the row into `timeslot` (see the module docs).
+    fn roll(&mut self, timeslot: u64) {
+        if self.cur_slot != Some(timeslot) {
+            self.last_nb = if is_prev(self.cur_slot, timeslot) {
                 self.pkt_nb
             } else {
                 0
             };
-            self.cur_slot = Some(slot);
+            self.cur_slot = Some(timeslot);
             self.pkt_nb = 0;
         }
     }
 
-    /// This row as the scheduler would see it in `slot` (rolled into it).
-    pub fn rolled(&self, slot: u64) -> WorkerRow {
+    /// This row as the scheduler would see it in `timeslot` (rolled into it).
+    pub fn rolled(&self, timeslot: u64) -> WorkerRow {
         let mut r = *self;
-        r.roll(slot);
+        r.roll(timeslot);
         r
     }
 }
 
-/// `prev(x)`: the row's current slot is the one just before `slot`.
-fn is_prev(cur: Option<u64>, slot: u64) -> bool {
-    match (cur, slot.checked_sub(1)) {
+/// `prev(x)`: the row's current timeslot is the one just before `timeslot`.
+fn is_prev(cur: Option<u64>, timeslot: u64) -> bool {
+    match (cur, timeslot.checked_sub(1)) {
         (Some(c), Some(p)) => c == p,
         _ => false,
     }
@@ -141,7 +149,7 @@ fn is_prev(cur: Option<u64>, slot: u64) -> bool {
 pub struct OverloadReport {
     /// The overloaded worker.
     pub worker: WorkerId,
-    /// The slot in which it was detected.
+    /// The timeslot in which it was detected.
     pub slot: u64,
 }
 
@@ -157,11 +165,11 @@ pub enum SchedOutcome {
         /// An overload report raised by this packet.
         overload: Option<OverloadReport>,
     },
-    /// Dropped: the tenant exceeded its `max_nb` in this slot.
+    /// Dropped: the tenant exceeded its `max_nb` in this timeslot.
     Policed,
     /// Dropped: the tenant's worker is not live and no live worker exists.
     NoLiveWorker,
-    /// Dropped: no tenant occupies this slot. Nothing was counted.
+    /// Dropped: no tenant occupies this tenant slot. Nothing was counted.
     UnknownTenant,
 }
 
@@ -189,13 +197,13 @@ pub enum WorkerError {
 /// Why a tenant-table operation failed. On error nothing changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TenantError {
-    /// The slot is already occupied.
+    /// The tenant slot is already occupied.
     #[error("{0} is already occupied")]
     DuplicateSlot(TenantSlot),
-    /// No tenant occupies the slot.
+    /// No tenant occupies the tenant slot.
     #[error("no tenant in {0}")]
     UnknownTenant(TenantSlot),
-    /// The slot index is at or beyond [`MAX_TENANT_SLOTS`].
+    /// The tenant slot is at or beyond [`MAX_TENANT_SLOTS`].
     #[error("{0} is out of range (at most {MAX_TENANT_SLOTS} slots)")]
     SlotOutOfRange(TenantSlot),
     /// No worker has this id.
@@ -235,11 +243,11 @@ impl Scheduler {
     }
 
     /// The timeslot of a timestamp: `ts_ns >> shift` (0 when `shift >= 64`).
-    pub fn slot_of(&self, ts_ns: u64) -> u64 {
+    pub fn timeslot_of(&self, ts_ns: u64) -> u64 {
         ts_ns.checked_shr(self.cfg.shift).unwrap_or(0)
     }
 
-    /// Adds a live worker with capacity `max_nb` packets per slot (taken literally: 0
+    /// Adds a live worker with capacity `max_nb` packets per timeslot (taken literally: 0
     /// means always overloaded). Tenants stranded on dead workers (possible only while no
     /// worker was live) are adopted by it.
     ///
@@ -283,7 +291,7 @@ impl Scheduler {
 
     /// Marks a worker live or not. Setting it not live moves its tenants to live workers
     /// (as [`Scheduler::terminate_worker`]); setting it live adopts stranded tenants.
-    /// Returns the moves made, `(tenant, new worker)`, in slot order.
+    /// Returns the moves made, `(tenant, new worker)`, in tenant-slot order.
     pub fn set_worker_live(
         &mut self,
         w: WorkerId,
@@ -301,7 +309,8 @@ impl Scheduler {
         }
     }
 
-    /// Stops a worker: it is no longer live, and each of its tenants (in slot order) moves
+    /// Stops a worker: it is no longer live, and each of its tenants (in tenant-slot order)
+    /// moves
     /// to the live worker with the fewest tenants (ties: lowest id). Returns the moves.
     /// With no live worker left the tenants stay (their packets are dropped as
     /// [`SchedOutcome::NoLiveWorker`]) until a worker becomes live. An unknown id does
@@ -362,17 +371,17 @@ impl Scheduler {
             .map(|(i, _)| WorkerId(i as u16))
     }
 
-    /// Admits a tenant on `worker` with `max_nb` packets per slot (0: unlimited). Its
-    /// counters start at 0 with no current slot.
+    /// Admits a tenant in tenant slot `tenant`, on `worker`, with `max_nb` packets per
+    /// timeslot (0: unlimited). Its counters start at 0 with no current timeslot.
     pub fn add_tenant(
         &mut self,
-        slot: TenantSlot,
+        tenant: TenantSlot,
         worker: WorkerId,
         max_nb: u64,
     ) -> Result<(), TenantError> {
-        self.check_new_slot(slot)?;
+        self.check_new_slot(tenant)?;
         self.check_live(worker)?;
-        let i = slot.index();
+        let i = tenant.index();
         if self.tenants.len() <= i {
             self.tenants.resize(i + 1, None);
         }
@@ -387,13 +396,14 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Checks that `slot` could be admitted (free and in range) without changing anything.
-    pub fn check_new_slot(&self, slot: TenantSlot) -> Result<(), TenantError> {
-        if slot.0 >= MAX_TENANT_SLOTS {
-            return Err(TenantError::SlotOutOfRange(slot));
+    /// Checks that tenant slot `tenant` could be admitted (free and in range) without
+    /// changing anything.
+    pub fn check_new_slot(&self, tenant: TenantSlot) -> Result<(), TenantError> {
+        if tenant.0 >= MAX_TENANT_SLOTS {
+            return Err(TenantError::SlotOutOfRange(tenant));
         }
-        if self.tenant(slot).is_some() {
-            return Err(TenantError::DuplicateSlot(slot));
+        if self.tenant(tenant).is_some() {
+            return Err(TenantError::DuplicateSlot(tenant));
         }
         Ok(())
     }
@@ -407,42 +417,43 @@ impl Scheduler {
         }
     }
 
-    /// Removes a tenant, returning its last row.
-    pub fn remove_tenant(&mut self, slot: TenantSlot) -> Result<TenantRow, TenantError> {
+    /// Removes the tenant in tenant slot `tenant`, returning its last row.
+    pub fn remove_tenant(&mut self, tenant: TenantSlot) -> Result<TenantRow, TenantError> {
         let row = self
             .tenants
-            .get_mut(slot.index())
+            .get_mut(tenant.index())
             .and_then(Option::take)
-            .ok_or(TenantError::UnknownTenant(slot))?;
+            .ok_or(TenantError::UnknownTenant(tenant))?;
         self.load[row.worker.index()] -= 1;
         self.n_tenants -= 1;
         Ok(row)
     }
 
     /// Moves a tenant to a live worker (a planner's decision, applied between packets).
-    /// Counters are kept: the tenant's next packet in a new slot is scheduled from there.
-    pub fn assign(&mut self, slot: TenantSlot, worker: WorkerId) -> Result<(), TenantError> {
-        if self.tenant(slot).is_none() {
-            return Err(TenantError::UnknownTenant(slot));
+    /// Counters are kept: the tenant's next packet in a new timeslot is scheduled from
+    /// there.
+    pub fn assign(&mut self, tenant: TenantSlot, worker: WorkerId) -> Result<(), TenantError> {
+        if self.tenant(tenant).is_none() {
+            return Err(TenantError::UnknownTenant(tenant));
         }
         self.check_live(worker)?;
-        self.move_tenant(slot.index(), worker);
+        self.move_tenant(tenant.index(), worker);
         Ok(())
     }
 
-    /// Changes a tenant's per-slot budget (0: unlimited).
-    pub fn set_tenant_max(&mut self, slot: TenantSlot, max_nb: u64) -> Result<(), TenantError> {
+    /// Changes a tenant's per-timeslot budget (0: unlimited).
+    pub fn set_tenant_max(&mut self, tenant: TenantSlot, max_nb: u64) -> Result<(), TenantError> {
         self.tenants
-            .get_mut(slot.index())
+            .get_mut(tenant.index())
             .and_then(Option::as_mut)
-            .ok_or(TenantError::UnknownTenant(slot))?
+            .ok_or(TenantError::UnknownTenant(tenant))?
             .max_nb = max_nb;
         Ok(())
     }
 
-    /// A tenant's row.
-    pub fn tenant(&self, slot: TenantSlot) -> Option<&TenantRow> {
-        self.tenants.get(slot.index())?.as_ref()
+    /// The row of the tenant in tenant slot `tenant`.
+    pub fn tenant(&self, tenant: TenantSlot) -> Option<&TenantRow> {
+        self.tenants.get(tenant.index())?.as_ref()
     }
 
     /// A worker's row, as last written (rolled lazily; see [`WorkerRow::rolled`]).
@@ -458,7 +469,7 @@ impl Scheduler {
             .map(|(i, w)| (WorkerId(i as u16), w))
     }
 
-    /// All tenants with their slots, in slot order.
+    /// All tenants with their tenant slots, in tenant-slot order.
     pub fn tenants(&self) -> impl Iterator<Item = (TenantSlot, &TenantRow)> + '_ {
         self.tenants
             .iter()
@@ -466,7 +477,7 @@ impl Scheduler {
             .filter_map(|(i, t)| Some((TenantSlot(i as u32), t.as_ref()?)))
     }
 
-    /// The tenants assigned to `w`, in slot order.
+    /// The tenants assigned to `w`, in tenant-slot order.
     pub fn tenants_of(&self, w: WorkerId) -> impl Iterator<Item = TenantSlot> + '_ {
         self.tenants()
             .filter(move |(_, t)| t.worker == w)
@@ -488,12 +499,13 @@ impl Scheduler {
         self.n_tenants == 0
     }
 
-    /// One scheduling step for a packet of tenant `slot` arriving at `ts_ns` (see the
-    /// module docs). Never allocates, never panics.
-    pub fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> SchedOutcome {
-        let s = self.slot_of(ts_ns);
+    /// One scheduling step for a packet of the tenant in tenant slot `tenant`, arriving
+    /// at `ts_ns` (see the module docs). Never allocates, never panics.
+    pub fn schedule(&mut self, ts_ns: u64, tenant: TenantSlot) -> SchedOutcome {
+        // The packet's timeslot (`slot` in the module docs).
+        let s = self.timeslot_of(ts_ns);
         let threshold = self.cfg.threshold;
-        let Some(Some(t)) = self.tenants.get_mut(slot.index()) else {
+        let Some(Some(t)) = self.tenants.get_mut(tenant.index()) else {
             return SchedOutcome::UnknownTenant;
         };
         let workers = &mut self.workers;
@@ -506,13 +518,13 @@ impl Scheduler {
         let mut migrated_from = None;
         let mut overload = None;
         if t.cur_slot == Some(s) {
-            // Step 2: same slot.
+            // Step 2: same timeslot.
             t.pkt_nb = t.pkt_nb.saturating_add(1);
             if t.max_nb != 0 && t.pkt_nb > t.max_nb {
                 return SchedOutcome::Policed;
             }
         } else {
-            // Step 3: the tenant's first packet in this slot.
+            // Step 3: the tenant's first packet in this timeslot.
             let tmp = if is_prev(t.cur_slot, s) { t.pkt_nb } else { 0 };
             t.cur_slot = Some(s);
             t.pkt_nb = 1;
@@ -563,7 +575,7 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
-    //! Hand-computed vectors. `shift = 0` throughout (so `ts == slot`) unless a test says
+    //! Hand-computed vectors. `shift = 0` throughout (so `ts == timeslot`) unless a test says
     //! otherwise; each table row is `(ts, tenant) -> expected`, where `P(w)` is a pass to
     //! worker `w` and `D` a policing drop. Comments derive every number.
     use super::*;
@@ -604,12 +616,12 @@ mod tests {
         *s.worker(WorkerId(id)).unwrap()
     }
 
-    fn t(s: &Scheduler, slot: u32) -> TenantRow {
-        *s.tenant(TenantSlot(slot)).unwrap()
+    fn t(s: &Scheduler, tenant: u32) -> TenantRow {
+        *s.tenant(TenantSlot(tenant)).unwrap()
     }
 
     #[test]
-    fn same_slot_and_policing() {
+    fn same_timeslot_and_policing() {
         let mut s = sched(3);
         let w0 = s.add_worker(100);
         s.add_tenant(TenantSlot(0), w0, 2).unwrap(); // A, budget 2
@@ -617,10 +629,10 @@ mod tests {
         run(
             &mut s,
             &[
-                // A's first packet: no current slot, tmp = 0; w0 rolled from None:
+                // A's first packet: no current timeslot, tmp = 0; w0 rolled from None:
                 // last_nb = 0 < 100 -> times = 0; w0.pkt_nb = 1.
                 (5, 0, P(0)),
-                // Same slot: A.pkt_nb = 2 <= 2 -> pass; w0.pkt_nb = 2.
+                // Same timeslot: A.pkt_nb = 2 <= 2 -> pass; w0.pkt_nb = 2.
                 (5, 0, P(0)),
                 // A.pkt_nb = 3 > 2 -> policed; w0 not charged (stays 2).
                 (5, 0, D),
@@ -638,7 +650,7 @@ mod tests {
         run(
             &mut s,
             &[
-                // Slot 6: A's first packet; prev(A) (cur 5 = 6-1). w0 rolled: prev, so
+                // Timeslot 6: A's first packet; prev(A) (cur 5 = 6-1). w0 rolled: prev, so
                 // last_nb = 1002 >= 100 -> overload branch; only worker, mig = w0 = wid, no
                 // migration; times = 1.
                 (6, 0, P(0)),
@@ -661,14 +673,14 @@ mod tests {
         let out = run(
             &mut s,
             &[
-                // Slot 1. A new: w0 rolled from None, last 0 < 3, times 0; w0.pkt 1.
+                // Timeslot 1. A new: w0 rolled from None, last 0 < 3, times 0; w0.pkt 1.
                 (1, 0, P(0)),
                 (1, 0, P(0)), // A.pkt 2, w0.pkt 2
                 (1, 0, D),    // A.pkt 3 > 2
                 (1, 0, D),    // A.pkt 4 > 2
-                (1, 1, P(0)), // B new (tmp 0); w0 already in slot 1, last 0 < 3; w0.pkt 3
+                (1, 1, P(0)), // B new (tmp 0); w0 already in timeslot 1, last 0 < 3; w0.pkt 3
                 (1, 1, P(0)), // w0.pkt 4
-                // Slot 2. A new: prev(A) -> tmp = 4 (2 passed + 2 policed). w0 rolled:
+                // Timeslot 2. A new: prev(A) -> tmp = 4 (2 passed + 2 policed). w0 rolled:
                 // last = 4 >= 3 -> overload. Roll all: w1 from None -> last 0.
                 // mig = w1 (0 < 4); 0 + 4 < 10 -> migrate: w0.last = 4 - 4 = 0,
                 // w1.last = 0 + 4 = 4. w0.times = 1 (not > 3). Packet goes to w1.
@@ -709,10 +721,10 @@ mod tests {
         run(
             &mut s,
             &[
-                // Slot 0: A 1 packet, B 1 packet: w0.pkt 2.
+                // Timeslot 0: A 1 packet, B 1 packet: w0.pkt 2.
                 (0, 0, P(0)),
                 (0, 1, P(0)),
-                // Slot 1: A: tmp 1; w0.last 2 >= 1 -> overload; w1.last 0 -> mig w1;
+                // Timeslot 1: A: tmp 1; w0.last 2 >= 1 -> overload; w1.last 0 -> mig w1;
                 // 0 + 1 < 10 -> move; w0.last = 1, w1.last = 1.
                 (1, 0, P(1)),
                 // B: tmp 1; w0.last 1 >= 1 -> overload; lowest last_nb: w0 1, w1 1 ->
@@ -728,9 +740,9 @@ mod tests {
         let w0 = s.add_worker(1);
         s.add_worker(100);
         s.add_tenant(TenantSlot(0), w0, 1).unwrap(); // budget 1
-        let mut steps = vec![(0, 0, P(0))]; // slot 0: 1 pass (w0.pkt 1) ...
+        let mut steps = vec![(0, 0, P(0))]; // timeslot 0: 1 pass (w0.pkt 1) ...
         steps.extend([(0, 0, D); 10]); // ... and 10 policed: A.pkt 11
-                                       // Slot 1: tmp 11; w0.last 1 >= 1 -> overload; w1.last 0 -> mig w1;
+                                       // Timeslot 1: tmp 11; w0.last 1 >= 1 -> overload; w1.last 0 -> mig w1;
                                        // 0 + 11 < 100 -> move; w0.last = 1 - 11 saturates to 0; w1.last = 11.
         steps.push((1, 0, P(1)));
         run(&mut s, &steps);
@@ -748,11 +760,11 @@ mod tests {
         run(
             &mut s,
             &[
-                // Slot 0: A's first packet; w0.last 0 >= max 0 -> overload branch; roll
+                // Timeslot 0: A's first packet; w0.last 0 >= max 0 -> overload branch; roll
                 // all: w1 last 0; lowest: tie (0, 0) -> w0 = wid -> no move; times 1.
                 (0, 0, P(0)),
                 (0, 0, P(0)), // w0.pkt 2
-                // Slot 1: B (tmp 0, never seen): w0.last 2 >= 0 -> overload; w1.last 0
+                // Timeslot 1: B (tmp 0, never seen): w0.last 2 >= 0 -> overload; w1.last 0
                 // -> mig w1, 0 + 0 < 10 -> B moves, carrying tmp 0 (last_nb unchanged).
                 (1, 1, P(1)),
                 // A: tmp 2; w0.last 2 -> overload; lowest is w1 (0); 0 + 2 < 10 -> move;
@@ -775,7 +787,7 @@ mod tests {
         let out = run(
             &mut s,
             &[
-                // Slot 0: w0 gets A 2 + B 2 = 4 packets, w1 gets C 3.
+                // Timeslot 0: w0 gets A 2 + B 2 = 4 packets, w1 gets C 3.
                 (0, 0, P(0)),
                 (0, 0, P(0)),
                 (0, 1, P(0)),
@@ -783,11 +795,11 @@ mod tests {
                 (0, 2, P(1)),
                 (0, 2, P(1)),
                 (0, 2, P(1)),
-                // Slot 1. A: tmp 2; w0.last 4 >= 3 -> overload; roll all: w1.last 3;
+                // Timeslot 1. A: tmp 2; w0.last 4 >= 3 -> overload; roll all: w1.last 3;
                 // mig = w1 (3 < 4); 3 + 2 < 3 fails -> no migration; w0.times 1.
                 (1, 0, P(0)),
                 // B: tmp 2; w0.last still 4 -> overload again; same check fails;
-                // w0.times 2 (times counts detections, not slots).
+                // w0.times 2 (times counts detections, not timeslots).
                 (1, 1, P(0)),
                 // C: tmp 3; w1.last 3 >= 3 -> overload; lowest last_nb: w0 4, w1 3 -> w1,
                 // which is wid -> no migration; w1.times 1.
@@ -822,7 +834,7 @@ mod tests {
                 // w0 has no tenants: nothing moves, but it is out of the running.
                 assert_eq!(s.terminate_worker(WorkerId(0)), []);
             }
-            // Slot 1. A: tmp 6; w2.last 10 >= 10 -> overload; roll all: w0 and w1 were
+            // Timeslot 1. A: tmp 6; w2.last 10 >= 10 -> overload; roll all: w0 and w1 were
             // never used -> last 0 each. Lowest last_nb: tie 0/0 -> lowest id, w0 —
             // or w1 when w0 is dead (a dead worker's 0 does not count). 0 + 6 < 10 ->
             // move; w2.last = 4, new.last = 6.
@@ -846,11 +858,11 @@ mod tests {
         let mut s = sched(3);
         let w0 = s.add_worker(1);
         s.add_tenant(TenantSlot(0), w0, 0).unwrap();
-        // Slot 0: first packet, w0 last 0 < 1 -> times 0; w0.pkt 2 after two packets.
+        // Timeslot 0: first packet, w0 last 0 < 1 -> times 0; w0.pkt 2 after two packets.
         run(&mut s, &[(0, 0, P(0)), (0, 0, P(0))]);
         // Slots 1..=5, two packets each: each first packet sees w0.last = 2 >= 1 ->
         // overload, the only candidate is w0 itself -> times = 1, 2, 3, 4, 5. A report
-        // while times > 3: slots 4 and 5.
+        // while times > 3: timeslots 4 and 5.
         for slot in 1..=5u64 {
             let out = s.schedule(slot, TenantSlot(0));
             let want = (slot > 3).then_some(OverloadReport { worker: w0, slot });
@@ -866,14 +878,14 @@ mod tests {
             assert_eq!(w(&s, 0).times, slot as u32);
             run(&mut s, &[(slot, 0, P(0))]);
         }
-        // Idle in slots 6 and 7. Slot 8: w0.cur_slot is 5, not 7 -> stale -> last 0 < 1
+        // Idle in timeslots 6 and 7. Timeslot 8: w0.cur_slot is 5, not 7 -> stale -> last 0 < 1
         // -> times = 0, no report. Tenant tmp also 0 (not prev).
         assert_eq!(w(&s, 0).rolled(8).last_nb, 0);
         assert_eq!(w(&s, 0).rolled(6).last_nb, 2);
         run(&mut s, &[(8, 0, P(0))]);
         assert_eq!(w(&s, 0).times, 0);
         assert_eq!(w(&s, 0).last_nb, 0);
-        // Slot 9 after one packet in 8: last 1 >= max 1 (literal `<`) -> times 1.
+        // Timeslot 9 after one packet in 8: last 1 >= max 1 (literal `<`) -> times 1.
         run(&mut s, &[(9, 0, P(0))]);
         assert_eq!(w(&s, 0).times, 1);
     }
@@ -884,7 +896,7 @@ mod tests {
         let w0 = s.add_worker(1);
         s.add_tenant(TenantSlot(0), w0, 0).unwrap();
         run(&mut s, &[(0, 0, P(0))]);
-        // Slot 1: last 1 >= 1 -> times 1 > 0 -> report (w0, 1).
+        // Timeslot 1: last 1 >= 1 -> times 1 > 0 -> report (w0, 1).
         assert_eq!(
             s.schedule(1, TenantSlot(0)),
             SchedOutcome::Pass {
@@ -899,44 +911,44 @@ mod tests {
     }
 
     #[test]
-    fn idle_previous_slot_counts_zero() {
+    fn idle_previous_timeslot_counts_zero() {
         let mut s = sched(3);
         let w0 = s.add_worker(5);
         s.add_worker(5);
         s.add_tenant(TenantSlot(0), w0, 0).unwrap(); // A
         s.add_tenant(TenantSlot(1), w0, 0).unwrap(); // B
-        let mut steps = vec![(0, 0, P(0)); 6]; // slot 0: A x6 -> w0.pkt 6
+        let mut steps = vec![(0, 0, P(0)); 6]; // timeslot 0: A x6 -> w0.pkt 6
         steps.extend([
-            // Slot 1. B's first packet ever: tmp 0. w0.last 6 >= 5 -> overload; w1
+            // Timeslot 1. B's first packet ever: tmp 0. w0.last 6 >= 5 -> overload; w1
             // never used -> last 0 -> mig w1; 0 + 0 < 5 -> B moves, carrying tmp 0:
             // w0.last stays 6, w1.last stays 0. w0.times 1.
             (1, 1, P(1)),
             // A: tmp 6; w0.last 6 -> overload; mig w1 (0); 0 + 6 < 5 fails -> stays;
             // w0.times 2.
             (1, 0, P(0)),
-            // A idle in slots 2 and 3. Slot 4: tmp 0 (cur 1 is not 3); w0.cur 1 is not 3
+            // A idle in timeslots 2 and 3. Timeslot 4: tmp 0 (cur 1 is not 3); w0.cur 1 is not 3
             // -> last 0 < 5 -> times 0.
             (4, 0, P(0)),
         ]);
         run(&mut s, &steps);
         assert_eq!(w(&s, 0).last_nb, 0);
         assert_eq!(w(&s, 0).times, 0);
-        // w1 was last written in slot 1 (B's packet): as seen in slot 4 it is stale too.
+        // w1 was last written in timeslot 1 (B's packet): as seen in timeslot 4 it is stale too.
         assert_eq!(w(&s, 1).cur_slot, Some(1));
         assert_eq!(w(&s, 1).rolled(2).last_nb, 1);
         assert_eq!(w(&s, 1).rolled(4).last_nb, 0);
     }
 
     #[test]
-    fn slot_zero_has_no_previous_slot_and_time_may_go_backwards() {
+    fn timeslot_zero_has_no_previous_timeslot_and_time_may_go_backwards() {
         let mut s = sched(3);
         let w0 = s.add_worker(1);
         s.add_tenant(TenantSlot(0), w0, 0).unwrap();
-        // Slot 0, first packet: nothing is prev; last 0 < 1.
+        // Timeslot 0, first packet: nothing is prev; last 0 < 1.
         run(&mut s, &[(0, 0, P(0)), (0, 0, P(0))]);
         assert_eq!(w(&s, 0).times, 0);
-        // Slot 3, then back to slot 2: the spec only tests equality, so slot 2 is a new
-        // slot for the tenant and the worker, and 3 is not 2 - 1: stale, 0.
+        // Timeslot 3, then back to timeslot 2: the spec only tests equality, so timeslot 2 is a new
+        // timeslot for the tenant and the worker, and 3 is not 2 - 1: stale, 0.
         run(&mut s, &[(3, 0, P(0)), (2, 0, P(0))]);
         assert_eq!(t(&s, 0).cur_slot, Some(2));
         assert_eq!(w(&s, 0).last_nb, 0);
@@ -944,22 +956,22 @@ mod tests {
     }
 
     #[test]
-    fn shift_defines_the_slot() {
+    fn shift_defines_the_timeslot() {
         let s = Scheduler::new(SchedulerConfig::default());
-        assert_eq!(s.slot_of((1 << 30) - 1), 0);
-        assert_eq!(s.slot_of(1 << 30), 1);
+        assert_eq!(s.timeslot_of((1 << 30) - 1), 0);
+        assert_eq!(s.timeslot_of(1 << 30), 1);
         let s = Scheduler::new(SchedulerConfig {
             shift: 64,
             threshold: 3,
         });
-        assert_eq!(s.slot_of(u64::MAX), 0);
+        assert_eq!(s.timeslot_of(u64::MAX), 0);
         let mut s = Scheduler::new(SchedulerConfig {
             shift: 10,
             threshold: 3,
         });
         let w0 = s.add_worker(100);
         s.add_tenant(TenantSlot(0), w0, 1).unwrap();
-        // 0 and 1023 share slot 0 -> the second is policed; 1024 is slot 1.
+        // 0 and 1023 share timeslot 0 -> the second is policed; 1024 is timeslot 1.
         run(&mut s, &[(0, 0, P(0)), (1023, 0, D), (1024, 0, P(0))]);
     }
 
@@ -975,7 +987,7 @@ mod tests {
             // Spread: 0->w0, 1->w1, 2->w2, 3->w0, 4->w1, 5->w2.
             assert_eq!(to, WorkerId((i % 3) as u16));
         }
-        // w1's tenants, in slot order: 1 -> fewest tenants: w0 2, w2 2 -> tie -> w0;
+        // w1's tenants, in tenant-slot order: 1 -> fewest tenants: w0 2, w2 2 -> tie -> w0;
         // 4 -> w0 3, w2 2 -> w2.
         assert_eq!(
             s.terminate_worker(WorkerId(1)),
