@@ -22,7 +22,7 @@ use buffet_memory::{
     AdmitWithError, ArenaConfig, Domain, MemoryStorage, Mpk, MpkError, TenantTable,
 };
 use buffet_sdk::{InitError, NetworkFunction, PacketMeta, PortId, TenantId, Verdict};
-use crossbeam::channel::{self, Receiver, Sender, TrySendError};
+use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 use serde::Serialize;
@@ -655,12 +655,7 @@ impl<N: NetworkFunction> Dataplane<N> {
     }
 
     fn emit(&self, e: WorkerEvent) {
-        match self.events.try_send(e) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.core.events_dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        send_event(&self.events, &self.core.events_dropped, e);
     }
 
     /// Applies every pending command; true while the data plane should keep running.
@@ -827,8 +822,6 @@ impl<N: NetworkFunction> Dataplane<N> {
     }
 
     fn collect_events(&mut self, seq: u64) {
-        let mut pending: [Option<WorkerEvent>; 4] = [None, None, None, None];
-        let mut n = 0;
         for e in self.dispatcher.drain_events() {
             let ev = match e {
                 Event::Migration {
@@ -853,15 +846,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                     slot,
                 },
             };
-            if n < pending.len() {
-                pending[n] = Some(ev);
-                n += 1;
-            } else if self.events.try_send(ev).is_err() {
-                self.core.events_dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        for ev in pending.into_iter().take(n).flatten() {
-            self.emit(ev);
+            send_event(&self.events, &self.core.events_dropped, ev);
         }
     }
 
@@ -1159,6 +1144,13 @@ impl<N: NetworkFunction> Dataplane<N> {
 impl<N: NetworkFunction> Drop for Dataplane<N> {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Sends an event, or counts it as dropped when the channel is full (or nobody listens).
+fn send_event(events: &Sender<WorkerEvent>, dropped: &AtomicU64, e: WorkerEvent) {
+    if events.try_send(e).is_err() {
+        dropped.fetch_add(1, Ordering::Relaxed);
     }
 }
 
