@@ -117,7 +117,12 @@ fn worker_path(c: &mut Criterion) {
                 .init(&MonitorPolicy::default(), &mut state)
                 .expect("policy");
             table
-                .admit(i, TenantId(i + 1), monitor.register().bytes, state)
+                .admit(
+                    TenantSlot(i),
+                    TenantId(i + 1),
+                    monitor.register().bytes,
+                    state,
+                )
                 .expect("admit");
         }
         let mut engine = Worker::new(Arc::new(monitor), table);
@@ -162,8 +167,7 @@ fn dispatcher(c: &mut Criterion) {
                 dst_ip: Some(format!("{addr}/{len}").parse().expect("prefix")),
                 ..Match::default()
             };
-            d.admit(TenantSlot(i), TenantId(i + 1), vec![(100, m)], 0)
-                .expect("admit");
+            d.admit(TenantSlot(i), vec![(100, m)], 0).expect("admit");
         }
         group.bench_function(BenchmarkId::new("dispatch", n), |b| {
             let mut ts = 0u64;
