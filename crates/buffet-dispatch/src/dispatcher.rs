@@ -1,6 +1,6 @@
 //! The Packet Dispatcher: classifier + scheduler + tagging, sans-IO.
 
-use buffet_sdk::{L3Kind, Packet, PacketMeta, ParseError, TenantId};
+use buffet_sdk::{L3Kind, Layout, Packet, PacketMeta, ParseError, TenantId};
 
 use crate::classifier::{Classifier, Match, Rule, RuleError};
 use crate::scheduler::{SchedOutcome, Scheduler, SchedulerConfig, TenantError, WorkerError};
@@ -341,18 +341,32 @@ impl Dispatcher {
     /// on `in_port` at `ts_ns`. Never allocates (events go to a reused, bounded buffer)
     /// and never panics.
     pub fn dispatch(&mut self, ts_ns: u64, in_port: u16, frame: &mut [u8]) -> Decision {
+        self.dispatch_with_layout(ts_ns, in_port, frame).0
+    }
+
+    /// [`dispatch`](Self::dispatch), also returning the header [`Layout`] found while
+    /// parsing (for every frame that parsed, passed or not), so the worker can rebuild the
+    /// packet with [`Packet::from_layout`] instead of parsing it again. Tagging changes no
+    /// offsets, so the layout stays valid for the tagged bytes.
+    pub fn dispatch_with_layout(
+        &mut self,
+        ts_ns: u64,
+        in_port: u16,
+        frame: &mut [u8],
+    ) -> (Decision, Option<Layout>) {
         let meta = PacketMeta {
             in_port,
             ts_ns,
             tenant: TenantId::default(),
         };
-        let (class, l3, is_v4) = match Packet::parse(frame, meta) {
+        let (class, layout, l3, is_v4) = match Packet::parse(frame, meta) {
             Err(e) => {
                 self.stats.malformed[e.index()] += 1;
-                return Decision::Drop(DispatchDrop::Malformed(e));
+                return (Decision::Drop(DispatchDrop::Malformed(e)), None);
             }
             Ok(pkt) => (
                 self.classifier.classify(&pkt),
+                pkt.layout(),
                 pkt.l3_offset(),
                 pkt.l3_kind() == L3Kind::Ipv4,
             ),
@@ -366,7 +380,7 @@ impl Dispatcher {
             (None, _) => {
                 self.stats.unmatched += 1;
                 self.stats.unmatched_dropped += 1;
-                return Decision::Drop(DispatchDrop::Unmatched);
+                return (Decision::Drop(DispatchDrop::Unmatched), Some(layout));
             }
         };
         let d = self.schedule_tagged(ts_ns, slot);
@@ -376,7 +390,7 @@ impl Dispatcher {
             // they were, which a worker re-classifies.
             let _ = tag_dscp(frame, l3, is_v4, tenant.0 as u8);
         }
-        d
+        (d, Some(layout))
     }
 
     /// Schedules a packet of tenant `slot` (classified elsewhere, e.g. tagged by the NIC)
@@ -677,6 +691,31 @@ mod tests {
         // w1 2, w2 1 -> fewest, tie -> lowest id: w0.
         assert_eq!(d.admit(TenantSlot(3), port(83), 0), Ok(WorkerId(0)));
         assert!(d.dispatch(0, 0, &mut udp(83)).is_pass());
+    }
+
+    #[test]
+    fn the_layout_of_the_one_parse_travels_with_the_decision() {
+        let mut d = Dispatcher::new(cfg(TagMode::Dscp));
+        d.add_worker(100);
+        d.admit(TenantSlot(5), port(80), 0).unwrap();
+        let mut f = udp(80);
+        let (decision, layout) = d.dispatch_with_layout(7, 3, &mut f);
+        assert!(decision.is_pass());
+        // Tagged in place, and the layout still describes the tagged bytes.
+        assert_eq!(read_dscp(&f, 14, true), Ok(5));
+        let meta = PacketMeta {
+            in_port: 3,
+            ts_ns: 7,
+            tenant: TenantId::default(),
+        };
+        let len = f.len();
+        let fresh = Packet::parse(&mut f.clone(), meta).unwrap().layout();
+        assert_eq!(layout, Some(fresh));
+        let p = Packet::from_layout(&mut f, len, meta, fresh).unwrap();
+        assert_eq!(p.ports(), Some((4000, 80)));
+        // Unmatched frames parsed too; malformed ones have no layout.
+        assert!(d.dispatch_with_layout(7, 3, &mut udp(81)).1.is_some());
+        assert_eq!(d.dispatch_with_layout(7, 3, &mut [0u8; 10]).1, None);
     }
 
     #[test]

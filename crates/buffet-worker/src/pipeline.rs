@@ -22,9 +22,7 @@ use buffet_io::{HeapPool, Outcome, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_memory::{
     AdmitWithError, ArenaConfig, Domain, MemoryError, MemoryStorage, Mpk, MpkError, TenantTable,
 };
-use buffet_sdk::{
-    InitError, NetworkFunction, PacketMeta, PortId, RegistryError, TenantId, Verdict,
-};
+use buffet_sdk::{InitError, NetworkFunction, PortId, RegistryError, TenantId, Verdict};
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
@@ -816,12 +814,15 @@ impl<N: NetworkFunction> Dataplane<N> {
             self.poll_completions();
         }
         let (ts_ns, in_port) = (m.ts_ns, m.in_port);
-        let decision = self.dispatcher.dispatch(ts_ns, in_port, m.data_mut());
+        // One parse per frame: the dispatcher's layout travels to the worker.
+        let (decision, layout) = self
+            .dispatcher
+            .dispatch_with_layout(ts_ns, in_port, m.data_mut());
         self.collect_events(seq);
         match decision {
             Decision::Pass { worker, tenant } => {
                 m.tenant = tenant;
-                m.layout = parse_layout(&mut m);
+                m.layout = layout;
                 self.send(worker, m, live);
             }
             Decision::Drop(why) => {
@@ -1200,18 +1201,6 @@ fn send_event(events: &Sender<WorkerEvent>, dropped: &AtomicU64, e: WorkerEvent)
     if events.try_send(e).is_err() {
         dropped.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-/// The dispatcher parsed the frame to classify it; keep the offsets for the worker.
-fn parse_layout(m: &mut PacketBuf) -> Option<buffet_sdk::Layout> {
-    let meta = PacketMeta {
-        in_port: m.in_port,
-        ts_ns: m.ts_ns,
-        tenant: TenantId::default(),
-    };
-    buffet_sdk::Packet::parse(m.data_mut(), meta)
-        .ok()
-        .map(|p| p.layout())
 }
 
 /// A pipeline driven from one thread: the [`Control`] handle and the [`Dataplane`]
