@@ -374,7 +374,8 @@ impl<N: NetworkFunction> Control<N> {
         Ok(())
     }
 
-    /// Removes a tenant at run time. Its queued packets are dropped (`no_tenant`), its
+    /// Removes a tenant at run time. Its queued packets are dropped (counted in the
+    /// report's `global.removed_tenant`, as the tenant's own row leaves with it), its
     /// region is zeroed and returned; other tenants are not paused.
     pub fn remove(&self, id: TenantId) -> Result<(), PipelineError> {
         let rx = self.remove_start(id)?;
@@ -931,6 +932,11 @@ impl<N: NetworkFunction> Dataplane<N> {
             ),
             Outcome::Nf(Verdict::Tx) => Some(m.in_port),
             Outcome::Nf(Verdict::Forward(p)) => Some(p),
+            Outcome::NoTenant => {
+                // Its tenant's counters left with it: count the packet here.
+                self.global.removed_tenant += 1;
+                None
+            }
             _ => None,
         };
         match out {
