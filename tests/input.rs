@@ -27,9 +27,7 @@ fn udp(dst: [u8; 4], payload_len: usize) -> Vec<u8> {
 /// A little-endian microsecond pcap: snap length `snaplen`, records `(frame, orig_len)`.
 fn pcap(snaplen: u32, records: &[(Vec<u8>, u32)]) -> Vec<u8> {
     let mut v = Vec::new();
-    for x in [0xa1b2_c3d4u32] {
-        v.extend_from_slice(&x.to_le_bytes());
-    }
+    v.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
     v.extend_from_slice(&2u16.to_le_bytes());
     v.extend_from_slice(&4u16.to_le_bytes());
     v.extend_from_slice(&[0; 8]);

@@ -39,6 +39,17 @@ pub enum WorkersError {
     },
 }
 
+/// Page size the Memory Manager's regions are rounded to, for the figures below.
+pub const PAGE: u64 = 4096;
+
+/// How many tenants an arena of `arena_bytes` holds when each region is
+/// `region_bytes` (what the NF's `register` asks for): every region is rounded up to
+/// whole pages and followed by a guard page, and the arena starts with one.
+pub fn tenants_in_arena(region_bytes: u64, arena_bytes: u64) -> u64 {
+    let block = region_bytes.max(1).div_ceil(PAGE) * PAGE + PAGE;
+    arena_bytes.saturating_sub(PAGE) / block
+}
+
 /// Cores available to this process (1 when unknown).
 pub fn cores() -> u16 {
     std::thread::available_parallelism()
@@ -63,6 +74,44 @@ pub fn check_workers(asked: u16, cores: u16, oversubscribe: bool) -> Result<u16,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use buffet_config::registry::{NfName, NfSpec, NfVisitor, RegisteredNf};
+
+    struct RegionBytes;
+
+    impl NfVisitor for RegionBytes {
+        type Output = u64;
+
+        fn visit<N: RegisteredNf>(self, nf: N) -> u64 {
+            nf.register().bytes as u64
+        }
+    }
+
+    /// docs/cli.md's table of tenants per default arena is what the NFs register today.
+    #[test]
+    fn the_documented_arena_figures_are_current() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap();
+        let mut table = String::new();
+        for name in NfName::ALL {
+            let bytes = NfSpec::Reference(name).load().unwrap().visit(RegionBytes);
+            let tenants = tenants_in_arena(bytes, 1 << 30);
+            table.push_str(&format!("| {name} | {bytes} | {tenants} |\n"));
+        }
+        for row in table.lines() {
+            assert!(doc.contains(row), "docs/cli.md lacks {row:?} of\n{table}");
+        }
+        // The figures measured by admitting tenants until the arena was full.
+        let firewall = NfSpec::Reference(NfName::Firewall)
+            .load()
+            .unwrap()
+            .visit(RegionBytes);
+        let monitor = NfSpec::Reference(NfName::Monitor)
+            .load()
+            .unwrap()
+            .visit(RegionBytes);
+        assert_eq!(tenants_in_arena(firewall, 1 << 30), 237);
+        assert_eq!(tenants_in_arena(monitor, 1 << 30), 3196);
+    }
 
     #[test]
     fn workers_are_bounded_by_cores_unless_oversubscribed() {

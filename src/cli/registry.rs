@@ -39,7 +39,7 @@ pub(crate) enum Selected {
 
 /// The command a registered NF is handed to.
 pub(crate) enum Visit<'a> {
-    Replay(replay::Replay<'a>),
+    Replay(Box<replay::Replay<'a>>),
     Demo(demo::Demo<'a>),
 }
 
@@ -54,7 +54,7 @@ struct Typed<N>(N);
 impl<N: RegisteredNf> ErasedNf for Typed<N> {
     fn run(self: Box<Self>, visit: Visit<'_>) -> anyhow::Result<()> {
         match visit {
-            Visit::Replay(r) => r.visit(self.0),
+            Visit::Replay(r) => (*r).visit(self.0),
             Visit::Demo(d) => d.visit(self.0),
         }
     }

@@ -214,7 +214,7 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
             nf.visit(replay)
         }
         Chosen::Registered(name) => match registry.select(&name) {
-            Some(Selected::Registered(nf)) => nf.run(Visit::Replay(replay)),
+            Some(Selected::Registered(nf)) => nf.run(Visit::Replay(Box::new(replay))),
             _ => anyhow::bail!("NF {name:?} is not registered"),
         },
     }

@@ -532,7 +532,11 @@ mod tests {
         v
     }
 
-    fn read(bytes: &[u8]) -> (Result<Vec<(u64, Vec<u8>)>, PcapError>, u64) {
+    /// Every record `(ts_ns, frame)`, or the error that stopped the reader.
+    type Records = Result<Vec<(u64, Vec<u8>)>, PcapError>;
+
+    /// Reads `bytes` as a file; the records and the truncated count.
+    fn read(bytes: &[u8]) -> (Records, u64) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.pcap");
         std::fs::write(&path, bytes).unwrap();
