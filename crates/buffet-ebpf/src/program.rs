@@ -14,6 +14,11 @@ use crate::verify::{self, Verified, VerifierConfig, VerifyError};
 pub const MAX_REGION_BYTES: u64 = 64 << 20;
 /// Longest string a STRSET map may hold.
 pub const MAX_STRSET_KEY: u32 = 4096;
+/// Cost units one packet may spend in helpers unless the tenant's policy says otherwise
+/// (`cost_budget`): about a mebibyte of bytes scanned, hashed or compared, or 65,536 helper
+/// calls, far above what the examples spend (the DPI: a few hundred units per packet) and
+/// well under a millisecond of work.
+pub const DEFAULT_COST_BUDGET: u64 = 1 << 20;
 
 /// How programs are executed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -91,6 +96,15 @@ pub enum RunError {
     /// deep a call chain, ...).
     #[error("{0}")]
     Vm(String),
+    /// The packet's helper work went over its cost budget: the helpers refused to work
+    /// from the call that crossed it on.
+    #[error("cost budget exceeded: {spent} units spent in helpers, the budget is {budget}")]
+    Budget {
+        /// Units charged (including the charge that crossed the budget).
+        spent: u64,
+        /// The budget.
+        budget: u64,
+    },
 }
 
 /// A program that passed the ELF loader, the verifier and rbpf, shared by every tenant
@@ -100,6 +114,8 @@ pub struct Program {
     image: Image,
     verified: Verified,
     maps: Vec<MapSlot>,
+    /// Byte ranges of the scratch maps in a tenant region, zeroed before every run.
+    scratch: Vec<std::ops::Range<usize>>,
     region_len: usize,
     counter_names: Vec<&'static str>,
     engine: Engine,
@@ -163,6 +179,13 @@ fn layout(maps: &[MapDef]) -> Result<(Vec<MapSlot>, usize), ProgramError> {
         }
         let slot = match m.kind {
             MapKind::Array => {
+                if m.scratch && (entries != 1 || m.value_size > abi::MAX_SCRATCH_BYTES) {
+                    return Err(err(format!(
+                        "a SCRATCH map is one element of at most {} bytes, not {entries} x {}",
+                        abi::MAX_SCRATCH_BYTES,
+                        m.value_size
+                    )));
+                }
                 if m.key_size != 4 {
                     return Err(err(format!(
                         "an ARRAY map has 4-byte keys, not {}",
@@ -295,6 +318,13 @@ impl Program {
             }
             vm.jit_compile().map_err(vm_err)?;
         }
+        let scratch = image
+            .maps
+            .iter()
+            .zip(&maps)
+            .filter(|(def, _)| def.scratch)
+            .map(|(_, s)| s.offset as usize..(s.offset + s.len) as usize)
+            .collect();
         let counter_names = image
             .counter_names
             .iter()
@@ -306,6 +336,7 @@ impl Program {
             image,
             verified,
             maps,
+            scratch,
             region_len,
             counter_names,
             engine,
@@ -353,14 +384,26 @@ impl Program {
         self.maps.get(i)
     }
 
-    /// Runs the program once: `region` is the tenant's region (this program's layout),
-    /// `packet` the frame. Writes the context (with `data`/`data_end` pointing at
-    /// `packet`) and returns `r0`.
+    /// Runs the program once with [`DEFAULT_COST_BUDGET`]: see [`Program::run_with_budget`].
     pub fn run(
         &self,
         packet: &mut [u8],
         region: &mut [u8],
         ctx: &CtxFields,
+    ) -> Result<u64, RunError> {
+        self.run_with_budget(packet, region, ctx, DEFAULT_COST_BUDGET)
+    }
+
+    /// Runs the program once: `region` is the tenant's region (this program's layout),
+    /// `packet` the frame. Zeroes the scratch maps, writes the context (with
+    /// `data`/`data_end` pointing at `packet`) and returns `r0`. Helper work beyond
+    /// `budget` cost units is [`RunError::Budget`], whatever the program returned.
+    pub fn run_with_budget(
+        &self,
+        packet: &mut [u8],
+        region: &mut [u8],
+        ctx: &CtxFields,
+        budget: u64,
     ) -> Result<u64, RunError> {
         if region.len() != self.region_len {
             return Err(RunError::Region {
@@ -375,6 +418,9 @@ impl Program {
             ..*ctx
         };
         region[..abi::CTX_SIZE].copy_from_slice(&fields.to_bytes());
+        for r in &self.scratch {
+            region[r.clone()].fill(0);
+        }
         let region_area = Area::of(region);
         RUN.with(|r| {
             let mut run = r.borrow_mut();
@@ -385,6 +431,8 @@ impl Program {
             }
             run.packet = pkt_area;
             run.region = region_area;
+            run.budget = budget;
+            run.spent = 0;
             run.active = true;
         });
         let _active = Deactivate;
@@ -392,6 +440,10 @@ impl Program {
             Engine::Interpreter => self.vm.execute_program_mut(packet, region),
             Engine::Jit => sys::run_jit(&self.vm, packet, region),
         };
+        let spent = RUN.with(|r| r.borrow().spent);
+        if spent > budget {
+            return Err(RunError::Budget { spent, budget });
+        }
         r.map_err(|e| RunError::Vm(e.to_string()))
     }
 }

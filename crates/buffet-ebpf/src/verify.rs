@@ -99,8 +99,8 @@ const fn proto(
     }
 }
 
-/// Prototypes of helpers 1..=4 (index = id - 1).
-static HELPERS: [HelperPrototype; 5] = [
+/// Prototypes of helpers 1..=6 (index = id - 1).
+static HELPERS: [HelperPrototype; 6] = [
     proto(
         "buffet_map_lookup",
         EbpfReturnType::PtrToMapValueOrNull,
@@ -111,7 +111,7 @@ static HELPERS: [HelperPrototype; 5] = [
             Arg::DontCare,
             Arg::DontCare,
         ],
-        map_type_bit(abi::MAP_ARRAY),
+        map_type_bit(abi::MAP_ARRAY) | map_type_bit(abi::MAP_SCRATCH),
     ),
     proto(
         "buffet_counter_add",
@@ -161,6 +161,18 @@ static HELPERS: [HelperPrototype; 5] = [
         ],
         0,
     ),
+    proto(
+        "buffet_dns_lookup",
+        EbpfReturnType::Integer,
+        [
+            Arg::PtrToMap,
+            Arg::Anything,
+            Arg::Anything,
+            Arg::DontCare,
+            Arg::DontCare,
+        ],
+        map_type_bit(abi::MAP_STRSET),
+    ),
 ];
 
 static UNKNOWN_HELPER: HelperPrototype = HelperPrototype {
@@ -189,6 +201,7 @@ impl BuffetPlatform {
             .map(|(i, m)| EbpfMapDescriptor {
                 original_fd: i as i32,
                 map_type: match m.kind {
+                    MapKind::Array if m.scratch => abi::MAP_SCRATCH,
                     MapKind::Array => abi::MAP_ARRAY,
                     MapKind::StrSet => abi::MAP_STRSET,
                 },
@@ -265,6 +278,7 @@ impl EbpfPlatform for BuffetPlatform {
         let (name, is_array) = match platform_specific_type {
             abi::MAP_ARRAY => ("array", true),
             abi::MAP_STRSET => ("strset", false),
+            abi::MAP_SCRATCH => ("scratch", true),
             _ => ("unsupported", false),
         };
         EbpfMapType {
