@@ -28,11 +28,24 @@
 //!   (PREVAIL's limit is 100,000 iterations per loop head over a whole run; Buffet can
 //!   lower it, see [`VerifierConfig::max_loop_iterations`]).
 //!
+//! **Off the data path.** [`verify`] runs PREVAIL on a thread of its own and waits at most
+//! [`VerifierConfig::time_budget`] for it: PREVAIL's time grows far faster than program
+//! length, and a program shaped against its analysis could otherwise stall whoever asked
+//! (admission is on a control thread, never on a worker, but a stalled control thread
+//! stalls every admission after it). Past the budget the program is rejected
+//! ([`VerifyError::TimeBudget`]); PREVAIL has no cancellation, so that thread finishes in
+//! the background and its verdict is dropped. Completed verdicts are cached by the
+//! SHA-256 of the program, its maps and the settings, so a program is verified once per
+//! process however many tenants name it. What is not bounded: the verifier's memory.
+//!
 //! What it does not check, and who does: the return value (the host maps it, an
 //! unknown value is a run-time fault) and helper arguments that are numbers (offsets,
 //! counter indices; the helpers check them).
 
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::Duration;
 
 use prevail::crab::ebpf_domain::DomainContext;
 use prevail::crab::var_registry::VariableRegistry;
@@ -294,6 +307,9 @@ impl EbpfPlatform for BuffetPlatform {
     }
 }
 
+/// How long [`verify`] waits for PREVAIL by default.
+pub const DEFAULT_TIME_BUDGET: Duration = Duration::from_secs(60);
+
 /// Verifier settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerifierConfig {
@@ -301,12 +317,16 @@ pub struct VerifierConfig {
     /// (at most [`PREVAIL_LOOP_LIMIT`]). Together with the program's length this bounds
     /// the instructions one packet can cost.
     pub max_loop_iterations: u32,
+    /// Longest the verification of one program may take (default
+    /// [`DEFAULT_TIME_BUDGET`]); past it the program is rejected.
+    pub time_budget: Duration,
 }
 
 impl Default for VerifierConfig {
     fn default() -> Self {
         VerifierConfig {
             max_loop_iterations: PREVAIL_LOOP_LIMIT,
+            time_budget: DEFAULT_TIME_BUDGET,
         }
     }
 }
@@ -356,6 +376,16 @@ pub enum VerifyError {
     /// The verifier itself failed (a bug in it); the program is not accepted.
     #[error("verifier internal error: {0}")]
     Internal(String),
+    /// Verification took longer than the configured budget.
+    #[error(
+        "verification did not finish within its time budget of {} ms; the program is \
+         rejected (simplify its loops, or raise the budget)",
+        budget.as_millis()
+    )]
+    TimeBudget {
+        /// The budget.
+        budget: Duration,
+    },
 }
 
 fn insts(image: &Image) -> Vec<EbpfInst> {
@@ -432,9 +462,80 @@ fn options() -> EbpfVerifierOptions {
     }
 }
 
-/// Verifies a loaded image. Never panics: a panic inside PREVAIL is
+/// SHA-256 of what a verdict depends on: the code, the maps and the loop limit.
+fn verdict_key(image: &Image, cfg: &VerifierConfig) -> [u8; 32] {
+    let mut h = ring::digest::Context::new(&ring::digest::SHA256);
+    h.update(&(image.insns.len() as u64).to_le_bytes());
+    h.update(&image.insns);
+    for m in &image.maps {
+        let kind = match m.kind {
+            MapKind::Array if m.scratch => abi::MAP_SCRATCH,
+            MapKind::Array => abi::MAP_ARRAY,
+            MapKind::StrSet => abi::MAP_STRSET,
+        };
+        for w in [kind, m.key_size, m.value_size, m.max_entries] {
+            h.update(&w.to_le_bytes());
+        }
+    }
+    h.update(&cfg.max_loop_iterations.to_le_bytes());
+    let mut key = [0u8; 32];
+    key.copy_from_slice(h.finish().as_ref());
+    key
+}
+
+type Verdicts = Mutex<HashMap<[u8; 32], Result<Verified, VerifyError>>>;
+
+/// Completed verdicts, by [`verdict_key`]. Bounded by the distinct programs loaded.
+fn verdicts() -> &'static Verdicts {
+    static CACHE: OnceLock<Verdicts> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Verdicts in the process-wide cache.
+pub fn cached_verdicts() -> usize {
+    verdicts().lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+/// Verifies a loaded image on a thread of its own, waiting at most
+/// [`VerifierConfig::time_budget`]; a verdict already reached for the same program, maps
+/// and loop limit is returned from the cache. Never panics: a panic inside PREVAIL is
 /// [`VerifyError::Internal`].
 pub fn verify(image: &Image, cfg: &VerifierConfig) -> Result<Verified, VerifyError> {
+    let key = verdict_key(image, cfg);
+    if let Some(v) = verdicts()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+    {
+        return v.clone();
+    }
+    let (tx, rx) = mpsc::sync_channel(1);
+    let (image, cfg_copy) = (image.clone(), *cfg);
+    std::thread::Builder::new()
+        .name("buffet-verify".into())
+        .stack_size(64 << 20)
+        .spawn(move || {
+            let verdict = verify_here(&image, &cfg_copy);
+            verdicts()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, verdict.clone());
+            let _ = tx.send(verdict);
+        })
+        .map_err(|e| VerifyError::Internal(format!("cannot start the verifier thread: {e}")))?;
+    match rx.recv_timeout(cfg.time_budget) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(VerifyError::TimeBudget {
+            budget: cfg.time_budget,
+        }),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(VerifyError::Internal(
+            "the verifier thread ended without a verdict".into(),
+        )),
+    }
+}
+
+/// Verifies on the calling thread, without budget or cache.
+fn verify_here(image: &Image, cfg: &VerifierConfig) -> Result<Verified, VerifyError> {
     let insns = insts(image);
     precheck(&insns)?;
     let opts = options();

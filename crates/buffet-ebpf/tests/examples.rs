@@ -347,3 +347,61 @@ fn cost_amplification_is_stopped_by_the_budget_on_both_engines_and_victims_carry
     }
     let _ = Arc::new(());
 }
+
+#[test]
+fn verification_runs_off_the_calling_thread_within_its_time_budget() {
+    use buffet_ebpf::verify::{VerifierConfig, VerifyError};
+    let Some(slow) = object("loops") else { return };
+    let Some(dns) = object("dns_blocklist") else {
+        return;
+    };
+    let victim = nf(&dns, Engine::Interpreter);
+    let mut st = tenant(&victim, &blocklist_policy(&["ads.example"]));
+    // An admission with a budget far below what this program needs (loops up to 65,535).
+    let budget = Duration::from_millis(5);
+    let admission = std::thread::spawn(move || {
+        let opts = LoadOptions {
+            verifier: VerifierConfig {
+                time_budget: budget,
+                // Part of the verdict's cache key: not the settings other tests verify
+                // this program with, so this verification is not served from the cache.
+                max_loop_iterations: 99_999,
+            },
+            ..LoadOptions::default()
+        };
+        let t = Instant::now();
+        let r = Program::load(&slow, &opts);
+        (r.map(|_| ()), t.elapsed())
+    });
+    // Meanwhile another tenant's packets keep being processed.
+    let mut served = 0u64;
+    while !admission.is_finished() {
+        assert_eq!(
+            run(&victim, &mut st, &dns_query("ads.example"), 1),
+            Verdict::Drop(buffet_sdk::DropCause::Policy)
+        );
+        served += 1;
+    }
+    let (r, took) = admission.join().unwrap();
+    let e = r.expect_err("over its time budget");
+    assert!(
+        matches!(
+            e,
+            buffet_ebpf::ProgramError::Verify(VerifyError::TimeBudget { .. })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("time budget of 5 ms"), "{e}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(served > 0);
+    // With the default budget it verifies; the verdict is then cached by program hash.
+    let Some(slow) = object("loops") else { return };
+    let t = Instant::now();
+    Program::load(&slow, &LoadOptions::default()).unwrap();
+    let first = t.elapsed();
+    let t = Instant::now();
+    Program::load(&slow, &LoadOptions::default()).unwrap();
+    let second = t.elapsed();
+    assert!(buffet_ebpf::verify::cached_verdicts() >= 1);
+    println!("verified in {first:?}, then from the cache in {second:?}; {served} packets served meanwhile");
+}
