@@ -52,6 +52,7 @@ use prevail::crab::var_registry::VariableRegistry;
 use prevail::elf_loader::UnmarshalError;
 use prevail::fwd_analyzer;
 use prevail::ir::program::Program as PrevailProgram;
+use prevail::ir::syntax::{Condition, Instruction, Value};
 use prevail::ir::unmarshal;
 use prevail::linux::linux_platform::conformance_groups as groups;
 use prevail::linux::spec_prototypes::{map_type_bit, HelperPrototype};
@@ -566,6 +567,93 @@ fn verify_here(image: &Image, cfg: &VerifierConfig) -> Result<Verified, VerifyEr
     })
 }
 
+/// The types PREVAIL may give register `r` in `types` (its type constraints as text:
+/// `r2.type=packet`, `r2.type in {number, packet}`, `r3.type=r2.type`); `None` when
+/// unconstrained (any type).
+fn reg_types(types: &std::collections::BTreeSet<String>, r: u8) -> Option<Vec<String>> {
+    let mut name = format!("r{r}.type");
+    for _ in 0..16 {
+        let mut next = None;
+        for c in types {
+            if let Some(rest) = c.strip_prefix(name.as_str()) {
+                if let Some(set) = rest.strip_prefix(" in {").and_then(|x| x.strip_suffix('}')) {
+                    return Some(set.split(", ").map(str::to_owned).collect());
+                }
+                if let Some(t) = rest.strip_prefix('=') {
+                    if t.ends_with(".type") {
+                        next = Some(t.to_owned());
+                    } else {
+                        return Some(vec![t.to_owned()]);
+                    }
+                }
+            }
+        }
+        name = next?;
+    }
+    None
+}
+
+/// Rejects what lets a program observe a host address and PREVAIL accepts: a comparison
+/// of a register that may hold a pointer with a register that may hold a number (its
+/// outcome is a bit of the address — repeat it and the program rebuilds `ctx->data`),
+/// and a 32-bit comparison of pointers (it depends on the address's low 32 bits). Every
+/// other way a pointer's value could become a number PREVAIL already rejects for
+/// unprivileged programs: ALU operations other than pointer ± number and same-region
+/// pointer − pointer (an offset), pointers as helper arguments or return value, pointers
+/// stored anywhere but the stack, partial reloads of a spilled pointer. A comparison with
+/// the constant 0 (a NULL test) reveals nothing and stays allowed; comparisons of two
+/// pointers into the same region compare offsets and stay allowed.
+fn no_address_comparisons(
+    program: &PrevailProgram,
+    result: &prevail::result::AnalysisResult,
+    registry: &VariableRegistry,
+) -> Result<(), VerifyError> {
+    for label in program.labels() {
+        let cond: &Condition = match program.instruction_at(label) {
+            Instruction::Jmp(j) => match &j.cond {
+                Some(c) => c,
+                None => continue,
+            },
+            Instruction::Assume(a) if !a.is_implicit => &a.cond,
+            _ => continue,
+        };
+        let Value::Reg(right) = &cond.right else {
+            continue;
+        };
+        let Some(inv) = result.invariants.get(label) else {
+            continue;
+        };
+        if inv.pre.is_bottom() {
+            continue;
+        }
+        let set = inv.pre.to_set(registry);
+        let types = set.value();
+        let (l, r) = (reg_types(types, cond.left.v), reg_types(types, right.v));
+        let only_numbers = |t: &Option<Vec<String>>| t.as_ref().is_some_and(|t| t == &["number"]);
+        let no_numbers =
+            |t: &Option<Vec<String>>| t.as_ref().is_some_and(|t| !t.iter().any(|x| x == "number"));
+        let describe = |t: &Option<Vec<String>>| match t {
+            Some(t) => t.join(" or "),
+            None => "anything".into(),
+        };
+        let ok = (only_numbers(&l) && only_numbers(&r))
+            || (cond.is64 && no_numbers(&l) && no_numbers(&r));
+        if !ok {
+            return Err(VerifyError::Rejected(format!(
+                "{label}: comparing r{} ({}) with r{} ({}){} could reveal a host address \
+                 (compare numbers with numbers, pointers with pointers into the same \
+                 packet or map element, 64-bit)",
+                cond.left.v,
+                describe(&l),
+                right.v,
+                describe(&r),
+                if cond.is64 { "" } else { " in 32 bits" },
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn run_prevail(
     insns: &[EbpfInst],
     platform: &BuffetPlatform,
@@ -598,6 +686,7 @@ fn run_prevail(
             .unwrap_or_else(|| "verification failed".into());
         return Err(VerifyError::Rejected(message));
     }
+    no_address_comparisons(&program, &result, &registry)?;
     Ok((
         u32::try_from(result.max_loop_count).unwrap_or(u32::MAX),
         result.exit_value.to_string(),
