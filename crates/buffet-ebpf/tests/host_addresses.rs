@@ -96,8 +96,11 @@ fn value_map() -> MapDef {
     }
 }
 
-/// The attacks: (name, code, maps).
-fn attacks() -> Vec<(&'static str, Vec<[u8; 8]>, Vec<MapDef>)> {
+/// One attack: its name, its code, its maps.
+type Attack = (&'static str, Vec<[u8; 8]>, Vec<MapDef>);
+
+/// The attacks.
+fn attacks() -> Vec<Attack> {
     let number = |reg: u8, v: i32| ins(MOV64_IMM, reg, 0, 0, v);
     // r6 = map value pointer (or exit when NULL), for the map attacks.
     let lookup = vec![
