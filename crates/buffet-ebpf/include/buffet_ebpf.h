@@ -119,10 +119,12 @@ static long (*buffet_counter_add)(__u32 index, __u64 delta) = (void *)2;
  * 0, or -1 when csum_off + 2 is beyond the frame or size is not 2 or 4. */
 static long (*buffet_csum_replace)(__u32 csum_off, __u64 from, __u64 to, __u32 size) = (void *)3;
 
-/* Every helper call costs 16 units of the packet's cost budget, plus the bytes it scans,
- * hashes or compares; a packet over its tenant's budget (policy `cost_budget`, default
- * 1 Mi units) is a fault and the tenant is quarantined. Once the budget is spent, helpers
- * return an error value without working. */
+/* Cost budget: every packet has one (policy `cost_budget`, default 1 Mi units), charged
+ * for instructions (each backward jump: the code it jumps back over; each bpf-to-bpf
+ * call: the code from the callee to the end) and for helper work (16 per call plus the
+ * bytes scanned, hashed or compared). Over it, helpers return an error value without
+ * working, the program is stopped at its next backward jump or call, and the packet is a
+ * fault: the tenant is quarantined. */
 
 /* Looks the bytes [off, off + len) of the packet up in a STRSET map, ignoring ASCII case
  * and one trailing '.' (strings in the map are stored the same way).

@@ -7,13 +7,15 @@
 //! anything else is an error value, never an access. A helper called outside a run
 //! (impossible through `Program::run`) returns an error value too.
 //!
-//! Every helper also charges the run's cost budget ([`RunCtx::charge`]): a fixed
-//! [`HELPER_CALL_COST`] per call plus the bytes it reads, hashes or compares. Once the
-//! budget is spent, every further helper call returns an error value at once without
-//! doing its work, and `Program::run` turns the run into a fault when it ends. What the
-//! helpers do not do: count the program's own instructions (the engines do).
+//! Every helper also charges the run's cost meter ([`METER`], [`charge`]): a fixed
+//! [`HELPER_CALL_COST`] per call plus the bytes it reads, hashes or compares. The engines
+//! charge the same meter for the program's own instructions (at backward jumps and
+//! bpf-to-bpf calls, rbpf's metered interpreter and JIT). Once it is negative, every
+//! further helper call returns an error value at once without doing its work, the engine
+//! stops the program at its next backward jump or call, and `Program::run` turns the run
+//! into a fault.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use buffet_sdk::http::normalise_host;
 
@@ -70,10 +72,6 @@ pub(crate) struct RunCtx {
     pub region: Area,
     pub maps: Vec<MapSlot>,
     pub active: bool,
-    /// Cost units this run may spend in helpers.
-    pub budget: u64,
-    /// Cost units spent so far (may exceed `budget` by the charge that crossed it).
-    pub spent: u64,
 }
 
 /// Cost units of any helper call, before the bytes it touches.
@@ -86,18 +84,33 @@ impl RunCtx {
         region: Area { start: 0, len: 0 },
         maps: Vec::new(),
         active: false,
-        budget: 0,
-        spent: 0,
     };
 
-    /// Charges `units`; `false` when the budget is spent (the caller then does nothing).
+    /// Charges `units` to the run's meter; `false` when the budget is spent (the caller
+    /// then does nothing).
     pub fn charge(&mut self, units: u64) -> bool {
-        if self.spent > self.budget {
+        charge(units)
+    }
+}
+
+thread_local! {
+    /// The cost meter of the run in progress: word 0 is what is left of the budget
+    /// (negative: spent), word 1 belongs to the JIT (its saved stack pointer). Set by
+    /// `Program::run`; charged by the helpers and by the engines.
+    pub(crate) static METER: Cell<[i64; 2]> = const { Cell::new([0; 2]) };
+}
+
+/// Charges `units` to [`METER`]; `false` when the budget is (now) spent.
+pub(crate) fn charge(units: u64) -> bool {
+    METER.with(|m| {
+        let [left, jit] = m.get();
+        if left < 0 {
             return false;
         }
-        self.spent = self.spent.saturating_add(units);
-        self.spent <= self.budget
-    }
+        let left = left.saturating_sub(i64::try_from(units).unwrap_or(i64::MAX));
+        m.set([left, jit]);
+        left >= 0
+    })
 }
 
 thread_local! {

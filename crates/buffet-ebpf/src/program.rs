@@ -6,7 +6,7 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::abi::{self, CtxFields, MAPS_OFFSET};
 use crate::elf::{self, Image, LoadError, MapDef, MapKind};
-use crate::helpers::{self, MapSlot, RUN};
+use crate::helpers::{self, MapSlot, METER, RUN};
 use crate::sys::{self, Area};
 use crate::verify::{self, Verified, VerifierConfig, VerifyError};
 
@@ -14,10 +14,12 @@ use crate::verify::{self, Verified, VerifierConfig, VerifyError};
 pub const MAX_REGION_BYTES: u64 = 64 << 20;
 /// Longest string a STRSET map may hold.
 pub const MAX_STRSET_KEY: u32 = 4096;
-/// Cost units one packet may spend in helpers unless the tenant's policy says otherwise
-/// (`cost_budget`): about a mebibyte of bytes scanned, hashed or compared, or 65,536 helper
-/// calls, far above what the examples spend (the DPI: a few hundred units per packet) and
-/// well under a millisecond of work.
+/// Cost units one packet may spend unless the tenant's policy says otherwise
+/// (`cost_budget`). A unit is an instruction (charged at backward jumps: the code jumped
+/// back over; at bpf-to-bpf calls: the code from the callee to the end) or a byte a
+/// helper scans, hashes or compares (plus 16 per helper call). 1 Mi units is far above
+/// what the examples spend (the DPI: a few hundred per packet, `loops.c`'s longest loop
+/// over a full-size frame about half a million) and milliseconds of work at most.
 pub const DEFAULT_COST_BUDGET: u64 = 1 << 20;
 
 /// How programs are executed.
@@ -96,9 +98,13 @@ pub enum RunError {
     /// deep a call chain, ...).
     #[error("{0}")]
     Vm(String),
-    /// The packet's helper work went over its cost budget: the helpers refused to work
-    /// from the call that crossed it on.
-    #[error("cost budget exceeded: {spent} units spent in helpers, the budget is {budget}")]
+    /// The packet's work (instructions and helper work) went over its cost budget: the
+    /// engine stopped the program at the first backward jump or call past it, and the
+    /// helpers refused to work from the charge that crossed it on.
+    #[error(
+        "cost budget exceeded: at least {spent} units spent (instructions and helper work), \
+         the budget is {budget}"
+    )]
     Budget {
         /// Units charged (including the charge that crossed the budget).
         spent: u64,
@@ -316,7 +322,7 @@ impl Program {
                     message: "rbpf's JIT emits x86-64 code only".into(),
                 });
             }
-            vm.jit_compile().map_err(vm_err)?;
+            vm.jit_compile_metered().map_err(vm_err)?;
         }
         let scratch = image
             .maps
@@ -431,18 +437,27 @@ impl Program {
             }
             run.packet = pkt_area;
             run.region = region_area;
-            run.budget = budget;
-            run.spent = 0;
             run.active = true;
         });
         let _active = Deactivate;
-        let r = match self.engine {
-            Engine::Interpreter => self.vm.execute_program_mut(packet, region),
-            Engine::Jit => sys::run_jit(&self.vm, packet, region),
-        };
-        let spent = RUN.with(|r| r.borrow().spent);
-        if spent > budget {
-            return Err(RunError::Budget { spent, budget });
+        let start = i64::try_from(budget).unwrap_or(i64::MAX);
+        let (r, left) = METER.with(|meter| {
+            meter.set([start, 0]);
+            let r = match self.engine {
+                Engine::Interpreter => {
+                    let words: &std::cell::Cell<[i64]> = meter;
+                    let left = &words.as_slice_of_cells()[0];
+                    self.vm.execute_program_metered(packet, region, left)
+                }
+                Engine::Jit => sys::run_jit(&self.vm, packet, region, meter),
+            };
+            (r, meter.get()[0])
+        });
+        if left < 0 {
+            return Err(RunError::Budget {
+                spent: budget.saturating_add(left.unsigned_abs()),
+                budget,
+            });
         }
         r.map_err(|e| RunError::Vm(e.to_string()))
     }

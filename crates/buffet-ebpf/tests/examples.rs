@@ -405,3 +405,43 @@ fn verification_runs_off_the_calling_thread_within_its_time_budget() {
     assert!(buffet_ebpf::verify::cached_verdicts() >= 1);
     println!("verified in {first:?}, then from the cache in {second:?}; {served} packets served meanwhile");
 }
+
+#[test]
+fn instructions_count_against_the_budget_alike_on_both_engines() {
+    let Some(obj) = object("loops") else { return };
+    // A full-size frame: loop 1 runs once per byte, with no helper call in it.
+    let frame = udp(9, &[0x45; 1400]);
+    let mut seen = Vec::new();
+    for budget in [50u64, 500, 5_000, 1_000_000] {
+        let mut per_engine = Vec::new();
+        for engine in engines() {
+            let nf = nf(&obj, engine);
+            let p = EbpfPolicy {
+                cost_budget: Some(budget),
+                ..EbpfPolicy::default()
+            };
+            let mut st = tenant(&nf, &p);
+            let v = run(&nf, &mut st, &frame, 1);
+            let fault = st.last_fault().map(str::to_owned);
+            per_engine.push((v, counters(&nf, &st), fault));
+        }
+        assert!(
+            per_engine.windows(2).all(|w| w[0] == w[1]),
+            "budget {budget}: {per_engine:#?}"
+        );
+        seen.push(per_engine.remove(0));
+    }
+    // Small budgets stop the program inside its loops; a large one lets it finish.
+    assert_eq!(seen[0].0, Verdict::Fault);
+    assert!(seen[0]
+        .2
+        .as_deref()
+        .unwrap()
+        .contains("cost budget exceeded"));
+    assert_eq!(seen[3].0, Verdict::Pass, "{:?}", seen[3]);
+    // Counters written before the stop are the same on both engines (checked above)
+    // and grow with the budget.
+    let done =
+        |s: &(Verdict, Vec<(&str, u64)>, Option<String>)| s.1.iter().filter(|c| c.1 != 0).count();
+    assert!(done(&seen[0]) <= done(&seen[3]));
+}
