@@ -6,10 +6,11 @@
  *   0. a counted loop: its own counter from 0 to a constant, made opaque so that clang
  *      cannot rotate the exit test onto a derived value;
  *   1. a loop bounded by the packet end: the same shape with the frame's longest length
- *      (65,535) as the constant and `break` at data_end. (A pointer cursor compared with
- *      data_end, `for (p = data; p < end; p++)`, is not provable: reject_rotated.c);
+ *      (65,535) as the constant, re-tested first in the body, and `break` at data_end;
  *   2. a small loop clang fully unrolls (#pragma unroll): no loop left to prove;
  *   3. a scan done by a helper instead of a loop (buffet_pkt_find): no loop at all.
+ *      (Written as a loop over the helper's results it is rejected after the loops above:
+ *      reject_loop_budget.c.)
  *
  * Counter i gets the value computed by shape i for the packet: 0x45 ('E') bytes in the
  * first 64 bytes (0), the whole frame (1), the first 16 bytes (2); 3 gets the offset of
