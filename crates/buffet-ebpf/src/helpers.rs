@@ -235,9 +235,9 @@ pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) ->
         }
         let (off, len) = (off as u32 as u64, len as u32 as u64);
         let suffixes = flags & abi::STRSET_SUFFIXES != 0;
-        // Upper bound of the work: every suffix probe hashes and compares what is left.
-        let probes = if suffixes { len.min(slot.elem) + 1 } else { 1 };
-        if !run.charge(len.saturating_add(probes.saturating_mul(len.min(slot.elem) + 4))) {
+        // Reading the range (normalising it, finding its dots) costs its length; then
+        // every probe hashes and compares at most `key_size` bytes.
+        if !run.charge(len) {
             return ERR;
         }
         sys::with_bytes(run.packet, off, len, |key| {
@@ -253,6 +253,15 @@ pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) ->
             } else {
                 normalise_name(key)
             };
+            let probes = if suffixes {
+                1 + memchr::memchr_iter(b'.', key).count() as u64
+            } else {
+                1
+            };
+            let per_probe = (key.len() as u64).min(slot.elem) + 4;
+            if !charge(probes.saturating_mul(per_probe)) {
+                return ERR;
+            }
             sys::with_bytes(
                 run.region,
                 slot.offset,
@@ -351,7 +360,11 @@ pub(crate) fn dns_lookup(map: u64, off: u64, flags: u64, _: u64, _: u64) -> u64 
             None => return ERR_RANGE,
         };
         let len64 = len as u64;
-        let probes = if suffixes { 64 } else { 1 };
+        let probes = if suffixes {
+            1 + memchr::memchr_iter(b'.', &name[..len]).count() as u64
+        } else {
+            1
+        };
         if !run.charge(len64.saturating_add(probes * (len64.min(slot.elem) + 4))) {
             return ERR;
         }
