@@ -72,6 +72,7 @@ struct buffet_ctx {
 /* ---- maps --------------------------------------------------------------------------- */
 #define BUFFET_MAP_ARRAY 2   /* max_entries elements of value_size bytes; key_size 4 */
 #define BUFFET_MAP_STRSET 40 /* up to max_entries byte strings of at most key_size bytes */
+#define BUFFET_MAP_SCRATCH 41 /* one element of value_size (<= 16 KiB) bytes, zeroed per packet */
 
 struct buffet_map_def {
 	__u32 type;
@@ -89,6 +90,14 @@ struct buffet_map_def {
 	BUFFET_SEC("maps") struct buffet_map_def name = {                           \
 		.type = BUFFET_MAP_STRSET, .key_size = (max_len),                        \
 		.value_size = 0, .max_entries = (entries) }
+
+/* Per-invocation scratch memory: one `type` the program reaches with
+ * buffet_map_lookup(&name, 0) (test the result for NULL), zeroed before every packet.
+ * Room for buffers the 256-byte stack frame cannot hold; a policy cannot fill it. */
+#define BUFFET_SCRATCH(name, elem_type)                                             \
+	BUFFET_SEC("maps") struct buffet_map_def name = {                           \
+		.type = BUFFET_MAP_SCRATCH, .key_size = 4,                               \
+		.value_size = sizeof(elem_type), .max_entries = 1 }
 
 /* Names for buffet_counter_add() indices, shown in per-tenant stats:
  * BUFFET_COUNTERS("packets\0blocked") — NUL-separated, in index order. */
@@ -110,7 +119,15 @@ static long (*buffet_counter_add)(__u32 index, __u64 delta) = (void *)2;
  * 0, or -1 when csum_off + 2 is beyond the frame or size is not 2 or 4. */
 static long (*buffet_csum_replace)(__u32 csum_off, __u64 from, __u64 to, __u32 size) = (void *)3;
 
-/* Looks the bytes [off, off + len) of the packet up in a STRSET map, ignoring ASCII case.
+/* Cost budget: every packet has one (policy `cost_budget`, default 1 Mi units), charged
+ * for instructions (each backward jump: the code it jumps back over; each bpf-to-bpf
+ * call: the code from the callee to the end) and for helper work (16 per call plus the
+ * bytes scanned, hashed or compared). Over it, helpers return an error value without
+ * working, the program is stopped at its next backward jump or call, and the packet is a
+ * fault: the tenant is quarantined. */
+
+/* Looks the bytes [off, off + len) of the packet up in a STRSET map, ignoring ASCII case
+ * and one trailing '.' (strings in the map are stored the same way).
  * With BUFFET_STRSET_SUFFIXES, also looks up every suffix that follows a '.', longest
  * first (a domain and its parent domains). With BUFFET_STRSET_HOST, the bytes are first
  * reduced to a host name as written in a URL or an HTTP Host header: blanks trimmed,
@@ -130,5 +147,15 @@ static long (*buffet_strset_lookup)(void *map, __u32 off, __u32 len, __u32 flags
  * -2 when the range is outside the frame. (memchr: scanning text without a loop in the
  * program.) */
 static long (*buffet_pkt_find)(__u32 off, __u32 len, __u32 byte) = (void *)5;
+
+/* Looks the uncompressed DNS name (length-prefixed labels ending with a 0 byte, as in a
+ * query's question) at packet offset `off` up in a STRSET map, in presentation form
+ * without the root dot ("www.example.com"), ignoring ASCII case; with
+ * BUFFET_STRSET_SUFFIXES also its parent domains, longest first. Returns the index of the
+ * first match; -1 none (also for the root name); -2 the name runs past the frame;
+ * BUFFET_DNS_BAD_NAME (-5) for a compression pointer, a label over 63 bytes or a name over
+ * 253 bytes. The name is walked by Buffet: no loop in the program. */
+#define BUFFET_DNS_BAD_NAME (-5)
+static long (*buffet_dns_lookup)(void *map, __u32 off, __u32 flags) = (void *)6;
 
 #endif /* BUFFET_EBPF_H */

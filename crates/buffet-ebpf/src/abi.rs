@@ -30,6 +30,12 @@ pub const MAP_ARRAY: u32 = 2;
 /// `BUFFET_MAP_STRSET`: up to `max_entries` byte strings of at most `key_size` bytes,
 /// looked up ignoring ASCII case.
 pub const MAP_STRSET: u32 = 40;
+/// `BUFFET_MAP_SCRATCH`: one element of `value_size` bytes (at most
+/// [`MAX_SCRATCH_BYTES`]), zeroed before every packet: per-invocation scratch memory the
+/// program reaches with `buffet_map_lookup(&map, 0)`.
+pub const MAP_SCRATCH: u32 = 41;
+/// Largest `BUFFET_MAP_SCRATCH` element.
+pub const MAX_SCRATCH_BYTES: u32 = 16 * 1024;
 
 /// Helper ids (the `imm` of a `call`).
 pub mod helper {
@@ -43,13 +49,16 @@ pub mod helper {
     pub const STRSET_LOOKUP: i32 = 4;
     /// `long buffet_pkt_find(u32 off, u32 len, u32 byte)`.
     pub const PKT_FIND: i32 = 5;
+    /// `long buffet_dns_lookup(void *map, u32 off, u32 flags)`.
+    pub const DNS_LOOKUP: i32 = 6;
     /// Every helper id, in order.
-    pub const ALL: [i32; 5] = [
+    pub const ALL: [i32; 6] = [
         MAP_LOOKUP,
         COUNTER_ADD,
         CSUM_REPLACE,
         STRSET_LOOKUP,
         PKT_FIND,
+        DNS_LOOKUP,
     ];
 }
 
@@ -63,6 +72,9 @@ pub const STRSET_OUT_OF_RANGE: i64 = -2;
 pub const STRSET_EMPTY_HOST: i64 = -3;
 /// `buffet_strset_lookup` with `BUFFET_STRSET_HOST`: the host is longer than `key_size`.
 pub const STRSET_HOST_TOO_LONG: i64 = -4;
+/// `buffet_dns_lookup`: the bytes at the offset are not an uncompressed DNS name
+/// (a compression pointer, a label longer than 63 bytes, a name longer than 253).
+pub const DNS_BAD_NAME: i64 = -5;
 
 /// Return values (`r0` at exit).
 pub mod ret {

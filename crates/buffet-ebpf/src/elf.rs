@@ -95,6 +95,9 @@ pub struct MapDef {
     pub value_size: u32,
     /// Array: elements. String set: strings.
     pub max_entries: u32,
+    /// `BUFFET_MAP_SCRATCH`: an ARRAY of one element that is zeroed before every packet
+    /// (per-invocation scratch memory; no policy can fill it).
+    pub scratch: bool,
 }
 
 /// A loaded, linked program, not yet verified.
@@ -254,11 +257,14 @@ impl Maps {
             let kind = match ty {
                 crate::abi::MAP_ARRAY => MapKind::Array,
                 crate::abi::MAP_STRSET => MapKind::StrSet,
+                crate::abi::MAP_SCRATCH => MapKind::Array,
                 t => {
                     return Err(err(format!(
-                        "type {t} is not BUFFET_MAP_ARRAY ({}) or BUFFET_MAP_STRSET ({})",
+                        "type {t} is not BUFFET_MAP_ARRAY ({}), BUFFET_MAP_STRSET ({}) or \
+                         BUFFET_MAP_SCRATCH ({})",
                         crate::abi::MAP_ARRAY,
-                        crate::abi::MAP_STRSET
+                        crate::abi::MAP_STRSET,
+                        crate::abi::MAP_SCRATCH
                     )))
                 }
             };
@@ -272,6 +278,7 @@ impl Maps {
                 key_size,
                 value_size,
                 max_entries,
+                scratch: ty == crate::abi::MAP_SCRATCH,
             });
         }
         Ok(Maps {

@@ -6,8 +6,16 @@
 //! byte it touches lies inside the current packet or the current tenant's region;
 //! anything else is an error value, never an access. A helper called outside a run
 //! (impossible through `Program::run`) returns an error value too.
+//!
+//! Every helper also charges the run's cost meter ([`METER`], [`charge`]): a fixed
+//! [`HELPER_CALL_COST`] per call plus the bytes it reads, hashes or compares. The engines
+//! charge the same meter for the program's own instructions (at backward jumps and
+//! bpf-to-bpf calls, rbpf's metered interpreter and JIT). Once it is negative, every
+//! further helper call returns an error value at once without doing its work, the engine
+//! stops the program at its next backward jump or call, and `Program::run` turns the run
+//! into a fault.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use buffet_sdk::http::normalise_host;
 
@@ -17,7 +25,7 @@ use crate::sys::{self, Area};
 /// Where one map's storage sits in the tenant region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct MapSlot {
-    /// ARRAY or STRSET.
+    /// STRSET (else ARRAY or SCRATCH: elements the program addresses).
     pub strset: bool,
     /// Offset of its storage in the region.
     pub offset: u64,
@@ -66,6 +74,9 @@ pub(crate) struct RunCtx {
     pub active: bool,
 }
 
+/// Cost units of any helper call, before the bytes it touches.
+pub const HELPER_CALL_COST: u64 = 16;
+
 impl RunCtx {
     const IDLE: RunCtx = RunCtx {
         program: 0,
@@ -74,6 +85,32 @@ impl RunCtx {
         maps: Vec::new(),
         active: false,
     };
+
+    /// Charges `units` to the run's meter; `false` when the budget is spent (the caller
+    /// then does nothing).
+    pub fn charge(&mut self, units: u64) -> bool {
+        charge(units)
+    }
+}
+
+thread_local! {
+    /// The cost meter of the run in progress: word 0 is what is left of the budget
+    /// (negative: spent), word 1 belongs to the JIT (its saved stack pointer). Set by
+    /// `Program::run`; charged by the helpers and by the engines.
+    pub(crate) static METER: Cell<[i64; 2]> = const { Cell::new([0; 2]) };
+}
+
+/// Charges `units` to [`METER`]; `false` when the budget is (now) spent.
+pub(crate) fn charge(units: u64) -> bool {
+    METER.with(|m| {
+        let [left, jit] = m.get();
+        if left < 0 {
+            return false;
+        }
+        let left = left.saturating_sub(i64::try_from(units).unwrap_or(i64::MAX));
+        m.set([left, jit]);
+        left >= 0
+    })
 }
 
 thread_local! {
@@ -84,11 +121,27 @@ thread_local! {
 const ERR: u64 = (-1i64) as u64;
 const ERR_RANGE: u64 = (-2i64) as u64;
 
-fn with_run<R>(default: R, f: impl FnOnce(&RunCtx) -> R) -> R {
-    RUN.with(|r| match r.try_borrow() {
-        Ok(run) if run.active => f(&run),
-        _ => default,
+/// Runs `f` on the run in progress after charging [`HELPER_CALL_COST`]; `default` outside
+/// a run or once the budget is spent.
+fn with_run<R>(default: R, f: impl FnOnce(&mut RunCtx) -> R) -> R {
+    RUN.with(|r| match r.try_borrow_mut() {
+        Ok(mut run) => {
+            if run.active && run.charge(HELPER_CALL_COST) {
+                f(&mut run)
+            } else {
+                default
+            }
+        }
+        Err(_) => default,
     })
+}
+
+/// A name as the native NFs compare it: surrounding blanks and one trailing `.` removed
+/// (ASCII case is ignored by the comparison itself). Strset entries are stored this way
+/// and plain lookups normalise their key the same way.
+pub(crate) fn normalise_name(name: &[u8]) -> &[u8] {
+    let n = name.trim_ascii();
+    n.strip_suffix(b".").unwrap_or(n)
 }
 
 /// `void *buffet_map_lookup(void *map, u32 index)`: the element's address, or 0.
@@ -182,6 +235,11 @@ pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) ->
         }
         let (off, len) = (off as u32 as u64, len as u32 as u64);
         let suffixes = flags & abi::STRSET_SUFFIXES != 0;
+        // Reading the range (normalising it, finding its dots) costs its length; then
+        // every probe hashes and compares at most `key_size` bytes.
+        if !run.charge(len) {
+            return ERR;
+        }
         sys::with_bytes(run.packet, off, len, |key| {
             let key = if flags & abi::STRSET_HOST != 0 {
                 let host = normalise_host(key);
@@ -193,8 +251,17 @@ pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) ->
                 }
                 host
             } else {
-                key
+                normalise_name(key)
             };
+            let probes = if suffixes {
+                1 + memchr::memchr_iter(b'.', key).count() as u64
+            } else {
+                1
+            };
+            let per_probe = (key.len() as u64).min(slot.elem) + 4;
+            if !charge(probes.saturating_mul(per_probe)) {
+                return ERR;
+            }
             sys::with_bytes(
                 run.region,
                 slot.offset,
@@ -215,6 +282,9 @@ pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) ->
 pub(crate) fn pkt_find(off: u64, len: u64, byte: u64, _: u64, _: u64) -> u64 {
     let (off, len) = (off as u32 as u64, len as u32 as u64);
     with_run(ERR, |run| {
+        if !run.charge(len.min(run.packet.len)) {
+            return ERR;
+        }
         sys::with_bytes(run.packet, off, len, |b| {
             match u8::try_from(byte).ok().and_then(|c| memchr::memchr(c, b)) {
                 Some(i) => off + i as u64,
@@ -222,6 +292,89 @@ pub(crate) fn pkt_find(off: u64, len: u64, byte: u64, _: u64, _: u64) -> u64 {
             }
         })
         .unwrap_or(ERR_RANGE)
+    })
+}
+
+/// Longest DNS name in presentation form, without the trailing dot (RFC 1035).
+pub const MAX_DNS_NAME: usize = 253;
+
+/// Reads the uncompressed DNS name (length-prefixed labels ending with a 0 byte) that
+/// starts at `at` in `frame` into `out` in presentation form without the root dot
+/// (`3www7example3com0` → `www.example.com`); its length, `Err(-2)` when the name runs
+/// past the frame, `Err(-5)` for a compression pointer, a label over 63 bytes or a name
+/// over [`MAX_DNS_NAME`] bytes.
+pub(crate) fn dns_name(
+    frame: &[u8],
+    mut at: usize,
+    out: &mut [u8; MAX_DNS_NAME + 1],
+) -> Result<usize, i64> {
+    let mut n = 0usize;
+    loop {
+        let len = usize::from(*frame.get(at).ok_or(abi::STRSET_OUT_OF_RANGE)?);
+        at += 1;
+        if len == 0 {
+            return Ok(n);
+        }
+        if len > 63 {
+            return Err(abi::DNS_BAD_NAME);
+        }
+        let label = frame.get(at..at + len).ok_or(abi::STRSET_OUT_OF_RANGE)?;
+        let dot = usize::from(n != 0);
+        if n + dot + len > MAX_DNS_NAME {
+            return Err(abi::DNS_BAD_NAME);
+        }
+        if dot == 1 {
+            out[n] = b'.';
+        }
+        out[n + dot..n + dot + len].copy_from_slice(label);
+        n += dot + len;
+        at += len;
+    }
+}
+
+/// `long buffet_dns_lookup(void *map, u32 off, u32 flags)`: the uncompressed DNS name at
+/// packet offset `off` looked up in a STRSET map (ASCII case ignored; with
+/// `BUFFET_STRSET_SUFFIXES` also its parent domains, longest first). The index of the
+/// first match, -1 none (also the root name), -2 the name runs past the frame, -5 not an
+/// uncompressed name.
+pub(crate) fn dns_lookup(map: u64, off: u64, flags: u64, _: u64, _: u64) -> u64 {
+    with_run(ERR, |run| {
+        let Some(slot) = usize::try_from(map)
+            .ok()
+            .and_then(|m| run.maps.get(m))
+            .copied()
+        else {
+            return ERR;
+        };
+        if !slot.strset {
+            return ERR;
+        }
+        let suffixes = flags & abi::STRSET_SUFFIXES != 0;
+        let mut name = [0u8; MAX_DNS_NAME + 1];
+        let parsed = sys::with_bytes(run.packet, 0, run.packet.len, |frame| {
+            dns_name(frame, off as u32 as usize, &mut name)
+        });
+        let len = match parsed {
+            Some(Ok(len)) => len,
+            Some(Err(code)) => return code as u64,
+            None => return ERR_RANGE,
+        };
+        let len64 = len as u64;
+        let probes = if suffixes {
+            1 + memchr::memchr_iter(b'.', &name[..len]).count() as u64
+        } else {
+            1
+        };
+        if !run.charge(len64.saturating_add(probes * (len64.min(slot.elem) + 4))) {
+            return ERR;
+        }
+        if len == 0 {
+            return ERR;
+        }
+        sys::with_bytes(run.region, slot.offset, slot.len, |table| {
+            strset_find(table, &slot, &name[..len], suffixes).unwrap_or(ERR)
+        })
+        .unwrap_or(ERR)
     })
 }
 
@@ -284,13 +437,14 @@ fn strset_find_one(table: &[u8], slot: &MapSlot, key: &[u8]) -> Option<u64> {
     None
 }
 
-/// Writes `keys` (lowercased, de-duplicated, indexed in order) into a strset's storage;
-/// the number stored. The storage must be zeroed and `keys` already validated (at most
-/// `entries`, each 1..=`key_size` bytes).
+/// Writes `keys` (normalised with [`normalise_name`], lowercased, de-duplicated, indexed
+/// in order) into a strset's storage; the number stored. The storage must be zeroed and
+/// `keys` already validated (at most `entries`, each 1..=`key_size` bytes once
+/// normalised).
 pub(crate) fn strset_build(table: &mut [u8], slot: &MapSlot, keys: &[Vec<u8>]) -> u64 {
     let mut unique: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
     for k in keys {
-        let k = k.to_ascii_lowercase();
+        let k = normalise_name(k).to_ascii_lowercase();
         if !unique.contains(&k) {
             unique.push(k);
         }
@@ -322,12 +476,13 @@ pub(crate) fn strset_build(table: &mut [u8], slot: &MapSlot, keys: &[Vec<u8>]) -
 }
 
 /// The helpers, by id, as rbpf registers them.
-pub(crate) const TABLE: [(u32, rbpf::Helper); 5] = [
+pub(crate) const TABLE: [(u32, rbpf::Helper); 6] = [
     (abi::helper::MAP_LOOKUP as u32, map_lookup),
     (abi::helper::COUNTER_ADD as u32, counter_add),
     (abi::helper::CSUM_REPLACE as u32, csum_replace),
     (abi::helper::STRSET_LOOKUP as u32, strset_lookup),
     (abi::helper::PKT_FIND as u32, pkt_find),
+    (abi::helper::DNS_LOOKUP as u32, dns_lookup),
 ];
 
 #[cfg(test)]
@@ -416,6 +571,41 @@ mod tests {
         assert_eq!(csum_replace(0, 0, 0, 2, 0), ERR);
         assert_eq!(strset_lookup(0, 0, 1, 0, 0), ERR);
         assert_eq!(pkt_find(0, 1, 0, 0, 0), ERR);
+        assert_eq!(dns_lookup(0, 0, 0, 0, 0), ERR);
+    }
+
+    #[test]
+    fn strset_entries_and_keys_are_normalised_like_the_native_nfs() {
+        let (t, s) = set(&["Example.COM.", " ads.net "], 64, 8);
+        assert_eq!(
+            strset_find(&t, &s, normalise_name(b"example.com."), false),
+            Some(0)
+        );
+        assert_eq!(strset_find(&t, &s, b"EXAMPLE.com", false), Some(0));
+        assert_eq!(strset_find(&t, &s, b"x.ADS.net", true), Some(1));
+    }
+
+    #[test]
+    fn dns_names_are_read_in_presentation_form() {
+        let mut out = [0u8; MAX_DNS_NAME + 1];
+        let q = b"\x03www\x07Example\x03com\x00rest";
+        let n = dns_name(q, 0, &mut out).unwrap();
+        assert_eq!(&out[..n], b"www.Example.com");
+        assert_eq!(dns_name(b"\x00", 0, &mut out), Ok(0));
+        assert_eq!(
+            dns_name(b"\x03ww", 0, &mut out),
+            Err(abi::STRSET_OUT_OF_RANGE)
+        );
+        assert_eq!(dns_name(b"\xc0\x0c", 0, &mut out), Err(abi::DNS_BAD_NAME));
+        assert_eq!(dns_name(b"\x40", 0, &mut out), Err(abi::DNS_BAD_NAME));
+        let mut long = Vec::new();
+        for _ in 0..5 {
+            long.push(63u8);
+            long.extend_from_slice(&[b'a'; 63]);
+        }
+        long.push(0);
+        assert_eq!(dns_name(&long, 0, &mut out), Err(abi::DNS_BAD_NAME));
+        assert_eq!(dns_name(b"", 0, &mut out), Err(abi::STRSET_OUT_OF_RANGE));
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //!    appends the code its bpf-to-bpf calls reach, and turns map references into the
 //!    map indices the verifier and the helpers use. Global data is refused.
 //! 2. [`verify`] runs PREVAIL with a platform description of Buffet's context (packet,
-//!    packet end, tenant region and its size), termination checking on. A rejection
+//!    packet end, tenant region and its size), termination checking on, on a thread of
+//!    its own within a time budget, verdicts cached by SHA-256; then rejects comparisons
+//!    that could reveal a host address (a program never observes one). A rejection
 //!    carries the verifier's message.
 //! 3. [`Program`] lays out the tenant region (context, 16 counters, maps), builds the
 //!    rbpf VM (`EbpfVmMbuff`: the packet is `mem`, the tenant region is `mbuff`) with the
@@ -16,8 +18,10 @@
 //! 4. [`EbpfNf`] is the [`NetworkFunction`](buffet_sdk::NetworkFunction): `State` is the
 //!    tenant's region ([`EbpfState`]), `Policy` ([`EbpfPolicy`]) the initial contents of
 //!    its maps (and optionally a program of its own). The return value is the verdict
-//!    ([`abi::verdict_of`]); a run-time error or an unknown return value is
-//!    [`Verdict::Fault`](buffet_sdk::Verdict::Fault), which quarantines that tenant only.
+//!    ([`abi::verdict_of`]); a run-time error, an unknown return value or a packet over
+//!    the tenant's cost budget (instructions metered by both engines plus helper work,
+//!    policy `cost_budget`) is [`Verdict::Fault`](buffet_sdk::Verdict::Fault), which
+//!    quarantines that tenant only.
 //!
 //! The ABI (context layout, return values, map types, helpers) is written down in
 //! `include/buffet_ebpf.h` and `docs/ebpf.md`.
@@ -42,6 +46,6 @@ pub mod verify;
 pub use helpers::csum_update;
 pub use nf::{EbpfFault, EbpfFileError, EbpfNf, EbpfPolicy, EbpfState, MapInit};
 pub use program::{
-    check, CheckReport, Engine, LoadOptions, Program, ProgramError, RunError, MAX_REGION_BYTES,
-    MAX_STRSET_KEY,
+    check, CheckReport, Engine, LoadOptions, Program, ProgramError, RunError, DEFAULT_COST_BUDGET,
+    MAX_REGION_BYTES, MAX_STRSET_KEY,
 };

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::abi::{self, CtxFields, MAX_COUNTERS};
 use crate::elf::MapKind;
 use crate::helpers;
-use crate::program::{LoadOptions, Program, ProgramError};
+use crate::program::{LoadOptions, Program, ProgramError, DEFAULT_COST_BUDGET};
 
 /// Initial contents of one map, written into each tenant's copy at admission.
 ///
@@ -57,6 +57,10 @@ pub struct EbpfPolicy {
     /// Initial map contents, by map name.
     #[serde(default)]
     pub maps: BTreeMap<String, MapInit>,
+    /// Cost units one packet of this tenant may spend in helpers (bytes scanned, hashed
+    /// or compared, plus 16 per call); over it the packet is a fault and the tenant is
+    /// quarantined. Default [`DEFAULT_COST_BUDGET`]; at least 1.
+    pub cost_budget: Option<u64>,
 }
 
 /// One tenant's state: its region (context, counters, maps) and fault bookkeeping.
@@ -69,6 +73,8 @@ pub struct EbpfState {
     /// The tenant's own program, when its policy names one.
     program: Option<Arc<Program>>,
     region: Box<[u8]>,
+    /// Cost units one packet may spend in helpers.
+    cost_budget: u64,
     faults: u64,
     last_fault: Option<String>,
 }
@@ -91,6 +97,11 @@ impl EbpfState {
     /// The last fault's message.
     pub fn last_fault(&self) -> Option<&str> {
         self.last_fault.as_deref()
+    }
+
+    /// Cost units one packet of this tenant may spend in helpers.
+    pub fn cost_budget(&self) -> u64 {
+        self.cost_budget
     }
 
     /// The tenant's region (context, counters, maps).
@@ -285,6 +296,12 @@ fn apply_map(
             "give exactly one of u8, u16, u32, u64 (ARRAY) or strings (STRSET)",
         ));
     }
+    if def.scratch {
+        return Err(InitError::invalid(
+            field,
+            "a SCRATCH map is zeroed before every packet; a policy cannot fill it",
+        ));
+    }
     let storage = &mut region[range];
     match def.kind {
         MapKind::Array => {
@@ -352,12 +369,15 @@ fn apply_map(
                 ));
             }
             for (i, s) in strings.iter().enumerate() {
-                if s.is_empty() || s.len() > def.key_size as usize {
+                // Stored as the native NFs compare names: blanks and one trailing dot
+                // removed, ASCII case ignored.
+                let n = helpers::normalise_name(s.as_bytes()).len();
+                if n == 0 || n > def.key_size as usize {
                     return Err(InitError::invalid(
                         format!("{field}.strings[{i}]"),
                         format!(
-                            "{} bytes; the map holds strings of 1 to {} bytes",
-                            s.len(),
+                            "{n} bytes without blanks and trailing dot; the map holds \
+                             strings of 1 to {} bytes",
                             def.key_size
                         ),
                     ));
@@ -419,6 +439,11 @@ impl NetworkFunction for EbpfNf {
             }
             None => None,
         };
+        let cost_budget = match policy.cost_budget {
+            Some(0) => return Err(InitError::invalid("cost_budget", "must be at least 1")),
+            Some(b) => b,
+            None => DEFAULT_COST_BUDGET,
+        };
         let program = own.as_deref().unwrap_or(&self.program);
         let mut region = vec![0u8; program.region_len()].into_boxed_slice();
         for (name, init) in &policy.maps {
@@ -427,6 +452,7 @@ impl NetworkFunction for EbpfNf {
         *state = EbpfState {
             program: own,
             region,
+            cost_budget,
             faults: 0,
             last_fault: None,
         };
@@ -435,7 +461,10 @@ impl NetworkFunction for EbpfNf {
 
     fn handle(&self, pkt: &mut Packet<'_>, state: &mut EbpfState) -> Verdict {
         let EbpfState {
-            program, region, ..
+            program,
+            region,
+            cost_budget,
+            ..
         } = state;
         let program = program.as_deref().unwrap_or(&self.program);
         if pkt.len() > crate::verify::MAX_FRAME_LEN {
@@ -463,7 +492,7 @@ impl NetworkFunction for EbpfNf {
             ip_end: pkt.ip_end() as u16,
             ip_proto: pkt.ip_proto(),
         };
-        match program.run(pkt.data_mut(), region, &ctx) {
+        match program.run_with_budget(pkt.data_mut(), region, &ctx, *cost_budget) {
             Ok(r0) => match abi::verdict_of(r0) {
                 Some(v) => v,
                 None => self.log_fault(

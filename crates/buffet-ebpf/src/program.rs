@@ -6,7 +6,7 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::abi::{self, CtxFields, MAPS_OFFSET};
 use crate::elf::{self, Image, LoadError, MapDef, MapKind};
-use crate::helpers::{self, MapSlot, RUN};
+use crate::helpers::{self, MapSlot, METER, RUN};
 use crate::sys::{self, Area};
 use crate::verify::{self, Verified, VerifierConfig, VerifyError};
 
@@ -14,6 +14,13 @@ use crate::verify::{self, Verified, VerifierConfig, VerifyError};
 pub const MAX_REGION_BYTES: u64 = 64 << 20;
 /// Longest string a STRSET map may hold.
 pub const MAX_STRSET_KEY: u32 = 4096;
+/// Cost units one packet may spend unless the tenant's policy says otherwise
+/// (`cost_budget`). A unit is an instruction (charged at backward jumps: the code jumped
+/// back over; at bpf-to-bpf calls: the code from the callee to the end) or a byte a
+/// helper scans, hashes or compares (plus 16 per helper call). 1 Mi units is far above
+/// what the examples spend (the DPI: a few hundred per packet; `loops.c`'s byte loops about
+/// 35 per byte of a 1,500-byte frame) and milliseconds of work at most.
+pub const DEFAULT_COST_BUDGET: u64 = 1 << 20;
 
 /// How programs are executed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -91,6 +98,19 @@ pub enum RunError {
     /// deep a call chain, ...).
     #[error("{0}")]
     Vm(String),
+    /// The packet's work (instructions and helper work) went over its cost budget: the
+    /// engine stopped the program at the first backward jump or call past it, and the
+    /// helpers refused to work from the charge that crossed it on.
+    #[error(
+        "cost budget exceeded: at least {spent} units spent (instructions and helper work), \
+         the budget is {budget}"
+    )]
+    Budget {
+        /// Units charged (including the charge that crossed the budget).
+        spent: u64,
+        /// The budget.
+        budget: u64,
+    },
 }
 
 /// A program that passed the ELF loader, the verifier and rbpf, shared by every tenant
@@ -100,6 +120,8 @@ pub struct Program {
     image: Image,
     verified: Verified,
     maps: Vec<MapSlot>,
+    /// Byte ranges of the scratch maps in a tenant region, zeroed before every run.
+    scratch: Vec<std::ops::Range<usize>>,
     region_len: usize,
     counter_names: Vec<&'static str>,
     engine: Engine,
@@ -163,6 +185,13 @@ fn layout(maps: &[MapDef]) -> Result<(Vec<MapSlot>, usize), ProgramError> {
         }
         let slot = match m.kind {
             MapKind::Array => {
+                if m.scratch && (entries != 1 || m.value_size > abi::MAX_SCRATCH_BYTES) {
+                    return Err(err(format!(
+                        "a SCRATCH map is one element of at most {} bytes, not {entries} x {}",
+                        abi::MAX_SCRATCH_BYTES,
+                        m.value_size
+                    )));
+                }
                 if m.key_size != 4 {
                     return Err(err(format!(
                         "an ARRAY map has 4-byte keys, not {}",
@@ -293,8 +322,15 @@ impl Program {
                     message: "rbpf's JIT emits x86-64 code only".into(),
                 });
             }
-            vm.jit_compile().map_err(vm_err)?;
+            vm.jit_compile_metered().map_err(vm_err)?;
         }
+        let scratch = image
+            .maps
+            .iter()
+            .zip(&maps)
+            .filter(|(def, _)| def.scratch)
+            .map(|(_, s)| s.offset as usize..(s.offset + s.len) as usize)
+            .collect();
         let counter_names = image
             .counter_names
             .iter()
@@ -306,6 +342,7 @@ impl Program {
             image,
             verified,
             maps,
+            scratch,
             region_len,
             counter_names,
             engine,
@@ -353,14 +390,26 @@ impl Program {
         self.maps.get(i)
     }
 
-    /// Runs the program once: `region` is the tenant's region (this program's layout),
-    /// `packet` the frame. Writes the context (with `data`/`data_end` pointing at
-    /// `packet`) and returns `r0`.
+    /// Runs the program once with [`DEFAULT_COST_BUDGET`]: see [`Program::run_with_budget`].
     pub fn run(
         &self,
         packet: &mut [u8],
         region: &mut [u8],
         ctx: &CtxFields,
+    ) -> Result<u64, RunError> {
+        self.run_with_budget(packet, region, ctx, DEFAULT_COST_BUDGET)
+    }
+
+    /// Runs the program once: `region` is the tenant's region (this program's layout),
+    /// `packet` the frame. Zeroes the scratch maps, writes the context (with
+    /// `data`/`data_end` pointing at `packet`) and returns `r0`. Helper work beyond
+    /// `budget` cost units is [`RunError::Budget`], whatever the program returned.
+    pub fn run_with_budget(
+        &self,
+        packet: &mut [u8],
+        region: &mut [u8],
+        ctx: &CtxFields,
+        budget: u64,
     ) -> Result<u64, RunError> {
         if region.len() != self.region_len {
             return Err(RunError::Region {
@@ -375,6 +424,9 @@ impl Program {
             ..*ctx
         };
         region[..abi::CTX_SIZE].copy_from_slice(&fields.to_bytes());
+        for r in &self.scratch {
+            region[r.clone()].fill(0);
+        }
         let region_area = Area::of(region);
         RUN.with(|r| {
             let mut run = r.borrow_mut();
@@ -388,10 +440,25 @@ impl Program {
             run.active = true;
         });
         let _active = Deactivate;
-        let r = match self.engine {
-            Engine::Interpreter => self.vm.execute_program_mut(packet, region),
-            Engine::Jit => sys::run_jit(&self.vm, packet, region),
-        };
+        let start = i64::try_from(budget).unwrap_or(i64::MAX);
+        let (r, left) = METER.with(|meter| {
+            meter.set([start, 0]);
+            let r = match self.engine {
+                Engine::Interpreter => {
+                    let words: &std::cell::Cell<[i64]> = meter;
+                    let left = &words.as_slice_of_cells()[0];
+                    self.vm.execute_program_metered(packet, region, left)
+                }
+                Engine::Jit => sys::run_jit(&self.vm, packet, region, meter),
+            };
+            (r, meter.get()[0])
+        });
+        if left < 0 {
+            return Err(RunError::Budget {
+                spent: budget.saturating_add(left.unsigned_abs()),
+                budget,
+            });
+        }
         r.map_err(|e| RunError::Vm(e.to_string()))
     }
 }

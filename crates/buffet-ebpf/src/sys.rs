@@ -79,11 +79,13 @@ pub(crate) fn with_bytes_mut<R>(
     Some(f(bytes))
 }
 
-/// Runs JIT-compiled code on a packet and a tenant region.
+/// Runs JIT-compiled code (compiled with the instruction meter) on a packet and a
+/// tenant region, charging `meter` (word 0: what is left of the budget).
 pub(crate) fn run_jit(
     vm: &rbpf::EbpfVmMbuff<'_>,
     packet: &mut [u8],
     region: &mut [u8],
+    meter: &std::cell::Cell<[i64; 2]>,
 ) -> io::Result<u64> {
     // SAFETY: JIT code has no bounds checks of its own. It runs only programs that
     // PREVAIL accepted against the model in `verify.rs`, which matches this call:
@@ -91,6 +93,9 @@ pub(crate) fn run_jit(
     // `packet`'s bounds (written by `Program::run` just before); the packet is exactly
     // `packet`; map pointers come from `buffet_map_lookup`, which returns addresses
     // inside `region` only; the stack is the JIT's own reserve. Both slices are
-    // exclusively borrowed for the duration of the call.
-    unsafe { vm.execute_program_jit(packet, region) }
+    // exclusively borrowed for the duration of the call. The program was compiled by
+    // `jit_compile_metered` (`Program::prepare`), as `execute_program_jit_metered`
+    // requires; the meter is a `Cell` the JIT code and the helpers write through shared
+    // access only, while the host holds no reference into it across the call.
+    unsafe { vm.execute_program_jit_metered(packet, region, meter) }
 }

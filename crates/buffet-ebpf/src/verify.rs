@@ -28,17 +28,31 @@
 //!   (PREVAIL's limit is 100,000 iterations per loop head over a whole run; Buffet can
 //!   lower it, see [`VerifierConfig::max_loop_iterations`]).
 //!
+//! **Off the data path.** [`verify`] runs PREVAIL on a thread of its own and waits at most
+//! [`VerifierConfig::time_budget`] for it: PREVAIL's time grows far faster than program
+//! length, and a program shaped against its analysis could otherwise stall whoever asked
+//! (admission is on a control thread, never on a worker, but a stalled control thread
+//! stalls every admission after it). Past the budget the program is rejected
+//! ([`VerifyError::TimeBudget`]); PREVAIL has no cancellation, so that thread finishes in
+//! the background and its verdict is dropped. Completed verdicts are cached by the
+//! SHA-256 of the program, its maps and the settings, so a program is verified once per
+//! process however many tenants name it. What is not bounded: the verifier's memory.
+//!
 //! What it does not check, and who does: the return value (the host maps it, an
 //! unknown value is a run-time fault) and helper arguments that are numbers (offsets,
 //! counter indices; the helpers check them).
 
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::Duration;
 
 use prevail::crab::ebpf_domain::DomainContext;
 use prevail::crab::var_registry::VariableRegistry;
 use prevail::elf_loader::UnmarshalError;
 use prevail::fwd_analyzer;
 use prevail::ir::program::Program as PrevailProgram;
+use prevail::ir::syntax::{Condition, Instruction, Value};
 use prevail::ir::unmarshal;
 use prevail::linux::linux_platform::conformance_groups as groups;
 use prevail::linux::spec_prototypes::{map_type_bit, HelperPrototype};
@@ -99,8 +113,8 @@ const fn proto(
     }
 }
 
-/// Prototypes of helpers 1..=4 (index = id - 1).
-static HELPERS: [HelperPrototype; 5] = [
+/// Prototypes of helpers 1..=6 (index = id - 1).
+static HELPERS: [HelperPrototype; 6] = [
     proto(
         "buffet_map_lookup",
         EbpfReturnType::PtrToMapValueOrNull,
@@ -111,7 +125,7 @@ static HELPERS: [HelperPrototype; 5] = [
             Arg::DontCare,
             Arg::DontCare,
         ],
-        map_type_bit(abi::MAP_ARRAY),
+        map_type_bit(abi::MAP_ARRAY) | map_type_bit(abi::MAP_SCRATCH),
     ),
     proto(
         "buffet_counter_add",
@@ -161,6 +175,18 @@ static HELPERS: [HelperPrototype; 5] = [
         ],
         0,
     ),
+    proto(
+        "buffet_dns_lookup",
+        EbpfReturnType::Integer,
+        [
+            Arg::PtrToMap,
+            Arg::Anything,
+            Arg::Anything,
+            Arg::DontCare,
+            Arg::DontCare,
+        ],
+        map_type_bit(abi::MAP_STRSET),
+    ),
 ];
 
 static UNKNOWN_HELPER: HelperPrototype = HelperPrototype {
@@ -189,6 +215,7 @@ impl BuffetPlatform {
             .map(|(i, m)| EbpfMapDescriptor {
                 original_fd: i as i32,
                 map_type: match m.kind {
+                    MapKind::Array if m.scratch => abi::MAP_SCRATCH,
                     MapKind::Array => abi::MAP_ARRAY,
                     MapKind::StrSet => abi::MAP_STRSET,
                 },
@@ -265,6 +292,7 @@ impl EbpfPlatform for BuffetPlatform {
         let (name, is_array) = match platform_specific_type {
             abi::MAP_ARRAY => ("array", true),
             abi::MAP_STRSET => ("strset", false),
+            abi::MAP_SCRATCH => ("scratch", true),
             _ => ("unsupported", false),
         };
         EbpfMapType {
@@ -280,6 +308,9 @@ impl EbpfPlatform for BuffetPlatform {
     }
 }
 
+/// How long [`verify`] waits for PREVAIL by default.
+pub const DEFAULT_TIME_BUDGET: Duration = Duration::from_secs(60);
+
 /// Verifier settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerifierConfig {
@@ -287,12 +318,16 @@ pub struct VerifierConfig {
     /// (at most [`PREVAIL_LOOP_LIMIT`]). Together with the program's length this bounds
     /// the instructions one packet can cost.
     pub max_loop_iterations: u32,
+    /// Longest the verification of one program may take (default
+    /// [`DEFAULT_TIME_BUDGET`]); past it the program is rejected.
+    pub time_budget: Duration,
 }
 
 impl Default for VerifierConfig {
     fn default() -> Self {
         VerifierConfig {
             max_loop_iterations: PREVAIL_LOOP_LIMIT,
+            time_budget: DEFAULT_TIME_BUDGET,
         }
     }
 }
@@ -342,6 +377,16 @@ pub enum VerifyError {
     /// The verifier itself failed (a bug in it); the program is not accepted.
     #[error("verifier internal error: {0}")]
     Internal(String),
+    /// Verification took longer than the configured budget.
+    #[error(
+        "verification did not finish within its time budget of {} ms; the program is \
+         rejected (simplify its loops, or raise the budget)",
+        budget.as_millis()
+    )]
+    TimeBudget {
+        /// The budget.
+        budget: Duration,
+    },
 }
 
 fn insts(image: &Image) -> Vec<EbpfInst> {
@@ -418,9 +463,80 @@ fn options() -> EbpfVerifierOptions {
     }
 }
 
-/// Verifies a loaded image. Never panics: a panic inside PREVAIL is
+/// SHA-256 of what a verdict depends on: the code, the maps and the loop limit.
+fn verdict_key(image: &Image, cfg: &VerifierConfig) -> [u8; 32] {
+    let mut h = ring::digest::Context::new(&ring::digest::SHA256);
+    h.update(&(image.insns.len() as u64).to_le_bytes());
+    h.update(&image.insns);
+    for m in &image.maps {
+        let kind = match m.kind {
+            MapKind::Array if m.scratch => abi::MAP_SCRATCH,
+            MapKind::Array => abi::MAP_ARRAY,
+            MapKind::StrSet => abi::MAP_STRSET,
+        };
+        for w in [kind, m.key_size, m.value_size, m.max_entries] {
+            h.update(&w.to_le_bytes());
+        }
+    }
+    h.update(&cfg.max_loop_iterations.to_le_bytes());
+    let mut key = [0u8; 32];
+    key.copy_from_slice(h.finish().as_ref());
+    key
+}
+
+type Verdicts = Mutex<HashMap<[u8; 32], Result<Verified, VerifyError>>>;
+
+/// Completed verdicts, by [`verdict_key`]. Bounded by the distinct programs loaded.
+fn verdicts() -> &'static Verdicts {
+    static CACHE: OnceLock<Verdicts> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Verdicts in the process-wide cache.
+pub fn cached_verdicts() -> usize {
+    verdicts().lock().unwrap_or_else(|e| e.into_inner()).len()
+}
+
+/// Verifies a loaded image on a thread of its own, waiting at most
+/// [`VerifierConfig::time_budget`]; a verdict already reached for the same program, maps
+/// and loop limit is returned from the cache. Never panics: a panic inside PREVAIL is
 /// [`VerifyError::Internal`].
 pub fn verify(image: &Image, cfg: &VerifierConfig) -> Result<Verified, VerifyError> {
+    let key = verdict_key(image, cfg);
+    if let Some(v) = verdicts()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+    {
+        return v.clone();
+    }
+    let (tx, rx) = mpsc::sync_channel(1);
+    let (image, cfg_copy) = (image.clone(), *cfg);
+    std::thread::Builder::new()
+        .name("buffet-verify".into())
+        .stack_size(64 << 20)
+        .spawn(move || {
+            let verdict = verify_here(&image, &cfg_copy);
+            verdicts()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, verdict.clone());
+            let _ = tx.send(verdict);
+        })
+        .map_err(|e| VerifyError::Internal(format!("cannot start the verifier thread: {e}")))?;
+    match rx.recv_timeout(cfg.time_budget) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(VerifyError::TimeBudget {
+            budget: cfg.time_budget,
+        }),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(VerifyError::Internal(
+            "the verifier thread ended without a verdict".into(),
+        )),
+    }
+}
+
+/// Verifies on the calling thread, without budget or cache.
+fn verify_here(image: &Image, cfg: &VerifierConfig) -> Result<Verified, VerifyError> {
     let insns = insts(image);
     precheck(&insns)?;
     let opts = options();
@@ -449,6 +565,93 @@ pub fn verify(image: &Image, cfg: &VerifierConfig) -> Result<Verified, VerifyErr
         max_loop_count,
         exit_value,
     })
+}
+
+/// The types PREVAIL may give register `r` in `types` (its type constraints as text:
+/// `r2.type=packet`, `r2.type in {number, packet}`, `r3.type=r2.type`); `None` when
+/// unconstrained (any type).
+fn reg_types(types: &std::collections::BTreeSet<String>, r: u8) -> Option<Vec<String>> {
+    let mut name = format!("r{r}.type");
+    for _ in 0..16 {
+        let mut next = None;
+        for c in types {
+            if let Some(rest) = c.strip_prefix(name.as_str()) {
+                if let Some(set) = rest.strip_prefix(" in {").and_then(|x| x.strip_suffix('}')) {
+                    return Some(set.split(", ").map(str::to_owned).collect());
+                }
+                if let Some(t) = rest.strip_prefix('=') {
+                    if t.ends_with(".type") {
+                        next = Some(t.to_owned());
+                    } else {
+                        return Some(vec![t.to_owned()]);
+                    }
+                }
+            }
+        }
+        name = next?;
+    }
+    None
+}
+
+/// Rejects what lets a program observe a host address and PREVAIL accepts: a comparison
+/// of a register that may hold a pointer with a register that may hold a number (its
+/// outcome is a bit of the address — repeat it and the program rebuilds `ctx->data`),
+/// and a 32-bit comparison of pointers (it depends on the address's low 32 bits). Every
+/// other way a pointer's value could become a number PREVAIL already rejects for
+/// unprivileged programs: ALU operations other than pointer ± number and same-region
+/// pointer − pointer (an offset), pointers as helper arguments or return value, pointers
+/// stored anywhere but the stack, partial reloads of a spilled pointer. A comparison with
+/// the constant 0 (a NULL test) reveals nothing and stays allowed; comparisons of two
+/// pointers into the same region compare offsets and stay allowed.
+fn no_address_comparisons(
+    program: &PrevailProgram,
+    result: &prevail::result::AnalysisResult,
+    registry: &VariableRegistry,
+) -> Result<(), VerifyError> {
+    for label in program.labels() {
+        let cond: &Condition = match program.instruction_at(label) {
+            Instruction::Jmp(j) => match &j.cond {
+                Some(c) => c,
+                None => continue,
+            },
+            Instruction::Assume(a) if !a.is_implicit => &a.cond,
+            _ => continue,
+        };
+        let Value::Reg(right) = &cond.right else {
+            continue;
+        };
+        let Some(inv) = result.invariants.get(label) else {
+            continue;
+        };
+        if inv.pre.is_bottom() {
+            continue;
+        }
+        let set = inv.pre.to_set(registry);
+        let types = set.value();
+        let (l, r) = (reg_types(types, cond.left.v), reg_types(types, right.v));
+        let only_numbers = |t: &Option<Vec<String>>| t.as_ref().is_some_and(|t| t == &["number"]);
+        let no_numbers =
+            |t: &Option<Vec<String>>| t.as_ref().is_some_and(|t| !t.iter().any(|x| x == "number"));
+        let describe = |t: &Option<Vec<String>>| match t {
+            Some(t) => t.join(" or "),
+            None => "anything".into(),
+        };
+        let ok = (only_numbers(&l) && only_numbers(&r))
+            || (cond.is64 && no_numbers(&l) && no_numbers(&r));
+        if !ok {
+            return Err(VerifyError::Rejected(format!(
+                "{label}: comparing r{} ({}) with r{} ({}){} could reveal a host address \
+                 (compare numbers with numbers, pointers with pointers into the same \
+                 packet or map element, 64-bit)",
+                cond.left.v,
+                describe(&l),
+                right.v,
+                describe(&r),
+                if cond.is64 { "" } else { " in 32 bits" },
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn run_prevail(
@@ -483,6 +686,7 @@ fn run_prevail(
             .unwrap_or_else(|| "verification failed".into());
         return Err(VerifyError::Rejected(message));
     }
+    no_address_comparisons(&program, &result, &registry)?;
     Ok((
         u32::try_from(result.max_loop_count).unwrap_or(u32::MAX),
         result.exit_value.to_string(),

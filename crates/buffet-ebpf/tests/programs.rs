@@ -223,6 +223,7 @@ fn array(name: &str, value_size: u32, entries: u32) -> MapDef {
         key_size: 4,
         value_size,
         max_entries: entries,
+        scratch: false,
     }
 }
 
@@ -319,6 +320,7 @@ fn map_layouts_are_checked() {
         key_size: 0,
         value_size: 0,
         max_entries: 4,
+        scratch: false,
     };
     assert!(bad(strset).contains("key_size"));
 }

@@ -69,6 +69,23 @@ pub fn execute_program(
     helpers: &HashMap<u32, ebpf::Helper>,
     allowed_memory: &HashSet<Range<u64>>,
 ) -> Result<u64, Error> {
+    execute_program_metered(prog_, stack_usage, mem, mbuff, helpers, allowed_memory, None)
+}
+
+/// Buffet: `execute_program` with an instruction meter. Every backward jump executed
+/// (taken or not) costs the length of the code it jumps back over (`-off`), every
+/// bpf-to-bpf call the instructions from its target to the end of the program (a bound
+/// on the callee's straight-line code); when `meter` goes negative at one of those
+/// charges the run stops with an error. The JIT charges exactly the same.
+pub fn execute_program_metered(
+    prog_: Option<&[u8]>,
+    stack_usage: Option<&StackUsage>,
+    mem: *mut [u8],
+    mbuff: *mut [u8],
+    helpers: &HashMap<u32, ebpf::Helper>,
+    allowed_memory: &HashSet<Range<u64>>,
+    meter: Option<&core::cell::Cell<i64>>,
+) -> Result<u64, Error> {
     const U32MAX: u64 = u32::MAX as u64;
     const SHIFT_MASK_64: u64 = 0x3f;
 
@@ -143,6 +160,27 @@ pub fn execute_program(
         insn_ptr += 1;
         let _dst = insn.dst as usize;
         let _src = insn.src as usize;
+
+        // Buffet: the instruction meter (see `execute_program_metered`).
+        if let Some(meter) = meter {
+            let is_jump = insn.opc & 0x07 == ebpf::BPF_JMP || insn.opc & 0x07 == ebpf::BPF_JMP32;
+            let cost = if is_jump && insn.opc != ebpf::CALL && insn.opc != ebpf::EXIT && insn.off < 0 {
+                -(insn.off as i64)
+            } else if insn.opc == ebpf::CALL && _src == 1 {
+                (prog.len() / ebpf::INSN_SIZE) as i64 - (insn_ptr as i64 + insn.imm as i64)
+            } else {
+                0
+            };
+            if cost != 0 {
+                meter.set(meter.get().wrapping_sub(cost));
+                if meter.get() < 0 {
+                    Err(Error::other(format!(
+                        "Error: instruction budget exhausted (insn #{})",
+                        insn_ptr - 1
+                    )))?;
+                }
+            }
+        }
 
         let mut do_jump = || {
             // Buffet: isize arithmetic (upstream used i16, wrong past 32767 instructions).

@@ -42,6 +42,8 @@ const JIT_STACK_RESERVE: usize =
 // Special values for target_pc in struct Jump
 const TARGET_OFFSET: isize = ebpf::PROG_MAX_INSNS as isize;
 const TARGET_PC_EXIT: isize = TARGET_OFFSET + 1;
+// Buffet: where a metered program whose meter went negative lands.
+const TARGET_PC_METER_ABORT: isize = TARGET_OFFSET + 2;
 
 #[derive(Copy, Clone)]
 enum OperandSize {
@@ -115,6 +117,8 @@ struct JitCompiler {
     pc_locs: Vec<usize>,
     special_targets: HashMap<isize, usize>,
     jumps: Vec<Jump>,
+    // Buffet: emit the instruction meter (R11 points at [meter, saved RSP]).
+    metered: bool,
 }
 
 impl JitCompiler {
@@ -123,7 +127,20 @@ impl JitCompiler {
             pc_locs: vec![],
             jumps: vec![],
             special_targets: HashMap::new(),
+            metered: false,
         }
+    }
+
+    // Buffet: `sub qword [r11], cost; js meter_abort` (the interpreter charges the same).
+    fn emit_meter_charge(&mut self, mem: &mut JitMemory, cost: i32) {
+        if !self.metered || cost <= 0 {
+            return;
+        }
+        self.emit1(mem, 0x49); // REX.W + REX.B (r11)
+        self.emit1(mem, 0x81); // sub r/m64, imm32
+        self.emit1(mem, 0x2b); // mod 00, /5, rm = r11
+        self.emit4(mem, cost as u32);
+        self.emit_jcc(mem, 0x88, TARGET_PC_METER_ABORT); // js
     }
 
     fn emit1(&self, mem: &mut JitMemory, data: u8) {
@@ -572,6 +589,13 @@ impl JitCompiler {
         // Allocate stack space
         self.emit_alu64_imm32(mem, 0x81, 5, RSP, JIT_STACK_RESERVE as i32);
 
+        // Buffet: the meter's address came in R8 (`mem_offset`); keep it in R11 and save
+        // RSP next to the meter for `meter_abort`.
+        if self.metered {
+            self.emit_mov(mem, R8, R11);
+            self.emit_store(mem, OperandSize::S64, RSP, R11, 8);
+        }
+
         // Use a call to set up a place where we can land after eBPF program's
         // final EXIT call. This will make JIT of BPF EXIT call easier in the
         // presence of calls to local functions.
@@ -599,6 +623,24 @@ impl JitCompiler {
             let dst = map_register(insn.dst);
             let src = map_register(insn.src);
             let target_pc = insn_ptr as isize + insn.off as isize + 1;
+            // Buffet: the instruction meter, charged as the interpreter does. LD_IND uses
+            // R11, which holds the meter's address.
+            let class = insn.opc & 0x07;
+            if self.metered && class == ebpf::BPF_LD && insn.opc & 0xe0 == ebpf::BPF_IND {
+                Err(Error::other(format!(
+                    "[JIT] Error: LD_IND is not supported with the instruction meter (insn #{insn_ptr:?})"
+                )))?;
+            }
+            if (class == ebpf::BPF_JMP || class == ebpf::BPF_JMP32)
+                && insn.opc != ebpf::CALL
+                && insn.opc != ebpf::EXIT
+                && insn.off < 0
+            {
+                self.emit_meter_charge(mem, -(insn.off as i32));
+            } else if insn.opc == ebpf::CALL && insn.src == 1 {
+                let callee = insn_ptr as i64 + insn.imm as i64 + 1;
+                self.emit_meter_charge(mem, ((prog.len() / ebpf::INSN_SIZE) as i64 - callee) as i32);
+            }
 
             #[rustfmt::skip]
             #[allow(clippy::let_unit_value)] // assign, to avoid #[rustfmt::skip] on an expression
@@ -963,10 +1005,12 @@ impl JitCompiler {
                                 self.emit_mov(mem, R9, RCX);
                                 // Buffet: align the stack to 16 bytes for the call, as
                                 // the System V ABI requires (upstream called helpers with
-                                // RSP 8 bytes off). R11 is scratch.
-                                self.emit_mov(mem, RSP, R11);
+                                // RSP 8 bytes off). RAX (r0, which the call
+                                // overwrites) holds the old RSP; R11 (the meter) is
+                                // saved across the call.
+                                self.emit_mov(mem, RSP, RAX);
                                 self.emit_alu64_imm8(mem, 0x83, 4, RSP, -16);
-                                self.emit_push(mem, R11);
+                                self.emit_push(mem, RAX);
                                 self.emit_push(mem, R11);
                                 self.emit_call(mem, *helper as usize);
                                 self.emit_pop(mem, R11);
@@ -1010,6 +1054,13 @@ impl JitCompiler {
             };
 
             insn_ptr += 1;
+        }
+
+        // Buffet: the meter went negative: back to the top frame's stack pointer, exit.
+        if self.metered {
+            self.set_anchor(mem, TARGET_PC_METER_ABORT);
+            self.emit_load(mem, OperandSize::S64, R11, RSP, 8);
+            self.emit_jmp(mem, TARGET_PC_EXIT);
         }
 
         // Epilogue
@@ -1073,6 +1124,26 @@ impl<'a> JitMemory<'a> {
         use_mbuff: bool,
         update_data_ptr: bool,
     ) -> Result<JitMemory<'a>, Error> {
+        Self::new_with(prog, helpers, use_mbuff, update_data_ptr, false)
+    }
+
+    /// Buffet: an `EbpfVmMbuff` program with the instruction meter (`jit_compile_metered`).
+    #[cfg(feature = "std")]
+    pub fn new_metered(
+        prog: &[u8],
+        helpers: &HashMap<u32, ebpf::Helper>,
+    ) -> Result<JitMemory<'a>, Error> {
+        Self::new_with(prog, helpers, true, false, true)
+    }
+
+    #[cfg(feature = "std")]
+    fn new_with(
+        prog: &[u8],
+        helpers: &HashMap<u32, ebpf::Helper>,
+        use_mbuff: bool,
+        update_data_ptr: bool,
+        metered: bool,
+    ) -> Result<JitMemory<'a>, Error> {
         let insns = prog.len() / ebpf::INSN_SIZE + 1;
         let size = (insns * MAX_INSN_BYTES + 2 * PROLOGUE_EPILOGUE_BYTES).div_ceil(PAGE_SIZE) * PAGE_SIZE;
 
@@ -1100,6 +1171,7 @@ impl<'a> JitMemory<'a> {
         };
 
         let mut jit = JitCompiler::new();
+        jit.metered = metered;
         jit.jit_compile(&mut mem, prog, use_mbuff, update_data_ptr, helpers)?;
         jit.resolve_jumps(&mut mem)?;
 

@@ -497,6 +497,78 @@ impl<'a> EbpfVmMbuff<'a> {
         )
     }
 
+    /// Buffet: `execute_program_mut` with an instruction meter shared with the caller
+    /// (its helpers may charge it too); see `interpreter::execute_program_metered`. A run
+    /// that drives `meter` negative at a backward jump or a bpf-to-bpf call stops with an
+    /// error.
+    pub fn execute_program_metered(
+        &self,
+        mem: &mut [u8],
+        mbuff: &mut [u8],
+        meter: &core::cell::Cell<i64>,
+    ) -> Result<u64, Error> {
+        let stack_usage = self.stack_usage.as_ref();
+        interpreter::execute_program_metered(
+            self.prog,
+            stack_usage,
+            mem as *mut [u8],
+            mbuff as *mut [u8],
+            &self.helpers,
+            &self.allowed_memory,
+            Some(meter),
+        )
+    }
+
+    /// Buffet: JIT-compile the program with the instruction meter of
+    /// `execute_program_metered`: run it with `execute_program_jit_metered` only.
+    #[cfg(all(not(windows), feature = "std"))]
+    pub fn jit_compile_metered(&mut self) -> Result<(), Error> {
+        let prog = match self.prog {
+            Some(prog) => prog,
+            None => Err(Error::other(
+                "Error: No program set, call prog_set() to load one",
+            ))?,
+        };
+        self.jit = Some(jit::JitMemory::new_metered(prog, &self.helpers)?);
+        Ok(())
+    }
+
+    /// Buffet: runs code compiled by `jit_compile_metered`, charging `meter` exactly as
+    /// `execute_program_metered` does; when it goes negative the run stops and returns
+    /// (the caller tells it from a normal exit by the meter).
+    ///
+    /// # Safety
+    ///
+    /// As `execute_program_jit`; in addition the code must come from
+    /// `jit_compile_metered`.
+    #[cfg(all(not(windows), feature = "std"))]
+    pub unsafe fn execute_program_jit_metered(
+        &self,
+        mem: &mut [u8],
+        mbuff: &mut [u8],
+        meter: &core::cell::Cell<[i64; 2]>,
+    ) -> Result<u64, Error> {
+        let mem_ptr = match mem.len() {
+            0 => core::ptr::null_mut(),
+            _ => mem.as_ptr() as *mut u8,
+        };
+        // The meter's address goes in the `mem_offset` argument, unused by this VM:
+        // word 0 is the meter, word 1 the JIT's saved stack pointer.
+        unsafe {
+            match &self.jit {
+                Some(jit) => Ok(jit.get_prog()(
+                    mbuff.as_ptr() as *mut u8,
+                    mbuff.len(),
+                    mem_ptr,
+                    mem.len(),
+                    meter.as_ptr() as usize,
+                    0,
+                )),
+                None => Err(Error::other("Error: program has not been JIT-compiled")),
+            }
+        }
+    }
+
     /// JIT-compile the loaded program. No argument required for this.
     ///
     /// If using helper functions, be sure to register them into the VM before calling this

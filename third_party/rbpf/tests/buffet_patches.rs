@@ -157,3 +157,33 @@ fn stores_through_mem_and_mbuff_are_visible() {
     vm.execute_program_mut(&mut mem, &mut mbuff).unwrap();
     assert_eq!(mbuff[0], 9);
 }
+
+#[test]
+fn the_instruction_meter_stops_both_engines_at_the_same_charge() {
+    // r0 = 0; loop: r0 += 1; if r0 < 1000 goto loop (a backward jump of 2); exit.
+    let code = prog(&[
+        insn(ebpf::MOV64_IMM, 0, 0, 0, 0),
+        insn(ebpf::ADD64_IMM, 0, 0, 0, 1),
+        insn(ebpf::JLT_IMM, 0, 0, -2, 1000),
+        insn(ebpf::EXIT, 0, 0, 0, 0),
+    ]);
+    let mut vm = rbpf::EbpfVmMbuff::new(Some(&code)).unwrap();
+    vm.jit_compile_metered().unwrap();
+    let (mut mem, mut mbuff) = ([0u8; 8], [0u8; 16]);
+    for (budget, stops) in [(2_000i64, false), (5_000, false), (1_999, true), (10, true)] {
+        let meter = std::cell::Cell::new(budget);
+        let interp = vm.execute_program_metered(&mut mem, &mut mbuff, &meter);
+        let left_interp = meter.get();
+        let jit_meter = std::cell::Cell::new([budget, 0]);
+        // SAFETY: the program only touches its registers; compiled metered above.
+        let jit = unsafe { vm.execute_program_jit_metered(&mut mem, &mut mbuff, &jit_meter) };
+        assert_eq!(left_interp, jit_meter.get()[0], "budget {budget}");
+        assert_eq!(interp.is_err(), stops, "budget {budget}");
+        assert_eq!(left_interp < 0, stops, "budget {budget}");
+        if !stops {
+            // 999 taken jumps and the final not-taken one: 1000 charges of 2.
+            assert_eq!((interp.unwrap(), jit.unwrap()), (1000, 1000));
+            assert_eq!(left_interp, budget - 2_000);
+        }
+    }
+}
