@@ -138,8 +138,8 @@ impl Signature {
     fn header_matches(&self, key: &FlowKey, has_ports: bool) -> bool {
         let any_ports = |r: (u16, u16)| r == (0, u16::MAX);
         self.proto.is_none_or(|p| p == key.proto)
-            && self.src.is_none_or(|p| p.contains(key.src_addr()))
-            && self.dst.is_none_or(|p| p.contains(key.dst_addr()))
+            && self.src.is_none_or(|p| p.contains_flow_src(key))
+            && self.dst.is_none_or(|p| p.contains_flow_dst(key))
             && ((any_ports(self.src_ports) && any_ports(self.dst_ports))
                 || (has_ports
                     && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)

@@ -52,8 +52,8 @@ impl Rule {
     /// key's [`l3`](FlowKey::l3)), so a rule whose source and destination prefixes differ
     /// in family matches nothing.
     pub fn matches(&self, key: &FlowKey) -> bool {
-        self.src.is_none_or(|p| p.contains(key.src_addr()))
-            && self.dst.is_none_or(|p| p.contains(key.dst_addr()))
+        self.src.is_none_or(|p| p.contains_flow_src(key))
+            && self.dst.is_none_or(|p| p.contains_flow_dst(key))
             && self.proto.is_none_or(|p| p == key.proto)
             && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
             && (self.dst_ports.0..=self.dst_ports.1).contains(&key.dst_port)
