@@ -25,7 +25,8 @@
 //! Rule fields: `priority` (lower wins, default 100), `in_port`, `src_mac`, `dst_mac`,
 //! `vlan`, `src_ip`, `dst_ip` (IPv4/IPv6 with optional `/prefix`), `protocol` (`tcp`,
 //! `udp`, `icmp`, `icmpv6`, `sctp`, `gre`, `esp` or a number), `src_port`, `dst_port`
-//! (`80` or `"5000-5099"`), `dscp` (0–63). Values parse with [`buffet_sdk::policy`].
+//! (`80` or `"5000-5099"`; a rule with a port needs `protocol` `tcp`, `udp` or `sctp`,
+//! the same check as admission), `dscp` (0–63). Values parse with [`buffet_sdk::policy`].
 //! Every error names the file, the tenant and the field, and nothing runs.
 //!
 //! The policy is kept as a format-neutral [`Policy`] (a JSON object; TOML values map to
@@ -511,9 +512,11 @@ fn build_rule(raw: RawRule) -> Result<(u32, Match), FieldError> {
         .map(|p| ports(&p))
         .transpose()
         .map_err(|e| ("dst_port", e))?;
-    if (m.src_port.is_some() || m.dst_port.is_some())
-        && !matches!(m.protocol, Some(6) | Some(17) | Some(132))
-    {
+    // The same check, and message, as admission (`Match::validate`); a tenants file also
+    // names the protocol of a port rule.
+    m.check_port_protocol()
+        .map_err(|e| ("protocol", e.to_string()))?;
+    if (m.src_port.is_some() || m.dst_port.is_some()) && m.protocol.is_none() {
         return Err((
             "protocol",
             "port rules need protocol = \"tcp\", \"udp\" or \"sctp\"".into(),
@@ -718,6 +721,42 @@ rules = [ { action = "allow", proto = "udp", dst_port = 53 },
         assert!(e.contains("vm") && e.contains("mpk"), "{e}");
         let e = err("[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\npolicy = 3\n");
         assert!(e.contains("tenant 7: policy: a policy is a table"), "{e}");
+    }
+
+    /// What the tenants-file check accepts, admission accepts, and what admission
+    /// refuses, the check refuses with admission's own message: SCTP has ports, ICMP has
+    /// none.
+    #[test]
+    fn port_rules_check_agrees_with_admission() {
+        let t = toml("[[tenant]]\nid = 7\nrules = [ { protocol = \"sctp\", dst_port = 80 } ]\n")
+            .unwrap();
+        let (_, m) = &t[0].rules[0];
+        assert_eq!(
+            (m.protocol, m.dst_port),
+            (Some(132), Some(PortRange::single(80)))
+        );
+        assert_eq!(
+            m.validate(),
+            Ok(()),
+            "admission validates with Match::validate"
+        );
+        for proto in ["\"icmp\"", "1", "\"gre\""] {
+            let e = err(&format!(
+                "[[tenant]]\nid = 7\nrules = [ {{ protocol = {proto}, dst_port = 80 }} ]\n"
+            ));
+            let refused = Match {
+                protocol: Some(if proto == "\"gre\"" { 47 } else { 1 }),
+                dst_port: Some(PortRange::single(80)),
+                ..Match::default()
+            }
+            .validate()
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("rules[0].protocol") && e.contains(&refused),
+                "{e} / {refused}"
+            );
+        }
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //!
 //! How: every packet is reduced once to a fixed-width key (in-port, MACs, VLAN, IP
 //! version, both addresses as 128 bits with IPv4 mapped into `::ffff:0:0/96`, protocol,
-//! ports, DSCP, and presence bits for the VLAN tag and the ports). Each rule becomes one
+//! ports, DSCP, and presence bits for the VLAN tag and the ports). The IP version bit is
+//! what keeps IPv4 `a.b.c.d` and IPv6 `::ffff:a.b.c.d` apart: every rule with a prefix
+//! matches on it. Each rule becomes one
 //! or more (mask, value) pairs over that key — a port range is expanded into aligned
 //! power-of-two blocks (range-to-prefix expansion), so `1-65534` costs 30 pairs per port
 //! field, and a rule with both port ranges costs their product. The pairs go into a
@@ -26,8 +28,9 @@
 //!
 //! Neither path allocates or panics. Semantics worth knowing:
 //! * a rule with an IP prefix matches only packets of that IP version;
-//! * a rule with a port range matches only packets with ports (TCP/UDP, first
-//!   fragment), so `0-65535` means "any TCP/UDP port";
+//! * a rule with a port range matches only packets with ports (TCP, UDP or SCTP, first
+//!   fragment), so `0-65535` means "any TCP, UDP or SCTP port"; a port range with a
+//!   protocol that has no ports is refused ([`RuleError::PortsNeedPortProtocol`]);
 //! * a rule with a VLAN id matches only tagged frames with that id;
 //! * IPv6's protocol is the first next-header (extension headers are not skipped).
 //!
@@ -89,9 +92,9 @@ pub enum RuleError {
     /// Source and destination prefixes of different IP versions can never match.
     #[error("source and destination prefixes are of different IP versions")]
     MixedIpVersions,
-    /// Ports are only seen for TCP (6) and UDP (17).
-    #[error("port match with protocol {0}: ports are only matched for TCP (6) and UDP (17)")]
-    PortsNeedTcpOrUdp(u8),
+    /// Ports are only seen for TCP (6), UDP (17) and SCTP (132): [`PORT_PROTOCOLS`].
+    #[error("port rules need protocol = \"tcp\", \"udp\" or \"sctp\" (protocol {0} has no ports)")]
+    PortsNeedPortProtocol(u8),
     /// A policy value that is neither a prefix nor a port range (a MAC address or an IP
     /// protocol) did not parse; see [`RuleError::from`].
     #[error(transparent)]
@@ -120,6 +123,9 @@ impl From<PolicyValueError> for RuleError {
     }
 }
 
+/// The IP protocols whose packets carry ports a rule can match: TCP, UDP and SCTP.
+pub const PORT_PROTOCOLS: [u8; 3] = [6, 17, 132];
+
 /// The fields a rule matches; `None` is a wildcard. The default matches everything.
 #[derive(Default, Clone, Debug, PartialEq, Eq)]
 pub struct Match {
@@ -137,9 +143,9 @@ pub struct Match {
     pub dst_ip: Option<IpPrefix>,
     /// IP protocol (IPv6: first next-header).
     pub protocol: Option<u8>,
-    /// Source port range; only TCP/UDP packets match.
+    /// Source port range; only TCP, UDP and SCTP packets match.
     pub src_port: Option<PortRange>,
-    /// Destination port range; only TCP/UDP packets match.
+    /// Destination port range; only TCP, UDP and SCTP packets match.
     pub dst_port: Option<PortRange>,
     /// DSCP (0..=63).
     pub dscp: Option<u8>,
@@ -159,14 +165,24 @@ impl Match {
                 return Err(RuleError::MixedIpVersions);
             }
         }
-        let has_ports = self.src_port.is_some() || self.dst_port.is_some();
-        if let Some(p) = self.protocol.filter(|&p| has_ports && p != 6 && p != 17) {
-            return Err(RuleError::PortsNeedTcpOrUdp(p));
-        }
+        self.check_port_protocol()?;
         for r in [self.src_port, self.dst_port].into_iter().flatten() {
             r.validate()?;
         }
         Ok(())
+    }
+
+    /// The part of [`validate`](Self::validate) that pairs ports with a protocol: a
+    /// port range with a protocol outside [`PORT_PROTOCOLS`] can never match. (Ports
+    /// without a protocol match TCP, UDP and SCTP packets alike.)
+    pub fn check_port_protocol(&self) -> Result<(), RuleError> {
+        let has_ports = self.src_port.is_some() || self.dst_port.is_some();
+        match self.protocol {
+            Some(p) if has_ports && !PORT_PROTOCOLS.contains(&p) => {
+                Err(RuleError::PortsNeedPortProtocol(p))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether the packet matches, field by field (the reference semantics; the
@@ -571,7 +587,7 @@ mod tests {
         vlan: Option<u16>,
         src: IpAddr,
         dst: IpAddr,
-        /// 6 TCP, 17 UDP, anything else: raw IP payload with that protocol.
+        /// 6 TCP, 17 UDP, 132 SCTP, anything else: raw IP payload with that protocol.
         proto: u8,
         sport: u16,
         dport: u16,
@@ -612,6 +628,13 @@ mod tests {
                     .udp(self.sport, self.dport)
                     .write(&mut l3, b"udp")
                     .unwrap(),
+                132 => {
+                    let mut sctp = Vec::new();
+                    sctp.extend(self.sport.to_be_bytes());
+                    sctp.extend(self.dport.to_be_bytes());
+                    sctp.extend([0, 0, 0, 7, 0, 0, 0, 0]);
+                    ip.write(&mut l3, IpNumber(132), &sctp).unwrap()
+                }
                 p => ip.write(&mut l3, IpNumber(p), b"raw").unwrap(),
             }
             crate::tagging::tag_dscp(&mut l3, 0, self.src.is_ipv4(), self.dscp).unwrap();
@@ -781,7 +804,7 @@ mod tests {
                     dst_port: Some(PortRange::single(80)),
                     ..Match::default()
                 },
-                RuleError::PortsNeedTcpOrUdp(1),
+                RuleError::PortsNeedPortProtocol(1),
             ),
             (
                 Match {
@@ -966,6 +989,78 @@ mod tests {
             ..Pk::default()
         };
         assert_eq!(icmp.classify(&mut c), None);
+    }
+
+    /// SCTP carries ports like TCP and UDP: `protocol = 132` with ports is a valid rule
+    /// and matches on them, and a port-only rule matches SCTP packets too.
+    #[test]
+    fn sctp_port_rules_match_sctp_ports() {
+        let mut c = Classifier::new();
+        c.insert(rule(
+            1,
+            1,
+            Match {
+                protocol: Some(132),
+                dst_port: Some("3868".parse().unwrap()),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        c.insert(rule(
+            2,
+            2,
+            Match {
+                src_port: Some("2905-2910".parse().unwrap()),
+                ..Match::default()
+            },
+        ))
+        .unwrap();
+        let sctp = |s, d| Pk {
+            proto: 132,
+            sport: s,
+            dport: d,
+            ..Pk::default()
+        };
+        assert_eq!(sctp(40000, 3868).classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(sctp(40000, 3869).classify(&mut c), None);
+        assert_eq!(sctp(2905, 3869).classify(&mut c), Some(TenantSlot(2)));
+        assert_eq!(sctp(2911, 3869).classify(&mut c), None);
+        // A UDP packet to 3868 is not SCTP.
+        let udp = Pk {
+            dport: 3868,
+            ..Pk::default()
+        };
+        assert_eq!(udp.classify(&mut c), None);
+    }
+
+    /// The address family is part of the key: an IPv4 host rule never matches the IPv6
+    /// packet from its `::ffff:` form, and the `::ffff:` IPv6 rule never matches IPv4.
+    #[test]
+    fn ipv4_rules_never_match_ipv4_mapped_ipv6() {
+        let mut c = Classifier::new();
+        let src = |p: &str| Match {
+            src_ip: Some(p.parse().unwrap()),
+            ..Match::default()
+        };
+        c.insert(rule(1, 1, src("10.3.1.1"))).unwrap();
+        c.insert(rule(1, 2, src("::ffff:10.3.1.1"))).unwrap();
+        let v4 = Pk {
+            src: ip("10.3.1.1"),
+            dst: ip("10.3.1.2"),
+            ..Pk::default()
+        };
+        let v6 = Pk {
+            src: ip("::ffff:10.3.1.1"),
+            dst: ip("::ffff:10.3.1.2"),
+            ..Pk::default()
+        };
+        assert_eq!(v4.classify(&mut c), Some(TenantSlot(1)));
+        assert_eq!(v6.classify(&mut c), Some(TenantSlot(2)));
+        c.remove_tenant(TenantSlot(2));
+        assert_eq!(v6.classify(&mut c), None);
+        c.remove_tenant(TenantSlot(1));
+        c.insert(rule(1, 2, src("::ffff:10.3.1.1"))).unwrap();
+        assert_eq!(v4.classify(&mut c), None);
     }
 
     #[test]

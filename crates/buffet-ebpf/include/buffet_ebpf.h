@@ -49,7 +49,7 @@ struct buffet_ctx {
 	__u32 tenant;      /* 24: the tenant's id */
 	__u16 in_port;     /* 28: input port */
 	__u8 l3_kind;      /* 30: 4 (IPv4) or 6 (IPv6) */
-	__u8 l4_kind;      /* 31: 6 (TCP header parsed), 17 (UDP), 0 (other or non-first fragment) */
+	__u8 l4_kind;      /* 31: 6 (TCP header parsed), 17 (UDP), 132 (SCTP), 0 (other or non-first fragment) */
 	__u16 l3_off;      /* 32: offset of the IP header */
 	__u16 l4_off;      /* 34: offset of the L4 header (or of the IP payload) */
 	__u16 payload_off; /* 36: offset of the L4 payload */

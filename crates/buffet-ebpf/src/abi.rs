@@ -132,7 +132,7 @@ pub struct CtxFields {
     pub in_port: u16,
     /// 4 or 6.
     pub l3_kind: u8,
-    /// 6, 17 or 0.
+    /// 6 (TCP), 17 (UDP), 132 (SCTP) when that header was parsed, else 0.
     pub l4_kind: u8,
     /// IP header offset.
     pub l3_off: u16,

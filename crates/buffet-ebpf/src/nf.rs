@@ -484,6 +484,7 @@ impl NetworkFunction for EbpfNf {
             l4_kind: match pkt.l4_kind() {
                 L4Kind::Tcp => 6,
                 L4Kind::Udp => 17,
+                L4Kind::Sctp => 132,
                 L4Kind::Other => 0,
             },
             l3_off: pkt.l3_offset() as u16,

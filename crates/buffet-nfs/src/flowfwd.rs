@@ -4,9 +4,12 @@
 //! built at `init` and never grown. A packet whose 5-tuple is in the table is forwarded
 //! out of that port ([`Verdict::Forward`]); anything else gets the tenant's `default`:
 //! dropped with [`DropCause::Policy`] (`"drop"`, the default) or forwarded out of a given
-//! port. Entries are directional: the reply of a flow needs its own entry. For protocols
-//! without ports the ports are 0 and must be omitted; a non-first fragment of a TCP or
-//! UDP flow carries no ports, looks up with ports 0, and so takes the default.
+//! port. Entries are directional: the reply of a flow needs its own entry. TCP, UDP and
+//! SCTP entries need both ports; for protocols without ports the ports are 0 and must be
+//! omitted; a non-first fragment of a TCP, UDP or SCTP flow carries no ports, looks up
+//! with ports 0, and so takes the default. Addresses keep their family: an IPv4 entry
+//! never forwards an IPv6 packet, not even one whose addresses are the IPv4-mapped form
+//! (`::ffff:a.b.c.d`) of the entry's.
 //!
 //! See also [`l2fwd`](crate::l2fwd), the same logic keyed by destination MAC.
 //!
@@ -85,21 +88,17 @@ fn addr(i: usize, field: &str, text: &str) -> Result<IpAddr, InitError> {
     })
 }
 
-fn mapped(a: IpAddr) -> [u8; 16] {
-    match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
 fn compile_flow(i: usize, e: &FlowEntry) -> Result<FlowKey, InitError> {
     let field = |f: &str| format!("flows[{i}].{f}");
     let (src, dst) = (addr(i, "src", &e.src)?, addr(i, "dst", &e.dst)?);
-    if src.is_ipv4() != dst.is_ipv4() {
-        return Err(InitError::invalid(
+    let family_error = || {
+        InitError::invalid(
             field("dst"),
             "src and dst must be of the same address family",
-        ));
+        )
+    };
+    if src.is_ipv4() != dst.is_ipv4() {
+        return Err(family_error());
     }
     let proto = proto_or_any(&e.proto)
         .map_err(|m| InitError::invalid(field("proto"), m.to_string()))?
@@ -119,13 +118,8 @@ fn compile_flow(i: usize, e: &FlowEntry) -> Result<FlowKey, InitError> {
         (false, None) => Ok(0),
         (false, Some(_)) => Err(InitError::invalid(field(f), "this protocol has no ports")),
     };
-    Ok(FlowKey {
-        src: mapped(src),
-        dst: mapped(dst),
-        proto,
-        src_port: port("src_port", e.src_port)?,
-        dst_port: port("dst_port", e.dst_port)?,
-    })
+    let (src_port, dst_port) = (port("src_port", e.src_port)?, port("dst_port", e.dst_port)?);
+    FlowKey::new(src, dst, proto, src_port, dst_port).ok_or_else(family_error)
 }
 
 impl FlowFwdState {
@@ -277,6 +271,59 @@ mod tests {
         let mut st = FlowFwdState::default();
         FlowFwd::default().init(&p, &mut st).unwrap();
         st
+    }
+
+    /// SCTP entries need and match ports, like TCP and UDP.
+    #[test]
+    fn sctp_entries_match_sctp_ports() {
+        use crate::test_frames::sctp;
+        let mut st = state(
+            r#"
+            [[flows]]
+            src = "10.0.0.1"
+            dst = "10.0.0.2"
+            proto = "sctp"
+            src_port = 3868
+            dst_port = 3868
+            port = 4
+            "#,
+        );
+        let f = |sport| sctp("10.0.0.1", "10.0.0.2", sport, 3868, b"x");
+        assert_eq!(run(&mut st, &f(3868)), Verdict::Forward(4));
+        assert_eq!(run(&mut st, &f(3869)), DROP);
+        assert_eq!(st.entry_hits(), &[1]);
+    }
+
+    /// An IPv4 entry never forwards the IPv6 packet whose addresses are the IPv4-mapped
+    /// form of its addresses, and an `::ffff:` IPv6 entry never forwards IPv4.
+    #[test]
+    fn entries_keep_their_address_family() {
+        use crate::test_frames::udp;
+        let mut st = state(
+            r#"
+            [[flows]]
+            src = "10.3.1.1"
+            dst = "10.3.1.2"
+            proto = "udp"
+            src_port = 5000
+            dst_port = 53
+            port = 1
+            [[flows]]
+            src = "::ffff:10.3.1.9"
+            dst = "::ffff:10.3.1.2"
+            proto = "udp"
+            src_port = 5000
+            dst_port = 53
+            port = 2
+            "#,
+        );
+        let v4 = |s| udp(s, "10.3.1.2", 5000, 53, b"q");
+        let v6 = |s| udp(s, "::ffff:10.3.1.2", 5000, 53, b"q");
+        assert_eq!(run(&mut st, &v4("10.3.1.1")), Verdict::Forward(1));
+        assert_eq!(run(&mut st, &v6("::ffff:10.3.1.1")), DROP);
+        assert_eq!(run(&mut st, &v6("::ffff:10.3.1.9")), Verdict::Forward(2));
+        assert_eq!(run(&mut st, &v4("10.3.1.9")), DROP);
+        assert_eq!(st.entry_hits(), &[1, 1]);
     }
 
     const TABLE: &str = r#"

@@ -3,10 +3,11 @@
 //! A tenant's signatures are content strings, optionally restricted to a protocol,
 //! addresses and ports, each case-sensitive or not (`nocase`). All of a tenant's contents
 //! are compiled at `init` into two Aho-Corasick automata (one case-sensitive, one ASCII
-//! case-insensitive); a packet's L4 payload (the IP payload for protocols other than TCP
-//! and UDP) is scanned once per automaton, and a signature matches when **all** of its
-//! contents occur in the payload and its header restrictions hold. Matching is per packet:
-//! there is no stream reassembly, so a content split across two segments is not seen.
+//! case-insensitive); a packet's L4 payload (after the TCP, UDP or SCTP common header —
+//! SCTP chunks are scanned whole; the IP payload for other protocols) is scanned once per
+//! automaton, and a signature matches when **all** of its contents occur in the payload and
+//! its header restrictions hold. Matching is per packet: there is no stream reassembly, so
+//! a content split across two segments is not seen.
 //!
 //! **Modes.** `alert` (the default): matching packets pass; each matching signature is
 //! counted. `block`: a packet matching any signature is dropped with
@@ -35,7 +36,8 @@
 //! * header: `<src port> <dst port>`, or `<src addr> <src port> -> <dst addr> <dst port>`;
 //!   addresses are `any` or a prefix (`192.168.0.0/16`, `2001:db8::/32`); ports are `any`,
 //!   `80`, `1024:65535`, `:1023` or `1024:`. A port restriction only matches packets that
-//!   carry ports.
+//!   carry ports (TCP, UDP and SCTP, first fragments). A prefix matches only addresses of
+//!   its own family: `10.0.0.0/8` never matches the IPv6 address `::ffff:10.0.0.1`.
 //! * options, each ending with `;`:
 //!   `content:"..."` (required, repeatable; `|41 42|` writes bytes in hex, `\"`, `\\`,
 //!   `\;` escape), `nocase` (makes the content before it case-insensitive),
@@ -60,11 +62,11 @@
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use buffet_sdk::policy::{IpPrefix, NumOrName};
 use buffet_sdk::{
-    DropCause, FlowKey, InitError, L3Kind, MemorySpec, NetworkFunction, Packet, TenantId, Verdict,
+    DropCause, FlowKey, InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict,
 };
 use serde::Deserialize;
 
-use crate::firewall::{ip_of, prefix_or_any, proto_or_any, rule_hits_name};
+use crate::firewall::{prefix_or_any, proto_or_any, rule_hits_name};
 
 /// Default alert records per tenant per second of packet time.
 pub const DEFAULT_LOG_PER_SECOND: u32 = 10;
@@ -131,13 +133,13 @@ pub struct Signature {
 }
 
 impl Signature {
-    /// True when the packet header satisfies the signature's restrictions. `l3` is the
-    /// packet's IP version: a prefix matches only addresses of its own version.
-    fn header_matches(&self, l3: L3Kind, key: &FlowKey, has_ports: bool) -> bool {
+    /// True when the packet header satisfies the signature's restrictions. A prefix
+    /// matches only addresses of its own family (the key's [`l3`](FlowKey::l3)).
+    fn header_matches(&self, key: &FlowKey, has_ports: bool) -> bool {
         let any_ports = |r: (u16, u16)| r == (0, u16::MAX);
         self.proto.is_none_or(|p| p == key.proto)
-            && self.src.is_none_or(|p| p.contains(ip_of(l3, key.src)))
-            && self.dst.is_none_or(|p| p.contains(ip_of(l3, key.dst)))
+            && self.src.is_none_or(|p| p.contains_flow_src(key))
+            && self.dst.is_none_or(|p| p.contains_flow_dst(key))
             && ((any_ports(self.src_ports) && any_ports(self.dst_ports))
                 || (has_ports
                     && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
@@ -356,7 +358,7 @@ pub struct AlertRecord {
     pub sid: u32,
     /// Index of the signature in the tenant's rule set.
     pub rule: u32,
-    /// The packet's 5-tuple.
+    /// The packet's 5-tuple and address family.
     pub flow: FlowKey,
     /// Whether the packet was dropped.
     pub blocked: bool,
@@ -537,7 +539,6 @@ impl IdsState {
         let has_ports = pkt.ports().is_some();
         let mut scan = Scan {
             generation: self.generation,
-            l3: pkt.l3_kind(),
             key: &key,
             has_ports,
             sigs: &self.sigs,
@@ -686,7 +687,6 @@ fn endpoint(addr: std::net::IpAddr, port: u16) -> String {
 /// The per-packet bookkeeping of one scan (borrows the state's scratch arrays).
 struct Scan<'s> {
     generation: u32,
-    l3: L3Kind,
     key: &'s FlowKey,
     has_ports: bool,
     sigs: &'s [Signature],
@@ -711,7 +711,7 @@ impl Scan<'_> {
         if self.rule_seen[r] != gen {
             self.rule_seen[r] = gen;
             self.rule_found[r] = 0;
-            self.rule_applies[r] = self.sigs[r].header_matches(self.l3, self.key, self.has_ports);
+            self.rule_applies[r] = self.sigs[r].header_matches(self.key, self.has_ports);
         }
         if !self.rule_applies[r] {
             return;
@@ -972,6 +972,61 @@ mod tests {
             DROP
         );
         assert_eq!(st.rule_hits(), &[0, 1, 0, 0]);
+    }
+
+    /// SCTP port restrictions match SCTP ports; the content is found in the chunks.
+    #[test]
+    fn sctp_port_rules_match_sctp_ports() {
+        use crate::test_frames::sctp;
+        let mut st = state(
+            "block",
+            r#"alert sctp any any -> any 3868 (msg:"diameter"; content:"evil"; sid:1;)"#,
+        );
+        let to = |port| sctp("10.0.0.1", "10.0.0.2", 40000, port, b"an evil request");
+        assert_eq!(run(&mut st, &to(3868)), DROP);
+        assert_eq!(run(&mut st, &to(3869)), Verdict::Pass);
+        assert_eq!(st.rule_hits(), &[1]);
+        let a = st.recent_alerts().next().copied().unwrap();
+        assert_eq!(
+            (a.flow.proto, a.flow.src_port, a.flow.dst_port),
+            (132, 40000, 3868)
+        );
+        assert!(
+            st.log_line(&a).contains("10.0.0.1:40000 -> 10.0.0.2:3868"),
+            "{}",
+            st.log_line(&a)
+        );
+    }
+
+    /// An alert keeps the packet's address family: an IPv6 packet from
+    /// `::ffff:10.3.1.1` is logged as that IPv6 address, never as IPv4 `10.3.1.1`, and a
+    /// host rule for one form does not match the other.
+    #[test]
+    fn alerts_and_rules_keep_the_address_family() {
+        use crate::test_frames::udp;
+        let mut st = state(
+            "alert",
+            "alert udp 10.3.1.1 any -> any any (content:\"x\"; sid:1;)\n\
+             alert udp ::ffff:10.3.1.1 any -> any any (content:\"x\"; sid:2;)\n\
+             alert udp any any -> any 53 (content:\"x\"; sid:3;)",
+        );
+        let v6 = udp("::ffff:10.3.1.1", "::ffff:10.3.1.2", 5000, 53, b"x");
+        let v4 = udp("10.3.1.1", "10.3.1.2", 5000, 53, b"x");
+        run(&mut st, &v6);
+        assert_eq!(st.rule_hits(), &[0, 1, 1]);
+        run(&mut st, &v4);
+        assert_eq!(st.rule_hits(), &[1, 1, 2]);
+        let lines: Vec<String> = st.recent_alerts().map(|a| st.log_line(a)).collect();
+        assert_eq!(lines.len(), 4);
+        for l in &lines[..2] {
+            assert!(
+                l.contains("[::ffff:10.3.1.1]:5000 -> [::ffff:10.3.1.2]:53"),
+                "{l}"
+            );
+        }
+        for l in &lines[2..] {
+            assert!(l.contains(" 10.3.1.1:5000 -> 10.3.1.2:53"), "{l}");
+        }
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub mod l2fwd;
 pub mod macswap;
 pub mod monitor;
 pub mod policer;
+#[cfg(test)]
+mod test_frames;
 
 pub use dpi::Dpi;
 pub use firewall::Firewall;

@@ -1,5 +1,9 @@
 //! Monitor: per-flow statistics (5-tuple → packets, bytes, first/last seen, TCP flags).
 //!
+//! A flow is a [`FlowKey`]: address family, addresses, IP protocol and ports (TCP, UDP
+//! and SCTP; 0 for protocols without ports). SCTP associations are told apart by their
+//! ports, and IPv4 `10.0.0.1` and IPv6 `::ffff:10.0.0.1` are different hosts.
+//!
 //! Each tenant has a fixed-capacity flow table, sized at `init` from the tenant's policy
 //! (at most what [`Monitor::register`](buffet_sdk::NetworkFunction::register) reserved)
 //! and never grown afterwards: no allocation on the packet path.
@@ -30,7 +34,7 @@ pub const DEFAULT_FLOWS: u32 = 4096;
 /// One flow's statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowStats {
-    /// The flow's 5-tuple.
+    /// The flow's 5-tuple and address family.
     pub key: FlowKey,
     /// Packets seen.
     pub packets: u64,
@@ -326,6 +330,58 @@ mod tests {
         assert!(st
             .get(&Packet::parse(&mut b, m).unwrap().flow_key())
             .is_some());
+    }
+
+    fn record_all(frames: &[Vec<u8>]) -> FlowTable {
+        let mut st = FlowTable::with_capacity(64);
+        for f in frames {
+            let mut b = f.clone();
+            st.record(&Packet::parse(&mut b, PacketMeta::default()).unwrap());
+        }
+        st
+    }
+
+    /// SCTP associations are keyed by their ports, as TCP and UDP flows are.
+    #[test]
+    fn sctp_associations_differing_only_in_ports_are_two_flows() {
+        use crate::test_frames::sctp;
+        let a = sctp("10.0.0.1", "10.0.0.2", 3868, 3868, b"x");
+        let b = sctp("10.0.0.1", "10.0.0.2", 3869, 3868, b"x");
+        let st = record_all(&[a.clone(), b, a.clone()]);
+        assert_eq!(st.len(), 2);
+        let mut a = a;
+        let key = Packet::parse(&mut a, PacketMeta::default())
+            .unwrap()
+            .flow_key();
+        let f = st.get(&key).unwrap();
+        assert_eq!(
+            (f.key.proto, f.key.src_port, f.key.dst_port),
+            (132, 3868, 3868)
+        );
+        assert_eq!(f.packets, 2);
+    }
+
+    /// IPv4 `10.3.1.1` and IPv6 `::ffff:10.3.1.1` are different hosts: their flows are
+    /// never merged, and each keeps its own family.
+    #[test]
+    fn ipv4_and_ipv4_mapped_ipv6_flows_are_two_flows() {
+        use crate::test_frames::udp;
+        let v4 = udp("10.3.1.1", "10.3.1.2", 5000, 53, b"q");
+        let v6 = udp("::ffff:10.3.1.1", "::ffff:10.3.1.2", 5000, 53, b"q");
+        let st = record_all(&[v4.clone(), v6.clone(), v6]);
+        assert_eq!(st.len(), 2);
+        let mut srcs: Vec<(String, u64)> = st
+            .flows()
+            .map(|f| (f.key.src_addr().to_string(), f.packets))
+            .collect();
+        srcs.sort();
+        assert_eq!(
+            srcs,
+            [
+                ("10.3.1.1".to_string(), 1),
+                ("::ffff:10.3.1.1".to_string(), 2)
+            ]
+        );
     }
 
     #[test]

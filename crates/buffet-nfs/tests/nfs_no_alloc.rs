@@ -35,8 +35,23 @@ fn udp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Ve
     v
 }
 
+/// An SCTP packet (common header, then the payload as chunk bytes).
+fn sctp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut l4 = Vec::new();
+    l4.extend(sport.to_be_bytes());
+    l4.extend(dport.to_be_bytes());
+    l4.extend([0, 0, 0, 7, 0, 0, 0, 0]);
+    l4.extend(payload);
+    let mut v = Vec::new();
+    etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4(src, dst, 64)
+        .write(&mut v, etherparse::IpNumber::SCTP, &l4)
+        .unwrap();
+    v
+}
+
 /// A mixed trace: several flows in both directions, HTTP with and without hosts,
-/// signature hits, DNS.
+/// signature hits, DNS, SCTP.
 fn trace() -> Vec<Vec<u8>> {
     let mut t = Vec::new();
     for i in 0..64u8 {
@@ -73,6 +88,7 @@ fn trace() -> Vec<Vec<u8>> {
         ));
         t.push(tcp(client, server, port, 22, b"ssh"));
         t.push(udp(client, [10, 0, 0, 53], port, 53, b"\x03bad\x03com\x00"));
+        t.push(sctp(client, server, port, 3868, b"diameter request"));
     }
     t
 }
@@ -135,6 +151,10 @@ fn firewall_packet_path_does_not_allocate() {
         dst = "10.0.0.53"
         proto = "udp"
         dst_port = 53
+        [[rules]]
+        action = "allow"
+        proto = "sctp"
+        dst_port = 3868
         "#,
     );
     for key in [
@@ -143,6 +163,7 @@ fn firewall_packet_path_does_not_allocate() {
         "conntrack_evictions",
         "rule_hits[0]",
         "rule_hits[2]",
+        "rule_hits[3]",
     ] {
         assert!(get(&s, key) > 0, "{key}: {s:?}");
     }
@@ -156,6 +177,7 @@ fn ids_packet_path_does_not_allocate() {
         alert tcp any any (content:"HTTP/1.1"; content:"Host"; sid:2;)
         alert ip any any (content:"AtTaCk"; sid:3;)
         alert udp any any -> 10.0.0.0/8 53 (content:"|03|bad|03|com"; sid:4;)
+        alert sctp any any -> any 3868 (content:"diameter"; sid:5;)
         '''
         log_per_second = 5
         recent_alerts = 8
@@ -167,6 +189,7 @@ fn ids_packet_path_does_not_allocate() {
         "rule_hits[1]",
         "rule_hits[2]",
         "rule_hits[3]",
+        "rule_hits[4]",
         "logged",
     ] {
         assert!(get(&alert, key) > 0, "{key}: {alert:?}");

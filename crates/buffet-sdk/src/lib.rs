@@ -87,7 +87,10 @@ pub use nf::{
     DropCause, InitError, MemorySpec, NetworkFunction, PortId, TenantId, TenantSlot, Verdict,
     GROUP_CHUNK,
 };
-pub use packet::{FlowKey, L3Kind, L4Kind, Layout, Packet, PacketMeta, ParseError, ResizeError};
+pub use packet::{
+    FlowKey, L3Kind, L4Kind, Layout, Packet, PacketMeta, ParseError, ResizeError, SctpHeaderSlice,
+    SCTP_HEADER_LEN,
+};
 pub use registry::{RegistryError, TenantRegistry};
 
 /// Re-export of the header-slice library the [`Packet`] view is built on, so NFs name

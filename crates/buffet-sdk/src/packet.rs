@@ -4,10 +4,20 @@
 //! length, and remembers only offsets. The accessors rebuild header slices from those
 //! offsets; none of them can panic, whatever the bytes are, and none allocates.
 //!
-//! Accepted: Ethernet II, optionally one 802.1Q/802.1ad tag, then IPv4 or IPv6. TCP and
-//! UDP headers are parsed when present (first fragment only); any other IP protocol is
-//! accepted with its payload starting right after the IP header. Everything else is a
+//! Accepted: Ethernet II, optionally one 802.1Q/802.1ad tag, then IPv4 or IPv6. TCP, UDP
+//! and SCTP headers are parsed when present (first fragment only); any other IP protocol
+//! is accepted with its payload starting right after the IP header. Everything else is a
 //! [`ParseError`], which the framework counts per reason and drops.
+//!
+//! etherparse has no SCTP header; [`SctpHeaderSlice`] is a checked view of SCTP's 12-byte
+//! common header (ports, verification tag, checksum) in the same style. Chunks are not
+//! parsed: the L4 payload of an SCTP packet starts at its first chunk.
+//!
+//! **Address families.** Addresses are handed out as 16 bytes, IPv4 in the IPv4-mapped
+//! form `::ffff:a.b.c.d`, always together with the packet's [`L3Kind`]: a [`FlowKey`]
+//! carries it, so the IPv4 flow `10.0.0.1 -> …` and the IPv6 flow `::ffff:10.0.0.1 -> …`
+//! are different keys, and [`FlowKey::src_addr`] gives back the address of the packet's
+//! own family.
 //!
 //! **Growing and shrinking.** A packet parsed with [`Packet::parse_with_capacity`] sits in
 //! a larger buffer; [`Packet::resize`] moves its end within that buffer (bounds-checked,
@@ -29,6 +39,8 @@ const ETH_LEN: usize = 14;
 const VLAN_LEN: usize = 4;
 const IPV6_LEN: usize = 40;
 const UDP_LEN: usize = 8;
+/// Length of SCTP's common header (RFC 9260, section 3.1).
+pub const SCTP_HEADER_LEN: usize = 12;
 
 /// Why [`Packet::resize`] refused a new length. Small and `Copy`: it is a hot-path outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
@@ -67,7 +79,7 @@ pub enum ParseError {
     /// The IP total/payload length claims more bytes than the packet has.
     #[error("IP length beyond the buffer")]
     LengthBeyondBuffer,
-    /// The TCP or UDP header does not fit inside the IP payload.
+    /// The TCP, UDP or SCTP header does not fit inside the IP payload.
     #[error("truncated L4 header")]
     TruncatedL4,
     /// A TCP data offset below 5 or beyond the IP payload.
@@ -110,8 +122,8 @@ impl ParseError {
     }
 }
 
-/// The network layer of a parsed packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// The network layer of a parsed packet: the address family of its addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum L3Kind {
     /// IPv4.
     #[default]
@@ -127,6 +139,8 @@ pub enum L4Kind {
     Tcp,
     /// A UDP header was parsed.
     Udp,
+    /// An SCTP common header was parsed ([`SctpHeaderSlice`]).
+    Sctp,
     /// Another protocol, or a non-first fragment: no ports.
     #[default]
     Other,
@@ -143,10 +157,15 @@ pub struct PacketMeta {
     pub tenant: TenantId,
 }
 
-/// A flow's 5-tuple, IPv4 addresses stored as IPv4-mapped IPv6. `Hash + Eq + Copy`,
-/// ready to key a flow table.
+/// A flow's 5-tuple and address family. `Hash + Eq + Copy`, ready to key a flow table.
+///
+/// Addresses are 16 bytes, IPv4 stored IPv4-mapped (`::ffff:a.b.c.d`); `l3` says which
+/// family they are, so an IPv4 flow and an IPv6 flow between `::ffff:`-mapped addresses
+/// of the same IPv4 addresses are different keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct FlowKey {
+    /// The address family (the packet's IP version).
+    pub l3: L3Kind,
     /// Source address (IPv4-mapped for IPv4).
     pub src: [u8; 16],
     /// Destination address (IPv4-mapped for IPv4).
@@ -160,17 +179,38 @@ pub struct FlowKey {
 }
 
 impl FlowKey {
-    /// The source address as an [`IpAddr`] (IPv4 when it is IPv4-mapped).
+    /// The key of a flow between two addresses of one family (`None` when `src` and `dst`
+    /// are of different families); IPv4 addresses are stored IPv4-mapped.
+    pub fn new(src: IpAddr, dst: IpAddr, proto: u8, src_port: u16, dst_port: u16) -> Option<Self> {
+        let (l3, src, dst) = match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                (L3Kind::Ipv4, v4_mapped(s.octets()), v4_mapped(d.octets()))
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => (L3Kind::Ipv6, s.octets(), d.octets()),
+            _ => return None,
+        };
+        Some(FlowKey {
+            l3,
+            src,
+            dst,
+            proto,
+            src_port,
+            dst_port,
+        })
+    }
+    /// The source address as an [`IpAddr`] of the key's family (an IPv6 `::ffff:a.b.c.d`
+    /// stays IPv6).
     pub fn src_addr(&self) -> IpAddr {
-        to_ip(self.src)
+        to_ip(self.l3, self.src)
     }
-    /// The destination address as an [`IpAddr`].
+    /// The destination address as an [`IpAddr`] of the key's family.
     pub fn dst_addr(&self) -> IpAddr {
-        to_ip(self.dst)
+        to_ip(self.l3, self.dst)
     }
-    /// The key of the opposite direction of the same connection.
+    /// The key of the opposite direction of the same connection (same family).
     pub fn reversed(&self) -> FlowKey {
         FlowKey {
+            l3: self.l3,
             src: self.dst,
             dst: self.src,
             proto: self.proto,
@@ -180,11 +220,10 @@ impl FlowKey {
     }
 }
 
-fn to_ip(a: [u8; 16]) -> IpAddr {
-    let v6 = Ipv6Addr::from(a);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
+fn to_ip(l3: L3Kind, a: [u8; 16]) -> IpAddr {
+    match l3 {
+        L3Kind::Ipv4 => IpAddr::V4(Ipv4Addr::new(a[12], a[13], a[14], a[15])),
+        L3Kind::Ipv6 => IpAddr::V6(Ipv6Addr::from(a)),
     }
 }
 
@@ -365,7 +404,7 @@ impl<'a> Packet<'a> {
         self.layout.l3_kind
     }
 
-    /// TCP, UDP or other.
+    /// TCP, UDP, SCTP or other.
     pub fn l4_kind(&self) -> L4Kind {
         self.layout.l4_kind
     }
@@ -427,11 +466,19 @@ impl<'a> Packet<'a> {
         }
     }
 
+    /// The SCTP common header, when there is one.
+    pub fn sctp(&self) -> Option<SctpHeaderSlice<'_>> {
+        match self.layout.l4_kind {
+            L4Kind::Sctp => SctpHeaderSlice::from_slice(self.l4_bytes()?).ok(),
+            _ => None,
+        }
+    }
+
     fn l4_bytes(&self) -> Option<&[u8]> {
         self.data().get(self.l4_offset()..self.ip_end())
     }
 
-    /// The L4 payload (after TCP/UDP headers; the IP payload for other protocols),
+    /// The L4 payload (after the TCP/UDP/SCTP header; the IP payload for other protocols),
     /// without Ethernet padding.
     pub fn payload(&self) -> &[u8] {
         self.data()
@@ -445,11 +492,12 @@ impl<'a> Packet<'a> {
         self.data_mut().get_mut(start..end).unwrap_or(&mut [])
     }
 
-    /// Source and destination ports (TCP/UDP), else `None`.
+    /// Source and destination ports (TCP, UDP or SCTP with its header parsed), else
+    /// `None`.
     pub fn ports(&self) -> Option<(u16, u16)> {
         let l4 = self.l4_bytes()?;
         match self.layout.l4_kind {
-            L4Kind::Tcp | L4Kind::Udp if l4.len() >= 4 => Some((
+            L4Kind::Tcp | L4Kind::Udp | L4Kind::Sctp if l4.len() >= 4 => Some((
                 u16::from_be_bytes([l4[0], l4[1]]),
                 u16::from_be_bytes([l4[2], l4[3]]),
             )),
@@ -465,7 +513,9 @@ impl<'a> Packet<'a> {
         }
     }
 
-    /// Source and destination addresses, IPv4 mapped into IPv6.
+    /// Source and destination addresses, IPv4 mapped into IPv6. The 16 bytes alone do
+    /// not tell IPv4 `a.b.c.d` from IPv6 `::ffff:a.b.c.d`: pair them with
+    /// [`l3_kind`](Self::l3_kind), or use [`flow_key`](Self::flow_key), which does.
     pub fn addrs(&self) -> ([u8; 16], [u8; 16]) {
         match self.layout.l3_kind {
             L3Kind::Ipv4 => self.ipv4().map_or(([0; 16], [0; 16]), |h| {
@@ -477,11 +527,12 @@ impl<'a> Packet<'a> {
         }
     }
 
-    /// The 5-tuple (ports 0 for protocols without them).
+    /// The 5-tuple and address family (ports 0 for protocols without them).
     pub fn flow_key(&self) -> FlowKey {
         let (src, dst) = self.addrs();
         let (src_port, dst_port) = self.ports().unwrap_or((0, 0));
         FlowKey {
+            l3: self.layout.l3_kind,
             src,
             dst,
             proto: self.layout.proto,
@@ -579,8 +630,59 @@ fn parse_layout(data: &[u8]) -> Result<Layout, ParseError> {
         let udp = UdpHeaderSlice::from_slice(l4).map_err(|_| ParseError::TruncatedL4)?;
         layout.l4_kind = L4Kind::Udp;
         layout.payload = (ip_payload_start + udp.slice().len().min(UDP_LEN)) as u16;
+    } else if l4_parsable && proto == IpNumber::SCTP {
+        let sctp = SctpHeaderSlice::from_slice(l4)?;
+        layout.l4_kind = L4Kind::Sctp;
+        layout.payload = (ip_payload_start + sctp.slice().len()) as u16;
     }
     Ok(layout)
+}
+
+/// A checked view of an SCTP common header (RFC 9260, section 3.1): source port,
+/// destination port, verification tag, checksum, 12 bytes in network byte order.
+///
+/// Built only by [`from_slice`](Self::from_slice), which checks the length; the
+/// accessors then cannot panic. The CRC32c checksum is not verified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SctpHeaderSlice<'a> {
+    slice: &'a [u8; SCTP_HEADER_LEN],
+}
+
+impl<'a> SctpHeaderSlice<'a> {
+    /// The header at the start of `data`; [`ParseError::TruncatedL4`] when `data` is
+    /// shorter than [`SCTP_HEADER_LEN`] bytes.
+    pub fn from_slice(data: &'a [u8]) -> Result<Self, ParseError> {
+        let slice = data
+            .get(..SCTP_HEADER_LEN)
+            .and_then(|s| <&[u8; SCTP_HEADER_LEN]>::try_from(s).ok())
+            .ok_or(ParseError::TruncatedL4)?;
+        Ok(SctpHeaderSlice { slice })
+    }
+
+    /// The 12 header bytes.
+    pub fn slice(&self) -> &'a [u8] {
+        self.slice
+    }
+
+    /// Source port.
+    pub fn source_port(&self) -> u16 {
+        u16::from_be_bytes([self.slice[0], self.slice[1]])
+    }
+
+    /// Destination port.
+    pub fn destination_port(&self) -> u16 {
+        u16::from_be_bytes([self.slice[2], self.slice[3]])
+    }
+
+    /// Verification tag.
+    pub fn verification_tag(&self) -> u32 {
+        u32::from_be_bytes([self.slice[4], self.slice[5], self.slice[6], self.slice[7]])
+    }
+
+    /// Checksum field (CRC32c, as carried; not verified).
+    pub fn checksum(&self) -> u32 {
+        u32::from_be_bytes([self.slice[8], self.slice[9], self.slice[10], self.slice[11]])
+    }
 }
 
 #[cfg(test)]
@@ -625,6 +727,120 @@ mod tests {
         assert_eq!(p.l3_kind(), L3Kind::Ipv6);
         assert_eq!(p.tcp().unwrap().destination_port(), 443);
         assert_eq!(p.payload(), b"abc");
+    }
+
+    /// An Ethernet + IP frame carrying `l4` as the payload of IP protocol 132 (SCTP).
+    fn sctp_frame(v6: bool, src: [u8; 16], dst: [u8; 16], l4: &[u8]) -> Vec<u8> {
+        let b = PacketBuilder::ethernet2([1; 6], [2; 6]);
+        let ip = if v6 {
+            b.ipv6(src, dst, 64)
+        } else {
+            let s = [src[12], src[13], src[14], src[15]];
+            let d = [dst[12], dst[13], dst[14], dst[15]];
+            b.ipv4(s, d, 64)
+        };
+        let mut v = Vec::new();
+        ip.write(&mut v, IpNumber::SCTP, l4).unwrap();
+        v
+    }
+
+    /// SCTP common header: ports 3868 -> 3869, tag 0x01020304, checksum 0xa0b0c0d0,
+    /// then one chunk.
+    const SCTP_L4: [u8; 16] = [
+        0x0f, 0x1c, 0x0f, 0x1d, 1, 2, 3, 4, 0xa0, 0xb0, 0xc0, 0xd0, 3, 0, 0, 4,
+    ];
+
+    #[test]
+    fn parses_the_sctp_common_header() {
+        let v4 = v4_mapped([10, 0, 0, 1]);
+        for v6 in [false, true] {
+            let mut b = sctp_frame(v6, v4, v4_mapped([10, 0, 0, 2]), &SCTP_L4);
+            let p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
+            assert_eq!(p.l4_kind(), L4Kind::Sctp);
+            assert_eq!(p.ip_proto(), 132);
+            assert_eq!(p.ports(), Some((3868, 3869)));
+            let h = p.sctp().unwrap();
+            assert_eq!((h.source_port(), h.destination_port()), (3868, 3869));
+            assert_eq!(
+                (h.verification_tag(), h.checksum()),
+                (0x0102_0304, 0xa0b0_c0d0)
+            );
+            assert_eq!(
+                p.payload(),
+                &[3, 0, 0, 4],
+                "chunks follow the 12-byte header"
+            );
+            let k = p.flow_key();
+            assert_eq!((k.proto, k.src_port, k.dst_port), (132, 3868, 3869));
+            assert!(p.tcp().is_none() && p.udp().is_none());
+        }
+        // A header of exactly 12 bytes and no chunk is still a header.
+        let mut b = sctp_frame(false, v4, v4, &SCTP_L4[..12]);
+        let p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
+        assert_eq!((p.ports(), p.payload()), (Some((3868, 3869)), &[][..]));
+    }
+
+    #[test]
+    fn truncated_sctp_is_truncated_l4_and_fragments_have_no_ports() {
+        let a = v4_mapped([10, 0, 0, 1]);
+        for n in 0..SCTP_HEADER_LEN {
+            for v6 in [false, true] {
+                let mut b = sctp_frame(v6, a, a, &SCTP_L4[..n]);
+                assert_eq!(
+                    Packet::parse(&mut b, PacketMeta::default()).unwrap_err(),
+                    ParseError::TruncatedL4,
+                    "{n} bytes, v6 {v6}"
+                );
+            }
+        }
+        // A non-first IPv4 fragment carries no SCTP header: no ports, like TCP/UDP.
+        let mut b = sctp_frame(false, a, a, &SCTP_L4[..8]);
+        b[14 + 6] = 0x00;
+        b[14 + 7] = 0x02; // fragment offset 2 (16 bytes)
+        let p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
+        assert_eq!(
+            (p.l4_kind(), p.ports(), p.ip_proto()),
+            (L4Kind::Other, None, 132)
+        );
+        assert!(p.sctp().is_none());
+        assert!(SctpHeaderSlice::from_slice(&SCTP_L4[..11]).is_err());
+    }
+
+    #[test]
+    fn flow_keys_keep_the_address_family() {
+        let mut b4 = udp4(b"x");
+        let k4 = Packet::parse(&mut b4, PacketMeta::default())
+            .unwrap()
+            .flow_key();
+        let mut b6 = Vec::new();
+        PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv6(v4_mapped([10, 0, 0, 1]), v4_mapped([10, 0, 0, 2]), 64)
+            .udp(1000, 2000)
+            .write(&mut b6, b"x")
+            .unwrap();
+        let k6 = Packet::parse(&mut b6, PacketMeta::default())
+            .unwrap()
+            .flow_key();
+        assert_eq!((k4.src, k4.dst), (k6.src, k6.dst), "same 16 address bytes");
+        assert_eq!((k4.l3, k6.l3), (L3Kind::Ipv4, L3Kind::Ipv6));
+        assert_ne!(k4, k6);
+        assert_ne!(k4.reversed(), k6.reversed());
+        assert_eq!(k4.src_addr(), "10.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(k6.src_addr(), "::ffff:10.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            k6.reversed().src_addr(),
+            "::ffff:10.0.0.2".parse::<IpAddr>().unwrap()
+        );
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            FlowKey::new(ip("10.0.0.1"), ip("10.0.0.2"), 17, 1000, 2000),
+            Some(k4)
+        );
+        assert_eq!(
+            FlowKey::new(ip("::ffff:10.0.0.1"), ip("::ffff:10.0.0.2"), 17, 1000, 2000),
+            Some(k6)
+        );
+        assert_eq!(FlowKey::new(ip("10.0.0.1"), ip("::1"), 17, 1, 2), None);
     }
 
     #[test]
@@ -802,7 +1018,14 @@ mod tests {
                 b[13] = if seed & 1 == 0 { 0x00 } else { 0xdd };
             }
             if let Ok(p) = Packet::parse(&mut b, PacketMeta::default()) {
-                let _ = (p.payload(), p.flow_key(), p.dscp(), p.tcp(), p.udp());
+                let _ = (
+                    p.payload(),
+                    p.flow_key(),
+                    p.dscp(),
+                    p.tcp(),
+                    p.udp(),
+                    p.sctp(),
+                );
             }
         }
     }

@@ -3,8 +3,8 @@
 //!
 //! * [`IpPrefix`] — an IPv4 or IPv6 prefix with no host bits set (`"10.0.0.0/16"`,
 //!   `"2001:db8::/32"`, a bare address for a host). Tests membership of an [`IpAddr`]
-//!   ([`IpPrefix::contains`]) or of an address in the IPv4-mapped 128-bit form of
-//!   [`FlowKey`](crate::FlowKey) ([`IpPrefix::contains_mapped`]).
+//!   ([`IpPrefix::contains`]) or of a [`FlowKey`](crate::FlowKey)'s address in its own
+//!   family ([`IpPrefix::contains_flow_src`], [`IpPrefix::contains_flow_dst`]).
 //! * [`PortRange`] — an inclusive port range (`80`, `"5000-5099"`) that can split itself
 //!   into aligned power-of-two blocks for mask-based lookup tables
 //!   ([`PortRange::prefixes`]).
@@ -198,14 +198,38 @@ impl IpPrefix {
     }
 
     /// Whether `addr`, in the IPv4-mapped 128-bit form of [`FlowKey`](crate::FlowKey)
-    /// (IPv4 as `::ffff:a.b.c.d`), falls in the prefix. The form does not keep the IP
-    /// version, so an IPv4 prefix also holds the IPv6 address `::ffff:a.b.c.d` of one of
-    /// its IPv4 addresses: when the packet's IP version is known, use
-    /// [`contains`](Self::contains) (or match the version separately, as a mask-based
-    /// table does with [`mapped_mask`](Self::mapped_mask) / [`mapped_bits`](Self::mapped_bits)).
+    /// (IPv4 as `::ffff:a.b.c.d`), falls in the prefix. The 16 bytes alone do not keep the
+    /// IP version, so an IPv4 prefix also holds the IPv6 address `::ffff:a.b.c.d` of one
+    /// of its IPv4 addresses: to match a packet, use [`contains_flow_src`] /
+    /// [`contains_flow_dst`] (or [`contains`](Self::contains) with
+    /// [`FlowKey::src_addr`](crate::FlowKey::src_addr)), or match the version separately,
+    /// as a mask-based table does with [`mapped_mask`](Self::mapped_mask) /
+    /// [`mapped_bits`](Self::mapped_bits) and [`is_ipv4`](Self::is_ipv4).
+    ///
+    /// [`contains_flow_src`]: Self::contains_flow_src
+    /// [`contains_flow_dst`]: Self::contains_flow_dst
     #[inline]
     pub fn contains_mapped(&self, addr: &[u8; 16]) -> bool {
         u128::from_be_bytes(*addr) & self.mapped_mask() == self.bits
+    }
+
+    /// Whether the source address of `key` falls in the prefix, in the key's own address
+    /// family: an IPv4 prefix never holds an IPv6 source, not even `::ffff:a.b.c.d`.
+    #[inline]
+    pub fn contains_flow_src(&self, key: &crate::FlowKey) -> bool {
+        self.in_family(key.l3) && self.contains_mapped(&key.src)
+    }
+
+    /// Whether the destination address of `key` falls in the prefix, in the key's own
+    /// address family.
+    #[inline]
+    pub fn contains_flow_dst(&self, key: &crate::FlowKey) -> bool {
+        self.in_family(key.l3) && self.contains_mapped(&key.dst)
+    }
+
+    #[inline]
+    fn in_family(&self, l3: crate::L3Kind) -> bool {
+        self.v4 == (l3 == crate::L3Kind::Ipv4)
     }
 
     /// The prefix length in the mapped 128-bit space (an IPv4 `/24` is 120).
@@ -692,6 +716,16 @@ mod tests {
         assert!(ten.contains_mapped(&mapped("::ffff:10.1.0.1")));
         assert!(!ten.contains(ip("::ffff:10.1.0.1")));
         assert!(ten.contains(ip("10.1.0.1")));
+        // A FlowKey keeps the family: so do contains_flow_src/dst.
+        let key = |s: &str, d: &str| crate::FlowKey::new(ip(s), ip(d), 17, 1, 2).unwrap();
+        assert!(ten.contains_flow_src(&key("10.1.0.1", "192.0.2.1")));
+        assert!(!ten.contains_flow_dst(&key("10.1.0.1", "192.0.2.1")));
+        assert!(ten.contains_flow_dst(&key("192.0.2.1", "10.1.0.1")));
+        assert!(!ten.contains_flow_src(&key("::ffff:10.1.0.1", "::1")));
+        assert!(!ten.contains_flow_dst(&key("::1", "::ffff:10.1.0.1")));
+        let mapped96: IpPrefix = "::ffff:0:0/96".parse().unwrap();
+        assert!(mapped96.contains_flow_src(&key("::ffff:10.1.0.1", "::1")));
+        assert!(!mapped96.contains_flow_src(&key("10.1.0.1", "10.0.0.2")));
         let all6: IpPrefix = "::/0".parse().unwrap();
         assert_eq!((all6.mapped_len(), all6.mapped_mask()), (0, 0));
         assert!(all6.contains_mapped(&mapped("10.0.0.1")));

@@ -2,8 +2,6 @@
 //! of [`super`] describes the lookup). Parsing policies and tracking connections happen
 //! elsewhere.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
 use buffet_sdk::policy::{IpPrefix, PortRange};
 use buffet_sdk::tss::{MaskedKey, TupleSpace};
 use buffet_sdk::{FlowKey, InitError, L3Kind};
@@ -20,20 +18,10 @@ pub(super) fn mask16(len: u8) -> u16 {
 }
 
 /// A rule's prefix as a (mask, value) pair over the 128-bit address form of [`FlowKey`]
-/// (IPv4 mapped into `::ffff:0:0/96`); `any` is the empty mask. The IP version is matched
-/// separately ([`AclKey::v6`]).
+/// (IPv4 mapped into `::ffff:0:0/96`); `any` is the empty mask. The address family is
+/// matched separately ([`AclKey::v6`]).
 fn mapped(p: Option<IpPrefix>) -> (u128, u128) {
     p.map_or((0, 0), |p| (p.mapped_mask(), p.mapped_bits()))
-}
-
-/// Address `a` of a [`FlowKey`] as the [`IpAddr`] of a packet of IP version `l3` (an
-/// IPv6 address of the form `::ffff:a.b.c.d` stays IPv6).
-#[inline]
-pub(crate) fn ip_of(l3: L3Kind, a: [u8; 16]) -> IpAddr {
-    match l3 {
-        L3Kind::Ipv4 => IpAddr::V4(Ipv4Addr::new(a[12], a[13], a[14], a[15])),
-        L3Kind::Ipv6 => IpAddr::V6(Ipv6Addr::from(a)),
-    }
 }
 
 /// An inclusive port range as the fewest (value, prefix length) port prefixes.
@@ -60,19 +48,19 @@ pub struct Rule {
 
 impl Rule {
     /// The rule's predicate, evaluated directly (what a linear scan would do) for a
-    /// packet of IP version `l3` with flow `key`. A prefix matches only addresses of its
-    /// own IP version, so a rule whose source and destination prefixes differ in version
-    /// matches nothing.
-    pub fn matches(&self, l3: L3Kind, key: &FlowKey) -> bool {
-        self.src.is_none_or(|p| p.contains(ip_of(l3, key.src)))
-            && self.dst.is_none_or(|p| p.contains(ip_of(l3, key.dst)))
+    /// packet with flow `key`. A prefix matches only addresses of its own family (the
+    /// key's [`l3`](FlowKey::l3)), so a rule whose source and destination prefixes differ
+    /// in family matches nothing.
+    pub fn matches(&self, key: &FlowKey) -> bool {
+        self.src.is_none_or(|p| p.contains_flow_src(key))
+            && self.dst.is_none_or(|p| p.contains_flow_dst(key))
             && self.proto.is_none_or(|p| p == key.proto)
             && (self.src_ports.0..=self.src_ports.1).contains(&key.src_port)
             && (self.dst_ports.0..=self.dst_ports.1).contains(&key.dst_port)
     }
 }
 
-/// The 5-tuple and IP version as the ACL hashes it.
+/// The 5-tuple and address family as the ACL and the connection table hash it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(super) struct AclKey {
     src: u128,
@@ -80,21 +68,22 @@ pub(super) struct AclKey {
     src_port: u16,
     dst_port: u16,
     proto: u8,
-    /// The packet is IPv6. Rules with a prefix match on it, so the 128-bit address form
-    /// (which an IPv6 `::ffff:a.b.c.d` shares with IPv4 `a.b.c.d`) never mixes versions.
+    /// The packet is IPv6. Rules with a prefix match on it, and tracked connections
+    /// include it, so the 128-bit address form (which an IPv6 `::ffff:a.b.c.d` shares with
+    /// IPv4 `a.b.c.d`) never mixes families.
     v6: bool,
 }
 
 impl AclKey {
     #[inline]
-    pub(super) fn of(l3: L3Kind, key: &FlowKey) -> Self {
+    pub(super) fn of(key: &FlowKey) -> Self {
         AclKey {
             src: u128::from_be_bytes(key.src),
             dst: u128::from_be_bytes(key.dst),
             src_port: key.src_port,
             dst_port: key.dst_port,
             proto: key.proto,
-            v6: l3 == L3Kind::Ipv6,
+            v6: key.l3 == L3Kind::Ipv6,
         }
     }
 
@@ -190,11 +179,11 @@ impl Acl {
         Ok(Acl { rules, tss })
     }
 
-    /// Index of the first rule (in ACL order) matching a packet of IP version `l3` with
-    /// flow `key`, by tuple-space search.
+    /// Index of the first rule (in ACL order) matching a packet with flow `key`, by
+    /// tuple-space search.
     #[inline]
-    pub fn classify(&self, l3: L3Kind, key: &FlowKey) -> Option<usize> {
-        self.classify_key(&AclKey::of(l3, key))
+    pub fn classify(&self, key: &FlowKey) -> Option<usize> {
+        self.classify_key(&AclKey::of(key))
     }
 
     #[inline]
@@ -204,8 +193,8 @@ impl Acl {
 
     /// Index of the first rule matching `key`, by scanning every rule in order (the
     /// reference the tuple-space search is tested against).
-    pub fn classify_linear(&self, l3: L3Kind, key: &FlowKey) -> Option<usize> {
-        self.rules.iter().position(|r| r.matches(l3, key))
+    pub fn classify_linear(&self, key: &FlowKey) -> Option<usize> {
+        self.rules.iter().position(|r| r.matches(key))
     }
 
     /// The rules, in ACL order.

@@ -27,9 +27,14 @@
 //! A prefix matches only packets of its own IP version: an IPv4 prefix never matches an
 //! IPv6 packet, not even one whose addresses are IPv4-mapped (`::ffff:a.b.c.d`), and an
 //! IPv6 prefix never matches an IPv4 packet; `any` (or an omitted field) matches both. A
-//! rule whose `src` and `dst` are of different versions therefore matches nothing.
-//! Packets without ports (ICMP, non-first fragments) are matched with ports 0; a TCP or
-//! UDP packet that carries no L4 header (a non-first fragment) is counted as a fragment.
+//! rule whose `src` and `dst` are of different versions therefore matches nothing. The
+//! connection table keys flows with their address family too: an IPv6 flow between
+//! `::ffff:`-mapped addresses never lets IPv4 traffic back in as established, nor the
+//! other way round.
+//!
+//! Ports are read for TCP, UDP and SCTP. Packets without ports (ICMP, non-first
+//! fragments) are matched with ports 0; a TCP, UDP or SCTP packet that carries no L4
+//! header (a non-first fragment) is counted as a fragment.
 //!
 //! Per-rule hit counters are kept in the state ([`FirewallState::rule_hits`]) and exported
 //! by `summary()` as `rule_hits[<index>]`.
@@ -66,7 +71,6 @@ mod policy;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use acl::ip_of;
 use acl::AclKey;
 pub use acl::{Acl, Rule};
 use conntrack::ConnSlot;
@@ -189,7 +193,7 @@ impl FirewallState {
         if pkt.l4_kind() == L4Kind::Other && PORT_PROTOS.contains(&flow.proto) {
             c.fragments += 1;
         }
-        let key = AclKey::of(pkt.l3_kind(), &flow);
+        let key = AclKey::of(&flow);
         let now = pkt.meta().ts_ns;
         if self.allow_established && self.conns.touch(&key.reversed(), now) {
             c.established += 1;

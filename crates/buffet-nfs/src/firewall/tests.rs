@@ -254,12 +254,8 @@ fn prefixes_never_match_the_other_ip_version_even_ipv4_mapped() {
         let mut b = bytes.clone();
         let p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
         let key = p.flow_key();
-        assert_eq!(st.acl().classify(p.l3_kind(), &key), *want, "frame {i}");
-        assert_eq!(
-            st.acl().classify_linear(p.l3_kind(), &key),
-            *want,
-            "frame {i}"
-        );
+        assert_eq!(st.acl().classify(&key), *want, "frame {i}");
+        assert_eq!(st.acl().classify_linear(&key), *want, "frame {i}");
         let verdict = if want.is_some() { DROP } else { Verdict::Pass };
         assert_eq!(run(&mut st, bytes, 0), verdict, "frame {i}");
     }
@@ -547,12 +543,8 @@ fn tuple_space_search_agrees_with_a_linear_scan() {
             let mut b = bytes.clone();
             let p = Packet::parse(&mut b, PacketMeta::default()).unwrap();
             let key = p.flow_key();
-            let linear = st.acl().classify_linear(p.l3_kind(), &key);
-            assert_eq!(
-                st.acl().classify(p.l3_kind(), &key),
-                linear,
-                "round {round}, {key:?}"
-            );
+            let linear = st.acl().classify_linear(&key);
+            assert_eq!(st.acl().classify(&key), linear, "round {round}, {key:?}");
             let want = match linear {
                 Some(i) => {
                     matched += 1;
@@ -630,4 +622,93 @@ fn single_tenant_variant_matches_the_nf() {
         assert_eq!(single.handle(&mut p), run(&mut st, &pkt, 0));
     }
     assert_eq!(single.state.counters(), st.counters());
+}
+
+/// SCTP carries ports like TCP and UDP: a port rule with `proto = "sctp"` matches on
+/// them, and a whole SCTP packet is not a fragment.
+#[test]
+fn sctp_port_rules_match_sctp_ports() {
+    use crate::test_frames::sctp;
+    let mut st = state(
+        r#"
+        default = "deny"
+        [[rules]]
+        action = "allow"
+        proto = "sctp"
+        dst_port = 3868
+        "#,
+    );
+    let to = |port| sctp("10.0.0.1", "10.0.0.2", 40000, port, b"diameter");
+    assert_eq!(run(&mut st, &to(3868), 0), Verdict::Pass);
+    assert_eq!(run(&mut st, &to(3869), 0), DROP);
+    let v6 = sctp("2001:db8::1", "2001:db8::2", 40000, 3868, b"diameter");
+    assert_eq!(run(&mut st, &v6, 0), Verdict::Pass);
+    let c = *st.counters();
+    assert_eq!((c.allowed, c.denied, c.fragments), (2, 1, 0));
+    assert_eq!(st.rule_hits(), &[2]);
+    // Source ports and ranges too.
+    let mut st = state(
+        r#"
+        default = "deny"
+        [[rules]]
+        action = "allow"
+        proto = "sctp"
+        src_port = "2905-2910"
+        "#,
+    );
+    let from = |port| sctp("10.0.0.1", "10.0.0.2", port, 9, b"m3ua");
+    assert_eq!(run(&mut st, &from(2905), 0), Verdict::Pass);
+    assert_eq!(run(&mut st, &from(2911), 0), DROP);
+}
+
+/// The cross-family pinhole: a flow allowed over IPv6 between IPv4-mapped addresses
+/// (`::ffff:10.3.1.1`) is an IPv6 connection; IPv4 traffic between the IPv4 addresses it
+/// maps is not its reply and is never passed as established. And an IPv4 host rule does
+/// not allow the IPv6 `::ffff:` form of its address.
+#[test]
+fn conntrack_never_crosses_address_families() {
+    use crate::test_frames::udp;
+    let mut st = state(
+        r#"
+        default = "deny"
+        allow_established = true
+        [[rules]]
+        action = "allow"
+        src = "::ffff:10.3.1.1"
+        "#,
+    );
+    let out6 = udp("::ffff:10.3.1.1", "::ffff:10.3.1.2", 5000, 53, b"q");
+    let back6 = udp("::ffff:10.3.1.2", "::ffff:10.3.1.1", 53, 5000, b"r");
+    let back4 = udp("10.3.1.2", "10.3.1.1", 53, 5000, b"r");
+    assert_eq!(run(&mut st, &out6, 1), Verdict::Pass);
+    assert_eq!(
+        run(&mut st, &back4, 2),
+        DROP,
+        "IPv4 is not the IPv6 flow's reply"
+    );
+    assert_eq!(st.counters().established, 0);
+    assert_eq!(run(&mut st, &back6, 3), Verdict::Pass);
+    assert_eq!(st.counters().established, 1);
+
+    let mut st = state(
+        r#"
+        default = "deny"
+        allow_established = true
+        [[rules]]
+        action = "allow"
+        src = "10.3.1.1"
+        "#,
+    );
+    let out4 = udp("10.3.1.1", "10.3.1.2", 5000, 53, b"q");
+    assert_eq!(run(&mut st, &out6, 1), DROP, "IPv4 rule, IPv6 packet");
+    assert_eq!(run(&mut st, &back4, 2), DROP);
+    assert_eq!(run(&mut st, &out4, 3), Verdict::Pass);
+    assert_eq!(
+        run(&mut st, &back6, 4),
+        DROP,
+        "IPv6 is not the IPv4 flow's reply"
+    );
+    assert_eq!(run(&mut st, &back4, 5), Verdict::Pass);
+    let c = *st.counters();
+    assert_eq!((c.established, c.allowed, c.denied), (1, 2, 3));
 }
