@@ -48,7 +48,10 @@ fn check_mem(
 
     Err(Error::other(format!(
         "Error: out of bounds memory {} (insn #{:?}), addr {:#x}, size {:?}\nmbuff: {:#x}/{:#x}, mem: {:#x}/{:#x}, stack: {:#x}/{:#x}",
-        access_type, insn_ptr, addr, len, mbuff.0, mbuff.1, mem.0, mem.1, stack.0, stack.1
+        access_type, insn_ptr, addr, len,
+        mbuff.0, mbuff.1,
+        mem.0, mem.1,
+        stack.0, stack.1
     )))
 }
 
@@ -85,7 +88,19 @@ pub fn execute_program(
     let mut stack_frame_idx = 0;
 
     // R1 points to beginning of memory area, R10 to stack
-    let mut reg: [u64; 11] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, stack_area.0 + stack_area.1];
+    let mut reg: [u64; 11] = [
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        stack_area.0 + stack_area.1,
+    ];
     if mbuff_area.1 != 0 {
         reg[1] = mbuff_area.0;
     } else if mem_area.1 != 0 {
@@ -122,10 +137,9 @@ pub fn execute_program(
     while insn_ptr * ebpf::INSN_SIZE < prog.len() {
         let insn = ebpf::get_insn(prog, insn_ptr);
         if stack_frame_idx < MAX_CALL_DEPTH
-            && let Some(usage) = stack_usage.stack_usage_for_local_func(insn_ptr)
-        {
-            stacks[stack_frame_idx].set_stack_usage(usage);
-        }
+            && let Some(usage) = stack_usage.stack_usage_for_local_func(insn_ptr) {
+                stacks[stack_frame_idx].set_stack_usage(usage);
+            }
         insn_ptr += 1;
         let _dst = insn.dst as usize;
         let _src = insn.src as usize;
@@ -468,7 +482,5 @@ pub fn execute_program(
         };
     }
 
-    Err(Error::other(
-        "Error: execution ran past the last instruction",
-    ))
+    Err(Error::other("Error: execution ran past the last instruction"))
 }

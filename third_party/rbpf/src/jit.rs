@@ -7,9 +7,9 @@
 
 #![allow(clippy::single_match)]
 
+use crate::{ebpf, format, vec, Error, HashMap, Vec};
 #[cfg(not(feature = "std"))]
 use crate::ErrorKind;
-use crate::{Error, HashMap, Vec, ebpf, format, vec};
 use core::fmt::Error as FormatterError;
 use core::fmt::Formatter;
 use core::mem;
@@ -498,23 +498,11 @@ impl JitCompiler {
         self.emit_push(mem, map_register(9));
         // Buffet: the callee gets its own stack frame below the caller's, as in the
         // interpreter (upstream let it overwrite the caller's frame).
-        self.emit_alu64_imm32(
-            mem,
-            0x81,
-            5,
-            map_register(10),
-            ebpf::LOCAL_FUNCTION_STACK_SIZE as i32,
-        );
+        self.emit_alu64_imm32(mem, 0x81, 5, map_register(10), ebpf::LOCAL_FUNCTION_STACK_SIZE as i32);
         // 0xe8 is the opcode for a CALL
         self.emit1(mem, 0xe8);
         self.emit_jump_offset(mem, target_pc);
-        self.emit_alu64_imm32(
-            mem,
-            0x81,
-            0,
-            map_register(10),
-            ebpf::LOCAL_FUNCTION_STACK_SIZE as i32,
-        );
+        self.emit_alu64_imm32(mem, 0x81, 0, map_register(10), ebpf::LOCAL_FUNCTION_STACK_SIZE as i32);
         self.emit_pop(mem, map_register(9));
         self.emit_pop(mem, map_register(8));
         self.emit_pop(mem, map_register(7));
@@ -1086,8 +1074,7 @@ impl<'a> JitMemory<'a> {
         update_data_ptr: bool,
     ) -> Result<JitMemory<'a>, Error> {
         let insns = prog.len() / ebpf::INSN_SIZE + 1;
-        let size =
-            (insns * MAX_INSN_BYTES + 2 * PROLOGUE_EPILOGUE_BYTES).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        let size = (insns * MAX_INSN_BYTES + 2 * PROLOGUE_EPILOGUE_BYTES).div_ceil(PAGE_SIZE) * PAGE_SIZE;
 
         // SAFETY: a fresh private anonymous mapping; the result is checked.
         let ptr = unsafe {

@@ -62,10 +62,7 @@ fn mov32_and_le_zero_extend_in_the_jit() {
         insn(ebpf::ADD64_REG, 0, 2, 0, 0),
         insn(ebpf::EXIT, 0, 0, 0, 0),
     ]);
-    assert_eq!(
-        both(&code, &[]),
-        (0x1234_5678 + 0xbeef, 0x1234_5678 + 0xbeef)
-    );
+    assert_eq!(both(&code, &[]), (0x1234_5678 + 0xbeef, 0x1234_5678 + 0xbeef));
 }
 
 #[test]
