@@ -16,7 +16,10 @@
 //!   suite itself, a command that needs root or a NIC); listed with its reason;
 //! * `<!-- doc-test: needs pku -->` — runs only on a CPU with protection keys; elsewhere
 //!   it is a hardware skip (`SKIP (hardware: no pku): …`, a failure only under
-//!   `BUFFET_REQUIRE_PKU=1`, as for the MPK tests).
+//!   `BUFFET_REQUIRE_PKU=1`, as for the MPK tests);
+//! * `<!-- doc-test: needs TOOL -->` (e.g. `needs clang`) — runs when `TOOL --version`
+//!   does; elsewhere a privilege skip (`SKIP (privilege): …`, a failure under
+//!   `BUFFET_REQUIRE_PRIVILEGED=1` or in CI, as for the eBPF tests).
 //!
 //! What this does not do: check a block's output (blocks show it in comments), or run
 //! blocks of other languages (TOML, JSON and Rust listings are data or code, not commands).
@@ -36,6 +39,7 @@ enum Mark {
     Run,
     Skip(String),
     NeedsPku,
+    NeedsTool(String),
 }
 
 #[derive(Debug)]
@@ -58,6 +62,11 @@ fn marker(line: &str, at: &str) -> Option<Mark> {
     if inner == "needs pku" {
         return Some(Mark::NeedsPku);
     }
+    if let Some(tool) = inner.strip_prefix("needs ").map(str::trim) {
+        if !tool.is_empty() && !tool.contains(char::is_whitespace) {
+            return Some(Mark::NeedsTool(tool.to_owned()));
+        }
+    }
     let reason = inner
         .strip_prefix("skip")
         .map(str::trim)
@@ -67,7 +76,10 @@ fn marker(line: &str, at: &str) -> Option<Mark> {
     match reason {
         Some(r) => Some(Mark::Skip(r.trim().to_owned())),
         None => {
-            panic!("{at}: unknown doc-test marker {line:?}: use `skip (reason)` or `needs pku`")
+            panic!(
+                "{at}: unknown doc-test marker {line:?}: use `skip (reason)`, `needs pku` or \
+                 `needs TOOL`"
+            )
         }
     }
 }
@@ -220,6 +232,17 @@ fn every_shell_block_of_the_docs_runs_as_written() {
                     skipped.push(format!("{}: needs a CPU with pku", b.at));
                     continue;
                 }
+                Mark::NeedsTool(tool)
+                    if !buffet_testkit::require_tool(
+                        &format!("doc block {}", b.at),
+                        tool,
+                        Command::new(tool).arg("--version"),
+                        "install it (.ci/run lists the packages)",
+                    ) =>
+                {
+                    skipped.push(format!("{}: needs {tool}", b.at));
+                    continue;
+                }
                 _ => {}
             }
             match run(&b.script, copy.path(), &path_env) {
@@ -250,15 +273,17 @@ fn markers_and_console_prompts_are_read_as_documented() {
     let doc =
         "intro\n\n<!-- doc-test: skip (a benchmark of minutes) -->\n```sh\ncargo bench\n```\n\
                <!-- doc-test: needs pku -->\n\n```bash\nbuffet x\n```\n\
+               <!-- doc-test: needs clang -->\n```sh\nclang\n```\n\
                ```console\n$ cargo run --release -- demo\noutput line\n$ echo ok\n```\n\
                ```toml\n[[tenant]]\n```\n";
     let b = blocks("d.md", doc);
-    assert_eq!(b.len(), 3, "{b:?}");
+    assert_eq!(b.len(), 4, "{b:?}");
     assert_eq!(b[0].at, "d.md:4");
     assert_eq!(b[0].mark, Mark::Skip("a benchmark of minutes".into()));
     assert_eq!(b[1].mark, Mark::NeedsPku);
-    assert_eq!(b[2].mark, Mark::Run);
-    assert_eq!(b[2].script, "buffet demo\necho ok");
+    assert_eq!(b[2].mark, Mark::NeedsTool("clang".into()));
+    assert_eq!(b[3].mark, Mark::Run);
+    assert_eq!(b[3].script, "buffet demo\necho ok");
 }
 
 #[test]
