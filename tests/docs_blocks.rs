@@ -21,9 +21,13 @@
 //!   does; elsewhere a privilege skip (`SKIP (privilege): …`, a failure under
 //!   `BUFFET_REQUIRE_PRIVILEGED=1` or in CI, as for the eBPF tests).
 //!
+//! At the end it lists, on stderr (visible in `cargo test` output), every block it ran
+//! and every block it skipped, with the reason.
+//!
 //! What this does not do: check a block's output (blocks show it in comments), or run
 //! blocks of other languages (TOML, JSON and Rust listings are data or code, not commands).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -251,14 +255,17 @@ fn every_shell_block_of_the_docs_runs_as_written() {
             }
         }
     }
-    println!("doc blocks run ({}):", ran.len());
+    // Straight to the process's stderr, past libtest's output capture: the list shows in
+    // `cargo test` output (and CI logs) when the test passes too.
+    let mut summary = format!("doc blocks run ({}):\n", ran.len());
     for r in &ran {
-        println!("  {r}");
+        summary.push_str(&format!("  {r}\n"));
     }
-    println!("doc blocks skipped ({}):", skipped.len());
+    summary.push_str(&format!("doc blocks skipped ({}):\n", skipped.len()));
     for s in &skipped {
-        println!("  {s}");
+        summary.push_str(&format!("  {s}\n"));
     }
+    let _ = std::io::stderr().write_all(summary.as_bytes());
     assert!(!ran.is_empty(), "no shell block ran");
     assert!(
         failed.is_empty(),
