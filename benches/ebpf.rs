@@ -35,7 +35,7 @@ use std::time::Duration;
 use buffet::ebpf::{EbpfNf, EbpfPolicy, Engine as EbpfEngine, LoadOptions, MapInit};
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
 use buffet::nfs::dpi::{Dpi, DpiPolicy};
-use buffet::sdk::{NetworkFunction, TenantId};
+use buffet::sdk::{NetworkFunction, TenantId, TenantSlot};
 use buffet::worker::Worker;
 use common::{bursts, run, PACKETS, TENANT_COUNTS};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -75,7 +75,7 @@ fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, n: u32) -> Worker<N> {
         let mut state = N::State::default();
         nf.init(policy, &mut state).expect("policy");
         table
-            .admit(t, TenantId(t + 1), nf.register().bytes, state)
+            .admit(TenantSlot(t), TenantId(t + 1), nf.register().bytes, state)
             .expect("admit");
     }
     Worker::new(Arc::new(nf), table)

@@ -55,7 +55,7 @@ use buffet::ebpf::{EbpfNf, EbpfPolicy, Engine as EbpfEngine, LoadOptions, MapIni
 use buffet::memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
 use buffet::nfs::firewall::{Firewall, FirewallLimits, FirewallPolicy};
 use buffet::nfs::monitor::{Monitor, MonitorPolicy};
-use buffet::sdk::{NetworkFunction, TenantId};
+use buffet::sdk::{NetworkFunction, TenantId, TenantSlot};
 use buffet::worker::Worker;
 use common::{bursts, run, PACKETS, TENANT_COUNTS};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -106,7 +106,7 @@ fn engine<N: NetworkFunction>(nf: N, policy: &N::Policy, domain: Domain, n: u32)
     for t in 0..n {
         table
             .admit_with(
-                t,
+                TenantSlot(t),
                 TenantId(t + 1),
                 nf.register().bytes,
                 N::State::default(),
@@ -282,9 +282,12 @@ fn key_cache(c: &mut Criterion) {
     for domain in [Domain::None, Domain::Mpk] {
         let t = table::<u64>(domain, tenants);
         for i in 0..tenants {
-            t.admit(i, TenantId(i + 1), 4096, 0).expect("admit");
+            t.admit(TenantSlot(i), TenantId(i + 1), 4096, 0)
+                .expect("admit");
         }
-        let entries: Vec<_> = (0..tenants).map(|i| t.get_arc(i).expect("entry")).collect();
+        let entries: Vec<_> = (0..tenants)
+            .map(|i| t.get_arc(TenantSlot(i)).expect("entry"))
+            .collect();
         let label = if domain == Domain::None {
             "none"
         } else {

@@ -374,7 +374,7 @@ fn tenant_table<N: NetworkFunction>(nf: &N, policies: &[N::Policy]) -> Arc<Tenan
         nf.init(p, &mut state)
             .unwrap_or_else(|e| panic!("{}: tenant {i}: {e}", nf.name()));
         table
-            .admit(i as u32, TenantId(i as u32 + 1), bytes, state)
+            .admit(TenantSlot(i as u32), TenantId(i as u32 + 1), bytes, state)
             .unwrap_or_else(|e| panic!("{}: admit tenant {i}: {e}", nf.name()));
     }
     table

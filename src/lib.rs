@@ -4,9 +4,15 @@
 //! [`sdk`] (what NF authors implement), [`memory`] (Memory Manager), [`dispatch`]
 //! (Packet Dispatcher), [`worker`] (Worker Pool), [`io`] (pcap and traffic generator),
 //! [`nfs`] (reference NFs), [`cnf`] (C NFs under MPK), [`ebpf`] (verified eBPF NFs),
-//! [`config`] (tenants files, NF registry, isolation resolution, trace runner). The
-//! `buffet` binary is the command line (`buffet demo`, `buffet replay`, `buffet trace`,
-//! `buffet nf check`).
+//! [`config`] (tenants files, NF registry, isolation resolution, trace runner).
+//!
+//! [`cli`] is the `buffet` command line (`buffet demo`, `buffet replay`, `buffet trace`,
+//! `buffet nf check`) as a library: the `buffet` binary calls [`cli::main`], and an NF
+//! author's binary calls [`cli::main_with`] (or [`nf_main!`]) to be the same command
+//! with their own NF selectable by `--nf` (docs/nf-authors.md).
+#![forbid(unsafe_code)]
+
+pub mod cli;
 
 pub use buffet_cnf as cnf;
 pub use buffet_config as config;

@@ -21,7 +21,7 @@ use buffet::ebpf::{check, EbpfNf, EbpfPolicy, EbpfState, Engine, LoadOptions, Ma
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
 use buffet::nfs::dpi::{Dpi, DpiPolicy, DpiState};
 use buffet::sdk::{DropCause, InitError, NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
-use buffet::worker::{AdmitError, Outcome, PacketBuf, Pipeline, PipelineConfig, Worker};
+use buffet::worker::{Outcome, PacketBuf, Pipeline, PipelineConfig, PipelineError, Worker};
 use buffet::worker::{TenantSpec, WorkerEvent};
 use buffet_testkit::Rng;
 use etherparse::PacketBuilder;
@@ -757,7 +757,12 @@ fn a_faulting_tenant_is_quarantined_and_the_others_lose_nothing() {
             let mut st = EbpfState::default();
             nf.init(&policy, &mut st).unwrap();
             table
-                .admit(slot, TenantId(slot + 1), nf.register().bytes, st)
+                .admit(
+                    TenantSlot(slot),
+                    TenantId(slot + 1),
+                    nf.register().bytes,
+                    st,
+                )
                 .unwrap();
         }
         let mut worker = Worker::new(nf.clone(), table.clone());
@@ -786,7 +791,7 @@ fn a_faulting_tenant_is_quarantined_and_the_others_lose_nothing() {
             assert_eq!(count(&outcomes[slot], pass), 80, "{engine:?}, slot {slot}");
         }
         // The faulting tenant's state says why; the others counted every packet.
-        let faulty = table.get_arc(2).unwrap();
+        let faulty = table.get_arc(TenantSlot(2)).unwrap();
         let st = faulty.lock();
         assert_eq!(st.faults(), 1);
         assert_eq!(
@@ -796,7 +801,7 @@ fn a_faulting_tenant_is_quarantined_and_the_others_lose_nothing() {
         );
         drop(st);
         for slot in [0u32, 1, 3] {
-            let e = table.get_arc(slot).unwrap();
+            let e = table.get_arc(TenantSlot(slot)).unwrap();
             let s: BTreeMap<_, _> = nf.summary(&e.lock()).into_iter().collect();
             assert_eq!((s["packets"], s["udp"], s["faults"]), (80, 80, 0));
         }
@@ -897,7 +902,7 @@ fn a_rejected_program_is_an_admission_error_that_changes_nothing_under_traffic()
     assert!(
         matches!(
             err,
-            AdmitError::Policy {
+            PipelineError::Policy {
                 tenant: TenantId(4),
                 ..
             }

@@ -1,11 +1,13 @@
 //! `buffet demo`: seeded synthetic multi-tenant traffic through the software Packet
-//! Dispatcher and the Worker Pool running the Monitor NF. Needs no root, no NIC and no
-//! configuration; two runs with the same arguments print the same standard output
-//! (timings go to standard error).
+//! Dispatcher and the Worker Pool running the Monitor NF (or another NF `--nf` names,
+//! with its default policy). Needs no root, no NIC and no configuration; two runs with
+//! the same arguments print the same standard output (timings go to standard error).
 
 use std::io::Write;
 use std::path::Path;
 
+use buffet_config::registry::{NfVisitor, RegisteredNf};
+use buffet_config::TenantConfig;
 use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
 use buffet_io::gen::{tenant_dst_prefix, GenConfig, Generator};
 use buffet_io::{PacketSource, SourcePort};
@@ -13,18 +15,22 @@ use buffet_sdk::TenantId;
 use buffet_worker::{Pipeline, PipelineConfig};
 use clap::Args;
 
-use super::run;
-use buffet_config::TenantConfig;
+use super::registry::{Registry, Selected, Visit};
+use super::run::{self, Capacity};
 
 /// `buffet demo` arguments.
 #[derive(Args, Debug)]
 pub struct DemoArgs {
+    /// The NF every tenant runs, with its default policy: a reference NF or one
+    /// registered by the program.
+    #[arg(long, value_name = "NF", default_value = "monitor")]
+    pub nf: String,
     /// Tenants sharing the NF.
     #[arg(long, default_value_t = 12)]
     pub tenants: u32,
-    /// Worker threads.
-    #[arg(long, default_value_t = 2)]
-    pub workers: u16,
+    /// Threads, arena and Tenant Table slots.
+    #[command(flatten)]
+    pub capacity: Capacity,
     /// Seed of the traffic generator.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
@@ -45,9 +51,42 @@ pub struct DemoArgs {
     pub threshold: u32,
 }
 
-pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
+/// Runs `buffet demo` with the NFs of `registry`.
+pub fn run(a: &DemoArgs, registry: &Registry) -> anyhow::Result<()> {
     anyhow::ensure!(a.tenants >= 1, "--tenants must be at least 1");
-    anyhow::ensure!(a.workers >= 1, "--workers must be at least 1");
+    anyhow::ensure!(
+        a.tenants <= a.capacity.tenant_slots,
+        "--tenants {} exceeds the {} Tenant Table slots (--tenant-slots)",
+        a.tenants,
+        a.capacity.tenant_slots
+    );
+    let mut cfg = PipelineConfig::default();
+    a.capacity.apply(&mut cfg)?;
+    let demo = Demo { a, cfg };
+    match registry.select(&a.nf) {
+        Some(Selected::Reference(name)) => {
+            buffet_config::NfSpec::Reference(name).load()?.visit(demo)
+        }
+        Some(Selected::Registered(nf)) => nf.run(Visit::Demo(demo)),
+        None => anyhow::bail!("unknown NF {:?}", a.nf),
+    }
+}
+
+/// Runs the demo with whichever NF was selected.
+pub(crate) struct Demo<'a> {
+    a: &'a DemoArgs,
+    cfg: PipelineConfig,
+}
+
+impl NfVisitor for Demo<'_> {
+    type Output = anyhow::Result<()>;
+
+    fn visit<N: RegisteredNf>(self, nf: N) -> anyhow::Result<()> {
+        demo_with(nf, self.a, self.cfg)
+    }
+}
+
+fn demo_with<N: RegisteredNf>(nf: N, a: &DemoArgs, base: PipelineConfig) -> anyhow::Result<()> {
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
     anyhow::ensure!(
         a.seconds > 0.0 && a.rate > 0.0,
@@ -98,7 +137,6 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
         .collect();
 
     let cfg = PipelineConfig {
-        workers: a.workers,
         worker_max_nb: worker_max,
         dispatcher: DispatcherConfig {
             sched: SchedulerConfig {
@@ -107,17 +145,23 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
             },
             ..DispatcherConfig::default()
         },
-        ..PipelineConfig::default()
+        ..base
     };
-    let mut p = Pipeline::new(buffet_nfs::Monitor::default(), cfg)?;
+    let workers = cfg.workers;
+    let nf_label = if a.nf == "monitor" {
+        "Monitor NF".to_owned()
+    } else {
+        format!("NF {}", a.nf)
+    };
+    let mut p = Pipeline::new(nf, cfg)?;
     run::admit_all(&mut p, &tenants, Path::new("(demo)"))?;
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     writeln!(
         out,
-        "buffet demo: {} tenants, {} workers, Monitor NF, seed {}, {:.1} virtual s at {:.0} pps mean",
-        a.tenants, a.workers, a.seed, a.seconds, a.rate
+        "buffet demo: {} tenants, {} workers, {nf_label}, seed {}, {:.1} virtual s at {:.0} pps mean",
+        a.tenants, workers, a.seed, a.seconds, a.rate
     )?;
     writeln!(
         out,
@@ -147,7 +191,7 @@ pub fn run(a: &DemoArgs) -> anyhow::Result<()> {
         "{n} packets in {:.3} s wall ({:.2} Mpps through dispatcher + {} workers)",
         took.as_secs_f64(),
         n as f64 / took.as_secs_f64().max(1e-9) / 1e6,
-        a.workers
+        workers
     );
     let migrations = report
         .events

@@ -1,8 +1,149 @@
-//! The subcommands of `buffet`, one module each; [`run`] is what `demo` and `replay`
-//! share (admission, driving a pipeline, printing its report).
+//! The `buffet` command as a library: the binary's `main` is [`main`], and an NF
+//! author's binary is the same command with their NF registered ([`main_with`],
+//! [`nf_main!`](crate::nf_main)), so `replay --nf my-nf` and `demo --nf my-nf` run it
+//! with the tenant table, `--stats-json`, `--output` and everything else.
+//!
+//! One module per subcommand ([`demo`], [`replay`], [`trace`], [`nf`]); [`run`] is what
+//! `demo` and `replay` share (admission, driving a pipeline, printing its report);
+//! [`registry`] holds the NFs `--nf` can name; [`output`] opens the files a run writes
+//! (checked before the run, renamed into place after it); [`limits`] bounds arguments
+//! that cost threads and memory; [`errors`] prints an error's chain once.
+//!
+//! Argument parsing and output only: the tenants schema, isolation resolution and the
+//! trace runner are buffet-config's, the pipeline is buffet-worker's.
 
 pub mod demo;
+pub mod errors;
+pub mod limits;
 pub mod nf;
+pub mod output;
+pub mod registry;
 pub mod replay;
 pub mod run;
 pub mod trace;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::builder::PossibleValuesParser;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+pub use registry::{RegisterError, Registry};
+
+/// Buffet: multi-tenant network functions, one process, thousands of tenants.
+#[derive(Parser, Debug)]
+#[command(name = "buffet", version, about)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run synthetic multi-tenant traffic through the dispatcher and workers (no root, no NIC).
+    Demo(demo::DemoArgs),
+    /// Replay a pcap through the dispatcher and workers running an NF.
+    Replay(replay::ReplayArgs),
+    /// Run only the timeslot scheduler over a `ts_ns,tenant_id` trace.
+    Trace(trace::TraceArgs),
+    /// Inspect NF programs: `buffet nf check file.o` verifies an eBPF NF.
+    Nf(nf::NfArgs),
+}
+
+/// The `buffet` command with the reference NFs only.
+pub fn main() -> ExitCode {
+    main_with(|_| {})
+}
+
+/// The `buffet` command with the NFs `register` adds: parses the process's arguments,
+/// runs the subcommand, prints an error as one line on stderr (`error: ...`, each cause
+/// once) and returns the exit status (0, 1 on an error, 2 on bad usage).
+///
+/// ```no_run
+/// # #[derive(Default)] struct MyNf;
+/// # impl buffet::sdk::NetworkFunction for MyNf {
+/// #     type State = (); type Policy = ();
+/// #     fn name(&self) -> &'static str { "my-nf" }
+/// #     fn register(&self) -> buffet::sdk::MemorySpec { buffet::sdk::MemorySpec::of::<()>() }
+/// #     fn init(&self, _: &(), _: &mut ()) -> Result<(), buffet::sdk::InitError> { Ok(()) }
+/// #     fn handle(&self, _: &mut buffet::sdk::Packet<'_>, _: &mut ()) -> buffet::sdk::Verdict {
+/// #         buffet::sdk::Verdict::Pass
+/// #     }
+/// # }
+/// # impl buffet::config::RegisteredNf for MyNf {}
+/// fn main() -> std::process::ExitCode {
+///     buffet::cli::main_with(|nfs| {
+///         nfs.add::<MyNf>("my-nf");
+///     })
+/// }
+/// ```
+pub fn main_with(register: impl FnOnce(&mut Registry)) -> ExitCode {
+    let mut registry = Registry::new();
+    register(&mut registry);
+    let result = match registry.errors().first() {
+        Some(e) => Err(anyhow::Error::new(e.clone())),
+        None => run_args(std::env::args_os(), &registry),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", errors::chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Parses `args` (the first is the program name) against `registry` and runs the
+/// subcommand. A usage error prints clap's message and exits the process (status 2),
+/// `--help` and `--version` print and exit 0.
+pub fn run_args<I, T>(args: I, registry: &Registry) -> anyhow::Result<()>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    // clap keeps possible values as `&'static str`; the names live as long as the process.
+    let names: Vec<&'static str> = registry
+        .names()
+        .into_iter()
+        .map(|n| &*Box::leak(n.into_boxed_str()))
+        .collect();
+    let nf_values = || PossibleValuesParser::new(names.iter().copied());
+    let cmd = Cli::command()
+        .mut_subcommand("replay", |c| {
+            c.mut_arg("nf", |a| a.value_parser(nf_values()))
+        })
+        .mut_subcommand("demo", |c| c.mut_arg("nf", |a| a.value_parser(nf_values())));
+    let matches = cmd.get_matches_from(args);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    run_command(&cli.command, registry)
+}
+
+/// Runs one parsed subcommand.
+pub fn run_command(command: &Command, registry: &Registry) -> anyhow::Result<()> {
+    match command {
+        Command::Demo(a) => demo::run(a, registry),
+        Command::Replay(a) => replay::run(a, registry),
+        Command::Trace(a) => trace::run(a),
+        Command::Nf(a) => nf::run(a),
+    }
+}
+
+/// `fn main` for an NF author's binary: the full `buffet` command with the NFs named
+/// here registered (each type implements [`RegisteredNf`](crate::config::RegisteredNf)
+/// and `Default`).
+///
+/// ```ignore
+/// buffet::nf_main!("my-nf" => MyNf, "my-other-nf" => OtherNf);
+/// ```
+#[macro_export]
+macro_rules! nf_main {
+    ($($name:literal => $nf:ty),+ $(,)?) => {
+        fn main() -> ::std::process::ExitCode {
+            $crate::cli::main_with(|registry| {
+                $( registry.add::<$nf>($name); )+
+            })
+        }
+    };
+}

@@ -1,35 +1,42 @@
 //! `buffet replay`: a pcap through the dispatcher and the workers running an NF — a
-//! reference NF (`--nf`), a C NF loaded from a shared object (`--nf-lib`) or an eBPF NF
-//! from a clang BPF object (`--nf-ebpf`), at an isolation level
+//! reference NF or a registered one (`--nf`), a C NF loaded from a shared object
+//! (`--nf-lib`) or an eBPF NF from a clang BPF object (`--nf-ebpf`), at an isolation level
 //! (`--isolation safe|mpk|trusted-native|ebpf`).
+//!
+//! Before anything runs, the outputs (`--output`, `--stats-json`) are checked: none may
+//! be an input of the run (compared by device and inode), and each is opened as a
+//! temporary file beside it ([`output`](super::output)), renamed into place when the run
+//! succeeds. Records the capture cut short (snap length) are replayed as captured and
+//! counted (`input.truncated` in the JSON).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use buffet_config::isolation::{self, Isolation};
 use buffet_config::registry::{EbpfEngine, LoadedNf, NfName, NfSpec, NfVisitor, RegisteredNf};
 use buffet_config::{tenants, TenantConfig};
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
-use buffet_io::pcap::{PcapReader, PcapWriter};
+use buffet_io::pcap::{PcapCounters, PcapReader, PcapWriter};
 use buffet_io::{PacketSource, SourcePort};
-use buffet_memory::Domain;
 use buffet_worker::{Pipeline, PipelineConfig, Report};
 use clap::Args;
 
-use super::run;
+use super::output::{self, OutputFile};
+use super::registry::{Registry, Selected, Visit};
+use super::run::{self, Capacity};
 
 /// `buffet replay` arguments.
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// The NF every tenant runs (a reference NF).
+    /// The NF every tenant runs: a reference NF or one registered by the program.
     #[arg(
         long,
-        value_enum,
+        value_name = "NF",
         required_unless_present_any = ["nf_lib", "nf_ebpf"],
         conflicts_with_all = ["nf_lib", "nf_ebpf"]
     )]
-    pub nf: Option<NfName>,
+    pub nf: Option<String>,
     /// Run a C NF instead: a shared object implementing include/buffet.h.
     #[arg(long, value_name = "PATH", conflicts_with = "nf_ebpf")]
     pub nf_lib: Option<PathBuf>,
@@ -54,12 +61,12 @@ pub struct ReplayArgs {
     /// The pcap to replay (Ethernet link type).
     #[arg(long)]
     pub input: PathBuf,
-    /// Write the packets the NF passes to this pcap.
+    /// Write the packets the NF passes to this pcap (never the --input file).
     #[arg(long)]
     pub output: Option<PathBuf>,
-    /// Worker threads.
-    #[arg(long, default_value_t = 2)]
-    pub workers: u16,
+    /// Threads, arena and Tenant Table slots.
+    #[command(flatten)]
+    pub capacity: Capacity,
     /// Each worker's MAX_NB per timeslot (0 = unlimited: never overloaded).
     #[arg(long, default_value_t = 0)]
     pub worker_max: u64,
@@ -77,26 +84,86 @@ pub struct ReplayArgs {
     pub no_pin: bool,
 }
 
+/// The NF the arguments name, before it is loaded.
+enum Chosen {
+    /// A reference, C or eBPF NF.
+    Spec(NfSpec),
+    /// An NF registered by name.
+    Registered(String),
+}
+
 impl ReplayArgs {
     /// The NF the arguments name.
-    fn nf_spec(&self) -> anyhow::Result<NfSpec> {
-        Ok(match (&self.nf_lib, &self.nf_ebpf, self.nf) {
-            (Some(lib), _, _) => NfSpec::C(lib.clone()),
-            (None, Some(obj), _) => NfSpec::Ebpf {
+    fn chosen(&self, registry: &Registry) -> anyhow::Result<Chosen> {
+        Ok(match (&self.nf_lib, &self.nf_ebpf, &self.nf) {
+            (Some(lib), _, _) => Chosen::Spec(NfSpec::C(lib.clone())),
+            (None, Some(obj), _) => Chosen::Spec(NfSpec::Ebpf {
                 path: obj.clone(),
                 engine: self.ebpf_engine,
-            },
-            (None, None, Some(name)) => NfSpec::Reference(name),
-            (None, None, None) => anyhow::bail!("give --nf or --nf-lib"),
+            }),
+            (None, None, Some(name)) if registry.is_registered(name) => {
+                Chosen::Registered(name.clone())
+            }
+            (None, None, Some(name)) => Chosen::Spec(NfSpec::Reference(name.parse()?)),
+            (None, None, None) => anyhow::bail!("give --nf, --nf-lib or --nf-ebpf"),
         })
+    }
+
+    /// The files the run reads, by flag.
+    fn inputs(&self) -> Vec<(&'static str, &Path)> {
+        let mut v = vec![
+            ("--input", self.input.as_path()),
+            ("--tenants", &self.tenants),
+        ];
+        if let Some(p) = &self.nf_lib {
+            v.push(("--nf-lib", p));
+        }
+        if let Some(p) = &self.nf_ebpf {
+            v.push(("--nf-ebpf", p));
+        }
+        v
+    }
+
+    /// The files the run writes, by flag.
+    fn outputs(&self) -> Vec<(&'static str, &Path)> {
+        let mut v = Vec::new();
+        if let Some(p) = &self.output {
+            v.push(("--output", p.as_path()));
+        }
+        if let Some(p) = &self.stats_json {
+            v.push(("--stats-json", p.as_path()));
+        }
+        v
     }
 }
 
-pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
+/// Runs `buffet replay` with the NFs of `registry`.
+pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
-    let spec = a.nf_spec()?;
+    let mut cfg = PipelineConfig::default();
+    a.capacity.apply(&mut cfg)?;
+    let chosen = a.chosen(registry)?;
+    // Outputs first: nothing may be opened for writing that is an input.
+    output::refuse_same_files(&a.inputs(), &a.outputs())?;
+    let outputs = Outputs {
+        pcap: a
+            .output
+            .as_deref()
+            .map(|p| OutputFile::create("--output", p))
+            .transpose()?,
+        stats: a
+            .stats_json
+            .as_deref()
+            .map(|p| OutputFile::create("--stats-json", p))
+            .transpose()?,
+    };
     let tenants = tenants::load(&a.tenants)?;
-    let level = isolation::resolve(a.isolation, &spec, &tenants, &a.tenants)?;
+    // A registered NF is safe Rust, resolved like a reference NF.
+    let kind_of = match &chosen {
+        Chosen::Spec(spec) => spec.clone(),
+        Chosen::Registered(_) => NfSpec::Reference(NfName::Monitor),
+    };
+    let level = isolation::resolve(a.isolation, &kind_of, &tenants, &a.tenants)?;
     if level == Isolation::Mpk {
         let mpk = isolation::mpk()?;
         eprintln!(
@@ -104,73 +171,101 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
             mpk.cache_keys()
         );
     }
-    if level == Isolation::TrustedNative {
-        eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
-    }
-    let nf = spec.load_at(level)?;
-    if let (LoadedNf::Ebpf(nf), Some(obj)) = (&nf, spec.path()) {
-        let p = nf.program();
-        eprintln!(
-            "isolation: ebpf ({}: {} instructions verified, engine {})",
-            obj.display(),
-            p.verified().instructions,
-            p.engine().name()
+    let mut source = PcapReader::open(&a.input)?;
+    if source.is_at_end()? {
+        anyhow::bail!(
+            "{}: the pcap holds no packets (only its global header): nothing to replay",
+            a.input.display()
         );
     }
-    nf.visit(Replay {
+    cfg.worker_max_nb = if a.worker_max == 0 {
+        u64::MAX
+    } else {
+        a.worker_max
+    };
+    cfg.dispatcher = DispatcherConfig {
+        sched: SchedulerConfig {
+            shift: a.shift,
+            threshold: a.threshold,
+        },
+        ..DispatcherConfig::default()
+    };
+    cfg.pin = !a.no_pin;
+    cfg.domain = level.domain();
+    let counters = source.counters();
+    let replay = Replay {
         a,
         tenants: &tenants,
-        domain: level.domain(),
-    })
+        cfg,
+        source,
+        counters,
+        outputs,
+    };
+    match chosen {
+        Chosen::Spec(spec) => {
+            if level == Isolation::TrustedNative {
+                eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
+            }
+            let nf = spec.load_at(level)?;
+            if let (LoadedNf::Ebpf(nf), Some(obj)) = (&nf, spec.path()) {
+                let p = nf.program();
+                eprintln!(
+                    "isolation: ebpf ({}: {} instructions verified, engine {})",
+                    obj.display(),
+                    p.verified().instructions,
+                    p.engine().name()
+                );
+            }
+            nf.visit(replay)
+        }
+        Chosen::Registered(name) => match registry.select(&name) {
+            Some(Selected::Registered(nf)) => nf.run(Visit::Replay(Box::new(replay))),
+            _ => anyhow::bail!("NF {name:?} is not registered"),
+        },
+    }
+}
+
+/// The files a replay writes, opened before it starts.
+struct Outputs {
+    pcap: Option<OutputFile>,
+    stats: Option<OutputFile>,
 }
 
 /// Replays with whichever NF was loaded.
-struct Replay<'a> {
+pub(crate) struct Replay<'a> {
     a: &'a ReplayArgs,
     tenants: &'a [TenantConfig],
-    domain: Domain,
+    cfg: PipelineConfig,
+    source: PcapReader,
+    counters: PcapCounters,
+    outputs: Outputs,
 }
 
 impl NfVisitor for Replay<'_> {
     type Output = anyhow::Result<()>;
 
     fn visit<N: RegisteredNf>(self, nf: N) -> anyhow::Result<()> {
-        replay_with(nf, self.a, self.tenants, self.domain)
+        replay_with(nf, self)
     }
 }
 
-fn replay_with<N: RegisteredNf>(
-    nf: N,
-    a: &ReplayArgs,
-    tenants: &[TenantConfig],
-    domain: Domain,
-) -> anyhow::Result<()> {
-    let cfg = PipelineConfig {
-        workers: a.workers,
-        worker_max_nb: if a.worker_max == 0 {
-            u64::MAX
-        } else {
-            a.worker_max
-        },
-        dispatcher: DispatcherConfig {
-            sched: SchedulerConfig {
-                shift: a.shift,
-                threshold: a.threshold,
-            },
-            ..DispatcherConfig::default()
-        },
-        pin: !a.no_pin,
-        domain,
-        ..PipelineConfig::default()
-    };
-    let source = PcapReader::open(&a.input)?;
+fn replay_with<N: RegisteredNf>(nf: N, r: Replay<'_>) -> anyhow::Result<()> {
+    let Replay {
+        a,
+        tenants,
+        cfg,
+        source,
+        counters,
+        mut outputs,
+    } = r;
     let mut p = Pipeline::new(nf, cfg)?;
     run::admit_all(&mut p, tenants, &a.tenants)?;
     let bar = run::progress(source.size_hint(), "replay");
     // The pcap is port 0: Pass, Tx and Forward(0) go to --output.
     let mut port = SourcePort::new(0, format!("pcap:{}", a.input.display()), source);
-    if let Some(out) = &a.output {
-        port = port.with_output(PcapWriter::create(out)?);
+    if let Some(out) = &mut outputs.pcap {
+        let file = out.take_file().context("--output opened twice")?;
+        port = port.with_output(PcapWriter::new(file, out.path())?);
     }
     let (n, took) = run::drive(&mut p, Box::new(port), &bar)?;
     let faults = p.nf().contained_faults();
@@ -181,9 +276,16 @@ fn replay_with<N: RegisteredNf>(
             a.output.as_deref().unwrap_or(a.input.as_path()).display()
         );
     }
+    let truncated = counters.truncated();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     run::print_tenants(&mut out, &report)?;
+    if truncated > 0 {
+        writeln!(
+            out,
+            "input {truncated} of {n} records truncated by the capture's snap length (replayed as captured)"
+        )?;
+    }
     run::print_events(&mut out, &report, 20)?;
     for f in &faults {
         writeln!(out, "  contained fault: {f}")?;
@@ -193,16 +295,51 @@ fn replay_with<N: RegisteredNf>(
         took.as_secs_f64(),
         n as f64 / took.as_secs_f64().max(1e-9) / 1e6
     );
-    if let Some(path) = &a.stats_json {
-        write_stats(path, &report)?;
+    if let Some(pcap) = outputs.pcap.take() {
+        pcap.commit()?;
+    }
+    if let Some(mut stats) = outputs.stats.take() {
+        let input = InputSummary {
+            file: &a.input,
+            packets: n,
+            truncated,
+        };
+        write_stats(&mut stats, &report, &input)?;
+        stats.commit()?;
     }
     Ok(())
 }
 
-fn write_stats(path: &std::path::Path, report: &Report) -> anyhow::Result<()> {
-    let mut f = std::fs::File::create(path).with_context(|| format!("{}", path.display()))?;
-    serde_json::to_writer_pretty(&mut f, report)?;
-    f.write_all(b"\n")?;
+/// What the run read, for the JSON report's `input` section.
+struct InputSummary<'a> {
+    file: &'a Path,
+    packets: u64,
+    truncated: u64,
+}
+
+/// The report as JSON, with an `input` section: `{"file", "packets", "truncated"}`.
+fn write_stats(
+    out: &mut OutputFile,
+    report: &Report,
+    input: &InputSummary<'_>,
+) -> anyhow::Result<()> {
+    let mut json = serde_json::to_value(report)?;
+    if let Some(obj) = json.as_object_mut() {
+        obj.insert(
+            "input".to_owned(),
+            serde_json::json!({
+                "file": input.file.display().to_string(),
+                "packets": input.packets,
+                "truncated": input.truncated,
+            }),
+        );
+    }
+    let mut f = std::io::BufWriter::new(out.take_file().context("--stats-json opened twice")?);
+    serde_json::to_writer_pretty(&mut f, &json)
+        .map_err(std::io::Error::from)
+        .and_then(|()| f.write_all(b"\n"))
+        .and_then(|()| f.flush())
+        .map_err(|e| out.write_error(e))?;
     Ok(())
 }
 
@@ -222,7 +359,7 @@ mod tests {
 
     fn args(dir: &std::path::Path, nf: NfName, tenants: &str, stats: &str) -> ReplayArgs {
         ReplayArgs {
-            nf: Some(nf),
+            nf: Some(nf.name().to_owned()),
             nf_lib: None,
             nf_ebpf: None,
             ebpf_engine: EbpfEngine::Interpreter,
@@ -230,13 +367,17 @@ mod tests {
             tenants: dir.join(tenants),
             input: dir.join("in.pcap"),
             output: None,
-            workers: 2,
+            capacity: Capacity::default(),
             worker_max: 0,
             shift: 30,
             threshold: 3,
             stats_json: Some(dir.join(stats)),
             no_pin: true,
         }
+    }
+
+    fn run_default(a: &ReplayArgs) -> anyhow::Result<()> {
+        run(a, &Registry::new())
     }
 
     /// What a run did per tenant, without the timings.
@@ -301,8 +442,8 @@ rules = [ { action = "deny", proto = "udp", dst_port = "120-130" } ]
                 "rules": [ { "action": "deny", "proto": "udp", "dst_port": "120-130" } ] } } ] }"#,
         )
         .unwrap();
-        run(&args(dir.path(), NfName::Firewall, "t.toml", "toml.json")).unwrap();
-        run(&args(dir.path(), NfName::Firewall, "t.json", "json.json")).unwrap();
+        run_default(&args(dir.path(), NfName::Firewall, "t.toml", "toml.json")).unwrap();
+        run_default(&args(dir.path(), NfName::Firewall, "t.json", "json.json")).unwrap();
         let (from_toml, from_json) = (
             outcome(&dir.path().join("toml.json")),
             outcome(&dir.path().join("json.json")),
@@ -320,7 +461,7 @@ rules = [ { action = "deny", proto = "udp", dst_port = "120-130" } ]
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("t.yaml"), "tenant: []\n").unwrap();
         let a = args(dir.path(), NfName::Monitor, "t.yaml", "stats.json");
-        let e = format!("{:#}", run(&a).unwrap_err());
+        let e = format!("{:#}", run_default(&a).unwrap_err());
         assert!(
             e.ends_with("t.yaml: a tenants file is .toml or .json"),
             "{e}"

@@ -7,11 +7,60 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use buffet_io::Port;
+use buffet_memory::ArenaConfig;
 use buffet_sdk::NetworkFunction;
-use buffet_worker::{Pipeline, Report, TenantSpec, WorkerEvent};
+use buffet_worker::{Pipeline, PipelineConfig, Report, TenantSpec, WorkerEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffet_config::TenantConfig;
+use clap::Args;
+
+use super::limits;
+
+/// Capacity flags of a run that starts a pipeline (`demo`, `replay`): what it may cost
+/// in threads and memory. docs/cli.md lists what each limit admits.
+#[derive(Args, Debug, Clone)]
+pub struct Capacity {
+    /// Worker threads (at most the cores available, unless --allow-oversubscribe).
+    #[arg(long, default_value_t = 2)]
+    pub workers: u16,
+    /// Allow more workers than cores (up to 256).
+    #[arg(long)]
+    pub allow_oversubscribe: bool,
+    /// Address space of the Memory Manager's arena, in MiB: every tenant's region and
+    /// its guard page come from it.
+    #[arg(long, value_name = "MIB", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    pub arena_mib: u64,
+    /// Tenant Table slots: the most tenants admitted at once.
+    #[arg(long, value_name = "N", default_value_t = 16_384,
+          value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    pub tenant_slots: u32,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Capacity {
+            workers: 2,
+            allow_oversubscribe: false,
+            arena_mib: 1024,
+            tenant_slots: 16_384,
+        }
+    }
+}
+
+impl Capacity {
+    /// Checks the flags and applies them to `cfg`.
+    pub fn apply(&self, cfg: &mut PipelineConfig) -> Result<(), limits::WorkersError> {
+        cfg.workers =
+            limits::check_workers(self.workers, limits::cores(), self.allow_oversubscribe)?;
+        cfg.arena = ArenaConfig {
+            capacity: usize::try_from(self.arena_mib << 20).unwrap_or(usize::MAX),
+        };
+        cfg.tenant_capacity = self.tenant_slots;
+        Ok(())
+    }
+}
 
 /// Admits every tenant; the first error stops and names the file and tenant.
 pub fn admit_all<N: NetworkFunction>(

@@ -44,7 +44,7 @@ impl Rig {
             };
             table
                 .admit_with(
-                    slot,
+                    TenantSlot(slot),
                     TenantId(slot + 1),
                     nf.register().bytes,
                     CState::default(),
@@ -83,7 +83,7 @@ impl Rig {
     fn regions(&self) -> Vec<Vec<u8>> {
         (0..4)
             .map(|slot| {
-                let e = self.table.get_arc(slot).unwrap();
+                let e = self.table.get_arc(TenantSlot(slot)).unwrap();
                 let mut g = e.lock();
                 g.split().1.to_vec()
             })
@@ -119,7 +119,10 @@ fn an_attacker_is_quarantined_and_its_neighbours_regions_are_byte_identical() {
     );
     // The layout the attacker relies on: the neighbour's region right after its own and
     // one guard page, so the attack really aims at the neighbour's first counter.
-    let (a, n) = (rig.table.get_arc(1).unwrap(), rig.table.get_arc(2).unwrap());
+    let (a, n) = (
+        rig.table.get_arc(TenantSlot(1)).unwrap(),
+        rig.table.get_arc(TenantSlot(2)).unwrap(),
+    );
     let page = rig.table.storage().page_size();
     assert_eq!(n.extent().base, a.extent().end() + page);
     let out = rig.run(10);
@@ -216,7 +219,7 @@ fn a_write_only_attack_and_a_guard_page_overrun_are_contained_too() {
             Domain::Mpk,
             json!({ "attack": attack, "attack_after": 3, "canary": 2000 }),
         );
-        let n = rig.table.get_arc(2).unwrap();
+        let n = rig.table.get_arc(TenantSlot(2)).unwrap();
         let out = rig.run(3);
         assert_eq!(passed(&out[1]), 3, "{attack}");
         assert!(out[2].iter().all(|o| *o == Outcome::Nf(Verdict::Pass)));
@@ -404,7 +407,7 @@ fn policy_errors_and_missing_symbols_are_reported() {
     let table = TenantTable::new(storage, 2);
     let e = table
         .admit_with(
-            0,
+            TenantSlot(0),
             TenantId(1),
             nf.register().bytes,
             CState::default(),

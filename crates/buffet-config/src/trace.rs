@@ -23,10 +23,12 @@
 
 use std::io::{self, BufRead, Write};
 
+use buffet_dispatch::scheduler::MAX_TENANT_SLOTS;
 use buffet_dispatch::{
-    Decision, Dispatcher, DispatcherConfig, Event, SchedulerConfig, TagMode, TenantId, TenantSlot,
+    Decision, Dispatcher, DispatcherConfig, Event, SchedulerConfig, TagMode, TenantId,
     UnmatchedPolicy, WorkerId,
 };
+use buffet_sdk::TenantRegistry;
 
 /// The trace's fixed setup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,7 +131,8 @@ pub fn run_trace(
     let mut sum = TraceSummary::default();
     let mut buf = Vec::with_capacity(64);
     let mut line_no = 0u64;
-    let mut next_slot = 0u32;
+    // The trace runner has no Memory Manager, so it owns the tenant registry itself.
+    let mut registry = TenantRegistry::new(MAX_TENANT_SLOTS);
     loop {
         buf.clear();
         if input
@@ -156,14 +159,18 @@ pub fn run_trace(
         }
         let (ts, tid) = parse_record(line).map_err(at)?;
         let id = TenantId(tid);
-        let slot = match d.slot_of(id) {
+        let slot = match registry.slot_of(id) {
             Some(s) => s,
             None => {
-                let slot = TenantSlot(next_slot);
-                let worker = WorkerId((tid % u32::from(cfg.workers)) as u16);
-                d.admit_on(slot, id, Vec::new(), cfg.tenant_max, worker)
+                let slot = registry
+                    .next_slot(id)
                     .map_err(|_| at(LineError::TooManyTenants))?;
-                next_slot += 1;
+                let worker = WorkerId((tid % u32::from(cfg.workers)) as u16);
+                d.admit_on(slot, Vec::new(), cfg.tenant_max, worker)
+                    .map_err(|_| at(LineError::TooManyTenants))?;
+                registry
+                    .admit(slot, id)
+                    .map_err(|_| at(LineError::TooManyTenants))?;
                 sum.tenants += 1;
                 slot
             }

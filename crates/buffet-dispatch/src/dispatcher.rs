@@ -1,7 +1,6 @@
 //! The Packet Dispatcher: classifier + scheduler + tagging, sans-IO.
 
-use buffet_sdk::{L3Kind, Packet, PacketMeta, ParseError, TenantId};
-use rustc_hash::FxHashMap;
+use buffet_sdk::{L3Kind, Layout, Packet, PacketMeta, ParseError, TenantId};
 
 use crate::classifier::{Classifier, Match, Rule, RuleError};
 use crate::scheduler::{SchedOutcome, Scheduler, SchedulerConfig, TenantError, WorkerError};
@@ -110,20 +109,14 @@ pub enum Event {
     },
 }
 
-/// Why admission or removal failed. On error nothing changed.
+/// Why the Packet Dispatcher refused to admit or remove a tenant. On error nothing
+/// changed. Tenant ids are not the dispatcher's business: it knows tenants by the slot
+/// the tenant registry gave them, and duplicate ids are refused there.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AdmitError {
+pub enum DispatchError {
     /// The slot is taken.
     #[error("{0} is already occupied")]
     DuplicateSlot(TenantSlot),
-    /// The tenant id is already admitted (in another slot).
-    #[error("tenant {id} is already admitted in {slot}")]
-    DuplicateId {
-        /// The id.
-        id: TenantId,
-        /// Where it is.
-        slot: TenantSlot,
-    },
     /// A rule is invalid.
     #[error("rule {index}: {source}")]
     InvalidRule {
@@ -196,8 +189,6 @@ pub struct Dispatcher {
     cfg: DispatcherConfig,
     classifier: Classifier,
     sched: Scheduler,
-    ids: Vec<Option<TenantId>>,
-    slots: FxHashMap<TenantId, TenantSlot>,
     events: Vec<Event>,
     stats: DispatchStats,
 }
@@ -209,8 +200,6 @@ impl Dispatcher {
             cfg,
             classifier: Classifier::new(),
             sched: Scheduler::new(cfg.sched),
-            ids: Vec::new(),
-            slots: FxHashMap::default(),
             events: Vec::with_capacity(256),
             stats: DispatchStats::default(),
         }
@@ -266,61 +255,55 @@ impl Dispatcher {
     pub fn admit(
         &mut self,
         slot: TenantSlot,
-        id: TenantId,
         rules: Vec<(u32, Match)>,
         max_nb: u64,
-    ) -> Result<WorkerId, AdmitError> {
+    ) -> Result<WorkerId, DispatchError> {
         let worker = self
             .sched
             .spread_choice()
-            .ok_or(AdmitError::Placement(TenantError::NoLiveWorker));
-        self.admit_inner(slot, id, rules, max_nb, worker)
+            .ok_or(DispatchError::Placement(TenantError::NoLiveWorker));
+        self.admit_inner(slot, rules, max_nb, worker)
     }
 
     /// [`Dispatcher::admit`] on a given worker.
     pub fn admit_on(
         &mut self,
         slot: TenantSlot,
-        id: TenantId,
         rules: Vec<(u32, Match)>,
         max_nb: u64,
         worker: WorkerId,
-    ) -> Result<WorkerId, AdmitError> {
-        self.admit_inner(slot, id, rules, max_nb, Ok(worker))
+    ) -> Result<WorkerId, DispatchError> {
+        self.admit_inner(slot, rules, max_nb, Ok(worker))
     }
 
     fn admit_inner(
         &mut self,
         slot: TenantSlot,
-        id: TenantId,
         rules: Vec<(u32, Match)>,
         max_nb: u64,
-        worker: Result<WorkerId, AdmitError>,
-    ) -> Result<WorkerId, AdmitError> {
+        worker: Result<WorkerId, DispatchError>,
+    ) -> Result<WorkerId, DispatchError> {
         // Validate everything first: from here on nothing may fail.
         match self.sched.check_new_slot(slot) {
-            Err(TenantError::DuplicateSlot(s)) => return Err(AdmitError::DuplicateSlot(s)),
-            Err(e) => return Err(AdmitError::Placement(e)),
+            Err(TenantError::DuplicateSlot(s)) => return Err(DispatchError::DuplicateSlot(s)),
+            Err(e) => return Err(DispatchError::Placement(e)),
             Ok(()) => {}
         }
-        if let Some(&other) = self.slots.get(&id) {
-            return Err(AdmitError::DuplicateId { id, slot: other });
-        }
         if self.cfg.tag == TagMode::Dscp && slot.0 > u32::from(MAX_DSCP) {
-            return Err(AdmitError::SlotNotTaggable(slot));
+            return Err(DispatchError::SlotNotTaggable(slot));
         }
         for (index, (_, m)) in rules.iter().enumerate() {
             m.validate()
-                .map_err(|source| AdmitError::InvalidRule { index, source })?;
+                .map_err(|source| DispatchError::InvalidRule { index, source })?;
         }
         let worker = worker?;
         self.sched
             .check_live(worker)
-            .map_err(AdmitError::Placement)?;
+            .map_err(DispatchError::Placement)?;
 
         self.sched
             .add_tenant(slot, worker, max_nb)
-            .map_err(AdmitError::Placement)?;
+            .map_err(DispatchError::Placement)?;
         for (priority, fields) in rules {
             let inserted = self.classifier.insert(Rule {
                 priority,
@@ -331,32 +314,26 @@ impl Dispatcher {
                 // Unreachable: validated above. Undo anyway, so the promise holds.
                 self.classifier.remove_tenant(slot);
                 let _ = self.sched.remove_tenant(slot);
-                return Err(AdmitError::InvalidRule {
+                return Err(DispatchError::InvalidRule {
                     index: 0,
                     source: e,
                 });
             }
         }
         let i = slot.index();
-        if self.ids.len() <= i {
-            self.ids.resize(i + 1, None);
+        if self.stats.policed.len() <= i {
             self.stats.policed.resize(i + 1, 0);
         }
-        self.ids[i] = Some(id);
         self.stats.policed[i] = 0;
-        self.slots.insert(id, slot);
         Ok(worker)
     }
 
-    /// Removes a tenant: its rules, its scheduler row, its id.
-    pub fn remove(&mut self, slot: TenantSlot) -> Result<(), AdmitError> {
-        let id = self
-            .tenant_id(slot)
-            .ok_or(AdmitError::UnknownTenant(slot))?;
+    /// Removes a tenant: its rules and its Load Monitor row.
+    pub fn remove(&mut self, slot: TenantSlot) -> Result<(), DispatchError> {
+        self.sched
+            .remove_tenant(slot)
+            .map_err(|_| DispatchError::UnknownTenant(slot))?;
         self.classifier.remove_tenant(slot);
-        let _ = self.sched.remove_tenant(slot);
-        self.ids[slot.index()] = None;
-        self.slots.remove(&id);
         Ok(())
     }
 
@@ -364,32 +341,46 @@ impl Dispatcher {
     /// on `in_port` at `ts_ns`. Never allocates (events go to a reused, bounded buffer)
     /// and never panics.
     pub fn dispatch(&mut self, ts_ns: u64, in_port: u16, frame: &mut [u8]) -> Decision {
+        self.dispatch_with_layout(ts_ns, in_port, frame).0
+    }
+
+    /// [`dispatch`](Self::dispatch), also returning the header [`Layout`] found while
+    /// parsing (for every frame that parsed, passed or not), so the worker can rebuild the
+    /// packet with [`Packet::from_layout`] instead of parsing it again. Tagging changes no
+    /// offsets, so the layout stays valid for the tagged bytes.
+    pub fn dispatch_with_layout(
+        &mut self,
+        ts_ns: u64,
+        in_port: u16,
+        frame: &mut [u8],
+    ) -> (Decision, Option<Layout>) {
         let meta = PacketMeta {
             in_port,
             ts_ns,
             tenant: TenantId::default(),
         };
-        let (class, l3, is_v4) = match Packet::parse(frame, meta) {
+        let (class, layout, l3, is_v4) = match Packet::parse(frame, meta) {
             Err(e) => {
                 self.stats.malformed[e.index()] += 1;
-                return Decision::Drop(DispatchDrop::Malformed(e));
+                return (Decision::Drop(DispatchDrop::Malformed(e)), None);
             }
             Ok(pkt) => (
                 self.classifier.classify(&pkt),
+                pkt.layout(),
                 pkt.l3_offset(),
                 pkt.l3_kind() == L3Kind::Ipv4,
             ),
         };
         let slot = match (class, self.cfg.unmatched) {
             (Some(s), _) => s,
-            (None, UnmatchedPolicy::ToTenant(s)) if self.tenant_id(s).is_some() => {
+            (None, UnmatchedPolicy::ToTenant(s)) if self.has_tenant(s) => {
                 self.stats.unmatched += 1;
                 s
             }
             (None, _) => {
                 self.stats.unmatched += 1;
                 self.stats.unmatched_dropped += 1;
-                return Decision::Drop(DispatchDrop::Unmatched);
+                return (Decision::Drop(DispatchDrop::Unmatched), Some(layout));
             }
         };
         let d = self.schedule_tagged(ts_ns, slot);
@@ -399,7 +390,7 @@ impl Dispatcher {
             // they were, which a worker re-classifies.
             let _ = tag_dscp(frame, l3, is_v4, tenant.0 as u8);
         }
-        d
+        (d, Some(layout))
     }
 
     /// Schedules a packet of tenant `slot` (classified elsewhere, e.g. tagged by the NIC)
@@ -482,14 +473,9 @@ impl Dispatcher {
         &self.classifier
     }
 
-    /// The id of the tenant in `slot`.
-    pub fn tenant_id(&self, slot: TenantSlot) -> Option<TenantId> {
-        self.ids.get(slot.index()).copied().flatten()
-    }
-
-    /// The slot of tenant `id`.
-    pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
-        self.slots.get(&id).copied()
+    /// Whether a tenant is admitted in `slot`.
+    pub fn has_tenant(&self, slot: TenantSlot) -> bool {
+        self.sched.tenant(slot).is_some()
     }
 }
 
@@ -568,7 +554,7 @@ mod tests {
     fn unmatched_is_counted_and_dropped_or_redirected() {
         let mut d = Dispatcher::new(DispatcherConfig::default());
         d.add_worker(100);
-        d.admit(TenantSlot(0), TenantId(7), port(80), 0).unwrap();
+        d.admit(TenantSlot(0), port(80), 0).unwrap();
         assert_eq!(
             d.dispatch(0, 0, &mut udp(81)),
             Decision::Drop(DispatchDrop::Unmatched)
@@ -597,7 +583,7 @@ mod tests {
             d.dispatch(0, 0, &mut udp(81)),
             Decision::Drop(DispatchDrop::Unmatched)
         );
-        d.admit(TenantSlot(1), TenantId(1), vec![], 0).unwrap();
+        d.admit(TenantSlot(1), vec![], 0).unwrap();
         assert_eq!(
             d.dispatch(0, 0, &mut udp(81)),
             Decision::Pass {
@@ -611,13 +597,12 @@ mod tests {
     /// Everything observable about a dispatcher's tenants, for "nothing changed".
     fn snapshot(d: &Dispatcher) -> String {
         format!(
-            "{:?} {} {:?} {:?}",
+            "{:?} {} {:?}",
             d.scheduler().tenants().collect::<Vec<_>>(),
             d.classifier().len(),
             (0..4)
-                .map(|i| d.tenant_id(TenantSlot(i)))
+                .map(|i| d.has_tenant(TenantSlot(i)))
                 .collect::<Vec<_>>(),
-            (0..4).map(|i| d.slot_of(TenantId(i))).collect::<Vec<_>>(),
         )
     }
 
@@ -625,12 +610,12 @@ mod tests {
     fn admit_errors_change_nothing() {
         let mut d = Dispatcher::new(cfg(TagMode::Dscp));
         assert_eq!(
-            d.admit(TenantSlot(0), TenantId(0), port(80), 0),
-            Err(AdmitError::Placement(TenantError::NoLiveWorker))
+            d.admit(TenantSlot(0), port(80), 0),
+            Err(DispatchError::Placement(TenantError::NoLiveWorker))
         );
         let w0 = d.add_worker(100);
         let w1 = d.add_worker(100);
-        assert_eq!(d.admit(TenantSlot(0), TenantId(0), port(80), 0), Ok(w0));
+        assert_eq!(d.admit(TenantSlot(0), port(80), 0), Ok(w0));
         let before = snapshot(&d);
         let bad_rules = vec![
             (1, Match::default()),
@@ -644,34 +629,27 @@ mod tests {
         ];
         let errors = [
             (
-                d.admit(TenantSlot(0), TenantId(1), port(81), 0),
-                AdmitError::DuplicateSlot(TenantSlot(0)),
+                d.admit(TenantSlot(0), port(81), 0),
+                DispatchError::DuplicateSlot(TenantSlot(0)),
             ),
             (
-                d.admit(TenantSlot(1), TenantId(0), port(81), 0),
-                AdmitError::DuplicateId {
-                    id: TenantId(0),
-                    slot: TenantSlot(0),
-                },
-            ),
-            (
-                d.admit(TenantSlot(1), TenantId(1), bad_rules, 0),
-                AdmitError::InvalidRule {
+                d.admit(TenantSlot(1), bad_rules, 0),
+                DispatchError::InvalidRule {
                     index: 1,
                     source: RuleError::DscpOutOfRange(99),
                 },
             ),
             (
-                d.admit(TenantSlot(64), TenantId(1), port(81), 0),
-                AdmitError::SlotNotTaggable(TenantSlot(64)),
+                d.admit(TenantSlot(64), port(81), 0),
+                DispatchError::SlotNotTaggable(TenantSlot(64)),
             ),
             (
-                d.admit_on(TenantSlot(1), TenantId(1), port(81), 0, WorkerId(9)),
-                AdmitError::Placement(TenantError::UnknownWorker(WorkerId(9))),
+                d.admit_on(TenantSlot(1), port(81), 0, WorkerId(9)),
+                DispatchError::Placement(TenantError::UnknownWorker(WorkerId(9))),
             ),
             (
                 d.remove(TenantSlot(3)).map(|()| w0),
-                AdmitError::UnknownTenant(TenantSlot(3)),
+                DispatchError::UnknownTenant(TenantSlot(3)),
             ),
         ];
         for (got, want) in errors {
@@ -680,12 +658,12 @@ mod tests {
         }
         d.terminate_worker(w1);
         assert_eq!(
-            d.admit_on(TenantSlot(1), TenantId(1), port(81), 0, w1),
-            Err(AdmitError::Placement(TenantError::WorkerNotLive(w1)))
+            d.admit_on(TenantSlot(1), port(81), 0, w1),
+            Err(DispatchError::Placement(TenantError::WorkerNotLive(w1)))
         );
         assert_eq!(snapshot(&d), before);
         // The error message names the rule.
-        let e = AdmitError::InvalidRule {
+        let e = DispatchError::InvalidRule {
             index: 1,
             source: RuleError::DscpOutOfRange(99),
         };
@@ -699,29 +677,45 @@ mod tests {
             d.add_worker(1000);
         }
         let placed: Vec<_> = (0..5)
-            .map(|i| {
-                d.admit(TenantSlot(i), TenantId(100 + i), port(80 + i as u16), 0)
-                    .unwrap()
-                    .0
-            })
+            .map(|i| d.admit(TenantSlot(i), port(80 + i as u16), 0).unwrap().0)
             .collect();
         assert_eq!(placed, [0, 1, 2, 0, 1]);
-        assert_eq!(d.slot_of(TenantId(103)), Some(TenantSlot(3)));
-        assert_eq!(d.tenant_id(TenantSlot(3)), Some(TenantId(103)));
+        assert!(d.has_tenant(TenantSlot(3)));
         d.remove(TenantSlot(3)).unwrap();
-        assert_eq!(d.slot_of(TenantId(103)), None);
-        assert_eq!(d.tenant_id(TenantSlot(3)), None);
+        assert!(!d.has_tenant(TenantSlot(3)));
         assert_eq!(
             d.dispatch(0, 0, &mut udp(83)),
             Decision::Drop(DispatchDrop::Unmatched)
         );
-        // The slot and the id can be reused. Tenants per worker now: w0 1 (tenant 0),
+        // The slot can be reused. Tenants per worker now: w0 1 (tenant 0),
         // w1 2, w2 1 -> fewest, tie -> lowest id: w0.
-        assert_eq!(
-            d.admit(TenantSlot(3), TenantId(103), port(83), 0),
-            Ok(WorkerId(0))
-        );
+        assert_eq!(d.admit(TenantSlot(3), port(83), 0), Ok(WorkerId(0)));
         assert!(d.dispatch(0, 0, &mut udp(83)).is_pass());
+    }
+
+    #[test]
+    fn the_layout_of_the_one_parse_travels_with_the_decision() {
+        let mut d = Dispatcher::new(cfg(TagMode::Dscp));
+        d.add_worker(100);
+        d.admit(TenantSlot(5), port(80), 0).unwrap();
+        let mut f = udp(80);
+        let (decision, layout) = d.dispatch_with_layout(7, 3, &mut f);
+        assert!(decision.is_pass());
+        // Tagged in place, and the layout still describes the tagged bytes.
+        assert_eq!(read_dscp(&f, 14, true), Ok(5));
+        let meta = PacketMeta {
+            in_port: 3,
+            ts_ns: 7,
+            tenant: TenantId::default(),
+        };
+        let len = f.len();
+        let fresh = Packet::parse(&mut f.clone(), meta).unwrap().layout();
+        assert_eq!(layout, Some(fresh));
+        let p = Packet::from_layout(&mut f, len, meta, fresh).unwrap();
+        assert_eq!(p.ports(), Some((4000, 80)));
+        // Unmatched frames parsed too; malformed ones have no layout.
+        assert!(d.dispatch_with_layout(7, 3, &mut udp(81)).1.is_some());
+        assert_eq!(d.dispatch_with_layout(7, 3, &mut [0u8; 10]).1, None);
     }
 
     #[test]
@@ -729,10 +723,8 @@ mod tests {
         let mut d = Dispatcher::new(cfg(TagMode::Dscp));
         let w0 = d.add_worker(2);
         let w1 = d.add_worker(10);
-        d.admit_on(TenantSlot(5), TenantId(50), port(80), 3, w0)
-            .unwrap();
-        d.admit_on(TenantSlot(6), TenantId(60), port(81), 0, w0)
-            .unwrap();
+        d.admit_on(TenantSlot(5), port(80), 3, w0).unwrap();
+        d.admit_on(TenantSlot(6), port(81), 0, w0).unwrap();
         let pass = |w: WorkerId, t: u32| Decision::Pass {
             worker: w,
             tenant: TenantSlot(t),
@@ -792,8 +784,7 @@ mod tests {
         let mut d = Dispatcher::new(DispatcherConfig::default());
         let w0 = d.add_worker(100);
         let w1 = d.add_worker(100);
-        d.admit_on(TenantSlot(0), TenantId(0), port(80), 0, w0)
-            .unwrap();
+        d.admit_on(TenantSlot(0), port(80), 0, w0).unwrap();
         assert_eq!(d.terminate_worker(w0), [(TenantSlot(0), w1)]);
         assert_eq!(
             d.dispatch(0, 0, &mut udp(80)),
@@ -824,8 +815,7 @@ mod tests {
         d.add_worker(5);
         d.add_worker(5);
         for t in 0..8u32 {
-            d.admit(TenantSlot(t), TenantId(t), port(80 + t as u16), 3)
-                .unwrap();
+            d.admit(TenantSlot(t), port(80 + t as u16), 3).unwrap();
         }
         let good = udp(80);
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -863,8 +853,7 @@ mod tests {
     fn pending_events_are_bounded() {
         let mut d = Dispatcher::new(cfg(TagMode::None));
         let w0 = d.add_worker(0); // always overloaded, threshold 0: one report per slot
-        d.admit_on(TenantSlot(0), TenantId(0), vec![], 0, w0)
-            .unwrap();
+        d.admit_on(TenantSlot(0), vec![], 0, w0).unwrap();
         let n = MAX_PENDING_EVENTS as u64 + 10;
         for ts in 0..n {
             d.schedule_tagged(ts, TenantSlot(0));

@@ -17,7 +17,7 @@
 //! # Example
 //!
 //! ```
-//! use buffet_dispatch::{Decision, Dispatcher, DispatcherConfig, Match, TenantId, TenantSlot};
+//! use buffet_dispatch::{Decision, Dispatcher, DispatcherConfig, Match, TenantSlot};
 //!
 //! let mut d = Dispatcher::new(DispatcherConfig::default());
 //! let w0 = d.add_worker(1_000_000); // packets per timeslot
@@ -27,7 +27,7 @@
 //!     dst_port: Some("80".parse()?),
 //!     ..Match::default()
 //! };
-//! d.admit(TenantSlot(0), TenantId(42), vec![(10, web)], 0)?;
+//! d.admit(TenantSlot(0), vec![(10, web)], 0)?;
 //!
 //! let mut frame = Vec::new();
 //! etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
@@ -55,7 +55,7 @@ pub use buffet_sdk::{TenantId, TenantSlot};
 
 pub use classifier::{Classifier, IpPrefix, Match, PortRange, Rule, RuleError, RuleHandle};
 pub use dispatcher::{
-    AdmitError, Decision, DispatchDrop, DispatchStats, Dispatcher, DispatcherConfig, Event,
+    Decision, DispatchDrop, DispatchError, DispatchStats, Dispatcher, DispatcherConfig, Event,
     TagMode, UnmatchedPolicy, MAX_PENDING_EVENTS,
 };
 pub use scheduler::{

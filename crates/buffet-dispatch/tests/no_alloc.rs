@@ -7,8 +7,8 @@
 //! testkit's `sys` module); this file has no `unsafe`.
 
 use buffet_dispatch::{
-    Decision, Dispatcher, DispatcherConfig, Match, PortRange, SchedulerConfig, TagMode, TenantId,
-    TenantSlot, UnmatchedPolicy, WorkerId,
+    Decision, Dispatcher, DispatcherConfig, Match, PortRange, SchedulerConfig, TagMode, TenantSlot,
+    UnmatchedPolicy, WorkerId,
 };
 use buffet_testkit::{allocations_during, CountingAllocator};
 
@@ -57,8 +57,7 @@ fn dispatch_does_not_allocate() {
             },
         )];
         // All on w0 at first: it overloads and tenants migrate.
-        d.admit_on(TenantSlot(t), TenantId(t), rules, 20, WorkerId(0))
-            .unwrap();
+        d.admit_on(TenantSlot(t), rules, 20, WorkerId(0)).unwrap();
     }
     let mut frames: Vec<Vec<u8>> = (0..200)
         .map(|i| frame(995 + (i * 7 % 170) as u16, i % 3 == 0))

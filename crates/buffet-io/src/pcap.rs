@@ -10,13 +10,21 @@
 //! The writer always writes nanosecond-resolution, native-byte-order files with
 //! link type Ethernet and a snap length of 65535.
 //!
+//! Records cut short by the capture's snap length (captured length below the
+//! original length, as `tcpdump -s` or `editcap -s` write them) are valid: the frame
+//! is what was captured, and the reader counts them ([`PcapCounters`]). The reader
+//! parses record headers itself, so it can check a captured length (against the
+//! file's snap length and [`MAX_RECORD_LEN`]) before reading the frame.
+//!
 //! Every error names the file it is about. A truncated or corrupt file is an
-//! error ([`PcapError::Truncated`], [`PcapError::BadRecord`]), never a panic.
+//! error ([`PcapError::Truncated`], [`PcapError::BadRecord`] naming the record
+//! index), never a panic.
 
-use std::borrow::Cow;
 use std::fs::File;
-use std::io::{self, BufWriter, ErrorKind, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use pcap_file::pcap::PcapHeader;
 use pcap_file::{DataLink, Endianness, TsResolution};
@@ -117,16 +125,43 @@ pub enum PcapError {
     },
 }
 
+/// The largest captured length of a record the reader accepts, whatever the file's
+/// snap length says (libpcap's limit for Ethernet).
+pub const MAX_RECORD_LEN: u32 = 262_144;
+
+/// Counts of a [`PcapReader`] that stay readable after the reader is moved into a port:
+/// a cheap handle ([`PcapReader::counters`]) shared with the reader.
+#[derive(Clone, Debug, Default)]
+pub struct PcapCounters {
+    truncated: Arc<AtomicU64>,
+}
+
+impl PcapCounters {
+    /// Records whose captured length is below their original length: the capture cut
+    /// them at its snap length (`editcap -s`, `tcpdump -s`). They are replayed as
+    /// captured.
+    pub fn truncated(&self) -> u64 {
+        self.truncated.load(Ordering::Relaxed)
+    }
+}
+
 /// Replays a classic pcap file as a [`PacketSource`].
 ///
 /// Reading is buffered; packets are handed out as slices of the reader's
-/// buffer (no allocation per packet).
+/// buffer (no allocation per packet). A record cut short by the capture's snap
+/// length (captured length below the original length) is handed out as captured and
+/// counted ([`PcapCounters::truncated`]). A record whose captured length exceeds the
+/// file's snap length or [`MAX_RECORD_LEN`], or its original length, is an error
+/// naming the record.
 pub struct PcapReader {
     path: PathBuf,
-    inner: pcap_file::pcap::PcapReader<File>,
-    ts_resolution: TsResolution,
+    inner: BufReader<File>,
+    header: PcapHeader,
+    /// The frame of the last record read.
+    buf: Vec<u8>,
     /// Index of the next record.
     index: u64,
+    counters: PcapCounters,
     /// Set after the end of the file or an error.
     done: bool,
 }
@@ -135,7 +170,8 @@ impl std::fmt::Debug for PcapReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PcapReader")
             .field("path", &self.path)
-            .field("ts_resolution", &self.ts_resolution)
+            .field("ts_resolution", &self.header.ts_resolution)
+            .field("snaplen", &self.header.snaplen)
             .field("index", &self.index)
             .field("done", &self.done)
             .finish_non_exhaustive()
@@ -151,33 +187,47 @@ impl PcapReader {
             Ok(f) => f,
             Err(source) => return Err(PcapError::Open { path, source }),
         };
-        let inner = match pcap_file::pcap::PcapReader::new(file) {
-            Ok(r) => r,
-            Err(e) => {
-                let reason = match e {
-                    pcap_file::PcapError::IoError(ref io)
-                        if io.kind() == ErrorKind::UnexpectedEof =>
-                    {
-                        "shorter than the 24-byte pcap global header".to_string()
-                    }
-                    pcap_file::PcapError::InvalidField(_) => {
-                        "unknown magic number (pcapng is not supported)".to_string()
-                    }
-                    other => other.to_string(),
-                };
-                return Err(PcapError::BadHeader { path, reason });
+        let mut inner = BufReader::with_capacity(1 << 20, file);
+        let mut raw = [0u8; 24];
+        if let Err(e) = inner.read_exact(&mut raw) {
+            return Err(match e.kind() {
+                ErrorKind::UnexpectedEof => PcapError::BadHeader {
+                    path,
+                    reason: "shorter than the 24-byte pcap global header".to_string(),
+                },
+                _ => PcapError::Read {
+                    path,
+                    index: 0,
+                    source: e,
+                },
+            });
+        }
+        let header = match PcapHeader::from_slice(&raw) {
+            Ok((_, h)) => h,
+            Err(pcap_file::PcapError::InvalidField(_)) => {
+                return Err(PcapError::BadHeader {
+                    path,
+                    reason: "unknown magic number (pcapng is not supported)".to_string(),
+                })
+            }
+            Err(other) => {
+                return Err(PcapError::BadHeader {
+                    path,
+                    reason: other.to_string(),
+                })
             }
         };
-        let header = inner.header();
         let linktype = u32::from(header.datalink);
         if linktype != LINKTYPE_ETHERNET {
             return Err(PcapError::LinkType { path, linktype });
         }
         Ok(Self {
             path,
-            ts_resolution: header.ts_resolution,
             inner,
+            header,
+            buf: Vec::with_capacity(2048),
             index: 0,
+            counters: PcapCounters::default(),
             done: false,
         })
     }
@@ -189,7 +239,12 @@ impl PcapReader {
 
     /// Whether the file has nanosecond (rather than microsecond) timestamps.
     pub fn is_nanosecond(&self) -> bool {
-        self.ts_resolution == TsResolution::NanoSecond
+        self.header.ts_resolution == TsResolution::NanoSecond
+    }
+
+    /// The snap length in the file's global header.
+    pub fn snaplen(&self) -> u32 {
+        self.header.snaplen
     }
 
     /// Number of packets returned so far.
@@ -197,54 +252,108 @@ impl PcapReader {
         self.index
     }
 
+    /// A handle on the reader's counts, readable after the reader has moved.
+    pub fn counters(&self) -> PcapCounters {
+        self.counters.clone()
+    }
+
+    /// Whether no record follows (for a file just opened: it holds only its global
+    /// header). Reads ahead without consuming anything.
+    pub fn is_at_end(&mut self) -> Result<bool, PcapError> {
+        if self.done {
+            return Ok(true);
+        }
+        match self.inner.fill_buf() {
+            Ok(b) => Ok(b.is_empty()),
+            Err(source) => Err(PcapError::Read {
+                path: self.path.clone(),
+                index: self.index,
+                source,
+            }),
+        }
+    }
+
+    fn u32_at(&self, b: &[u8; 16], at: usize) -> u32 {
+        let v = [b[at], b[at + 1], b[at + 2], b[at + 3]];
+        match self.header.endianness {
+            Endianness::Big => u32::from_be_bytes(v),
+            Endianness::Little => u32::from_le_bytes(v),
+        }
+    }
+
+    fn bad_record(&mut self, reason: String) -> PcapError {
+        self.done = true;
+        PcapError::BadRecord {
+            path: self.path.clone(),
+            index: self.index,
+            reason,
+        }
+    }
+
+    fn read_error(&mut self, e: io::Error) -> PcapError {
+        self.done = true;
+        let (path, index) = (self.path.clone(), self.index);
+        if e.kind() == ErrorKind::UnexpectedEof {
+            PcapError::Truncated { path, index }
+        } else {
+            PcapError::Read {
+                path,
+                index,
+                source: e,
+            }
+        }
+    }
+
     /// Reads the next packet. Same as [`PacketSource::next_packet`] with the
     /// error type narrowed to [`PcapError`].
     pub fn read_packet(&mut self) -> Result<Option<RawPacket<'_>>, PcapError> {
-        if self.done {
+        if self.is_at_end()? {
+            self.done = true;
             return Ok(None);
         }
-        let index = self.index;
-        let pkt = match self.inner.next_packet() {
-            None => {
-                self.done = true;
-                return Ok(None);
-            }
-            Some(Ok(pkt)) => pkt,
-            Some(Err(e)) => {
-                self.done = true;
-                let path = self.path.clone();
-                return Err(match e {
-                    pcap_file::PcapError::IoError(io) if io.kind() == ErrorKind::UnexpectedEof => {
-                        PcapError::Truncated { path, index }
-                    }
-                    pcap_file::PcapError::IoError(source) => PcapError::Read {
-                        path,
-                        index,
-                        source,
-                    },
-                    pcap_file::PcapError::IncompleteBuffer => PcapError::Truncated { path, index },
-                    other => PcapError::BadRecord {
-                        path,
-                        index,
-                        reason: other.to_string(),
-                    },
-                });
-            }
-        };
-        self.index += 1;
-        let ts_ns = pkt.timestamp.as_nanos() as u64;
-        match pkt.data {
-            Cow::Borrowed(data) => Ok(Some(RawPacket { ts_ns, data })),
-            // pcap-file's reader always lends from its buffer; handled anyway.
-            Cow::Owned(_) => {
-                self.done = true;
-                Err(PcapError::BadRecord {
-                    path: self.path.clone(),
-                    index,
-                    reason: "pcap reader returned an owned buffer".to_string(),
-                })
-            }
+        let mut rec = [0u8; 16];
+        if let Err(e) = self.inner.read_exact(&mut rec) {
+            return Err(self.read_error(e));
         }
+        let (secs, frac) = (self.u32_at(&rec, 0), self.u32_at(&rec, 4));
+        let (incl_len, orig_len) = (self.u32_at(&rec, 8), self.u32_at(&rec, 12));
+        let snaplen = self.header.snaplen;
+        if incl_len > MAX_RECORD_LEN {
+            return Err(self.bad_record(format!(
+                "captured length {incl_len} exceeds the maximum of {MAX_RECORD_LEN} bytes"
+            )));
+        }
+        // A snap length of 0 is written by some tools for "unlimited".
+        if snaplen != 0 && incl_len > snaplen {
+            return Err(self.bad_record(format!(
+                "captured length {incl_len} exceeds the file's snap length {snaplen}"
+            )));
+        }
+        if incl_len > orig_len {
+            return Err(self.bad_record(format!(
+                "captured length {incl_len} exceeds the original length {orig_len}"
+            )));
+        }
+        let nanos = match self.header.ts_resolution {
+            TsResolution::MicroSecond => u64::from(frac) * 1_000,
+            TsResolution::NanoSecond => u64::from(frac),
+        };
+        if nanos >= 1_000_000_000 {
+            return Err(self.bad_record(format!("timestamp fraction {frac} is a second or more")));
+        }
+        self.buf.resize(incl_len as usize, 0);
+        if let Err(e) = self.inner.read_exact(&mut self.buf) {
+            return Err(self.read_error(e));
+        }
+        if incl_len < orig_len {
+            self.counters.truncated.fetch_add(1, Ordering::Relaxed);
+        }
+        self.index += 1;
+        let ts_ns = u64::from(secs) * 1_000_000_000 + nanos;
+        Ok(Some(RawPacket {
+            ts_ns,
+            data: &self.buf,
+        }))
     }
 }
 
@@ -284,6 +393,13 @@ impl PcapWriter {
             Ok(f) => f,
             Err(source) => return Err(PcapError::Create { path, source }),
         };
+        Self::new(file, path)
+    }
+
+    /// Writes the global header to `file`, already open for writing (e.g. a temporary
+    /// file renamed into place later); errors name `path`.
+    pub fn new(file: File, path: impl AsRef<Path>) -> Result<Self, PcapError> {
+        let path = path.as_ref().to_path_buf();
         let header = PcapHeader {
             version_major: 2,
             version_minor: 4,
@@ -389,5 +505,105 @@ impl PcapWriter {
     /// Flushes and closes the file, reporting any error. (It does not fsync.)
     pub fn finish(mut self) -> Result<(), PcapError> {
         self.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A little-endian microsecond pcap with snap length `snaplen` and records
+    /// `(incl bytes, orig_len)`.
+    fn pcap(snaplen: u32, records: &[(&[u8], u32)]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+        v.extend_from_slice(&2u16.to_le_bytes());
+        v.extend_from_slice(&4u16.to_le_bytes());
+        v.extend_from_slice(&[0; 8]);
+        v.extend_from_slice(&snaplen.to_le_bytes());
+        v.extend_from_slice(&LINKTYPE_ETHERNET.to_le_bytes());
+        for (i, (data, orig)) in records.iter().enumerate() {
+            v.extend_from_slice(&(i as u32).to_le_bytes());
+            v.extend_from_slice(&7u32.to_le_bytes());
+            v.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            v.extend_from_slice(&orig.to_le_bytes());
+            v.extend_from_slice(data);
+        }
+        v
+    }
+
+    /// Every record `(ts_ns, frame)`, or the error that stopped the reader.
+    type Records = Result<Vec<(u64, Vec<u8>)>, PcapError>;
+
+    /// Reads `bytes` as a file; the records and the truncated count.
+    fn read(bytes: &[u8]) -> (Records, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.pcap");
+        std::fs::write(&path, bytes).unwrap();
+        let mut r = PcapReader::open(&path).unwrap();
+        let counters = r.counters();
+        let mut out = Vec::new();
+        let res = loop {
+            match r.read_packet() {
+                Ok(Some(p)) => out.push((p.ts_ns, p.data.to_vec())),
+                Ok(None) => break Ok(out),
+                Err(e) => break Err(e),
+            }
+        };
+        (res, counters.truncated())
+    }
+
+    #[test]
+    fn snaplen_truncated_records_are_read_as_captured_and_counted() {
+        let frame = [0xabu8; 100];
+        let bytes = pcap(
+            40,
+            &[
+                (&frame[..40], 100),
+                (&frame[..30], 30),
+                (&frame[..40], 1514),
+            ],
+        );
+        let (res, truncated) = read(&bytes);
+        let pkts = res.unwrap();
+        assert_eq!(pkts.len(), 3);
+        assert_eq!(pkts[0], (7_000, frame[..40].to_vec()));
+        assert_eq!(pkts[1].1.len(), 30);
+        assert_eq!(pkts[2].0, 2_000_007_000);
+        assert_eq!(truncated, 2);
+    }
+
+    #[test]
+    fn impossible_captured_lengths_name_the_record() {
+        let frame = [0u8; 64];
+        let (res, _) = read(&pcap(40, &[(&frame[..40], 64), (&frame[..41], 64)]));
+        let e = res.unwrap_err();
+        assert!(matches!(e, PcapError::BadRecord { index: 1, .. }), "{e:?}");
+        assert!(e.to_string().contains("snap length 40"), "{e}");
+        let (res, _) = read(&pcap(65535, &[(&frame, 60)]));
+        let e = res.unwrap_err();
+        assert!(matches!(e, PcapError::BadRecord { index: 0, .. }), "{e:?}");
+        assert!(e.to_string().contains("original length 60"), "{e}");
+        // A captured length above any sane maximum is refused before it is read.
+        let mut bytes = pcap(0, &[(&frame, 64)]);
+        bytes[24 + 8..24 + 12].copy_from_slice(&(MAX_RECORD_LEN + 1).to_le_bytes());
+        bytes[24 + 12..24 + 16].copy_from_slice(&u32::MAX.to_le_bytes());
+        let e = read(&bytes).0.unwrap_err();
+        assert!(matches!(e, PcapError::BadRecord { index: 0, .. }), "{e:?}");
+        assert!(e.to_string().contains("maximum of 262144"), "{e}");
+    }
+
+    #[test]
+    fn a_header_only_file_is_at_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("empty.pcap");
+        std::fs::write(&path, pcap(65535, &[])).unwrap();
+        let mut r = PcapReader::open(&path).unwrap();
+        assert!(r.is_at_end().unwrap());
+        assert!(r.read_packet().unwrap().is_none());
+        std::fs::write(&path, pcap(65535, &[(&[0u8; 60], 60)])).unwrap();
+        let mut r = PcapReader::open(&path).unwrap();
+        assert!(!r.is_at_end().unwrap());
+        assert_eq!(r.read_packet().unwrap().unwrap().data.len(), 60);
     }
 }

@@ -13,14 +13,17 @@
 //!   the tenant's state `S`, moved *into* the region. Workers look an entry up once per
 //!   packet group, lock-free and without allocating ([`TenantTable::get`]), and take the
 //!   state with [`TenantEntry::lock`] — one atomic CAS, contended only while a tenant
-//!   migrates between workers. Admission and removal run on a control thread and publish
-//!   with one atomic swap per slot: other tenants' traffic never pauses.
+//!   migrates between workers. Admission, policy updates ([`TenantTable::replace_with`])
+//!   and removal run on a control thread and publish with one atomic swap per slot:
+//!   other tenants' traffic never pauses. The table owns the process's tenant registry
+//!   ([`buffet_sdk::TenantRegistry`]): it picks the slot of a new tenant
+//!   ([`TenantTable::admit_next`]) and is the one place that maps tenant ids to slots.
 //! * [`Domain`] tags each entry with its isolation domain: [`Domain::None`] (the
 //!   type-system-only "safe" level) or [`Domain::Mpk`]: every region carries a non-zero
 //!   Intel protection key, open only to the thread that holds the tenant's state guard,
 //!   keys virtualised over any number of tenants by a per-process cache ([`Mpk`]).
 //!
-//! What this crate does not do: choose slots or ids (the dispatcher and the daemon do),
+//! What this crate does not do: choose tenant ids (the provider does),
 //! build state from a policy (the NF's `init`, called by the worker), run NF code, catch
 //! faults (the worker's fault containment does; here a guard-page or protection-key hit
 //! is a plain `SIGSEGV`). The state `S` is moved into its region by value, so very large
@@ -39,20 +42,20 @@
 //!
 //! ```
 //! use buffet_memory::{ArenaConfig, MemoryStorage, TenantTable};
-//! use buffet_sdk::TenantId;
+//! use buffet_sdk::{TenantId, TenantSlot};
 //!
 //! #[derive(Default)]
 //! struct Counter { packets: u64 }
 //!
 //! let storage = MemoryStorage::new(ArenaConfig { capacity: 64 << 20 })?;
 //! let table = TenantTable::<Counter>::new(storage, 1024);
-//! table.admit(7, TenantId(42), 4096, Counter::default())?;
+//! table.admit(TenantSlot(7), TenantId(42), 4096, Counter::default())?;
 //!
 //! // A worker, once per packet group:
-//! if let Some(entry) = table.get(7).entry() {
+//! if let Some(entry) = table.get(TenantSlot(7)).entry() {
 //!     entry.lock().packets += 3;
 //! }
-//! let removed = table.remove(7).unwrap();
+//! let removed = table.remove(TenantSlot(7)).unwrap();
 //! assert_eq!(removed.lock().packets, 3);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -72,7 +75,7 @@ pub use storage::{AllocError, ArenaConfig, ArenaError, MemoryStorage, Region, St
 pub use sys::{
     current_pkru, in_tenant_arena, pku_supported, tail_offset as region_tail_offset, SysError,
 };
-pub use table::{AdmitError, AdmitWithError, StateGuard, TenantEntry, TenantRef, TenantTable};
+pub use table::{AdmitWithError, MemoryError, StateGuard, TenantEntry, TenantRef, TenantTable};
 
 #[cfg(test)]
 mod tests;

@@ -465,7 +465,7 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::sync::Barrier;
 
-    use buffet_sdk::TenantId;
+    use buffet_sdk::{TenantId, TenantSlot};
     use buffet_testkit::require_mpk;
 
     use super::*;
@@ -490,9 +490,12 @@ mod tests {
             return;
         };
         let t = table::<[u64; 8]>(mpk, 4);
-        t.admit(0, TenantId(1), 4096, [1; 8]).unwrap();
-        t.admit(1, TenantId(2), 4096, [2; 8]).unwrap();
-        let (a, b) = (t.get_arc(0).unwrap(), t.get_arc(1).unwrap());
+        t.admit(TenantSlot(0), TenantId(1), 4096, [1; 8]).unwrap();
+        t.admit(TenantSlot(1), TenantId(2), 4096, [2; 8]).unwrap();
+        let (a, b) = (
+            t.get_arc(TenantSlot(0)).unwrap(),
+            t.get_arc(TenantSlot(1)).unwrap(),
+        );
         assert_eq!(a.domain(), Domain::Mpk);
         // Closed outside any guard.
         assert_eq!(open_keys(mpk, mpk.current_pkru()), Vec::<i32>::new());
@@ -527,23 +530,23 @@ mod tests {
         let t = table::<u64>(mpk, 4);
         let regions_before = t.storage().stats().regions;
         let e = t
-            .admit_with(0, TenantId(1), 8192, 5, |s, tail| {
+            .admit_with(TenantSlot(0), TenantId(1), 8192, 5, |s, tail| {
                 *s += 1;
                 tail.fill(7);
                 Err("policy refused")
             })
             .unwrap_err();
         assert_eq!(e, AdmitWithError::Init("policy refused"));
-        assert!(t.get(0).entry().is_none() && t.is_empty());
+        assert!(t.get(TenantSlot(0)).entry().is_none() && t.is_empty());
         assert_eq!(t.storage().stats().regions, regions_before);
-        t.admit_with(0, TenantId(1), 8192, 5, |s, tail| {
+        t.admit_with(TenantSlot(0), TenantId(1), 8192, 5, |s, tail| {
             *s += 1;
             assert!(tail.iter().all(|&b| b == 0), "a reused region is scrubbed");
             tail[0] = 42;
             Ok::<(), ()>(())
         })
         .unwrap();
-        let e = t.get_arc(0).unwrap();
+        let e = t.get_arc(TenantSlot(0)).unwrap();
         let mut g = e.lock();
         let (s, tail) = g.split();
         assert_eq!((*s, tail[0], tail.len()), (6, 42, 8192 - 64));
@@ -563,7 +566,8 @@ mod tests {
         const ROUNDS: u64 = 300;
         let t = Arc::new(table::<[u64; 2]>(mpk, TENANTS));
         for i in 0..TENANTS {
-            t.admit(i, TenantId(i), 4096, [u64::from(i), 0]).unwrap();
+            t.admit(TenantSlot(i), TenantId(i), 4096, [u64::from(i), 0])
+                .unwrap();
         }
         let misses_before = mpk.stats().misses;
         let barrier = Arc::new(Barrier::new(2));
@@ -582,7 +586,7 @@ mod tests {
                             } else {
                                 TENANTS - 1 - k
                             };
-                            let e = t.get_arc(i).unwrap();
+                            let e = t.get_arc(TenantSlot(i)).unwrap();
                             let mut g = e.lock();
                             let open = open_keys(mpk, mpk.current_pkru());
                             if g[0] != u64::from(i) || open != vec![e.pkey().unwrap()] {
@@ -600,7 +604,11 @@ mod tests {
             "a guard saw the wrong state or keys"
         );
         for i in 0..TENANTS {
-            assert_eq!(t.get_arc(i).unwrap().lock()[1], 2 * ROUNDS, "tenant {i}");
+            assert_eq!(
+                t.get_arc(TenantSlot(i)).unwrap().lock()[1],
+                2 * ROUNDS,
+                "tenant {i}"
+            );
         }
         let misses = mpk.stats().misses - misses_before;
         assert!(
@@ -619,14 +627,14 @@ mod tests {
             return;
         };
         let t = table::<u64>(mpk, 2);
-        t.admit(0, TenantId(1), 4096, 11).unwrap();
-        let base = t.get_arc(0).unwrap().extent().base;
-        *t.get_arc(0).unwrap().lock() += 1;
-        drop(t.remove(0));
+        t.admit(TenantSlot(0), TenantId(1), 4096, 11).unwrap();
+        let base = t.get_arc(TenantSlot(0)).unwrap().extent().base;
+        *t.get_arc(TenantSlot(0)).unwrap().lock() += 1;
+        drop(t.remove(TenantSlot(0)));
         // The same range comes back, scrubbed, and works in a plain table too.
         let plain = TenantTable::<u64>::new(t.storage().clone(), 2);
-        plain.admit(0, TenantId(2), 4096, 0).unwrap();
-        let e = plain.get_arc(0).unwrap();
+        plain.admit(TenantSlot(0), TenantId(2), 4096, 0).unwrap();
+        let e = plain.get_arc(TenantSlot(0)).unwrap();
         assert_eq!(e.extent().base, base);
         assert_eq!(*e.lock(), 0);
         assert_eq!(e.pkey(), None);
@@ -659,9 +667,12 @@ mod tests {
         crate::sys::disable_core_dumps();
         let mpk = Mpk::get().unwrap();
         let t = table::<u64>(mpk, 2);
-        t.admit(0, TenantId(1), 4096, 1).unwrap();
-        t.admit(1, TenantId(2), 4096, 2).unwrap();
-        let (a, b) = (t.get_arc(0).unwrap(), t.get_arc(1).unwrap());
+        t.admit(TenantSlot(0), TenantId(1), 4096, 1).unwrap();
+        t.admit(TenantSlot(1), TenantId(2), 4096, 2).unwrap();
+        let (a, b) = (
+            t.get_arc(TenantSlot(0)).unwrap(),
+            t.get_arc(TenantSlot(1)).unwrap(),
+        );
         drop(b.lock());
         let g = a.lock();
         println!("child: touching {mode}");

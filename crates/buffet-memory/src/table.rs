@@ -10,7 +10,6 @@
 //! its state is dropped and its region scrubbed and released when the last one lets go —
 //! which may be on that worker's thread.
 
-use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::mem;
 use std::ops::{Deref, DerefMut};
@@ -18,53 +17,21 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arc_swap::{ArcSwapOption, Guard};
-use buffet_sdk::{TenantId, TenantSlot};
+use buffet_sdk::{RegistryError, TenantId, TenantRegistry, TenantSlot};
 
 use crate::domain::{Domain, RegionExtent};
 use crate::mpk::{Entered, Mpk, VKeyShared};
 use crate::storage::{AllocError, MemoryStorage};
 use crate::sys::{CellGuard, PlaceError, StateCell, SysError};
 
-/// Why a tenant was not admitted. Whatever the reason, the table is left unchanged (and
-/// the state passed in is dropped).
+/// Why the Memory Manager did not admit (or re-initialise) a tenant. Whatever the
+/// reason, the table is left unchanged (and the state passed in is dropped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AdmitError {
-    /// The slot index is not below the table's capacity.
-    #[error("slot {slot} is out of range: the table has {capacity} slots")]
-    SlotOutOfRange {
-        /// The slot asked for.
-        slot: u32,
-        /// The table's capacity.
-        capacity: u32,
-    },
-    /// Another tenant occupies the slot.
-    #[error("slot {slot} is occupied by tenant {occupant}")]
-    SlotOccupied {
-        /// The slot asked for.
-        slot: u32,
-        /// The tenant already there.
-        occupant: TenantId,
-    },
-    /// Every slot is in use (or retired, waiting for its queued packets to drain).
-    #[error("too many tenants: all {capacity} Tenant Table slots are in use")]
-    Full {
-        /// The table's capacity.
-        capacity: u32,
-    },
-    /// The slot belongs to a removed tenant whose queued packets have not drained yet.
-    #[error("slot {slot} is retired until its removed tenant's packets drain")]
-    SlotRetired {
-        /// The slot asked for.
-        slot: u32,
-    },
-    /// The tenant is already admitted.
-    #[error("tenant {id} is already admitted (slot {slot})")]
-    AlreadyAdmitted {
-        /// The tenant.
-        id: TenantId,
-        /// Where it is.
-        slot: u32,
-    },
+pub enum MemoryError {
+    /// The tenant registry refused: duplicate id, slot occupied, retired or out of range,
+    /// table full, unknown tenant.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
     /// The state is larger than the region asked for.
     #[error("tenant state of {state_bytes} bytes does not fit a region of {region_bytes} bytes")]
     StateTooLarge {
@@ -95,7 +62,7 @@ pub enum AdmitError {
 pub enum AdmitWithError<E> {
     /// The table refused (slot, id, size, memory).
     #[error(transparent)]
-    Admit(#[from] AdmitError),
+    Memory(#[from] MemoryError),
     /// The initialiser returned an error.
     #[error("initialising the tenant state in its region: {0}")]
     Init(E),
@@ -104,7 +71,7 @@ pub enum AdmitWithError<E> {
 /// One admitted tenant: its id, its region, and its state `S`, which lives in the region.
 pub struct TenantEntry<S> {
     id: TenantId,
-    slot: u32,
+    slot: TenantSlot,
     domain: Domain,
     extent: RegionExtent,
     /// The region's MPK virtual key (MPK tables only).
@@ -129,7 +96,7 @@ impl<S: Send> TenantEntry<S> {
     }
 
     /// The slot it was admitted at.
-    pub fn slot(&self) -> u32 {
+    pub fn slot(&self) -> TenantSlot {
         self.slot
     }
 
@@ -285,9 +252,9 @@ pub struct TenantTable<S> {
     generations: Box<[AtomicU64]>,
     /// Bumped after every admit or remove anywhere.
     changes: AtomicU64,
-    /// Control path only: tenant id -> slot, and which slots are free. Also serialises
-    /// admit/remove.
-    by_id: Mutex<Registry>,
+    /// Control path only: the tenant registry (tenant id <-> slot, free and retired
+    /// slots). Also serialises every change to the table.
+    registry: Mutex<TenantRegistry>,
     len: AtomicUsize,
     storage: MemoryStorage,
     mpk: Option<&'static Mpk>,
@@ -303,7 +270,7 @@ impl<S: Send + 'static> TenantTable<S> {
                 .collect(),
             generations: (0..capacity_slots).map(|_| AtomicU64::new(0)).collect(),
             changes: AtomicU64::new(0),
-            by_id: Mutex::new(Registry::new(capacity_slots)),
+            registry: Mutex::new(TenantRegistry::new(capacity_slots)),
             len: AtomicUsize::new(0),
             storage,
             mpk: None,
@@ -330,12 +297,18 @@ impl<S: Send + 'static> TenantTable<S> {
     /// Admits tenant `id` at `slot`: allocates a region of `bytes` (rounded up to pages;
     /// must hold `S`), moves `state` into it, and publishes the entry. Readers see either
     /// no entry or the complete one. On error nothing changes and `state` is dropped.
-    pub fn admit(&self, slot: u32, id: TenantId, bytes: usize, state: S) -> Result<(), AdmitError> {
+    pub fn admit(
+        &self,
+        slot: TenantSlot,
+        id: TenantId,
+        bytes: usize,
+        state: S,
+    ) -> Result<(), MemoryError> {
         self.admit_with(slot, id, bytes, state, |_, _| {
             Ok::<(), std::convert::Infallible>(())
         })
         .map_err(|e| match e {
-            AdmitWithError::Admit(e) => e,
+            AdmitWithError::Memory(e) => e,
             AdmitWithError::Init(never) => match never {},
         })
     }
@@ -346,57 +319,104 @@ impl<S: Send + 'static> TenantTable<S> {
     /// `init` fails, nothing is published, the state is dropped and the region released.
     pub fn admit_with<E>(
         &self,
-        slot: u32,
+        slot: TenantSlot,
         id: TenantId,
         bytes: usize,
         state: S,
         init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
     ) -> Result<(), AdmitWithError<E>> {
-        let cell = self.slot(slot)?;
-        let mut by_id = self.by_id();
-        if let Some(&at) = by_id.ids.get(&id) {
-            return Err(AdmitError::AlreadyAdmitted { id, slot: at }.into());
-        }
-        if by_id.retired.contains(&slot) {
-            return Err(AdmitError::SlotRetired { slot }.into());
-        }
-        if let Some(occupant) = &*cell.load() {
-            return Err(AdmitError::SlotOccupied {
-                slot,
-                occupant: occupant.id,
-            }
-            .into());
-        }
+        let mut registry = self.registry();
+        registry.check_admit(slot, id).map_err(MemoryError::from)?;
+        let entry = self.build_entry(slot, id, bytes, state, init)?;
+        registry.admit(slot, id).map_err(MemoryError::from)?;
+        self.slots[slot.index()].store(Some(entry));
+        self.bump(slot);
+        self.len.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Admits tenant `id` like [`admit_with`](Self::admit_with) in a slot the registry
+    /// picks: the lowest slot neither occupied nor retired (see
+    /// [`remove_and_retire`](Self::remove_and_retire)). This is the one admission path of
+    /// a pipeline: the slot it returns is the tenant's index in every other per-tenant
+    /// table (dispatcher, worker counters).
+    pub fn admit_next<E>(
+        &self,
+        id: TenantId,
+        bytes: usize,
+        state: S,
+        init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
+    ) -> Result<TenantSlot, AdmitWithError<E>> {
+        let slot = self.registry().next_slot(id).map_err(MemoryError::from)?;
+        self.admit_with(slot, id, bytes, state, init)?;
+        Ok(slot)
+    }
+
+    /// Re-initialises tenant `id` (a policy update): builds a new entry in its slot
+    /// exactly as [`admit_with`](Self::admit_with) does — new region, `state` moved in,
+    /// `init` run in its domain — and, only if that succeeded, publishes it in place of
+    /// the old one with one atomic swap. Workers finish the group they hold on the old
+    /// entry and pick up the new one at their next lookup (the slot's generation
+    /// changes). On error the old entry keeps serving, unchanged. Returns the old entry.
+    pub fn replace_with<E>(
+        &self,
+        id: TenantId,
+        bytes: usize,
+        state: S,
+        init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
+    ) -> Result<Arc<TenantEntry<S>>, AdmitWithError<E>> {
+        let registry = self.registry();
+        let slot = registry
+            .slot_of(id)
+            .ok_or(MemoryError::from(RegistryError::Unknown(id)))?;
+        let entry = self.build_entry(slot, id, bytes, state, init)?;
+        let old = self.slots[slot.index()]
+            .swap(Some(entry))
+            .expect("the registry and the slots change together under its lock");
+        self.bump(slot);
+        drop(registry);
+        Ok(old)
+    }
+
+    /// A new, initialised entry for `id` at `slot`, not yet published.
+    fn build_entry<E>(
+        &self,
+        slot: TenantSlot,
+        id: TenantId,
+        bytes: usize,
+        state: S,
+        init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
+    ) -> Result<Arc<TenantEntry<S>>, AdmitWithError<E>> {
         let page = self.storage.page_size();
         if mem::align_of::<S>() > page {
-            return Err(AdmitError::StateOverAligned {
+            return Err(MemoryError::StateOverAligned {
                 align: mem::align_of::<S>(),
                 page_size: page,
             }
             .into());
         }
         if mem::size_of::<S>() > bytes {
-            return Err(AdmitError::StateTooLarge {
+            return Err(MemoryError::StateTooLarge {
                 state_bytes: mem::size_of::<S>(),
                 region_bytes: bytes,
             }
             .into());
         }
-        let region = self.storage.alloc(bytes).map_err(AdmitError::from)?;
+        let region = self.storage.alloc(bytes).map_err(MemoryError::from)?;
         let extent = region.extent();
         let state = StateCell::place(region, state).map_err(|e| match e {
             // Both checked above; kept as errors rather than panics all the same.
-            PlaceError::TooLarge { size, region } => AdmitError::StateTooLarge {
+            PlaceError::TooLarge { size, region } => MemoryError::StateTooLarge {
                 state_bytes: size,
                 region_bytes: region,
             },
-            PlaceError::Misaligned { align } => AdmitError::StateOverAligned {
+            PlaceError::Misaligned { align } => MemoryError::StateOverAligned {
                 align,
                 page_size: page,
             },
         })?;
         let vkey = match self.mpk {
-            Some(mpk) => Some((mpk, mpk.register(state.tag()).map_err(AdmitError::Tag)?)),
+            Some(mpk) => Some((mpk, mpk.register(state.tag()).map_err(MemoryError::Tag)?)),
             None => None,
         };
         let entry = Arc::new(TenantEntry {
@@ -412,36 +432,7 @@ impl<S: Send + 'static> TenantTable<S> {
             let (state, tail) = guard.split();
             init(state, tail).map_err(AdmitWithError::Init)?;
         }
-        by_id.ids.insert(id, slot);
-        by_id.free.remove(&slot);
-        cell.store(Some(entry));
-        self.bump(slot);
-        self.len.fetch_add(1, Ordering::Release);
-        Ok(())
-    }
-
-    /// Admits tenant `id` like [`admit_with`](Self::admit_with) in a slot the table picks:
-    /// the lowest never-used slot, else a released one (see [`retire`](Self::retire)).
-    /// This is the registry's one admission path: the slot it returns is the tenant's
-    /// index in every other per-tenant table (dispatcher, worker counters).
-    pub fn admit_next<E>(
-        &self,
-        id: TenantId,
-        bytes: usize,
-        state: S,
-        init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
-    ) -> Result<TenantSlot, AdmitWithError<E>> {
-        let slot = {
-            let reg = self.by_id();
-            if let Some(&at) = reg.ids.get(&id) {
-                return Err(AdmitError::AlreadyAdmitted { id, slot: at }.into());
-            }
-            reg.peek_free().ok_or(AdmitError::Full {
-                capacity: self.capacity(),
-            })?
-        };
-        self.admit_with(slot, id, bytes, state, init)?;
-        Ok(TenantSlot(slot))
+        Ok(entry)
     }
 
     /// Removes the tenant at `slot` like [`remove`](Self::remove), but keeps the slot from
@@ -449,29 +440,20 @@ impl<S: Send + 'static> TenantTable<S> {
     /// [`release`](Self::release) makes it reusable once they drained; `remove` alone makes
     /// it reusable at once.
     pub fn remove_and_retire(&self, slot: TenantSlot) -> Option<Arc<TenantEntry<S>>> {
-        {
-            let mut reg = self.by_id();
-            if slot.0 >= self.capacity() {
-                return None;
-            }
-            reg.retired.insert(slot.0);
-            reg.free.remove(&slot.0);
-        }
-        self.remove(slot.0)
+        let mut registry = self.registry();
+        registry.retire(slot)?;
+        self.unpublish(slot)
     }
 
     /// Makes a retired slot reusable.
     pub fn release(&self, slot: TenantSlot) {
-        let mut reg = self.by_id();
-        if reg.retired.remove(&slot.0) && !reg.ids.values().any(|&s| s == slot.0) {
-            reg.free.insert(slot.0);
-        }
+        self.registry().release(slot);
     }
 
     /// The entry at `slot`, for one packet group. Lock-free, no allocation.
     #[inline]
-    pub fn get(&self, slot: u32) -> TenantRef<S> {
-        match self.slots.get(slot as usize) {
+    pub fn get(&self, slot: TenantSlot) -> TenantRef<S> {
+        match self.slots.get(slot.index()) {
             Some(cell) => TenantRef(cell.load()),
             None => TenantRef(Guard::from_inner(None)),
         }
@@ -479,46 +461,47 @@ impl<S: Send + 'static> TenantTable<S> {
 
     /// The entry at `slot` as a full `Arc` (one reference-count increment), for holders
     /// that keep it beyond one packet group.
-    pub fn get_arc(&self, slot: u32) -> Option<Arc<TenantEntry<S>>> {
-        self.slots.get(slot as usize)?.load_full()
+    pub fn get_arc(&self, slot: TenantSlot) -> Option<Arc<TenantEntry<S>>> {
+        self.slots.get(slot.index())?.load_full()
     }
 
     /// Unpublishes the entry at `slot` and returns it. New lookups miss at once; its state
     /// and region are released when the last holder (this `Arc`, an in-flight reader)
     /// drops it.
-    pub fn remove(&self, slot: u32) -> Option<Arc<TenantEntry<S>>> {
-        let cell = self.slots.get(slot as usize)?;
-        let mut by_id = self.by_id();
-        let old = cell.swap(None)?;
+    pub fn remove(&self, slot: TenantSlot) -> Option<Arc<TenantEntry<S>>> {
+        let mut registry = self.registry();
+        registry.remove(slot)?;
+        self.unpublish(slot)
+    }
+
+    /// Empties a slot the registry just let go of (caller holds the registry lock).
+    fn unpublish(&self, slot: TenantSlot) -> Option<Arc<TenantEntry<S>>> {
+        let old = self.slots.get(slot.index())?.swap(None)?;
         self.bump(slot);
-        by_id.ids.remove(&old.id);
-        if !by_id.retired.contains(&slot) {
-            by_id.free.insert(slot);
-        }
         self.len.fetch_sub(1, Ordering::Release);
         Some(old)
     }
 
     /// Marks `slot` changed; called after the slot's new content is published, so a
     /// reader that sees the new generation also sees the new content.
-    fn bump(&self, slot: u32) {
-        self.generations[slot as usize].fetch_add(1, Ordering::Release);
+    fn bump(&self, slot: TenantSlot) {
+        self.generations[slot.index()].fetch_add(1, Ordering::Release);
         self.changes.fetch_add(1, Ordering::Release);
     }
 
-    /// The generation of `slot`: it changes whenever the slot's entry is admitted or
-    /// removed. A worker that cached an entry under generation `g` may keep using it
-    /// while `generation(slot) == g` (one plain load instead of a reference-count
+    /// The generation of `slot`: it changes whenever the slot's entry is admitted,
+    /// replaced or removed. A worker that cached an entry under generation `g` may keep
+    /// using it while `generation(slot) == g` (one plain load instead of a reference-count
     /// round trip per packet group). 0 for slots out of range.
     #[inline]
-    pub fn generation(&self, slot: u32) -> u64 {
+    pub fn generation(&self, slot: TenantSlot) -> u64 {
         self.generations
-            .get(slot as usize)
+            .get(slot.index())
             .map_or(0, |g| g.load(Ordering::Acquire))
     }
 
-    /// Admissions plus removals so far, anywhere in the table: cheap to poll for
-    /// "something changed, revalidate cached entries".
+    /// Admissions, replacements and removals so far, anywhere in the table: cheap to poll
+    /// for "something changed, revalidate cached entries".
     #[inline]
     pub fn changes(&self) -> u64 {
         self.changes.load(Ordering::Acquire)
@@ -540,20 +523,18 @@ impl<S: Send + 'static> TenantTable<S> {
     }
 
     /// The slot tenant `id` is admitted at.
-    pub fn slot_of(&self, id: TenantId) -> Option<u32> {
-        self.by_id().ids.get(&id).copied()
+    pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
+        self.registry().slot_of(id)
     }
 
-    /// Every admitted tenant with its slot, by slot.
-    pub fn ids(&self) -> Vec<(u32, TenantId)> {
-        let mut ids: Vec<(u32, TenantId)> = self
-            .by_id()
-            .ids
-            .iter()
-            .map(|(&id, &slot)| (slot, id))
-            .collect();
-        ids.sort_unstable();
-        ids
+    /// The tenant admitted at `slot`.
+    pub fn id_of(&self, slot: TenantSlot) -> Option<TenantId> {
+        self.registry().id_of(slot)
+    }
+
+    /// Every admitted tenant with its slot, in slot order.
+    pub fn ids(&self) -> Vec<(TenantSlot, TenantId)> {
+        self.registry().iter().collect()
     }
 
     /// The storage regions come from.
@@ -561,18 +542,9 @@ impl<S: Send + 'static> TenantTable<S> {
         &self.storage
     }
 
-    fn slot(&self, slot: u32) -> Result<&ArcSwapOption<TenantEntry<S>>, AdmitError> {
-        self.slots
-            .get(slot as usize)
-            .ok_or(AdmitError::SlotOutOfRange {
-                slot,
-                capacity: self.capacity(),
-            })
-    }
-
-    fn by_id(&self) -> MutexGuard<'_, Registry> {
+    fn registry(&self) -> MutexGuard<'_, TenantRegistry> {
         // Mutated only by single non-panicking calls, so still consistent if poisoned.
-        self.by_id.lock().unwrap_or_else(PoisonError::into_inner)
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -584,29 +556,5 @@ impl<S> fmt::Debug for TenantTable<S> {
             .field("domain", &self.mpk.map_or(Domain::None, |_| Domain::Mpk))
             .field("storage", &self.storage)
             .finish()
-    }
-}
-
-/// The control path's view of the table: which tenant holds which slot, and which slots
-/// wait for their removed tenant's packets to drain.
-struct Registry {
-    ids: HashMap<TenantId, u32>,
-    /// Slots neither occupied nor retired.
-    free: BTreeSet<u32>,
-    retired: BTreeSet<u32>,
-}
-
-impl Registry {
-    fn new(capacity: u32) -> Self {
-        Registry {
-            ids: HashMap::new(),
-            free: (0..capacity).collect(),
-            retired: BTreeSet::new(),
-        }
-    }
-
-    /// The lowest slot neither occupied nor retired.
-    fn peek_free(&self) -> Option<u32> {
-        self.free.first().copied()
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use buffet_sdk::TenantId;
+use buffet_sdk::{RegistryError, TenantId, TenantSlot};
 
 use crate::*;
 
@@ -60,10 +60,12 @@ fn handles_are_send_and_sync() {
 fn state_lives_in_its_region() {
     let table = TenantTable::new(storage(16), 8);
     let page = table.storage().page_size();
-    table.admit(3, TenantId(9), 3 * page, [7u64; 64]).unwrap();
-    let got = table.get(3);
+    table
+        .admit(TenantSlot(3), TenantId(9), 3 * page, [7u64; 64])
+        .unwrap();
+    let got = table.get(TenantSlot(3));
     let entry = got.entry().unwrap();
-    assert_eq!((entry.id(), entry.slot()), (TenantId(9), 3));
+    assert_eq!((entry.id(), entry.slot()), (TenantId(9), TenantSlot(3)));
     assert_eq!(entry.region_len(), 3 * page);
     assert_eq!(entry.domain(), Domain::None);
     let guard = entry.lock();
@@ -78,12 +80,12 @@ fn state_lives_in_its_region() {
 #[test]
 fn lookups_of_empty_or_missing_slots_miss() {
     let table = TenantTable::<u64>::new(storage(4), 4);
-    assert!(table.get(0).is_none());
-    assert!(table.get(4).is_none());
-    assert!(table.get(u32::MAX).entry().is_none());
-    assert!(table.get_arc(u32::MAX).is_none());
-    assert!(table.remove(4).is_none());
-    assert!(table.remove(1).is_none());
+    assert!(table.get(TenantSlot(0)).is_none());
+    assert!(table.get(TenantSlot(4)).is_none());
+    assert!(table.get(TenantSlot(u32::MAX)).entry().is_none());
+    assert!(table.get_arc(TenantSlot(u32::MAX)).is_none());
+    assert!(table.remove(TenantSlot(4)).is_none());
+    assert!(table.remove(TenantSlot(1)).is_none());
     assert_eq!((table.len(), table.capacity()), (0, 4));
     assert!(table.is_empty());
 }
@@ -93,52 +95,55 @@ fn duplicate_slot_or_id_and_bad_slot_are_rejected() {
     let drops = Arc::new(AtomicUsize::new(0));
     let table = TenantTable::new(storage(16), 4);
     table
-        .admit(0, TenantId(1), 64, Tracked::new(&drops))
+        .admit(TenantSlot(0), TenantId(1), 64, Tracked::new(&drops))
         .unwrap();
     let before = table.storage().stats();
 
-    let e = table.admit(0, TenantId(2), 64, Tracked::new(&drops));
+    let e = table.admit(TenantSlot(0), TenantId(2), 64, Tracked::new(&drops));
     assert_eq!(
         e,
-        Err(AdmitError::SlotOccupied {
-            slot: 0,
+        Err(MemoryError::Registry(RegistryError::SlotOccupied {
+            slot: TenantSlot(0),
             occupant: TenantId(1)
-        })
+        }))
     );
-    let e = table.admit(1, TenantId(1), 64, Tracked::new(&drops));
+    let e = table.admit(TenantSlot(1), TenantId(1), 64, Tracked::new(&drops));
     assert_eq!(
         e,
-        Err(AdmitError::AlreadyAdmitted {
+        Err(MemoryError::Registry(RegistryError::AlreadyAdmitted {
             id: TenantId(1),
-            slot: 0
-        })
+            slot: TenantSlot(0)
+        }))
     );
-    let e = table.admit(4, TenantId(3), 64, Tracked::new(&drops));
+    let e = table.admit(TenantSlot(4), TenantId(3), 64, Tracked::new(&drops));
     assert_eq!(
         e,
-        Err(AdmitError::SlotOutOfRange {
-            slot: 4,
+        Err(MemoryError::Registry(RegistryError::SlotOutOfRange {
+            slot: TenantSlot(4),
             capacity: 4
-        })
+        }))
     );
     // Each rejected state was dropped once; nothing else moved.
     assert_eq!(drops.load(Ordering::SeqCst), 3);
     assert_eq!(table.storage().stats(), before);
-    assert_eq!(table.ids(), vec![(0, TenantId(1))]);
+    assert_eq!(table.ids(), vec![(TenantSlot(0), TenantId(1))]);
     assert_eq!(table.len(), 1);
-    assert!(table.get(1).is_none());
+    assert!(table.get(TenantSlot(1)).is_none());
 
     // After removal the id and the slot are free again.
-    drop(table.remove(0));
+    drop(table.remove(TenantSlot(0)));
     table
-        .admit(2, TenantId(1), 64, Tracked::new(&drops))
+        .admit(TenantSlot(2), TenantId(1), 64, Tracked::new(&drops))
         .unwrap();
     table
-        .admit(0, TenantId(5), 64, Tracked::new(&drops))
+        .admit(TenantSlot(0), TenantId(5), 64, Tracked::new(&drops))
         .unwrap();
-    assert_eq!(table.slot_of(TenantId(1)), Some(2));
+    assert_eq!(table.slot_of(TenantId(1)), Some(TenantSlot(2)));
     assert_eq!(table.slot_of(TenantId(2)), None);
-    assert_eq!(table.ids(), vec![(0, TenantId(5)), (2, TenantId(1))]);
+    assert_eq!(
+        table.ids(),
+        vec![(TenantSlot(0), TenantId(5)), (TenantSlot(2), TenantId(1))]
+    );
 }
 
 #[test]
@@ -147,21 +152,21 @@ fn state_that_does_not_fit_is_rejected_and_changes_nothing() {
     let table = TenantTable::new(storage(1), 4);
     let page = table.storage().page_size();
     table
-        .admit(0, TenantId(1), 64, Tracked::new(&drops))
+        .admit(TenantSlot(0), TenantId(1), 64, Tracked::new(&drops))
         .unwrap();
     let before = table.storage().stats();
     let check_unchanged = |table: &TenantTable<_>| {
         assert_eq!(table.storage().stats(), before);
-        assert_eq!(table.ids(), vec![(0, TenantId(1))]);
-        assert!(table.get(1).is_none());
+        assert_eq!(table.ids(), vec![(TenantSlot(0), TenantId(1))]);
+        assert!(table.get(TenantSlot(1)).is_none());
         assert_eq!(table.slot_of(TenantId(2)), None);
     };
 
     // The region asked for is smaller than the state.
-    let e = table.admit(1, TenantId(2), 4, Tracked::new(&drops));
+    let e = table.admit(TenantSlot(1), TenantId(2), 4, Tracked::new(&drops));
     assert_eq!(
         e,
-        Err(AdmitError::StateTooLarge {
+        Err(MemoryError::StateTooLarge {
             state_bytes: std::mem::size_of::<Tracked>(),
             region_bytes: 4
         })
@@ -169,22 +174,22 @@ fn state_that_does_not_fit_is_rejected_and_changes_nothing() {
     check_unchanged(&table);
 
     // Larger than the arena could ever give.
-    let e = table.admit(1, TenantId(2), 2 << 20, Tracked::new(&drops));
+    let e = table.admit(TenantSlot(1), TenantId(2), 2 << 20, Tracked::new(&drops));
     assert!(
-        matches!(e, Err(AdmitError::Alloc(AllocError::TooLarge { .. }))),
+        matches!(e, Err(MemoryError::Alloc(AllocError::TooLarge { .. }))),
         "{e:?}"
     );
     check_unchanged(&table);
 
     // Fits an empty arena, but not what is left of this one.
     let e = table.admit(
-        1,
+        TenantSlot(1),
         TenantId(2),
         before.largest_free + 1,
         Tracked::new(&drops),
     );
     assert!(
-        matches!(e, Err(AdmitError::Alloc(AllocError::Exhausted { .. }))),
+        matches!(e, Err(MemoryError::Alloc(AllocError::Exhausted { .. }))),
         "{e:?}"
     );
     check_unchanged(&table);
@@ -195,11 +200,11 @@ fn state_that_does_not_fit_is_rejected_and_changes_nothing() {
     #[repr(align(65536))]
     struct Aligned(#[allow(dead_code)] u8);
     let t2 = TenantTable::new(storage(4), 4);
-    let e = t2.admit(0, TenantId(1), 1 << 20, Aligned(0));
+    let e = t2.admit(TenantSlot(0), TenantId(1), 1 << 20, Aligned(0));
     if 65536 > page {
         assert_eq!(
             e,
-            Err(AdmitError::StateOverAligned {
+            Err(MemoryError::StateOverAligned {
                 align: 65536,
                 page_size: page
             })
@@ -219,21 +224,24 @@ fn state_is_dropped_exactly_once() {
 
     // Removed and dropped by the control thread.
     table
-        .admit(0, TenantId(1), 64, Tracked::new(&drops))
+        .admit(TenantSlot(0), TenantId(1), 64, Tracked::new(&drops))
         .unwrap();
-    let removed = table.remove(0).unwrap();
+    let removed = table.remove(TenantSlot(0)).unwrap();
     assert_eq!(count(), 0, "still held");
     drop(removed);
     assert_eq!(count(), 1);
 
     // Removed while a reader still holds it: dropped when the reader lets go.
     table
-        .admit(1, TenantId(2), 64, Tracked::new(&drops))
+        .admit(TenantSlot(1), TenantId(2), 64, Tracked::new(&drops))
         .unwrap();
-    let reader = table.get(1);
-    let arc = table.get_arc(1).unwrap();
-    drop(table.remove(1));
-    assert!(table.get(1).is_none(), "new lookups miss at once");
+    let reader = table.get(TenantSlot(1));
+    let arc = table.get_arc(TenantSlot(1)).unwrap();
+    drop(table.remove(TenantSlot(1)));
+    assert!(
+        table.get(TenantSlot(1)).is_none(),
+        "new lookups miss at once"
+    );
     assert_eq!(count(), 1);
     reader.entry().unwrap().lock().n += 1;
     drop(reader);
@@ -249,10 +257,10 @@ fn state_is_dropped_exactly_once() {
 
     // Still admitted when the table goes away.
     table
-        .admit(2, TenantId(3), 64, Tracked::new(&drops))
+        .admit(TenantSlot(2), TenantId(3), 64, Tracked::new(&drops))
         .unwrap();
     table
-        .admit(3, TenantId(4), 64, Tracked::new(&drops))
+        .admit(TenantSlot(3), TenantId(4), 64, Tracked::new(&drops))
         .unwrap();
     let storage = table.storage().clone();
     drop(table);
@@ -265,9 +273,11 @@ fn state_is_dropped_exactly_once() {
 fn released_tenant_memory_is_zero_for_the_next_tenant() {
     let table = TenantTable::new(storage(16), 4);
     let page = table.storage().page_size();
-    table.admit(0, TenantId(1), page, [0xABu8; 512]).unwrap();
-    let base = table.get(0).entry().unwrap().extent().base;
-    drop(table.remove(0));
+    table
+        .admit(TenantSlot(0), TenantId(1), page, [0xABu8; 512])
+        .unwrap();
+    let base = table.get(TenantSlot(0)).entry().unwrap().extent().base;
+    drop(table.remove(TenantSlot(0)));
     // The next tenant lands in the same range; its bytes beyond its own state are zero.
     let mut region = table.storage().alloc(page).unwrap();
     assert_eq!(region.extent().base, base);
@@ -280,7 +290,7 @@ fn two_threads_never_hold_the_same_tenant() {
     const THREADS: usize = 4;
     const ROUNDS: u64 = 20_000;
     let table = Arc::new(TenantTable::new(storage(4), 2));
-    table.admit(0, TenantId(1), 64, 0u64).unwrap();
+    table.admit(TenantSlot(0), TenantId(1), 64, 0u64).unwrap();
     let holders = Arc::new(AtomicUsize::new(0));
     let max_seen = Arc::new(AtomicUsize::new(0));
     let start = Arc::new(Barrier::new(THREADS));
@@ -294,7 +304,7 @@ fn two_threads_never_hold_the_same_tenant() {
             );
             thread::spawn(move || {
                 start.wait();
-                let r = table.get(0);
+                let r = table.get(TenantSlot(0));
                 let entry = r.entry().unwrap();
                 for i in 0..ROUNDS {
                     let mut g = if (i + t as u64) % 3 == 0 {
@@ -328,12 +338,12 @@ fn two_threads_never_hold_the_same_tenant() {
     }
     assert_eq!(max_seen.load(Ordering::SeqCst), 1, "two holders at once");
     assert_eq!(
-        *table.get(0).entry().unwrap().lock(),
+        *table.get(TenantSlot(0)).entry().unwrap().lock(),
         THREADS as u64 * ROUNDS
     );
 
     // try_lock fails while another thread holds the lock, and succeeds after.
-    let entry = table.get_arc(0).unwrap();
+    let entry = table.get_arc(TenantSlot(0)).unwrap();
     let g = entry.lock();
     let e2 = Arc::clone(&entry);
     assert!(thread::spawn(move || e2.try_lock().is_none())
@@ -359,7 +369,12 @@ fn admission_and_removal_under_traffic_lose_nothing() {
     let churn_drops = Arc::new(AtomicUsize::new(0));
     for s in 0..HOT {
         table
-            .admit(s, TenantId(s + 1), page, Tracked::new(&hot_drops))
+            .admit(
+                TenantSlot(s),
+                TenantId(s + 1),
+                page,
+                Tracked::new(&hot_drops),
+            )
             .unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -385,14 +400,14 @@ fn admission_and_removal_under_traffic_lose_nothing() {
                     x ^= x >> 7;
                     x ^= x << 17;
                     let hot = (x % HOT as u64) as u32;
-                    let got = table.get(hot);
+                    let got = table.get(TenantSlot(hot));
                     let entry = got.entry().expect("hot tenant vanished");
                     assert_eq!(entry.id(), TenantId(hot + 1));
                     bump(&mut entry.lock().n);
                     made[hot as usize] += 1;
                     // Also touch a churning slot: admitted, removed or in between.
                     let cold = HOT + (x >> 32) as u32 % (SLOTS - HOT);
-                    if let Some(e) = table.get(cold).entry() {
+                    if let Some(e) = table.get(TenantSlot(cold)).entry() {
                         bump(&mut e.lock().n);
                         churn_hits.fetch_add(1, Ordering::Relaxed);
                     }
@@ -419,20 +434,33 @@ fn admission_and_removal_under_traffic_lose_nothing() {
             while !stop.load(Ordering::Relaxed) {
                 for s in HOT..SLOTS {
                     let bytes = std::mem::size_of::<Tracked>() + (s as usize % 3) * page;
-                    if table.get(s).is_none() {
+                    if table.get(TenantSlot(s)).is_none() {
                         created += 1;
                         table
-                            .admit(s, TenantId(next_id), bytes, Tracked::new(&churn_drops))
+                            .admit(
+                                TenantSlot(s),
+                                TenantId(next_id),
+                                bytes,
+                                Tracked::new(&churn_drops),
+                            )
                             .unwrap();
                         next_id += 1;
                     }
                     // Rejected admissions under load change nothing either.
                     created += 1;
-                    let dup = table.admit(s, TenantId(1), bytes, Tracked::new(&churn_drops));
-                    assert!(matches!(dup, Err(AdmitError::AlreadyAdmitted { .. })));
+                    let dup = table.admit(
+                        TenantSlot(s),
+                        TenantId(1),
+                        bytes,
+                        Tracked::new(&churn_drops),
+                    );
+                    assert!(matches!(
+                        dup,
+                        Err(MemoryError::Registry(RegistryError::AlreadyAdmitted { .. }))
+                    ));
                 }
                 for s in (HOT..SLOTS).filter(|s| (*s as u64 + round) % 2 == 0) {
-                    let gone = table.remove(s).expect("was admitted");
+                    let gone = table.remove(TenantSlot(s)).expect("was admitted");
                     assert!(gone.id().0 >= 1000);
                 }
                 round += 1;
@@ -456,7 +484,7 @@ fn admission_and_removal_under_traffic_lose_nothing() {
     // Every increment of every hot tenant is there; none of their state was dropped.
     for s in 0..HOT {
         let expected: u64 = made.iter().map(|m| m[s as usize]).sum();
-        let got = table.get(s);
+        let got = table.get(TenantSlot(s));
         let entry = got.entry().unwrap();
         assert_eq!(entry.lock().n, expected, "tenant {} lost updates", s + 1);
     }
@@ -477,19 +505,73 @@ fn admission_and_removal_under_traffic_lose_nothing() {
 #[test]
 fn generations_change_on_every_admit_and_remove() {
     let table: TenantTable<u64> = TenantTable::new(storage(4), 4);
-    assert_eq!((table.generation(1), table.changes()), (0, 0));
-    table.admit(1, TenantId(10), 8, 5).unwrap();
-    let g1 = table.generation(1);
+    assert_eq!((table.generation(TenantSlot(1)), table.changes()), (0, 0));
+    table.admit(TenantSlot(1), TenantId(10), 8, 5).unwrap();
+    let g1 = table.generation(TenantSlot(1));
     assert_ne!(g1, 0);
-    assert_eq!(table.generation(2), 0, "other slots keep theirs");
+    assert_eq!(
+        table.generation(TenantSlot(2)),
+        0,
+        "other slots keep theirs"
+    );
     // A failed admission changes nothing.
-    assert!(table.admit(1, TenantId(11), 8, 6).is_err());
-    assert_eq!(table.generation(1), g1);
-    table.remove(1).unwrap();
-    let g2 = table.generation(1);
+    assert!(table.admit(TenantSlot(1), TenantId(11), 8, 6).is_err());
+    assert_eq!(table.generation(TenantSlot(1)), g1);
+    table.remove(TenantSlot(1)).unwrap();
+    let g2 = table.generation(TenantSlot(1));
     assert_ne!(g2, g1);
-    table.admit(1, TenantId(12), 8, 7).unwrap();
-    assert_ne!(table.generation(1), g2);
+    table.admit(TenantSlot(1), TenantId(12), 8, 7).unwrap();
+    assert_ne!(table.generation(TenantSlot(1)), g2);
     assert_eq!(table.changes(), 3);
-    assert_eq!(table.generation(99), 0, "out of range");
+    assert_eq!(table.generation(TenantSlot(99)), 0, "out of range");
+}
+
+#[test]
+fn replace_publishes_a_new_entry_only_when_its_init_succeeds() {
+    let table = TenantTable::<u64>::new(storage(4), 4);
+    table.admit(TenantSlot(1), TenantId(7), 64, 5).unwrap();
+    let gen = table.generation(TenantSlot(1));
+    let held = table.get_arc(TenantSlot(1)).unwrap();
+
+    // A failing init (the new policy is rejected): the old entry keeps serving.
+    let before = table.storage().stats();
+    let e = table.replace_with(TenantId(7), 64, 9, |_, _| Err("bad policy"));
+    assert!(
+        matches!(e, Err(AdmitWithError::Init("bad policy"))),
+        "{e:?}"
+    );
+    assert_eq!(*table.get(TenantSlot(1)).entry().unwrap().lock(), 5);
+    assert_eq!(table.generation(TenantSlot(1)), gen);
+    assert_eq!(table.storage().stats(), before);
+
+    // A good one: the slot and id stay, the state is the new one, the holder of the old
+    // entry still has it (its region lives until it lets go).
+    let old = table
+        .replace_with(TenantId(7), 64, 9, |s, _| {
+            *s += 1;
+            Ok::<(), &str>(())
+        })
+        .unwrap();
+    assert!(Arc::ptr_eq(&old, &held));
+    assert_ne!(table.generation(TenantSlot(1)), gen);
+    let now = table.get_arc(TenantSlot(1)).unwrap();
+    assert_eq!(
+        (now.id(), now.slot(), *now.lock()),
+        (TenantId(7), TenantSlot(1), 10)
+    );
+    assert_eq!(*held.lock(), 5);
+    assert_eq!(table.slot_of(TenantId(7)), Some(TenantSlot(1)));
+    assert_eq!(table.len(), 1);
+
+    // Nothing to replace for a tenant not admitted.
+    let e = table.replace_with(TenantId(8), 64, 0, |_, _| Ok::<(), ()>(()));
+    assert!(
+        matches!(
+            e,
+            Err(AdmitWithError::Memory(MemoryError::Registry(
+                RegistryError::Unknown(TenantId(8))
+            )))
+        ),
+        "{e:?}"
+    );
 }

@@ -80,6 +80,7 @@ pub mod http;
 mod nf;
 mod packet;
 pub mod policy;
+pub mod registry;
 pub mod tss;
 
 pub use nf::{
@@ -87,6 +88,7 @@ pub use nf::{
     GROUP_CHUNK,
 };
 pub use packet::{FlowKey, L3Kind, L4Kind, Layout, Packet, PacketMeta, ParseError, ResizeError};
+pub use registry::{RegistryError, TenantRegistry};
 
 /// Re-export of the header-slice library the [`Packet`] view is built on, so NFs name
 /// the same types without a second dependency.

@@ -31,8 +31,8 @@ mod worker;
 
 pub use buffet_io::{Outcome, PacketBuf, FRAME_CAPACITY};
 pub use pipeline::{
-    build, AdmitError, Command, Control, Dataplane, Pipeline, PipelineConfig, PipelineError,
-    TenantSpec, WorkerEvent, EVENT_CAPACITY,
+    build, Command, Control, Dataplane, Pipeline, PipelineConfig, PipelineError, TenantSpec,
+    WorkerEvent, EVENT_CAPACITY,
 };
 pub use stats::{DropReason, GlobalReport, Report, TenantReport, WorkerReport};
 pub use worker::Worker;

@@ -10,18 +10,19 @@
 //! never on the data plane's thread: admitting a tenant whose policy takes long to compile
 //! does not pause anyone's traffic. The data plane only learns the tenant's rules.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use buffet_dispatch::{
-    Decision, DispatchDrop, Dispatcher, DispatcherConfig, Event, Match, TenantSlot, WorkerId,
+    Decision, DispatchDrop, DispatchError, Dispatcher, DispatcherConfig, Event, Match, TenantSlot,
+    WorkerId,
 };
 use buffet_io::{HeapPool, Outcome, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_memory::{
-    AdmitWithError, ArenaConfig, Domain, MemoryStorage, Mpk, MpkError, TenantTable,
+    AdmitWithError, ArenaConfig, Domain, MemoryError, MemoryStorage, Mpk, MpkError, TenantTable,
 };
-use buffet_sdk::{InitError, NetworkFunction, PacketMeta, PortId, TenantId, Verdict};
+use buffet_sdk::{InitError, NetworkFunction, PortId, RegistryError, TenantId, Verdict};
 use crossbeam::channel::{self, Receiver, Sender};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
@@ -92,9 +93,10 @@ pub struct TenantSpec<P> {
     pub policy: P,
 }
 
-/// Why a tenant could not be admitted or removed. Nothing changed when this is returned.
+/// Why a pipeline operation failed: building it, a control call (admit, update, remove,
+/// workers), a port. When a control call returns it, nothing changed.
 #[derive(Debug, thiserror::Error)]
-pub enum AdmitError {
+pub enum PipelineError {
     /// The id is taken.
     #[error("tenant {0} is already admitted")]
     Duplicate(TenantId),
@@ -104,9 +106,6 @@ pub enum AdmitError {
     /// Every Tenant Table slot is in use.
     #[error("too many tenants: all {0} slots are in use")]
     TooMany(u32),
-    /// The data plane has stopped; nothing can be admitted or removed any more.
-    #[error("the data plane has stopped")]
-    Stopped,
     /// The NF rejected the policy.
     #[error("tenant {tenant}: {source}")]
     Policy {
@@ -121,21 +120,16 @@ pub enum AdmitError {
         /// The tenant.
         tenant: TenantId,
         /// Its reason.
-        source: buffet_memory::AdmitError,
+        source: MemoryError,
     },
-    /// The dispatcher rejected the rules.
+    /// The Packet Dispatcher rejected the rules.
     #[error("tenant {tenant}: {source}")]
     Dispatch {
         /// The tenant.
         tenant: TenantId,
         /// Its reason.
-        source: buffet_dispatch::AdmitError,
+        source: DispatchError,
     },
-}
-
-/// Why a pipeline operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PipelineError {
     /// The arena could not be reserved.
     #[error("memory arena: {0}")]
     Arena(#[from] buffet_memory::ArenaError),
@@ -223,8 +217,6 @@ pub enum Command {
     Admit {
         /// The tenant's slot (from the Tenant Table).
         slot: TenantSlot,
-        /// The tenant.
-        id: TenantId,
         /// Its name, for reports.
         name: String,
         /// Classifier rules.
@@ -232,7 +224,7 @@ pub enum Command {
         /// MAX_NB per timeslot.
         max_nb: u64,
         /// The answer.
-        reply: Sender<Result<WorkerId, buffet_dispatch::AdmitError>>,
+        reply: Sender<Result<WorkerId, DispatchError>>,
     },
     /// Forget a tenant: its rules, its Load Monitor row; its slot retires until the
     /// packets already queued under it drain.
@@ -240,7 +232,7 @@ pub enum Command {
         /// The tenant's slot.
         slot: TenantSlot,
         /// The answer.
-        reply: Sender<Result<(), buffet_dispatch::AdmitError>>,
+        reply: Sender<Result<(), DispatchError>>,
     },
     /// Start one more worker.
     LaunchWorker {
@@ -312,7 +304,7 @@ impl<N: NetworkFunction> Control<N> {
 
     /// The slot of an admitted tenant.
     pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
-        self.core.shared.table.slot_of(id).map(TenantSlot)
+        self.core.shared.table.slot_of(id)
     }
 
     fn ask<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Option<Receiver<T>> {
@@ -324,15 +316,15 @@ impl<N: NetworkFunction> Control<N> {
     /// Admits a tenant: `init` builds its state in its own region (on this thread, in the
     /// tenant's isolation domain), then the data plane learns its rules. Changes nothing
     /// on error.
-    pub fn admit(&self, spec: TenantSpec<N::Policy>) -> Result<TenantSlot, AdmitError> {
+    pub fn admit(&self, spec: TenantSpec<N::Policy>) -> Result<TenantSlot, PipelineError> {
         let pending = self.admit_start(spec)?;
         pending.wait(self)
     }
 
-    fn admit_start(&self, spec: TenantSpec<N::Policy>) -> Result<PendingAdmit, AdmitError> {
+    fn admit_start(&self, spec: TenantSpec<N::Policy>) -> Result<PendingAdmit, PipelineError> {
         let id = spec.id;
         if self.core.stopped.load(Ordering::Acquire) {
-            return Err(AdmitError::Stopped);
+            return Err(PipelineError::Stopped);
         }
         let shared = &self.core.shared;
         let bytes = shared.nf.register().bytes;
@@ -342,22 +334,10 @@ impl<N: NetworkFunction> Control<N> {
             .admit_next(id, bytes, N::State::default(), |state, region| {
                 nf.init_in_region(&spec.policy, state, region)
             })
-            .map_err(|e| match e {
-                AdmitWithError::Init(source) => AdmitError::Policy { tenant: id, source },
-                AdmitWithError::Admit(buffet_memory::AdmitError::AlreadyAdmitted { .. }) => {
-                    AdmitError::Duplicate(id)
-                }
-                AdmitWithError::Admit(buffet_memory::AdmitError::Full { capacity }) => {
-                    AdmitError::TooMany(capacity)
-                }
-                AdmitWithError::Admit(source) => AdmitError::Memory { tenant: id, source },
-            })?;
-        let i = slot.index();
-        shared.ids[i].store(id.0, Ordering::Relaxed);
-        shared.quarantined[i].store(false, Ordering::Release);
+            .map_err(|e| tenant_error(id, e))?;
+        shared.quarantined[slot.index()].store(false, Ordering::Release);
         let reply = self.ask(|reply| Command::Admit {
             slot,
-            id,
             name: spec.name,
             rules: spec.rules,
             max_nb: spec.max_nb,
@@ -366,34 +346,72 @@ impl<N: NetworkFunction> Control<N> {
         Ok(PendingAdmit { slot, id, reply })
     }
 
-    /// Removes a tenant at run time. Its queued packets are dropped (`no_tenant`), its
-    /// region is zeroed and returned; other tenants are not paused.
-    pub fn remove(&self, id: TenantId) -> Result<(), AdmitError> {
-        let slot = self.slot_of(id).ok_or(AdmitError::Unknown(id))?;
-        let reply = self
-            .ask(|reply| Command::Remove { slot, reply })
-            .ok_or(AdmitError::Stopped)?;
-        match reply.recv() {
-            Ok(r) => r.map_err(|source| AdmitError::Dispatch { tenant: id, source }),
-            Err(_) => Err(AdmitError::Stopped),
+    /// Replaces tenant `id`'s NF policy at run time: `init` builds a new state from
+    /// `policy` in a new region (on this thread, in the tenant's isolation domain) and,
+    /// only if it accepts the policy, the new state replaces the old one in one atomic
+    /// swap; the tenant keeps its slot, rules, worker and counters. The NF state starts
+    /// afresh from the new policy (what `init` builds; NF-internal tables such as
+    /// connection tracking are not carried over). Packets already being processed finish
+    /// on the old state. On error the old state keeps serving, unchanged. A quarantined
+    /// tenant stays quarantined.
+    pub fn update_policy(&self, id: TenantId, policy: &N::Policy) -> Result<(), PipelineError> {
+        if self.core.stopped.load(Ordering::Acquire) {
+            return Err(PipelineError::Stopped);
         }
+        let shared = &self.core.shared;
+        let nf = &shared.nf;
+        let old = shared
+            .table
+            .replace_with(
+                id,
+                nf.register().bytes,
+                N::State::default(),
+                |state, region| nf.init_in_region(policy, state, region),
+            )
+            .map_err(|e| tenant_error(id, e))?;
+        // The old state and region go when the last worker holding them lets go.
+        drop(old);
+        Ok(())
+    }
+
+    /// Removes a tenant at run time. Its queued packets are dropped (counted in the
+    /// report's `global.removed_tenant`, as the tenant's own row leaves with it), its
+    /// region is zeroed and returned; other tenants are not paused.
+    pub fn remove(&self, id: TenantId) -> Result<(), PipelineError> {
+        let rx = self.remove_start(id)?;
+        finish_remove(id, rx.recv().ok())
+    }
+
+    fn remove_start(
+        &self,
+        id: TenantId,
+    ) -> Result<Receiver<Result<(), DispatchError>>, PipelineError> {
+        let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
+        self.ask(|reply| Command::Remove { slot, reply })
+            .ok_or(PipelineError::Stopped)
     }
 
     /// Launches one more worker.
     pub fn launch_worker(&self) -> Result<WorkerId, PipelineError> {
-        let rx = self
-            .ask(|reply| Command::LaunchWorker { reply })
-            .ok_or(PipelineError::Stopped)?;
-        rx.recv().unwrap_or(Err(PipelineError::Stopped))
+        self.ask_pipeline(|reply| Command::LaunchWorker { reply })?
+            .recv()
+            .unwrap_or(Err(PipelineError::Stopped))
     }
 
     /// Terminates a worker: its tenants are reassigned to live workers, and the packets
     /// already queued to it are still processed before its thread exits.
     pub fn terminate_worker(&self, worker: WorkerId) -> Result<(), PipelineError> {
-        let rx = self
-            .ask(|reply| Command::TerminateWorker { worker, reply })
-            .ok_or(PipelineError::Stopped)?;
-        rx.recv().unwrap_or(Err(PipelineError::Stopped))
+        self.ask_pipeline(|reply| Command::TerminateWorker { worker, reply })?
+            .recv()
+            .unwrap_or(Err(PipelineError::Stopped))
+    }
+
+    /// Sends a command whose answer is a pipeline result.
+    fn ask_pipeline<T>(
+        &self,
+        make: impl FnOnce(Sender<Result<T, PipelineError>>) -> Command,
+    ) -> Result<Receiver<Result<T, PipelineError>>, PipelineError> {
+        self.ask(make).ok_or(PipelineError::Stopped)
     }
 
     /// A snapshot of every counter (its `events` are empty: events leave through
@@ -412,15 +430,43 @@ impl<N: NetworkFunction> Control<N> {
     }
 }
 
+/// A Memory Manager refusal (or the NF's, from `init`) as the pipeline's error.
+fn tenant_error(id: TenantId, e: AdmitWithError<InitError>) -> PipelineError {
+    match e {
+        AdmitWithError::Init(source) => PipelineError::Policy { tenant: id, source },
+        AdmitWithError::Memory(MemoryError::Registry(RegistryError::AlreadyAdmitted {
+            ..
+        })) => PipelineError::Duplicate(id),
+        AdmitWithError::Memory(MemoryError::Registry(RegistryError::Full { capacity })) => {
+            PipelineError::TooMany(capacity)
+        }
+        AdmitWithError::Memory(MemoryError::Registry(RegistryError::Unknown(_))) => {
+            PipelineError::Unknown(id)
+        }
+        AdmitWithError::Memory(source) => PipelineError::Memory { tenant: id, source },
+    }
+}
+
+/// The answer to a removal (`None`: the data plane stopped first).
+fn finish_remove(
+    id: TenantId,
+    answer: Option<Result<(), DispatchError>>,
+) -> Result<(), PipelineError> {
+    match answer {
+        Some(r) => r.map_err(|source| PipelineError::Dispatch { tenant: id, source }),
+        None => Err(PipelineError::Stopped),
+    }
+}
+
 /// An admission whose data-plane half is in flight.
 struct PendingAdmit {
     slot: TenantSlot,
     id: TenantId,
-    reply: Option<Receiver<Result<WorkerId, buffet_dispatch::AdmitError>>>,
+    reply: Option<Receiver<Result<WorkerId, DispatchError>>>,
 }
 
 impl PendingAdmit {
-    fn wait<N: NetworkFunction>(self, c: &Control<N>) -> Result<TenantSlot, AdmitError> {
+    fn wait<N: NetworkFunction>(self, c: &Control<N>) -> Result<TenantSlot, PipelineError> {
         let answer = match &self.reply {
             Some(rx) => rx.recv().ok(),
             None => None,
@@ -429,15 +475,15 @@ impl PendingAdmit {
             Some(Ok(_)) => Ok(self.slot),
             Some(Err(source)) => {
                 // Nothing was dispatched under the slot: free it at once.
-                c.core.shared.table.remove(self.slot.0);
-                Err(AdmitError::Dispatch {
+                c.core.shared.table.remove(self.slot);
+                Err(PipelineError::Dispatch {
                     tenant: self.id,
                     source,
                 })
             }
             None => {
-                c.core.shared.table.remove(self.slot.0);
-                Err(AdmitError::Stopped)
+                c.core.shared.table.remove(self.slot);
+                Err(PipelineError::Stopped)
             }
         }
     }
@@ -454,10 +500,10 @@ struct WorkerSlot {
     completed: u64,
 }
 
-/// Per-slot control data the data plane keeps.
+/// Per-slot counters the data plane keeps beside the workers' (the tenant's identity is
+/// the Tenant Table's).
 #[derive(Default, Clone)]
 struct SlotInfo {
-    id: Option<TenantId>,
     /// Counters this slot had when the tenant was admitted (slots are reused).
     baseline: TenantReport,
     policed: u64,
@@ -527,7 +573,6 @@ pub fn build<N: NetworkFunction>(
         table: Arc::new(table),
         quarantined: (0..cap).map(|_| AtomicBool::new(false)).collect(),
         notices: Arc::new(ArrayQueue::new(1024)),
-        ids: (0..cap).map(|_| AtomicU32::new(0)).collect(),
     };
     let core = Arc::new(Core {
         shared,
@@ -670,13 +715,12 @@ impl<N: NetworkFunction> Dataplane<N> {
         match cmd {
             Command::Admit {
                 slot,
-                id,
                 name,
                 rules,
                 max_nb,
                 reply,
             } => {
-                let r = self.dispatcher.admit(slot, id, rules, max_nb);
+                let r = self.dispatcher.admit(slot, rules, max_nb);
                 if r.is_ok() {
                     let i = slot.index();
                     let mut baseline = TenantReport::default();
@@ -684,7 +728,6 @@ impl<N: NetworkFunction> Dataplane<N> {
                         w.counters.tenants[i].add_into(&mut baseline);
                     }
                     self.slots[i] = SlotInfo {
-                        id: Some(id),
                         baseline,
                         policed: 0,
                         migrations: 0,
@@ -700,7 +743,6 @@ impl<N: NetworkFunction> Dataplane<N> {
                 let r = self.dispatcher.remove(slot);
                 if r.is_ok() {
                     self.core.shared.table.remove_and_retire(slot);
-                    self.slots[slot.index()].id = None;
                     let snapshot = self.workers.iter().map(|w| w.dispatched).collect();
                     self.retiring.push((slot, snapshot));
                 }
@@ -773,12 +815,15 @@ impl<N: NetworkFunction> Dataplane<N> {
             self.poll_completions();
         }
         let (ts_ns, in_port) = (m.ts_ns, m.in_port);
-        let decision = self.dispatcher.dispatch(ts_ns, in_port, m.data_mut());
+        // One parse per frame: the dispatcher's layout travels to the worker.
+        let (decision, layout) = self
+            .dispatcher
+            .dispatch_with_layout(ts_ns, in_port, m.data_mut());
         self.collect_events(seq);
         match decision {
             Decision::Pass { worker, tenant } => {
                 m.tenant = tenant;
-                m.layout = parse_layout(&mut m);
+                m.layout = layout;
                 self.send(worker, m, live);
             }
             Decision::Drop(why) => {
@@ -831,7 +876,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                     slot,
                 } => {
                     self.slots[tenant.index()].migrations += 1;
-                    let id = self.slots[tenant.index()].id.unwrap_or_default();
+                    let id = self.core.shared.table.id_of(tenant).unwrap_or_default();
                     WorkerEvent::Migration {
                         seq,
                         tenant: id,
@@ -865,7 +910,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             message,
         }) = self.core.shared.notices.pop()
         {
-            let id = TenantId(self.core.shared.ids[tenant.index()].load(Ordering::Relaxed));
+            let id = self.core.shared.table.id_of(tenant).unwrap_or_default();
             self.emit(WorkerEvent::Fault {
                 tenant: id,
                 worker: worker.0,
@@ -887,6 +932,11 @@ impl<N: NetworkFunction> Dataplane<N> {
             ),
             Outcome::Nf(Verdict::Tx) => Some(m.in_port),
             Outcome::Nf(Verdict::Forward(p)) => Some(p),
+            Outcome::NoTenant => {
+                // Its tenant's counters left with it: count the packet here.
+                self.global.removed_tenant += 1;
+                None
+            }
             _ => None,
         };
         match out {
@@ -1041,8 +1091,13 @@ impl<N: NetworkFunction> Dataplane<N> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let mut tenants = Vec::new();
-        for (i, info) in self.slots.iter().enumerate() {
-            let Some(id) = info.id else { continue };
+        for (slot, id) in self.core.shared.table.ids() {
+            // Admitted in the Tenant Table but not yet known to the dispatcher: its
+            // counters are not rebased yet.
+            if !self.dispatcher.has_tenant(slot) {
+                continue;
+            }
+            let (i, info) = (slot.index(), &self.slots[slot.index()]);
             let mut r = TenantReport {
                 id,
                 name: names[i].clone().unwrap_or_default(),
@@ -1058,7 +1113,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             if let Some(row) = self.dispatcher.scheduler().tenant(TenantSlot(i as u32)) {
                 r.worker = row.worker.0;
             }
-            if let Some(entry) = &*self.core.shared.table.get(i as u32) {
+            if let Some(entry) = &*self.core.shared.table.get(slot) {
                 if !r.quarantined {
                     let state = entry.lock();
                     r.nf = self.core.shared.nf.summary(&state).into_iter().collect();
@@ -1154,18 +1209,6 @@ fn send_event(events: &Sender<WorkerEvent>, dropped: &AtomicU64, e: WorkerEvent)
     }
 }
 
-/// The dispatcher parsed the frame to classify it; keep the offsets for the worker.
-fn parse_layout(m: &mut PacketBuf) -> Option<buffet_sdk::Layout> {
-    let meta = PacketMeta {
-        in_port: m.in_port,
-        ts_ns: m.ts_ns,
-        tenant: TenantId::default(),
-    };
-    buffet_sdk::Packet::parse(m.data_mut(), meta)
-        .ok()
-        .map(|p| p.layout())
-}
-
 /// A pipeline driven from one thread: the [`Control`] handle and the [`Dataplane`]
 /// together, for offline runs (`buffet replay`, `buffet demo`), tests and embedders that
 /// push frames themselves. Control calls apply at once. For a data plane on its own
@@ -1214,43 +1257,45 @@ impl<N: NetworkFunction> Pipeline<N> {
     }
 
     /// Admits a tenant (see [`Control::admit`]).
-    pub fn admit(&mut self, spec: TenantSpec<N::Policy>) -> Result<TenantSlot, AdmitError> {
+    pub fn admit(&mut self, spec: TenantSpec<N::Policy>) -> Result<TenantSlot, PipelineError> {
         let pending = self.control.admit_start(spec)?;
         self.dataplane.apply_commands();
         pending.wait(&self.control)
     }
 
+    /// Replaces a tenant's NF policy (see [`Control::update_policy`]).
+    pub fn update_policy(&mut self, id: TenantId, policy: &N::Policy) -> Result<(), PipelineError> {
+        self.control.update_policy(id, policy)
+    }
+
     /// Removes a tenant (see [`Control::remove`]).
-    pub fn remove(&mut self, id: TenantId) -> Result<(), AdmitError> {
-        let slot = self.control.slot_of(id).ok_or(AdmitError::Unknown(id))?;
-        let rx = self
-            .control
-            .ask(|reply| Command::Remove { slot, reply })
-            .ok_or(AdmitError::Stopped)?;
+    pub fn remove(&mut self, id: TenantId) -> Result<(), PipelineError> {
+        let rx = self.control.remove_start(id)?;
         self.dataplane.apply_commands();
-        match rx.recv() {
-            Ok(r) => r.map_err(|source| AdmitError::Dispatch { tenant: id, source }),
-            Err(_) => Err(AdmitError::Stopped),
-        }
+        finish_remove(id, rx.recv().ok())
     }
 
     /// Launches one more worker.
     pub fn launch_worker(&mut self) -> Result<WorkerId, PipelineError> {
         let rx = self
             .control
-            .ask(|reply| Command::LaunchWorker { reply })
-            .ok_or(PipelineError::Stopped)?;
-        self.dataplane.apply_commands();
-        self.drain_events();
-        rx.recv().unwrap_or(Err(PipelineError::Stopped))
+            .ask_pipeline(|reply| Command::LaunchWorker { reply })?;
+        self.apply_and_answer(rx)
     }
 
     /// Terminates a worker (see [`Control::terminate_worker`]).
     pub fn terminate_worker(&mut self, worker: WorkerId) -> Result<(), PipelineError> {
         let rx = self
             .control
-            .ask(|reply| Command::TerminateWorker { worker, reply })
-            .ok_or(PipelineError::Stopped)?;
+            .ask_pipeline(|reply| Command::TerminateWorker { worker, reply })?;
+        self.apply_and_answer(rx)
+    }
+
+    /// Applies the command just sent and returns its answer.
+    fn apply_and_answer<T>(
+        &mut self,
+        rx: Receiver<Result<T, PipelineError>>,
+    ) -> Result<T, PipelineError> {
         self.dataplane.apply_commands();
         self.drain_events();
         rx.recv().unwrap_or(Err(PipelineError::Stopped))

@@ -210,6 +210,10 @@ pub struct GlobalReport {
     /// Events dropped because nobody drained the events channel.
     #[serde(skip_serializing_if = "is_zero")]
     pub events_dropped: u64,
+    /// Packets still queued for a tenant when it was removed, dropped (the removed
+    /// tenant's own row is no longer reported).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub removed_tenant: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

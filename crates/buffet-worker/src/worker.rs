@@ -32,8 +32,6 @@ pub(crate) struct Shared<N: NetworkFunction> {
     /// Indexed by tenant slot; set once a tenant faulted.
     pub quarantined: Arc<[AtomicBool]>,
     pub notices: Arc<ArrayQueue<Notice>>,
-    /// Tenant ids by slot, for packet metadata (written at admission, before traffic).
-    pub ids: Arc<[std::sync::atomic::AtomicU32]>,
 }
 
 impl<N: NetworkFunction> Clone for Shared<N> {
@@ -43,7 +41,6 @@ impl<N: NetworkFunction> Clone for Shared<N> {
             table: self.table.clone(),
             quarantined: self.quarantined.clone(),
             notices: self.notices.clone(),
-            ids: self.ids.clone(),
         }
     }
 }
@@ -126,18 +123,11 @@ impl<N: NetworkFunction> Worker<N> {
     /// inline. Tenant ids in packet metadata come from the table.
     pub fn new(nf: Arc<N>, table: Arc<TenantTable<N::State>>) -> Self {
         let cap = table.capacity();
-        let ids: Arc<[std::sync::atomic::AtomicU32]> = (0..cap)
-            .map(|_| std::sync::atomic::AtomicU32::new(0))
-            .collect();
-        for (slot, id) in table.ids() {
-            ids[slot as usize].store(id.0, Ordering::Relaxed);
-        }
         let shared = Shared {
             nf,
             table,
             quarantined: (0..cap).map(|_| AtomicBool::new(false)).collect(),
             notices: Arc::new(ArrayQueue::new(64)),
-            ids,
         };
         Worker {
             id: WorkerId(0),
@@ -419,7 +409,7 @@ impl<S: Send + 'static> EntryCache<S> {
         let entries = &mut self.entries;
         self.cached.retain(|&slot| {
             let keep =
-                matches!(&entries[slot as usize], Some((g, _)) if *g == table.generation(slot));
+                matches!(&entries[slot as usize], Some((g, _)) if *g == table.generation(TenantSlot(slot)));
             if !keep {
                 entries[slot as usize] = None;
             }
@@ -430,7 +420,7 @@ impl<S: Send + 'static> EntryCache<S> {
     #[inline]
     fn lookup(&mut self, table: &TenantTable<S>, slot: u32) -> Option<&TenantEntry<S>> {
         let i = slot as usize;
-        let generation = table.generation(slot);
+        let generation = table.generation(TenantSlot(slot));
         if i >= self.entries.len() {
             self.entries
                 .resize_with((i + 1).max(table.capacity() as usize), || None);
@@ -438,7 +428,7 @@ impl<S: Send + 'static> EntryCache<S> {
         let hit = matches!(&self.entries[i], Some((g, _)) if *g == generation);
         if !hit {
             let was_cached = self.entries[i].is_some();
-            self.entries[i] = table.get_arc(slot).map(|e| (generation, e));
+            self.entries[i] = table.get_arc(TenantSlot(slot)).map(|e| (generation, e));
             match (was_cached, self.entries[i].is_some()) {
                 (false, true) => self.cached.push(slot),
                 (true, false) => self.cached.retain(|&s| s != slot),

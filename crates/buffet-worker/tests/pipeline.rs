@@ -4,7 +4,7 @@
 use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
 use buffet_nfs::monitor::{Monitor, MonitorPolicy};
 use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
-use buffet_worker::{Pipeline, PipelineConfig, TenantSpec, WorkerEvent};
+use buffet_worker::{Pipeline, PipelineConfig, PipelineError, TenantSpec, WorkerEvent};
 use etherparse::PacketBuilder;
 
 fn frame(tenant: u32, payload: &[u8]) -> Vec<u8> {
@@ -292,4 +292,66 @@ fn p_err_duplicate() -> bool {
     dup.contains("already admitted")
         && bad.contains("flow_capacity")
         && p.slot_of(TenantId(2)).is_none()
+}
+
+#[test]
+fn a_policy_update_takes_effect_and_a_rejected_one_changes_nothing() {
+    use buffet_nfs::firewall::{Action, Firewall, FirewallPolicy};
+    let policy = |default| FirewallPolicy {
+        default,
+        ..FirewallPolicy::default()
+    };
+    let mut p = Pipeline::new(Firewall::default(), cfg(2)).unwrap();
+    for t in [1, 2] {
+        p.admit(TenantSpec {
+            id: TenantId(t),
+            name: format!("t{t}"),
+            rules: rules(t),
+            max_nb: 0,
+            policy: policy(Action::Allow),
+        })
+        .unwrap();
+    }
+    let slots = (p.slot_of(TenantId(1)), p.slot_of(TenantId(2)));
+    let burst = |p: &mut Pipeline<Firewall>| {
+        for i in 0..20u8 {
+            for t in [1, 2] {
+                p.push(u64::from(i), 0, &frame(t, &[i]));
+            }
+        }
+        p.flush();
+    };
+    burst(&mut p);
+
+    // Tenant 1 now denies everything; tenant 2's update is invalid and refused.
+    p.update_policy(TenantId(1), &policy(Action::Deny)).unwrap();
+    let bad = FirewallPolicy {
+        conntrack_capacity: Some(10),
+        ..policy(Action::Deny)
+    };
+    let e = p.update_policy(TenantId(2), &bad).unwrap_err();
+    assert!(
+        matches!(e, PipelineError::Policy { tenant, .. } if tenant == TenantId(2)),
+        "{e}"
+    );
+    assert!(e.to_string().contains("conntrack_capacity"), "{e}");
+    let e = p
+        .update_policy(TenantId(3), &policy(Action::Deny))
+        .unwrap_err();
+    assert!(matches!(e, PipelineError::Unknown(TenantId(3))), "{e}");
+    burst(&mut p);
+
+    // Same slots; counters carried across the update; the new policy applies to every
+    // packet after it, the rejected one to none.
+    assert_eq!((p.slot_of(TenantId(1)), p.slot_of(TenantId(2))), slots);
+    let report = p.finish();
+    let t = |id| {
+        report
+            .tenants
+            .iter()
+            .find(|r| r.id == TenantId(id))
+            .unwrap()
+    };
+    assert_eq!((t(1).packets, t(1).passed, t(1).dropped()), (40, 20, 20));
+    assert_eq!((t(2).packets, t(2).passed, t(2).dropped()), (40, 40, 0));
 }

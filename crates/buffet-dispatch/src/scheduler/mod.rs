@@ -1,10 +1,12 @@
 //! Load Monitor + Tenant Assigner: the timeslot scheduler (the Buffet paper's
-//! Algorithm 1, exactly as ARCHITECTURE.md "Scheduler semantics" specifies it).
+//! Algorithm 1, exactly as docs/scheduler.md specifies it).
 //!
-//! The [`Scheduler`] owns the paper's two tables (Fig. 4): a Tenant Table of
-//! [`TenantRow`]s indexed by [`TenantSlot`] and a Worker Table of [`WorkerRow`]s indexed
-//! by [`WorkerId`]. [`Scheduler::schedule`] runs one step per packet, given the packet's
-//! timestamp and its (already classified) tenant.
+//! Two roles of the paper, two modules: the [Load Monitor](load_monitor) (the paper's
+//! two tables of Fig. 4: [`TenantRow`]s indexed by [`TenantSlot`] and the Worker Table
+//! of [`WorkerRow`]s indexed by [`WorkerId`]) and the [Tenant Assigner](tenant_assigner)
+//! (where a tenant goes). The [`Scheduler`] owns the tables; [`Scheduler::schedule`]
+//! runs one step per packet, given the packet's timestamp and its (already classified)
+//! tenant.
 //!
 //! Two kinds of "slot" meet here and are never mixed up: a **timeslot** is a span of
 //! packet time, numbered `ts_ns >> shift` ([`Scheduler::timeslot_of`]); the `cur_slot`
@@ -47,7 +49,12 @@
 //! ([`Scheduler::terminate_worker`]); tenants stranded when no worker was live are
 //! adopted when one comes back. A dead worker never receives a [`SchedOutcome::Pass`].
 
+pub mod load_monitor;
+pub mod tenant_assigner;
+
 use crate::{TenantSlot, WorkerId};
+use load_monitor::is_prev;
+pub use load_monitor::{OverloadReport, TenantRow, WorkerRow};
 
 /// Largest number of tenant slots a scheduler accepts (tenant slots are dense indices into
 /// `Vec`s; this guards against a stray huge index allocating gigabytes).
@@ -70,87 +77,6 @@ impl Default for SchedulerConfig {
             threshold: 3,
         }
     }
-}
-
-/// One row of the Tenant Table (paper Fig. 4a).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TenantRow {
-    /// The worker this tenant's packets go to.
-    pub worker: WorkerId,
-    /// The timeslot of the tenant's last packet; `None` before its first packet.
-    pub cur_slot: Option<u64>,
-    /// Packets (passed and policed) of the tenant in `cur_slot`.
-    pub pkt_nb: u64,
-    /// Packets allowed per timeslot; 0 means unlimited.
-    pub max_nb: u64,
-}
-
-/// One row of the Worker Table (paper Fig. 4b).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WorkerRow {
-    /// Whether the worker may receive packets and tenants.
-    pub live: bool,
-    /// The timeslot the counters below refer to; `None` before the worker is first
-    /// rolled.
-    pub cur_slot: Option<u64>,
-    /// Packets passed to the worker in `cur_slot`.
-    pub pkt_nb: u64,
-    /// Packets of the previous timeslot, as adjusted by migrations in this timeslot.
-    pub last_nb: u64,
-    /// Capacity in packets per timeslot (taken literally; see the module docs).
-    pub max_nb: u64,
-    /// Consecutive overload detections.
-    pub times: u32,
-}
-
-impl WorkerRow {
-    fn new(max_nb: u64) -> Self {
-        WorkerRow {
-            live: true,
-            cur_slot: None,
-            pkt_nb: 0,
-            last_nb: 0,
-            max_nb,
-            times: 0,
-        }
-    }
-
-    /// Rolls the row into `timeslot` (see the module docs).
-    fn roll(&mut self, timeslot: u64) {
-        if self.cur_slot != Some(timeslot) {
-            self.last_nb = if is_prev(self.cur_slot, timeslot) {
-                self.pkt_nb
-            } else {
-                0
-            };
-            self.cur_slot = Some(timeslot);
-            self.pkt_nb = 0;
-        }
-    }
-
-    /// This row as the scheduler would see it in `timeslot` (rolled into it).
-    pub fn rolled(&self, timeslot: u64) -> WorkerRow {
-        let mut r = *self;
-        r.roll(timeslot);
-        r
-    }
-}
-
-/// `prev(x)`: the row's current timeslot is the one just before `timeslot`.
-fn is_prev(cur: Option<u64>, timeslot: u64) -> bool {
-    match (cur, timeslot.checked_sub(1)) {
-        (Some(c), Some(p)) => c == p,
-        _ => false,
-    }
-}
-
-/// A worker overloaded for more than `threshold` consecutive detections.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct OverloadReport {
-    /// The overloaded worker.
-    pub worker: WorkerId,
-    /// The timeslot in which it was detected.
-    pub slot: u64,
 }
 
 /// What the scheduler decided for one packet.
@@ -217,7 +143,8 @@ pub enum TenantError {
     NoLiveWorker,
 }
 
-/// The Tenant Table, the Worker Table and the per-packet scheduling step.
+/// The Load Monitor's tables (tenant rows and the Worker Table) and the per-packet
+/// scheduling step that counts into them and applies the Tenant Assigner's choices.
 #[derive(Clone, Debug, Default)]
 pub struct Scheduler {
     cfg: SchedulerConfig,
@@ -360,15 +287,10 @@ impl Scheduler {
     }
 
     /// The live worker with the fewest tenants (ties: lowest id): where a new tenant goes
-    /// under spread placement. `None` when no worker is live.
+    /// under spread placement ([`tenant_assigner::spread_choice`]). `None` when no worker
+    /// is live.
     pub fn spread_choice(&self) -> Option<WorkerId> {
-        self.workers
-            .iter()
-            .zip(&self.load)
-            .enumerate()
-            .filter(|(_, (w, _))| w.live)
-            .min_by_key(|&(i, (_, &n))| (n, i))
-            .map(|(i, _)| WorkerId(i as u16))
+        tenant_assigner::spread_choice(&self.workers, &self.load)
     }
 
     /// Admits a tenant in tenant slot `tenant`, on `worker`, with `max_nb` packets per
@@ -536,13 +458,8 @@ impl Scheduler {
                     w.roll(s);
                 }
                 // `wid` is live, so a candidate exists.
-                let mig = workers
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, w)| w.live)
-                    .min_by_key(|&(i, w)| (w.last_nb, i))
-                    .map_or(wid, |(i, _)| i);
-                if mig != wid && workers[mig].last_nb.saturating_add(tmp) < workers[mig].max_nb {
+                let mig = tenant_assigner::migration_candidate(workers).unwrap_or(wid);
+                if mig != wid && tenant_assigner::fits(&workers[mig], tmp) {
                     t.worker = WorkerId(mig as u16);
                     workers[wid].last_nb = workers[wid].last_nb.saturating_sub(tmp);
                     workers[mig].last_nb += tmp;
