@@ -1,7 +1,7 @@
 //! `buffet replay`: a pcap through the dispatcher and the workers running an NF — a
 //! reference NF or a registered one (`--nf`), a C NF loaded from a shared object
 //! (`--nf-lib`) or an eBPF NF from a clang BPF object (`--nf-ebpf`), at an isolation level
-//! (`--isolation safe|mpk|ebpf`).
+//! (`--isolation safe|mpk|trusted-native|ebpf`).
 //!
 //! Before anything runs, the outputs (`--output`, `--stats-json`) are checked: none may
 //! be an input of the run (compared by device and inode), and each is opened as a
@@ -48,7 +48,9 @@ pub struct ReplayArgs {
     #[arg(long, value_enum, default_value_t = EbpfEngine::Interpreter)]
     pub ebpf_engine: EbpfEngine,
     /// Isolation level: `safe` (type system; Rust NFs), `mpk` (Intel protection keys;
-    /// required for C NFs) or `ebpf` (verified bytecode; required for --nf-ebpf).
+    /// for C NFs), `trusted-native` (C NFs you trust on a CPU without protection keys:
+    /// guard pages and fault containment, NO hardware isolation) or `ebpf` (verified
+    /// bytecode; required for --nf-ebpf).
     /// Default: the tenants file's `isolation` if every tenant names the same one, else
     /// `mpk` with --nf-lib, `ebpf` with --nf-ebpf and `safe` with --nf.
     #[arg(long, value_enum)]
@@ -201,7 +203,10 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
     };
     match chosen {
         Chosen::Spec(spec) => {
-            let nf = spec.load()?;
+            if level == Isolation::TrustedNative {
+                eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
+            }
+            let nf = spec.load_at(level)?;
             if let (LoadedNf::Ebpf(nf), Some(obj)) = (&nf, spec.path()) {
                 let p = nf.program();
                 eprintln!(

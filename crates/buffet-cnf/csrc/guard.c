@@ -16,6 +16,13 @@
  * Every other SIGSEGV goes to the handler that was installed before ours (Rust's stack
  * overflow handler, or the default action), so real bugs still crash.
  *
+ * A call armed with contain_all (the trusted-native isolation level, on CPUs without
+ * protection keys: no hardware confines the NF, so its bugs are not "a tenant's" fault in
+ * the sense above) recovers from every SIGSEGV, SIGBUS, SIGFPE and SIGILL its thread
+ * raises inside the call: a NULL write, a wild pointer, a division by zero quarantine the
+ * tenant instead of killing the process. The handler is installed for all four signals;
+ * outside a contain_all call, SIGBUS, SIGFPE and SIGILL always go to the previous handler.
+ *
  * Recovering does not jump out of the handler: it redirects the interrupted context to a
  * landing pad (`landing`, on the faulting thread's own stack, below the NF's frames and
  * their red zone) and returns. The kernel's sigreturn then restores what the handler must
@@ -45,10 +52,12 @@
 #define SEGV_PKUERR 4
 #endif
 
-/* Filled by the handler when it recovers a fault. Mirrored in src/sys.rs. */
+/* Filled by the handler when it recovers a fault. Mirrored in src/lib.rs (RawFault). */
 struct buffet_fault {
-    int32_t code; /* si_code: SEGV_PKUERR or SEGV_ACCERR */
-    int32_t pkey; /* si_pkey for SEGV_PKUERR, else -1 */
+    int32_t signo;    /* SIGSEGV, or (contain_all only) SIGBUS, SIGFPE, SIGILL */
+    int32_t code;     /* si_code: SEGV_PKUERR, SEGV_ACCERR, SEGV_MAPERR, FPE_INTDIV, ... */
+    int32_t pkey;     /* si_pkey for SEGV_PKUERR, else -1 */
+    int32_t in_arena; /* 1 when the address lies in a tenant arena */
     uint64_t addr;
 };
 
@@ -59,13 +68,18 @@ extern int buffet_cnf_in_arena(uintptr_t addr);
 
 /* The setjmp buffer of the guarded call running on this thread, or NULL. */
 static TLS void **armed;
+/* Whether that call recovers from every fault (trusted-native), not only a tenant's. */
+static TLS int armed_all;
 /* Set by the handler for the landing pad: where to jump back to. */
 static TLS void **jump_to;
 /* The last fault the handler recovered on this thread. */
 static TLS struct buffet_fault last_fault;
 static TLS int altstack_ready;
 
-static struct sigaction previous;
+/* The signals the handler is installed for, and the handlers that were there before. */
+static const int contained_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+#define NSIGNALS (sizeof contained_signals / sizeof contained_signals[0])
+static struct sigaction previous[NSIGNALS];
 static pthread_once_t install_once = PTHREAD_ONCE_INIT;
 static int install_error;
 static pthread_key_t altstack_key;
@@ -74,13 +88,19 @@ static pthread_key_t altstack_key;
 
 /* Hands a fault that is not ours to whoever handled SIGSEGV before us. */
 static void chain(int sig, siginfo_t *si, void *uc) {
-    if (previous.sa_flags & SA_SIGINFO) {
-        if (previous.sa_sigaction) {
-            previous.sa_sigaction(sig, si, uc);
+    const struct sigaction *prev = NULL;
+    for (size_t i = 0; i < NSIGNALS; i++) {
+        if (contained_signals[i] == sig) {
+            prev = &previous[i];
+        }
+    }
+    if (prev != NULL && (prev->sa_flags & SA_SIGINFO)) {
+        if (prev->sa_sigaction) {
+            prev->sa_sigaction(sig, si, uc);
             return;
         }
-    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
-        previous.sa_handler(sig);
+    } else if (prev != NULL && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
+        prev->sa_handler(sig);
         return;
     }
     /* Default action: uninstall ourselves; returning re-executes the faulting
@@ -99,15 +119,19 @@ __attribute__((noreturn, noinline, used)) static void landing(void) {
     __builtin_longjmp(jb, 1);
 }
 
-static void on_segv(int sig, siginfo_t *si, void *ucv) {
+static void on_fault(int sig, siginfo_t *si, void *ucv) {
     void **jb = armed;
+    int segv = sig == SIGSEGV;
+    int in_arena = segv && buffet_cnf_in_arena((uintptr_t)si->si_addr);
     if (jb != NULL &&
-        (si->si_code == SEGV_PKUERR ||
-         (si->si_code == SEGV_ACCERR && buffet_cnf_in_arena((uintptr_t)si->si_addr)))) {
+        (armed_all || (segv && (si->si_code == SEGV_PKUERR ||
+                                (si->si_code == SEGV_ACCERR && in_arena))))) {
         armed = NULL;
         jump_to = jb;
+        last_fault.signo = sig;
         last_fault.code = si->si_code;
-        last_fault.pkey = si->si_code == SEGV_PKUERR ? (int32_t)si->si_pkey : -1;
+        last_fault.pkey = segv && si->si_code == SEGV_PKUERR ? (int32_t)si->si_pkey : -1;
+        last_fault.in_arena = in_arena;
         last_fault.addr = (uint64_t)(uintptr_t)si->si_addr;
         /* Resume in `landing` as if the faulting code had called it: below its stack
          * pointer and the 128-byte red zone, 16-byte aligned before the call's return
@@ -136,15 +160,18 @@ static void install(void) {
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_segv;
+    sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, &previous) != 0) {
-        install_error = errno;
+    for (size_t i = 0; i < NSIGNALS; i++) {
+        if (sigaction(contained_signals[i], &sa, &previous[i]) != 0) {
+            install_error = errno;
+            return;
+        }
     }
 }
 
-/* Installs the SIGSEGV handler once per process. 0, or an errno value. */
+/* Installs the fault handler once per process. 0, or an errno value. */
 int buffet_guard_install(void) {
     pthread_once(&install_once, install);
     return install_error;
@@ -175,7 +202,8 @@ static void ensure_altstack(void) {
 }
 
 /* The guarded calls. Each returns 0 when the NF's function returned, 1 when a tenant
- * fault was recovered (then buffet_guard_last_fault says what and where). */
+ * fault was recovered (then buffet_guard_last_fault says what and where). `all` non-zero:
+ * recover from every fault of the call (trusted-native), not only a tenant's. */
 
 typedef buffet_verdict (*pkt_fn)(struct buffet_pkt *, void *, size_t);
 typedef int (*init_fn)(const char *, void *, size_t, char *, size_t);
@@ -191,6 +219,7 @@ typedef size_t (*summary_fn)(const void *, size_t, struct buffet_counter *, size
             /* Back from `landing`: PKRU and the signal mask were restored by sigreturn. */ \
             return 1;                                                                       \
         }                                                                                   \
+        armed_all = all;                                                                    \
         armed = jb;                                                                         \
         __atomic_signal_fence(__ATOMIC_SEQ_CST);                                            \
         call;                                                                               \
@@ -199,7 +228,7 @@ typedef size_t (*summary_fn)(const void *, size_t, struct buffet_counter *, size
         return 0;                                                                           \
     } while (0)
 
-int buffet_guard_pkt(pkt_fn f, struct buffet_pkt *pkt, void *state, size_t len,
+int buffet_guard_pkt(int all, pkt_fn f, struct buffet_pkt *pkt, void *state, size_t len,
                      buffet_verdict *verdict) {
     GUARDED(*verdict = f(pkt, state, len));
 }
@@ -207,20 +236,20 @@ int buffet_guard_pkt(pkt_fn f, struct buffet_pkt *pkt, void *state, size_t len,
 /* A chunk of one tenant's packets under one setjmp: verdicts[i] for pkts[i]. *done is
  * the index of the packet being handled, so after a fault it names the faulting one (the
  * verdicts before it are valid); n when all returned. */
-int buffet_guard_batch(pkt_fn f, struct buffet_pkt *pkts, size_t n, void *state, size_t len,
-                       buffet_verdict *verdicts, size_t *done) {
+int buffet_guard_batch(int all, pkt_fn f, struct buffet_pkt *pkts, size_t n, void *state,
+                       size_t len, buffet_verdict *verdicts, size_t *done) {
     GUARDED(for (size_t i = 0; i < n; i++) {
         *done = i;
         verdicts[i] = f(&pkts[i], state, len);
     } *done = n);
 }
 
-int buffet_guard_init(init_fn f, const char *policy, void *state, size_t len, char *err,
-                      size_t errlen, int *rc) {
+int buffet_guard_init(int all, init_fn f, const char *policy, void *state, size_t len,
+                      char *err, size_t errlen, int *rc) {
     GUARDED(*rc = f(policy, state, len, err, errlen));
 }
 
-int buffet_guard_summary(summary_fn f, const void *state, size_t len,
+int buffet_guard_summary(int all, summary_fn f, const void *state, size_t len,
                          struct buffet_counter *out, size_t max, size_t *n) {
     GUARDED(*n = f(state, len, out, max));
 }

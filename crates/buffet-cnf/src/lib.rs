@@ -12,6 +12,10 @@
 //! * **Isolation.** Run the pipeline with `Domain::Mpk`: each region then carries an Intel
 //!   protection key that only the worker running that tenant has open, so a C NF that
 //!   reads or writes outside its region hits a closed key (or a guard page) and faults.
+//!   On a CPU without protection keys, the *trusted-native* level runs the pipeline with
+//!   `Domain::None` and loads the NF with [`Containment::AnyFault`]: guard pages between
+//!   regions and fault containment, no hardware isolation (a stray write that lands in
+//!   another tenant's region is not stopped).
 //! * **Fault containment.** Every call into the NF goes through a small C shim
 //!   (`csrc/guard.c`): a setjmp, the call — for packets, one call per chunk of up to 32
 //!   packets of a tenant's group ([`NetworkFunction::handle_group`]), the shim looping
@@ -20,7 +24,12 @@
 //!   protection-key fault (`SEGV_PKUERR`) or a hit in a tenant arena (guard page). The
 //!   PKRU the call started with is restored, the faulting packet gets [`Verdict::Fault`],
 //!   the worker quarantines that tenant and keeps running. Other faults crash the process
-//!   as before. [`CNf::faults`] lists what happened (tenant, address, key).
+//!   as before — except under [`Containment::AnyFault`], where every SIGSEGV, SIGBUS,
+//!   SIGFPE or SIGILL raised inside an NF call (a NULL write, a division by zero) is
+//!   contained the same way. [`CNf::faults`] lists what happened (tenant, address, key).
+//!
+//! [`CNf::load`] takes a path as the command line does: a bare file name (`nf.so`) is the
+//! file in the current directory, not a search of the library path.
 //!
 //! What this does not do: resize frames (ABI v1 rewrites in place), give C NFs helpers, or
 //! make a *malicious* native NF safe — native code can execute `WRPKRU` or call
@@ -86,16 +95,23 @@ pub enum LoadError {
         /// What `buffet_abi_version()` returned.
         found: u32,
     },
-    /// The SIGSEGV handler for fault containment could not be installed.
+    /// The signal handler for fault containment could not be installed.
     #[error("cannot install the fault-containment signal handler: {0}")]
     Guard(std::io::Error),
 }
 
-/// Whether NF calls run inside the fault-containment shim.
+/// Whether NF calls run inside the fault-containment shim, and which faults it contains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Containment {
-    /// Through the shim: a tenant's fault quarantines the tenant (the default).
+    /// Through the shim: a tenant's fault — a closed protection key, a guard page or free
+    /// space of a tenant arena — quarantines the tenant (the default, for `mpk`). Any other
+    /// fault is a bug that crashes the process.
     Guarded,
+    /// Through the shim, and *every* fault of the NF's code during a call (SIGSEGV
+    /// anywhere, SIGBUS, SIGFPE, SIGILL) quarantines the tenant: the trusted-native level,
+    /// where no hardware confines the code, so a crash is contained rather than told apart
+    /// from an attack. Stray accesses that do not fault are not caught.
+    AnyFault,
     /// Direct calls: any fault kills the process. Only for measuring the shim's cost.
     Unguarded,
 }
@@ -114,6 +130,35 @@ pub enum FaultKind {
     GuardPage,
     /// The handler returned a value that is not a verdict of include/buffet.h.
     BadVerdict(i32),
+    /// Any other crash of the NF's code, contained under [`Containment::AnyFault`]: a
+    /// SIGSEGV outside the tenant arenas (a NULL or wild pointer), SIGBUS, SIGFPE or SIGILL.
+    Signal {
+        /// The signal number.
+        signal: i32,
+        /// Its `si_code`.
+        code: i32,
+    },
+}
+
+/// A signal's name and what its `si_code` says, for [`FaultKind::Signal`].
+fn describe_signal(signal: i32, code: i32) -> (&'static str, String) {
+    let name = match signal {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        _ => "a signal",
+    };
+    let what = match (signal, code) {
+        (libc::SIGSEGV, 1) => "address not mapped".to_owned(),
+        (libc::SIGSEGV, 2) => "access not permitted".to_owned(),
+        (libc::SIGFPE, 1) => "integer divide by zero".to_owned(),
+        (libc::SIGFPE, 2) => "integer overflow".to_owned(),
+        (libc::SIGILL, _) => "illegal instruction".to_owned(),
+        (libc::SIGBUS, 2) => "nonexistent physical address".to_owned(),
+        _ => format!("si_code {code}"),
+    };
+    (name, what)
 }
 
 /// One contained fault.
@@ -150,6 +195,15 @@ impl std::fmt::Display for CFault {
                 "tenant {}: {} returned {v}, which is not a buffet.h verdict",
                 self.tenant, self.during
             ),
+            FaultKind::Signal { signal, code } => {
+                let (name, what) = describe_signal(signal, code);
+                write!(
+                    f,
+                    "tenant {}: {} raised {name} at {:#x} ({what}), contained \
+                     (trusted-native: fault containment without hardware isolation)",
+                    self.tenant, self.during, self.addr
+                )
+            }
         }
     }
 }
@@ -185,8 +239,10 @@ pub(crate) struct Counter {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct RawFault {
+    signo: i32,
     code: i32,
     pkey: i32,
+    in_arena: i32,
     addr: u64,
 }
 
@@ -215,8 +271,8 @@ pub struct CNf {
     path: PathBuf,
     name: &'static str,
     state_bytes: usize,
-    /// Whether NF calls go through the fault-containment shim.
-    guard: bool,
+    /// Whether NF calls go through the fault-containment shim, and what it contains.
+    containment: Containment,
     faults: Mutex<Vec<CFault>>,
     counter_names: Mutex<HashMap<String, &'static str>>,
 }
@@ -227,31 +283,28 @@ impl std::fmt::Debug for CNf {
             .field("path", &self.path)
             .field("name", &self.name)
             .field("state_bytes", &self.state_bytes)
-            .field("guarded", &self.guard)
+            .field("containment", &self.containment)
             .finish_non_exhaustive()
     }
 }
 
 impl CNf {
-    /// Loads `path` with fault containment ([`Containment::Guarded`]).
+    /// Loads `path` with fault containment ([`Containment::Guarded`]). A bare file name
+    /// (`nf.so`) is the file in the current directory.
     pub fn load(path: &Path) -> Result<CNf, LoadError> {
         CNf::load_with(path, Containment::Guarded)
     }
 
     /// Loads `path`: resolves the NF's functions, checks its ABI version, asks
-    /// `buffet_mem_register` for the state size and (guarded) installs the SIGSEGV handler.
+    /// `buffet_mem_register` for the state size and (guarded) installs the fault handler.
     pub fn load_with(path: &Path, containment: Containment) -> Result<CNf, LoadError> {
         let (lib, id) = sys::Loaded::open(path)?;
         if let Some(found) = id.abi.filter(|&v| v != ABI_VERSION) {
             return Err(LoadError::Abi { found });
         }
-        let guard = match containment {
-            Containment::Guarded => {
-                sys::install_guard().map_err(LoadError::Guard)?;
-                true
-            }
-            Containment::Unguarded => false,
-        };
+        if containment != Containment::Unguarded {
+            sys::install_guard().map_err(LoadError::Guard)?;
+        }
         let name = id.name.unwrap_or_else(|| {
             path.file_stem()
                 .map_or_else(|| "c-nf".into(), |s| s.to_string_lossy().into_owned())
@@ -263,7 +316,7 @@ impl CNf {
             // One leak per load: `NetworkFunction::name` wants a static string.
             name: Box::leak(name.into_boxed_str()),
             state_bytes,
-            guard,
+            containment,
             faults: Mutex::new(Vec::new()),
             counter_names: Mutex::new(HashMap::new()),
         })
@@ -277,6 +330,11 @@ impl CNf {
     /// Bytes of state per tenant, as `buffet_mem_register` said.
     pub fn state_bytes(&self) -> usize {
         self.state_bytes
+    }
+
+    /// Which faults the NF's calls contain.
+    pub fn containment(&self) -> Containment {
+        self.containment
     }
 
     /// Faults contained so far (the first 1024), in order.
@@ -302,11 +360,11 @@ impl CNf {
     }
 
     fn record_raw(&self, tenant: TenantId, during: &'static str, raw: RawFault) -> CFault {
-        let kind = match raw.code {
-            SEGV_PKUERR => FaultKind::ProtectionKey { pkey: raw.pkey },
-            SEGV_ACCERR => FaultKind::GuardPage,
-            // The shim recovers only the two codes above.
-            _ => FaultKind::GuardPage,
+        let kind = match (raw.signo, raw.code) {
+            (libc::SIGSEGV, SEGV_PKUERR) => FaultKind::ProtectionKey { pkey: raw.pkey },
+            (libc::SIGSEGV, SEGV_ACCERR) if raw.in_arena != 0 => FaultKind::GuardPage,
+            // Recovered only under `Containment::AnyFault`.
+            (signal, code) => FaultKind::Signal { signal, code },
         };
         self.record(tenant, during, kind, raw.addr);
         CFault {
@@ -426,7 +484,7 @@ impl NetworkFunction for CNf {
             .map_err(|_| InitError::invalid("(policy)", "contains a NUL character"))?;
         let handle = sys::RegionPtr::new(region)
             .ok_or_else(|| InitError::invalid("(region)", "empty tenant region"))?;
-        match self.lib.state_init(&json, region, self.guard) {
+        match self.lib.state_init(&json, region, self.containment) {
             Ok(Ok(())) => {
                 state.region = Some(handle);
                 Ok(())
@@ -451,7 +509,7 @@ impl NetworkFunction for CNf {
         };
         let tenant = pkt.tenant();
         let mut c = describe(pkt);
-        match self.lib.pkt_handler(&mut c, region, self.guard) {
+        match self.lib.pkt_handler(&mut c, region, self.containment) {
             Ok(v) => decode_verdict(v).unwrap_or_else(|| {
                 self.record(tenant, "buffet_pkt_handler", FaultKind::BadVerdict(v), 0);
                 Verdict::Fault
@@ -479,19 +537,20 @@ impl NetworkFunction for CNf {
         }
         let n = descs.len().min(verdicts.len());
         let mut raw = [0i32; GROUP_CHUNK];
-        let handled = match self
-            .lib
-            .pkt_batch(&mut descs[..n], region, &mut raw[..n], self.guard)
-        {
-            Ok(()) => n,
-            Err((at, fault)) => {
-                self.record_raw(tenant, "buffet_pkt_handler", fault);
-                if let Some(v) = verdicts.get_mut(at) {
-                    *v = Verdict::Fault;
+        let handled =
+            match self
+                .lib
+                .pkt_batch(&mut descs[..n], region, &mut raw[..n], self.containment)
+            {
+                Ok(()) => n,
+                Err((at, fault)) => {
+                    self.record_raw(tenant, "buffet_pkt_handler", fault);
+                    if let Some(v) = verdicts.get_mut(at) {
+                        *v = Verdict::Fault;
+                    }
+                    at
                 }
-                at
-            }
-        };
+            };
         for (v, &r) in verdicts.iter_mut().zip(&raw[..handled]) {
             match decode_verdict(r) {
                 Some(d) => *v = d,
@@ -512,7 +571,11 @@ impl NetworkFunction for CNf {
             name: std::ptr::null(),
             value: 0,
         }; 32];
-        match self.lib.summary(region, &mut out) {
+        let containment = match self.containment {
+            Containment::Unguarded => Containment::Guarded,
+            c => c,
+        };
+        match self.lib.summary(region, &mut out, containment) {
             Ok(n) => out[..n]
                 .iter()
                 .filter_map(|c| Some((self.intern(sys::counter_name(c)?), c.value)))
@@ -547,7 +610,8 @@ mod tests {
         // struct buffet_pkt: 8 (data) + 4 + 4 + 8 + 6*2 + 1 + 1 + 2 = 40 bytes.
         assert_eq!(std::mem::size_of::<CPacket>(), 40);
         assert_eq!(std::mem::size_of::<Counter>(), 16);
-        assert_eq!(std::mem::size_of::<RawFault>(), 16);
+        // struct buffet_fault: 4 * 4 + 8 = 24 bytes.
+        assert_eq!(std::mem::size_of::<RawFault>(), 24);
         assert!(
             std::mem::size_of::<CState>() <= 64,
             "the header fits the tail offset"

@@ -14,7 +14,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
 use std::ptr::NonNull;
 
-use crate::{CPacket, Counter, LoadError, RawFault, ABI_VERSION};
+use crate::{CPacket, Containment, Counter, LoadError, RawFault, ABI_VERSION};
 
 type MemRegisterFn = unsafe extern "C" fn() -> usize;
 type StateInitFn =
@@ -27,6 +27,7 @@ type SummaryFn = unsafe extern "C" fn(*const c_void, usize, *mut Counter, usize)
 extern "C" {
     fn buffet_guard_install() -> c_int;
     fn buffet_guard_pkt(
+        all: c_int,
         f: PktHandlerFn,
         pkt: *mut CPacket,
         state: *mut c_void,
@@ -34,6 +35,7 @@ extern "C" {
         verdict: *mut i32,
     ) -> c_int;
     fn buffet_guard_batch(
+        all: c_int,
         f: PktHandlerFn,
         pkts: *mut CPacket,
         n: usize,
@@ -43,6 +45,7 @@ extern "C" {
         done: *mut usize,
     ) -> c_int;
     fn buffet_guard_init(
+        all: c_int,
         f: StateInitFn,
         policy: *const c_char,
         state: *mut c_void,
@@ -52,6 +55,7 @@ extern "C" {
         rc: *mut c_int,
     ) -> c_int;
     fn buffet_guard_summary(
+        all: c_int,
         f: SummaryFn,
         state: *const c_void,
         len: usize,
@@ -77,7 +81,12 @@ pub extern "C" fn buffet_cnf_in_arena(addr: usize) -> c_int {
     c_int::from(buffet_memory::in_tenant_arena(addr))
 }
 
-/// Installs the shim's SIGSEGV handler (once per process).
+/// The shim's `all` argument: recover from every fault of the call, or only a tenant's.
+fn contain_all(containment: Containment) -> c_int {
+    c_int::from(containment == Containment::AnyFault)
+}
+
+/// Installs the shim's fault handler (once per process).
 pub(crate) fn install_guard() -> Result<(), std::io::Error> {
     // SAFETY: the shim's install function takes no arguments, runs at most once
     // (pthread_once) and only calls sigaction / pthread_key_create.
@@ -106,14 +115,29 @@ pub(crate) struct Identity {
 impl Loaded {
     /// `dlopen`s `path` and resolves the three required functions and the optional ones.
     pub(crate) fn open(path: &Path) -> Result<(Loaded, Identity), LoadError> {
+        // dlopen searches the library path for a name without a slash: a bare file name
+        // means the file in the current directory, as everywhere else on the command line.
+        let bare = path.components().count() == 1
+            && matches!(
+                path.components().next(),
+                Some(std::path::Component::Normal(_))
+            );
+        let local;
+        let open_path = if bare {
+            local = Path::new(".").join(path);
+            local.as_path()
+        } else {
+            path
+        };
         // SAFETY: loading a shared object runs its initialisers: the operator chose to
         // run this native NF in the process (that is what `--nf-lib` means), and the
         // library is not unloaded while any pointer into it exists (`_lib` lives as
         // long as the pointers, which never leave `Loaded`).
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|source| LoadError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
+        let lib =
+            unsafe { libloading::Library::new(open_path) }.map_err(|source| LoadError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
         // SAFETY: for each symbol below, the type is the one include/buffet.h declares for
         // that name; a library exporting the name with another type violates the ABI it
         // links against. The pointers are copied out of the `Symbol`s and used only while
@@ -158,18 +182,19 @@ impl Loaded {
         &self,
         policy: &CString,
         region: &mut [u8],
-        guarded: bool,
+        containment: Containment,
     ) -> Result<Result<(), String>, RawFault> {
         let mut err = [0 as c_char; 256];
         let mut rc: c_int = 0;
         let (state, len) = (region.as_mut_ptr().cast::<c_void>(), region.len());
-        let faulted = match guarded {
+        let faulted = match containment != Containment::Unguarded {
             // SAFETY: all pointers are valid for the call: `policy` is NUL-terminated,
             // `region` is the tenant's exclusively borrowed bytes, `err`, `rc` and `fault`
             // are locals. The shim calls `state_init` between sigsetjmp and the jump
             // target, with no Rust frame in between.
             true => unsafe {
                 buffet_guard_init(
+                    contain_all(containment),
                     self.state_init,
                     policy.as_ptr(),
                     state,
@@ -207,9 +232,9 @@ impl Loaded {
         &self,
         pkt: &mut CPacket,
         region: RegionPtr,
-        guarded: bool,
+        containment: Containment,
     ) -> Result<i32, RawFault> {
-        match guarded {
+        match containment != Containment::Unguarded {
             true => {
                 let mut v = 0;
                 // SAFETY: `pkt` points to a local descriptor whose `data` is the packet's
@@ -219,6 +244,7 @@ impl Loaded {
                 // only frame between sigsetjmp and the NF.
                 let faulted = unsafe {
                     buffet_guard_pkt(
+                        contain_all(containment),
                         self.pkt_handler,
                         pkt,
                         region.ptr.as_ptr().cast(),
@@ -246,10 +272,10 @@ impl Loaded {
         pkts: &mut [CPacket],
         region: RegionPtr,
         verdicts: &mut [i32],
-        guarded: bool,
+        containment: Containment,
     ) -> Result<(), (usize, RawFault)> {
         let n = pkts.len().min(verdicts.len());
-        if !guarded {
+        if containment == Containment::Unguarded {
             for (p, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
                 // SAFETY: as in `pkt_handler`, called directly (unguarded: a fault kills
                 // the process).
@@ -265,6 +291,7 @@ impl Loaded {
         // frame between the setjmp and the NF.
         let faulted = unsafe {
             buffet_guard_batch(
+                contain_all(containment),
                 self.pkt_handler,
                 pkts.as_mut_ptr(),
                 n,
@@ -281,11 +308,13 @@ impl Loaded {
         }
     }
 
-    /// `buffet_summary(state, out)`, always guarded; empty without the symbol.
+    /// `buffet_summary(state, out)`, always guarded (unguarded NFs: against a tenant's
+    /// faults only); empty without the symbol.
     pub(crate) fn summary(
         &self,
         region: RegionPtr,
         out: &mut [Counter],
+        containment: Containment,
     ) -> Result<usize, RawFault> {
         let Some(f) = self.summary else {
             return Ok(0);
@@ -295,6 +324,7 @@ impl Loaded {
         // counters the NF may fill.
         let faulted = unsafe {
             buffet_guard_summary(
+                contain_all(containment),
                 f,
                 region.ptr.as_ptr().cast_const().cast(),
                 region.len,

@@ -3,7 +3,9 @@
 //! Memory Manager [`Domain`] a level maps to.
 //!
 //! [`resolve`] is a pure function of the request, the NF and the tenants; only [`mpk`]
-//! touches the machine (it probes for protection keys). Nothing here loads an NF.
+//! touches the machine (it probes for protection keys). Nothing here loads an NF or
+//! prints: a command that runs at [`Isolation::TrustedNative`] prints
+//! [`TRUSTED_NATIVE_WARNING`] itself.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -25,31 +27,60 @@ pub enum Isolation {
     Safe,
     /// Intel memory protection keys: native (C or unsafe Rust) NFs, faults contained.
     Mpk,
+    /// Native code the operator trusts, on CPUs without protection keys: guard pages
+    /// between tenant regions and fault containment (any crash of a tenant's C code
+    /// quarantines that tenant), but **no hardware isolation** — a stray write that lands
+    /// in another tenant's region is not stopped. Never a default: chosen explicitly.
+    #[serde(rename = "trusted-native")]
+    #[cfg_attr(feature = "clap", value(name = "trusted-native"))]
+    TrustedNative,
     /// Verified eBPF bytecode (buffet-ebpf).
     Ebpf,
 }
 
 impl Isolation {
     /// Every level.
-    pub const ALL: [Isolation; 3] = [Isolation::Safe, Isolation::Mpk, Isolation::Ebpf];
+    pub const ALL: [Isolation; 4] = [
+        Isolation::Safe,
+        Isolation::Mpk,
+        Isolation::TrustedNative,
+        Isolation::Ebpf,
+    ];
 
-    /// `safe`, `mpk` or `ebpf`.
+    /// `safe`, `mpk`, `trusted-native` or `ebpf`.
     pub const fn name(self) -> &'static str {
         match self {
             Isolation::Safe => "safe",
             Isolation::Mpk => "mpk",
+            Isolation::TrustedNative => "trusted-native",
             Isolation::Ebpf => "ebpf",
         }
     }
 
     /// The Memory Manager domain of tenant regions at this level: protection keys for
-    /// `mpk`; none for `safe` (the type system isolates) and `ebpf` (the verifier and the
-    /// VM do, regions need no hardware domain).
+    /// `mpk`; none for `safe` (the type system isolates), `ebpf` (the verifier and the
+    /// VM do, regions need no hardware domain) and `trusted-native` (nothing does: regions
+    /// keep only their guard pages).
     pub const fn domain(self) -> Domain {
         match self {
             Isolation::Mpk => Domain::Mpk,
-            Isolation::Safe | Isolation::Ebpf => Domain::None,
+            Isolation::Safe | Isolation::TrustedNative | Isolation::Ebpf => Domain::None,
         }
+    }
+}
+
+/// The line a command prints on stderr when it runs at [`Isolation::TrustedNative`].
+pub const TRUSTED_NATIVE_WARNING: &str = "WARNING: isolation: trusted-native — NO hardware \
+     isolation between tenants: native NF code can read and write every tenant's state; \
+     only guard pages and fault containment (a crashing tenant is quarantined). Run only \
+     NF code you trust; see docs/isolation.md";
+
+impl Isolation {
+    /// Whether a C NF at this level has every fault of its code contained (`trusted-native`,
+    /// where no hardware tells a tenant's fault from a plain bug), not only the faults a
+    /// tenant's access to memory it may not touch raises (`mpk`).
+    pub const fn contains_any_fault(self) -> bool {
+        matches!(self, Isolation::TrustedNative)
     }
 }
 
@@ -61,7 +92,7 @@ impl fmt::Display for Isolation {
 
 /// Not an isolation level's name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown isolation level {0:?} (safe, mpk or ebpf)")]
+#[error("unknown isolation level {0:?} (safe, mpk, trusted-native or ebpf)")]
 pub struct ParseIsolationError(pub String);
 
 impl FromStr for Isolation {
@@ -125,16 +156,23 @@ pub enum IsolationError {
         /// The shared object.
         lib: PathBuf,
     },
-    /// `mpk` on a machine (CPU, kernel, environment) without protection keys.
-    #[error("--isolation mpk")]
-    MpkUnavailable(#[source] MpkError),
+    /// `mpk` on a machine (CPU, kernel, environment) without protection keys. The message
+    /// says how to run a C NF there: `trusted-native`.
+    #[error(
+        "--isolation mpk: {0}; to run native NF code you trust without hardware isolation \
+         (guard pages and fault containment only), choose --isolation trusted-native \
+         (docs/isolation.md)"
+    )]
+    MpkUnavailable(MpkError),
 }
 
 /// The run's isolation level: `requested`, else the one every tenant names, else the
 /// default for the kind of NF (`mpk` for a C NF, `ebpf` for an eBPF NF, `safe` for a
 /// reference NF). Fails when a tenant names another level than the run's (`file` names
 /// the tenants file in that error) or when the level cannot run the NF: C NFs run at
-/// `mpk` only, eBPF NFs at `ebpf` only, reference NFs at `safe` or `mpk`.
+/// `mpk` or `trusted-native`, eBPF NFs at `ebpf` only, reference NFs at `safe`, `mpk` or
+/// `trusted-native` (where they are as safe as at `safe`). `trusted-native` is never a
+/// default: a request or every tenant must name it.
 pub fn resolve(
     requested: Option<Isolation>,
     nf: &NfSpec,
@@ -168,7 +206,9 @@ pub fn resolve(
         (Isolation::Ebpf, NfSpec::Ebpf { .. }) => Ok(level),
         (_, NfSpec::Ebpf { .. }) => Err(IsolationError::ProgramNeedsEbpf { level }),
         (Isolation::Safe, NfSpec::C(lib)) => Err(IsolationError::SafeRunsNoC { lib: lib.clone() }),
-        (Isolation::Safe, NfSpec::Reference(_)) | (Isolation::Mpk, _) => Ok(level),
+        (Isolation::Safe, NfSpec::Reference(_))
+        | (Isolation::Mpk, _)
+        | (Isolation::TrustedNative, _) => Ok(level),
     }
 }
 
@@ -233,11 +273,69 @@ mod tests {
         }
         assert_eq!(
             "vm".parse::<Isolation>().unwrap_err().to_string(),
-            "unknown isolation level \"vm\" (safe, mpk or ebpf)"
+            "unknown isolation level \"vm\" (safe, mpk, trusted-native or ebpf)"
         );
         assert_eq!(Isolation::Mpk.domain(), Domain::Mpk);
         assert_eq!(Isolation::Safe.domain(), Domain::None);
         assert_eq!(Isolation::Ebpf.domain(), Domain::None);
+        assert_eq!(Isolation::TrustedNative.domain(), Domain::None);
+        assert_eq!(
+            "trusted-native".parse::<Isolation>(),
+            Ok(Isolation::TrustedNative)
+        );
+        assert_eq!(
+            serde_json::to_string(&Isolation::TrustedNative).unwrap(),
+            "\"trusted-native\""
+        );
+        assert!(Isolation::TrustedNative.contains_any_fault());
+        assert!(!Isolation::Mpk.contains_any_fault());
+    }
+
+    #[test]
+    fn trusted_native_runs_native_nfs_and_is_never_a_default() {
+        let ts = [tenant(1, None)];
+        let ok = |l, nf: &NfSpec| resolve(Some(l), nf, &ts).map_err(|e| e.to_string());
+        assert_eq!(
+            ok(Isolation::TrustedNative, &c()),
+            Ok(Isolation::TrustedNative)
+        );
+        assert_eq!(
+            ok(Isolation::TrustedNative, &rust()),
+            Ok(Isolation::TrustedNative)
+        );
+        assert_eq!(
+            ok(Isolation::TrustedNative, &ebpf()),
+            Err("--nf-ebpf runs under --isolation ebpf, not trusted-native".into())
+        );
+        // Without a request, a C NF defaults to mpk, never to trusted-native...
+        assert_eq!(resolve(None, &c(), &ts).unwrap(), Isolation::Mpk);
+        // ... unless every tenant names it.
+        let named = [
+            tenant(1, Some(Isolation::TrustedNative)),
+            tenant(2, Some(Isolation::TrustedNative)),
+        ];
+        assert_eq!(
+            resolve(None, &c(), &named).unwrap(),
+            Isolation::TrustedNative
+        );
+    }
+
+    #[test]
+    fn the_mpk_error_says_how_to_choose_trusted_native() {
+        let e = IsolationError::MpkUnavailable(MpkError::Unavailable {
+            reason: "this CPU has no pku".into(),
+        })
+        .to_string();
+        assert!(
+            e.starts_with("--isolation mpk: MPK isolation is unavailable: this CPU has no pku;"),
+            "{e}"
+        );
+        assert!(e.contains("choose --isolation trusted-native"), "{e}");
+        assert!(std::error::Error::source(&IsolationError::MpkUnavailable(
+            MpkError::Unavailable { reason: "x".into() }
+        ))
+        .is_none());
+        assert!(TRUSTED_NATIVE_WARNING.contains("NO hardware isolation"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!   validation: ids, names, classifier rules, MAX_NB, the isolation level a tenant asks
 //!   for and its NF policy, carried in a format-neutral [`Policy`] that
 //!   any NF's `Policy: DeserializeOwned` is built from;
-//! * [`isolation`] — the isolation levels (safe, mpk, ebpf), which level a run uses and
+//! * [`isolation`] — the isolation levels (safe, mpk, trusted-native, ebpf), which level a run uses and
 //!   which kinds of NF each level accepts, and the Memory Manager domain it maps to;
 //! * [`registry`] — naming an NF ([`NfSpec`]: a reference NF, a C
 //!   shared object, an eBPF object and its engine), loading it, and running one generic

@@ -10,16 +10,19 @@
 //! same visitor directly.
 //!
 //! Loading a C object maps it into the process; loading an eBPF object verifies it. This
-//! module decides nothing about isolation (see [`crate::isolation`]).
+//! module decides nothing about isolation (see [`crate::isolation`]); [`NfSpec::load_at`]
+//! only follows the level decided there (which faults a C NF's calls contain).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use buffet_cnf::CNf;
+use buffet_cnf::{CNf, Containment};
 use buffet_ebpf::{EbpfNf, Engine, LoadOptions};
 use buffet_nfs::{Dpi, Firewall, FlowFwd, Ids, Ipsec, L2Fwd, MacSwap, Monitor, Policer};
 use buffet_sdk::NetworkFunction;
+
+use crate::isolation::Isolation;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The reference NFs (see docs/nfs.md for each one's policy).
@@ -188,6 +191,18 @@ impl NfSpec {
     /// Builds the NF: a reference NF's default instance, a loaded C object, or a loaded
     /// and verified eBPF object. Errors are the loaders' own, naming the file.
     pub fn load(&self) -> Result<LoadedNf, RegistryError> {
+        self.load_at(Isolation::Mpk)
+    }
+
+    /// [`NfSpec::load`] for a run at `level`: a C NF at `trusted-native` has every fault
+    /// of its code contained ([`Containment::AnyFault`]), at any other level only a
+    /// tenant's faults ([`Containment::Guarded`]). Other NFs load the same at every level.
+    pub fn load_at(&self, level: Isolation) -> Result<LoadedNf, RegistryError> {
+        let containment = if level.contains_any_fault() {
+            Containment::AnyFault
+        } else {
+            Containment::Guarded
+        };
         Ok(match self {
             NfSpec::Reference(name) => match name {
                 NfName::Monitor => LoadedNf::Monitor(Monitor::default()),
@@ -200,7 +215,7 @@ impl NfSpec {
                 NfName::L2fwd => LoadedNf::L2fwd(L2Fwd::default()),
                 NfName::Flowfwd => LoadedNf::Flowfwd(FlowFwd::default()),
             },
-            NfSpec::C(path) => LoadedNf::C(CNf::load(path)?),
+            NfSpec::C(path) => LoadedNf::C(CNf::load_with(path, containment)?),
             NfSpec::Ebpf { path, engine } => {
                 let opts = LoadOptions {
                     engine: (*engine).into(),
