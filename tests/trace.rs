@@ -1,5 +1,5 @@
-//! End to end: `buffet trace` over a hand-computed trace (ARCHITECTURE.md, "Scheduler
-//! semantics").
+//! End to end: `buffet trace` over a hand-computed trace (docs/scheduler.md, the
+//! scheduler semantics).
 
 use std::process::Command;
 

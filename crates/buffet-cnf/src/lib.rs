@@ -70,7 +70,7 @@ const SEGV_ACCERR: i32 = 2;
 
 /// Why a C NF could not be loaded.
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub enum CNfLoadError {
     /// `dlopen` failed.
     #[error("cannot load C NF {path}: {source}")]
     Open {
@@ -291,19 +291,19 @@ impl std::fmt::Debug for CNf {
 impl CNf {
     /// Loads `path` with fault containment ([`Containment::Guarded`]). A bare file name
     /// (`nf.so`) is the file in the current directory.
-    pub fn load(path: &Path) -> Result<CNf, LoadError> {
+    pub fn load(path: &Path) -> Result<CNf, CNfLoadError> {
         CNf::load_with(path, Containment::Guarded)
     }
 
     /// Loads `path`: resolves the NF's functions, checks its ABI version, asks
     /// `buffet_mem_register` for the state size and (guarded) installs the fault handler.
-    pub fn load_with(path: &Path, containment: Containment) -> Result<CNf, LoadError> {
+    pub fn load_with(path: &Path, containment: Containment) -> Result<CNf, CNfLoadError> {
         let (lib, id) = sys::Loaded::open(path)?;
         if let Some(found) = id.abi.filter(|&v| v != ABI_VERSION) {
-            return Err(LoadError::Abi { found });
+            return Err(CNfLoadError::Abi { found });
         }
         if containment != Containment::Unguarded {
-            sys::install_guard().map_err(LoadError::Guard)?;
+            sys::install_guard().map_err(CNfLoadError::Guard)?;
         }
         let name = id.name.unwrap_or_else(|| {
             path.file_stem()

@@ -14,7 +14,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
 use std::ptr::NonNull;
 
-use crate::{CPacket, Containment, Counter, LoadError, RawFault, ABI_VERSION};
+use crate::{CNfLoadError, CPacket, Containment, Counter, RawFault, ABI_VERSION};
 
 type MemRegisterFn = unsafe extern "C" fn() -> usize;
 type StateInitFn =
@@ -114,7 +114,7 @@ pub(crate) struct Identity {
 
 impl Loaded {
     /// `dlopen`s `path` and resolves the three required functions and the optional ones.
-    pub(crate) fn open(path: &Path) -> Result<(Loaded, Identity), LoadError> {
+    pub(crate) fn open(path: &Path) -> Result<(Loaded, Identity), CNfLoadError> {
         // dlopen searches the library path for a name without a slash: a bare file name
         // means the file in the current directory, as everywhere else on the command line.
         let bare = path.components().count() == 1
@@ -133,11 +133,12 @@ impl Loaded {
         // run this native NF in the process (that is what `--nf-lib` means), and the
         // library is not unloaded while any pointer into it exists (`_lib` lives as
         // long as the pointers, which never leave `Loaded`).
-        let lib =
-            unsafe { libloading::Library::new(open_path) }.map_err(|source| LoadError::Open {
+        let lib = unsafe { libloading::Library::new(open_path) }.map_err(|source| {
+            CNfLoadError::Open {
                 path: path.to_owned(),
                 source,
-            })?;
+            }
+        })?;
         // SAFETY: for each symbol below, the type is the one include/buffet.h declares for
         // that name; a library exporting the name with another type violates the ABI it
         // links against. The pointers are copied out of the `Symbol`s and used only while
@@ -348,11 +349,11 @@ impl Loaded {
 unsafe fn required<'l, T>(
     lib: &'l libloading::Library,
     name: &'static str,
-) -> Result<libloading::Symbol<'l, T>, LoadError> {
+) -> Result<libloading::Symbol<'l, T>, CNfLoadError> {
     let mut cname = name.as_bytes().to_vec();
     cname.push(0);
     // SAFETY: forwarded to the caller: `T` is the symbol's type.
-    unsafe { lib.get::<T>(&cname) }.map_err(|source| LoadError::Missing {
+    unsafe { lib.get::<T>(&cname) }.map_err(|source| CNfLoadError::Missing {
         symbol: name,
         source,
     })

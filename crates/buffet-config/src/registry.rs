@@ -387,7 +387,7 @@ pub enum RegistryError {
     UnknownEngine(String),
     /// The C object could not be loaded.
     #[error(transparent)]
-    C(#[from] buffet_cnf::LoadError),
+    C(#[from] buffet_cnf::CNfLoadError),
     /// The eBPF object could not be read or verified.
     #[error(transparent)]
     Ebpf(#[from] buffet_ebpf::EbpfFileError),

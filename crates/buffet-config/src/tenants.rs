@@ -9,7 +9,7 @@
 //! rules = [ { dst_ip = "10.7.0.0/16" },
 //!           { src_ip = "192.168.7.0/24", protocol = "udp", dst_port = "5000-5099", priority = 10 } ]
 //! max_nb = 0                  # MAX_NB per timeslot, 0 = unlimited
-//! isolation = "mpk"           # optional: safe | mpk | ebpf (must match the run's level)
+//! isolation = "mpk"           # optional: safe | mpk | ebpf | trusted-native (must match the run's level)
 //! [tenant.policy]             # handed to the NF's init, NF-specific
 //! ```
 //!

@@ -12,8 +12,8 @@
 //! Semantics: `workers` (K) workers, each with MAX_NB `worker_max`. A tenant is created
 //! the first time its id appears: the next dense slot (order of first appearance), on
 //! worker `tenant_id % K`, with MAX_NB `tenant_max` (0: unlimited). Each packet then goes
-//! through [`Dispatcher::schedule_tagged`] (the scheduler of ARCHITECTURE.md "Scheduler
-//! semantics", slot = `ts_ns >> shift`).
+//! through [`Dispatcher::schedule_tagged`] (the scheduler of docs/scheduler.md,
+//! timeslot = `ts_ns >> shift`).
 //!
 //! Output, to `out`, one line per packet: `seq,tenant_id,action,worker` with `seq`
 //! counting input packets from 0, `action` `pass` or `drop`, and `worker` empty on a

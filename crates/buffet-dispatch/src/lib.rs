@@ -3,7 +3,7 @@
 //! What it does: given a frame and its arrival time, decide which tenant the frame
 //! belongs to ([`classifier`]), whether that tenant is over its per-timeslot budget and
 //! which worker core gets it ([`scheduler`], the Buffet paper's Algorithm 1 as specified
-//! in ARCHITECTURE.md "Scheduler semantics"), and optionally tag the tenant into the DSCP
+//! in docs/scheduler.md), and optionally tag the tenant into the DSCP
 //! bits so the worker need not classify again ([`tagging`]). [`Dispatcher`] ties the
 //! three together and returns a small `Copy` [`Decision`] per frame; migrations and
 //! overload reports accumulate as [`Event`]s for the control plane.

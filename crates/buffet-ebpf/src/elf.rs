@@ -35,7 +35,7 @@ const MAP_DEF_SIZE: u64 = 20;
 
 /// Why an object could not be loaded. Nothing is loaded when this is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LoadError {
+pub enum ElfError {
     /// Not an ELF object the `object` crate can read.
     #[error("not a readable ELF object: {0}")]
     Parse(String),
@@ -129,28 +129,28 @@ impl Image {
 
 /// Loads the program in `section` (default [`DEFAULT_SECTION`]) from an object file's
 /// bytes.
-pub fn load(bytes: &[u8], section: Option<&str>) -> Result<Image, LoadError> {
-    let file = object::File::parse(bytes).map_err(|e| LoadError::Parse(e.to_string()))?;
+pub fn load(bytes: &[u8], section: Option<&str>) -> Result<Image, ElfError> {
+    let file = object::File::parse(bytes).map_err(|e| ElfError::Parse(e.to_string()))?;
     if file.format() != BinaryFormat::Elf {
-        return Err(LoadError::NotBpf(format!("{:?} format", file.format())));
+        return Err(ElfError::NotBpf(format!("{:?} format", file.format())));
     }
     if file.architecture() != Architecture::Bpf {
-        return Err(LoadError::NotBpf(format!(
+        return Err(ElfError::NotBpf(format!(
             "architecture {:?}",
             file.architecture()
         )));
     }
     if !file.is_little_endian() || !file.is_64() {
-        return Err(LoadError::NotBpf("not 64-bit little-endian".into()));
+        return Err(ElfError::NotBpf("not 64-bit little-endian".into()));
     }
     if file.kind() != ObjectKind::Relocatable {
-        return Err(LoadError::NotBpf(format!(
+        return Err(ElfError::NotBpf(format!(
             "{:?}, not relocatable",
             file.kind()
         )));
     }
     if file.section_by_name(".maps").is_some() {
-        return Err(LoadError::Map {
+        return Err(ElfError::Map {
             map: ".maps".into(),
             message: "BTF-defined maps are not supported; declare maps with BUFFET_ARRAY / \
                       BUFFET_STRSET (section `maps`)"
@@ -160,7 +160,7 @@ pub fn load(bytes: &[u8], section: Option<&str>) -> Result<Image, LoadError> {
     let maps = Maps::read(&file)?;
     let counter_names = match file.section_by_name(COUNTERS_SECTION) {
         Some(s) => {
-            let data = s.data().map_err(|e| LoadError::Parse(e.to_string()))?;
+            let data = s.data().map_err(|e| ElfError::Parse(e.to_string()))?;
             data.split(|&b| b == 0)
                 .filter(|n| !n.is_empty())
                 .map(|n| String::from_utf8_lossy(n).into_owned())
@@ -176,7 +176,7 @@ pub fn load(bytes: &[u8], section: Option<&str>) -> Result<Image, LoadError> {
             .filter(|s| s.kind() == SectionKind::Text && s.size() > 0)
             .filter_map(|s| s.name().ok().map(str::to_owned))
             .collect();
-        LoadError::NoProgram(format!(
+        ElfError::NoProgram(format!(
             "no section `{wanted}` in the object; code sections: {}",
             if candidates.is_empty() {
                 "none".to_owned()
@@ -222,7 +222,7 @@ struct Maps {
 }
 
 impl Maps {
-    fn read(file: &object::File<'_>) -> Result<Maps, LoadError> {
+    fn read(file: &object::File<'_>) -> Result<Maps, ElfError> {
         let Some(section) = file.section_by_name(MAPS_SECTION) else {
             return Ok(Maps {
                 section: None,
@@ -230,9 +230,7 @@ impl Maps {
                 by_offset: HashMap::new(),
             });
         };
-        let data = section
-            .data()
-            .map_err(|e| LoadError::Parse(e.to_string()))?;
+        let data = section.data().map_err(|e| ElfError::Parse(e.to_string()))?;
         let mut symbols: Vec<(u64, String)> = file
             .symbols()
             .filter(|s| s.section() == SymbolSection::Section(section.index()))
@@ -243,7 +241,7 @@ impl Maps {
         let mut defs = Vec::with_capacity(symbols.len());
         let mut by_offset = HashMap::new();
         for (offset, name) in symbols {
-            let err = |message: String| LoadError::Map {
+            let err = |message: String| ElfError::Map {
                 map: name.clone(),
                 message,
             };
@@ -309,12 +307,12 @@ impl Linker<'_, '_> {
     }
 
     /// Appends a code section to the output; its first instruction's index.
-    fn place(&mut self, index: SectionIndex) -> Result<usize, LoadError> {
+    fn place(&mut self, index: SectionIndex) -> Result<usize, ElfError> {
         if let Some(&base) = self.placed.get(&index) {
             return Ok(base);
         }
         let name = self.section_name(index);
-        let bad = |message: &str| LoadError::BadSection {
+        let bad = |message: &str| ElfError::BadSection {
             section: name.clone(),
             message: message.into(),
         };
@@ -339,17 +337,17 @@ impl Linker<'_, '_> {
         Ok(base)
     }
 
-    fn relocate(&mut self, index: SectionIndex) -> Result<(), LoadError> {
+    fn relocate(&mut self, index: SectionIndex) -> Result<(), ElfError> {
         let base = self.placed[&index];
         let section = self
             .file
             .section_by_index(index)
-            .map_err(|e| LoadError::Parse(e.to_string()))?;
+            .map_err(|e| ElfError::Parse(e.to_string()))?;
         let section_name = self.section_name(index);
         let section_len = section.size() / INSN as u64;
         for (offset, rel) in section.relocations() {
             let insn_in_section = offset / INSN as u64;
-            let err = |message: String| LoadError::Relocation {
+            let err = |message: String| ElfError::Relocation {
                 section: section_name.clone(),
                 insn: insn_in_section,
                 message,

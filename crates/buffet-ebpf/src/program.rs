@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::abi::{self, CtxFields, MAPS_OFFSET};
-use crate::elf::{self, Image, LoadError, MapDef, MapKind};
+use crate::elf::{self, ElfError, Image, MapDef, MapKind};
 use crate::helpers::{self, MapSlot, METER, RUN};
 use crate::sys::{self, Area};
 use crate::verify::{self, Verified, VerifierConfig, VerifyError};
@@ -61,7 +61,7 @@ pub struct LoadOptions {
 pub enum ProgramError {
     /// The object could not be read or linked.
     #[error(transparent)]
-    Load(#[from] LoadError),
+    Load(#[from] ElfError),
     /// The verifier rejected the program.
     #[error("rejected by the verifier: {0}")]
     Verify(#[from] VerifyError),

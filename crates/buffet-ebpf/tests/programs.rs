@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use buffet_ebpf::abi::{helper, CTX_DATA, CTX_DATA_END};
-use buffet_ebpf::elf::{self, Image, LoadError, MapDef, MapKind};
+use buffet_ebpf::elf::{self, ElfError, Image, MapDef, MapKind};
 use buffet_ebpf::{EbpfNf, EbpfPolicy, EbpfState, Engine, LoadOptions, MapInit, Program};
 use buffet_sdk::{DropCause, NetworkFunction, Packet, PacketMeta, Verdict};
 
@@ -291,11 +291,11 @@ fn helpers_check_their_arguments() {
 fn the_loader_refuses_what_is_not_a_bpf_object() {
     assert!(matches!(
         elf::load(b"not an elf", None),
-        Err(LoadError::Parse(_))
+        Err(ElfError::Parse(_))
     ));
     let me = std::fs::read("/proc/self/exe").unwrap();
     let e = elf::load(&me, None).unwrap_err();
-    assert!(matches!(e, LoadError::NotBpf(_)), "{e}");
+    assert!(matches!(e, ElfError::NotBpf(_)), "{e}");
 }
 
 #[test]
