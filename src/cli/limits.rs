@@ -110,7 +110,7 @@ mod tests {
             .unwrap()
             .visit(RegionBytes);
         assert_eq!(tenants_in_arena(firewall, 1 << 30), 237);
-        assert_eq!(tenants_in_arena(monitor, 1 << 30), 3196);
+        assert_eq!(tenants_in_arena(monitor, 1 << 30), 3542);
     }
 
     #[test]
