@@ -155,7 +155,10 @@ impl CScheduler {
 
     /// The row of the tenant in tenant slot `tenant`.
     pub fn tenant(&self, tenant: TenantSlot) -> Option<CTenantRow> {
-        let t = self.tenants.get(tenant.index()).filter(|t| t.present != 0)?;
+        let t = self
+            .tenants
+            .get(tenant.index())
+            .filter(|t| t.present != 0)?;
         Some(CTenantRow {
             worker: WorkerId(t.worker),
             cur_slot: (t.has_slot != 0).then_some(t.cur_slot),
