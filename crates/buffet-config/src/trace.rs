@@ -1,7 +1,13 @@
 //! `buffet trace`: the timeslot scheduler alone, over a `ts_ns,tenant_id` trace.
 //!
 //! This is the yardstick that proves the Rust dispatcher, the C core and the XDP program
-//! equal: each reads the same trace and must print the same bytes.
+//! equal: each reads the same trace and must print the same bytes. The [`TraceEngine`]
+//! chooses the implementation: `rust` (buffet-dispatch's [`Dispatcher`], the default) or
+//! `c` (nic-firmware/common compiled for the host, through buffet-nicfw's
+//! [`CScheduler`]). Both implement [`TraceScheduler`], so one runner loop drives either.
+//! `xdp` (the XDP program under BPF_PROG_TEST_RUN) is not built yet and is refused with
+//! [`TraceError::EngineNotBuilt`]. The committed vectors under tests/vectors/ are checked
+//! against every engine built.
 //!
 //! Input, one packet per line: `ts_ns,tenant_id` (decimal `u64`, decimal `u32`, ASCII
 //! digits only; spaces or tabs around a field are ignored, as is a trailing `\r`).
@@ -12,8 +18,8 @@
 //! Semantics: `workers` (K) workers, each with MAX_NB `worker_max`. A tenant is created
 //! the first time its id appears: the next dense slot (order of first appearance), on
 //! worker `tenant_id % K`, with MAX_NB `tenant_max` (0: unlimited). Each packet then goes
-//! through [`Dispatcher::schedule_tagged`] (the scheduler of docs/scheduler.md,
-//! timeslot = `ts_ns >> shift`).
+//! through the engine's scheduler step (with `rust`, [`Dispatcher::schedule_tagged`]; the
+//! scheduler of docs/scheduler.md, timeslot = `ts_ns >> shift`).
 //!
 //! Output, to `out`, one line per packet: `seq,tenant_id,action,worker` with `seq`
 //! counting input packets from 0, `action` `pass` or `drop`, and `worker` empty on a
@@ -23,12 +29,126 @@
 
 use std::io::{self, BufRead, Write};
 
-use buffet_dispatch::scheduler::MAX_TENANT_SLOTS;
+use buffet_dispatch::scheduler::{SchedOutcome, MAX_TENANT_SLOTS};
 use buffet_dispatch::{
-    Decision, Dispatcher, DispatcherConfig, Event, SchedulerConfig, TagMode, TenantId,
-    UnmatchedPolicy, WorkerId,
+    Decision, DispatchDrop, Dispatcher, DispatcherConfig, Event, SchedulerConfig, TagMode,
+    TenantId, TenantSlot, UnmatchedPolicy, WorkerId,
 };
+use buffet_nicfw::CScheduler;
 use buffet_sdk::TenantRegistry;
+
+/// Which implementation of the scheduler step runs a trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum TraceEngine {
+    /// buffet-dispatch's Packet Dispatcher (the reference).
+    #[default]
+    Rust,
+    /// nic-firmware/common, the portable C core, compiled for the host.
+    C,
+    /// The XDP dispatcher in the kernel (not built yet).
+    Xdp,
+}
+
+impl TraceEngine {
+    /// `rust`, `c` or `xdp`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TraceEngine::Rust => "rust",
+            TraceEngine::C => "c",
+            TraceEngine::Xdp => "xdp",
+        }
+    }
+}
+
+impl std::fmt::Display for TraceEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The scheduler refused to admit a tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the scheduler refused the tenant")]
+pub struct TraceAdmitError;
+
+/// What the trace runner needs from a scheduler implementation: workers, tenants, and
+/// one scheduling step per packet (with the migration and overload report it caused).
+pub trait TraceScheduler {
+    /// Adds a live worker with MAX_NB `max_nb`.
+    fn add_worker(&mut self, max_nb: u64);
+    /// Admits a tenant in tenant slot `slot` on `worker` with MAX_NB `max_nb`.
+    fn admit(
+        &mut self,
+        slot: TenantSlot,
+        worker: WorkerId,
+        max_nb: u64,
+    ) -> Result<(), TraceAdmitError>;
+    /// One scheduling step for a packet of `slot` at `ts_ns`.
+    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> SchedOutcome;
+}
+
+impl TraceScheduler for Dispatcher {
+    fn add_worker(&mut self, max_nb: u64) {
+        Dispatcher::add_worker(self, max_nb);
+    }
+
+    fn admit(
+        &mut self,
+        slot: TenantSlot,
+        worker: WorkerId,
+        max_nb: u64,
+    ) -> Result<(), TraceAdmitError> {
+        self.admit_on(slot, Vec::new(), max_nb, worker)
+            .map(|_| ())
+            .map_err(|_| TraceAdmitError)
+    }
+
+    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> SchedOutcome {
+        match self.schedule_tagged(ts_ns, slot) {
+            Decision::Pass { worker, .. } => {
+                let (mut migrated_from, mut overload) = (None, None);
+                for e in self.drain_events() {
+                    match e {
+                        Event::Overload { worker, slot } => {
+                            overload = Some(buffet_dispatch::OverloadReport { worker, slot })
+                        }
+                        Event::Migration { from, .. } => migrated_from = Some(from),
+                    }
+                }
+                SchedOutcome::Pass {
+                    worker,
+                    migrated_from,
+                    overload,
+                }
+            }
+            Decision::Drop(DispatchDrop::Policed(_)) => SchedOutcome::Policed,
+            Decision::Drop(DispatchDrop::NoLiveWorker) => SchedOutcome::NoLiveWorker,
+            Decision::Drop(_) => SchedOutcome::UnknownTenant,
+        }
+    }
+}
+
+impl TraceScheduler for CScheduler {
+    fn add_worker(&mut self, max_nb: u64) {
+        // The trace runner adds at most 65 535 workers (K is a u16).
+        let _ = CScheduler::add_worker(self, max_nb);
+    }
+
+    fn admit(
+        &mut self,
+        slot: TenantSlot,
+        worker: WorkerId,
+        max_nb: u64,
+    ) -> Result<(), TraceAdmitError> {
+        self.add_tenant(slot, worker, max_nb)
+            .map_err(|_| TraceAdmitError)
+    }
+
+    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> SchedOutcome {
+        CScheduler::schedule(self, ts_ns, slot)
+    }
+}
 
 /// The trace's fixed setup.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +163,8 @@ pub struct TraceConfig {
     pub shift: u32,
     /// Overload reports while a worker's TIMES exceeds this.
     pub threshold: u32,
+    /// The scheduler implementation that runs the trace.
+    pub engine: TraceEngine,
 }
 
 /// Totals over a trace.
@@ -88,6 +210,9 @@ pub enum TraceError {
     /// K = 0.
     #[error("the trace needs at least one worker")]
     NoWorkers,
+    /// The engine is not part of this build.
+    #[error("the {0} trace engine is not built yet (needs the XDP dispatcher)")]
+    EngineNotBuilt(TraceEngine),
     /// A malformed line.
     #[error("line {line}: {source}")]
     Line {
@@ -109,6 +234,35 @@ const HEADER: &[u8] = b"ts_ns,tenant_id";
 /// Runs the scheduler over `input`, writing decisions to `out` and overload reports to
 /// `err` (see the module docs for the formats).
 pub fn run_trace(
+    input: impl BufRead,
+    out: impl Write,
+    err: impl Write,
+    cfg: &TraceConfig,
+) -> Result<TraceSummary, TraceError> {
+    if cfg.workers == 0 {
+        return Err(TraceError::NoWorkers);
+    }
+    let sched = SchedulerConfig {
+        shift: cfg.shift,
+        threshold: cfg.threshold,
+    };
+    match cfg.engine {
+        TraceEngine::Rust => {
+            let d = Dispatcher::new(DispatcherConfig {
+                sched,
+                tag: TagMode::None,
+                unmatched: UnmatchedPolicy::Drop,
+            });
+            run_with(d, input, out, err, cfg)
+        }
+        TraceEngine::C => run_with(CScheduler::new(sched), input, out, err, cfg),
+        TraceEngine::Xdp => Err(TraceError::EngineNotBuilt(TraceEngine::Xdp)),
+    }
+}
+
+/// [`run_trace`] with a given scheduler implementation (fresh: no workers, no tenants).
+pub fn run_with(
+    mut d: impl TraceScheduler,
     mut input: impl BufRead,
     mut out: impl Write,
     mut err: impl Write,
@@ -117,14 +271,6 @@ pub fn run_trace(
     if cfg.workers == 0 {
         return Err(TraceError::NoWorkers);
     }
-    let mut d = Dispatcher::new(DispatcherConfig {
-        sched: SchedulerConfig {
-            shift: cfg.shift,
-            threshold: cfg.threshold,
-        },
-        tag: TagMode::None,
-        unmatched: UnmatchedPolicy::Drop,
-    });
     for _ in 0..cfg.workers {
         d.add_worker(cfg.worker_max);
     }
@@ -166,7 +312,7 @@ pub fn run_trace(
                     .next_slot(id)
                     .map_err(|_| at(LineError::TooManyTenants))?;
                 let worker = WorkerId((tid % u32::from(cfg.workers)) as u16);
-                d.admit_on(slot, Vec::new(), cfg.tenant_max, worker)
+                d.admit(slot, worker, cfg.tenant_max)
                     .map_err(|_| at(LineError::TooManyTenants))?;
                 registry
                     .admit(slot, id)
@@ -177,25 +323,28 @@ pub fn run_trace(
         };
         let seq = sum.packets;
         sum.packets += 1;
-        match d.schedule_tagged(ts, slot) {
-            Decision::Pass { worker, .. } => {
+        match d.schedule(ts, slot) {
+            SchedOutcome::Pass {
+                worker,
+                migrated_from,
+                overload,
+            } => {
                 sum.passed += 1;
-                writeln!(out, "{seq},{tid},pass,{}", worker.0)
-            }
-            Decision::Drop(_) => {
-                sum.dropped += 1;
-                writeln!(out, "{seq},{tid},drop,")
-            }
-        }
-        .map_err(TraceError::Write)?;
-        for e in d.drain_events() {
-            match e {
-                Event::Overload { worker, slot } => {
+                writeln!(out, "{seq},{tid},pass,{}", worker.0).map_err(TraceError::Write)?;
+                if migrated_from.is_some() {
+                    sum.migrations += 1;
+                }
+                if let Some(r) = overload {
                     sum.overloads += 1;
-                    writeln!(err, "overload,{seq},{},{slot}", worker.0)
+                    writeln!(err, "overload,{seq},{},{}", r.worker.0, r.slot)
                         .map_err(TraceError::Write)?;
                 }
-                Event::Migration { .. } => sum.migrations += 1,
+            }
+            // Every tenant is admitted on a live worker and workers never stop here, so
+            // only policing drops; the other reasons print the same way.
+            SchedOutcome::Policed | SchedOutcome::NoLiveWorker | SchedOutcome::UnknownTenant => {
+                sum.dropped += 1;
+                writeln!(out, "{seq},{tid},drop,").map_err(TraceError::Write)?;
             }
         }
     }
@@ -263,10 +412,14 @@ mod tests {
             tenant_max,
             shift: 0,
             threshold,
+            engine: TraceEngine::Rust,
         }
     }
 
-    fn run(input: &[u8], c: &TraceConfig) -> Result<(String, String, TraceSummary), TraceError> {
+    fn run_engine(
+        input: &[u8],
+        c: &TraceConfig,
+    ) -> Result<(String, String, TraceSummary), TraceError> {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let s = run_trace(input, &mut out, &mut err, c)?;
         Ok((
@@ -274,6 +427,25 @@ mod tests {
             String::from_utf8(err).unwrap(),
             s,
         ))
+    }
+
+    /// Runs `c.engine` (the Rust engine in these tests) and checks that the C engine
+    /// gives the same result, error included.
+    fn run(input: &[u8], c: &TraceConfig) -> Result<(String, String, TraceSummary), TraceError> {
+        let want = run_engine(input, c);
+        let got = run_engine(
+            input,
+            &TraceConfig {
+                engine: TraceEngine::C,
+                ..*c
+            },
+        );
+        match (&want, &got) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "c engine"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "c engine"),
+            _ => panic!("engines disagree: {want:?} vs {got:?}"),
+        }
+        want
     }
 
     /// K = 2, worker MAX_NB 4, tenant MAX_NB 2, shift 0 (slot = ts), threshold 0.
@@ -418,8 +590,28 @@ mod tests {
                 Ok(())
             }
         }
-        let e = run_trace(&b"0,1\n"[..], Broken, io::sink(), &cfg(1, 1, 0, 0)).unwrap_err();
-        assert!(matches!(e, TraceError::Write(_)), "{e:?}");
+        for engine in [TraceEngine::Rust, TraceEngine::C] {
+            let c = TraceConfig {
+                engine,
+                ..cfg(1, 1, 0, 0)
+            };
+            let e = run_trace(&b"0,1\n"[..], Broken, io::sink(), &c).unwrap_err();
+            assert!(matches!(e, TraceError::Write(_)), "{engine}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn xdp_engine_is_refused_until_built() {
+        let c = TraceConfig {
+            engine: TraceEngine::Xdp,
+            ..cfg(1, 1, 0, 0)
+        };
+        let e = run_engine(b"0,1\n", &c).unwrap_err();
+        assert!(matches!(e, TraceError::EngineNotBuilt(TraceEngine::Xdp)));
+        assert_eq!(
+            e.to_string(),
+            "the xdp trace engine is not built yet (needs the XDP dispatcher)"
+        );
     }
 
     #[test]
