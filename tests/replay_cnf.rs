@@ -4,83 +4,17 @@
 //! a failure only under `BUFFET_REQUIRE_PKU=1`.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use buffet_testkit::require_mpk;
-use etherparse::PacketBuilder;
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-use pcap_file::DataLink;
-
-/// Compiles examples/c-nf/<name>.c with the system C compiler into `dir`.
-fn build_nf(dir: &Path, name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = dir.join(format!("{name}.so"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let st = Command::new(&cc)
-        .args([
-            "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-I",
-        ])
-        .arg(root.join("include"))
-        .arg("-o")
-        .arg(&out)
-        .arg(root.join("examples/c-nf").join(format!("{name}.c")))
-        .status()
-        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
-    assert!(st.success());
-    out
-}
-
-fn udp(tenant: u8, dport: u16) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4([192, 168, 1, 10], [10, tenant, 0, 1], 64)
-        .udp(40000, dport)
-        .write(&mut v, b"payload!")
-        .unwrap();
-    v
-}
-
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let header = PcapHeader {
-        datalink: DataLink::ETHERNET,
-        ..PcapHeader::default()
-    };
-    let mut w = PcapWriter::with_header(File::create(path).unwrap(), header).unwrap();
-    for (i, f) in frames.iter().enumerate() {
-        let ts = Duration::from_micros(i as u64);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
-            .unwrap();
-    }
-}
-
-fn tenants_file(dir: &Path, policies: &[(u8, &str)]) -> PathBuf {
-    let mut text = String::new();
-    for (t, policy) in policies {
-        text.push_str(&format!(
-            "[[tenant]]\nid = {t}\nisolation = \"mpk\"\nrules = [ {{ dst_ip = \"10.{t}.0.0/16\" }} ]\n[tenant.policy]\n{policy}\n\n"
-        ));
-    }
-    let path = dir.join("tenants.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
+mod common;
+use common::cnf::{build_nf, tenant, tenants_file, udp, write_pcap};
 
 fn replay(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_buffet"))
         .arg("replay")
         .args(args)
         .output()
-        .unwrap()
-}
-
-fn tenant(stats: &serde_json::Value, id: u64) -> &serde_json::Value {
-    stats["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["id"] == id)
         .unwrap()
 }
 
@@ -98,6 +32,7 @@ fn replay_runs_a_c_nf_under_mpk_and_contains_an_attacker() {
     let nf = build_nf(dir.path(), "malicious");
     let tenants = tenants_file(
         dir.path(),
+        Some("mpk"),
         &[
             (1, "canary = 11"),
             (2, "attack = \"read-write\"\nattack_after = 40"),
@@ -155,7 +90,7 @@ fn replay_runs_a_c_nf_under_mpk_and_contains_an_attacker() {
 fn replay_refuses_what_it_cannot_isolate() {
     let dir = tempfile::tempdir().unwrap();
     let nf = build_nf(dir.path(), "portblock");
-    let tenants = tenants_file(dir.path(), &[(1, "blocked_ports = [22]")]);
+    let tenants = tenants_file(dir.path(), Some("mpk"), &[(1, "blocked_ports = [22]")]);
     let pcap = dir.path().join("in.pcap");
     write_pcap(&pcap, &[udp(1, 22)]);
     let plain = dir.path().join("plain.toml");

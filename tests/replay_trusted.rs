@@ -5,82 +5,17 @@
 //! machine (no `pku` needed).
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use etherparse::PacketBuilder;
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-use pcap_file::DataLink;
-
-/// Compiles examples/c-nf/<name>.c with the system C compiler into `dir`.
-fn build_nf(dir: &Path, name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = dir.join(format!("{name}.so"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let st = Command::new(&cc)
-        .args([
-            "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-I",
-        ])
-        .arg(root.join("include"))
-        .arg("-o")
-        .arg(&out)
-        .arg(root.join("examples/c-nf").join(format!("{name}.c")))
-        .status()
-        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
-    assert!(st.success());
-    out
-}
-
-fn udp(tenant: u8, dport: u16) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4([192, 168, 1, 10], [10, tenant, 0, 1], 64)
-        .udp(40000, dport)
-        .write(&mut v, b"payload!")
-        .unwrap();
-    v
-}
-
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let header = PcapHeader {
-        datalink: DataLink::ETHERNET,
-        ..PcapHeader::default()
-    };
-    let mut w = PcapWriter::with_header(File::create(path).unwrap(), header).unwrap();
-    for (i, f) in frames.iter().enumerate() {
-        let ts = Duration::from_micros(i as u64);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
-            .unwrap();
-    }
-}
-
-fn tenants_file(dir: &Path, policies: &[(u8, &str)]) -> PathBuf {
-    let mut text = String::new();
-    for (t, policy) in policies {
-        text.push_str(&format!(
-            "[[tenant]]\nid = {t}\nrules = [ {{ dst_ip = \"10.{t}.0.0/16\" }} ]\n[tenant.policy]\n{policy}\n\n"
-        ));
-    }
-    let path = dir.join("tenants.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
+mod common;
+use common::cnf::{build_nf, tenant, tenants_file, udp, write_pcap};
 
 fn buffet(dir: &Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_buffet"))
         .current_dir(dir)
         .args(args)
         .output()
-        .unwrap()
-}
-
-fn tenant(stats: &serde_json::Value, id: u64) -> &serde_json::Value {
-    stats["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["id"] == id)
         .unwrap()
 }
 
@@ -104,6 +39,7 @@ fn trusted_native_runs_a_c_nf_for_several_tenants_and_says_so() {
     build_nf(dir.path(), "portblock");
     tenants_file(
         dir.path(),
+        None,
         &[
             (1, "blocked_ports = [22]\ncanary = 1"),
             (2, "blocked_ports = [22]\ncanary = 2"),
@@ -155,6 +91,7 @@ fn trusted_native_quarantines_a_null_write_and_the_others_carry_on() {
     let nf = build_nf(dir.path(), "malicious");
     tenants_file(
         dir.path(),
+        None,
         &[
             (1, "canary = 11"),
             (2, "attack = \"null\"\nattack_after = 40"),
@@ -211,7 +148,7 @@ fn trusted_native_quarantines_a_null_write_and_the_others_carry_on() {
 fn the_mpk_error_names_trusted_native() {
     let dir = tempfile::tempdir().unwrap();
     build_nf(dir.path(), "portblock");
-    tenants_file(dir.path(), &[(1, "blocked_ports = [22]")]);
+    tenants_file(dir.path(), None, &[(1, "blocked_ports = [22]")]);
     write_pcap(&dir.path().join("in.pcap"), &[udp(1, 53)]);
     let out = Command::new(env!("CARGO_BIN_EXE_buffet"))
         .current_dir(dir.path())
