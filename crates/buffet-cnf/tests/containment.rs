@@ -9,14 +9,12 @@ mod common;
 use std::sync::Arc;
 
 use buffet_cnf::{CNf, CState, FaultKind};
-use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig, TenantSlot};
+use buffet_dispatch::TenantSlot;
 use buffet_memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
 use buffet_sdk::{NetworkFunction, TenantId, Verdict};
 use buffet_testkit::require_mpk;
-use buffet_worker::{
-    Outcome, PacketBuf, Pipeline, PipelineConfig, TenantSpec, Worker, WorkerEvent,
-};
-use common::{example_nf, frame};
+use buffet_worker::{Outcome, PacketBuf, Pipeline, Worker, WorkerEvent};
+use common::{cfg, example_nf, frame, spec};
 use serde_json::json;
 
 const FRAME_PAYLOAD: usize = 30;
@@ -235,40 +233,6 @@ fn a_write_only_attack_and_a_guard_page_overrun_are_contained_too() {
     }
 }
 
-fn spec(t: u32, policy: serde_json::Value) -> TenantSpec<serde_json::Value> {
-    TenantSpec {
-        id: TenantId(t),
-        name: format!("t{t}"),
-        rules: vec![(
-            100,
-            Match {
-                dst_ip: Some(format!("10.0.{t}.0/24").parse().unwrap()),
-                ..Match::default()
-            },
-        )],
-        max_nb: 0,
-        policy,
-    }
-}
-
-fn cfg(workers: u16) -> PipelineConfig {
-    PipelineConfig {
-        workers,
-        pin: false,
-        ring_size: 256,
-        burst: 64,
-        domain: Domain::Mpk,
-        dispatcher: DispatcherConfig {
-            sched: SchedulerConfig {
-                shift: 30,
-                threshold: 3,
-            },
-            ..DispatcherConfig::default()
-        },
-        ..PipelineConfig::default()
-    }
-}
-
 /// Worker threads, six tenants, one attacker: the process survives, the attacker's
 /// worker keeps serving its other tenants, and every other count is exact.
 #[test]
@@ -282,7 +246,7 @@ fn the_pipeline_quarantines_the_attacker_and_its_worker_keeps_running() {
         return;
     }
     let nf = CNf::load(&example_nf("malicious")).unwrap();
-    let mut p = Pipeline::new(nf, cfg(2)).unwrap();
+    let mut p = Pipeline::new(nf, cfg(2, Domain::Mpk)).unwrap();
     for t in 1..=6 {
         let policy = if t == 3 {
             json!({ "attack": "read-write", "attack_after": 50, "canary": 3000 })
@@ -344,7 +308,7 @@ fn forty_c_tenants_over_the_key_cache_count_exactly() {
         return;
     };
     let nf = CNf::load(&example_nf("portblock")).unwrap();
-    let mut p = Pipeline::new(nf, cfg(2)).unwrap();
+    let mut p = Pipeline::new(nf, cfg(2, Domain::Mpk)).unwrap();
     for t in 1..=40 {
         p.admit(spec(t, json!({ "blocked_ports": [22, 23], "canary": t })))
             .unwrap();

@@ -6,49 +6,13 @@
 mod common;
 
 use buffet_cnf::{CNf, Containment, FaultKind};
-use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
 use buffet_memory::Domain;
 use buffet_sdk::TenantId;
-use buffet_worker::{Pipeline, PipelineConfig, TenantSpec, WorkerEvent};
-use common::{example_nf, frame};
+use buffet_worker::{Pipeline, WorkerEvent};
+use common::{cfg, example_nf, frame, spec};
 use serde_json::json;
 
 const FRAME_PAYLOAD: usize = 30;
-
-fn spec(t: u32, policy: serde_json::Value) -> TenantSpec<serde_json::Value> {
-    TenantSpec {
-        id: TenantId(t),
-        name: format!("t{t}"),
-        rules: vec![(
-            100,
-            Match {
-                dst_ip: Some(format!("10.0.{t}.0/24").parse().unwrap()),
-                ..Match::default()
-            },
-        )],
-        max_nb: 0,
-        policy,
-    }
-}
-
-/// Two worker threads, no hardware domain: the trusted-native configuration.
-fn cfg() -> PipelineConfig {
-    PipelineConfig {
-        workers: 2,
-        pin: false,
-        ring_size: 256,
-        burst: 64,
-        domain: Domain::None,
-        dispatcher: DispatcherConfig {
-            sched: SchedulerConfig {
-                shift: 30,
-                threshold: 3,
-            },
-            ..DispatcherConfig::default()
-        },
-        ..PipelineConfig::default()
-    }
-}
 
 fn load(name: &str) -> CNf {
     let nf = CNf::load_with(&example_nf(name), Containment::AnyFault).unwrap();
@@ -58,7 +22,7 @@ fn load(name: &str) -> CNf {
 
 #[test]
 fn a_c_nf_serves_many_tenants_without_protection_keys() {
-    let mut p = Pipeline::new(load("portblock"), cfg()).unwrap();
+    let mut p = Pipeline::new(load("portblock"), cfg(2, Domain::None)).unwrap();
     for t in 1..=12 {
         p.admit(spec(t, json!({ "blocked_ports": [22, 23], "canary": t })))
             .unwrap();
@@ -91,7 +55,7 @@ fn a_c_nf_serves_many_tenants_without_protection_keys() {
 /// (`a_plain_bug_outside_any_tenant_region_still_crashes` in containment.rs).
 #[test]
 fn a_null_write_quarantines_its_tenant_and_the_others_carry_on() {
-    let mut p = Pipeline::new(load("malicious"), cfg()).unwrap();
+    let mut p = Pipeline::new(load("malicious"), cfg(2, Domain::None)).unwrap();
     for t in 1..=6 {
         let policy = if t == 4 {
             json!({ "attack": "null", "attack_after": 50, "canary": 4000 })
@@ -160,7 +124,7 @@ fn a_null_write_quarantines_its_tenant_and_the_others_carry_on() {
 /// reported as a guard-page fault, as under MPK.
 #[test]
 fn a_guard_page_overrun_is_contained_without_protection_keys() {
-    let mut p = Pipeline::new(load("malicious"), cfg()).unwrap();
+    let mut p = Pipeline::new(load("malicious"), cfg(2, Domain::None)).unwrap();
     for t in 1..=3 {
         let policy = if t == 2 {
             json!({ "attack": "overrun", "attack_after": 3, "canary": 2000 })

@@ -1,9 +1,15 @@
-//! What the C NF tests share: building the example NFs, frames. (The MPK skip gate is
+//! What the C NF tests share: building the example NFs, frames, tenant specs and
+//! pipeline configurations. (The MPK skip gate is
 //! `buffet_testkit::require_mpk`.)
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
+use buffet_memory::Domain;
+use buffet_sdk::TenantId;
+use buffet_worker::{PipelineConfig, TenantSpec};
 
 /// Compiles `examples/c-nf/<name>.c` into a shared object under the target's test
 /// directory (once per process) and returns its path.
@@ -46,4 +52,40 @@ pub fn frame(tenant: u32, dport: u16, payload_len: usize) -> Vec<u8> {
         .write(&mut v, &vec![tenant as u8; payload_len])
         .unwrap();
     v
+}
+
+/// Tenant `t` owns 10.0.t.0/24, unpoliced, with a JSON policy.
+pub fn spec(t: u32, policy: serde_json::Value) -> TenantSpec<serde_json::Value> {
+    TenantSpec {
+        id: TenantId(t),
+        name: format!("t{t}"),
+        rules: vec![(
+            100,
+            Match {
+                dst_ip: Some(format!("10.0.{t}.0/24").parse().unwrap()),
+                ..Match::default()
+            },
+        )],
+        max_nb: 0,
+        policy,
+    }
+}
+
+/// `workers` unpinned worker threads in isolation domain `domain`.
+pub fn cfg(workers: u16, domain: Domain) -> PipelineConfig {
+    PipelineConfig {
+        workers,
+        pin: false,
+        ring_size: 256,
+        burst: 64,
+        domain,
+        dispatcher: DispatcherConfig {
+            sched: SchedulerConfig {
+                shift: 30,
+                threshold: 3,
+            },
+            ..DispatcherConfig::default()
+        },
+        ..PipelineConfig::default()
+    }
 }
