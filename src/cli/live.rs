@@ -165,8 +165,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         .into_iter()
         .collect();
     output::refuse_same_files(&a.inputs(), &stats_out)?;
-    let tenants = tenants::load(&a.tenants)?;
-    // The ports before anything else costly: privilege and interface errors come first.
+    // The ports first: privilege and interface errors come before anything else.
     let rx = AfPacketPort::open(AfPacketConfig {
         promisc: a.promisc,
         ..AfPacketConfig::new(&a.iface, 0)
@@ -178,6 +177,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         })?),
         None => None,
     };
+    let tenants = tenants::load(&a.tenants)?;
     let stats = a
         .stats_json
         .as_deref()
