@@ -50,7 +50,11 @@ fn ip(args: &[&str]) {
 impl NsPair {
     fn new() -> NsPair {
         static N: AtomicU32 = AtomicU32::new(0);
-        let tag = format!("{}x{}", std::process::id() % 100_000, N.fetch_add(1, Ordering::Relaxed));
+        let tag = format!(
+            "{}x{}",
+            std::process::id() % 100_000,
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         let ns = NsPair {
             a: format!("buffet-a-{tag}"),
             b: format!("buffet-b-{tag}"),
@@ -62,14 +66,25 @@ impl NsPair {
         for n in [&ns.a, &ns.b] {
             // No IPv6 on the links: no router solicitations or MLD reports in the counts.
             let out = Command::new("ip")
-                .args(["netns", "exec", n, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"])
+                .args([
+                    "netns",
+                    "exec",
+                    n,
+                    "sysctl",
+                    "-qw",
+                    "net.ipv6.conf.default.disable_ipv6=1",
+                ])
                 .output()
                 .unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         ip(&[
-            "link", "add", &ns.va, "netns", &ns.a, "type", "veth", "peer", "name", &ns.vb,
-            "netns", &ns.b,
+            "link", "add", &ns.va, "netns", &ns.a, "type", "veth", "peer", "name", &ns.vb, "netns",
+            &ns.b,
         ]);
         ip(&["-n", &ns.a, "link", "set", &ns.va, "up"]);
         ip(&["-n", &ns.b, "link", "set", &ns.vb, "up"]);
@@ -125,7 +140,11 @@ fn udp6(dst: [u8; 16], seq: u32) -> Vec<u8> {
     payload.extend_from_slice(&seq.to_be_bytes());
     let mut v = Vec::new();
     PacketBuilder::ethernet2([2, 0, 0, 0, 0xb, 1], [2, 0, 0, 0, 0xa, 1])
-        .ipv6([0xfd, 0, 0, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], dst, 64)
+        .ipv6(
+            [0xfd, 0, 0, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            dst,
+            64,
+        )
         .udp(40000, 7000)
         .write(&mut v, &payload)
         .unwrap();
@@ -240,7 +259,10 @@ fn traffic() -> Traffic {
     }
     // Interleave tenants round robin, unmatched and malformed among them.
     let mut frames = Vec::new();
-    let per_tenant = by_tenant.iter().map(|(t, v)| (*t, v.len() as u64)).collect();
+    let per_tenant = by_tenant
+        .iter()
+        .map(|(t, v)| (*t, v.len() as u64))
+        .collect();
     let mut iters: Vec<_> = by_tenant.into_iter().map(|(_, v)| v.into_iter()).collect();
     let (mut um, mut mf) = (unmatched.clone().into_iter(), malformed.clone().into_iter());
     loop {
@@ -268,8 +290,9 @@ fn traffic() -> Traffic {
 }
 
 /// Runs in namespace B (see the module docs): sends the pcap in `BUFFET_LIVE_SEND` out
-/// of `BUFFET_LIVE_IFACE`, then counts marked frames coming back until
-/// `BUFFET_LIVE_EXPECT` arrived or 5 s passed, and writes the count to `BUFFET_LIVE_OUT`.
+/// of `BUFFET_LIVE_IFACE`, then counts marked frames coming back on it and on
+/// `BUFFET_LIVE_CAPTURE` (if given) until `BUFFET_LIVE_EXPECT` arrived or 5 s passed,
+/// and writes `sent back_on_iface back_on_capture` to `BUFFET_LIVE_OUT`.
 #[test]
 #[ignore = "helper: run by live_traffic_counts_agree inside a network namespace"]
 fn sender_helper() {
@@ -277,9 +300,15 @@ fn sender_helper() {
         return;
     };
     let iface = std::env::var("BUFFET_LIVE_IFACE").unwrap();
-    let expect: u64 = std::env::var("BUFFET_LIVE_EXPECT").unwrap().parse().unwrap();
+    let expect: u64 = std::env::var("BUFFET_LIVE_EXPECT")
+        .unwrap()
+        .parse()
+        .unwrap();
     let out = std::env::var("BUFFET_LIVE_OUT").unwrap();
     let mut port = AfPacketPort::open(AfPacketConfig::new(&iface, 0)).unwrap();
+    let mut capture = std::env::var("BUFFET_LIVE_CAPTURE")
+        .ok()
+        .map(|c| AfPacketPort::open(AfPacketConfig::new(c, 1)).unwrap());
     let mut pool = HeapPool::new(512);
     let mut reader = PcapReader::open(Path::new(&pcap)).unwrap();
     let mut burst = Vec::new();
@@ -303,32 +332,31 @@ fn sender_helper() {
         }
     }
     assert_eq!(port.stats().tx, sent, "the sender sent every frame");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut back = 0u64;
+    let mut back = [0u64; 2];
     let mut rx = Vec::new();
-    while back < expect && Instant::now() < deadline {
-        port.rx_burst(&mut pool, &mut rx, 64).unwrap();
+    let mut count = |p: &mut AfPacketPort, pool: &mut HeapPool, n: &mut u64| {
+        p.rx_burst(pool, &mut rx, 64).unwrap();
         for b in rx.drain(..) {
             if b.data().windows(MARK.len()).any(|w| w == MARK) {
-                back += 1;
+                *n += 1;
             }
             pool.give(b);
         }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // A little longer: anything beyond the expected count is an error too.
-    let until = Instant::now() + Duration::from_millis(300);
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // Until the expected count, then a little longer: anything beyond it is an error too.
+    let mut until = deadline;
     while Instant::now() < until {
-        port.rx_burst(&mut pool, &mut rx, 64).unwrap();
-        for b in rx.drain(..) {
-            if b.data().windows(MARK.len()).any(|w| w == MARK) {
-                back += 1;
-            }
-            pool.give(b);
+        count(&mut port, &mut pool, &mut back[0]);
+        if let Some(c) = &mut capture {
+            count(c, &mut pool, &mut back[1]);
+        }
+        if back[0] + back[1] >= expect && until == deadline {
+            until = Instant::now() + Duration::from_millis(300);
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    std::fs::write(out, format!("{sent} {back}\n")).unwrap();
+    std::fs::write(out, format!("{sent} {} {}\n", back[0], back[1])).unwrap();
 }
 
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
@@ -340,7 +368,10 @@ fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
 }
 
 /// `buffet run` inside namespace `ns` with `args`; waits until it says it is running.
-fn start_run(ns: &str, args: &[&std::ffi::OsStr]) -> (std::process::Child, std::thread::JoinHandle<String>) {
+fn start_run(
+    ns: &str,
+    args: &[&std::ffi::OsStr],
+) -> (std::process::Child, std::thread::JoinHandle<String>) {
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns, BUFFET, "run"])
         .args(args)
@@ -354,7 +385,12 @@ fn start_run(ns: &str, args: &[&std::ffi::OsStr]) -> (std::process::Child, std::
         let mut line = String::new();
         if err.read_line(&mut line).unwrap() == 0 {
             let mut out = String::new();
-            child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
             panic!("buffet run ended before running: {seen}{out}");
         }
         seen.push_str(&line);
@@ -375,7 +411,27 @@ fn live_traffic_counts_agree() {
     if !privileged("live::live_traffic_counts_agree") {
         return;
     }
+    run_and_check(&NsPair::new(), None);
+}
+
+#[test]
+fn passed_frames_leave_through_the_tx_iface() {
+    if !privileged("live::passed_frames_leave_through_the_tx_iface") {
+        return;
+    }
     let ns = NsPair::new();
+    let (va2, vb2) = (format!("{}t", ns.va), format!("{}t", ns.vb));
+    ip(&[
+        "link", "add", &va2, "netns", &ns.a, "type", "veth", "peer", "name", &vb2, "netns", &ns.b,
+    ]);
+    ip(&["-n", &ns.a, "link", "set", &va2, "up"]);
+    ip(&["-n", &ns.b, "link", "set", &vb2, "up"]);
+    run_and_check(&ns, Some((&va2, &vb2)));
+}
+
+/// Sends the traffic from B into `buffet run` on A and checks every count; with
+/// `tx = (A side, B side)` of a second pair, passed frames must come back on that pair.
+fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
     let dir = tempfile::tempdir().unwrap();
     let t = traffic();
     let tenants = dir.path().join("tenants.toml");
@@ -383,34 +439,45 @@ fn live_traffic_counts_agree() {
     let pcap = dir.path().join("send.pcap");
     write_pcap(&pcap, &t.frames);
     let stats = dir.path().join("stats.json");
-    let (child, stderr) = start_run(
-        &ns.a,
-        &[
-            "--iface".as_ref(),
-            ns.va.as_ref(),
-            "--nf".as_ref(),
-            "monitor".as_ref(),
-            "--tenants".as_ref(),
-            tenants.as_os_str(),
-            "--workers".as_ref(),
-            "2".as_ref(),
-            "--no-pin".as_ref(),
-            "--duration".as_ref(),
-            "6".as_ref(),
-            "--stats-json".as_ref(),
-            stats.as_os_str(),
-        ],
-    );
+    let mut args: Vec<std::ffi::OsString> = [
+        "--iface",
+        &ns.va,
+        "--nf",
+        "monitor",
+        "--workers",
+        "2",
+        "--no-pin",
+        "--duration",
+        "6",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    args.extend(["--tenants".into(), tenants.clone().into_os_string()]);
+    args.extend(["--stats-json".into(), stats.clone().into_os_string()]);
+    if let Some((a, _)) = tx {
+        args.extend(["--tx-iface".into(), a.into()]);
+    }
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let (child, stderr) = start_run(&ns.a, &args);
     let passed: u64 = t.per_tenant.iter().map(|(_, k)| k).sum();
     let result = dir.path().join("sender.txt");
     let sender = Command::new("ip")
         .args(["netns", "exec", &ns.b])
         .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "sender_helper", "--ignored", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            "sender_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env("BUFFET_LIVE_SEND", &pcap)
         .env("BUFFET_LIVE_IFACE", &ns.vb)
         .env("BUFFET_LIVE_EXPECT", passed.to_string())
         .env("BUFFET_LIVE_OUT", &result)
+        .envs(tx.map(|(_, b)| ("BUFFET_LIVE_CAPTURE", b)))
         .output()
         .unwrap();
     let out = child.wait_with_output().unwrap();
@@ -424,8 +491,8 @@ fn live_traffic_counts_agree() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "buffet run: {err}{stdout}");
     let r = std::fs::read_to_string(&result).unwrap();
-    let (sent, back) = r.trim().split_once(' ').unwrap();
-    let (sent, back): (u64, u64) = (sent.parse().unwrap(), back.parse().unwrap());
+    let n: Vec<u64> = r.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let (sent, back_iface, back_tx) = (n[0], n[1], n[2]);
     assert_eq!(sent, t.frames.len() as u64);
 
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
@@ -446,7 +513,10 @@ fn live_traffic_counts_agree() {
         .iter()
         .map(|&(id, k)| (u64::from(id), k, k))
         .collect();
-    assert_eq!(by_id, want, "per tenant (id, packets, passed): workers vs sender\n{stdout}");
+    assert_eq!(
+        by_id, want,
+        "per tenant (id, packets, passed): workers vs sender\n{stdout}"
+    );
     let g = &json["global"];
     assert_eq!(g["input_packets"].as_u64(), Some(sent), "{stdout}");
     assert_eq!(g["unmatched"].as_u64(), Some(t.unmatched), "{stdout}");
@@ -467,8 +537,25 @@ fn live_traffic_counts_agree() {
     let port = &json["input"]["ports"][0];
     assert_eq!(port["rx"].as_u64(), Some(sent), "{port}");
     assert_eq!(port["rx_dropped"].as_u64(), Some(0), "{port}");
-    assert_eq!(port["tx"].as_u64(), Some(passed), "{port}");
-    assert_eq!(back, passed, "every passed frame came back out of the interface, once");
+    let ports = json["input"]["ports"].as_array().unwrap();
+    match tx {
+        None => {
+            assert_eq!(ports.len(), 1);
+            assert_eq!(port["tx"].as_u64(), Some(passed), "{port}");
+            assert_eq!(back_iface, passed, "every passed frame came back out, once");
+        }
+        Some(_) => {
+            assert_eq!(ports.len(), 2);
+            assert_eq!(port["tx"].as_u64(), Some(0), "{port}");
+            assert_eq!(ports[1]["tx"].as_u64(), Some(passed), "{}", ports[1]);
+            assert_eq!(ports[1]["rx"].as_u64(), Some(0), "a transmit-only port");
+            assert_eq!(back_iface, 0, "nothing came back on the receiving link");
+            assert_eq!(
+                back_tx, passed,
+                "every passed frame left through --tx-iface, once"
+            );
+        }
+    }
     assert!(stdout.contains("input"), "{stdout}");
 }
 
@@ -498,7 +585,16 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
     let s = stats.to_str().unwrap();
     let o = run_output(
         Some(&ns.a),
-        &["--iface", "buffet-nope0", "--nf", "monitor", "--tenants", t, "--stats-json", s],
+        &[
+            "--iface",
+            "buffet-nope0",
+            "--nf",
+            "monitor",
+            "--tenants",
+            t,
+            "--stats-json",
+            s,
+        ],
     );
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
@@ -507,7 +603,19 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
         "{e}"
     );
     ip(&["-n", &ns.a, "link", "set", &ns.va, "down"]);
-    let o = run_output(Some(&ns.a), &["--iface", &ns.va, "--nf", "monitor", "--tenants", t, "--stats-json", s]);
+    let o = run_output(
+        Some(&ns.a),
+        &[
+            "--iface",
+            &ns.va,
+            "--nf",
+            "monitor",
+            "--tenants",
+            t,
+            "--stats-json",
+            s,
+        ],
+    );
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
@@ -516,9 +624,33 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
     );
     assert!(!stats.exists(), "nothing ran, nothing written");
     // Not built yet, said as much.
-    let o = run_output(None, &["--iface", "lo", "--nf", "monitor", "--tenants", t, "--dispatch", "xdp"]);
+    let o = run_output(
+        None,
+        &[
+            "--iface",
+            "lo",
+            "--nf",
+            "monitor",
+            "--tenants",
+            t,
+            "--dispatch",
+            "xdp",
+        ],
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("--dispatch xdp is not built yet"));
-    let o = run_output(None, &["--iface", "lo", "--nf", "monitor", "--tenants", t, "--port", "af-xdp"]);
+    let o = run_output(
+        None,
+        &[
+            "--iface",
+            "lo",
+            "--nf",
+            "monitor",
+            "--tenants",
+            t,
+            "--port",
+            "af-xdp",
+        ],
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("--port af-xdp is not built yet"));
 }
 
@@ -533,12 +665,31 @@ fn without_privileges_run_names_the_capabilities() {
         return;
     }
     let o = Command::new("setpriv")
-        .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups", "--inh-caps=-all", BUFFET])
-        .args(["run", "--iface", "lo", "--nf", "monitor", "--tenants", "/nonexistent/t.toml"])
+        .args([
+            "--reuid",
+            "nobody",
+            "--regid",
+            "nogroup",
+            "--clear-groups",
+            "--inh-caps=-all",
+            BUFFET,
+        ])
+        .args([
+            "run",
+            "--iface",
+            "lo",
+            "--nf",
+            "monitor",
+            "--tenants",
+            "/nonexistent/t.toml",
+        ])
         .output()
         .unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{e}");
-    assert!(e.contains("CAP_NET_RAW") && e.contains("CAP_NET_ADMIN"), "{e}");
+    assert!(
+        e.contains("CAP_NET_RAW") && e.contains("CAP_NET_ADMIN"),
+        "{e}"
+    );
     assert!(e.contains("permission denied"), "{e}");
 }
