@@ -693,3 +693,41 @@ fn without_privileges_run_names_the_capabilities() {
     );
     assert!(e.contains("permission denied"), "{e}");
 }
+
+#[test]
+fn sigterm_stops_a_run_and_its_report_is_written() {
+    if !privileged("live::sigterm_stops_a_run_and_its_report_is_written") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("t.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let stats = dir.path().join("s.json");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "--iface".as_ref(),
+        ns.va.as_ref(),
+        "--nf".as_ref(),
+        "firewall".as_ref(),
+        "--no-pin".as_ref(),
+        "--tenants".as_ref(),
+        tenants.as_os_str(),
+        "--stats-json".as_ref(),
+        stats.as_os_str(),
+    ];
+    let (child, stderr) = start_run(&ns.a, &args);
+    let start = Instant::now();
+    // `ip netns exec` execs buffet: the child's pid is buffet's.
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr.join().unwrap();
+    assert!(out.status.success(), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(5), "stopped promptly");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert_eq!(json["tenants"].as_array().unwrap().len(), 10);
+    assert_eq!(json["input"]["iface"].as_str(), Some(ns.va.as_str()));
+}

@@ -386,7 +386,8 @@ impl Port for AfPacketPort {
 
 /// Installs SIGINT and SIGTERM handlers for a live run and returns the flag they set
 /// (once set, it stays set). The handler does nothing else: the run polls the flag and
-/// stops its pipeline.
+/// stops its pipeline. Each handler fires once: a second signal of the same kind takes
+/// the default action and ends the process, for a run that does not stop.
 pub fn stop_on_signals() -> io::Result<&'static AtomicBool> {
     sys::stop_on_signals()
 }

@@ -371,13 +371,14 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// Installs a SIGINT and SIGTERM handler that sets a flag, and returns the flag.
+/// Installs a one-shot SIGINT and SIGTERM handler that sets a flag, and returns the flag.
 pub(crate) fn stop_on_signals() -> io::Result<&'static AtomicBool> {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: plain old data; all-zero is a valid value (empty mask, no flags).
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
         sa.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        sa.sa_flags = libc::SA_RESTART;
+        // One-shot: a second SIGINT or SIGTERM takes the default action (ends the process).
+        sa.sa_flags = libc::SA_RESTART | libc::SA_RESETHAND;
         // SAFETY: `sa` is a valid action whose handler only stores to an atomic; the
         // previous action is not needed.
         check(unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) })?;
