@@ -23,8 +23,11 @@
 //! this network namespace and that it is up; each failure is its own
 //! [`AfPacketError`] with a message that says what to do.
 //!
-//! Not here: fanout over several sockets (one software dispatcher reads one port),
-//! VLAN tag reinsertion (the kernel strips offloaded tags into the frame header), and
+//! The kernel takes a received frame's 802.1Q tag out of the frame (into the ring's
+//! frame header); the port puts it back, so VLAN rules see the frame as it was on the
+//! wire.
+//!
+//! Not here: fanout over several sockets (one software dispatcher reads one port), and
 //! timestamps other than the kernel's receive time.
 
 use std::cell::Cell;
@@ -301,7 +304,7 @@ impl Port for AfPacketPort {
             match ring.frame(self.block, self.offset) {
                 Some(f) => {
                     self.stats.rx += 1;
-                    if (f.data.len() as u64) < u64::from(f.len) || !buf.fill(f.data) {
+                    if (f.data.len() as u64) < u64::from(f.len) || !fill(&mut buf, &f) {
                         self.stats.rx_dropped += 1;
                         pool.give(buf);
                     } else {
@@ -382,6 +385,26 @@ impl Port for AfPacketPort {
         s.rx_dropped += self.kernel_drops.get();
         s
     }
+}
+
+/// Copies a ring frame into `buf`, putting back the 802.1Q tag the kernel took out of it
+/// (so VLAN rules classify as on the wire); false when it does not fit.
+fn fill(buf: &mut PacketBuf, f: &sys::RingFrame<'_>) -> bool {
+    let Some((tpid, tci)) = f.vlan else {
+        return buf.fill(f.data);
+    };
+    if f.data.len() < 12 || !buf.fill(f.data) {
+        return false;
+    }
+    let len = f.data.len() + 4;
+    let Some(b) = buf.buffer_mut().get_mut(..len) else {
+        return false;
+    };
+    b.copy_within(12..len - 4, 16);
+    b[12..14].copy_from_slice(&tpid.to_be_bytes());
+    b[14..16].copy_from_slice(&tci.to_be_bytes());
+    buf.set_len(len);
+    true
 }
 
 /// Installs SIGINT and SIGTERM handlers for a live run and returns the flag they set
@@ -469,6 +492,44 @@ mod tests {
         );
         assert!(rx.stats().rx >= 100);
         assert_eq!(tx.stats().rx, 0, "a transmit-only port receives nothing");
+    }
+
+    #[test]
+    fn a_vlan_tag_the_kernel_took_out_is_put_back() {
+        if !can_open("afpacket::a_vlan_tag_the_kernel_took_out_is_put_back") {
+            return;
+        }
+        let mut rx = AfPacketPort::open(AfPacketConfig::new("lo", 0)).unwrap();
+        let mut tx = AfPacketPort::open(AfPacketConfig {
+            rx: false,
+            ..AfPacketConfig::new("lo", 1)
+        })
+        .unwrap();
+        let mut tagged = frame(7);
+        tagged.splice(12..12, [0x81, 0x00, 0x20, 0x2a]); // PCP 1, VLAN 42
+        tagged[22..27].copy_from_slice(b"vlan!");
+        let mut pool = HeapPool::new(64);
+        let mut b = pool.take().unwrap();
+        assert!(b.fill(&tagged));
+        tx.tx_burst(&mut vec![b], &mut pool).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut out = Vec::new();
+        let mut got = None;
+        while got.is_none() && std::time::Instant::now() < deadline {
+            rx.rx_burst(&mut pool, &mut out, 64).unwrap();
+            for b in out.drain(..) {
+                if b.data().get(22..27) == Some(&b"vlan!"[..]) {
+                    got = Some(b.data().to_vec());
+                }
+                pool.give(b);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            got.as_deref(),
+            Some(&tagged[..]),
+            "received as sent, tag included"
+        );
     }
 
     #[test]

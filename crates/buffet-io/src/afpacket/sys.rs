@@ -238,6 +238,9 @@ pub(crate) struct RingFrame<'a> {
     pub(crate) ts_ns: u64,
     /// Length on the wire.
     pub(crate) len: u32,
+    /// The 802.1Q tag the kernel took out of the frame (`TP_STATUS_VLAN_VALID`):
+    /// `(tpid, tci)`.
+    pub(crate) vlan: Option<(u16, u16)>,
     /// The bytes captured (from the MAC header on; may be shorter than `len`).
     pub(crate) data: &'a [u8],
 }
@@ -330,6 +333,14 @@ impl Ring {
             next_offset: h.tp_next_offset,
             ts_ns: u64::from(h.tp_sec) * 1_000_000_000 + u64::from(h.tp_nsec),
             len: h.tp_len,
+            vlan: (h.tp_status & libc::TP_STATUS_VLAN_VALID != 0).then(|| {
+                let tpid = if h.tp_status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
+                    h.hv1.tp_vlan_tpid
+                } else {
+                    0x8100
+                };
+                (tpid, h.hv1.tp_vlan_tci as u16)
+            }),
             data,
         })
     }
