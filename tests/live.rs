@@ -411,7 +411,53 @@ fn live_traffic_counts_agree() {
     if !privileged("live::live_traffic_counts_agree") {
         return;
     }
-    run_and_check(&NsPair::new(), None);
+    run_and_check(&NsPair::new(), None, Nf::Monitor);
+}
+
+#[test]
+fn live_firewall_policies_apply_per_tenant() {
+    if !privileged("live::live_firewall_policies_apply_per_tenant") {
+        return;
+    }
+    run_and_check(&NsPair::new(), None, Nf::FirewallDenyingEvenTenants);
+}
+
+/// The NF of a run, and what it should let through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Nf {
+    /// Passes everything.
+    Monitor,
+    /// Even tenant ids deny everything, odd ones allow everything.
+    FirewallDenyingEvenTenants,
+}
+
+impl Nf {
+    fn name(self) -> &'static str {
+        match self {
+            Nf::Monitor => "monitor",
+            Nf::FirewallDenyingEvenTenants => "firewall",
+        }
+    }
+
+    /// The tenants file: [`TENANTS`], with each tenant's firewall policy for the firewall.
+    fn tenants(self) -> String {
+        match self {
+            Nf::Monitor => TENANTS.to_owned(),
+            Nf::FirewallDenyingEvenTenants => TENANTS
+                .split("[[tenant]]")
+                .filter(|b| !b.trim().is_empty())
+                .enumerate()
+                .map(|(i, b)| {
+                    let default = if (i + 1) % 2 == 0 { "deny" } else { "allow" };
+                    format!("[[tenant]]{b}[tenant.policy]\ndefault = \"{default}\"\n\n")
+                })
+                .collect(),
+        }
+    }
+
+    fn passes(self, tenant: u32) -> bool {
+        self == Nf::Monitor || tenant % 2 == 1
+    }
 }
 
 #[test]
@@ -426,16 +472,16 @@ fn passed_frames_leave_through_the_tx_iface() {
     ]);
     ip(&["-n", &ns.a, "link", "set", &va2, "up"]);
     ip(&["-n", &ns.b, "link", "set", &vb2, "up"]);
-    run_and_check(&ns, Some((&va2, &vb2)));
+    run_and_check(&ns, Some((&va2, &vb2)), Nf::Monitor);
 }
 
 /// Sends the traffic from B into `buffet run` on A and checks every count; with
 /// `tx = (A side, B side)` of a second pair, passed frames must come back on that pair.
-fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
+fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf) {
     let dir = tempfile::tempdir().unwrap();
     let t = traffic();
     let tenants = dir.path().join("tenants.toml");
-    std::fs::write(&tenants, TENANTS).unwrap();
+    std::fs::write(&tenants, nf.tenants()).unwrap();
     let pcap = dir.path().join("send.pcap");
     write_pcap(&pcap, &t.frames);
     let stats = dir.path().join("stats.json");
@@ -443,7 +489,7 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
         "--iface",
         &ns.va,
         "--nf",
-        "monitor",
+        nf.name(),
         "--workers",
         "2",
         "--no-pin",
@@ -460,7 +506,13 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
     }
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     let (child, stderr) = start_run(&ns.a, &args);
-    let passed: u64 = t.per_tenant.iter().map(|(_, k)| k).sum();
+    let passed: u64 = t
+        .per_tenant
+        .iter()
+        .filter(|(id, _)| nf.passes(*id))
+        .map(|(_, k)| k)
+        .sum();
+    let packets: u64 = t.per_tenant.iter().map(|(_, k)| k).sum();
     let result = dir.path().join("sender.txt");
     let sender = Command::new("ip")
         .args(["netns", "exec", &ns.b])
@@ -511,7 +563,7 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
     let want: Vec<(u64, u64, u64)> = t
         .per_tenant
         .iter()
-        .map(|&(id, k)| (u64::from(id), k, k))
+        .map(|&(id, k)| (u64::from(id), k, if nf.passes(id) { k } else { 0 }))
         .collect();
     assert_eq!(
         by_id, want,
@@ -533,7 +585,7 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
         .iter()
         .map(|w| w["packets"].as_u64().unwrap())
         .sum();
-    assert_eq!(workers, passed, "the workers ran every tenant packet");
+    assert_eq!(workers, packets, "the workers ran every tenant packet");
     let port = &json["input"]["ports"][0];
     assert_eq!(port["rx"].as_u64(), Some(sent), "{port}");
     assert_eq!(port["rx_dropped"].as_u64(), Some(0), "{port}");
