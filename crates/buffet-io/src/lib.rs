@@ -1,5 +1,5 @@
-//! Packet sources and sinks for Buffet: pcap read/write and a seeded synthetic
-//! multi-tenant traffic generator.
+//! Packet sources and sinks for Buffet: pcap read/write, a seeded synthetic
+//! multi-tenant traffic generator and a live AF_PACKET port.
 //!
 //! Everything here hands out frames through one trait, [`PacketSource`]: a
 //! lending iterator over timestamped Ethernet II frames ([`RawPacket`]). The
