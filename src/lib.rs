@@ -2,14 +2,15 @@
 //!
 //! This facade re-exports the workspace's crates under one name:
 //! [`sdk`] (what NF authors implement), [`memory`] (Memory Manager), [`dispatch`]
-//! (Packet Dispatcher), [`worker`] (Worker Pool), [`io`] (pcap and traffic generator),
-//! [`nfs`] (reference NFs), [`cnf`] (C NFs under MPK), [`ebpf`] (verified eBPF NFs),
-//! [`config`] (tenants files, NF registry, isolation resolution, trace runner).
+//! (Packet Dispatcher), [`worker`] (Worker Pool), [`io`] (ports: pcap, traffic
+//! generator, AF_PACKET), [`nfs`] (reference NFs), [`cnf`] (C NFs under MPK), [`ebpf`]
+//! (verified eBPF NFs), [`config`] (tenants files, NF registry, isolation resolution,
+//! trace runner).
 //!
-//! [`cli`] is the `buffet` command line (`buffet demo`, `buffet replay`, `buffet trace`,
-//! `buffet nf check`) as a library: the `buffet` binary calls [`cli::main`], and an NF
-//! author's binary calls [`cli::main_with`] (or [`nf_main!`]) to be the same command
-//! with their own NF selectable by `--nf` (docs/nf-authors.md).
+//! [`cli`] is the `buffet` command line (`buffet demo`, `buffet replay`, `buffet run`,
+//! `buffet trace`, `buffet nf check`) as a library: the `buffet` binary calls
+//! [`cli::main`], and an NF author's binary calls [`cli::main_with`] (or [`nf_main!`])
+//! to be the same command with their own NF selectable by `--nf` (docs/nf-authors.md).
 #![forbid(unsafe_code)]
 
 pub mod cli;

@@ -3,7 +3,7 @@
 //! [`nf_main!`](crate::nf_main)), so `replay --nf my-nf` and `demo --nf my-nf` run it
 //! with the tenant table, `--stats-json`, `--output` and everything else.
 //!
-//! One module per subcommand ([`demo`], [`replay`], [`trace`], [`nf`]); [`run`] is what
+//! One module per subcommand ([`demo`], [`replay`], [`live`] for `run`, [`trace`], [`nf`]); [`run`] is what
 //! `demo` and `replay` share (admission, driving a pipeline, printing its report);
 //! [`registry`] holds the NFs `--nf` can name; [`output`] opens the files a run writes
 //! (checked before the run, renamed into place after it); [`limits`] bounds arguments
@@ -15,6 +15,7 @@
 pub mod demo;
 pub mod errors;
 pub mod limits;
+pub mod live;
 pub mod nf;
 pub mod output;
 pub mod registry;
@@ -46,6 +47,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Replay a pcap through the dispatcher and workers running an NF.
     Replay(replay::ReplayArgs),
+    /// Run the dispatcher and workers on a live interface (needs CAP_NET_RAW).
+    Run(live::RunArgs),
     /// Run only the timeslot scheduler over a `ts_ns,tenant_id` trace.
     Trace(trace::TraceArgs),
     /// Inspect NF programs: `buffet nf check file.o` verifies an eBPF NF.
@@ -114,7 +117,8 @@ where
         .mut_subcommand("replay", |c| {
             c.mut_arg("nf", |a| a.value_parser(nf_values()))
         })
-        .mut_subcommand("demo", |c| c.mut_arg("nf", |a| a.value_parser(nf_values())));
+        .mut_subcommand("demo", |c| c.mut_arg("nf", |a| a.value_parser(nf_values())))
+        .mut_subcommand("run", |c| c.mut_arg("nf", |a| a.value_parser(nf_values())));
     let matches = cmd.get_matches_from(args);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     run_command(&cli.command, registry)
@@ -125,6 +129,7 @@ pub fn run_command(command: &Command, registry: &Registry) -> anyhow::Result<()>
     match command {
         Command::Demo(a) => demo::run(a, registry),
         Command::Replay(a) => replay::run(a, registry),
+        Command::Run(a) => live::run(a, registry),
         Command::Trace(a) => trace::run(a),
         Command::Nf(a) => nf::run(a),
     }

@@ -16,7 +16,7 @@ use std::fmt;
 
 use buffet_config::registry::{NfName, NfVisitor, RegisteredNf};
 
-use super::{demo, replay};
+use super::{demo, live, replay};
 
 /// Why a name could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,6 +41,7 @@ pub(crate) enum Selected {
 pub(crate) enum Visit<'a> {
     Replay(Box<replay::Replay<'a>>),
     Demo(demo::Demo<'a>),
+    Live(Box<live::Live<'a>>),
 }
 
 /// A registered NF, built, without its type in the signature.
@@ -56,6 +57,7 @@ impl<N: RegisteredNf> ErasedNf for Typed<N> {
         match visit {
             Visit::Replay(r) => (*r).visit(self.0),
             Visit::Demo(d) => d.visit(self.0),
+            Visit::Live(l) => (*l).visit(self.0),
         }
     }
 }

@@ -84,8 +84,8 @@ pub struct ReplayArgs {
     pub no_pin: bool,
 }
 
-/// The NF the arguments name, before it is loaded.
-enum Chosen {
+/// The NF the arguments name, before it is loaded (shared with `buffet run`).
+pub(crate) enum Chosen {
     /// A reference, C or eBPF NF.
     Spec(NfSpec),
     /// An NF registered by name.
@@ -95,18 +95,13 @@ enum Chosen {
 impl ReplayArgs {
     /// The NF the arguments name.
     fn chosen(&self, registry: &Registry) -> anyhow::Result<Chosen> {
-        Ok(match (&self.nf_lib, &self.nf_ebpf, &self.nf) {
-            (Some(lib), _, _) => Chosen::Spec(NfSpec::C(lib.clone())),
-            (None, Some(obj), _) => Chosen::Spec(NfSpec::Ebpf {
-                path: obj.clone(),
-                engine: self.ebpf_engine,
-            }),
-            (None, None, Some(name)) if registry.is_registered(name) => {
-                Chosen::Registered(name.clone())
-            }
-            (None, None, Some(name)) => Chosen::Spec(NfSpec::Reference(name.parse()?)),
-            (None, None, None) => anyhow::bail!("give --nf, --nf-lib or --nf-ebpf"),
-        })
+        choose(
+            self.nf.as_deref(),
+            self.nf_lib.as_deref(),
+            self.nf_ebpf.as_deref(),
+            self.ebpf_engine,
+            registry,
+        )
     }
 
     /// The files the run reads, by flag.
@@ -137,6 +132,88 @@ impl ReplayArgs {
     }
 }
 
+/// The NF `--nf`, `--nf-lib` or `--nf-ebpf` names (shared with `buffet run`).
+pub(crate) fn choose(
+    nf: Option<&str>,
+    nf_lib: Option<&Path>,
+    nf_ebpf: Option<&Path>,
+    ebpf_engine: EbpfEngine,
+    registry: &Registry,
+) -> anyhow::Result<Chosen> {
+    Ok(match (nf_lib, nf_ebpf, nf) {
+        (Some(lib), _, _) => Chosen::Spec(NfSpec::C(lib.to_owned())),
+        (None, Some(obj), _) => Chosen::Spec(NfSpec::Ebpf {
+            path: obj.to_owned(),
+            engine: ebpf_engine,
+        }),
+        (None, None, Some(name)) if registry.is_registered(name) => {
+            Chosen::Registered(name.to_owned())
+        }
+        (None, None, Some(name)) => Chosen::Spec(NfSpec::Reference(name.parse()?)),
+        (None, None, None) => anyhow::bail!("give --nf, --nf-lib or --nf-ebpf"),
+    })
+}
+
+/// The isolation level of a run of `chosen` over `tenants` (read from `file`), saying on
+/// stderr how many protection keys MPK has (shared with `buffet run`).
+pub(crate) fn isolation_level(
+    requested: Option<Isolation>,
+    chosen: &Chosen,
+    tenants: &[TenantConfig],
+    file: &Path,
+) -> anyhow::Result<Isolation> {
+    // A registered NF is safe Rust, resolved like a reference NF.
+    let kind_of = match chosen {
+        Chosen::Spec(spec) => spec.clone(),
+        Chosen::Registered(_) => NfSpec::Reference(NfName::Monitor),
+    };
+    let level = isolation::resolve(requested, &kind_of, tenants, file)?;
+    if level == Isolation::Mpk {
+        let mpk = isolation::mpk()?;
+        eprintln!(
+            "isolation: mpk ({} protection keys cache tenant regions)",
+            mpk.cache_keys()
+        );
+    }
+    Ok(level)
+}
+
+/// Loads `chosen` at `level` and hands it, as its own type, to `visitor` (a registered
+/// NF through `wrap`, which names the command) (shared with `buffet run`).
+pub(crate) fn load_and_visit<'v, V>(
+    chosen: Chosen,
+    level: Isolation,
+    registry: &Registry,
+    visitor: V,
+    wrap: impl FnOnce(V) -> Visit<'v>,
+) -> anyhow::Result<()>
+where
+    V: NfVisitor<Output = anyhow::Result<()>>,
+{
+    match chosen {
+        Chosen::Spec(spec) => {
+            if level == Isolation::TrustedNative {
+                eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
+            }
+            let nf = spec.load_at(level)?;
+            if let (LoadedNf::Ebpf(nf), Some(obj)) = (&nf, spec.path()) {
+                let p = nf.program();
+                eprintln!(
+                    "isolation: ebpf ({}: {} instructions verified, engine {})",
+                    obj.display(),
+                    p.verified().instructions,
+                    p.engine().name()
+                );
+            }
+            nf.visit(visitor)
+        }
+        Chosen::Registered(name) => match registry.select(&name) {
+            Some(Selected::Registered(nf)) => nf.run(wrap(visitor)),
+            _ => anyhow::bail!("NF {name:?} is not registered"),
+        },
+    }
+}
+
 /// Runs `buffet replay` with the NFs of `registry`.
 pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
@@ -158,19 +235,7 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
             .transpose()?,
     };
     let tenants = tenants::load(&a.tenants)?;
-    // A registered NF is safe Rust, resolved like a reference NF.
-    let kind_of = match &chosen {
-        Chosen::Spec(spec) => spec.clone(),
-        Chosen::Registered(_) => NfSpec::Reference(NfName::Monitor),
-    };
-    let level = isolation::resolve(a.isolation, &kind_of, &tenants, &a.tenants)?;
-    if level == Isolation::Mpk {
-        let mpk = isolation::mpk()?;
-        eprintln!(
-            "isolation: mpk ({} protection keys cache tenant regions)",
-            mpk.cache_keys()
-        );
-    }
+    let level = isolation_level(a.isolation, &chosen, &tenants, &a.tenants)?;
     let mut source = PcapReader::open(&a.input)?;
     if source.is_at_end()? {
         anyhow::bail!(
@@ -201,28 +266,9 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
         counters,
         outputs,
     };
-    match chosen {
-        Chosen::Spec(spec) => {
-            if level == Isolation::TrustedNative {
-                eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
-            }
-            let nf = spec.load_at(level)?;
-            if let (LoadedNf::Ebpf(nf), Some(obj)) = (&nf, spec.path()) {
-                let p = nf.program();
-                eprintln!(
-                    "isolation: ebpf ({}: {} instructions verified, engine {})",
-                    obj.display(),
-                    p.verified().instructions,
-                    p.engine().name()
-                );
-            }
-            nf.visit(replay)
-        }
-        Chosen::Registered(name) => match registry.select(&name) {
-            Some(Selected::Registered(nf)) => nf.run(Visit::Replay(Box::new(replay))),
-            _ => anyhow::bail!("NF {name:?} is not registered"),
-        },
-    }
+    load_and_visit(chosen, level, registry, replay, |r| {
+        Visit::Replay(Box::new(r))
+    })
 }
 
 /// The files a replay writes, opened before it starts.
@@ -299,40 +345,27 @@ fn replay_with<N: RegisteredNf>(nf: N, r: Replay<'_>) -> anyhow::Result<()> {
         pcap.commit()?;
     }
     if let Some(mut stats) = outputs.stats.take() {
-        let input = InputSummary {
-            file: &a.input,
-            packets: n,
-            truncated,
-        };
-        write_stats(&mut stats, &report, &input)?;
+        let input = serde_json::json!({
+            "file": a.input.display().to_string(),
+            "packets": n,
+            "truncated": truncated,
+        });
+        write_stats(&mut stats, &report, input)?;
         stats.commit()?;
     }
     Ok(())
 }
 
-/// What the run read, for the JSON report's `input` section.
-struct InputSummary<'a> {
-    file: &'a Path,
-    packets: u64,
-    truncated: u64,
-}
-
-/// The report as JSON, with an `input` section: `{"file", "packets", "truncated"}`.
-fn write_stats(
+/// The report as JSON, with an `input` section saying what the run read (replay:
+/// `{"file", "packets", "truncated"}`) (shared with `buffet run`).
+pub(crate) fn write_stats(
     out: &mut OutputFile,
     report: &Report,
-    input: &InputSummary<'_>,
+    input: serde_json::Value,
 ) -> anyhow::Result<()> {
     let mut json = serde_json::to_value(report)?;
     if let Some(obj) = json.as_object_mut() {
-        obj.insert(
-            "input".to_owned(),
-            serde_json::json!({
-                "file": input.file.display().to_string(),
-                "packets": input.packets,
-                "truncated": input.truncated,
-            }),
-        );
+        obj.insert("input".to_owned(), input);
     }
     let mut f = std::io::BufWriter::new(out.take_file().context("--stats-json opened twice")?);
     serde_json::to_writer_pretty(&mut f, &json)

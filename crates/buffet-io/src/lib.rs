@@ -1,5 +1,5 @@
-//! Packet sources and sinks for Buffet: pcap read/write and a seeded synthetic
-//! multi-tenant traffic generator.
+//! Packet sources and sinks for Buffet: pcap read/write, a seeded synthetic
+//! multi-tenant traffic generator and a live AF_PACKET port.
 //!
 //! Everything here hands out frames through one trait, [`PacketSource`]: a
 //! lending iterator over timestamped Ethernet II frames ([`RawPacket`]). The
@@ -18,10 +18,13 @@
 //! [`PacketBuf`]s ([`buf`]), whose storage is a heap frame or a port's own memory.
 //! [`SourcePort`] makes any source a port, [`PcapTap`] records any port to a pcap.
 //!
-//! What this crate does not do: no live capture yet (AF_PACKET / AF_XDP backends
-//! are not implemented), no pcapng, no link types other than Ethernet, no
-//! threads, no async, no clock (timestamps come from the file or the
-//! generator's virtual time). Its only `unsafe` is the view of a port frame, in `sys`.
+//! [`afpacket::AfPacketPort`] is a live interface (TPACKET_V3 receive ring, batched
+//! send), copying frames into heap buffers.
+//!
+//! What this crate does not do: no AF_XDP or DPDK port yet, no pcapng, no link types other than Ethernet, no
+//! threads, no async, no clock (timestamps come from the file, the generator's virtual
+//! time or the kernel's receive time). Its only `unsafe` is the view of a port frame, in `sys`, and the
+//! AF_PACKET system calls, in `afpacket::sys`.
 //!
 //! ```
 //! use buffet_io::{gen::{GenConfig, Generator}, PacketSource};
@@ -39,6 +42,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod afpacket;
 pub mod buf;
 pub mod gen;
 pub mod pcap;

@@ -1,0 +1,553 @@
+//! The AF_PACKET port: a live Linux interface through a packet socket.
+//!
+//! Receive reads a TPACKET_V3 ring mapped into this process (PACKET_MMAP): the kernel
+//! fills blocks of frames, [`rx_burst`](Port::rx_burst) walks the blocks it handed over,
+//! copies each frame into a heap [`PacketBuf`] from the data plane's [`HeapPool`] and
+//! gives the block back once every frame of it is copied. Copying is the choice here
+//! on purpose: lending ring frames would pin a whole block until its last packet left
+//! the workers, so one slow tenant could stall the ring for everyone; zero-copy receive
+//! is the AF_XDP port's job (UMEM frames are independent). A frame larger than
+//! [`FRAME_CAPACITY`](crate::FRAME_CAPACITY), or cut short by the ring, is counted in
+//! [`PortStats::rx_dropped`] with what the kernel dropped for lack of ring room
+//! (`PACKET_STATISTICS` `tp_drops`). When the pool is empty (workers behind), frames
+//! stay in the ring and the kernel drops and counts what does not fit.
+//!
+//! Transmit sends a burst with `sendmmsg` (one system call per 64 frames, never
+//! blocking): the frames are heap buffers already, so a TPACKET TX ring would add a copy
+//! into the ring and still need a `send` to kick it. Frames the kernel refuses are
+//! counted in [`PortStats::tx_dropped`]. `PACKET_IGNORE_OUTGOING` keeps what this
+//! process (or anyone) sends on the interface out of its own receive ring.
+//!
+//! Opening checks, before any traffic: that the process may open a packet socket (it
+//! needs `CAP_NET_RAW`; promiscuous mode `CAP_NET_ADMIN`), that the interface exists in
+//! this network namespace and that it is up; each failure is its own
+//! [`AfPacketError`] with a message that says what to do.
+//!
+//! The kernel takes a received frame's 802.1Q tag out of the frame (into the ring's
+//! frame header); the port puts it back, so VLAN rules see the frame as it was on the
+//! wire.
+//!
+//! Not here: fanout over several sockets (one software dispatcher reads one port), and
+//! timestamps other than the kernel's receive time.
+
+use std::cell::Cell;
+use std::io;
+use std::sync::atomic::AtomicBool;
+
+use buffet_sdk::{PortId, TenantSlot};
+
+use crate::buf::{Outcome, PacketBuf};
+use crate::port::{HeapPool, Port, PortError, PortStats, Rx};
+
+#[allow(unsafe_code)]
+mod sys;
+
+/// How an [`AfPacketPort`] is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AfPacketConfig {
+    /// The interface (`eth0`, `veth-a`).
+    pub iface: String,
+    /// The port id its received frames carry.
+    pub id: PortId,
+    /// Receive on it (false: a transmit-only port, e.g. a `--tx-iface`).
+    pub rx: bool,
+    /// Put the interface in promiscuous mode while the port is open.
+    pub promisc: bool,
+    /// Bytes per ring block (a multiple of the page size).
+    pub block_size: u32,
+    /// Blocks in the ring.
+    pub block_nr: u32,
+    /// Milliseconds after which the kernel hands over a block that is not full.
+    pub block_timeout_ms: u32,
+}
+
+impl AfPacketConfig {
+    /// A receive-and-transmit port on `iface` with an 8 MiB ring of 256 KiB blocks
+    /// retired after 1 ms.
+    pub fn new(iface: impl Into<String>, id: PortId) -> AfPacketConfig {
+        AfPacketConfig {
+            iface: iface.into(),
+            id,
+            rx: true,
+            promisc: false,
+            block_size: 1 << 18,
+            block_nr: 32,
+            block_timeout_ms: 1,
+        }
+    }
+}
+
+/// Why an AF_PACKET port could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AfPacketError {
+    /// The process may not open a packet socket.
+    #[error(
+        "af_packet on {iface}: permission denied ({source}): a live run needs CAP_NET_RAW \
+         (and CAP_NET_ADMIN for promiscuous mode); run it as root or grant them with \
+         `setcap cap_net_raw,cap_net_admin+ep <binary>`"
+    )]
+    Privilege {
+        /// The interface.
+        iface: String,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// No interface of that name in this network namespace.
+    #[error("interface {iface:?} does not exist in this network namespace (see `ip link`)")]
+    NoSuchInterface {
+        /// The interface.
+        iface: String,
+    },
+    /// The interface is administratively down.
+    #[error("interface {iface} is down: bring it up first (`ip link set {iface} up`)")]
+    Down {
+        /// The interface.
+        iface: String,
+    },
+    /// The ring sizes are not usable.
+    #[error("af_packet on {iface}: {why}")]
+    Config {
+        /// The interface.
+        iface: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A set-up call failed.
+    #[error("af_packet on {iface}: {call}: {source}")]
+    Sys {
+        /// The interface.
+        iface: String,
+        /// The call.
+        call: &'static str,
+        /// What the OS said.
+        source: io::Error,
+    },
+}
+
+/// A live interface as a [`Port`]. See the module docs.
+pub struct AfPacketPort {
+    cfg: AfPacketConfig,
+    socket: sys::Socket,
+    ring: Option<sys::Ring>,
+    /// The block being read, whether we are inside it, frames left and the next offset.
+    block: usize,
+    in_block: bool,
+    left: u32,
+    offset: usize,
+    stats: PortStats,
+    /// Kernel drops read so far (reading `PACKET_STATISTICS` resets the kernel's count).
+    kernel_drops: Cell<u64>,
+}
+
+impl std::fmt::Debug for AfPacketPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfPacketPort")
+            .field("cfg", &self.cfg)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AfPacketPort {
+    /// Opens the port: checks privilege, the interface and its state, then sets up the
+    /// ring and binds. Nothing is received before this returns.
+    pub fn open(cfg: AfPacketConfig) -> Result<AfPacketPort, AfPacketError> {
+        let iface = cfg.iface.clone();
+        let sys_err = |call: &'static str| {
+            let iface = iface.clone();
+            move |source: io::Error| AfPacketError::Sys {
+                iface,
+                call,
+                source,
+            }
+        };
+        let socket = sys::Socket::open().map_err(|source| match source.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => AfPacketError::Privilege {
+                iface: iface.clone(),
+                source,
+            },
+            _ => AfPacketError::Sys {
+                iface: iface.clone(),
+                call: "socket(AF_PACKET)",
+                source,
+            },
+        })?;
+        let ifindex = sys::if_index(&cfg.iface).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENODEV) | Some(libc::ENXIO) => AfPacketError::NoSuchInterface {
+                iface: iface.clone(),
+            },
+            _ => sys_err("if_nametoindex")(e),
+        })?;
+        let flags = socket
+            .if_flags(&cfg.iface)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENODEV) => AfPacketError::NoSuchInterface {
+                    iface: iface.clone(),
+                },
+                _ => sys_err("ioctl(SIOCGIFFLAGS)")(e),
+            })?;
+        if flags & libc::IFF_UP == 0 {
+            return Err(AfPacketError::Down { iface });
+        }
+        let mut ring = None;
+        if cfg.rx {
+            let page = 4096u32;
+            if cfg.block_size == 0
+                || cfg.block_size % page != 0
+                || cfg.block_nr == 0
+                || (cfg.block_size as u64) * (cfg.block_nr as u64) > 1 << 30
+            {
+                return Err(AfPacketError::Config {
+                    iface,
+                    why: format!(
+                        "ring of {} blocks of {} bytes: blocks are a non-zero multiple of \
+                         4096 bytes, at most 1 GiB in all",
+                        cfg.block_nr, cfg.block_size
+                    ),
+                });
+            }
+            socket
+                .set_packet_int(
+                    libc::PACKET_VERSION,
+                    libc::tpacket_versions::TPACKET_V3 as _,
+                )
+                .map_err(sys_err("setsockopt(PACKET_VERSION, TPACKET_V3)"))?;
+            socket
+                .set_packet_int(libc::PACKET_IGNORE_OUTGOING, 1)
+                .map_err(sys_err("setsockopt(PACKET_IGNORE_OUTGOING)"))?;
+            let frame_size = 2048u32;
+            let req = libc::tpacket_req3 {
+                tp_block_size: cfg.block_size,
+                tp_block_nr: cfg.block_nr,
+                tp_frame_size: frame_size,
+                tp_frame_nr: cfg.block_size / frame_size * cfg.block_nr,
+                tp_retire_blk_tov: cfg.block_timeout_ms.max(1),
+                tp_sizeof_priv: 0,
+                tp_feature_req_word: 0,
+            };
+            socket
+                .set_rx_ring(&req)
+                .map_err(sys_err("setsockopt(PACKET_RX_RING)"))?;
+            ring = Some(
+                socket
+                    .map_ring(cfg.block_size as usize, cfg.block_nr as usize)
+                    .map_err(sys_err("mmap(rx ring)"))?,
+            );
+        }
+        socket
+            .bind(ifindex, cfg.rx)
+            .map_err(sys_err("bind(AF_PACKET)"))?;
+        if cfg.promisc {
+            socket
+                .add_promisc(ifindex)
+                .map_err(|source| match source.raw_os_error() {
+                    Some(libc::EPERM) | Some(libc::EACCES) => AfPacketError::Privilege {
+                        iface: iface.clone(),
+                        source,
+                    },
+                    _ => sys_err("setsockopt(PACKET_ADD_MEMBERSHIP, PROMISC)")(source),
+                })?;
+        }
+        Ok(AfPacketPort {
+            cfg,
+            socket,
+            ring,
+            block: 0,
+            in_block: false,
+            left: 0,
+            offset: 0,
+            stats: PortStats::default(),
+            kernel_drops: Cell::new(0),
+        })
+    }
+
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &AfPacketConfig {
+        &self.cfg
+    }
+}
+
+impl Port for AfPacketPort {
+    fn name(&self) -> String {
+        format!("af_packet:{}", self.cfg.iface)
+    }
+
+    fn rx_burst(
+        &mut self,
+        pool: &mut HeapPool,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> Result<Rx, PortError> {
+        let Some(ring) = &mut self.ring else {
+            return Ok(Rx::Idle);
+        };
+        let mut n = 0;
+        while n < max {
+            if !self.in_block {
+                if !ring.ready(self.block) {
+                    break;
+                }
+                let (num, first) = ring.header(self.block);
+                self.left = num;
+                self.offset = first as usize;
+                self.in_block = true;
+            }
+            if self.left == 0 {
+                ring.release(self.block);
+                self.block = (self.block + 1) % ring.blocks();
+                self.in_block = false;
+                continue;
+            }
+            // No free frame: leave the rest in the ring until workers give frames back.
+            let Some(mut buf) = pool.take() else { break };
+            match ring.frame(self.block, self.offset) {
+                Some(f) => {
+                    self.stats.rx += 1;
+                    if (f.data.len() as u64) < u64::from(f.len) || !fill(&mut buf, &f) {
+                        self.stats.rx_dropped += 1;
+                        pool.give(buf);
+                    } else {
+                        buf.ts_ns = f.ts_ns;
+                        buf.in_port = self.cfg.id;
+                        buf.tenant = TenantSlot(0);
+                        buf.outcome = Outcome::Pending;
+                        out.push(buf);
+                        n += 1;
+                    }
+                    self.offset += f.next_offset as usize;
+                    self.left -= 1;
+                    if f.next_offset == 0 {
+                        self.left = 0;
+                    }
+                }
+                None => {
+                    // A header outside its block: skip the rest of the block.
+                    pool.give(buf);
+                    self.left = 0;
+                }
+            }
+        }
+        Ok(if n == 0 { Rx::Idle } else { Rx::Packets(n) })
+    }
+
+    fn tx_burst(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        pool: &mut HeapPool,
+    ) -> Result<(), PortError> {
+        let mut i = 0;
+        let mut waited = false;
+        while i < pkts.len() {
+            match self.socket.send_batch(&pkts[i..]) {
+                Ok(k) => {
+                    i += k.max(1);
+                    self.stats.tx += k as u64;
+                    if k == 0 {
+                        self.stats.tx_dropped += 1;
+                    }
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => {
+                    if waited {
+                        // Still no room: the rest of the burst is dropped, counted.
+                        self.stats.tx_dropped += (pkts.len() - i) as u64;
+                        break;
+                    }
+                    self.socket.wait_writable(1);
+                    waited = true;
+                }
+                Err(_) => {
+                    // This frame is refused (too large for the link, link gone): count it
+                    // and go on with the next.
+                    self.stats.tx_dropped += 1;
+                    i += 1;
+                }
+            }
+        }
+        for buf in pkts.drain(..) {
+            pool.give(buf);
+        }
+        Ok(())
+    }
+
+    fn is_live(&self) -> bool {
+        true
+    }
+
+    fn stats(&self) -> PortStats {
+        if self.ring.is_some() {
+            if let Ok(st) = self.socket.take_stats() {
+                self.kernel_drops
+                    .set(self.kernel_drops.get() + u64::from(st.tp_drops));
+            }
+        }
+        let mut s = self.stats;
+        s.rx_dropped += self.kernel_drops.get();
+        s
+    }
+}
+
+/// Copies a ring frame into `buf`, putting back the 802.1Q tag the kernel took out of it
+/// (so VLAN rules classify as on the wire); false when it does not fit.
+fn fill(buf: &mut PacketBuf, f: &sys::RingFrame<'_>) -> bool {
+    let Some((tpid, tci)) = f.vlan else {
+        return buf.fill(f.data);
+    };
+    if f.data.len() < 12 || !buf.fill(f.data) {
+        return false;
+    }
+    let len = f.data.len() + 4;
+    let Some(b) = buf.buffer_mut().get_mut(..len) else {
+        return false;
+    };
+    b.copy_within(12..len - 4, 16);
+    b[12..14].copy_from_slice(&tpid.to_be_bytes());
+    b[14..16].copy_from_slice(&tci.to_be_bytes());
+    buf.set_len(len);
+    true
+}
+
+/// Installs SIGINT and SIGTERM handlers for a live run and returns the flag they set
+/// (once set, it stays set). The handler does nothing else: the run polls the flag and
+/// stops its pipeline. Each handler fires once: a second signal of the same kind takes
+/// the default action and ends the process, for a run that does not stop.
+pub fn stop_on_signals() -> io::Result<&'static AtomicBool> {
+    sys::stop_on_signals()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEST_ETHERTYPE: [u8; 2] = [0x88, 0xb5]; // IEEE local experimental
+
+    fn frame(i: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xb1]);
+        f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xb2]);
+        f[12..14].copy_from_slice(&TEST_ETHERTYPE);
+        f[14] = i;
+        f[15..20].copy_from_slice(b"bufft");
+        f
+    }
+
+    fn can_open(test: &str) -> bool {
+        match AfPacketPort::open(AfPacketConfig::new("lo", 0)) {
+            Ok(_) => true,
+            Err(e @ AfPacketError::Privilege { .. }) => {
+                buffet_testkit::gate::skip_privileged(test, e)
+            }
+            Err(e) => panic!("{test}: {e}"),
+        }
+    }
+
+    #[test]
+    fn frames_sent_on_loopback_are_received_once_and_counted() {
+        if !can_open("afpacket::frames_sent_on_loopback_are_received_once_and_counted") {
+            return;
+        }
+        let mut rx = AfPacketPort::open(AfPacketConfig::new("lo", 3)).unwrap();
+        let mut tx = AfPacketPort::open(AfPacketConfig {
+            rx: false,
+            ..AfPacketConfig::new("lo", 4)
+        })
+        .unwrap();
+        let mut pool = HeapPool::new(256);
+        let mut burst: Vec<PacketBuf> = (0..100u8)
+            .map(|i| {
+                let mut b = pool.take().unwrap();
+                assert!(b.fill(&frame(i)));
+                b
+            })
+            .collect();
+        tx.tx_burst(&mut burst, &mut pool).unwrap();
+        assert_eq!(tx.stats().tx, 100);
+        assert_eq!(pool.available(), 256, "sent frames go back to the pool");
+        // Collect ours (lo carries other traffic too) until all arrived or 2 s passed.
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut out = Vec::new();
+        while seen.len() < 100 && std::time::Instant::now() < deadline {
+            rx.rx_burst(&mut pool, &mut out, 64).unwrap();
+            for b in out.drain(..) {
+                if b.data().get(12..14) == Some(&TEST_ETHERTYPE[..])
+                    && b.data().get(15..20) == Some(&b"bufft"[..])
+                {
+                    assert_eq!(b.in_port, 3);
+                    assert!(
+                        b.ts_ns > 1_600_000_000_000_000_000,
+                        "kernel wall-clock time"
+                    );
+                    seen.push(b.data()[14]);
+                }
+                pool.give(b);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            (0..100u8).collect::<Vec<_>>(),
+            "each frame once, none lost"
+        );
+        assert!(rx.stats().rx >= 100);
+        assert_eq!(tx.stats().rx, 0, "a transmit-only port receives nothing");
+    }
+
+    #[test]
+    fn a_vlan_tag_the_kernel_took_out_is_put_back() {
+        if !can_open("afpacket::a_vlan_tag_the_kernel_took_out_is_put_back") {
+            return;
+        }
+        let mut rx = AfPacketPort::open(AfPacketConfig::new("lo", 0)).unwrap();
+        let mut tx = AfPacketPort::open(AfPacketConfig {
+            rx: false,
+            ..AfPacketConfig::new("lo", 1)
+        })
+        .unwrap();
+        let mut tagged = frame(7);
+        tagged.splice(12..12, [0x81, 0x00, 0x20, 0x2a]); // PCP 1, VLAN 42
+        tagged[22..27].copy_from_slice(b"vlan!");
+        let mut pool = HeapPool::new(64);
+        let mut b = pool.take().unwrap();
+        assert!(b.fill(&tagged));
+        tx.tx_burst(&mut vec![b], &mut pool).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut out = Vec::new();
+        let mut got = None;
+        while got.is_none() && std::time::Instant::now() < deadline {
+            rx.rx_burst(&mut pool, &mut out, 64).unwrap();
+            for b in out.drain(..) {
+                if b.data().get(22..27) == Some(&b"vlan!"[..]) {
+                    got = Some(b.data().to_vec());
+                }
+                pool.give(b);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            got.as_deref(),
+            Some(&tagged[..]),
+            "received as sent, tag included"
+        );
+    }
+
+    #[test]
+    fn missing_and_down_interfaces_are_refused_by_name() {
+        if !can_open("afpacket::missing_and_down_interfaces_are_refused_by_name") {
+            return;
+        }
+        let e = AfPacketPort::open(AfPacketConfig::new("buffet-nope0", 0)).unwrap_err();
+        assert!(matches!(e, AfPacketError::NoSuchInterface { .. }), "{e}");
+        assert!(
+            e.to_string().contains("\"buffet-nope0\" does not exist"),
+            "{e}"
+        );
+        let e = AfPacketPort::open(AfPacketConfig {
+            block_size: 1000,
+            ..AfPacketConfig::new("lo", 0)
+        })
+        .unwrap_err();
+        assert!(matches!(e, AfPacketError::Config { .. }), "{e}");
+    }
+}
