@@ -527,9 +527,17 @@ impl<S: Send + 'static> TenantTable<S> {
         self.registry().slot_of(id)
     }
 
-    /// The tenant admitted at `slot`.
+    /// The tenant admitted at `slot` (takes the registry lock, which an admission holds
+    /// while its `init` runs; the data plane uses [`published_id`](Self::published_id)).
     pub fn id_of(&self, slot: TenantSlot) -> Option<TenantId> {
         self.registry().id_of(slot)
+    }
+
+    /// The tenant whose entry is published at `slot`, without taking any lock (one
+    /// `arc_swap` load): for the data plane, which must never wait for a control-path
+    /// admission whose `init` may take long.
+    pub fn published_id(&self, slot: TenantSlot) -> Option<TenantId> {
+        self.get(slot).entry().map(|e| e.id)
     }
 
     /// Every admitted tenant with its slot, in slot order.

@@ -876,7 +876,12 @@ impl<N: NetworkFunction> Dataplane<N> {
                     slot,
                 } => {
                     self.slots[tenant.index()].migrations += 1;
-                    let id = self.core.shared.table.id_of(tenant).unwrap_or_default();
+                    let id = self
+                        .core
+                        .shared
+                        .table
+                        .published_id(tenant)
+                        .unwrap_or_default();
                     WorkerEvent::Migration {
                         seq,
                         tenant: id,
@@ -910,7 +915,12 @@ impl<N: NetworkFunction> Dataplane<N> {
             message,
         }) = self.core.shared.notices.pop()
         {
-            let id = self.core.shared.table.id_of(tenant).unwrap_or_default();
+            let id = self
+                .core
+                .shared
+                .table
+                .published_id(tenant)
+                .unwrap_or_default();
             self.emit(WorkerEvent::Fault {
                 tenant: id,
                 worker: worker.0,
@@ -1091,12 +1101,19 @@ impl<N: NetworkFunction> Dataplane<N> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let mut tenants = Vec::new();
-        for (slot, id) in self.core.shared.table.ids() {
-            // Admitted in the Tenant Table but not yet known to the dispatcher: its
-            // counters are not rebased yet.
-            if !self.dispatcher.has_tenant(slot) {
+        // The dispatcher's tenants (a tenant admitted in the Tenant Table but not yet
+        // known to the dispatcher has no rebased counters yet), named by the published
+        // entries: no lock an admission's `init` could hold.
+        let slots: Vec<TenantSlot> = self
+            .dispatcher
+            .scheduler()
+            .tenants()
+            .map(|(s, _)| s)
+            .collect();
+        for slot in slots {
+            let Some(id) = self.core.shared.table.published_id(slot) else {
                 continue;
-            }
+            };
             let (i, info) = (slot.index(), &self.slots[slot.index()]);
             let mut r = TenantReport {
                 id,

@@ -355,3 +355,79 @@ fn a_policy_update_takes_effect_and_a_rejected_one_changes_nothing() {
     assert_eq!((t(1).packets, t(1).passed, t(1).dropped()), (40, 20, 20));
     assert_eq!((t(2).packets, t(2).passed, t(2).dropped()), (40, 40, 0));
 }
+
+/// An NF whose `init` waits until the test lets it go: an admission that takes long (a
+/// large policy, a program under verification).
+struct SlowInit {
+    entered: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl NetworkFunction for SlowInit {
+    type State = u64;
+    type Policy = bool;
+    fn name(&self) -> &'static str {
+        "slow-init"
+    }
+    fn register(&self) -> MemorySpec {
+        MemorySpec::of::<u64>()
+    }
+    fn init(&self, slow: &bool, _: &mut u64) -> Result<(), InitError> {
+        if *slow {
+            self.entered.lock().unwrap().send(()).unwrap();
+            self.release.lock().unwrap().recv().unwrap();
+        }
+        Ok(())
+    }
+    fn handle(&self, _: &mut Packet<'_>, seen: &mut u64) -> Verdict {
+        *seen += 1;
+        Verdict::Pass
+    }
+}
+
+#[test]
+fn a_long_admission_does_not_stall_the_data_plane() {
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    let nf = SlowInit {
+        entered: std::sync::Mutex::new(entered_tx),
+        release: std::sync::Mutex::new(release_rx),
+    };
+    let (control, mut dataplane) = buffet_worker::build(nf, cfg(2)).unwrap();
+    let spec = |t: u32, slow| TenantSpec {
+        id: TenantId(t),
+        name: format!("t{t}"),
+        rules: rules(t),
+        max_nb: 0,
+        policy: slow,
+    };
+    let c = control.clone();
+    let fast = std::thread::spawn(move || c.admit(spec(1, false)).unwrap());
+    while !fast.is_finished() {
+        dataplane.apply_commands();
+    }
+    fast.join().unwrap();
+    // Tenant 2's init now holds the admission path; the data plane must still carry
+    // tenant 1's traffic and answer reports.
+    let c = control.clone();
+    let slow = std::thread::spawn(move || c.admit(spec(2, true)));
+    entered.recv().unwrap();
+    for i in 0..100u8 {
+        dataplane.push(u64::from(i), 0, &frame(1, &[i]));
+    }
+    dataplane.flush();
+    let report = dataplane.report();
+    let t1 = report.tenants.iter().find(|r| r.id == TenantId(1)).unwrap();
+    assert_eq!((t1.packets, t1.passed), (100, 100));
+    assert!(report.tenants.iter().all(|r| r.id != TenantId(2)));
+    release.send(()).unwrap();
+    while !slow.is_finished() {
+        dataplane.apply_commands();
+    }
+    assert!(slow.join().unwrap().is_ok());
+    assert!(dataplane
+        .report()
+        .tenants
+        .iter()
+        .any(|r| r.id == TenantId(2)));
+}
