@@ -441,6 +441,8 @@ impl<S: Send + 'static> TenantTable<S> {
     /// it reusable at once.
     pub fn remove_and_retire(&self, slot: TenantSlot) -> Option<Arc<TenantEntry<S>>> {
         let mut registry = self.registry();
+        // Only an occupied slot retires (the registry would retire a free one too).
+        registry.id_of(slot)?;
         registry.retire(slot)?;
         self.unpublish(slot)
     }
