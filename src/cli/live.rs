@@ -20,8 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use buffet_config::isolation::Isolation;
-use buffet_config::registry::{EbpfEngine, NfVisitor, RegisteredNf};
+use buffet_config::registry::{NfVisitor, RegisteredNf};
 use buffet_config::{tenants, TenantConfig};
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
 use buffet_io::afpacket::{self, AfPacketConfig, AfPacketPort};
@@ -31,7 +30,7 @@ use clap::{Args, ValueEnum};
 
 use super::output::{self, OutputFile};
 use super::registry::{Registry, Visit};
-use super::replay;
+use super::replay::{self, NfChoice};
 use super::run::{self, Capacity};
 
 /// Where the Packet Dispatcher runs.
@@ -70,29 +69,9 @@ pub struct RunArgs {
     /// Put the interface in promiscuous mode while running.
     #[arg(long)]
     pub promisc: bool,
-    /// The NF every tenant runs: a reference NF or one registered by the program.
-    #[arg(
-        long,
-        value_name = "NF",
-        required_unless_present_any = ["nf_lib", "nf_ebpf"],
-        conflicts_with_all = ["nf_lib", "nf_ebpf"]
-    )]
-    pub nf: Option<String>,
-    /// Run a C NF instead: a shared object implementing include/buffet.h.
-    #[arg(long, value_name = "PATH", conflicts_with = "nf_ebpf")]
-    pub nf_lib: Option<PathBuf>,
-    /// Run an eBPF NF instead (verified before anything runs; implies `--isolation ebpf`).
-    #[arg(long, value_name = "PATH")]
-    pub nf_ebpf: Option<PathBuf>,
-    /// How eBPF NFs run.
-    #[arg(long, value_enum, default_value_t = EbpfEngine::Interpreter)]
-    pub ebpf_engine: EbpfEngine,
-    /// Isolation level, as for `replay` (default: the tenants file's, else by NF kind).
-    #[arg(long, value_enum)]
-    pub isolation: Option<Isolation>,
-    /// The tenants file: TOML (`.toml`) or JSON (`.json`).
-    #[arg(long)]
-    pub tenants: PathBuf,
+    /// The NF, its isolation and the tenants file, as for `replay`.
+    #[command(flatten)]
+    pub choice: NfChoice,
     /// Threads, arena and Tenant Table slots.
     #[command(flatten)]
     pub capacity: Capacity,
@@ -116,20 +95,6 @@ pub struct RunArgs {
     pub no_pin: bool,
 }
 
-impl RunArgs {
-    /// The files the run reads, by flag.
-    fn inputs(&self) -> Vec<(&'static str, &Path)> {
-        let mut v = vec![("--tenants", self.tenants.as_path())];
-        if let Some(p) = &self.nf_lib {
-            v.push(("--nf-lib", p));
-        }
-        if let Some(p) = &self.nf_ebpf {
-            v.push(("--nf-ebpf", p));
-        }
-        v
-    }
-}
-
 /// Runs `buffet run` with the NFs of `registry`.
 pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     if a.dispatch == DispatchMode::Xdp {
@@ -151,20 +116,14 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     };
     let mut cfg = PipelineConfig::default();
     a.capacity.apply(&mut cfg)?;
-    let chosen = replay::choose(
-        a.nf.as_deref(),
-        a.nf_lib.as_deref(),
-        a.nf_ebpf.as_deref(),
-        a.ebpf_engine,
-        registry,
-    )?;
+    let chosen = a.choice.chosen(registry)?;
     let stats_out: Vec<(&'static str, &Path)> = a
         .stats_json
         .as_deref()
         .map(|p| ("--stats-json", p))
         .into_iter()
         .collect();
-    output::refuse_same_files(&a.inputs(), &stats_out)?;
+    output::refuse_same_files(&a.choice.inputs(), &stats_out)?;
     // The ports first: privilege and interface errors come before anything else.
     let rx = AfPacketPort::open(AfPacketConfig {
         promisc: a.promisc,
@@ -177,13 +136,13 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         })?),
         None => None,
     };
-    let tenants = tenants::load(&a.tenants)?;
+    let tenants = tenants::load(&a.choice.tenants)?;
     let stats = a
         .stats_json
         .as_deref()
         .map(|p| OutputFile::create("--stats-json", p))
         .transpose()?;
-    let level = replay::isolation_level(a.isolation, &chosen, &tenants, &a.tenants)?;
+    let level = replay::isolation_level(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
     cfg.worker_max_nb = if a.worker_max == 0 {
         u64::MAX
     } else {
@@ -298,7 +257,7 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         duration,
     } = l;
     let mut p = Pipeline::new(nf, cfg)?;
-    run::admit_all(&mut p, tenants, &a.tenants)?;
+    run::admit_all(&mut p, tenants, &a.choice.tenants)?;
     let stop = afpacket::stop_on_signals().context("installing the SIGINT/SIGTERM handler")?;
     let received = Arc::new(AtomicU64::new(0));
     p.add_port(Box::new(Counted {

@@ -26,9 +26,10 @@ use super::output::{self, OutputFile};
 use super::registry::{Registry, Selected, Visit};
 use super::run::{self, Capacity};
 
-/// `buffet replay` arguments.
+/// Which NF the tenants run, under which isolation, and the tenants file: the flags
+/// `buffet replay` and `buffet run` share.
 #[derive(Args, Debug)]
-pub struct ReplayArgs {
+pub struct NfChoice {
     /// The NF every tenant runs: a reference NF or one registered by the program.
     #[arg(
         long,
@@ -58,6 +59,39 @@ pub struct ReplayArgs {
     /// The tenants file: TOML (`.toml`) or JSON (`.json`).
     #[arg(long)]
     pub tenants: PathBuf,
+}
+
+impl NfChoice {
+    /// The NF the flags name.
+    pub(crate) fn chosen(&self, registry: &Registry) -> anyhow::Result<Chosen> {
+        choose(
+            self.nf.as_deref(),
+            self.nf_lib.as_deref(),
+            self.nf_ebpf.as_deref(),
+            self.ebpf_engine,
+            registry,
+        )
+    }
+
+    /// The files these flags name, by flag (the run reads them).
+    pub(crate) fn inputs(&self) -> Vec<(&'static str, &Path)> {
+        let mut v = vec![("--tenants", self.tenants.as_path())];
+        if let Some(p) = &self.nf_lib {
+            v.push(("--nf-lib", p));
+        }
+        if let Some(p) = &self.nf_ebpf {
+            v.push(("--nf-ebpf", p));
+        }
+        v
+    }
+}
+
+/// `buffet replay` arguments.
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// The NF, its isolation and the tenants file.
+    #[command(flatten)]
+    pub choice: NfChoice,
     /// The pcap to replay (Ethernet link type).
     #[arg(long)]
     pub input: PathBuf,
@@ -95,27 +129,13 @@ pub(crate) enum Chosen {
 impl ReplayArgs {
     /// The NF the arguments name.
     fn chosen(&self, registry: &Registry) -> anyhow::Result<Chosen> {
-        choose(
-            self.nf.as_deref(),
-            self.nf_lib.as_deref(),
-            self.nf_ebpf.as_deref(),
-            self.ebpf_engine,
-            registry,
-        )
+        self.choice.chosen(registry)
     }
 
     /// The files the run reads, by flag.
     fn inputs(&self) -> Vec<(&'static str, &Path)> {
-        let mut v = vec![
-            ("--input", self.input.as_path()),
-            ("--tenants", &self.tenants),
-        ];
-        if let Some(p) = &self.nf_lib {
-            v.push(("--nf-lib", p));
-        }
-        if let Some(p) = &self.nf_ebpf {
-            v.push(("--nf-ebpf", p));
-        }
+        let mut v = vec![("--input", self.input.as_path())];
+        v.extend(self.choice.inputs());
         v
     }
 
@@ -234,8 +254,8 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
             .map(|p| OutputFile::create("--stats-json", p))
             .transpose()?,
     };
-    let tenants = tenants::load(&a.tenants)?;
-    let level = isolation_level(a.isolation, &chosen, &tenants, &a.tenants)?;
+    let tenants = tenants::load(&a.choice.tenants)?;
+    let level = isolation_level(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
     let mut source = PcapReader::open(&a.input)?;
     if source.is_at_end()? {
         anyhow::bail!(
@@ -305,7 +325,7 @@ fn replay_with<N: RegisteredNf>(nf: N, r: Replay<'_>) -> anyhow::Result<()> {
         mut outputs,
     } = r;
     let mut p = Pipeline::new(nf, cfg)?;
-    run::admit_all(&mut p, tenants, &a.tenants)?;
+    run::admit_all(&mut p, tenants, &a.choice.tenants)?;
     let bar = run::progress(source.size_hint(), "replay");
     // The pcap is port 0: Pass, Tx and Forward(0) go to --output.
     let mut port = SourcePort::new(0, format!("pcap:{}", a.input.display()), source);
@@ -392,12 +412,14 @@ mod tests {
 
     fn args(dir: &std::path::Path, nf: NfName, tenants: &str, stats: &str) -> ReplayArgs {
         ReplayArgs {
-            nf: Some(nf.name().to_owned()),
-            nf_lib: None,
-            nf_ebpf: None,
-            ebpf_engine: EbpfEngine::Interpreter,
-            isolation: None,
-            tenants: dir.join(tenants),
+            choice: NfChoice {
+                nf: Some(nf.name().to_owned()),
+                nf_lib: None,
+                nf_ebpf: None,
+                ebpf_engine: EbpfEngine::Interpreter,
+                isolation: None,
+                tenants: dir.join(tenants),
+            },
             input: dir.join("in.pcap"),
             output: None,
             capacity: Capacity::default(),
