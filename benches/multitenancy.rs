@@ -8,7 +8,13 @@
 //! Tenant Table once per group, and the same Monitor logic runs on it. `buffet` parses
 //! each frame in the worker; `buffet-layout` gets the dispatcher's parse with the frame
 //! (as the pipeline delivers it) and does not parse again — the difference is the
-//! saving of parsing once.
+//! saving of parsing once. `specialised` is the fair baseline at large tenant counts:
+//! the multi-tenant Monitor a provider would write by hand without Buffet (one vector of
+//! per-tenant flow tables, no regions, no isolation).
+//!
+//! `benches/ratios.py` runs each tenant count in its own process, several rounds, and
+//! reports every ratio to the single-tenant baseline of the same process with its range
+//! (docs/RESULTS.md says why).
 //!
 //! A second group, `dispatcher`, measures the software Packet Dispatcher (parse,
 //! classify, schedule) per packet for the same tenant counts, against parsing alone.
@@ -22,8 +28,8 @@ use buffet::dispatch::{Dispatcher, DispatcherConfig, Match, SchedulerConfig, Ten
 use buffet::io::gen::{tenant_dst_prefix, GenConfig, Generator};
 use buffet::io::PacketSource;
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
-use buffet::nfs::monitor::{Monitor, MonitorPolicy, SingleTenantMonitor};
-use buffet::sdk::{Layout, NetworkFunction, Packet, PacketMeta, TenantId};
+use buffet::nfs::monitor::{FlowTable, Monitor, MonitorPolicy, SingleTenantMonitor};
+use buffet::sdk::{Layout, NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
 use buffet::worker::{PacketBuf, Worker};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -109,8 +115,35 @@ fn worker_path(c: &mut Criterion) {
             })
         });
 
-        // Buffet: n tenants, each with its own region and flow table.
         let per_tenant = (flows * 2 / n as usize).max(64) as u32;
+
+        // The specialised multi-tenant Monitor a provider would write by hand without
+        // Buffet (the paper's Table I "Specialization"): one process, one vector holding
+        // every tenant's flow table indexed by tenant, packets handled one by one in
+        // arrival order; no regions, no Tenant Table, no isolation, no accounting.
+        group.bench_function(BenchmarkId::new("specialised", n), |b| {
+            let mut tables: Vec<FlowTable> = (0..n)
+                .map(|_| FlowTable::with_capacity(per_tenant as usize))
+                .collect();
+            b.iter(|| {
+                for burst in bufs.chunks_mut(BURST) {
+                    for m in burst.iter_mut() {
+                        let meta = PacketMeta {
+                            in_port: m.in_port,
+                            ts_ns: m.ts_ns,
+                            tenant: TenantId(m.tenant.0 + 1),
+                        };
+                        let table = &mut tables[m.tenant.0 as usize];
+                        if let Ok(p) = Packet::parse(m.data_mut(), meta) {
+                            table.record(&p);
+                            black_box(Verdict::Pass);
+                        }
+                    }
+                }
+            })
+        });
+
+        // Buffet: n tenants, each with its own region and flow table.
         let monitor = Monitor::with_max_flows(per_tenant);
         let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
         let table = Arc::new(TenantTable::new(storage, n));
