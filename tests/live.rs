@@ -478,6 +478,11 @@ fn passed_frames_leave_through_the_tx_iface() {
 /// Sends the traffic from B into `buffet run` on A and checks every count; with
 /// `tx = (A side, B side)` of a second pair, passed frames must come back on that pair.
 fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf) {
+    run_and_check_with(ns, tx, nf, &[]);
+}
+
+/// [`run_and_check`] with more `buffet run` arguments (`--port af-xdp`).
+fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let t = traffic();
     let tenants = dir.path().join("tenants.toml");
@@ -504,6 +509,7 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf) {
     if let Some((a, _)) = tx {
         args.extend(["--tx-iface".into(), a.into()]);
     }
+    args.extend(extra.iter().map(Into::into));
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     let (child, stderr) = start_run(&ns.a, &args);
     let passed: u64 = t
@@ -701,9 +707,12 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
             t,
             "--port",
             "af-xdp",
+            "--tx-iface",
+            "lo",
         ],
     );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--port af-xdp is not built yet"));
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("--tx-iface with --port af-xdp is not built yet"));
 }
 
 #[test]
@@ -782,4 +791,161 @@ fn sigterm_stops_a_run_and_its_report_is_written() {
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     assert_eq!(json["tenants"].as_array().unwrap().len(), 10);
     assert_eq!(json["input"]["iface"].as_str(), Some(ns.va.as_str()));
+}
+
+/// The XDP program attached to `iface` in namespace `ns`, as `ip link` shows it
+/// (`prog/xdp id N` and the mode), or `None`.
+fn xdp_attached(ns: &str, iface: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-d", "link", "show", "dev", iface])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.contains("prog/xdp").then_some(s)
+}
+
+#[test]
+fn live_traffic_counts_agree_over_af_xdp() {
+    if !privileged("live::live_traffic_counts_agree_over_af_xdp") {
+        return;
+    }
+    let ns = NsPair::new();
+    run_and_check_with(&ns, None, Nf::Monitor, &["--port", "af-xdp"]);
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached at the end");
+}
+
+#[test]
+fn af_xdp_firewall_over_a_generic_mode_program() {
+    if !privileged("live::af_xdp_firewall_over_a_generic_mode_program") {
+        return;
+    }
+    let ns = NsPair::new();
+    run_and_check_with(
+        &ns,
+        None,
+        Nf::FirewallDenyingEvenTenants,
+        &["--port", "af-xdp", "--xdp-mode", "generic"],
+    );
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached at the end");
+}
+
+/// A run killed with SIGKILL leaves its program attached; the next run replaces it and
+/// detaches on SIGTERM. A second run while the first is alive is refused and changes
+/// nothing.
+#[test]
+fn af_xdp_leftover_is_replaced_and_sigterm_detaches() {
+    if !privileged("live::af_xdp_leftover_is_replaced_and_sigterm_detaches") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("t.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "--iface".as_ref(),
+        ns.va.as_ref(),
+        "--port".as_ref(),
+        "af-xdp".as_ref(),
+        "--nf".as_ref(),
+        "monitor".as_ref(),
+        "--no-pin".as_ref(),
+        "--tenants".as_ref(),
+        tenants.as_os_str(),
+    ];
+    let (mut first, _err) = start_run(&ns.a, &args);
+    let attached = xdp_attached(&ns.a, &ns.va).expect("attached while running");
+    // Another run on the same interface while the first lives: refused.
+    let o = run_output(
+        Some(&ns.a),
+        &[
+            "--iface",
+            &ns.va,
+            "--port",
+            "af-xdp",
+            "--nf",
+            "monitor",
+            "--tenants",
+            tenants.to_str().unwrap(),
+            "--duration",
+            "1",
+        ],
+    );
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{e}");
+    assert!(e.contains("is attached already by the Buffet run of pid"), "{e}");
+    assert_eq!(
+        xdp_attached(&ns.a, &ns.va).as_deref(),
+        Some(attached.as_str()),
+        "the live run's program stays"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(
+        xdp_attached(&ns.a, &ns.va).is_some(),
+        "SIGKILL leaves the program attached"
+    );
+    let (second, err) = start_run(&ns.a, &args);
+    let kill = Command::new("kill")
+        .args(["-TERM", &second.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = second.wait_with_output().unwrap();
+    let err = err.join().unwrap();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("(replaced program"), "{err}");
+    assert_eq!(
+        xdp_attached(&ns.a, &ns.va),
+        None,
+        "SIGTERM detached the program"
+    );
+}
+
+#[test]
+fn af_xdp_errors_come_before_traffic_and_leave_nothing_attached() {
+    if !privileged("live::af_xdp_errors_come_before_traffic_and_leave_nothing_attached") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("t.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let t = tenants.to_str().unwrap();
+    let run = |iface: &str, more: &[&str]| {
+        let mut args = vec!["--iface", iface, "--port", "af-xdp", "--nf", "monitor", "--tenants", t];
+        args.extend_from_slice(more);
+        let o = run_output(Some(&ns.a), &args);
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let e = run(&ns.va, &["--queue", "3"]);
+    assert!(
+        e.contains(&format!("af_xdp on {}: queue 3 does not exist: the interface has 1 receive queue(s)", ns.va)),
+        "{e}"
+    );
+    let e = run("buffet-nope0", &[]);
+    assert!(
+        e.contains("interface \"buffet-nope0\" does not exist in this network namespace"),
+        "{e}"
+    );
+    ip(&["-n", &ns.a, "link", "set", &ns.va, "down"]);
+    let e = run(&ns.va, &[]);
+    assert!(e.contains(&format!("interface {} is down", ns.va)), "{e}");
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing left attached");
+    // Without privileges: the capabilities are named.
+    let probe = Command::new("setpriv").arg("--version").output();
+    if probe.is_ok_and(|o| o.status.success()) {
+        let o = Command::new("setpriv")
+            .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups", "--inh-caps=-all", BUFFET])
+            .args(["run", "--iface", "lo", "--port", "af-xdp", "--nf", "monitor", "--tenants", t])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(
+            e.contains("CAP_NET_ADMIN") && e.contains("CAP_NET_RAW") && e.contains("CAP_BPF"),
+            "{e}"
+        );
+    }
 }
