@@ -800,7 +800,11 @@ fn xdp_attached(ns: &str, iface: &str) -> Option<String> {
         .args(["-n", ns, "-d", "link", "show", "dev", iface])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s = String::from_utf8_lossy(&out.stdout).into_owned();
     s.contains("prog/xdp").then_some(s)
 }
@@ -873,7 +877,10 @@ fn af_xdp_leftover_is_replaced_and_sigterm_detaches() {
     );
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{e}");
-    assert!(e.contains("is attached already by the Buffet run of pid"), "{e}");
+    assert!(
+        e.contains("is attached already by the Buffet run of pid"),
+        "{e}"
+    );
     assert_eq!(
         xdp_attached(&ns.a, &ns.va).as_deref(),
         Some(attached.as_str()),
@@ -913,7 +920,16 @@ fn af_xdp_errors_come_before_traffic_and_leave_nothing_attached() {
     std::fs::write(&tenants, TENANTS).unwrap();
     let t = tenants.to_str().unwrap();
     let run = |iface: &str, more: &[&str]| {
-        let mut args = vec!["--iface", iface, "--port", "af-xdp", "--nf", "monitor", "--tenants", t];
+        let mut args = vec![
+            "--iface",
+            iface,
+            "--port",
+            "af-xdp",
+            "--nf",
+            "monitor",
+            "--tenants",
+            t,
+        ];
         args.extend_from_slice(more);
         let o = run_output(Some(&ns.a), &args);
         assert!(!o.status.success());
@@ -921,7 +937,10 @@ fn af_xdp_errors_come_before_traffic_and_leave_nothing_attached() {
     };
     let e = run(&ns.va, &["--queue", "3"]);
     assert!(
-        e.contains(&format!("af_xdp on {}: queue 3 does not exist: the interface has 1 receive queue(s)", ns.va)),
+        e.contains(&format!(
+            "af_xdp on {}: queue 3 does not exist: the interface has 1 receive queue(s)",
+            ns.va
+        )),
         "{e}"
     );
     let e = run("buffet-nope0", &[]);
@@ -937,8 +956,26 @@ fn af_xdp_errors_come_before_traffic_and_leave_nothing_attached() {
     let probe = Command::new("setpriv").arg("--version").output();
     if probe.is_ok_and(|o| o.status.success()) {
         let o = Command::new("setpriv")
-            .args(["--reuid", "nobody", "--regid", "nogroup", "--clear-groups", "--inh-caps=-all", BUFFET])
-            .args(["run", "--iface", "lo", "--port", "af-xdp", "--nf", "monitor", "--tenants", t])
+            .args([
+                "--reuid",
+                "nobody",
+                "--regid",
+                "nogroup",
+                "--clear-groups",
+                "--inh-caps=-all",
+                BUFFET,
+            ])
+            .args([
+                "run",
+                "--iface",
+                "lo",
+                "--port",
+                "af-xdp",
+                "--nf",
+                "monitor",
+                "--tenants",
+                t,
+            ])
             .output()
             .unwrap();
         let e = String::from_utf8_lossy(&o.stderr);

@@ -180,7 +180,11 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
                     "af_xdp on {} queue {}: {} mode, redirect program in {} mode{}",
                     a.iface,
                     a.queue,
-                    if port.is_zero_copy() { "zero-copy" } else { "copy" },
+                    if port.is_zero_copy() {
+                        "zero-copy"
+                    } else {
+                        "copy"
+                    },
                     if p.is_generic() { "generic" } else { "native" },
                     p.replaced_leftover()
                         .map(|id| format!(

@@ -280,12 +280,12 @@ fn redirect_program(map_fd: i32) -> [u64; 6] {
     const BPF_FUNC_REDIRECT_MAP: i32 = 51;
     const XDP_PASS: i32 = 2;
     [
-        insn(0x61, 2, 1, 16, 0),                // r2 = *(u32 *)(r1 + 16): rx_queue_index
+        insn(0x61, 2, 1, 16, 0), // r2 = *(u32 *)(r1 + 16): rx_queue_index
         insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map_fd), // r1 = &xskmap (ld_imm64)
         insn(0, 0, 0, 0, 0),
-        insn(0xb7, 3, 0, 0, XDP_PASS),              // r3 = fallback action
+        insn(0xb7, 3, 0, 0, XDP_PASS), // r3 = fallback action
         insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
-        insn(0x95, 0, 0, 0, 0),                     // exit (r0: the helper's verdict)
+        insn(0x95, 0, 0, 0, 0),        // exit (r0: the helper's verdict)
     ]
 }
 
@@ -338,20 +338,21 @@ impl RedirectProgram {
             .map_err(|e| sys_error(iface, "bpf(BPF_MAP_CREATE, XSKMAP)", e))?;
         let name = format!("{PROG_PREFIX}{:08x}", std::process::id());
         let insns = redirect_program(map.as_raw_fd());
-        let prog = sys::load_xdp(&insns, &name, "Apache-2.0").map_err(|(source, log)| {
-            match source.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => AfXdpError::Privilege {
-                    iface: iface.to_owned(),
-                    call: "bpf(BPF_PROG_LOAD)",
-                    source,
-                },
-                _ => AfXdpError::Load {
-                    iface: iface.to_owned(),
-                    source,
-                    log,
-                },
-            }
-        })?;
+        let prog =
+            sys::load_xdp(&insns, &name, "Apache-2.0").map_err(|(source, log)| {
+                match source.raw_os_error() {
+                    Some(libc::EPERM) | Some(libc::EACCES) => AfXdpError::Privilege {
+                        iface: iface.to_owned(),
+                        call: "bpf(BPF_PROG_LOAD)",
+                        source,
+                    },
+                    _ => AfXdpError::Load {
+                        iface: iface.to_owned(),
+                        source,
+                        log,
+                    },
+                }
+            })?;
         let try_attach = |flags: u32| {
             sys::xdp_set(
                 ifindex,
@@ -400,8 +401,8 @@ impl RedirectProgram {
         else {
             return Ok(None);
         };
-        let name = sys::prog_name(id)
-            .map_err(|e| sys_error(iface, "bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
+        let name =
+            sys::prog_name(id).map_err(|e| sys_error(iface, "bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
         let busy = |why: String| AfXdpError::Busy {
             iface: iface.to_owned(),
             id,
@@ -412,7 +413,9 @@ impl RedirectProgram {
             return Err(busy(String::new()));
         };
         if pid == std::process::id() || sys::process_alive(pid) {
-            return Err(busy(format!(" by the Buffet run of pid {pid}, still running")));
+            return Err(busy(format!(
+                " by the Buffet run of pid {pid}, still running"
+            )));
         }
         let flags = match attached {
             1 => XDP_FLAGS_DRV_MODE,
@@ -470,6 +473,16 @@ fn ring_room(prod: u32, cons: u32, size: u32) -> u32 {
 fn frame_of(addr: u64, frame_size: u32) -> (u64, u64) {
     let mask = u64::from(frame_size) - 1;
     (addr & !mask, addr & mask)
+}
+
+/// A bound socket with its UMEM and rings.
+struct Bound {
+    socket: sys::XskSocket,
+    umem: sys::Umem,
+    fill: sys::Ring<u64>,
+    comp: sys::Ring<u64>,
+    rx: sys::Ring<libc::xdp_desc>,
+    tx: sys::Ring<libc::xdp_desc>,
 }
 
 /// A live interface queue as a [`Port`] over an XDP socket. See the module docs.
@@ -533,7 +546,9 @@ impl AfXdpPort {
                 cfg.ring_size
             )));
         }
-        if cfg.frames < 2 * cfg.ring_size || u64::from(cfg.frames) * u64::from(cfg.frame_size) > 1 << 30 {
+        if cfg.frames < 2 * cfg.ring_size
+            || u64::from(cfg.frames) * u64::from(cfg.frame_size) > 1 << 30
+        {
             return Err(config(format!(
                 "{} frames: at least twice the ring size ({}), at most 1 GiB in all",
                 cfg.frames, cfg.ring_size
@@ -546,58 +561,37 @@ impl AfXdpPort {
             Some(_) => RedirectProgram::clear_leftover(iface, ifindex)?,
             None => None,
         };
-        let umem = sys::Umem::new(cfg.frames as usize * cfg.frame_size as usize)
-            .map_err(|e| sys_error(iface, "mmap(UMEM)", e))?;
-        socket
-            .register_umem(&umem, cfg.frame_size)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOMEM) | Some(libc::ENOBUFS) => config(format!(
-                    "setsockopt(XDP_UMEM_REG): {e}: the UMEM is locked memory; raise \
-                     RLIMIT_MEMLOCK (`ulimit -l`) or use fewer frames"
-                )),
-                _ => sys_error(iface, "setsockopt(XDP_UMEM_REG)", e),
-            })?;
-        let n = cfg.ring_size;
-        for (kind, call) in [
-            (sys::RingKind::Fill, "setsockopt(XDP_UMEM_FILL_RING)"),
-            (sys::RingKind::Completion, "setsockopt(XDP_UMEM_COMPLETION_RING)"),
-            (sys::RingKind::Rx, "setsockopt(XDP_RX_RING)"),
-            (sys::RingKind::Tx, "setsockopt(XDP_TX_RING)"),
-        ] {
-            socket
-                .set_ring_size(kind, n)
-                .map_err(|e| sys_error(iface, call, e))?;
-        }
-        let map = |e| sys_error(iface, "mmap(XDP ring)", e);
-        let fill = socket.map_ring(sys::RingKind::Fill, n).map_err(map)?;
-        let comp = socket.map_ring(sys::RingKind::Completion, n).map_err(map)?;
-        let rx = socket.map_ring(sys::RingKind::Rx, n).map_err(map)?;
-        let tx = socket.map_ring(sys::RingKind::Tx, n).map_err(map)?;
-        let bind_flags = match cfg.copy {
-            CopyMode::Auto => 0,
-            CopyMode::Copy => libc::XDP_COPY,
-            CopyMode::ZeroCopy => libc::XDP_ZEROCOPY,
+        // A killed run's socket is released by the kernel a little after the process
+        // ends: a queue still busy is tried again for up to a second.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut socket = socket;
+        let Bound {
+            socket,
+            umem,
+            fill,
+            comp,
+            rx,
+            tx,
+        } = loop {
+            match Self::bind(socket, &cfg, ifindex, queues) {
+                Ok(b) => break b,
+                Err((e, true)) if std::time::Instant::now() < deadline => {
+                    drop(e);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    socket = sys::XskSocket::open()
+                        .map_err(|e| sys_error(iface, "socket(AF_XDP)", e))?;
+                }
+                Err((e, _)) => return Err(e),
+            }
         };
-        socket
-            .bind(ifindex, cfg.queue, bind_flags)
-            .map_err(|e| match (e.raw_os_error(), queues) {
-                (Some(libc::EINVAL), None) if cfg.queue > 0 => AfXdpError::QueueOutOfRange {
-                    iface: iface.to_owned(),
-                    queue: cfg.queue,
-                    queues: 0,
-                },
-                (Some(libc::EBUSY), _) => config(format!(
-                    "queue {} is in use by another AF_XDP socket (another run on this \
-                     interface?)",
-                    cfg.queue
-                )),
-                _ => sys_error(iface, "bind(AF_XDP)", e),
-            })?;
         let zero_copy = socket
             .zero_copy()
             .map_err(|e| sys_error(iface, "getsockopt(XDP_OPTIONS)", e))?;
         let frame = u64::from(cfg.frame_size);
-        let free = (0..u64::from(cfg.frames)).rev().map(|i| i * frame).collect();
+        let free = (0..u64::from(cfg.frames))
+            .rev()
+            .map(|i| i * frame)
+            .collect();
         let mut port = AfXdpPort {
             program: None,
             fill,
@@ -626,6 +620,98 @@ impl AfXdpPort {
             port.program = Some(program);
         }
         Ok(port)
+    }
+
+    /// Sets up the UMEM and rings of `socket` and binds it. The error says whether the
+    /// queue was busy (worth trying again).
+    fn bind(
+        socket: sys::XskSocket,
+        cfg: &AfXdpConfig,
+        ifindex: u32,
+        queues: Option<u32>,
+    ) -> Result<Bound, (AfXdpError, bool)> {
+        let iface = cfg.iface.as_str();
+        let config = |why: String| AfXdpError::Config {
+            iface: iface.to_owned(),
+            why,
+        };
+        let fail = |e: AfXdpError| (e, false);
+        let umem = sys::Umem::new(cfg.frames as usize * cfg.frame_size as usize)
+            .map_err(|e| sys_error(iface, "mmap(UMEM)", e))
+            .map_err(fail)?;
+        socket
+            .register_umem(&umem, cfg.frame_size)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOMEM) | Some(libc::ENOBUFS) => config(format!(
+                    "setsockopt(XDP_UMEM_REG): {e}: the UMEM is locked memory; raise \
+                     RLIMIT_MEMLOCK (`ulimit -l`) or use fewer frames"
+                )),
+                _ => sys_error(iface, "setsockopt(XDP_UMEM_REG)", e),
+            })
+            .map_err(fail)?;
+        let n = cfg.ring_size;
+        for (kind, call) in [
+            (sys::RingKind::Fill, "setsockopt(XDP_UMEM_FILL_RING)"),
+            (
+                sys::RingKind::Completion,
+                "setsockopt(XDP_UMEM_COMPLETION_RING)",
+            ),
+            (sys::RingKind::Rx, "setsockopt(XDP_RX_RING)"),
+            (sys::RingKind::Tx, "setsockopt(XDP_TX_RING)"),
+        ] {
+            socket
+                .set_ring_size(kind, n)
+                .map_err(|e| sys_error(iface, call, e))
+                .map_err(fail)?;
+        }
+        let map = |e| sys_error(iface, "mmap(XDP ring)", e);
+        let fill = socket
+            .map_ring(sys::RingKind::Fill, n)
+            .map_err(map)
+            .map_err(fail)?;
+        let comp = socket
+            .map_ring(sys::RingKind::Completion, n)
+            .map_err(map)
+            .map_err(fail)?;
+        let rx = socket
+            .map_ring(sys::RingKind::Rx, n)
+            .map_err(map)
+            .map_err(fail)?;
+        let tx = socket
+            .map_ring(sys::RingKind::Tx, n)
+            .map_err(map)
+            .map_err(fail)?;
+        let bind_flags = match cfg.copy {
+            CopyMode::Auto => 0,
+            CopyMode::Copy => libc::XDP_COPY,
+            CopyMode::ZeroCopy => libc::XDP_ZEROCOPY,
+        };
+        socket.bind(ifindex, cfg.queue, bind_flags).map_err(|e| {
+            match (e.raw_os_error(), queues) {
+                (Some(libc::EINVAL), None) if cfg.queue > 0 => fail(AfXdpError::QueueOutOfRange {
+                    iface: iface.to_owned(),
+                    queue: cfg.queue,
+                    queues: 0,
+                }),
+                (Some(libc::EBUSY), _) => (
+                    config(format!(
+                        "queue {} is in use by another AF_XDP socket (another run on this \
+                         interface?)",
+                        cfg.queue
+                    )),
+                    true,
+                ),
+                _ => fail(sys_error(iface, "bind(AF_XDP)", e)),
+            }
+        })?;
+        Ok(Bound {
+            socket,
+            umem,
+            fill,
+            comp,
+            rx,
+            tx,
+        })
     }
 
     /// The configuration it was opened with.
@@ -877,11 +963,19 @@ mod tests {
     fn ring_indices_wrap_around_u32() {
         assert_eq!(ring_ready(5, 5), 0);
         assert_eq!(ring_ready(7, 5), 2);
-        assert_eq!(ring_ready(3, u32::MAX - 1), 5, "producer wrapped, consumer not");
+        assert_eq!(
+            ring_ready(3, u32::MAX - 1),
+            5,
+            "producer wrapped, consumer not"
+        );
         assert_eq!(ring_room(3, u32::MAX - 1, 8), 3);
         assert_eq!(ring_room(10, 2, 8), 0, "full");
         assert_eq!(ring_room(2, 2, 8), 8, "empty");
-        assert_eq!(ring_room(u32::MAX, u32::MAX - 8, 8), 0, "full across the wrap");
+        assert_eq!(
+            ring_room(u32::MAX, u32::MAX - 8, 8),
+            0,
+            "full across the wrap"
+        );
     }
 
     #[test]
@@ -896,11 +990,23 @@ mod tests {
     fn redirect_program_encodes_as_the_kernel_reads_it() {
         let p = redirect_program(7);
         let bytes: Vec<[u8; 8]> = p.iter().map(|i| i.to_le_bytes()).collect();
-        assert_eq!(bytes[0], [0x61, 0x12, 16, 0, 0, 0, 0, 0], "ldxw r2, [r1+16]");
-        assert_eq!(bytes[1], [0x18, 0x11, 0, 0, 7, 0, 0, 0], "lddw r1, map fd 7");
+        assert_eq!(
+            bytes[0],
+            [0x61, 0x12, 16, 0, 0, 0, 0, 0],
+            "ldxw r2, [r1+16]"
+        );
+        assert_eq!(
+            bytes[1],
+            [0x18, 0x11, 0, 0, 7, 0, 0, 0],
+            "lddw r1, map fd 7"
+        );
         assert_eq!(bytes[2], [0; 8]);
         assert_eq!(bytes[3], [0xb7, 0x03, 0, 0, 2, 0, 0, 0], "mov r3, XDP_PASS");
-        assert_eq!(bytes[4], [0x85, 0, 0, 0, 51, 0, 0, 0], "call bpf_redirect_map");
+        assert_eq!(
+            bytes[4],
+            [0x85, 0, 0, 0, 51, 0, 0, 0],
+            "call bpf_redirect_map"
+        );
         assert_eq!(bytes[5], [0x95, 0, 0, 0, 0, 0, 0, 0], "exit");
     }
 

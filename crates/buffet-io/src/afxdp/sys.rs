@@ -186,11 +186,7 @@ impl Umem {
         // is free, so neither the kernel nor a `PacketBuf` accesses it, and `&mut self`
         // excludes other writers in this process.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.base.as_ptr().add(start),
-                data.len(),
-            );
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(start), data.len());
         }
         true
     }
@@ -335,7 +331,8 @@ impl XskSocket {
     /// `socket(AF_XDP, SOCK_RAW)`.
     pub(crate) fn open() -> io::Result<XskSocket> {
         // SAFETY: plain system call with constant arguments; the result is checked.
-        let fd = check(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
+        let fd =
+            check(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
         Ok(XskSocket { fd: owned(fd) })
     }
 
@@ -562,8 +559,13 @@ pub(crate) fn map_update_u32(map: &OwnedFd, key: u32, value: u32) -> io::Result<
 
 /// Loads an XDP program of `insns` (raw 8-byte instructions) named `name` under
 /// `license`. On failure, the verifier's log comes with the error.
-pub(crate) fn load_xdp(insns: &[u64], name: &str, license: &str) -> Result<OwnedFd, (io::Error, String)> {
-    let license = CString::new(license).map_err(|_| (io::Error::from_raw_os_error(libc::EINVAL), String::new()))?;
+pub(crate) fn load_xdp(
+    insns: &[u64],
+    name: &str,
+    license: &str,
+) -> Result<OwnedFd, (io::Error, String)> {
+    let license = CString::new(license)
+        .map_err(|_| (io::Error::from_raw_os_error(libc::EINVAL), String::new()))?;
     let mut log = vec![0u8; 64 * 1024];
     let mut a = BpfAttr::new();
     a.u32(0, BPF_PROG_TYPE_XDP)
@@ -643,7 +645,8 @@ impl Netlink {
         }
         loop {
             // SAFETY: `buf` is live and writable for its length.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let n =
+                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
             if n < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -715,11 +718,22 @@ fn next_seq() -> u32 {
 /// Attaches program `fd` (or, with `fd = -1`, detaches) on `ifindex` with `XDP_FLAGS_*`
 /// `flags`; with `expected`, only if that program is the one attached now
 /// (`XDP_FLAGS_REPLACE`).
-pub(crate) fn xdp_set(ifindex: u32, fd: RawFd, flags: u32, expected: Option<RawFd>) -> io::Result<()> {
+pub(crate) fn xdp_set(
+    ifindex: u32,
+    fd: RawFd,
+    flags: u32,
+    expected: Option<RawFd>,
+) -> io::Result<()> {
     let nl = Netlink::open()?;
     let seq = next_seq();
     let mut msg = Vec::with_capacity(64);
-    nl_header(&mut msg, RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK, seq, ifindex);
+    nl_header(
+        &mut msg,
+        RTM_SETLINK,
+        NLM_F_REQUEST | NLM_F_ACK,
+        seq,
+        ifindex,
+    );
     let nested = 4 + 8 + 8 + if expected.is_some() { 8 } else { 0 };
     msg.extend_from_slice(&(nested as u16).to_ne_bytes());
     msg.extend_from_slice(&(IFLA_XDP | NLA_F_NESTED).to_ne_bytes());
@@ -758,7 +772,9 @@ pub(crate) fn xdp_query(ifindex: u32) -> io::Result<Option<(u32, u8)>> {
         for (k, v) in attrs(value) {
             match k & 0x3fff {
                 IFLA_XDP_ATTACHED if !v.is_empty() => attached = v[0],
-                IFLA_XDP_PROG_ID if v.len() >= 4 => id = u32::from_ne_bytes([v[0], v[1], v[2], v[3]]),
+                IFLA_XDP_PROG_ID if v.len() >= 4 => {
+                    id = u32::from_ne_bytes([v[0], v[1], v[2], v[3]])
+                }
                 _ => {}
             }
         }
