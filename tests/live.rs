@@ -2,8 +2,13 @@
 //! of a veth pair in network namespace A, traffic for 10 tenants (plus unmatched and
 //! malformed frames) sent from the other end in namespace B, and the per-tenant counts
 //! of the sender checked against the workers' report; the frames the NF passes are
-//! captured back in B and counted. Also the errors before traffic: an interface that
-//! does not exist, one that is down, and a run without privileges.
+//! captured back in B and counted; the same over `--port af-xdp` (its redirect program
+//! in native and in generic mode). Also the errors before traffic: an interface that
+//! does not exist, one that is down, a queue it does not have, and a run without
+//! privileges; for AF_XDP, that nothing stays attached after an error or a SIGTERM, that
+//! a killed run's program is replaced and a live run's is not; and the AF_XDP socket
+//! inserted into a caller's own XSKMAP (as the XDP Packet Dispatcher will), echoing UMEM
+//! frames back without a copy.
 //!
 //! The sender is this test binary itself, re-run inside namespace B (`ip netns exec`)
 //! as the ignored test `sender_helper`, which sends a pcap through buffet's own
@@ -985,4 +990,164 @@ fn af_xdp_errors_come_before_traffic_and_leave_nothing_attached() {
             "{e}"
         );
     }
+}
+
+/// Runs in namespace A (see `af_xdp_socket_in_a_callers_map`): an AF_XDP port that
+/// attaches no program, inserted into a separately attached program's XSKMAP, as a
+/// caller with its own XDP program does. Echoes every marked frame back unchanged (a
+/// UMEM frame on the transmit ring, no copy), then sends 5 marked heap frames (copied
+/// into the UMEM), and writes `marked_received tx` to `BUFFET_XSK_OUT`.
+#[test]
+#[ignore = "helper: run by af_xdp_socket_in_a_callers_map inside a network namespace"]
+fn afxdp_callers_map_helper() {
+    use buffet::io::afxdp::{AfXdpConfig, AfXdpPort, RedirectProgram, XdpMode};
+    let Ok(iface) = std::env::var("BUFFET_XSK_IFACE") else {
+        return;
+    };
+    let expect: u64 = std::env::var("BUFFET_XSK_EXPECT").unwrap().parse().unwrap();
+    let out = std::env::var("BUFFET_XSK_OUT").unwrap();
+    let mut port = AfXdpPort::open(AfXdpConfig {
+        redirect: None,
+        ..AfXdpConfig::new(&iface, 0)
+    })
+    .unwrap();
+    assert!(port.program().is_none());
+    let program = RedirectProgram::attach(&iface, XdpMode::Generic, 1).unwrap();
+    assert!(program.is_generic());
+    program.insert(0, port.socket_fd()).unwrap();
+    println!("XSK-READY");
+    let mut pool = HeapPool::new(64);
+    let mut rx = Vec::new();
+    let mut echo = Vec::new();
+    let mut marked = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while marked < expect && Instant::now() < deadline {
+        port.rx_burst(&mut pool, &mut rx, 64).unwrap();
+        for b in rx.drain(..) {
+            assert!(b.owner().is_some(), "received frames are UMEM frames");
+            if b.data().windows(MARK.len()).any(|w| w == MARK) {
+                marked += 1;
+                echo.push(b);
+            } else {
+                port.recycle(b);
+            }
+        }
+        port.tx_burst(&mut echo, &mut pool).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut heap: Vec<_> = (0..5u32)
+        .map(|i| {
+            let mut b = pool.take().unwrap();
+            assert!(b.fill(&udp4(
+                [172, 16, 0, 1],
+                [10, 1, 0, 1],
+                40000,
+                80,
+                900_000 + i
+            )));
+            b
+        })
+        .collect();
+    port.tx_burst(&mut heap, &mut pool).unwrap();
+    assert_eq!(
+        pool.available(),
+        64,
+        "heap frames were copied and given back"
+    );
+    // Let the completions come back.
+    for _ in 0..50 {
+        port.rx_burst(&mut pool, &mut rx, 64).unwrap();
+        for b in rx.drain(..) {
+            port.recycle(b);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let s = port.stats();
+    assert_eq!(s.tx_dropped, 0, "{s:?}");
+    std::fs::write(out, format!("{marked} {}\n", s.tx)).unwrap();
+}
+
+#[test]
+fn af_xdp_socket_in_a_callers_map() {
+    if !privileged("live::af_xdp_socket_in_a_callers_map") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let frames: Vec<Vec<u8>> = (0..50u32)
+        .map(|i| udp4([172, 16, 0, 1], [10, 1, 0, (i % 200) as u8], 40000, 80, i))
+        .collect();
+    let pcap = dir.path().join("send.pcap");
+    write_pcap(&pcap, &frames);
+    let (helper_out, sender_out) = (dir.path().join("xsk.txt"), dir.path().join("sender.txt"));
+    let mut helper = Command::new("ip")
+        .args(["netns", "exec", &ns.a])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "afxdp_callers_map_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("BUFFET_XSK_IFACE", &ns.va)
+        .env("BUFFET_XSK_EXPECT", "50")
+        .env("BUFFET_XSK_OUT", &helper_out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(helper.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("XSK-READY") {
+        if lines.read_line(&mut seen).unwrap() == 0 {
+            let out = helper.wait_with_output().unwrap();
+            panic!("{seen}{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let sender = Command::new("ip")
+        .args(["netns", "exec", &ns.b])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sender_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("BUFFET_LIVE_SEND", &pcap)
+        .env("BUFFET_LIVE_IFACE", &ns.vb)
+        .env("BUFFET_LIVE_EXPECT", "55")
+        .env("BUFFET_LIVE_OUT", &sender_out)
+        .output()
+        .unwrap();
+    let _ = lines.read_to_string(&mut seen);
+    let out = helper.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{seen}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        sender.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sender.stderr)
+    );
+    let read = |p: &Path| -> Vec<u64> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect()
+    };
+    assert_eq!(read(&helper_out), vec![50, 55], "marked received, sent");
+    let s = read(&sender_out);
+    assert_eq!(
+        (s[0], s[1]),
+        (50, 55),
+        "sent, came back: 50 echoed + 5 copied"
+    );
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached when dropped");
 }
