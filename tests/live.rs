@@ -2,8 +2,13 @@
 //! of a veth pair in network namespace A, traffic for 10 tenants (plus unmatched and
 //! malformed frames) sent from the other end in namespace B, and the per-tenant counts
 //! of the sender checked against the workers' report; the frames the NF passes are
-//! captured back in B and counted. Also the errors before traffic: an interface that
-//! does not exist, one that is down, and a run without privileges.
+//! captured back in B and counted; the same over `--port af-xdp` (its redirect program
+//! in native and in generic mode). Also the errors before traffic: an interface that
+//! does not exist, one that is down, a queue it does not have, and a run without
+//! privileges; for AF_XDP, that nothing stays attached after an error or a SIGTERM, that
+//! a killed run's program is replaced and a live run's is not; and the AF_XDP socket
+//! inserted into a caller's own XSKMAP (as the XDP Packet Dispatcher will), echoing UMEM
+//! frames back without a copy.
 //!
 //! The sender is this test binary itself, re-run inside namespace B (`ip netns exec`)
 //! as the ignored test `sender_helper`, which sends a pcap through buffet's own
@@ -478,6 +483,11 @@ fn passed_frames_leave_through_the_tx_iface() {
 /// Sends the traffic from B into `buffet run` on A and checks every count; with
 /// `tx = (A side, B side)` of a second pair, passed frames must come back on that pair.
 fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf) {
+    run_and_check_with(ns, tx, nf, &[]);
+}
+
+/// [`run_and_check`] with more `buffet run` arguments (`--port af-xdp`).
+fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let t = traffic();
     let tenants = dir.path().join("tenants.toml");
@@ -504,6 +514,7 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf) {
     if let Some((a, _)) = tx {
         args.extend(["--tx-iface".into(), a.into()]);
     }
+    args.extend(extra.iter().map(Into::into));
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     let (child, stderr) = start_run(&ns.a, &args);
     let passed: u64 = t
@@ -701,9 +712,12 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
             t,
             "--port",
             "af-xdp",
+            "--tx-iface",
+            "lo",
         ],
     );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--port af-xdp is not built yet"));
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("--tx-iface with --port af-xdp is not built yet"));
 }
 
 #[test]
@@ -782,4 +796,358 @@ fn sigterm_stops_a_run_and_its_report_is_written() {
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     assert_eq!(json["tenants"].as_array().unwrap().len(), 10);
     assert_eq!(json["input"]["iface"].as_str(), Some(ns.va.as_str()));
+}
+
+/// The XDP program attached to `iface` in namespace `ns`, as `ip link` shows it
+/// (`prog/xdp id N` and the mode), or `None`.
+fn xdp_attached(ns: &str, iface: &str) -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-d", "link", "show", "dev", iface])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.contains("prog/xdp").then_some(s)
+}
+
+#[test]
+fn live_traffic_counts_agree_over_af_xdp() {
+    if !privileged("live::live_traffic_counts_agree_over_af_xdp") {
+        return;
+    }
+    let ns = NsPair::new();
+    run_and_check_with(&ns, None, Nf::Monitor, &["--port", "af-xdp"]);
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached at the end");
+}
+
+#[test]
+fn af_xdp_firewall_over_a_generic_mode_program() {
+    if !privileged("live::af_xdp_firewall_over_a_generic_mode_program") {
+        return;
+    }
+    let ns = NsPair::new();
+    run_and_check_with(
+        &ns,
+        None,
+        Nf::FirewallDenyingEvenTenants,
+        &["--port", "af-xdp", "--xdp-mode", "generic"],
+    );
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached at the end");
+}
+
+/// A run killed with SIGKILL leaves its program attached; the next run replaces it and
+/// detaches on SIGTERM. A second run while the first is alive is refused and changes
+/// nothing.
+#[test]
+fn af_xdp_leftover_is_replaced_and_sigterm_detaches() {
+    if !privileged("live::af_xdp_leftover_is_replaced_and_sigterm_detaches") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("t.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "--iface".as_ref(),
+        ns.va.as_ref(),
+        "--port".as_ref(),
+        "af-xdp".as_ref(),
+        "--nf".as_ref(),
+        "monitor".as_ref(),
+        "--no-pin".as_ref(),
+        "--tenants".as_ref(),
+        tenants.as_os_str(),
+    ];
+    let (mut first, _err) = start_run(&ns.a, &args);
+    let attached = xdp_attached(&ns.a, &ns.va).expect("attached while running");
+    // Another run on the same interface while the first lives: refused.
+    let o = run_output(
+        Some(&ns.a),
+        &[
+            "--iface",
+            &ns.va,
+            "--port",
+            "af-xdp",
+            "--nf",
+            "monitor",
+            "--tenants",
+            tenants.to_str().unwrap(),
+            "--duration",
+            "1",
+        ],
+    );
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("is attached already by the Buffet run of pid"),
+        "{e}"
+    );
+    assert_eq!(
+        xdp_attached(&ns.a, &ns.va).as_deref(),
+        Some(attached.as_str()),
+        "the live run's program stays"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(
+        xdp_attached(&ns.a, &ns.va).is_some(),
+        "SIGKILL leaves the program attached"
+    );
+    let (second, err) = start_run(&ns.a, &args);
+    let kill = Command::new("kill")
+        .args(["-TERM", &second.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = second.wait_with_output().unwrap();
+    let err = err.join().unwrap();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("(replaced program"), "{err}");
+    assert_eq!(
+        xdp_attached(&ns.a, &ns.va),
+        None,
+        "SIGTERM detached the program"
+    );
+}
+
+#[test]
+fn af_xdp_errors_come_before_traffic_and_leave_nothing_attached() {
+    if !privileged("live::af_xdp_errors_come_before_traffic_and_leave_nothing_attached") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("t.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let t = tenants.to_str().unwrap();
+    let run = |iface: &str, more: &[&str]| {
+        let mut args = vec![
+            "--iface",
+            iface,
+            "--port",
+            "af-xdp",
+            "--nf",
+            "monitor",
+            "--tenants",
+            t,
+        ];
+        args.extend_from_slice(more);
+        let o = run_output(Some(&ns.a), &args);
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let e = run(&ns.va, &["--queue", "3"]);
+    assert!(
+        e.contains(&format!(
+            "af_xdp on {}: queue 3 does not exist: the interface has 1 receive queue(s)",
+            ns.va
+        )),
+        "{e}"
+    );
+    let e = run("buffet-nope0", &[]);
+    assert!(
+        e.contains("interface \"buffet-nope0\" does not exist in this network namespace"),
+        "{e}"
+    );
+    ip(&["-n", &ns.a, "link", "set", &ns.va, "down"]);
+    let e = run(&ns.va, &[]);
+    assert!(e.contains(&format!("interface {} is down", ns.va)), "{e}");
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing left attached");
+    // Without privileges: the capabilities are named.
+    let probe = Command::new("setpriv").arg("--version").output();
+    if probe.is_ok_and(|o| o.status.success()) {
+        let o = Command::new("setpriv")
+            .args([
+                "--reuid",
+                "nobody",
+                "--regid",
+                "nogroup",
+                "--clear-groups",
+                "--inh-caps=-all",
+                BUFFET,
+            ])
+            .args([
+                "run",
+                "--iface",
+                "lo",
+                "--port",
+                "af-xdp",
+                "--nf",
+                "monitor",
+                "--tenants",
+                t,
+            ])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(
+            e.contains("CAP_NET_ADMIN") && e.contains("CAP_NET_RAW") && e.contains("CAP_BPF"),
+            "{e}"
+        );
+    }
+}
+
+/// Runs in namespace A (see `af_xdp_socket_in_a_callers_map`): an AF_XDP port that
+/// attaches no program, inserted into a separately attached program's XSKMAP, as a
+/// caller with its own XDP program does. Echoes every marked frame back unchanged (a
+/// UMEM frame on the transmit ring, no copy), then sends 5 marked heap frames (copied
+/// into the UMEM), and writes `marked_received tx` to `BUFFET_XSK_OUT`.
+#[test]
+#[ignore = "helper: run by af_xdp_socket_in_a_callers_map inside a network namespace"]
+fn afxdp_callers_map_helper() {
+    use buffet::io::afxdp::{AfXdpConfig, AfXdpPort, RedirectProgram, XdpMode};
+    let Ok(iface) = std::env::var("BUFFET_XSK_IFACE") else {
+        return;
+    };
+    let expect: u64 = std::env::var("BUFFET_XSK_EXPECT").unwrap().parse().unwrap();
+    let out = std::env::var("BUFFET_XSK_OUT").unwrap();
+    let mut port = AfXdpPort::open(AfXdpConfig {
+        redirect: None,
+        ..AfXdpConfig::new(&iface, 0)
+    })
+    .unwrap();
+    assert!(port.program().is_none());
+    let program = RedirectProgram::attach(&iface, XdpMode::Generic, 1).unwrap();
+    assert!(program.is_generic());
+    program.insert(0, port.socket_fd()).unwrap();
+    println!("XSK-READY");
+    let mut pool = HeapPool::new(64);
+    let mut rx = Vec::new();
+    let mut echo = Vec::new();
+    let mut marked = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while marked < expect && Instant::now() < deadline {
+        port.rx_burst(&mut pool, &mut rx, 64).unwrap();
+        for b in rx.drain(..) {
+            assert!(b.owner().is_some(), "received frames are UMEM frames");
+            if b.data().windows(MARK.len()).any(|w| w == MARK) {
+                marked += 1;
+                echo.push(b);
+            } else {
+                port.recycle(b);
+            }
+        }
+        port.tx_burst(&mut echo, &mut pool).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut heap: Vec<_> = (0..5u32)
+        .map(|i| {
+            let mut b = pool.take().unwrap();
+            assert!(b.fill(&udp4(
+                [172, 16, 0, 1],
+                [10, 1, 0, 1],
+                40000,
+                80,
+                900_000 + i
+            )));
+            b
+        })
+        .collect();
+    port.tx_burst(&mut heap, &mut pool).unwrap();
+    assert_eq!(
+        pool.available(),
+        64,
+        "heap frames were copied and given back"
+    );
+    // Let the completions come back.
+    for _ in 0..50 {
+        port.rx_burst(&mut pool, &mut rx, 64).unwrap();
+        for b in rx.drain(..) {
+            port.recycle(b);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let s = port.stats();
+    assert_eq!(s.tx_dropped, 0, "{s:?}");
+    std::fs::write(out, format!("{marked} {}\n", s.tx)).unwrap();
+}
+
+#[test]
+fn af_xdp_socket_in_a_callers_map() {
+    if !privileged("live::af_xdp_socket_in_a_callers_map") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let frames: Vec<Vec<u8>> = (0..50u32)
+        .map(|i| udp4([172, 16, 0, 1], [10, 1, 0, (i % 200) as u8], 40000, 80, i))
+        .collect();
+    let pcap = dir.path().join("send.pcap");
+    write_pcap(&pcap, &frames);
+    let (helper_out, sender_out) = (dir.path().join("xsk.txt"), dir.path().join("sender.txt"));
+    let mut helper = Command::new("ip")
+        .args(["netns", "exec", &ns.a])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "afxdp_callers_map_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("BUFFET_XSK_IFACE", &ns.va)
+        .env("BUFFET_XSK_EXPECT", "50")
+        .env("BUFFET_XSK_OUT", &helper_out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(helper.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("XSK-READY") {
+        if lines.read_line(&mut seen).unwrap() == 0 {
+            let out = helper.wait_with_output().unwrap();
+            panic!("{seen}{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let sender = Command::new("ip")
+        .args(["netns", "exec", &ns.b])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sender_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("BUFFET_LIVE_SEND", &pcap)
+        .env("BUFFET_LIVE_IFACE", &ns.vb)
+        .env("BUFFET_LIVE_EXPECT", "55")
+        .env("BUFFET_LIVE_OUT", &sender_out)
+        .output()
+        .unwrap();
+    let _ = lines.read_to_string(&mut seen);
+    let out = helper.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{seen}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        sender.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sender.stderr)
+    );
+    let read = |p: &Path| -> Vec<u64> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect()
+    };
+    assert_eq!(read(&helper_out), vec![50, 55], "marked received, sent");
+    let s = read(&sender_out);
+    assert_eq!(
+        (s[0], s[1]),
+        (50, 55),
+        "sent, came back: 50 echoed + 5 copied"
+    );
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached when dropped");
 }

@@ -1,5 +1,6 @@
 //! `buffet run`: the whole pipeline on a live interface — the software Packet Dispatcher
-//! reads an AF_PACKET port and feeds the workers, which run an NF chosen exactly as
+//! reads an AF_PACKET port (or, with `--port af-xdp`, an AF_XDP socket on one queue,
+//! whose UMEM frames the workers process in place) and feeds the workers, which run an NF chosen exactly as
 //! `replay` chooses it (`--nf`, `--nf-lib`, `--nf-ebpf`, `--isolation`). Frames the NF
 //! passes leave through the same interface, or through `--tx-iface`. Runs until SIGINT
 //! or SIGTERM (a second one ends the process at once) or `--duration` seconds, then
@@ -7,11 +8,15 @@
 //! (the `input` section names the interface and the ports' counters).
 //!
 //! Before any traffic: the ports are opened, so a missing privilege (CAP_NET_RAW /
-//! CAP_NET_ADMIN), an interface that does not exist or one that is down is a clear
-//! error and nothing runs.
+//! CAP_NET_ADMIN, and CAP_BPF for AF_XDP), an interface that does not exist or one
+//! that is down, or a queue it does not have, is a clear error and nothing runs (and
+//! nothing stays attached). An AF_XDP run attaches its redirect program when it opens
+//! the port and detaches it when the port closes, after SIGINT, SIGTERM or
+//! `--duration`; a leftover of a killed run is replaced.
 //!
-//! Not built yet (each a clear error): `--dispatch xdp` (the XDP Packet Dispatcher) and
-//! `--port af-xdp`.
+//! Not built yet (each a clear error): `--dispatch xdp` (the XDP Packet Dispatcher), and
+//! `--tx-iface` with `--port af-xdp` (a UMEM frame cannot go back to its port from
+//! another port's transmit).
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -24,6 +29,7 @@ use buffet_config::registry::{NfVisitor, RegisteredNf};
 use buffet_config::{tenants, TenantConfig};
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
 use buffet_io::afpacket::{self, AfPacketConfig, AfPacketPort};
+use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
 use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_worker::{Pipeline, PipelineConfig};
 use clap::{Args, ValueEnum};
@@ -47,8 +53,17 @@ pub enum DispatchMode {
 pub enum PortKind {
     /// AF_PACKET with a TPACKET_V3 ring: works on every interface.
     AfPacket,
-    /// AF_XDP sockets (not built yet).
+    /// An AF_XDP socket on one queue (`--queue`), frames processed in the UMEM.
     AfXdp,
+}
+
+/// Where the AF_XDP port's redirect program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum XdpModeArg {
+    /// In the driver (fails where the driver has no XDP).
+    Native,
+    /// In the generic path, on every interface.
+    Generic,
 }
 
 /// `buffet run` arguments.
@@ -66,6 +81,13 @@ pub struct RunArgs {
     /// The port backend.
     #[arg(long, value_enum, default_value_t = PortKind::AfPacket)]
     pub port: PortKind,
+    /// Where the AF_XDP redirect program runs (default: the driver where it supports
+    /// XDP, else generic).
+    #[arg(long, value_enum)]
+    pub xdp_mode: Option<XdpModeArg>,
+    /// The interface queue the AF_XDP socket reads.
+    #[arg(long, default_value_t = 0)]
+    pub queue: u32,
     /// Put the interface in promiscuous mode while running.
     #[arg(long)]
     pub promisc: bool,
@@ -103,8 +125,14 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
              use --dispatch software"
         );
     }
-    if a.port == PortKind::AfXdp {
-        anyhow::bail!("--port af-xdp is not built yet: use --port af-packet");
+    if a.port == PortKind::AfXdp && a.tx_iface.is_some() {
+        anyhow::bail!(
+            "--tx-iface with --port af-xdp is not built yet: passed frames leave through \
+             --iface; use --port af-packet for a separate transmit interface"
+        );
+    }
+    if a.port == PortKind::AfPacket && (a.xdp_mode.is_some() || a.queue != 0) {
+        anyhow::bail!("--xdp-mode and --queue apply to --port af-xdp only");
     }
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
     let duration = match a.duration {
@@ -124,11 +152,51 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         .into_iter()
         .collect();
     output::refuse_same_files(&a.choice.inputs(), &stats_out)?;
+    // Signals stop the run from here on: a port that attaches a program detaches it
+    // on the way out instead of dying with it attached.
+    afpacket::stop_on_signals().context("installing the SIGINT/SIGTERM handler")?;
     // The ports first: privilege and interface errors come before anything else.
-    let rx = AfPacketPort::open(AfPacketConfig {
-        promisc: a.promisc,
-        ..AfPacketConfig::new(&a.iface, 0)
-    })?;
+    let rx: Box<dyn Port> = match a.port {
+        PortKind::AfPacket => Box::new(AfPacketPort::open(AfPacketConfig {
+            promisc: a.promisc,
+            ..AfPacketConfig::new(&a.iface, 0)
+        })?),
+        PortKind::AfXdp => {
+            anyhow::ensure!(
+                !a.promisc,
+                "--promisc applies to --port af-packet only (an XDP program sees every frame)"
+            );
+            let port = AfXdpPort::open(AfXdpConfig {
+                queue: a.queue,
+                redirect: Some(match a.xdp_mode {
+                    None => XdpMode::Auto,
+                    Some(XdpModeArg::Native) => XdpMode::Native,
+                    Some(XdpModeArg::Generic) => XdpMode::Generic,
+                }),
+                ..AfXdpConfig::new(&a.iface, 0)
+            })?;
+            if let Some(p) = port.program() {
+                eprintln!(
+                    "af_xdp on {} queue {}: {} mode, redirect program in {} mode{}",
+                    a.iface,
+                    a.queue,
+                    if port.is_zero_copy() {
+                        "zero-copy"
+                    } else {
+                        "copy"
+                    },
+                    if p.is_generic() { "generic" } else { "native" },
+                    p.replaced_leftover()
+                        .map(|id| format!(
+                            " (replaced program {id}, left attached by a run that ended \
+                             without detaching)"
+                        ))
+                        .unwrap_or_default()
+                );
+            }
+            Box::new(port)
+        }
+    };
     let tx = match &a.tx_iface {
         Some(name) => Some(AfPacketPort::open(AfPacketConfig {
             rx: false,
@@ -178,7 +246,7 @@ pub(crate) struct Live<'a> {
     a: &'a RunArgs,
     tenants: &'a [TenantConfig],
     cfg: PipelineConfig,
-    rx: AfPacketPort,
+    rx: Box<dyn Port>,
     tx: Option<AfPacketPort>,
     stats: Option<OutputFile>,
     duration: Option<Duration>,

@@ -27,8 +27,13 @@
 //! frame header); the port puts it back, so VLAN rules see the frame as it was on the
 //! wire.
 //!
-//! Not here: fanout over several sockets (one software dispatcher reads one port), and
-//! timestamps other than the kernel's receive time.
+//! Fanout: ports opened with the same [`AfPacketConfig::fanout`] group on one interface
+//! share its traffic (`PACKET_FANOUT_HASH`): the kernel gives each frame to exactly one
+//! member, chosen by a hash of its flow, so several readers (one per worker, say) see
+//! every frame once between them and a flow always on the same reader.
+//!
+//! Not here: fanout modes other than hash, and timestamps other than the kernel's
+//! receive time.
 
 use std::cell::Cell;
 use std::io;
@@ -59,6 +64,9 @@ pub struct AfPacketConfig {
     pub block_nr: u32,
     /// Milliseconds after which the kernel hands over a block that is not full.
     pub block_timeout_ms: u32,
+    /// Join this fanout group (`PACKET_FANOUT_HASH`): the group's members on the
+    /// interface share its frames by flow hash, each frame going to one member.
+    pub fanout: Option<u16>,
 }
 
 impl AfPacketConfig {
@@ -73,6 +81,7 @@ impl AfPacketConfig {
             block_size: 1 << 18,
             block_nr: 32,
             block_timeout_ms: 1,
+            fanout: None,
         }
     }
 }
@@ -238,6 +247,22 @@ impl AfPacketPort {
         socket
             .bind(ifindex, cfg.rx)
             .map_err(sys_err("bind(AF_PACKET)"))?;
+        if let Some(group) = cfg.fanout {
+            if !cfg.rx {
+                return Err(AfPacketError::Config {
+                    iface,
+                    why: "a transmit-only port cannot join a fanout group".into(),
+                });
+            }
+            // Group id in the low 16 bits, the mode and flags in the high 16. The group
+            // has its own hook: PACKET_IGNORE_OUTGOING must be said again for it.
+            let mode = (libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING)
+                as libc::c_int;
+            let arg = libc::c_int::from(group) | (mode << 16);
+            socket
+                .set_packet_int(libc::PACKET_FANOUT, arg)
+                .map_err(sys_err("setsockopt(PACKET_FANOUT, HASH)"))?;
+        }
         if cfg.promisc {
             socket
                 .add_promisc(ifindex)
@@ -529,6 +554,103 @@ mod tests {
             got.as_deref(),
             Some(&tagged[..]),
             "received as sent, tag included"
+        );
+    }
+
+    /// A UDP/IPv4 frame of flow `flow` (source port), marked with `i`.
+    fn flow_frame(flow: u16, i: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 64];
+        f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xb1]);
+        f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0xb2]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&50u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        f[26..30].copy_from_slice(&[127, 0, 0, 1]);
+        f[30..34].copy_from_slice(&[127, 0, 0, 1]);
+        f[34..36].copy_from_slice(&flow.to_be_bytes());
+        f[36..38].copy_from_slice(&9u16.to_be_bytes());
+        f[38..40].copy_from_slice(&30u16.to_be_bytes());
+        f[42..48].copy_from_slice(b"fanout");
+        f[48..50].copy_from_slice(&i.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn two_fanout_members_see_every_frame_exactly_once() {
+        if !can_open("afpacket::two_fanout_members_see_every_frame_exactly_once") {
+            return;
+        }
+        let group = (std::process::id() & 0xffff) as u16;
+        let member = |id| {
+            AfPacketPort::open(AfPacketConfig {
+                fanout: Some(group),
+                ..AfPacketConfig::new("lo", id)
+            })
+            .unwrap()
+        };
+        let mut members = [member(0), member(1)];
+        let mut tx = AfPacketPort::open(AfPacketConfig {
+            rx: false,
+            ..AfPacketConfig::new("lo", 2)
+        })
+        .unwrap();
+        let mut pool = HeapPool::new(1024);
+        const N: u16 = 400;
+        let mut burst: Vec<PacketBuf> = (0..N)
+            .map(|i| {
+                let mut b = pool.take().unwrap();
+                assert!(b.fill(&flow_frame(20_000 + i % 40, i)));
+                b
+            })
+            .collect();
+        tx.tx_burst(&mut burst, &mut pool).unwrap();
+        assert_eq!(tx.stats().tx, u64::from(N));
+        let mut seen = vec![[0u32; 2]; usize::from(N)];
+        let mut flows = std::collections::HashMap::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        let mut out = Vec::new();
+        let total = |seen: &[[u32; 2]]| seen.iter().map(|s| s[0] + s[1]).sum::<u32>();
+        while total(&seen) < u32::from(N) && std::time::Instant::now() < deadline {
+            for (m, port) in members.iter_mut().enumerate() {
+                port.rx_burst(&mut pool, &mut out, 64).unwrap();
+                for b in out.drain(..) {
+                    let d = b.data();
+                    if d.get(42..48) == Some(&b"fanout"[..]) {
+                        let i = usize::from(u16::from_be_bytes([d[48], d[49]]));
+                        let flow = u16::from_be_bytes([d[34], d[35]]);
+                        seen[i][m] += 1;
+                        assert_eq!(
+                            *flows.entry(flow).or_insert(m),
+                            m,
+                            "flow {flow} stays on one member"
+                        );
+                    }
+                    pool.give(b);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Anything late would be a duplicate: look once more.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        for (m, port) in members.iter_mut().enumerate() {
+            port.rx_burst(&mut pool, &mut out, 1024).unwrap();
+            for b in out.drain(..) {
+                let d = b.data();
+                if d.get(42..48) == Some(&b"fanout"[..]) {
+                    seen[usize::from(u16::from_be_bytes([d[48], d[49]]))][m] += 1;
+                }
+                pool.give(b);
+            }
+        }
+        for (i, s) in seen.iter().enumerate() {
+            assert_eq!(s[0] + s[1], 1, "frame {i} seen {s:?} (member 0, member 1)");
+        }
+        let per_member = [0, 1].map(|m| seen.iter().filter(|s| s[m] == 1).count());
+        assert!(
+            per_member.iter().all(|&n| n > 0),
+            "40 flows hash to both members: {per_member:?}"
         );
     }
 

@@ -1,5 +1,5 @@
 //! Packet sources and sinks for Buffet: pcap read/write, a seeded synthetic
-//! multi-tenant traffic generator and a live AF_PACKET port.
+//! multi-tenant traffic generator and live AF_PACKET and AF_XDP ports.
 //!
 //! Everything here hands out frames through one trait, [`PacketSource`]: a
 //! lending iterator over timestamped Ethernet II frames ([`RawPacket`]). The
@@ -19,12 +19,17 @@
 //! [`SourcePort`] makes any source a port, [`PcapTap`] records any port to a pcap.
 //!
 //! [`afpacket::AfPacketPort`] is a live interface (TPACKET_V3 receive ring, batched
-//! send), copying frames into heap buffers.
+//! send, optional hash fanout over several sockets), copying frames into heap buffers.
+//! [`afxdp::AfXdpPort`] is a live interface queue through an AF_XDP socket whose UMEM
+//! frames are handed out as port-owned buffers (no copy between socket and NF), with the
+//! XDP program that redirects the queue to it.
 //!
-//! What this crate does not do: no AF_XDP or DPDK port yet, no pcapng, no link types other than Ethernet, no
-//! threads, no async, no clock (timestamps come from the file, the generator's virtual
-//! time or the kernel's receive time). Its only `unsafe` is the view of a port frame, in `sys`, and the
-//! AF_PACKET system calls, in `afpacket::sys`.
+//! What this crate does not do: no DPDK port yet, no pcapng, no link types other than
+//! Ethernet, no threads, no async. No clock, except the AF_XDP port's arrival time (the
+//! wall clock once per burst; otherwise timestamps come from the file, the generator's
+//! virtual time or the kernel's receive time). Its only `unsafe` is the view of a port
+//! frame, in `sys`, and the system calls of the live ports, in `afpacket::sys` and
+//! `afxdp::sys`.
 //!
 //! ```
 //! use buffet_io::{gen::{GenConfig, Generator}, PacketSource};
@@ -43,6 +48,7 @@
 #![deny(missing_docs)]
 
 pub mod afpacket;
+pub mod afxdp;
 pub mod buf;
 pub mod gen;
 pub mod pcap;

@@ -1,0 +1,1045 @@
+//! The AF_XDP port: a live Linux interface through an XDP socket whose frames are the
+//! data plane's packet buffers.
+//!
+//! One [`AfXdpPort`] is one socket bound to one queue of one interface, with its own
+//! UMEM (a region of `frames × frame_size` bytes this process maps and registers with
+//! the kernel) and the four rings shared with the kernel: fill (frames the kernel may
+//! receive into), receive, transmit and completion (frames the kernel has sent).
+//!
+//! * Receive: [`rx_burst`](Port::rx_burst) reads descriptors off the receive ring and
+//!   hands each frame out as a port-owned [`PacketBuf`] over the UMEM — no copy between
+//!   the socket and the NF. [`recycle`](Port::recycle) takes a frame back and the next
+//!   burst returns it to the fill ring. The arrival time is the wall clock read once per
+//!   burst (AF_XDP carries no kernel receive time).
+//! * Transmit: a frame of this port's UMEM goes on the transmit ring as it is (no copy);
+//!   a heap frame (or another port's) is copied into a free UMEM frame. The completion
+//!   ring is reaped before every burst, returning sent frames to the free list. Copy
+//!   mode sends only from a `sendto` kick; the kernel sends at most 32 frames per kick,
+//!   so the port kicks until the ring is empty or the kernel is busy, and kicks again on
+//!   the next burst while frames are waiting.
+//! * Counters: frames received and sent by the port, the kernel's drops
+//!   (`XDP_STATISTICS`: no fill-ring frame, receive ring full, invalid descriptors) and
+//!   the transmit descriptors it refused.
+//! * Mode: bound without `XDP_COPY`/`XDP_ZEROCOPY` the kernel uses zero copy where the
+//!   driver supports it and copy mode elsewhere (veth); [`CopyMode`] forces either.
+//!
+//! A socket receives only what an XDP program redirects to it. With
+//! [`AfXdpConfig::redirect`] set the port loads and attaches its own six-instruction
+//! program ([`RedirectProgram`]: `bpf_redirect_map(&xskmap, ctx->rx_queue_index,
+//! XDP_PASS)`) and detaches it when dropped; a Ctrl-C or SIGTERM stops the run, which
+//! drops the port. A program of an earlier run that was killed before it could detach is
+//! recognised by its name (`bfxsk_` and the run's pid, which no longer exists) and
+//! replaced; a live run's program or anyone else's is an error, not replaced. With
+//! `redirect: None` no program is attached: a caller with its own XSKMAP (one socket
+//! per worker queue, as the XDP Packet Dispatcher does) inserts
+//! [`AfXdpPort::socket_fd`] there itself.
+//!
+//! Opening checks, before anything is attached: the interface exists in this network
+//! namespace and is up, the queue exists, the sizes are usable, the process may open an
+//! XDP socket and load and attach a program (`CAP_NET_ADMIN`, `CAP_NET_RAW`,
+//! `CAP_BPF`); each failure is its own [`AfXdpError`].
+//!
+//! Not here: several sockets sharing one UMEM (`XDP_SHARED_UMEM`), multi-buffer (jumbo)
+//! frames, need-wakeup, unaligned chunks, the XDP Packet Dispatcher's program.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+use buffet_sdk::{PortId, TenantSlot};
+
+use crate::buf::{FrameOwner, Outcome, PacketBuf};
+use crate::port::{HeapPool, Port, PortError, PortStats, Rx};
+
+#[allow(unsafe_code)]
+mod sys;
+
+/// Prefix of the redirect program's name; the run's pid (8 hex digits) follows.
+const PROG_PREFIX: &str = "bfxsk_";
+/// Most frames the kernel sends per `sendto` kick in copy mode (`TX_BATCH_SIZE`).
+const KERNEL_TX_BATCH: usize = 32;
+
+/// Zero copy or copy mode for the socket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CopyMode {
+    /// Zero copy where the driver supports it, copy mode elsewhere (the kernel decides).
+    #[default]
+    Auto,
+    /// Always copy mode (`XDP_COPY`).
+    Copy,
+    /// Zero copy or fail (`XDP_ZEROCOPY`).
+    ZeroCopy,
+}
+
+/// Where the redirect program runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XdpMode {
+    /// In the driver where it supports XDP, else generic.
+    #[default]
+    Auto,
+    /// In the driver (`XDP_FLAGS_DRV_MODE`).
+    Native,
+    /// In the generic path after the driver (`XDP_FLAGS_SKB_MODE`), on every interface.
+    Generic,
+}
+
+const XDP_FLAGS_UPDATE_IF_NOEXIST: u32 = 1;
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+const XDP_FLAGS_HW_MODE: u32 = 1 << 3;
+const XDP_FLAGS_REPLACE: u32 = 1 << 4;
+
+/// How an [`AfXdpPort`] is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AfXdpConfig {
+    /// The interface (`eth0`, `veth-a`).
+    pub iface: String,
+    /// The port id its received frames carry (and its frames' [`FrameOwner::port`]).
+    pub id: PortId,
+    /// The interface queue the socket binds to.
+    pub queue: u32,
+    /// Frames in the UMEM (at least twice `ring_size`).
+    pub frames: u32,
+    /// Bytes per frame: 2048 or 4096.
+    pub frame_size: u32,
+    /// Entries of each of the four rings (a power of two).
+    pub ring_size: u32,
+    /// Zero copy or copy.
+    pub copy: CopyMode,
+    /// Attach this port's redirect program in this mode; `None`: the caller redirects
+    /// to [`AfXdpPort::socket_fd`] itself.
+    pub redirect: Option<XdpMode>,
+}
+
+impl AfXdpConfig {
+    /// Queue 0 of `iface`, 4096 frames of 2048 bytes (8 MiB), rings of 2048 entries,
+    /// zero copy where possible, and the port's own redirect program.
+    pub fn new(iface: impl Into<String>, id: PortId) -> AfXdpConfig {
+        AfXdpConfig {
+            iface: iface.into(),
+            id,
+            queue: 0,
+            frames: 4096,
+            frame_size: 2048,
+            ring_size: 2048,
+            copy: CopyMode::Auto,
+            redirect: Some(XdpMode::Auto),
+        }
+    }
+}
+
+/// Why an AF_XDP port (or its redirect program) could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AfXdpError {
+    /// The process may not open the socket or load or attach the program.
+    #[error(
+        "af_xdp on {iface}: {call}: permission denied ({source}): an AF_XDP run needs \
+         CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (CAP_SYS_ADMIN on kernels before 5.8); run \
+         it as root or grant them with `setcap cap_net_admin,cap_net_raw,cap_bpf+ep <binary>`"
+    )]
+    Privilege {
+        /// The interface.
+        iface: String,
+        /// The call refused.
+        call: &'static str,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// No interface of that name in this network namespace.
+    #[error("interface {iface:?} does not exist in this network namespace (see `ip link`)")]
+    NoSuchInterface {
+        /// The interface.
+        iface: String,
+    },
+    /// The interface is administratively down.
+    #[error("interface {iface} is down: bring it up first (`ip link set {iface} up`)")]
+    Down {
+        /// The interface.
+        iface: String,
+    },
+    /// The interface has no such receive queue.
+    #[error(
+        "af_xdp on {iface}: queue {queue} does not exist: the interface has {queues} receive \
+         queue(s), numbered from 0 (`ethtool -l {iface}`)"
+    )]
+    QueueOutOfRange {
+        /// The interface.
+        iface: String,
+        /// The queue asked for.
+        queue: u32,
+        /// Receive queues the interface has.
+        queues: u32,
+    },
+    /// The sizes are not usable.
+    #[error("af_xdp on {iface}: {why}")]
+    Config {
+        /// The interface.
+        iface: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// Another XDP program is attached and is not a leftover of a Buffet run.
+    #[error(
+        "af_xdp on {iface}: XDP program {name:?} (id {id}) is attached already{why}; \
+         detach it first (`ip link set dev {iface} xdp off`, or `xdpgeneric off`)"
+    )]
+    Busy {
+        /// The interface.
+        iface: String,
+        /// The attached program's id.
+        id: u32,
+        /// Its name.
+        name: String,
+        /// Whose it is, when known.
+        why: String,
+    },
+    /// The kernel refused the redirect program.
+    #[error("af_xdp on {iface}: loading the redirect program: {source}\n{log}")]
+    Load {
+        /// The interface.
+        iface: String,
+        /// What the OS said.
+        source: io::Error,
+        /// The verifier's log.
+        log: String,
+    },
+    /// A set-up call failed.
+    #[error("af_xdp on {iface}: {call}: {source}")]
+    Sys {
+        /// The interface.
+        iface: String,
+        /// The call.
+        call: &'static str,
+        /// What the OS said.
+        source: io::Error,
+    },
+}
+
+fn sys_error(iface: &str, call: &'static str, source: io::Error) -> AfXdpError {
+    match source.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => AfXdpError::Privilege {
+            iface: iface.to_owned(),
+            call,
+            source,
+        },
+        _ => AfXdpError::Sys {
+            iface: iface.to_owned(),
+            call,
+            source,
+        },
+    }
+}
+
+/// The interface's index, after checking it exists and is up.
+fn usable_interface(iface: &str) -> Result<u32, AfXdpError> {
+    let missing = || AfXdpError::NoSuchInterface {
+        iface: iface.to_owned(),
+    };
+    let ifindex = sys::if_index(iface).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODEV) | Some(libc::ENXIO) => missing(),
+        _ => sys_error(iface, "if_nametoindex", e),
+    })?;
+    let flags = sys::if_flags(iface).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODEV) => missing(),
+        _ => sys_error(iface, "ioctl(SIOCGIFFLAGS)", e),
+    })?;
+    if flags & libc::IFF_UP == 0 {
+        return Err(AfXdpError::Down {
+            iface: iface.to_owned(),
+        });
+    }
+    Ok(ifindex)
+}
+
+/// Receive queues of `iface` as sysfs lists them (`queues/rx-N`); `None` if unreadable.
+fn rx_queues(iface: &str) -> Option<u32> {
+    let dir = std::fs::read_dir(format!("/sys/class/net/{iface}/queues")).ok()?;
+    let n = dir
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+        .count();
+    u32::try_from(n).ok().filter(|&n| n > 0)
+}
+
+/// One eBPF instruction as the kernel reads it (`struct bpf_insn`, little-endian
+/// hosts): opcode, destination and source registers, offset, immediate.
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+    let mut b = [0u8; 8];
+    b[0] = code;
+    b[1] = (dst & 0xf) | (src << 4);
+    b[2..4].copy_from_slice(&off.to_le_bytes());
+    b[4..8].copy_from_slice(&imm.to_le_bytes());
+    u64::from_le_bytes(b)
+}
+
+/// The redirect program: `return bpf_redirect_map(&xskmap, ctx->rx_queue_index,
+/// XDP_PASS);` — a frame on a queue without a socket goes on to the stack.
+fn redirect_program(map_fd: i32) -> [u64; 6] {
+    const BPF_PSEUDO_MAP_FD: u8 = 1;
+    const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+    const XDP_PASS: i32 = 2;
+    [
+        insn(0x61, 2, 1, 16, 0), // r2 = *(u32 *)(r1 + 16): rx_queue_index
+        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map_fd), // r1 = &xskmap (ld_imm64)
+        insn(0, 0, 0, 0, 0),
+        insn(0xb7, 3, 0, 0, XDP_PASS), // r3 = fallback action
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
+        insn(0x95, 0, 0, 0, 0),        // exit (r0: the helper's verdict)
+    ]
+}
+
+/// The pid a redirect program's name carries, when it is one of Buffet's.
+fn program_pid(name: &str) -> Option<u32> {
+    let hex = name.strip_prefix(PROG_PREFIX)?;
+    (hex.len() == 8).then_some(())?;
+    u32::from_str_radix(hex, 16).ok()
+}
+
+/// An XSKMAP and the program redirecting an interface's queues to it, attached to the
+/// interface until dropped. See the module docs.
+pub struct RedirectProgram {
+    iface: String,
+    ifindex: u32,
+    map: OwnedFd,
+    prog: OwnedFd,
+    flags: u32,
+    replaced: Option<u32>,
+}
+
+impl std::fmt::Debug for RedirectProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedirectProgram")
+            .field("iface", &self.iface)
+            .field("generic", &self.is_generic())
+            .field("replaced", &self.replaced)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedirectProgram {
+    /// Loads the program with an XSKMAP of `queues` entries and attaches it to `iface`
+    /// in `mode`, replacing a leftover of a dead Buffet run. Sockets are inserted with
+    /// [`insert`](Self::insert); until then frames go on to the stack.
+    pub fn attach(iface: &str, mode: XdpMode, queues: u32) -> Result<RedirectProgram, AfXdpError> {
+        let ifindex = usable_interface(iface)?;
+        let replaced = Self::clear_leftover(iface, ifindex)?;
+        Self::attach_cleared(iface, ifindex, mode, queues, replaced)
+    }
+
+    fn attach_cleared(
+        iface: &str,
+        ifindex: u32,
+        mode: XdpMode,
+        queues: u32,
+        replaced: Option<u32>,
+    ) -> Result<RedirectProgram, AfXdpError> {
+        let map = sys::create_xskmap(queues.max(1), "bfxsk_map")
+            .map_err(|e| sys_error(iface, "bpf(BPF_MAP_CREATE, XSKMAP)", e))?;
+        let name = format!("{PROG_PREFIX}{:08x}", std::process::id());
+        let insns = redirect_program(map.as_raw_fd());
+        let prog =
+            sys::load_xdp(&insns, &name, "Apache-2.0").map_err(|(source, log)| {
+                match source.raw_os_error() {
+                    Some(libc::EPERM) | Some(libc::EACCES) => AfXdpError::Privilege {
+                        iface: iface.to_owned(),
+                        call: "bpf(BPF_PROG_LOAD)",
+                        source,
+                    },
+                    _ => AfXdpError::Load {
+                        iface: iface.to_owned(),
+                        source,
+                        log,
+                    },
+                }
+            })?;
+        let try_attach = |flags: u32| {
+            sys::xdp_set(
+                ifindex,
+                prog.as_raw_fd(),
+                flags | XDP_FLAGS_UPDATE_IF_NOEXIST,
+                None,
+            )
+        };
+        let flags = match mode {
+            XdpMode::Native => XDP_FLAGS_DRV_MODE,
+            XdpMode::Generic => XDP_FLAGS_SKB_MODE,
+            XdpMode::Auto => match try_attach(XDP_FLAGS_DRV_MODE) {
+                Ok(()) => {
+                    return Ok(RedirectProgram {
+                        iface: iface.to_owned(),
+                        ifindex,
+                        map,
+                        prog,
+                        flags: XDP_FLAGS_DRV_MODE,
+                        replaced,
+                    })
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) => {
+                    return Err(sys_error(iface, "rtnetlink(RTM_SETLINK, IFLA_XDP)", e))
+                }
+                Err(_) => XDP_FLAGS_SKB_MODE,
+            },
+        };
+        try_attach(flags).map_err(|e| sys_error(iface, "rtnetlink(RTM_SETLINK, IFLA_XDP)", e))?;
+        Ok(RedirectProgram {
+            iface: iface.to_owned(),
+            ifindex,
+            map,
+            prog,
+            flags,
+            replaced,
+        })
+    }
+
+    /// Detaches a leftover of a Buffet run that no longer exists; refuses any other
+    /// program. Returns the id of the program replaced.
+    fn clear_leftover(iface: &str, ifindex: u32) -> Result<Option<u32>, AfXdpError> {
+        let query = "rtnetlink(RTM_GETLINK)";
+        let Some((id, attached)) =
+            sys::xdp_query(ifindex).map_err(|e| sys_error(iface, query, e))?
+        else {
+            return Ok(None);
+        };
+        let name =
+            sys::prog_name(id).map_err(|e| sys_error(iface, "bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
+        let busy = |why: String| AfXdpError::Busy {
+            iface: iface.to_owned(),
+            id,
+            name: name.clone(),
+            why,
+        };
+        let Some(pid) = program_pid(&name) else {
+            return Err(busy(String::new()));
+        };
+        if pid == std::process::id() || sys::process_alive(pid) {
+            return Err(busy(format!(
+                " by the Buffet run of pid {pid}, still running"
+            )));
+        }
+        let flags = match attached {
+            1 => XDP_FLAGS_DRV_MODE,
+            2 => XDP_FLAGS_SKB_MODE,
+            3 => XDP_FLAGS_HW_MODE,
+            _ => 0,
+        };
+        sys::xdp_set(ifindex, -1, flags, None)
+            .map_err(|e| sys_error(iface, "rtnetlink(RTM_SETLINK, detach leftover)", e))?;
+        Ok(Some(id))
+    }
+
+    /// Redirects queue `queue` to the socket `fd`.
+    pub fn insert(&self, queue: u32, fd: BorrowedFd<'_>) -> Result<(), AfXdpError> {
+        sys::map_update_u32(&self.map, queue, fd.as_raw_fd() as u32)
+            .map_err(|e| sys_error(&self.iface, "bpf(BPF_MAP_UPDATE_ELEM, XSKMAP)", e))
+    }
+
+    /// True when attached in generic (SKB) mode, false in the driver.
+    pub fn is_generic(&self) -> bool {
+        self.flags == XDP_FLAGS_SKB_MODE
+    }
+
+    /// The id of a dead run's program this one replaced.
+    pub fn replaced_leftover(&self) -> Option<u32> {
+        self.replaced
+    }
+}
+
+impl Drop for RedirectProgram {
+    fn drop(&mut self) {
+        // Only if ours is still the one attached (XDP_FLAGS_REPLACE with our fd).
+        let _ = sys::xdp_set(
+            self.ifindex,
+            -1,
+            self.flags | XDP_FLAGS_REPLACE,
+            Some(self.prog.as_raw_fd()),
+        );
+    }
+}
+
+/// Entries ready to consume in a ring whose producer is `prod` and consumer `cons`
+/// (free-running u32 indices).
+fn ring_ready(prod: u32, cons: u32) -> u32 {
+    prod.wrapping_sub(cons)
+}
+
+/// Entries free to produce into a ring of `size` entries.
+fn ring_room(prod: u32, cons: u32, size: u32) -> u32 {
+    size.saturating_sub(prod.wrapping_sub(cons))
+}
+
+/// The start of the frame holding UMEM address `addr` (aligned chunks of
+/// `frame_size`, a power of two), and the offset of `addr` inside it.
+fn frame_of(addr: u64, frame_size: u32) -> (u64, u64) {
+    let mask = u64::from(frame_size) - 1;
+    (addr & !mask, addr & mask)
+}
+
+/// A bound socket with its UMEM and rings.
+struct Bound {
+    socket: sys::XskSocket,
+    umem: sys::Umem,
+    fill: sys::Ring<u64>,
+    comp: sys::Ring<u64>,
+    rx: sys::Ring<libc::xdp_desc>,
+    tx: sys::Ring<libc::xdp_desc>,
+}
+
+/// A live interface queue as a [`Port`] over an XDP socket. See the module docs.
+pub struct AfXdpPort {
+    cfg: AfXdpConfig,
+    // Dropped in this order: the program, the rings, the socket, then the UMEM.
+    program: Option<RedirectProgram>,
+    fill: sys::Ring<u64>,
+    comp: sys::Ring<u64>,
+    rx: sys::Ring<libc::xdp_desc>,
+    tx: sys::Ring<libc::xdp_desc>,
+    socket: sys::XskSocket,
+    umem: sys::Umem,
+    /// Frames that are nowhere: not in a ring, not lent.
+    free: Vec<u64>,
+    /// Frames lent out as `PacketBuf`s.
+    lent: u64,
+    zero_copy: bool,
+    stats: PortStats,
+}
+
+impl std::fmt::Debug for AfXdpPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfXdpPort")
+            .field("cfg", &self.cfg)
+            .field("zero_copy", &self.zero_copy)
+            .field("program", &self.program)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AfXdpPort {
+    /// Opens the port: checks the interface, queue and sizes, sets up the UMEM and the
+    /// rings, binds, then (with [`AfXdpConfig::redirect`]) attaches the redirect
+    /// program. Nothing stays attached if any step fails.
+    pub fn open(cfg: AfXdpConfig) -> Result<AfXdpPort, AfXdpError> {
+        let iface = cfg.iface.as_str();
+        let ifindex = usable_interface(iface)?;
+        let queues = rx_queues(iface);
+        if let Some(q) = queues.filter(|&q| cfg.queue >= q) {
+            return Err(AfXdpError::QueueOutOfRange {
+                iface: iface.to_owned(),
+                queue: cfg.queue,
+                queues: q,
+            });
+        }
+        let config = |why: String| AfXdpError::Config {
+            iface: iface.to_owned(),
+            why,
+        };
+        if !matches!(cfg.frame_size, 2048 | 4096) {
+            return Err(config(format!(
+                "frames of {} bytes: 2048 or 4096",
+                cfg.frame_size
+            )));
+        }
+        if !cfg.ring_size.is_power_of_two() || cfg.ring_size < 64 || cfg.ring_size > 1 << 16 {
+            return Err(config(format!(
+                "rings of {} entries: a power of two from 64 to 65536",
+                cfg.ring_size
+            )));
+        }
+        if cfg.frames < 2 * cfg.ring_size
+            || u64::from(cfg.frames) * u64::from(cfg.frame_size) > 1 << 30
+        {
+            return Err(config(format!(
+                "{} frames: at least twice the ring size ({}), at most 1 GiB in all",
+                cfg.frames, cfg.ring_size
+            )));
+        }
+        let socket = sys::XskSocket::open().map_err(|e| sys_error(iface, "socket(AF_XDP)", e))?;
+        // A live run's program is refused (and a dead one's removed) before binding: a
+        // live run's socket holds the queue.
+        let replaced = match cfg.redirect {
+            Some(_) => RedirectProgram::clear_leftover(iface, ifindex)?,
+            None => None,
+        };
+        // A killed run's socket is released by the kernel a little after the process
+        // ends: a queue still busy is tried again for up to a second.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut socket = socket;
+        let Bound {
+            socket,
+            umem,
+            fill,
+            comp,
+            rx,
+            tx,
+        } = loop {
+            match Self::bind(socket, &cfg, ifindex, queues) {
+                Ok(b) => break b,
+                Err((e, true)) if std::time::Instant::now() < deadline => {
+                    drop(e);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    socket = sys::XskSocket::open()
+                        .map_err(|e| sys_error(iface, "socket(AF_XDP)", e))?;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        };
+        let zero_copy = socket
+            .zero_copy()
+            .map_err(|e| sys_error(iface, "getsockopt(XDP_OPTIONS)", e))?;
+        let frame = u64::from(cfg.frame_size);
+        let free = (0..u64::from(cfg.frames))
+            .rev()
+            .map(|i| i * frame)
+            .collect();
+        let mut port = AfXdpPort {
+            program: None,
+            fill,
+            comp,
+            rx,
+            tx,
+            socket,
+            umem,
+            free,
+            lent: 0,
+            zero_copy,
+            stats: PortStats::default(),
+            cfg,
+        };
+        port.refill();
+        if let Some(mode) = port.cfg.redirect {
+            let program = RedirectProgram::attach_cleared(
+                &port.cfg.iface,
+                ifindex,
+                mode,
+                port.cfg.queue + 1,
+                replaced,
+            )?;
+            // The program is detached (dropped) before the socket closes.
+            program.insert(port.cfg.queue, port.socket_fd())?;
+            port.program = Some(program);
+        }
+        Ok(port)
+    }
+
+    /// Sets up the UMEM and rings of `socket` and binds it. The error says whether the
+    /// queue was busy (worth trying again).
+    fn bind(
+        socket: sys::XskSocket,
+        cfg: &AfXdpConfig,
+        ifindex: u32,
+        queues: Option<u32>,
+    ) -> Result<Bound, (AfXdpError, bool)> {
+        let iface = cfg.iface.as_str();
+        let config = |why: String| AfXdpError::Config {
+            iface: iface.to_owned(),
+            why,
+        };
+        let fail = |e: AfXdpError| (e, false);
+        let umem = sys::Umem::new(cfg.frames as usize * cfg.frame_size as usize)
+            .map_err(|e| sys_error(iface, "mmap(UMEM)", e))
+            .map_err(fail)?;
+        socket
+            .register_umem(&umem, cfg.frame_size)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOMEM) | Some(libc::ENOBUFS) => config(format!(
+                    "setsockopt(XDP_UMEM_REG): {e}: the UMEM is locked memory; raise \
+                     RLIMIT_MEMLOCK (`ulimit -l`) or use fewer frames"
+                )),
+                _ => sys_error(iface, "setsockopt(XDP_UMEM_REG)", e),
+            })
+            .map_err(fail)?;
+        let n = cfg.ring_size;
+        for (kind, call) in [
+            (sys::RingKind::Fill, "setsockopt(XDP_UMEM_FILL_RING)"),
+            (
+                sys::RingKind::Completion,
+                "setsockopt(XDP_UMEM_COMPLETION_RING)",
+            ),
+            (sys::RingKind::Rx, "setsockopt(XDP_RX_RING)"),
+            (sys::RingKind::Tx, "setsockopt(XDP_TX_RING)"),
+        ] {
+            socket
+                .set_ring_size(kind, n)
+                .map_err(|e| sys_error(iface, call, e))
+                .map_err(fail)?;
+        }
+        let map = |e| sys_error(iface, "mmap(XDP ring)", e);
+        let fill = socket
+            .map_ring(sys::RingKind::Fill, n)
+            .map_err(map)
+            .map_err(fail)?;
+        let comp = socket
+            .map_ring(sys::RingKind::Completion, n)
+            .map_err(map)
+            .map_err(fail)?;
+        let rx = socket
+            .map_ring(sys::RingKind::Rx, n)
+            .map_err(map)
+            .map_err(fail)?;
+        let tx = socket
+            .map_ring(sys::RingKind::Tx, n)
+            .map_err(map)
+            .map_err(fail)?;
+        let bind_flags = match cfg.copy {
+            CopyMode::Auto => 0,
+            CopyMode::Copy => libc::XDP_COPY,
+            CopyMode::ZeroCopy => libc::XDP_ZEROCOPY,
+        };
+        socket.bind(ifindex, cfg.queue, bind_flags).map_err(|e| {
+            match (e.raw_os_error(), queues) {
+                (Some(libc::EINVAL), None) if cfg.queue > 0 => fail(AfXdpError::QueueOutOfRange {
+                    iface: iface.to_owned(),
+                    queue: cfg.queue,
+                    queues: 0,
+                }),
+                (Some(libc::EBUSY), _) => (
+                    config(format!(
+                        "queue {} is in use by another AF_XDP socket (another run on this \
+                         interface?)",
+                        cfg.queue
+                    )),
+                    true,
+                ),
+                _ => fail(sys_error(iface, "bind(AF_XDP)", e)),
+            }
+        })?;
+        Ok(Bound {
+            socket,
+            umem,
+            fill,
+            comp,
+            rx,
+            tx,
+        })
+    }
+
+    /// The configuration it was opened with.
+    pub fn config(&self) -> &AfXdpConfig {
+        &self.cfg
+    }
+
+    /// The socket, for a caller's own XSKMAP (see [`AfXdpConfig::redirect`]).
+    pub fn socket_fd(&self) -> BorrowedFd<'_> {
+        self.socket.borrowed()
+    }
+
+    /// True when the kernel runs the socket in zero-copy mode.
+    pub fn is_zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+
+    /// The redirect program this port attached, if any.
+    pub fn program(&self) -> Option<&RedirectProgram> {
+        self.program.as_ref()
+    }
+
+    /// Gives free frames to the kernel's fill ring.
+    fn refill(&mut self) {
+        let prod = self.fill.producer().load(Ordering::Relaxed);
+        let cons = self.fill.consumer().load(Ordering::Acquire);
+        let k = ring_room(prod, cons, self.fill.size()).min(self.free.len() as u32);
+        for i in 0..k {
+            let Some(addr) = self.free.pop() else { break };
+            self.fill.write(prod.wrapping_add(i), addr);
+        }
+        self.fill
+            .producer()
+            .store(prod.wrapping_add(k), Ordering::Release);
+    }
+
+    /// Takes frames the kernel has sent back to the free list.
+    fn reap(&mut self) {
+        let prod = self.comp.producer().load(Ordering::Acquire);
+        let cons = self.comp.consumer().load(Ordering::Relaxed);
+        let k = ring_ready(prod, cons);
+        for i in 0..k {
+            let addr = self.comp.read(cons.wrapping_add(i));
+            self.free.push(frame_of(addr, self.cfg.frame_size).0);
+        }
+        self.comp
+            .consumer()
+            .store(cons.wrapping_add(k), Ordering::Release);
+    }
+
+    /// Kicks the kernel until the transmit ring is empty or it is busy.
+    fn kick(&mut self, queued: usize) {
+        for _ in 0..queued / KERNEL_TX_BATCH + 2 {
+            let prod = self.tx.producer().load(Ordering::Relaxed);
+            let cons = self.tx.consumer().load(Ordering::Acquire);
+            if ring_ready(prod, cons) == 0 {
+                return;
+            }
+            match self.socket.kick_tx() {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn give_back(&mut self, buf: PacketBuf, pool: &mut HeapPool) {
+        match buf.owner() {
+            None => pool.give(buf),
+            Some(_) => self.recycle(buf),
+        }
+    }
+}
+
+impl std::os::fd::AsFd for AfXdpPort {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket_fd()
+    }
+}
+
+impl Port for AfXdpPort {
+    fn name(&self) -> String {
+        format!("af_xdp:{}:{}", self.cfg.iface, self.cfg.queue)
+    }
+
+    fn rx_burst(
+        &mut self,
+        _pool: &mut HeapPool,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> Result<Rx, PortError> {
+        self.reap();
+        self.refill();
+        self.kick(0);
+        let prod = self.rx.producer().load(Ordering::Acquire);
+        let cons = self.rx.consumer().load(Ordering::Relaxed);
+        let k = ring_ready(prod, cons).min(u32::try_from(max).unwrap_or(u32::MAX));
+        if k == 0 {
+            return Ok(Rx::Idle);
+        }
+        let ts_ns = sys::realtime_ns();
+        let mut n = 0;
+        for i in 0..k {
+            let d = self.rx.read(cons.wrapping_add(i));
+            let (base, off) = frame_of(d.addr, self.cfg.frame_size);
+            let capacity = (u64::from(self.cfg.frame_size) - off) as usize;
+            let owner = FrameOwner {
+                port: self.cfg.id,
+                frame: base,
+            };
+            self.stats.rx += 1;
+            match self.umem.lend(d.addr, capacity, d.len as usize, owner) {
+                Some(mut b) => {
+                    b.ts_ns = ts_ns;
+                    b.in_port = self.cfg.id;
+                    b.tenant = TenantSlot(0);
+                    b.outcome = Outcome::Pending;
+                    b.layout = None;
+                    out.push(b);
+                    self.lent += 1;
+                    n += 1;
+                }
+                None => {
+                    self.stats.rx_dropped += 1;
+                    self.free.push(base);
+                }
+            }
+        }
+        self.rx
+            .consumer()
+            .store(cons.wrapping_add(k), Ordering::Release);
+        self.refill();
+        Ok(if n == 0 { Rx::Idle } else { Rx::Packets(n) })
+    }
+
+    fn tx_burst(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        pool: &mut HeapPool,
+    ) -> Result<(), PortError> {
+        self.reap();
+        let mut prod = self.tx.producer().load(Ordering::Relaxed);
+        let cons = self.tx.consumer().load(Ordering::Acquire);
+        let mut room = ring_room(prod, cons, self.tx.size());
+        let mut queued = 0usize;
+        let frame_size = u64::from(self.cfg.frame_size);
+        for buf in pkts.drain(..) {
+            if room == 0 {
+                self.stats.tx_dropped += 1;
+                self.give_back(buf, pool);
+                continue;
+            }
+            let own = buf.owner().filter(|o| o.port == self.cfg.id);
+            let desc = match own {
+                Some(o) => {
+                    let addr = self.umem.addr_of(buf.data().as_ptr());
+                    match addr {
+                        Some(a) if a >= o.frame && a + buf.len() as u64 <= o.frame + frame_size => {
+                            let d = libc::xdp_desc {
+                                addr: a,
+                                len: buf.len() as u32,
+                                options: 0,
+                            };
+                            // The frame now belongs to the transmit ring until completion.
+                            self.lent -= 1;
+                            drop(buf);
+                            d
+                        }
+                        _ => {
+                            self.stats.tx_dropped += 1;
+                            self.give_back(buf, pool);
+                            continue;
+                        }
+                    }
+                }
+                None => {
+                    let Some(frame) = self.free.pop() else {
+                        self.stats.tx_dropped += 1;
+                        self.give_back(buf, pool);
+                        continue;
+                    };
+                    if buf.len() as u64 > frame_size || !self.umem.write(frame, buf.data()) {
+                        self.free.push(frame);
+                        self.stats.tx_dropped += 1;
+                        self.give_back(buf, pool);
+                        continue;
+                    }
+                    let d = libc::xdp_desc {
+                        addr: frame,
+                        len: buf.len() as u32,
+                        options: 0,
+                    };
+                    // A heap frame goes back to the pool; another port's frame cannot go
+                    // back to its port from here and is dropped (its port counts it lent).
+                    if buf.owner().is_none() {
+                        pool.give(buf);
+                    }
+                    d
+                }
+            };
+            self.tx.write(prod, desc);
+            prod = prod.wrapping_add(1);
+            room -= 1;
+            queued += 1;
+        }
+        self.tx.producer().store(prod, Ordering::Release);
+        self.stats.tx += queued as u64;
+        self.kick(queued);
+        Ok(())
+    }
+
+    fn recycle(&mut self, buf: PacketBuf) {
+        if let Some(o) = buf.owner().filter(|o| o.port == self.cfg.id) {
+            drop(buf);
+            self.lent -= 1;
+            self.free.push(o.frame);
+        }
+    }
+
+    fn is_live(&self) -> bool {
+        true
+    }
+
+    fn stats(&self) -> PortStats {
+        let mut s = self.stats;
+        if let Ok(k) = self.socket.statistics() {
+            s.rx_dropped += k.rx_dropped + k.rx_ring_full + k.rx_invalid_descs;
+            s.tx_dropped += k.tx_invalid_descs;
+            s.tx = s.tx.saturating_sub(k.tx_invalid_descs);
+        }
+        s
+    }
+}
+
+impl Drop for AfXdpPort {
+    fn drop(&mut self) {
+        if self.lent > 0 {
+            // Frames still lent out as `PacketBuf`s keep pointing into the UMEM.
+            self.umem.keep_mapped();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_indices_wrap_around_u32() {
+        assert_eq!(ring_ready(5, 5), 0);
+        assert_eq!(ring_ready(7, 5), 2);
+        assert_eq!(
+            ring_ready(3, u32::MAX - 1),
+            5,
+            "producer wrapped, consumer not"
+        );
+        assert_eq!(ring_room(3, u32::MAX - 1, 8), 3);
+        assert_eq!(ring_room(10, 2, 8), 0, "full");
+        assert_eq!(ring_room(2, 2, 8), 8, "empty");
+        assert_eq!(
+            ring_room(u32::MAX, u32::MAX - 8, 8),
+            0,
+            "full across the wrap"
+        );
+    }
+
+    #[test]
+    fn addresses_map_to_their_frame() {
+        assert_eq!(frame_of(0, 2048), (0, 0));
+        assert_eq!(frame_of(2048 + 256, 2048), (2048, 256));
+        assert_eq!(frame_of(4095, 4096), (0, 4095));
+        assert_eq!(frame_of(3 * 4096 + 256, 4096), (3 * 4096, 256));
+    }
+
+    #[test]
+    fn redirect_program_encodes_as_the_kernel_reads_it() {
+        let p = redirect_program(7);
+        let bytes: Vec<[u8; 8]> = p.iter().map(|i| i.to_le_bytes()).collect();
+        assert_eq!(
+            bytes[0],
+            [0x61, 0x12, 16, 0, 0, 0, 0, 0],
+            "ldxw r2, [r1+16]"
+        );
+        assert_eq!(
+            bytes[1],
+            [0x18, 0x11, 0, 0, 7, 0, 0, 0],
+            "lddw r1, map fd 7"
+        );
+        assert_eq!(bytes[2], [0; 8]);
+        assert_eq!(bytes[3], [0xb7, 0x03, 0, 0, 2, 0, 0, 0], "mov r3, XDP_PASS");
+        assert_eq!(
+            bytes[4],
+            [0x85, 0, 0, 0, 51, 0, 0, 0],
+            "call bpf_redirect_map"
+        );
+        assert_eq!(bytes[5], [0x95, 0, 0, 0, 0, 0, 0, 0], "exit");
+    }
+
+    #[test]
+    fn only_buffet_programs_name_a_pid() {
+        assert_eq!(program_pid("bfxsk_0000002a"), Some(42));
+        assert_eq!(program_pid("bfxsk_2a"), None);
+        assert_eq!(program_pid("xdp_dispatcher"), None);
+        assert_eq!(program_pid("bfxsk_zzzzzzzz"), None);
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_before_anything_is_opened() {
+        let e = AfXdpPort::open(AfXdpConfig {
+            frame_size: 1000,
+            ..AfXdpConfig::new("lo", 0)
+        })
+        .unwrap_err();
+        assert!(matches!(e, AfXdpError::Config { .. }), "{e}");
+        let e = AfXdpPort::open(AfXdpConfig {
+            ring_size: 1000,
+            ..AfXdpConfig::new("lo", 0)
+        })
+        .unwrap_err();
+        assert!(matches!(e, AfXdpError::Config { .. }), "{e}");
+        let e = AfXdpPort::open(AfXdpConfig::new("buffet-nope0", 0)).unwrap_err();
+        assert!(matches!(e, AfXdpError::NoSuchInterface { .. }), "{e}");
+        let e = AfXdpPort::open(AfXdpConfig {
+            queue: 4096,
+            ..AfXdpConfig::new("lo", 0)
+        })
+        .unwrap_err();
+        assert!(matches!(e, AfXdpError::QueueOutOfRange { .. }), "{e}");
+        assert!(e.to_string().contains("queue 4096 does not exist"), "{e}");
+    }
+}
