@@ -111,6 +111,8 @@ pub const ALLOWED_LIBRARIES: &[&str] = &["libc.so.6"];
 const MAX_FINDINGS: usize = 64;
 
 const R_X86_64_IRELATIVE: u32 = 37;
+/// The page size the loader maps segments with (x86-64).
+const PAGE: u64 = 4096;
 const DT_FLAGS_TEXTREL: u64 = 0x4;
 
 /// One reason to refuse a shared object.
@@ -319,19 +321,24 @@ pub fn inspect_bytes(data: &[u8]) -> Result<Vec<Finding>, String> {
     for (i, ph) in phdrs.iter().enumerate() {
         let flags = ph.p_flags(endian);
         match ph.p_type(endian) {
-            elf::PT_LOAD => {
-                if flags & elf::PF_X != 0 {
-                    if flags & elf::PF_W != 0 {
-                        out.push(Finding::WritableExecutable {
-                            segment: i,
-                            offset: ph.p_offset(endian),
-                        });
-                    }
-                    let bytes = ph
-                        .data(endian, data)
-                        .map_err(|()| format!("segment {i} lies outside the file"))?;
-                    scan_code(bytes, ph.p_offset(endian), &mut out);
+            elf::PT_LOAD if flags & elf::PF_X != 0 => {
+                if flags & elf::PF_W != 0 {
+                    out.push(Finding::WritableExecutable {
+                        segment: i,
+                        offset: ph.p_offset(endian),
+                    });
                 }
+                // The loader maps whole pages: the file bytes before and after the
+                // segment on its first and last page are executable too.
+                let (off, size) = (ph.p_offset(endian), ph.p_filesz(endian));
+                let end = off
+                    .checked_add(size)
+                    .filter(|&e| e <= data.len() as u64)
+                    .ok_or_else(|| format!("segment {i} lies outside the file"))?;
+                let start = off & !(PAGE - 1);
+                let end = end.saturating_add(PAGE - 1) & !(PAGE - 1);
+                let end = end.min(data.len() as u64);
+                scan_code(&data[start as usize..end as usize], start, &mut out);
             }
             elf::PT_GNU_STACK => {
                 gnu_stack = true;
@@ -479,6 +486,15 @@ fn inspect_dynamic(
             out.push(Finding::Library { tag, name });
         }
     }
+    if get.contains_key(&elf::DT_REL) {
+        return Err("DT_REL relocations (x86-64 objects use DT_RELA)".into());
+    }
+    // Every dynamic symbol the hash table counts (what dlsym can find) and every symbol a
+    // relocation names (what the loader binds, wherever it lies in the table): undefined
+    // ones are imports, IFUNCs run resolvers.
+    let symtab = *get.get(&elf::DT_SYMTAB).ok_or("no DT_SYMTAB")?;
+    let count = symbol_count(img, &get)?;
+    let mut indices: Vec<usize> = (1..count).collect();
     // Relocations the loader applies: IRELATIVE ones run a resolver.
     for (table, size) in [
         (elf::DT_RELA, elf::DT_RELASZ),
@@ -492,16 +508,17 @@ fn inspect_dynamic(
                         addr: r.r_offset(e),
                     });
                 }
+                let sym = r.r_sym(e, false) as usize;
+                if sym >= count {
+                    indices.push(sym);
+                }
             }
         }
     }
-    if get.contains_key(&elf::DT_REL) {
-        return Err("DT_REL relocations (x86-64 objects use DT_RELA)".into());
-    }
-    // Every dynamic symbol: undefined ones are imports, IFUNCs run resolvers.
-    let symtab = *get.get(&elf::DT_SYMTAB).ok_or("no DT_SYMTAB")?;
-    let count = symbol_count(img, &get)?;
-    for sym in img.slice::<elf::Sym64<Endianness>>(symtab, count)? {
+    indices.sort_unstable();
+    indices.dedup();
+    for i in indices {
+        let sym = &img.slice::<elf::Sym64<Endianness>>(symtab + 24 * i as u64, 1)?[0];
         if sym.st_name(e) == 0 {
             continue;
         }
