@@ -70,7 +70,11 @@ fn c_nf(name: &str) -> PathBuf {
     let st = Command::new(&cc)
         .args(["-O2", "-fPIC", "-shared", "-nostartfiles"])
         // docs/nf-authors.md: what a C NF needs to pass inspection at the mpk level.
-        .args(["-fno-stack-protector", "-fstack-clash-protection", "-U_FORTIFY_SOURCE"])
+        .args([
+            "-fno-stack-protector",
+            "-fstack-clash-protection",
+            "-U_FORTIFY_SOURCE",
+        ])
         .arg("-I")
         .arg(root.join("include"))
         .arg("-o")

@@ -199,10 +199,9 @@ impl fmt::Display for Finding {
                 "initialiser: {tag} names {entries} function(s) at {addr:#x}, run by dlopen \
                  (no constructors or destructors; link with -nostartfiles)"
             ),
-            Finding::Ifunc { symbol } => write!(
-                f,
-                "IFUNC symbol `{symbol}`: its resolver runs at load time"
-            ),
+            Finding::Ifunc { symbol } => {
+                write!(f, "IFUNC symbol `{symbol}`: its resolver runs at load time")
+            }
             Finding::Irelative { addr } => write!(
                 f,
                 "R_X86_64_IRELATIVE relocation at {addr:#x}: runs a resolver at load time"
@@ -222,9 +221,9 @@ impl fmt::Display for Finding {
             Finding::ExecutableStack { missing: true } => f.write_str(
                 "no PT_GNU_STACK: the loader would make every thread's stack executable",
             ),
-            Finding::ExecutableStack { missing: false } => f.write_str(
-                "PT_GNU_STACK asks for an executable stack (-z execstack)",
-            ),
+            Finding::ExecutableStack { missing: false } => {
+                f.write_str("PT_GNU_STACK asks for an executable stack (-z execstack)")
+            }
             Finding::TextRelocations => {
                 f.write_str("text relocations: the loader would make code writable")
             }
@@ -466,7 +465,11 @@ fn inspect_dynamic(
         }
     }
     for (tag, arr, sz) in [
-        ("DT_PREINIT_ARRAY", elf::DT_PREINIT_ARRAY, elf::DT_PREINIT_ARRAYSZ),
+        (
+            "DT_PREINIT_ARRAY",
+            elf::DT_PREINIT_ARRAY,
+            elf::DT_PREINIT_ARRAYSZ,
+        ),
         ("DT_INIT_ARRAY", elf::DT_INIT_ARRAY, elf::DT_INIT_ARRAYSZ),
         ("DT_FINI_ARRAY", elf::DT_FINI_ARRAY, elf::DT_FINI_ARRAYSZ),
     ] {
@@ -525,8 +528,7 @@ fn inspect_dynamic(
         let name = img.string(strtab, u64::from(sym.st_name(e)))?;
         if sym.st_type() == elf::STT_GNU_IFUNC {
             out.push(Finding::Ifunc { symbol: name });
-        } else if sym.st_shndx(e) == elf::SHN_UNDEF && !ALLOWED_IMPORTS.contains(&name.as_str())
-        {
+        } else if sym.st_shndx(e) == elf::SHN_UNDEF && !ALLOWED_IMPORTS.contains(&name.as_str()) {
             out.push(Finding::Import { symbol: name });
         }
     }

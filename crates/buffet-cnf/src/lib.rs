@@ -16,26 +16,40 @@
 //!   `Domain::None` and loads the NF with [`Containment::AnyFault`]: guard pages between
 //!   regions and fault containment, no hardware isolation (a stray write that lands in
 //!   another tenant's region is not stopped).
+//! * **Inspection.** Before `dlopen` runs anything of it, the object is read from disk
+//!   ([`inspect`]) and refused for `WRPKRU`/`XRSTOR` bytes at any offset of its code,
+//!   initialisers, IFUNCs, imports outside [`inspect::ALLOWED_IMPORTS`] (no allocator: a
+//!   tenant's region is its memory), other libraries, writable code, an executable stack
+//!   or thread-local storage — each finding naming what and where ([`InspectError`]). At
+//!   the `mpk` level ([`Containment::Guarded`]) always; trusted-native loads any object
+//!   the operator vouches for ([`LoadConfig`]).
 //! * **Fault containment.** Every call into the NF goes through a small C shim
 //!   (`csrc/guard.c`): a setjmp, the call — for packets, one call per chunk of up to 32
 //!   packets of a tenant's group ([`NetworkFunction::handle_group`]), the shim looping
-//!   over `buffet_pkt_handler` in C — and a SIGSEGV handler that resumes the shim when
-//!   the faulting thread is inside an NF call and the fault is a tenant's: a
-//!   protection-key fault (`SEGV_PKUERR`) or a hit in a tenant arena (guard page). The
-//!   PKRU the call started with is restored, the faulting packet gets [`Verdict::Fault`],
-//!   the worker quarantines that tenant and keeps running. Other faults crash the process
-//!   as before — except under [`Containment::AnyFault`], where every SIGSEGV, SIGBUS,
-//!   SIGFPE or SIGILL raised inside an NF call (a NULL write, a division by zero) is
-//!   contained the same way. [`CNf::faults`] lists what happened (tenant, address, key).
+//!   over `buffet_pkt_handler` in C — on the thread's own NF stack (1 MiB, above a 64 MiB
+//!   guard), and signal handlers that resume the shim when the thread is inside an NF
+//!   call and the fault is a tenant's: a protection-key fault (`SEGV_PKUERR`), a hit in a
+//!   tenant arena (guard page), a stack overflow into the NF stack's guard, a system call
+//!   the thread's seccomp filter traps ([`confine_nf_thread`]), or the watchdog (a call
+//!   that ran past its CPU-time budget, [`LoadConfig::watchdog`]). The PKRU the call
+//!   started with is restored, the faulting packet gets [`Verdict::Fault`], the worker
+//!   quarantines that tenant and keeps running. Other faults crash the process as before
+//!   — except under [`Containment::AnyFault`], where every SIGSEGV, SIGBUS, SIGFPE or
+//!   SIGILL raised inside an NF call (a NULL write, a division by zero) is contained the
+//!   same way, and in `buffet_state_init`, where every fault fails the admission and
+//!   changes nothing else. [`CNf::faults`] lists what happened (tenant, address, key).
 //!
 //! [`CNf::load`] takes a path as the command line does: a bare file name (`nf.so`) is the
 //! file in the current directory, not a search of the library path.
 //!
 //! What this does not do: resize frames (ABI v1 rewrites in place), give C NFs helpers, or
-//! make a *malicious* native NF safe — native code can execute `WRPKRU` or call
-//! `pkey_mprotect` itself; MPK contains stray accesses of buggy NFs. Untrusted NF code
-//! belongs in the eBPF level. A fault inside libc while it holds a lock (e.g. in `malloc`)
-//! leaves that lock held: C NFs should not allocate on the packet path.
+//! close key-0 memory (the framework's, other tenants' packets) while an NF runs — that
+//! takes protection keys on the NF stack and packets. Inspection does not see a jump into
+//! libc at an address the NF computed, and the seccomp filter does not look at
+//! `rt_sigprocmask` or `timer_settime` (an NF could block or disarm its watchdog) nor at
+//! `exit` (a raw `exit` ends the worker thread). A fault or watchdog interrupt inside
+//! libc while it holds a lock leaves that lock held: C NFs should not call into libc on
+//! the packet path beyond the pure allowlisted functions.
 //!
 //! All `unsafe` code is in the private `sys` module, each block with a `// SAFETY:` comment.
 #![deny(unsafe_code)]
@@ -449,9 +463,9 @@ impl CNf {
             containment,
             budget_ns: match containment {
                 Containment::Unguarded => 0,
-                _ => config
-                    .watchdog
-                    .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)),
+                _ => config.watchdog.map_or(0, |d| {
+                    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+                }),
             },
             faults: Mutex::new(Vec::new()),
             counter_names: Mutex::new(HashMap::new()),

@@ -56,7 +56,11 @@ fn victims_exact(report: &Report, expect: u64) {
         assert!(!t.quarantined, "tenant {v}");
         assert_eq!((t.packets, t.passed), (expect, expect), "tenant {v}");
         assert_eq!(t.nf.get("packets"), Some(&expect), "tenant {v}");
-        assert_eq!(t.nf.get("canary"), Some(&(1000 * u64::from(v))), "tenant {v}");
+        assert_eq!(
+            t.nf.get("canary"),
+            Some(&(1000 * u64::from(v))),
+            "tenant {v}"
+        );
     }
 }
 
@@ -121,7 +125,11 @@ fn a_crash_in_init_fails_the_admission_and_nothing_else() {
     p.admit(spec(7, json!({ "canary": 7 }))).unwrap();
     push(&mut p, &[7], round, 5);
     let report = p.finish();
-    assert_eq!(report.tenants.len(), VICTIMS.len() + 1, "no failed admission left a row");
+    assert_eq!(
+        report.tenants.len(),
+        VICTIMS.len() + 1,
+        "no failed admission left a row"
+    );
     victims_exact(&report, 8 * u64::from(round));
     let t7 = report.tenants.iter().find(|t| t.id == TenantId(7)).unwrap();
     assert_eq!((t7.packets, t7.passed), (40, 40));
@@ -160,7 +168,10 @@ fn run_handler_attack(nf: CNf, attack: &str) -> (Report, Vec<buffet_cnf::CFault>
         .tenants
         .iter()
         .any(|t| t.id != TenantId(3) && t.worker == attacker.worker);
-    assert!(shares_worker, "{attack}: a victim ran on the attacker's worker");
+    assert!(
+        shares_worker,
+        "{attack}: a victim ran on the attacker's worker"
+    );
     assert_eq!(faults.len(), 1, "{attack}: {faults:?}");
     assert_eq!(
         (faults[0].tenant, faults[0].during),
@@ -294,10 +305,17 @@ fn forbidden_system_calls_under_seccomp_quarantine_the_tenant() {
         })
         .join()
         .unwrap();
-        let pass = |o: &[Outcome]| o.iter().filter(|o| **o == Outcome::Nf(Verdict::Pass)).count();
+        let pass = |o: &[Outcome]| {
+            o.iter()
+                .filter(|o| **o == Outcome::Nf(Verdict::Pass))
+                .count()
+        };
         assert_eq!(pass(&out[2]), 20, "{attack}");
         assert_eq!(
-            out[2].iter().filter(|o| **o == Outcome::Quarantined).count(),
+            out[2]
+                .iter()
+                .filter(|o| **o == Outcome::Quarantined)
+                .count(),
             60,
             "{attack}: {:?}",
             out[2]
@@ -308,9 +326,16 @@ fn forbidden_system_calls_under_seccomp_quarantine_the_tenant() {
         let faults = nf.faults();
         assert_eq!(faults.len(), 1, "{attack}: {faults:?}");
         assert_eq!(faults[0].tenant, TenantId(3));
-        assert_eq!(faults[0].kind, FaultKind::Syscall { nr: nr as i32 }, "{attack}");
+        assert_eq!(
+            faults[0].kind,
+            FaultKind::Syscall { nr: nr as i32 },
+            "{attack}"
+        );
         let text = faults[0].to_string();
-        assert!(text.contains("which the NF seccomp filter forbids"), "{text}");
+        assert!(
+            text.contains("which the NF seccomp filter forbids"),
+            "{text}"
+        );
     }
 }
 

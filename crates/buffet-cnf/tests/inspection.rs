@@ -29,7 +29,11 @@ fn variant(name: &str, extra: &str, flags: &[&str]) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join(format!("{name}-{}.c", std::process::id()));
     std::fs::write(&src, format!("{BASE}\n{extra}\n")).unwrap();
-    let mut all: Vec<&str> = NF_CFLAGS.iter().copied().filter(|f| *f != "-Werror").collect();
+    let mut all: Vec<&str> = NF_CFLAGS
+        .iter()
+        .copied()
+        .filter(|f| *f != "-Werror")
+        .collect();
     all.extend_from_slice(flags);
     build_nf(&src, &format!("inspect-{name}"), &all)
 }
@@ -95,7 +99,10 @@ fn wrpkru_is_refused_aligned_or_hidden_in_an_immediate() {
     ));
     assert!(matches!(f[..], [Finding::Wrpkru { .. }]), "{f:?}");
     let text = f[0].to_string();
-    assert!(text.starts_with("WRPKRU (0f 01 ef) at file offset 0x"), "{text}");
+    assert!(
+        text.starts_with("WRPKRU (0f 01 ef) at file offset 0x"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -355,10 +362,7 @@ buffet_verdict buffet_pkt_handler(struct buffet_pkt *pkt, void *s, size_t l) {
 "#,
         &[],
     ));
-    assert!(
-        f.iter().any(|f| matches!(f, Finding::Tls { .. })),
-        "{f:?}"
-    );
+    assert!(f.iter().any(|f| matches!(f, Finding::Tls { .. })), "{f:?}");
     let f = refused(&variant(
         "ifunc",
         r#"
@@ -412,5 +416,8 @@ fn a_file_that_is_not_a_shared_object_is_malformed() {
     let e = inspect(Path::new("/nonexistent/nf.so"))
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("cannot load C NF /nonexistent/nf.so: "), "{e}");
+    assert!(
+        e.starts_with("cannot load C NF /nonexistent/nf.so: "),
+        "{e}"
+    );
 }

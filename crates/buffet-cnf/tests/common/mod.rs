@@ -31,7 +31,11 @@ pub const NF_CFLAGS: &[&str] = &[
 /// directory (once per process) and returns its path.
 pub fn example_nf(name: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    build_nf(&root.join("examples/c-nf").join(format!("{name}.c")), name, NF_CFLAGS)
+    build_nf(
+        &root.join("examples/c-nf").join(format!("{name}.c")),
+        name,
+        NF_CFLAGS,
+    )
 }
 
 /// Compiles `tests/nf/<name>.c` (attack NFs) like [`example_nf`].
