@@ -54,8 +54,9 @@
  *
  * What this does not make safe: NF code that faults or is interrupted while holding a
  * lock of its own or of libc (a longjmp leaves it held), NF code that calls back into
- * Rust, and NF code that blocks BUFFET_WATCHDOG_SIGNAL with rt_sigprocmask or disarms the
- * timer (the seccomp filter does not look at those calls' arguments).
+ * Rust, and NF code that jumps into libc's code to block BUFFET_WATCHDOG_SIGNAL with
+ * rt_sigprocmask or disarm the timer (on a confined thread, the seccomp filter traps the
+ * NF's own raw system calls, not libc's; see buffet_seccomp_confine).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -533,23 +534,90 @@ void buffet_guard_last_fault(struct buffet_fault *out) { *out = last_fault; }
  *   - kill, tkill, tgkill, exit_group (no signals to anyone, no ending the process);
  *   - ptrace, process_vm_readv, process_vm_writev;
  *   - rt_sigaction (the handlers that contain faults stay in place);
- *   - any x32 system call, and kills the process for a non-x86-64 one.
- * Everything else is allowed: the worker's own system calls (I/O, futexes, the clock,
- * munmap, sigaltstack, timer_settime, exit at the thread's end) keep working. The thread
- * must not create threads or processes after this. Sets PR_SET_NO_NEW_PRIVS on the thread
- * (required without CAP_SYS_ADMIN). Prepares the thread (NF stack, alternate signal stack,
- * watchdog timer) first, since those need system calls the filter then still allows but
- * should not have to. 0, or an errno value.
+ *   - any x32 system call, and kills the process for a non-x86-64 one;
+ *   - and every other system call whose `syscall` instruction is not in libc's or the
+ *     vDSO's code: the worker's own calls all go through libc (Rust's std included), while
+ *     an NF's raw `syscall` instruction is in the NF's code — so a raw exit, munmap, mmap,
+ *     rt_sigprocmask or timer_settime from the NF traps too. (An NF that jumps into libc's
+ *     code at an address it computed passes this check; the list above still holds then.)
+ * The thread must not create threads or processes after this. Sets PR_SET_NO_NEW_PRIVS on
+ * the thread (required without CAP_SYS_ADMIN). Prepares the thread (NF stack, alternate
+ * signal stack, watchdog timer) first. 0, or an errno value.
  */
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/auxv.h>
+
+#define MAX_TRUSTED_RANGES 8
+
+struct code_ranges {
+    uintptr_t libc_fn;   /* an address in libc's code */
+    uintptr_t vdso_base; /* the vDSO's load address (AT_SYSINFO_EHDR), or 0 */
+    size_t n;
+    uintptr_t lo[MAX_TRUSTED_RANGES], hi[MAX_TRUSTED_RANGES];
+};
+
+static void add_range(struct code_ranges *r, uintptr_t lo, uintptr_t hi) {
+    /* The filter compares the two 32-bit halves: split at 4 GiB boundaries. */
+    while (lo < hi && r->n < MAX_TRUSTED_RANGES) {
+        uintptr_t cut = (lo | 0xffffffffu) + 1;
+        uintptr_t end = hi < cut ? hi : cut;
+        r->lo[r->n] = lo;
+        r->hi[r->n] = end;
+        r->n++;
+        lo = end;
+    }
+}
+
+/* Collects the executable segments of libc and of the vDSO. */
+static int find_code(struct dl_phdr_info *info, size_t size, void *data) {
+    struct code_ranges *r = data;
+    (void)size;
+    int is_vdso = r->vdso_base != 0 && info->dlpi_phdr != NULL &&
+                  (uintptr_t)info->dlpi_addr + info->dlpi_phdr[0].p_vaddr -
+                          info->dlpi_phdr[0].p_offset ==
+                      r->vdso_base;
+    int is_libc = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && r->libc_fn >= lo &&
+            r->libc_fn < lo + ph->p_memsz) {
+            is_libc = 1;
+        }
+    }
+    if (!is_libc && !is_vdso) {
+        return 0;
+    }
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+            add_range(r, lo, lo + ph->p_memsz);
+        }
+    }
+    return 0;
+}
+
 #define ALLOW BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
 #define TRAP BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP)
 #define ARG_LO(n) (offsetof(struct seccomp_data, args) + 8 * (n))
+#define IP_LO (offsetof(struct seccomp_data, instruction_pointer))
+#define IP_HI (offsetof(struct seccomp_data, instruction_pointer) + 4)
 /* If nr == `nr`, go to the instruction `to` ahead (counted after this one). */
 #define IS(nr, to) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), (to), 0)
 
 int buffet_seccomp_confine(void) {
     buffet_guard_prepare_thread();
-    struct sock_filter filter[] = {
+    struct code_ranges code;
+    memset(&code, 0, sizeof code);
+    code.libc_fn = (uintptr_t)&getpid;
+    code.vdso_base = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
+    dl_iterate_phdr(find_code, &code);
+    if (code.n == 0) {
+        return ENOENT; /* libc's code not found: the caller check would trap everything */
+    }
+    struct sock_filter filter[32 + 6 * MAX_TRUSTED_RANGES] = {
         /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
         /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
         /* 2 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
@@ -574,16 +642,32 @@ int buffet_seccomp_confine(void) {
         /* 21 */ IS(__NR_process_vm_readv, 3),
         /* 22 */ IS(__NR_process_vm_writev, 2),
         /* 23 */ IS(__NR_rt_sigaction, 1),
-        /* 24 */ ALLOW,
+        /* 24 */ BPF_JUMP(BPF_JMP | BPF_JA, 4, 0, 0), /* to the caller check (29) */
         /* 25 */ TRAP,
         /* 26: mmap, mprotect, pkey_mprotect: the prot argument (2) */
         /* 26 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(2)),
         /* 27 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1),
         /* 28 */ TRAP,
-        /* 29 */ ALLOW,
+        /* 29.. the caller check: allowed only from libc's or the vDSO's code */
     };
+    size_t at = 29;
+    for (size_t i = 0; i < code.n; i++) {
+        /* Six instructions per range; a miss goes on to the next range. */
+        filter[at++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_HI);
+        filter[at++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                                    (uint32_t)(code.lo[i] >> 32), 0, 4);
+        filter[at++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, IP_LO);
+        filter[at++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K,
+                                                    (uint32_t)code.lo[i], 0, 2);
+        /* hi is exclusive; a range ending at 4 GiB has hi's low half 0: always below. */
+        filter[at++] = (struct sock_filter)BPF_JUMP(
+            BPF_JMP | BPF_JGE | BPF_K, (uint32_t)code.hi[i], (uint32_t)code.hi[i] == 0 ? 0 : 1,
+            0);
+        filter[at++] = (struct sock_filter)ALLOW;
+    }
+    filter[at++] = (struct sock_filter)TRAP;
     struct sock_fprog prog = {
-        .len = (unsigned short)(sizeof filter / sizeof filter[0]),
+        .len = (unsigned short)at,
         .filter = filter,
     };
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {

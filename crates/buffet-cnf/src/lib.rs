@@ -44,12 +44,11 @@
 //!
 //! What this does not do: resize frames (ABI v1 rewrites in place), give C NFs helpers, or
 //! close key-0 memory (the framework's, other tenants' packets) while an NF runs — that
-//! takes protection keys on the NF stack and packets. Inspection does not see a jump into
-//! libc at an address the NF computed, and the seccomp filter does not look at
-//! `rt_sigprocmask` or `timer_settime` (an NF could block or disarm its watchdog) nor at
-//! `exit` (a raw `exit` ends the worker thread). A fault or watchdog interrupt inside
-//! libc while it holds a lock leaves that lock held: C NFs should not call into libc on
-//! the packet path beyond the pure allowlisted functions.
+//! takes protection keys on the NF stack and packets. Neither inspection nor the seccomp
+//! filter's caller check sees a jump into libc's code at an address the NF computed (from
+//! there it could block or disarm its watchdog, or end its thread). A fault or watchdog
+//! interrupt inside libc while it holds a lock leaves that lock held: C NFs should not
+//! call into libc on the packet path beyond the pure allowlisted functions.
 //!
 //! All `unsafe` code is in the private `sys` module, each block with a `// SAFETY:` comment.
 #![deny(unsafe_code)]
@@ -183,11 +182,13 @@ impl Default for LoadConfig {
 /// other threads are not affected): `mmap`/`mprotect`/`pkey_mprotect` with `PROT_EXEC`,
 /// `pkey_alloc`/`pkey_free`, `clone`/`clone3`/`fork`/`vfork`/`execve`/`execveat`,
 /// `kill`/`tkill`/`tgkill`/`exit_group`, `ptrace`, `process_vm_readv`/`writev`,
-/// `rt_sigaction` and x32 calls trap with SIGSYS: inside an NF call the tenant is
-/// quarantined ([`FaultKind::Syscall`]), outside one the process is killed. Also sets up
-/// the thread's NF stack and watchdog timer. Call it on a worker thread before its first
-/// NF call; afterwards the thread must not start threads or processes. Irreversible for
-/// the thread.
+/// `rt_sigaction` and x32 calls trap with SIGSYS, and so does every other system call
+/// whose `syscall` instruction is not in libc's or the vDSO's code (an NF's raw
+/// `syscall`): inside an NF call the tenant is quarantined ([`FaultKind::Syscall`]),
+/// outside one the process is killed. Also sets up the thread's NF stack and watchdog
+/// timer. Call it on a worker thread before its first NF call; afterwards the thread must
+/// not start threads or processes, and makes its system calls through libc (as Rust's std
+/// does). Irreversible for the thread.
 pub fn confine_nf_thread() -> Result<(), ConfineError> {
     sys::install_guard().map_err(ConfineError)?;
     sys::seccomp_confine().map_err(ConfineError)

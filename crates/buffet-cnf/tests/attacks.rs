@@ -287,14 +287,19 @@ fn run_inline(engine: &mut Worker<CNf>, bursts: usize) -> Vec<Vec<Outcome>> {
 
 /// On a thread confined with the NF seccomp filter, an NF that makes a forbidden system
 /// call with a raw `syscall` instruction (no import to refuse) — mprotect with
-/// PROT_EXEC, exit_group, tgkill(SIGKILL) — is quarantined; the thread, the process and
-/// the other tenants carry on, and the thread still ends normally.
+/// PROT_EXEC, exit_group, tgkill(SIGKILL), and, because the instruction is not libc's,
+/// exit (ending the worker thread), mmap of more memory, rt_sigprocmask blocking the
+/// watchdog — is quarantined; the thread, the process and the other tenants carry on,
+/// and the thread (whose own system calls go through libc) still ends normally.
 #[test]
 fn forbidden_system_calls_under_seccomp_quarantine_the_tenant() {
     for (attack, nr) in [
         ("mprotect-exec", libc::SYS_mprotect),
         ("exit-group", libc::SYS_exit_group),
         ("tgkill", libc::SYS_tgkill),
+        ("exit-thread", libc::SYS_exit),
+        ("mmap", libc::SYS_mmap),
+        ("block-signals", libc::SYS_rt_sigprocmask),
     ] {
         let nf = Arc::new(load());
         let worker_nf = nf.clone();

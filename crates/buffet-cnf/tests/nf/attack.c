@@ -17,7 +17,10 @@
  *     "loop"           never return                        (watchdog)
  *     "mprotect-exec"  mprotect its own state page RWX     (seccomp: SIGSYS)
  *     "exit-group"     exit_group(0), ending the process   (seccomp: SIGSYS)
- *     "tgkill"         send SIGKILL to its own thread      (seccomp: SIGSYS)
+ *     "tgkill"         send SIGKILL to a thread            (seccomp: SIGSYS)
+ *     "exit-thread"    exit(0): end the worker thread      (seccomp, caller check: SIGSYS)
+ *     "mmap"           map 1 GiB more, read-write          (seccomp, caller check: SIGSYS)
+ *     "block-signals"  block every signal (the watchdog's) (seccomp, caller check: SIGSYS)
  *   Counters: packets, bytes, canary.
  */
 #include <stdint.h>
@@ -39,6 +42,9 @@ enum attack {
     MPROTECT_EXEC,
     EXIT_GROUP,
     TGKILL,
+    EXIT_THREAD,
+    MMAP,
+    BLOCK_SIGNALS,
 };
 
 static const struct {
@@ -50,7 +56,8 @@ static const struct {
     {"\"init-loop\"", INIT_LOOP},      {"\"recurse\"", RECURSE},
     {"\"alloca\"", ALLOCA},            {"\"loop\"", LOOP},
     {"\"mprotect-exec\"", MPROTECT_EXEC}, {"\"exit-group\"", EXIT_GROUP},
-    {"\"tgkill\"", TGKILL},
+    {"\"tgkill\"", TGKILL},          {"\"exit-thread\"", EXIT_THREAD},
+    {"\"mmap\"", MMAP},              {"\"block-signals\"", BLOCK_SIGNALS},
 };
 
 struct state {
@@ -71,6 +78,18 @@ static long raw_syscall3(long nr, long a, long b, long c) {
     __asm__ volatile("syscall"
                      : "=a"(ret)
                      : "a"(nr), "D"(a), "S"(b), "d"(c)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
+static long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f) {
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
                      : "rcx", "r11", "memory");
     return ret;
 }
@@ -173,9 +192,23 @@ buffet_verdict buffet_pkt_handler(struct buffet_pkt *pkt, void *mem, size_t len)
         raw_syscall3(231, 0, 0, 0);
         break;
     case TGKILL:
-        /* tgkill(getpid(), gettid(), SIGKILL) */
-        raw_syscall3(234, raw_syscall3(39, 0, 0, 0), raw_syscall3(186, 0, 0, 0), 9);
+        /* tgkill(.., .., SIGKILL); no raw getpid/gettid first: the caller check would trap
+         * those already. */
+        raw_syscall3(234, 0, 0, 9);
         break;
+    case EXIT_THREAD:
+        raw_syscall3(60, 0, 0, 0);
+        break;
+    case MMAP:
+        /* mmap(NULL, 1 GiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) */
+        s->canary = (uint64_t)raw_syscall6(9, 0, 1l << 30, 3, 0x22, -1, 0);
+        break;
+    case BLOCK_SIGNALS: {
+        /* rt_sigprocmask(SIG_BLOCK, all, NULL, 8) */
+        volatile uint64_t all = ~(uint64_t)0;
+        raw_syscall6(14, 0, (long)&all, 0, 8, 0, 0);
+        break;
+    }
     default:
         break;
     }
