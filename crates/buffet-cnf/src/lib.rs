@@ -198,8 +198,10 @@ pub fn confine_nf_thread() -> Result<(), ConfineError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Containment {
     /// Through the shim: a tenant's fault — a closed protection key, a guard page or free
-    /// space of a tenant arena — quarantines the tenant (the default, for `mpk`). Any other
-    /// fault is a bug that crashes the process.
+    /// space of a tenant arena, a stack overflow into the NF stack's guard, a system call
+    /// the thread's seccomp filter traps, a call past the watchdog's budget — quarantines
+    /// the tenant (the default, for `mpk`). Any other fault in the packet handler is a bug
+    /// that crashes the process (in `buffet_state_init` every fault fails the admission).
     Guarded,
     /// Through the shim, and *every* fault of the NF's code during a call (SIGSEGV
     /// anywhere, SIGBUS, SIGFPE, SIGILL) quarantines the tenant: the trusted-native level,

@@ -421,3 +421,36 @@ fn a_file_that_is_not_a_shared_object_is_malformed() {
         "{e}"
     );
 }
+
+/// The loader maps whole pages: bytes after an executable segment's end on its last page
+/// (padding no section claims) are executable too, and are scanned. Plants WRPKRU there
+/// in a copy of an accepted NF.
+#[test]
+fn wrpkru_in_the_padding_of_an_executable_page_is_refused() {
+    let mut elf = std::fs::read(example_nf("portblock")).unwrap();
+    let word = |at: usize, n: usize| {
+        elf[at..at + n]
+            .iter()
+            .rev()
+            .fold(0u64, |v, &b| (v << 8) | u64::from(b))
+    };
+    let (phoff, phentsize, phnum) = (
+        word(0x20, 8) as usize,
+        word(0x36, 2) as usize,
+        word(0x38, 2) as usize,
+    );
+    let exec = (0..phnum)
+        .map(|i| phoff + i * phentsize)
+        .find(|&ph| word(ph, 4) == 1 && word(ph + 4, 4) & 1 != 0)
+        .expect("an executable PT_LOAD");
+    let end = (word(exec + 8, 8) + word(exec + 32, 8)) as usize;
+    let page_end = (end + 4095) & !4095;
+    assert!(page_end - end >= 3, "no padding after the code to plant in");
+    assert!(elf[end..end + 3].iter().all(|&b| b == 0));
+    elf[end..end + 3].copy_from_slice(&[0x0f, 0x01, 0xef]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("padded.so");
+    std::fs::write(&path, &elf).unwrap();
+    let f = refused(&path);
+    assert_eq!(f, [Finding::Wrpkru { offset: end as u64 }]);
+}
