@@ -308,6 +308,9 @@ static void install(void) {
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
+    /* A watchdog tick must not interrupt the fault handler: recovering from there would
+     * redirect the handler's own context and skip its sigreturn. */
+    sigaddset(&sa.sa_mask, BUFFET_WATCHDOG_SIGNAL);
     for (size_t i = 0; i < NSIGNALS; i++) {
         if (sigaction(contained_signals[i], &sa, &previous[i]) != 0) {
             install_error = errno;
