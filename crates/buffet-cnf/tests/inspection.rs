@@ -337,7 +337,7 @@ fn writable_executable_segments_and_executable_stacks_are_refused() {
             "{HANDLER}\n__attribute__((section(\".wxdata,\\\"awx\\\",@progbits#\"))) \
              unsigned char patchable[64] = {{0xc3}};"
         ),
-        &["-Wl,--no-warn-rwx-segments"],
+        &[],
     ));
     assert!(
         f.iter()
