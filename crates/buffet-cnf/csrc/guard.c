@@ -466,13 +466,6 @@ static void pkt_thunk(void *p) {
     *c->done = c->n;
 }
 
-int buffet_guard_pkt(int all, uint64_t budget_ns, pkt_fn f, struct buffet_pkt *pkt, void *state,
-                     size_t len, buffet_verdict *verdict) {
-    size_t done = 0;
-    struct pkt_call c = {f, pkt, 1, state, len, verdict, &done};
-    return guarded(all, budget_ns, pkt_thunk, &c);
-}
-
 /* A chunk of one tenant's packets under one setjmp: verdicts[i] for pkts[i]. *done is
  * the index of the packet being handled, so after a fault it names the faulting one (the
  * verdicts before it are valid); n when all returned. */
