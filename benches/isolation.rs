@@ -68,7 +68,14 @@ fn c_nf(name: &str) -> PathBuf {
     let out = dir.join(format!("{name}.so"));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let st = Command::new(&cc)
-        .args(["-O2", "-fPIC", "-shared", "-I"])
+        .args(["-O2", "-fPIC", "-shared", "-nostartfiles"])
+        // docs/nf-authors.md: what a C NF needs to pass inspection at the mpk level.
+        .args([
+            "-fno-stack-protector",
+            "-fstack-clash-protection",
+            "-U_FORTIFY_SOURCE",
+        ])
+        .arg("-I")
         .arg(root.join("include"))
         .arg("-o")
         .arg(&out)

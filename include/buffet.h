@@ -23,7 +23,11 @@
  *  - no blocking calls, no longjmp, no threads; the handler runs on a worker core with
  *    thousands of other tenants behind it.
  *
- * Build:  cc -O2 -fPIC -shared -I include -o nf.so nf.c
+ * Build:  cc -O2 -fPIC -shared -nostartfiles -fno-stack-protector -fstack-clash-protection \
+ *            -U_FORTIFY_SOURCE -I include -o nf.so nf.c
+ * At the mpk level Buffet inspects the object before loading it: no initialisers (hence
+ * -nostartfiles), only pure libc imports (no malloc: the region is the tenant's memory),
+ * no WRPKRU/XRSTOR bytes, no thread-local storage (docs/nf-authors.md, "C NFs").
  */
 #ifndef BUFFET_H
 #define BUFFET_H

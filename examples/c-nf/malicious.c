@@ -83,7 +83,7 @@ buffet_verdict buffet_pkt_handler(struct buffet_pkt *pkt, void *mem, size_t len)
     if (s->attack == NONE || s->packets <= s->attack_after) {
         return BUFFET_PASS;
     }
-    long page = sysconf(_SC_PAGESIZE);
+    long page = getpagesize();
     volatile uint64_t *next = (volatile uint64_t *)((char *)mem + len + page + 64);
     switch (s->attack) {
     case READ_WRITE:

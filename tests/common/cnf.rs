@@ -17,8 +17,21 @@ pub fn build_nf(dir: &Path, name: &str) -> PathBuf {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let st = Command::new(&cc)
         .args([
-            "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-I",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fPIC",
+            "-shared",
+            "-nostartfiles",
         ])
+        // docs/nf-authors.md: what a C NF needs to pass inspection at the mpk level.
+        .args([
+            "-fno-stack-protector",
+            "-fstack-clash-protection",
+            "-U_FORTIFY_SOURCE",
+        ])
+        .arg("-I")
         .arg(root.join("include"))
         .arg("-o")
         .arg(&out)

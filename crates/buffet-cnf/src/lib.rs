@@ -16,31 +16,45 @@
 //!   `Domain::None` and loads the NF with [`Containment::AnyFault`]: guard pages between
 //!   regions and fault containment, no hardware isolation (a stray write that lands in
 //!   another tenant's region is not stopped).
+//! * **Inspection.** Before `dlopen` runs anything of it, the object is read from disk
+//!   ([`inspect`]) and refused for `WRPKRU`/`XRSTOR` bytes at any offset of its code,
+//!   initialisers, IFUNCs, imports outside [`inspect::ALLOWED_IMPORTS`] (no allocator: a
+//!   tenant's region is its memory), other libraries, writable code, an executable stack
+//!   or thread-local storage — each finding naming what and where ([`InspectError`]). At
+//!   the `mpk` level ([`Containment::Guarded`]) always; trusted-native loads any object
+//!   the operator vouches for ([`LoadConfig`]).
 //! * **Fault containment.** Every call into the NF goes through a small C shim
 //!   (`csrc/guard.c`): a setjmp, the call — for packets, one call per chunk of up to 32
 //!   packets of a tenant's group ([`NetworkFunction::handle_group`]), the shim looping
-//!   over `buffet_pkt_handler` in C — and a SIGSEGV handler that resumes the shim when
-//!   the faulting thread is inside an NF call and the fault is a tenant's: a
-//!   protection-key fault (`SEGV_PKUERR`) or a hit in a tenant arena (guard page). The
-//!   PKRU the call started with is restored, the faulting packet gets [`Verdict::Fault`],
-//!   the worker quarantines that tenant and keeps running. Other faults crash the process
-//!   as before — except under [`Containment::AnyFault`], where every SIGSEGV, SIGBUS,
-//!   SIGFPE or SIGILL raised inside an NF call (a NULL write, a division by zero) is
-//!   contained the same way. [`CNf::faults`] lists what happened (tenant, address, key).
+//!   over `buffet_pkt_handler` in C — on the thread's own NF stack (1 MiB, above a 64 MiB
+//!   guard), and signal handlers that resume the shim when the thread is inside an NF
+//!   call and the fault is a tenant's: a protection-key fault (`SEGV_PKUERR`), a hit in a
+//!   tenant arena (guard page), a stack overflow into the NF stack's guard, a system call
+//!   the thread's seccomp filter traps ([`confine_nf_thread`]), or the watchdog (a call
+//!   that ran past its CPU-time budget, [`LoadConfig::watchdog`]). The PKRU the call
+//!   started with is restored, the faulting packet gets [`Verdict::Fault`], the worker
+//!   quarantines that tenant and keeps running. Other faults crash the process as before
+//!   — except under [`Containment::AnyFault`], where every SIGSEGV, SIGBUS, SIGFPE or
+//!   SIGILL raised inside an NF call (a NULL write, a division by zero) is contained the
+//!   same way, and in `buffet_state_init`, where every fault fails the admission and
+//!   changes nothing else. [`CNf::faults`] lists what happened (tenant, address, key).
 //!
 //! [`CNf::load`] takes a path as the command line does: a bare file name (`nf.so`) is the
 //! file in the current directory, not a search of the library path.
 //!
 //! What this does not do: resize frames (ABI v1 rewrites in place), give C NFs helpers, or
-//! make a *malicious* native NF safe — native code can execute `WRPKRU` or call
-//! `pkey_mprotect` itself; MPK contains stray accesses of buggy NFs. Untrusted NF code
-//! belongs in the eBPF level. A fault inside libc while it holds a lock (e.g. in `malloc`)
-//! leaves that lock held: C NFs should not allocate on the packet path.
+//! close key-0 memory (the framework's, other tenants' packets) while an NF runs — that
+//! takes protection keys on the NF stack and packets. Neither inspection nor the seccomp
+//! filter's caller check sees a jump into libc's code at an address the NF computed (from
+//! there it could block or disarm its watchdog, or end its thread). A fault or watchdog
+//! interrupt inside libc while it holds a lock leaves that lock held: C NFs should not
+//! call into libc on the packet path beyond the pure allowlisted functions.
 //!
 //! All `unsafe` code is in the private `sys` module, each block with a `// SAFETY:` comment.
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod inspect;
 #[allow(unsafe_code)]
 mod sys;
 
@@ -48,6 +62,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use arrayvec::ArrayVec;
 use buffet_sdk::{
@@ -55,7 +70,9 @@ use buffet_sdk::{
     GROUP_CHUNK,
 };
 
+pub use inspect::{Finding, InspectError};
 pub use sys::buffet_cnf_in_arena;
+use sys::CallMode;
 
 /// The ABI version of `include/buffet.h` this crate implements.
 pub const ABI_VERSION: u32 = 1;
@@ -67,6 +84,17 @@ const MAX_FAULT_RECORDS: usize = 1024;
 const SEGV_PKUERR: i32 = 4;
 /// `si_code` of an access to a mapped page whose protection forbids it.
 const SEGV_ACCERR: i32 = 2;
+/// `si_code` of a SIGSYS raised by a seccomp filter.
+const SYS_SECCOMP: i32 = 1;
+/// `RawFault::place`: in a tenant arena (guard page or free space).
+const PLACE_ARENA: i32 = 1;
+/// `RawFault::place`: in the guard below the worker's NF stack.
+const PLACE_NF_STACK: i32 = 2;
+/// `RawFault::place`: the watchdog interrupted the call.
+const PLACE_WATCHDOG: i32 = 3;
+
+/// The watchdog's default budget for one call into a C NF.
+pub const DEFAULT_WATCHDOG: Duration = Duration::from_millis(10);
 
 /// Why a C NF could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -98,14 +126,82 @@ pub enum CNfLoadError {
     /// The signal handler for fault containment could not be installed.
     #[error("cannot install the fault-containment signal handler: {0}")]
     Guard(std::io::Error),
+    /// Inspection of the object on disk refused it (or could not read it).
+    #[error(transparent)]
+    Inspect(#[from] InspectError),
+}
+
+/// Why a thread could not be confined for running C NFs ([`confine_nf_thread`]).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot confine the thread with the C NF seccomp filter: {0}")]
+pub struct ConfineError(std::io::Error);
+
+/// How [`CNf::load_config`] loads and runs a C NF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadConfig {
+    /// Which faults the NF's calls contain.
+    pub containment: Containment,
+    /// Whether the object is inspected on disk before `dlopen` ([`inspect`]): refused for
+    /// `WRPKRU`/`XRSTOR` bytes, initialisers, imports outside the allowlist, writable
+    /// executable segments, thread-local storage.
+    pub inspect: bool,
+    /// The watchdog's budget for one call into the NF (a chunk of up to 32 packets of one
+    /// tenant's group, one `buffet_state_init`, one `buffet_summary`), in CPU time of the
+    /// calling thread: a call still running after between one and two budgets is
+    /// interrupted and its tenant quarantined. `None`: no watchdog. Ignored when
+    /// unguarded.
+    pub watchdog: Option<Duration>,
+}
+
+impl LoadConfig {
+    /// The configuration of a containment level: [`Containment::Guarded`] (the `mpk`
+    /// level, untrusted native code) is inspected; trusted-native
+    /// ([`Containment::AnyFault`]) loads any object the operator vouches for, and
+    /// [`Containment::Unguarded`] (measurements) too. Both guarded levels have the
+    /// [`DEFAULT_WATCHDOG`].
+    pub fn for_containment(containment: Containment) -> LoadConfig {
+        LoadConfig {
+            containment,
+            inspect: containment == Containment::Guarded,
+            watchdog: match containment {
+                Containment::Unguarded => None,
+                _ => Some(DEFAULT_WATCHDOG),
+            },
+        }
+    }
+}
+
+impl Default for LoadConfig {
+    /// [`LoadConfig::for_containment`] of [`Containment::Guarded`].
+    fn default() -> LoadConfig {
+        LoadConfig::for_containment(Containment::Guarded)
+    }
+}
+
+/// Confines the calling thread with the seccomp filter for running C NFs (thread-level:
+/// other threads are not affected): `mmap`/`mprotect`/`pkey_mprotect` with `PROT_EXEC`,
+/// `pkey_alloc`/`pkey_free`, `clone`/`clone3`/`fork`/`vfork`/`execve`/`execveat`,
+/// `kill`/`tkill`/`tgkill`/`exit_group`, `ptrace`, `process_vm_readv`/`writev`,
+/// `rt_sigaction` and x32 calls trap with SIGSYS, and so does every other system call
+/// whose `syscall` instruction is not in libc's or the vDSO's code (an NF's raw
+/// `syscall`): inside an NF call the tenant is quarantined ([`FaultKind::Syscall`]),
+/// outside one the process is killed. Also sets up the thread's NF stack and watchdog
+/// timer. Call it on a worker thread before its first NF call; afterwards the thread must
+/// not start threads or processes, and makes its system calls through libc (as Rust's std
+/// does). Irreversible for the thread.
+pub fn confine_nf_thread() -> Result<(), ConfineError> {
+    sys::install_guard().map_err(ConfineError)?;
+    sys::seccomp_confine().map_err(ConfineError)
 }
 
 /// Whether NF calls run inside the fault-containment shim, and which faults it contains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Containment {
     /// Through the shim: a tenant's fault — a closed protection key, a guard page or free
-    /// space of a tenant arena — quarantines the tenant (the default, for `mpk`). Any other
-    /// fault is a bug that crashes the process.
+    /// space of a tenant arena, a stack overflow into the NF stack's guard, a system call
+    /// the thread's seccomp filter traps, a call past the watchdog's budget — quarantines
+    /// the tenant (the default, for `mpk`). Any other fault in the packet handler is a bug
+    /// that crashes the process (in `buffet_state_init` every fault fails the admission).
     Guarded,
     /// Through the shim, and *every* fault of the NF's code during a call (SIGSEGV
     /// anywhere, SIGBUS, SIGFPE, SIGILL) quarantines the tenant: the trusted-native level,
@@ -130,8 +226,22 @@ pub enum FaultKind {
     GuardPage,
     /// The handler returned a value that is not a verdict of include/buffet.h.
     BadVerdict(i32),
-    /// Any other crash of the NF's code, contained under [`Containment::AnyFault`]: a
-    /// SIGSEGV outside the tenant arenas (a NULL or wild pointer), SIGBUS, SIGFPE or SIGILL.
+    /// A stack overflow: an access to the guard below the worker's NF stack (unbounded
+    /// recursion, a huge `alloca`). Contained at every guarded level.
+    StackOverflow,
+    /// The watchdog interrupted a call that ran past its budget (an endless loop).
+    Watchdog {
+        /// The budget.
+        budget: Duration,
+    },
+    /// A system call the thread's seccomp filter forbids ([`confine_nf_thread`]).
+    Syscall {
+        /// Its number.
+        nr: i32,
+    },
+    /// Any other crash of the NF's code, contained under [`Containment::AnyFault`] (and
+    /// in `buffet_state_init` always): a SIGSEGV outside the tenant arenas (a NULL or wild
+    /// pointer), SIGBUS, SIGFPE or SIGILL.
     Signal {
         /// The signal number.
         signal: i32,
@@ -170,7 +280,8 @@ pub struct CFault {
     pub during: &'static str,
     /// What happened.
     pub kind: FaultKind,
-    /// The faulting address (0 for [`FaultKind::BadVerdict`]).
+    /// The faulting address (0 for [`FaultKind::BadVerdict`] and
+    /// [`FaultKind::Watchdog`]; the system call instruction's for [`FaultKind::Syscall`]).
     pub addr: u64,
     /// The thread's PKRU right after the fault was contained, back in Rust (`None` on a
     /// CPU without protection keys): the PKRU the NF call started with.
@@ -195,12 +306,33 @@ impl std::fmt::Display for CFault {
                 "tenant {}: {} returned {v}, which is not a buffet.h verdict",
                 self.tenant, self.during
             ),
+            FaultKind::StackOverflow => write!(
+                f,
+                "tenant {}: {} overflowed its stack (touched {:#x}, the NF stack's guard)",
+                self.tenant, self.during, self.addr
+            ),
+            FaultKind::Watchdog { budget } => write!(
+                f,
+                "tenant {}: {} ran past the watchdog's budget of {budget:?} and was \
+                 interrupted",
+                self.tenant, self.during
+            ),
+            FaultKind::Syscall { nr } => write!(
+                f,
+                "tenant {}: {} made system call {nr} at {:#x}, which the NF seccomp \
+                 filter forbids",
+                self.tenant, self.during, self.addr
+            ),
             FaultKind::Signal { signal, code } => {
                 let (name, what) = describe_signal(signal, code);
+                let why = if self.during == "buffet_state_init" {
+                    "a crash in buffet_state_init refuses the admission"
+                } else {
+                    "trusted-native: fault containment without hardware isolation"
+                };
                 write!(
                     f,
-                    "tenant {}: {} raised {name} at {:#x} ({what}), contained \
-                     (trusted-native: fault containment without hardware isolation)",
+                    "tenant {}: {} raised {name} at {:#x} ({what}), contained ({why})",
                     self.tenant, self.during, self.addr
                 )
             }
@@ -241,8 +373,10 @@ pub(crate) struct Counter {
 pub(crate) struct RawFault {
     signo: i32,
     code: i32,
-    pkey: i32,
-    in_arena: i32,
+    /// The protection key of a SEGV_PKUERR, the system call number of a SIGSYS.
+    aux: i32,
+    /// Where: `PLACE_*` (0: elsewhere).
+    place: i32,
     addr: u64,
 }
 
@@ -273,6 +407,8 @@ pub struct CNf {
     state_bytes: usize,
     /// Whether NF calls go through the fault-containment shim, and what it contains.
     containment: Containment,
+    /// The watchdog's budget per call, in ns (0: none).
+    budget_ns: u64,
     faults: Mutex<Vec<CFault>>,
     counter_names: Mutex<HashMap<String, &'static str>>,
 }
@@ -295,9 +431,20 @@ impl CNf {
         CNf::load_with(path, Containment::Guarded)
     }
 
-    /// Loads `path`: resolves the NF's functions, checks its ABI version, asks
-    /// `buffet_mem_register` for the state size and (guarded) installs the fault handler.
+    /// Loads `path` with [`LoadConfig::for_containment`]: inspected before loading when
+    /// [`Containment::Guarded`] (the `mpk` level), the default watchdog when guarded.
     pub fn load_with(path: &Path, containment: Containment) -> Result<CNf, CNfLoadError> {
+        CNf::load_config(path, LoadConfig::for_containment(containment))
+    }
+
+    /// Loads `path`: inspects it on disk (if `config.inspect`), `dlopen`s it, resolves the
+    /// NF's functions, checks its ABI version, asks `buffet_mem_register` for the state
+    /// size and (guarded) installs the fault and watchdog handlers.
+    pub fn load_config(path: &Path, config: LoadConfig) -> Result<CNf, CNfLoadError> {
+        let containment = config.containment;
+        if config.inspect {
+            inspect::inspect(path)?;
+        }
         let (lib, id) = sys::Loaded::open(path)?;
         if let Some(found) = id.abi.filter(|&v| v != ABI_VERSION) {
             return Err(CNfLoadError::Abi { found });
@@ -317,6 +464,12 @@ impl CNf {
             name: Box::leak(name.into_boxed_str()),
             state_bytes,
             containment,
+            budget_ns: match containment {
+                Containment::Unguarded => 0,
+                _ => config.watchdog.map_or(0, |d| {
+                    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+                }),
+            },
             faults: Mutex::new(Vec::new()),
             counter_names: Mutex::new(HashMap::new()),
         })
@@ -335,6 +488,22 @@ impl CNf {
     /// Which faults the NF's calls contain.
     pub fn containment(&self) -> Containment {
         self.containment
+    }
+
+    /// The watchdog's budget per call, if any.
+    pub fn watchdog(&self) -> Option<Duration> {
+        (self.budget_ns != 0).then(|| Duration::from_nanos(self.budget_ns))
+    }
+
+    /// How packet calls are made.
+    fn pkt_mode(&self) -> CallMode {
+        match self.containment {
+            Containment::Unguarded => CallMode::Direct,
+            c => CallMode::Guarded {
+                all: c == Containment::AnyFault,
+                budget_ns: self.budget_ns,
+            },
+        }
     }
 
     /// Faults contained so far (the first 1024), in order.
@@ -360,18 +529,27 @@ impl CNf {
     }
 
     fn record_raw(&self, tenant: TenantId, during: &'static str, raw: RawFault) -> CFault {
-        let kind = match (raw.signo, raw.code) {
-            (libc::SIGSEGV, SEGV_PKUERR) => FaultKind::ProtectionKey { pkey: raw.pkey },
-            (libc::SIGSEGV, SEGV_ACCERR) if raw.in_arena != 0 => FaultKind::GuardPage,
-            // Recovered only under `Containment::AnyFault`.
-            (signal, code) => FaultKind::Signal { signal, code },
+        let kind = match (raw.signo, raw.code, raw.place) {
+            (_, _, PLACE_WATCHDOG) => FaultKind::Watchdog {
+                budget: Duration::from_nanos(raw.addr),
+            },
+            (libc::SIGSEGV, _, PLACE_NF_STACK) => FaultKind::StackOverflow,
+            (libc::SIGSEGV, SEGV_PKUERR, _) => FaultKind::ProtectionKey { pkey: raw.aux },
+            (libc::SIGSEGV, SEGV_ACCERR, PLACE_ARENA) => FaultKind::GuardPage,
+            (libc::SIGSYS, SYS_SECCOMP, _) => FaultKind::Syscall { nr: raw.aux },
+            // Recovered only under `Containment::AnyFault`, or in `buffet_state_init`.
+            (signal, code, _) => FaultKind::Signal { signal, code },
         };
-        self.record(tenant, during, kind, raw.addr);
+        let addr = match kind {
+            FaultKind::Watchdog { .. } => 0,
+            _ => raw.addr,
+        };
+        self.record(tenant, during, kind, addr);
         CFault {
             tenant,
             during,
             kind,
-            addr: raw.addr,
+            addr,
             pkru_after: buffet_memory::current_pkru(),
         }
     }
@@ -484,7 +662,17 @@ impl NetworkFunction for CNf {
             .map_err(|_| InitError::invalid("(policy)", "contains a NUL character"))?;
         let handle = sys::RegionPtr::new(region)
             .ok_or_else(|| InitError::invalid("(region)", "empty tenant region"))?;
-        match self.lib.state_init(&json, region, self.containment) {
+        // A crash in init is always contained (the admission fails, nothing else
+        // changes), whatever the level: no tenant is running yet whose fault it could be
+        // mistaken for.
+        let mode = match self.pkt_mode() {
+            CallMode::Direct => CallMode::Direct,
+            CallMode::Guarded { budget_ns, .. } => CallMode::Guarded {
+                all: true,
+                budget_ns,
+            },
+        };
+        match self.lib.state_init(&json, region, mode) {
             Ok(Ok(())) => {
                 state.region = Some(handle);
                 Ok(())
@@ -509,12 +697,18 @@ impl NetworkFunction for CNf {
         };
         let tenant = pkt.tenant();
         let mut c = describe(pkt);
-        match self.lib.pkt_handler(&mut c, region, self.containment) {
-            Ok(v) => decode_verdict(v).unwrap_or_else(|| {
+        let mut v = 0;
+        match self.lib.pkt_batch(
+            std::slice::from_mut(&mut c),
+            region,
+            std::slice::from_mut(&mut v),
+            self.pkt_mode(),
+        ) {
+            Ok(()) => decode_verdict(v).unwrap_or_else(|| {
                 self.record(tenant, "buffet_pkt_handler", FaultKind::BadVerdict(v), 0);
                 Verdict::Fault
             }),
-            Err(raw) => {
+            Err((_, raw)) => {
                 self.record_raw(tenant, "buffet_pkt_handler", raw);
                 Verdict::Fault
             }
@@ -540,7 +734,7 @@ impl NetworkFunction for CNf {
         let handled =
             match self
                 .lib
-                .pkt_batch(&mut descs[..n], region, &mut raw[..n], self.containment)
+                .pkt_batch(&mut descs[..n], region, &mut raw[..n], self.pkt_mode())
             {
                 Ok(()) => n,
                 Err((at, fault)) => {
@@ -571,11 +765,8 @@ impl NetworkFunction for CNf {
             name: std::ptr::null(),
             value: 0,
         }; 32];
-        let containment = match self.containment {
-            Containment::Unguarded => Containment::Guarded,
-            c => c,
-        };
-        match self.lib.summary(region, &mut out, containment) {
+        let all = self.containment == Containment::AnyFault;
+        match self.lib.summary(region, &mut out, all, self.budget_ns) {
             Ok(n) => out[..n]
                 .iter()
                 .filter_map(|c| Some((self.intern(sys::counter_name(c)?), c.value)))

@@ -1,6 +1,7 @@
 //! Every `unsafe` operation of buffet-cnf: loading the shared object, calling its three
 //! functions (through the fault-containment shim `csrc/guard.c`, or directly when
-//! unguarded), and the pointer into the tenant region that a [`RegionPtr`] keeps.
+//! unguarded), confining a thread with the shim's seccomp filter, and the pointer into the
+//! tenant region that a [`RegionPtr`] keeps.
 //!
 //! The invariants the safe code relies on:
 //! * a [`Loaded`] keeps the library mapped for as long as its function pointers exist;
@@ -14,7 +15,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
 use std::ptr::NonNull;
 
-use crate::{CNfLoadError, CPacket, Containment, Counter, RawFault, ABI_VERSION};
+use crate::{CNfLoadError, CPacket, Counter, RawFault, ABI_VERSION};
 
 type MemRegisterFn = unsafe extern "C" fn() -> usize;
 type StateInitFn =
@@ -26,16 +27,11 @@ type SummaryFn = unsafe extern "C" fn(*const c_void, usize, *mut Counter, usize)
 
 extern "C" {
     fn buffet_guard_install() -> c_int;
-    fn buffet_guard_pkt(
-        all: c_int,
-        f: PktHandlerFn,
-        pkt: *mut CPacket,
-        state: *mut c_void,
-        len: usize,
-        verdict: *mut i32,
-    ) -> c_int;
+    fn buffet_guard_prepare_thread() -> c_int;
+    fn buffet_seccomp_confine() -> c_int;
     fn buffet_guard_batch(
         all: c_int,
+        budget_ns: u64,
         f: PktHandlerFn,
         pkts: *mut CPacket,
         n: usize,
@@ -46,6 +42,7 @@ extern "C" {
     ) -> c_int;
     fn buffet_guard_init(
         all: c_int,
+        budget_ns: u64,
         f: StateInitFn,
         policy: *const c_char,
         state: *mut c_void,
@@ -56,6 +53,7 @@ extern "C" {
     ) -> c_int;
     fn buffet_guard_summary(
         all: c_int,
+        budget_ns: u64,
         f: SummaryFn,
         state: *const c_void,
         len: usize,
@@ -81,12 +79,36 @@ pub extern "C" fn buffet_cnf_in_arena(addr: usize) -> c_int {
     c_int::from(buffet_memory::in_tenant_arena(addr))
 }
 
-/// The shim's `all` argument: recover from every fault of the call, or only a tenant's.
-fn contain_all(containment: Containment) -> c_int {
-    c_int::from(containment == Containment::AnyFault)
+/// How a call into the NF is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CallMode {
+    /// Directly: any fault kills the process, nothing interrupts a loop.
+    Direct,
+    /// Through the shim, on the thread's NF stack.
+    Guarded {
+        /// Recover from every fault of the call, not only a tenant's.
+        all: bool,
+        /// The watchdog's budget for the call in ns (0: none).
+        budget_ns: u64,
+    },
 }
 
-/// Installs the shim's fault handler (once per process).
+/// Gives the calling thread its NF stack, alternate signal stack and watchdog timer now
+/// (the first guarded call on a thread does it otherwise), then confines it with the NF
+/// seccomp filter of `csrc/guard.c`.
+pub(crate) fn seccomp_confine() -> Result<(), std::io::Error> {
+    // SAFETY: the shim's functions take no arguments; they set up thread-local state, set
+    // PR_SET_NO_NEW_PRIVS and install a seccomp filter on the calling thread only.
+    unsafe {
+        buffet_guard_prepare_thread();
+        match buffet_seccomp_confine() {
+            0 => Ok(()),
+            errno => Err(std::io::Error::from_raw_os_error(errno)),
+        }
+    }
+}
+
+/// Installs the shim's fault and watchdog handlers (once per process).
 pub(crate) fn install_guard() -> Result<(), std::io::Error> {
     // SAFETY: the shim's install function takes no arguments, runs at most once
     // (pthread_once) and only calls sigaction / pthread_key_create.
@@ -133,12 +155,20 @@ impl Loaded {
         // run this native NF in the process (that is what `--nf-lib` means), and the
         // library is not unloaded while any pointer into it exists (`_lib` lives as
         // long as the pointers, which never leave `Loaded`).
-        let lib = unsafe { libloading::Library::new(open_path) }.map_err(|source| {
-            CNfLoadError::Open {
-                path: path.to_owned(),
-                source,
-            }
-        })?;
+        // RTLD_NOW: every import is bound here, so no lazy binding (the dynamic linker's
+        // own code and lock) ever runs inside an NF call, where a fault or the watchdog
+        // could interrupt it. RTLD_LOCAL: the NF's symbols interpose nothing.
+        let lib: libloading::Library = unsafe {
+            libloading::os::unix::Library::open(
+                Some(open_path),
+                libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL,
+            )
+        }
+        .map_err(|source| CNfLoadError::Open {
+            path: path.to_owned(),
+            source,
+        })?
+        .into();
         // SAFETY: for each symbol below, the type is the one include/buffet.h declares for
         // that name; a library exporting the name with another type violates the ABI it
         // links against. The pointers are copied out of the `Symbol`s and used only while
@@ -183,19 +213,20 @@ impl Loaded {
         &self,
         policy: &CString,
         region: &mut [u8],
-        containment: Containment,
+        mode: CallMode,
     ) -> Result<Result<(), String>, RawFault> {
         let mut err = [0 as c_char; 256];
         let mut rc: c_int = 0;
         let (state, len) = (region.as_mut_ptr().cast::<c_void>(), region.len());
-        let faulted = match containment != Containment::Unguarded {
+        let faulted = match mode {
             // SAFETY: all pointers are valid for the call: `policy` is NUL-terminated,
-            // `region` is the tenant's exclusively borrowed bytes, `err`, `rc` and `fault`
-            // are locals. The shim calls `state_init` between sigsetjmp and the jump
-            // target, with no Rust frame in between.
-            true => unsafe {
+            // `region` is the tenant's exclusively borrowed bytes, `err` and `rc` are
+            // locals. The shim calls `state_init` between its setjmp and the jump target,
+            // with no Rust frame in between.
+            CallMode::Guarded { all, budget_ns } => unsafe {
                 buffet_guard_init(
-                    contain_all(containment),
+                    c_int::from(all),
+                    budget_ns,
                     self.state_init,
                     policy.as_ptr(),
                     state,
@@ -206,7 +237,7 @@ impl Loaded {
                 ) != 0
             },
             // SAFETY: as above, called directly (unguarded: a fault kills the process).
-            false => unsafe {
+            CallMode::Direct => unsafe {
                 rc = (self.state_init)(policy.as_ptr(), state, len, err.as_mut_ptr(), err.len());
                 false
             },
@@ -227,72 +258,37 @@ impl Loaded {
         }))
     }
 
-    /// `buffet_pkt_handler(pkt, state)`, guarded or not.
-    #[inline]
-    pub(crate) fn pkt_handler(
-        &self,
-        pkt: &mut CPacket,
-        region: RegionPtr,
-        containment: Containment,
-    ) -> Result<i32, RawFault> {
-        match containment != Containment::Unguarded {
-            true => {
-                let mut v = 0;
-                // SAFETY: `pkt` points to a local descriptor whose `data` is the packet's
-                // exclusively borrowed frame; `region` is the tenant's region, reachable
-                // because the caller holds the tenant's state guard (it came from a
-                // `&mut CState`); `v` and `fault` are locals. The shim's trampoline is the
-                // only frame between sigsetjmp and the NF.
-                let faulted = unsafe {
-                    buffet_guard_pkt(
-                        contain_all(containment),
-                        self.pkt_handler,
-                        pkt,
-                        region.ptr.as_ptr().cast(),
-                        region.len,
-                        &mut v,
-                    )
-                };
-                if faulted != 0 {
-                    Err(last_fault())
-                } else {
-                    Ok(v)
-                }
-            }
-            // SAFETY: as above, called directly (unguarded: a fault kills the process).
-            false => Ok(unsafe { (self.pkt_handler)(pkt, region.ptr.as_ptr().cast(), region.len) }),
-        }
-    }
-
-    /// `buffet_pkt_handler` over a chunk of one tenant's packets, `verdicts[i]` for
-    /// `pkts[i]`; guarded: one setjmp for the whole chunk. On a contained fault, the
-    /// index of the faulting packet (verdicts before it are valid) and the fault.
+    /// `buffet_pkt_handler` over a chunk of one tenant's packets (one packet is a chunk
+    /// of one), `verdicts[i]` for `pkts[i]`; guarded: one setjmp for the whole chunk. On a
+    /// contained fault, the index of the faulting packet (verdicts before it are valid)
+    /// and the fault.
     #[inline]
     pub(crate) fn pkt_batch(
         &self,
         pkts: &mut [CPacket],
         region: RegionPtr,
         verdicts: &mut [i32],
-        containment: Containment,
+        mode: CallMode,
     ) -> Result<(), (usize, RawFault)> {
         let n = pkts.len().min(verdicts.len());
-        if containment == Containment::Unguarded {
+        let CallMode::Guarded { all, budget_ns } = mode else {
             for (p, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
-                // SAFETY: as in `pkt_handler`, called directly (unguarded: a fault kills
-                // the process).
+                // SAFETY: as below, called directly (unguarded: a fault kills the
+                // process).
                 *v = unsafe { (self.pkt_handler)(p, region.ptr.as_ptr().cast(), region.len) };
             }
             return Ok(());
-        }
+        };
         let mut done = 0usize;
         // SAFETY: `pkts` and `verdicts` are exclusively borrowed arrays of at least `n`
         // elements whose packet descriptors point to the packets' exclusively borrowed
         // frames; `region` is the tenant's region, reachable because the caller holds
-        // the tenant's state guard; `done` is a local. The shim's trampoline is the only
-        // frame between the setjmp and the NF.
+        // the tenant's state guard; `done` is a local. The shim's trampolines are the only
+        // frames between the setjmp and the NF.
         let faulted = unsafe {
             buffet_guard_batch(
-                contain_all(containment),
+                c_int::from(all),
+                budget_ns,
                 self.pkt_handler,
                 pkts.as_mut_ptr(),
                 n,
@@ -309,13 +305,13 @@ impl Loaded {
         }
     }
 
-    /// `buffet_summary(state, out)`, always guarded (unguarded NFs: against a tenant's
-    /// faults only); empty without the symbol.
+    /// `buffet_summary(state, out)`, always through the shim; empty without the symbol.
     pub(crate) fn summary(
         &self,
         region: RegionPtr,
         out: &mut [Counter],
-        containment: Containment,
+        all: bool,
+        budget_ns: u64,
     ) -> Result<usize, RawFault> {
         let Some(f) = self.summary else {
             return Ok(0);
@@ -325,7 +321,8 @@ impl Loaded {
         // counters the NF may fill.
         let faulted = unsafe {
             buffet_guard_summary(
-                contain_all(containment),
+                c_int::from(all),
+                budget_ns,
                 f,
                 region.ptr.as_ptr().cast_const().cast(),
                 region.len,

@@ -11,31 +11,64 @@ use buffet_memory::Domain;
 use buffet_sdk::TenantId;
 use buffet_worker::{PipelineConfig, TenantSpec};
 
+/// The flags docs/nf-authors.md documents for building a C NF that passes inspection
+/// (plus warnings as errors).
+pub const NF_CFLAGS: &[&str] = &[
+    "-O2",
+    "-g",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-fPIC",
+    "-shared",
+    "-nostartfiles",
+    "-fno-stack-protector",
+    "-fstack-clash-protection",
+    "-U_FORTIFY_SOURCE",
+];
+
 /// Compiles `examples/c-nf/<name>.c` into a shared object under the target's test
 /// directory (once per process) and returns its path.
 pub fn example_nf(name: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let src = root.join("examples/c-nf").join(format!("{name}.c"));
+    build_nf(
+        &root.join("examples/c-nf").join(format!("{name}.c")),
+        name,
+        NF_CFLAGS,
+    )
+}
+
+/// Compiles `tests/nf/<name>.c` (attack NFs) like [`example_nf`].
+pub fn test_nf(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/nf")
+        .join(format!("{name}.c"));
+    build_nf(&src, name, NF_CFLAGS)
+}
+
+/// Compiles the C source `src` with `flags` into `<out_name>-<pid>.so` under the target's
+/// test directory (once per process and name) and returns its path.
+pub fn build_nf(src: &Path, out_name: &str, flags: &[&str]) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-nf");
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(format!("{name}-{}.so", std::process::id()));
+    let out = dir.join(format!("{out_name}-{}.so", std::process::id()));
     if out.exists() {
         return out;
     }
     let tmp = dir.join(format!(
-        "{name}-{}-{:?}.so.tmp",
+        "{out_name}-{}-{:?}.so.tmp",
         std::process::id(),
         std::thread::current().id()
     ));
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
-        .args([
-            "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-I",
-        ])
+        .args(flags)
+        .arg("-I")
         .arg(root.join("include"))
         .arg("-o")
         .arg(&tmp)
-        .arg(&src)
+        .arg(src)
         .status()
         .unwrap_or_else(|e| panic!("running the C compiler `{cc}`: {e}"));
     assert!(status.success(), "compiling {}", src.display());
