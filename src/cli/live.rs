@@ -14,9 +14,11 @@
 //! the port and detaches it when the port closes, after SIGINT, SIGTERM or
 //! `--duration`; a leftover of a killed run is replaced.
 //!
-//! Not built yet (each a clear error): `--dispatch xdp` (the XDP Packet Dispatcher), and
-//! `--tx-iface` with `--port af-xdp` (a UMEM frame cannot go back to its port from
-//! another port's transmit).
+//! With `--port af-xdp --tx-iface IF`, passed frames are copied from their UMEM frame
+//! into a heap frame for the AF_PACKET transmit port, and the UMEM frame goes back to the
+//! socket's fill ring at once.
+//!
+//! Not built yet (a clear error): `--dispatch xdp` (the XDP Packet Dispatcher).
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -123,12 +125,6 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         anyhow::bail!(
             "--dispatch xdp is not built yet: the XDP Packet Dispatcher is still to come; \
              use --dispatch software"
-        );
-    }
-    if a.port == PortKind::AfXdp && a.tx_iface.is_some() {
-        anyhow::bail!(
-            "--tx-iface with --port af-xdp is not built yet: passed frames leave through \
-             --iface; use --port af-packet for a separate transmit interface"
         );
     }
     if a.port == PortKind::AfPacket && (a.xdp_mode.is_some() || a.queue != 0) {

@@ -950,13 +950,48 @@ impl<N: NetworkFunction> Dataplane<N> {
             _ => None,
         };
         match out {
-            Some(p) if usize::from(p) < self.ports.len() => self.tx[usize::from(p)].push(m),
+            Some(p) if usize::from(p) < self.ports.len() => {
+                // A port sends heap frames and its own frames only: a frame lent by
+                // another port (an AF_XDP UMEM frame leaving through AF_PACKET) is copied
+                // into a heap frame here and goes straight back to the port that lent it.
+                let m = match m.owner() {
+                    Some(o) if o.port != p => match self.copy_to_heap(m) {
+                        Some(h) => h,
+                        None => return,
+                    },
+                    _ => m,
+                };
+                self.tx[usize::from(p)].push(m)
+            }
             Some(_) => {
                 self.global.no_port += 1;
                 self.recycle(m);
             }
             None => self.recycle(m),
         }
+    }
+
+    /// A heap copy of a port's frame (metadata and verdict included), the frame itself
+    /// given back to its port; `None` (counted) when no heap frame is free or the frame is
+    /// larger than one.
+    fn copy_to_heap(&mut self, m: PacketBuf) -> Option<PacketBuf> {
+        let Some(mut h) = self.pool.take() else {
+            self.global.tx_no_buffer += 1;
+            self.recycle(m);
+            return None;
+        };
+        if !h.fill(m.data()) {
+            self.pool.give(h);
+            self.global.oversize += 1;
+            self.recycle(m);
+            return None;
+        }
+        h.ts_ns = m.ts_ns;
+        h.in_port = m.in_port;
+        h.tenant = m.tenant;
+        h.outcome = m.outcome;
+        self.recycle(m);
+        Some(h)
     }
 
     /// Transmits what the workers let through, port by port.

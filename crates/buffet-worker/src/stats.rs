@@ -207,6 +207,10 @@ pub struct GlobalReport {
     /// Packets whose verdict named a port that does not exist.
     #[serde(skip_serializing_if = "is_zero")]
     pub no_port: u64,
+    /// Packets not sent because copying a port's frame to another port found no free
+    /// heap frame.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tx_no_buffer: u64,
     /// Events dropped because nobody drained the events channel.
     #[serde(skip_serializing_if = "is_zero")]
     pub events_dropped: u64,
