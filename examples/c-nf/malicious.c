@@ -11,8 +11,8 @@
  *            "read-write"      read the next tenant's first counter, then overwrite it;
  *            "write"           overwrite it without reading first;
  *            "overrun"         write one byte past the end of its own region (guard page);
- *            "null"            write through a NULL pointer (a plain bug: not contained
- *                              under mpk; contained under trusted-native).
+ *            "null"            write through a NULL pointer (a plain bug: contained at
+ *                              every guarded level, like every fault inside an NF call).
  *   canary: a number kept in the state and reported back (proves nobody wrote it).
  *
  * Under MPK the first stray access faults — the next tenant's protection key is closed on

@@ -20,17 +20,16 @@
  *     arena space (buffet_cnf_in_arena, atomic loads only, answers that);
  *   - an access to the guard below the NF stack: a stack overflow.
  * A SIGSYS from seccomp (SYS_SECCOMP: the worker thread's filter trapped a system call, see
- * buffet_seccomp_confine) inside an NF call is a tenant's fault too. Every other SIGSEGV
- * goes to the handler that was installed before ours (Rust's stack overflow handler, or
- * the default action), so real bugs still crash.
+ * buffet_seccomp_confine) inside an NF call is a tenant's fault too. Without contain_all,
+ * every other SIGSEGV goes to the handler that was installed before ours (Rust's stack
+ * overflow handler, or the default action).
  *
- * A call armed with contain_all (the trusted-native isolation level, on CPUs without
- * protection keys: no hardware confines the NF, so its bugs are not "a tenant's" fault in
- * the sense above; and every buffet_state_init, whose crash refuses the admission) recovers
- * from every SIGSEGV, SIGBUS, SIGFPE and SIGILL its thread raises inside the call: a NULL
- * write, a wild pointer, a division by zero quarantine the tenant instead of killing the
- * process. Outside a contain_all call, SIGBUS, SIGFPE and SIGILL always go to the previous
- * handler.
+ * A call armed with contain_all (every NF call at the mpk and trusted-native levels, and
+ * every buffet_state_init, whose crash refuses the admission) recovers from every SIGSEGV,
+ * SIGBUS, SIGFPE and SIGILL its thread raises inside the call: a NULL write, a wild
+ * pointer, a division by zero quarantine the tenant instead of killing the process.
+ * Outside any guarded call every signal goes to the previous handler, so the framework's
+ * own bugs still crash.
  *
  * Watchdog: a call armed with a budget starts (once, then leaves running) a POSIX timer on
  * the thread's CPU-time clock, SIGEV_THREAD_ID to this thread, firing every `budget` of CPU

@@ -33,11 +33,11 @@
 //!   the thread's seccomp filter traps ([`confine_nf_thread`]), or the watchdog (a call
 //!   that ran past its CPU-time budget, [`LoadConfig::watchdog`]). The PKRU the call
 //!   started with is restored, the faulting packet gets [`Verdict::Fault`], the worker
-//!   quarantines that tenant and keeps running. Other faults crash the process as before
-//!   — except under [`Containment::AnyFault`], where every SIGSEGV, SIGBUS, SIGFPE or
+//!   quarantines that tenant and keeps running. Every other SIGSEGV, SIGBUS, SIGFPE or
 //!   SIGILL raised inside an NF call (a NULL write, a division by zero) is contained the
-//!   same way, and in `buffet_state_init`, where every fault fails the admission and
-//!   changes nothing else. [`CNf::faults`] lists what happened (tenant, address, key).
+//!   same way; in `buffet_state_init` every fault fails the admission and changes
+//!   nothing else. A fault outside any NF call is the framework's own and still crashes
+//!   the process. [`CNf::faults`] lists what happened (tenant, address, key).
 //!
 //! [`CNf::load`] takes a path as the command line does: a bare file name (`nf.so`) is the
 //! file in the current directory, not a search of the library path.
@@ -197,16 +197,17 @@ pub fn confine_nf_thread() -> Result<(), ConfineError> {
 /// Whether NF calls run inside the fault-containment shim, and which faults it contains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Containment {
-    /// Through the shim: a tenant's fault — a closed protection key, a guard page or free
-    /// space of a tenant arena, a stack overflow into the NF stack's guard, a system call
-    /// the thread's seccomp filter traps, a call past the watchdog's budget — quarantines
-    /// the tenant (the default, for `mpk`). Any other fault in the packet handler is a bug
-    /// that crashes the process (in `buffet_state_init` every fault fails the admission).
+    /// Through the shim, with the object inspected before loading (the default, for
+    /// `mpk`): every fault of the NF's code during a call — a closed protection key, a
+    /// guard page, a stack overflow into the NF stack's guard, a system call the thread's
+    /// seccomp filter traps, a call past the watchdog's budget, and any other SIGSEGV,
+    /// SIGBUS, SIGFPE or SIGILL (a NULL write) — quarantines the tenant (in
+    /// `buffet_state_init` it fails the admission). [`CNf::faults`] tells the kinds apart.
     Guarded,
-    /// Through the shim, and *every* fault of the NF's code during a call (SIGSEGV
-    /// anywhere, SIGBUS, SIGFPE, SIGILL) quarantines the tenant: the trusted-native level,
-    /// where no hardware confines the code, so a crash is contained rather than told apart
-    /// from an attack. Stray accesses that do not fault are not caught.
+    /// Through the shim, every fault contained as under [`Containment::Guarded`], but the
+    /// object is not inspected (any object the operator vouches for loads): the
+    /// trusted-native level, where no hardware confines the code. Stray accesses that do
+    /// not fault are not caught.
     AnyFault,
     /// Direct calls: any fault kills the process. Only for measuring the shim's cost.
     Unguarded,
@@ -239,9 +240,8 @@ pub enum FaultKind {
         /// Its number.
         nr: i32,
     },
-    /// Any other crash of the NF's code, contained under [`Containment::AnyFault`] (and
-    /// in `buffet_state_init` always): a SIGSEGV outside the tenant arenas (a NULL or wild
-    /// pointer), SIGBUS, SIGFPE or SIGILL.
+    /// Any other crash of the NF's code, contained at every guarded level: a SIGSEGV
+    /// outside the tenant arenas (a NULL or wild pointer), SIGBUS, SIGFPE or SIGILL.
     Signal {
         /// The signal number.
         signal: i32,
@@ -499,8 +499,10 @@ impl CNf {
     fn pkt_mode(&self) -> CallMode {
         match self.containment {
             Containment::Unguarded => CallMode::Direct,
-            c => CallMode::Guarded {
-                all: c == Containment::AnyFault,
+            Containment::Guarded | Containment::AnyFault => CallMode::Guarded {
+                // Every fault inside a guarded call is the tenant's (faults of the
+                // framework's own code are outside any call and still crash).
+                all: true,
                 budget_ns: self.budget_ns,
             },
         }
@@ -765,8 +767,8 @@ impl NetworkFunction for CNf {
             name: std::ptr::null(),
             value: 0,
         }; 32];
-        let all = self.containment == Containment::AnyFault;
-        match self.lib.summary(region, &mut out, all, self.budget_ns) {
+        let guarded = self.containment != Containment::Unguarded;
+        match self.lib.summary(region, &mut out, guarded, self.budget_ns) {
             Ok(n) => out[..n]
                 .iter()
                 .filter_map(|c| Some((self.intern(sys::counter_name(c)?), c.value)))

@@ -337,20 +337,58 @@ fn forty_c_tenants_over_the_key_cache_count_exactly() {
     assert!(mpk.stats().misses > misses_before + 40);
 }
 
+/// Inside an NF call every fault is the tenant's, at the `mpk` level as at
+/// trusted-native: a NULL write in the handler quarantines its tenant after exactly the
+/// packets before it, and the other tenants' packets in the same bursts all pass. (No
+/// protection key is involved, so this runs on every CPU.)
 #[test]
-fn a_plain_bug_outside_any_tenant_region_still_crashes() {
+fn a_null_write_in_the_handler_is_contained_at_the_mpk_level() {
+    let mut rig = Rig::new(Domain::None, json!({ "attack": "null", "attack_after": 12 }));
+    let out = rig.run(4);
+    assert_eq!(passed(&out[1]), 12, "{:?}", out[1]);
+    assert_eq!(
+        out[1]
+            .iter()
+            .filter(|o| **o == Outcome::Quarantined)
+            .count(),
+        20
+    );
+    for slot in [0, 2, 3] {
+        assert_eq!(passed(&out[slot]), 32, "slot {slot}: {:?}", out[slot]);
+    }
+    let faults = rig.nf.faults();
+    assert_eq!(faults.len(), 1, "{faults:?}");
+    assert_eq!(
+        (faults[0].tenant, faults[0].during, faults[0].addr),
+        (TenantId(2), "buffet_pkt_handler", 0)
+    );
+    assert_eq!(
+        faults[0].kind,
+        FaultKind::Signal {
+            signal: libc::SIGSEGV,
+            code: 1
+        }
+    );
+}
+
+/// A fault outside any NF call is the framework's own bug: the shim's handler passes it
+/// on and the process dies of it, even with a C NF loaded and after it ran.
+#[test]
+fn a_fault_outside_an_nf_call_still_crashes() {
     use std::os::unix::process::ExitStatusExt;
     const CHILD: &str = "BUFFET_CNF_CRASH_CHILD";
     if std::env::var_os(CHILD).is_some() {
-        let mut rig = Rig::new(Domain::None, json!({ "attack": "null", "attack_after": 1 }));
-        println!("child: running");
+        let mut rig = Rig::new(Domain::None, json!({ "attack": "none" }));
         rig.run(1);
+        println!("child: running");
+        // SAFETY: none — this is the deliberate framework-side bug the test is about.
+        unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u64>(), 1) };
         println!("child: survived");
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
-            "a_plain_bug_outside_any_tenant_region_still_crashes",
+            "a_fault_outside_an_nf_call_still_crashes",
             "--exact",
             "--nocapture",
         ])
