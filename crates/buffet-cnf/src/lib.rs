@@ -67,7 +67,7 @@ use std::time::Duration;
 use arrayvec::ArrayVec;
 use buffet_sdk::{
     DropCause, InitError, L3Kind, MemorySpec, NetworkFunction, Packet, TenantId, Verdict,
-    GROUP_CHUNK,
+    WorkerThreadError, GROUP_CHUNK,
 };
 
 pub use inspect::{Finding, InspectError};
@@ -634,6 +634,16 @@ impl NetworkFunction for CNf {
         MemorySpec {
             bytes: buffet_memory::region_tail_offset::<CState>().saturating_add(self.state_bytes),
         }
+    }
+
+    /// At the `mpk` level ([`Containment::Guarded`]) every worker thread is confined
+    /// before it runs the NF ([`confine_nf_thread`]: the seccomp filter, the NF stack and
+    /// the watchdog timer); the trusted levels leave threads as they are.
+    fn prepare_worker_thread(&self) -> Result<(), WorkerThreadError> {
+        if self.containment != Containment::Guarded {
+            return Ok(());
+        }
+        confine_nf_thread().map_err(|e| WorkerThreadError(e.to_string()))
     }
 
     fn init(&self, _policy: &Self::Policy, _state: &mut CState) -> Result<(), InitError> {

@@ -344,6 +344,33 @@ fn forbidden_system_calls_under_seccomp_quarantine_the_tenant() {
     }
 }
 
+/// A pipeline confines its own worker threads at the mpk level (the NF's
+/// `prepare_worker_thread`): nobody calls `confine_nf_thread` here, yet an attacker's raw
+/// `mprotect(PROT_EXEC)` traps, quarantines it after exactly its first 20 packets, and the
+/// victims on the same two workers pass every packet.
+#[test]
+fn pipeline_workers_are_confined_before_their_first_nf_call() {
+    let mut p = Pipeline::new(load(), cfg(2, Domain::None)).unwrap();
+    for t in 1..=6u32 {
+        let policy = if t == 3 {
+            json!({ "attack": "mprotect-exec", "attack_after": 20, "canary": 3000 })
+        } else {
+            json!({ "canary": 1000 * t })
+        };
+        p.admit(spec(t, policy)).unwrap();
+    }
+    push(&mut p, &[1, 2, 3, 4, 5, 6], 0, 10);
+    let report = p.finish();
+    victims_exact(&report, 80);
+    let attacker = report.tenants.iter().find(|t| t.id == TenantId(3)).unwrap();
+    assert!(attacker.quarantined);
+    assert_eq!((attacker.packets, attacker.passed), (80, 20));
+    assert!(report
+        .events
+        .iter()
+        .any(|e| matches!(e, WorkerEvent::Fault { tenant, .. } if *tenant == TenantId(3))));
+}
+
 /// The same forbidden call outside any NF call — the framework's own code on a confined
 /// thread — is not contained: the process dies of SIGSYS. Runs itself in a child process.
 #[test]

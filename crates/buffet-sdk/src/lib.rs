@@ -85,7 +85,7 @@ pub mod tss;
 
 pub use nf::{
     DropCause, InitError, MemorySpec, NetworkFunction, PortId, TenantId, TenantSlot, Verdict,
-    GROUP_CHUNK,
+    WorkerThreadError, GROUP_CHUNK,
 };
 pub use packet::{
     FlowKey, L3Kind, L4Kind, Layout, Packet, PacketMeta, ParseError, ResizeError, SctpHeaderSlice,

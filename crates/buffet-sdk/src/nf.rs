@@ -189,6 +189,12 @@ impl InitError {
     }
 }
 
+/// Why a worker thread could not be prepared for an NF
+/// ([`NetworkFunction::prepare_worker_thread`]); the worker is not launched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WorkerThreadError(pub String);
+
 /// A multi-tenant network function: the paper's three functions.
 ///
 /// The framework calls [`register`](Self::register) once, [`init`](Self::init) once per
@@ -258,6 +264,14 @@ pub trait NetworkFunction: Send + Sync + 'static {
                 break;
             }
         }
+    }
+
+    /// Called once on each worker thread, on that thread, before the first packet it
+    /// hands this NF: where an NF confines the threads that run its code (a C NF at the
+    /// `mpk` level installs its seccomp filter and NF stack here). An error stops that
+    /// worker's launch with the error. Default: nothing.
+    fn prepare_worker_thread(&self) -> Result<(), WorkerThreadError> {
+        Ok(())
     }
 
     /// Named counters summarising one tenant's state, for stats output (replay's stats

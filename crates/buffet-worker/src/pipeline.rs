@@ -139,6 +139,15 @@ pub enum PipelineError {
     /// A worker thread could not be started.
     #[error("cannot start worker thread: {0}")]
     Spawn(std::io::Error),
+    /// The NF could not prepare a new worker thread
+    /// ([`NetworkFunction::prepare_worker_thread`]); the worker was not launched.
+    #[error("worker {worker}: the NF could not prepare its thread: {source}")]
+    WorkerSetup {
+        /// The worker that was being started.
+        worker: u16,
+        /// The NF's reason.
+        source: buffet_sdk::WorkerThreadError,
+    },
     /// The isolation domain asked for cannot be set up on this machine.
     #[error("isolation: {0}")]
     Isolation(#[from] MpkError),
@@ -636,8 +645,9 @@ impl<N: NetworkFunction> Dataplane<N> {
     }
 
     fn spawn_worker(&mut self) -> Result<WorkerId, PipelineError> {
-        let id = self.dispatcher.add_worker(self.cfg.worker_max_nb);
-        debug_assert_eq!(id.0 as usize, self.workers.len());
+        // The id the dispatcher will give it; it learns of the worker only once the
+        // thread is ready, so a worker whose thread the NF refused leaves no trace.
+        let id = WorkerId(self.workers.len() as u16);
         let slot = WorkerSlot {
             rx: Arc::new(ArrayQueue::new(self.cfg.ring_size)),
             done: Arc::new(ArrayQueue::new(self.cfg.ring_size)),
@@ -648,6 +658,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             dispatched: 0,
             completed: 0,
         };
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = WorkerThread {
             engine: Worker::with_shared(id, self.core.shared.clone(), slot.counters.clone()),
             rx: slot.rx.clone(),
@@ -655,11 +666,27 @@ impl<N: NetworkFunction> Dataplane<N> {
             stop: slot.stop.clone(),
             burst: self.cfg.burst,
             pin: self.cfg.pin.then_some(id.0 as usize),
+            ready: Some(ready_tx),
         };
         let handle = std::thread::Builder::new()
             .name(format!("buffet-worker-{}", id.0))
             .spawn(move || thread.run())
             .map_err(PipelineError::Spawn)?;
+        // Control path: wait until the thread has run the NF's preparation.
+        let ready = ready_rx.recv().unwrap_or_else(|_| {
+            Err(buffet_sdk::WorkerThreadError(
+                "the worker thread ended before it was ready".into(),
+            ))
+        });
+        if let Err(source) = ready {
+            let _ = handle.join();
+            return Err(PipelineError::WorkerSetup {
+                worker: id.0,
+                source,
+            });
+        }
+        let added = self.dispatcher.add_worker(self.cfg.worker_max_nb);
+        debug_assert_eq!(added, id);
         self.workers.push(WorkerSlot {
             thread: Some(handle),
             ..slot

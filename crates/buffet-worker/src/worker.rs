@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrayvec::ArrayVec;
 use buffet_dispatch::{TenantSlot, WorkerId};
 use buffet_memory::{TenantEntry, TenantTable};
-use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict, GROUP_CHUNK};
+use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict, WorkerThreadError, GROUP_CHUNK};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 
@@ -52,6 +52,8 @@ pub(crate) struct WorkerThread<N: NetworkFunction> {
     pub stop: Arc<AtomicBool>,
     pub burst: usize,
     pub pin: Option<usize>,
+    /// Told once the NF prepared the thread (or why it could not).
+    pub ready: Option<std::sync::mpsc::SyncSender<Result<(), WorkerThreadError>>>,
 }
 
 /// What one worker does to a burst, without the thread around it: group by tenant into
@@ -69,6 +71,14 @@ impl<N: NetworkFunction> WorkerThread<N> {
     pub(crate) fn run(mut self) {
         if let Some(core) = self.pin {
             sys::pin_to_core(core);
+        }
+        let prepared = self.engine.shared.nf.prepare_worker_thread();
+        let ok = prepared.is_ok();
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.send(prepared);
+        }
+        if !ok {
+            return;
         }
         let mut burst: Vec<PacketBuf> = Vec::with_capacity(self.burst);
         let backoff = Backoff::new();
