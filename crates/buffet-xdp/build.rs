@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const PROGRAMS: [&str; 1] = ["dispatcher"];
+const PROGRAMS: [&str; 2] = ["dispatcher", "dispatcher_offload"];
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../nic-firmware");

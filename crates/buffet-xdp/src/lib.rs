@@ -50,6 +50,11 @@ use layout::{
 /// The compiled driver/generic-mode program (empty when clang was missing).
 static DISPATCHER_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatcher.bpf.o"));
 
+/// The compiled nfp offload subset (empty when clang was missing). It is not loaded
+/// here (offload needs an nfp device); tests/nfp_subset.rs checks it against the nfp
+/// JIT's rules.
+static OFFLOAD_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatcher_offload.bpf.o"));
+
 /// Why the program cannot be built here, if it cannot.
 pub const UNAVAILABLE: Option<&str> = option_env!("BUFFET_XDP_UNAVAILABLE");
 
@@ -61,6 +66,15 @@ pub fn dispatcher_object() -> Result<&'static [u8], LoadError> {
     match UNAVAILABLE {
         Some(why) => Err(LoadError::Unavailable(why)),
         None => Ok(DISPATCHER_OBJ),
+    }
+}
+
+/// The compiled nfp offload subset (nic-firmware/xdp/dispatcher_offload.bpf.c), or why
+/// it was not built.
+pub fn offload_object() -> Result<&'static [u8], LoadError> {
+    match UNAVAILABLE {
+        Some(why) => Err(LoadError::Unavailable(why)),
+        None => Ok(OFFLOAD_OBJ),
     }
 }
 
