@@ -11,8 +11,9 @@
 //! through the program's BPF ring buffer ([`XdpDispatcher::drain_events`]).
 //!
 //! What it does not do: AF_XDP sockets (the program's XSKMAP is exposed for them:
-//! [`XdpDispatcher::set_worker_socket`]), tenant placement or worker evacuation, and
-//! slot-boundary rebalancing for the nfp offload (see nic-firmware/README.md).
+//! [`XdpDispatcher::set_worker_socket`]), tenant placement or worker evacuation. For the
+//! nfp offload (nic-firmware/xdp/dispatcher_offload.bpf.c, which has no clock), the
+//! slot-boundary rebalancing runs on the host: [`offload::OffloadPlanner`].
 //!
 //! Limits (refused at admission with an error naming the tenant and rule):
 //! [`MAX_TENANTS`] tenant slots, [`MAX_WORKERS`] workers, [`MAX_TUPLES`] distinct masks
@@ -25,6 +26,7 @@
 #![deny(unsafe_code)]
 
 mod layout;
+pub mod offload;
 mod sys;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
