@@ -238,6 +238,14 @@ pub enum AttachError {
     /// The interface does not exist.
     #[error("interface {0:?} does not exist")]
     NoSuchInterface(String),
+    /// Another program holds the interface's XDP hook and could not be removed.
+    #[error("{iface} already has an XDP program: {why}")]
+    Busy {
+        /// The interface.
+        iface: String,
+        /// What the kernel said.
+        why: String,
+    },
     /// The netlink/link attach failed.
     #[error("attaching the XDP dispatcher to {iface}: {source}")]
     Attach {
@@ -345,6 +353,7 @@ pub struct XdpDispatcher {
     next_seq: u64,
     last_decision_seq: u64,
     attached: Option<(String, aya::programs::xdp::XdpLinkId)>,
+    replaced_leftover: bool,
     pending: Vec<Event>,
 }
 
@@ -442,6 +451,7 @@ impl XdpDispatcher {
             next_seq: 0,
             last_decision_seq: 0,
             attached: None,
+            replaced_leftover: false,
             pending: Vec::new(),
         })
     }
@@ -798,32 +808,65 @@ impl XdpDispatcher {
         Some((r.pkt_nb, r.last_nb, r.times))
     }
 
-    /// Attaches the program to `iface`. A program already attached there (left over by a
-    /// run that did not detach) is replaced. Detached again on drop.
+    /// Attaches the program to `iface` (for `run --dispatch xdp`). A program already
+    /// attached there through netlink (left over by a run that crashed: BPF links go
+    /// away with their process, netlink attachments stay) is detached and replaced;
+    /// one held by another live process's BPF link is not touched
+    /// ([`AttachError::Busy`]). Detached again by [`detach`](Self::detach) or on drop.
     pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), AttachError> {
         let index = if_index(iface).ok_or_else(|| AttachError::NoSuchInterface(iface.into()))?;
-        let flags = match mode {
-            AttachMode::Generic => XdpMode::Skb,
-            AttachMode::Native => XdpMode::Driver,
+        if self.attached.is_some() {
+            self.detach().map_err(|source| AttachError::Attach {
+                iface: iface.into(),
+                source,
+            })?;
+        }
+        let (aya_mode, nl_flags) = match mode {
+            AttachMode::Generic => (XdpMode::Skb, XDP_FLAGS_SKB_MODE),
+            AttachMode::Native => (XdpMode::Driver, XDP_FLAGS_DRV_MODE),
         };
+        let link = match self.attach_once(index, aya_mode) {
+            Ok(link) => link,
+            Err(first) => {
+                // Something holds the hook: remove a netlink attachment and try again.
+                sys::netlink_detach_xdp(index, nl_flags).map_err(|e| AttachError::Busy {
+                    iface: iface.into(),
+                    why: format!("{first}; removing the program found there: {e}"),
+                })?;
+                self.replaced_leftover = true;
+                self.attach_once(index, aya_mode)
+                    .map_err(|source| AttachError::Attach {
+                        iface: iface.into(),
+                        source,
+                    })?
+            }
+        };
+        self.attached = Some((iface.to_string(), link));
+        Ok(())
+    }
+
+    fn attach_once(
+        &mut self,
+        index: u32,
+        mode: XdpMode,
+    ) -> Result<aya::programs::xdp::XdpLinkId, ProgramError> {
         let prog: &mut Xdp = self
             .ebpf
             .program_mut(PROGRAM_NAME)
             .expect("loaded program")
-            .try_into()
-            .map_err(|source| AttachError::Attach {
-                iface: iface.into(),
-                source,
-            })?;
-        let _ = index;
-        let link = prog
-            .attach(iface, flags)
-            .map_err(|source| AttachError::Attach {
-                iface: iface.into(),
-                source,
-            })?;
-        self.attached = Some((iface.to_string(), link));
-        Ok(())
+            .try_into()?;
+        prog.attach_to_if_index(index, mode)
+    }
+
+    /// Whether the last [`attach`](Self::attach) replaced a program left on the
+    /// interface.
+    pub fn replaced_leftover(&self) -> bool {
+        self.replaced_leftover
+    }
+
+    /// The interface the program is attached to.
+    pub fn attached_to(&self) -> Option<&str> {
+        self.attached.as_ref().map(|(i, _)| i.as_str())
     }
 
     /// Detaches the program from its interface, if attached.
@@ -875,6 +918,10 @@ fn parse_event(bytes: &[u8]) -> Option<Event> {
         _ => None,
     }
 }
+
+/// `XDP_FLAGS_SKB_MODE` and `XDP_FLAGS_DRV_MODE` of linux/if_link.h.
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
 fn if_index(iface: &str) -> Option<u32> {
     let path = format!("/sys/class/net/{iface}/ifindex");
