@@ -90,11 +90,10 @@ pub(crate) struct RuleVal {
     pub seq: u64,
 }
 
-/// `enum bf_xdp_verdict`.
+/// `enum bf_xdp_verdict` (2, UNMATCHED, and 5, UNKNOWN, both read as unmatched).
 pub(crate) mod verdict {
     pub const PASS: u32 = 0;
     pub const MALFORMED: u32 = 1;
-    pub const UNMATCHED: u32 = 2;
     pub const POLICED: u32 = 3;
     pub const NO_WORKER: u32 = 4;
 }

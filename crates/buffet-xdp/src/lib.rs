@@ -532,7 +532,7 @@ impl XdpDispatcher {
         }
         // Plan every entry first: nothing is written unless all of it fits.
         let mut new_masks: Vec<[u64; KEY_WORDS]> = Vec::new();
-        let mut planned: Vec<(Entry, Vec<([u64; KEY_WORDS], [u64; KEY_WORDS])>)> = Vec::new();
+        let mut planned: Vec<(Entry, Vec<KeyPair>)> = Vec::new();
         let mut entries = self.buckets.len();
         let mut new_buckets: BTreeSet<([u64; KEY_WORDS], [u64; KEY_WORDS])> = BTreeSet::new();
         for (index, (priority, m)) in rules.iter().enumerate() {
@@ -749,7 +749,7 @@ impl XdpDispatcher {
             verdict::POLICED => XdpDecision::Policed(TenantSlot(rec.tenant)),
             verdict::NO_WORKER => XdpDecision::NoLiveWorker,
             // UNMATCHED, and UNKNOWN (a rule naming a slot with no row).
-            verdict::UNMATCHED | _ => XdpDecision::Unmatched,
+            _ => XdpDecision::Unmatched,
         };
         Ok(XdpRun {
             decision,
@@ -888,6 +888,9 @@ impl Drop for XdpDispatcher {
         let _ = self.detach();
     }
 }
+
+/// A (mask, value) pair over the classification key.
+type KeyPair = ([u64; KEY_WORDS], [u64; KEY_WORDS]);
 
 fn rule_key(tuple: u32, bits: &[u64; KEY_WORDS]) -> RuleKey {
     RuleKey {

@@ -173,9 +173,9 @@ fn random_rule(rng: &mut Rng) -> Match {
 fn random_packet(rng: &mut Rng) -> Vec<u8> {
     let v6 = rng.chance(30);
     let (src, dst) = if v6 {
-        (ip(*rng.pick(&V6)), ip(*rng.pick(&V6)))
+        (ip(rng.pick::<&str>(&V6)), ip(rng.pick::<&str>(&V6)))
     } else {
-        (ip(*rng.pick(&V4)), ip(*rng.pick(&V4)))
+        (ip(rng.pick::<&str>(&V4)), ip(rng.pick::<&str>(&V4)))
     };
     let pk = Pk {
         in_port: 0,
