@@ -105,7 +105,7 @@ pub enum LoadError {
     #[error("xdp engine unavailable: {0}")]
     Unavailable(&'static str),
     /// aya could not load the object (maps, BTF, relocations).
-    #[error("loading the XDP dispatcher object: {0}")]
+    #[error("loading the XDP dispatcher's maps (needs CAP_BPF): {0}")]
     Object(#[source] Box<EbpfError>),
     /// The kernel refused the program (verifier, permissions).
     #[error("loading the XDP dispatcher program (needs CAP_BPF and CAP_NET_ADMIN): {0}")]
