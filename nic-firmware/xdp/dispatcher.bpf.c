@@ -315,7 +315,8 @@ __attribute__((noinline)) int bf_xdp_schedule(struct bf_step *io)
 /*
  * Tagging stage (global, checked once): the tenant slot into DSCP (slots <= 63, when
  * BF_XDP_F_TAG_DSCP) from the scratch copy back into the frame, and into the XDP
- * metadata (when BF_XDP_F_META). Returns 0, or -1 when the frame could not be written.
+ * metadata (when BF_XDP_F_META and the driver supports it). Returns 0, or -1 when the
+ * frame could not be written.
  */
 __attribute__((noinline)) int bf_xdp_tag(struct xdp_md *ctx, struct bf_search *p, uint32_t tenant)
 {
@@ -336,9 +337,9 @@ __attribute__((noinline)) int bf_xdp_tag(struct xdp_md *ctx, struct bf_search *p
         if (bpf_xdp_store_bytes(ctx, l3, sc->hdr + l3, 12) != 0)
             return -1;
     }
-    if (cfg->flags & BF_XDP_F_META) {
-        if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(uint32_t)) != 0)
-            return -1;
+    /* A driver without metadata support leaves the frame untagged there, not dropped
+     * (the worker then classifies it again). */
+    if ((cfg->flags & BF_XDP_F_META) && bpf_xdp_adjust_meta(ctx, -(int)sizeof(uint32_t)) == 0) {
         void *data = (void *)(long)ctx->data;
         uint32_t *meta = (void *)(long)ctx->data_meta;
         if ((void *)(meta + 1) > data)
