@@ -1,11 +1,14 @@
 //! End to end: `buffet trace` over a hand-computed trace (docs/scheduler.md, the
 //! scheduler semantics), and the committed trace vectors (tests/vectors/) through every
-//! engine built: the Rust dispatcher and the C core.
+//! engine: the Rust dispatcher, the C core and the XDP program in the kernel (the last
+//! needs CAP_BPF and clang at build time; without them its checks skip, and fail under
+//! BUFFET_REQUIRE_PRIVILEGED=1 or CI).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use buffet_config::trace::{run_trace, TraceConfig, TraceEngine};
+use buffet_config::trace::{run_trace, TraceConfig, TraceEngine, TraceError};
+use buffet_testkit::gate::{self, Capability};
 
 #[test]
 fn trace_prints_decisions_and_overload_reports() {
@@ -93,31 +96,137 @@ fn trace_engine_c_prints_the_same_bytes() {
     );
 }
 
+/// Whether the xdp engine can run here; skips (a failure under
+/// BUFFET_REQUIRE_PRIVILEGED=1 or CI) with the reason when it cannot.
+fn xdp_ready(test: &str) -> bool {
+    if !gate::require_capabilities(test, &[Capability::Bpf, Capability::NetAdmin]) {
+        return false;
+    }
+    let cfg = TraceConfig {
+        workers: 1,
+        worker_max: 1,
+        tenant_max: 0,
+        shift: 0,
+        threshold: 0,
+        engine: TraceEngine::Xdp,
+    };
+    match run_trace(&b"0,1\n"[..], std::io::sink(), std::io::sink(), &cfg) {
+        Ok(_) => true,
+        Err(e @ TraceError::EngineUnavailable { .. }) => gate::skip_privileged(test, e),
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
 #[test]
-fn trace_engine_xdp_is_not_built_yet() {
+fn trace_engine_xdp_prints_the_same_bytes() {
+    let test = "trace_engine_xdp_prints_the_same_bytes";
+    if !xdp_ready(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.csv");
+    std::fs::write(&input, "ts_ns,tenant_id\n0,0\n0,0\n0,0\n1,2\n1,0\n2,1\n").unwrap();
+    let run = |engine: &str| {
+        Command::new(env!("CARGO_BIN_EXE_buffet"))
+            .args(["trace", "--workers", "2", "--worker-max", "2"])
+            .args(["--tenant-max", "2", "--shift", "0", "--threshold", "0"])
+            .args(["--engine", engine, "--input"])
+            .arg(&input)
+            .output()
+            .unwrap()
+    };
+    let (rust, xdp) = (run("rust"), run("xdp"));
+    assert!(
+        xdp.status.success(),
+        "{}",
+        String::from_utf8_lossy(&xdp.stderr)
+    );
+    assert_eq!((&rust.stdout, &rust.stderr), (&xdp.stdout, &xdp.stderr));
+    assert_eq!(
+        String::from_utf8(xdp.stdout).unwrap(),
+        "0,0,pass,0\n1,0,pass,0\n2,0,drop,\n3,2,pass,1\n4,0,pass,0\n5,1,pass,1\n"
+    );
+}
+
+/// Where the xdp engine cannot run, `buffet trace --engine xdp` fails before printing any
+/// decision and names the engine.
+#[test]
+fn trace_engine_xdp_errors_name_the_engine() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("t.csv");
     std::fs::write(&input, "0,1\n").unwrap();
+    // 17 workers: one more than the XDP dispatcher's Worker Table holds.
     let out = Command::new(env!("CARGO_BIN_EXE_buffet"))
-        .args([
-            "trace",
-            "--workers",
-            "1",
-            "--worker-max",
-            "1",
-            "--engine",
-            "xdp",
-        ])
-        .arg("--input")
+        .args(["trace", "--workers", "17", "--worker-max", "1"])
+        .args(["--engine", "xdp", "--input"])
         .arg(&input)
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
     let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("xdp engine"), "{err}");
+}
+
+/// Seeded random traces (many tenants, bursts, idle and older timestamps) through the
+/// rust and the xdp engine: the same bytes.
+#[test]
+fn random_traces_agree_between_rust_and_xdp() {
+    let test = "random_traces_agree_between_rust_and_xdp";
+    if !xdp_ready(test) {
+        return;
+    }
+    let mut rng = buffet_testkit::Rng::new(0x7ace_0009);
+    let mut exercised = (0, 0, 0);
+    for round in 0..4 {
+        let tenants = 20 + rng.below(180);
+        let mut trace = String::from("ts_ns,tenant_id\n");
+        let mut ts = 0u64;
+        for _ in 0..2000 {
+            ts = match rng.below(25) {
+                0 => ts.saturating_sub(rng.below(40)),
+                1 => ts + 8 * (1 + rng.below(4)),
+                _ => ts + rng.below(2),
+            };
+            // A few heavy tenants and a long tail; ids are arbitrary u32s.
+            let t = if rng.chance(40) {
+                rng.below(4)
+            } else {
+                rng.below(tenants)
+            };
+            trace.push_str(&format!("{ts},{}\n", t * 7919 + 3));
+        }
+        let workers = 1 + rng.below(16) as u16;
+        let cfg = TraceConfig {
+            workers,
+            // Around the ~16 packets a timeslot carries, spread over the workers.
+            worker_max: 1 + rng.below(1 + 24 / u64::from(workers)),
+            tenant_max: rng.below(6),
+            shift: 3,
+            threshold: rng.below(3) as u32,
+            engine: TraceEngine::Rust,
+        };
+        let run = |engine| {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let s = run_trace(
+                trace.as_bytes(),
+                &mut out,
+                &mut err,
+                &TraceConfig { engine, ..cfg },
+            )
+            .unwrap_or_else(|e| panic!("round {round} ({engine}): {e}"));
+            (out, err, s)
+        };
+        let (want, got) = (run(TraceEngine::Rust), run(TraceEngine::Xdp));
+        assert_eq!(got, want, "round {round}: {cfg:?}");
+        exercised.0 += want.2.migrations;
+        exercised.1 += want.2.overloads;
+        exercised.2 += want.2.dropped;
+    }
+    // Migrations, overload reports and policing all happened.
     assert!(
-        err.contains("xdp trace engine is not built yet (needs the XDP dispatcher)"),
-        "{err}"
+        exercised.0 > 0 && exercised.1 > 0 && exercised.2 > 0,
+        "{exercised:?}"
     );
 }
 
@@ -193,15 +302,19 @@ fn run_lib(v: &Vector, engine: TraceEngine) -> (String, String) {
     )
 }
 
-/// Every vector through the Rust and the C engine, via the library and (where the command
-/// line accepts the parameters) via `buffet trace --engine`, against the committed
-/// expectations. `BUFFET_BLESS_VECTORS=1` rewrites the expectations from the Rust engine
+/// Every vector through the Rust, the C and (where it can run) the XDP engine, via the
+/// library and (where the command line accepts the parameters) via `buffet trace
+/// --engine`, against the committed expectations. `BUFFET_BLESS_VECTORS=1` rewrites the expectations from the Rust engine
 /// instead (review the diff: several vectors are checked by hand in their comments).
 #[test]
 fn committed_vectors_agree_on_every_engine() {
     let vs = vectors();
     assert!(vs.len() >= 10, "{} vectors", vs.len());
     let bless = std::env::var_os("BUFFET_BLESS_VECTORS").is_some();
+    let mut engines = vec![TraceEngine::Rust, TraceEngine::C];
+    if xdp_ready("committed_vectors_agree_on_every_engine (xdp)") {
+        engines.push(TraceEngine::Xdp);
+    }
     for v in &vs {
         let name = v.dir.file_name().unwrap().to_string_lossy().into_owned();
         if bless {
@@ -214,7 +327,7 @@ fn committed_vectors_agree_on_every_engine() {
             std::fs::read_to_string(v.dir.join("expected.err")).unwrap(),
         );
         assert!(!want.0.is_empty(), "{name}: empty expectation");
-        for engine in [TraceEngine::Rust, TraceEngine::C] {
+        for &engine in &engines {
             assert_eq!(run_lib(v, engine), want, "{name}: library, engine {engine}");
             if v.cfg.worker_max == 0 || v.cfg.shift >= 64 {
                 continue; // outside what the command line accepts

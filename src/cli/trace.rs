@@ -29,7 +29,8 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 3)]
     threshold: u32,
     /// The scheduler implementation: rust (buffet-dispatch), c (nic-firmware/common built
-    /// for the host) or xdp (not built yet). Every engine prints the same bytes.
+    /// for the host) or xdp (nic-firmware/xdp in the kernel through BPF_PROG_TEST_RUN;
+    /// needs CAP_BPF). Every engine prints the same bytes.
     #[arg(long, value_enum, default_value_t = trace::TraceEngine::Rust)]
     engine: trace::TraceEngine,
 }
@@ -39,9 +40,6 @@ pub fn run(a: &TraceArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.workers > 0, "--workers must be at least 1");
     anyhow::ensure!(a.worker_max > 0, "--worker-max must be at least 1");
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
-    if a.engine == trace::TraceEngine::Xdp {
-        return Err(trace::TraceError::EngineNotBuilt(a.engine).into());
-    }
     let file =
         std::fs::File::open(&a.input).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
     let cfg = trace::TraceConfig {

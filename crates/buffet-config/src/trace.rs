@@ -2,12 +2,18 @@
 //!
 //! This is the yardstick that proves the Rust dispatcher, the C core and the XDP program
 //! equal: each reads the same trace and must print the same bytes. The [`TraceEngine`]
-//! chooses the implementation: `rust` (buffet-dispatch's [`Dispatcher`], the default) or
+//! chooses the implementation: `rust` (buffet-dispatch's [`Dispatcher`], the default),
 //! `c` (nic-firmware/common compiled for the host, through buffet-nicfw's
-//! [`CScheduler`]). Both implement [`TraceScheduler`], so one runner loop drives either.
-//! `xdp` (the XDP program under BPF_PROG_TEST_RUN) is not built yet and is refused with
-//! [`TraceError::EngineNotBuilt`]. The committed vectors under tests/vectors/ are checked
-//! against every engine built.
+//! [`CScheduler`]) or `xdp` (nic-firmware/xdp's program in the kernel, through
+//! buffet-xdp, one BPF_PROG_TEST_RUN per packet with the trace's timestamp injected:
+//! [`XdpTrace`]). All implement [`TraceScheduler`], so one runner loop drives each. The
+//! committed vectors under tests/vectors/ are checked against every engine.
+//!
+//! The `xdp` engine needs CAP_BPF and a build with clang; without them it stops before
+//! the first packet with [`TraceError::EngineUnavailable`] or [`TraceError::Engine`]. Its
+//! maps hold [`buffet_xdp::MAX_WORKERS`] workers and [`buffet_xdp::MAX_TENANTS`] tenants:
+//! a trace beyond them stops with an error (line [`LineError::TooManyTenants`] for the
+//! tenants).
 //!
 //! Input, one packet per line: `ts_ns,tenant_id` (decimal `u64`, decimal `u32`, ASCII
 //! digits only; spaces or tabs around a field are ignored, as is a trailing `\r`).
@@ -34,8 +40,12 @@ use buffet_dispatch::{
     Decision, DispatchDrop, Dispatcher, DispatcherConfig, Event, SchedulerConfig, TagMode,
     TenantId, TenantSlot, UnmatchedPolicy, WorkerId,
 };
+use std::net::{IpAddr, Ipv4Addr};
+
+use buffet_dispatch::{IpPrefix, Match};
 use buffet_nicfw::CScheduler;
 use buffet_sdk::TenantRegistry;
+use buffet_xdp::{XdpConfig, XdpDecision, XdpDispatcher};
 
 /// Which implementation of the scheduler step runs a trace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -46,7 +56,7 @@ pub enum TraceEngine {
     Rust,
     /// nic-firmware/common, the portable C core, compiled for the host.
     C,
-    /// The XDP dispatcher in the kernel (not built yet).
+    /// The XDP dispatcher in the kernel, under BPF_PROG_TEST_RUN.
     Xdp,
 }
 
@@ -72,11 +82,25 @@ impl std::fmt::Display for TraceEngine {
 #[error("the scheduler refused the tenant")]
 pub struct TraceAdmitError;
 
+/// An engine failed for a reason of its own (the kernel refused a map write, a test run).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The XDP dispatcher refused a worker.
+    #[error(transparent)]
+    XdpAdmit(#[from] buffet_xdp::AdmitError),
+    /// Loading the XDP dispatcher failed.
+    #[error(transparent)]
+    XdpLoad(#[from] buffet_xdp::LoadError),
+    /// Running a packet through the XDP dispatcher failed.
+    #[error(transparent)]
+    XdpRun(#[from] buffet_xdp::RunError),
+}
+
 /// What the trace runner needs from a scheduler implementation: workers, tenants, and
 /// one scheduling step per packet (with the migration and overload report it caused).
 pub trait TraceScheduler {
     /// Adds a live worker with MAX_NB `max_nb`.
-    fn add_worker(&mut self, max_nb: u64);
+    fn add_worker(&mut self, max_nb: u64) -> Result<(), EngineError>;
     /// Admits a tenant in tenant slot `slot` on `worker` with MAX_NB `max_nb`.
     fn admit(
         &mut self,
@@ -85,12 +109,13 @@ pub trait TraceScheduler {
         max_nb: u64,
     ) -> Result<(), TraceAdmitError>;
     /// One scheduling step for a packet of `slot` at `ts_ns`.
-    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> SchedOutcome;
+    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> Result<SchedOutcome, EngineError>;
 }
 
 impl TraceScheduler for Dispatcher {
-    fn add_worker(&mut self, max_nb: u64) {
+    fn add_worker(&mut self, max_nb: u64) -> Result<(), EngineError> {
         Dispatcher::add_worker(self, max_nb);
+        Ok(())
     }
 
     fn admit(
@@ -104,8 +129,8 @@ impl TraceScheduler for Dispatcher {
             .map_err(|_| TraceAdmitError)
     }
 
-    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> SchedOutcome {
-        match self.schedule_tagged(ts_ns, slot) {
+    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> Result<SchedOutcome, EngineError> {
+        Ok(match self.schedule_tagged(ts_ns, slot) {
             Decision::Pass { worker, .. } => {
                 let (mut migrated_from, mut overload) = (None, None);
                 for e in self.drain_events() {
@@ -125,14 +150,15 @@ impl TraceScheduler for Dispatcher {
             Decision::Drop(DispatchDrop::Policed(_)) => SchedOutcome::Policed,
             Decision::Drop(DispatchDrop::NoLiveWorker) => SchedOutcome::NoLiveWorker,
             Decision::Drop(_) => SchedOutcome::UnknownTenant,
-        }
+        })
     }
 }
 
 impl TraceScheduler for CScheduler {
-    fn add_worker(&mut self, max_nb: u64) {
+    fn add_worker(&mut self, max_nb: u64) -> Result<(), EngineError> {
         // The trace runner adds at most 65 535 workers (K is a u16).
         let _ = CScheduler::add_worker(self, max_nb);
+        Ok(())
     }
 
     fn admit(
@@ -145,8 +171,99 @@ impl TraceScheduler for CScheduler {
             .map_err(|_| TraceAdmitError)
     }
 
-    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> SchedOutcome {
-        CScheduler::schedule(self, ts_ns, slot)
+    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> Result<SchedOutcome, EngineError> {
+        Ok(CScheduler::schedule(self, ts_ns, slot))
+    }
+}
+
+/// The XDP dispatcher as a trace engine. The trace names tenants, not frames, so each
+/// tenant slot `s` gets one rule, source address `10.0.0.0 + s` (/32), and each packet is
+/// a UDP frame from that address: the program's own key extraction, classifier maps,
+/// scheduler step and ring buffer decide, at the trace's timestamp (test mode).
+#[derive(Debug)]
+pub struct XdpTrace {
+    d: XdpDispatcher,
+    frame: [u8; XDP_TRACE_FRAME_LEN],
+}
+
+const XDP_TRACE_FRAME_LEN: usize = 14 + 20 + 8;
+/// Where the IPv4 source address sits in the trace frame.
+const XDP_TRACE_SRC: usize = 14 + 12;
+
+impl XdpTrace {
+    /// Loads the XDP dispatcher in test mode with the trace's scheduler parameters.
+    pub fn new(sched: SchedulerConfig) -> Result<XdpTrace, buffet_xdp::LoadError> {
+        let d = XdpDispatcher::load(XdpConfig {
+            shift: sched.shift,
+            threshold: sched.threshold,
+            test_mode: true,
+            ..XdpConfig::default()
+        })?;
+        let mut frame = [0u8; XDP_TRACE_FRAME_LEN];
+        frame[..12].copy_from_slice(&[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+        frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut frame[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&28u16.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[16..20].copy_from_slice(&[10, 255, 255, 254]);
+        let udp = &mut frame[34..42];
+        udp[0..2].copy_from_slice(&1024u16.to_be_bytes());
+        udp[2..4].copy_from_slice(&1024u16.to_be_bytes());
+        udp[4..6].copy_from_slice(&8u16.to_be_bytes());
+        Ok(XdpTrace { d, frame })
+    }
+
+    fn source_of(slot: TenantSlot) -> [u8; 4] {
+        (0x0a00_0000u32 | slot.0).to_be_bytes()
+    }
+}
+
+impl TraceScheduler for XdpTrace {
+    fn add_worker(&mut self, max_nb: u64) -> Result<(), EngineError> {
+        self.d.add_worker(max_nb)?;
+        Ok(())
+    }
+
+    fn admit(
+        &mut self,
+        slot: TenantSlot,
+        worker: WorkerId,
+        max_nb: u64,
+    ) -> Result<(), TraceAdmitError> {
+        // Slots stay below 2^24 (the registry's bound), so 10.0.0.0 + slot is in 10/8.
+        let [a, b, c, d] = Self::source_of(slot);
+        let rule = Match {
+            src_ip: Some(
+                IpPrefix::new(IpAddr::V4(Ipv4Addr::new(a, b, c, d)), 32)
+                    .map_err(|_| TraceAdmitError)?,
+            ),
+            ..Match::default()
+        };
+        self.d
+            .admit(slot, &[(0, rule)], max_nb, worker)
+            .map_err(|_| TraceAdmitError)
+    }
+
+    fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> Result<SchedOutcome, EngineError> {
+        self.frame[XDP_TRACE_SRC..XDP_TRACE_SRC + 4].copy_from_slice(&Self::source_of(slot));
+        let run = self.d.run(ts_ns, &self.frame)?;
+        Ok(match run.decision {
+            XdpDecision::Pass {
+                worker,
+                migrated_from,
+                overload,
+                ..
+            } => SchedOutcome::Pass {
+                worker,
+                migrated_from,
+                overload,
+            },
+            XdpDecision::Policed(_) => SchedOutcome::Policed,
+            XdpDecision::NoLiveWorker => SchedOutcome::NoLiveWorker,
+            XdpDecision::Unmatched | XdpDecision::Malformed(_) => SchedOutcome::UnknownTenant,
+        })
     }
 }
 
@@ -210,9 +327,22 @@ pub enum TraceError {
     /// K = 0.
     #[error("the trace needs at least one worker")]
     NoWorkers,
-    /// The engine is not part of this build.
-    #[error("the {0} trace engine is not built yet (needs the XDP dispatcher)")]
-    EngineNotBuilt(TraceEngine),
+    /// The engine is not part of this build (the XDP program needs clang at build time).
+    #[error("{engine} engine unavailable: {why}")]
+    EngineUnavailable {
+        /// The engine.
+        engine: TraceEngine,
+        /// Why.
+        why: &'static str,
+    },
+    /// The engine failed (loading, a map write, a test run).
+    #[error("{engine} engine: {source}")]
+    Engine {
+        /// The engine.
+        engine: TraceEngine,
+        /// What went wrong.
+        source: EngineError,
+    },
     /// A malformed line.
     #[error("line {line}: {source}")]
     Line {
@@ -256,7 +386,19 @@ pub fn run_trace(
             run_with(d, input, out, err, cfg)
         }
         TraceEngine::C => run_with(CScheduler::new(sched), input, out, err, cfg),
-        TraceEngine::Xdp => Err(TraceError::EngineNotBuilt(TraceEngine::Xdp)),
+        TraceEngine::Xdp => {
+            let engine = TraceEngine::Xdp;
+            let d = XdpTrace::new(sched).map_err(|e| match e {
+                buffet_xdp::LoadError::Unavailable(why) => {
+                    TraceError::EngineUnavailable { engine, why }
+                }
+                e => TraceError::Engine {
+                    engine,
+                    source: e.into(),
+                },
+            })?;
+            run_with(d, input, out, err, cfg)
+        }
     }
 }
 
@@ -271,8 +413,10 @@ pub fn run_with(
     if cfg.workers == 0 {
         return Err(TraceError::NoWorkers);
     }
+    let engine = cfg.engine;
+    let engine_err = |source| TraceError::Engine { engine, source };
     for _ in 0..cfg.workers {
-        d.add_worker(cfg.worker_max);
+        d.add_worker(cfg.worker_max).map_err(engine_err)?;
     }
     let mut sum = TraceSummary::default();
     let mut buf = Vec::with_capacity(64);
@@ -323,7 +467,7 @@ pub fn run_with(
         };
         let seq = sum.packets;
         sum.packets += 1;
-        match d.schedule(ts, slot) {
+        match d.schedule(ts, slot).map_err(engine_err)? {
             SchedOutcome::Pass {
                 worker,
                 migrated_from,
@@ -600,18 +744,46 @@ mod tests {
         }
     }
 
+    /// The xdp engine prints what the rust engine prints, or, where it cannot run (no
+    /// clang at build time, no CAP_BPF), stops before the first packet saying why.
+    /// tests/trace.rs requires it to run under BUFFET_REQUIRE_PRIVILEGED=1.
     #[test]
-    fn xdp_engine_is_refused_until_built() {
-        let c = TraceConfig {
+    fn xdp_engine_matches_rust_or_says_why() {
+        let input = b"0,4\n0,4\n0,4\n0,10\n0,10\n0,7\n1,4\n1,10\n1,7\n1,10\n1,10\n3,4\n";
+        let c = cfg(2, 4, 2, 0);
+        let want = run_engine(input, &c).unwrap();
+        let xdp = TraceConfig {
             engine: TraceEngine::Xdp,
-            ..cfg(1, 1, 0, 0)
+            ..c
         };
-        let e = run_engine(b"0,1\n", &c).unwrap_err();
-        assert!(matches!(e, TraceError::EngineNotBuilt(TraceEngine::Xdp)));
-        assert_eq!(
-            e.to_string(),
-            "the xdp trace engine is not built yet (needs the XDP dispatcher)"
-        );
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        match run_trace(&input[..], &mut out, &mut err, &xdp) {
+            Ok(s) => {
+                let got = (
+                    String::from_utf8(out).unwrap(),
+                    String::from_utf8(err).unwrap(),
+                    s,
+                );
+                assert_eq!(got, want);
+            }
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e,
+                        TraceError::EngineUnavailable {
+                            engine: TraceEngine::Xdp,
+                            ..
+                        } | TraceError::Engine {
+                            engine: TraceEngine::Xdp,
+                            ..
+                        }
+                    ),
+                    "{e:?}"
+                );
+                assert!(e.to_string().starts_with("xdp engine"), "{e}");
+                assert!(out.is_empty() && err.is_empty());
+            }
+        }
     }
 
     #[test]

@@ -239,7 +239,8 @@ pub struct RuleHandle(u64);
 // ---------------------------------------------------------------------------------------
 // The fixed-width key.
 
-const KEY_WORDS: usize = 7;
+/// Words of the fixed-width classification key ([`Match::key_pairs`]).
+pub const KEY_WORDS: usize = 7;
 
 /// Word 0: in_port [0,16) | vlan id [16,28) | vlan present 28 | IPv6 29 | ports present 30
 /// | proto [32,40) | dscp [40,46). Words 1/2: src/dst MAC << 16 | src/dst port. Words
@@ -315,6 +316,20 @@ fn port_mask(len: u8) -> u64 {
         0
     } else {
         u64::from(!0u16 << (16 - len))
+    }
+}
+
+impl Match {
+    /// The (mask, value) pairs this match expands to over the classifier's fixed-width
+    /// key, as the tuple-space search stores them: word 0 is in_port `[0,16)` | VLAN id
+    /// `[16,28)` | VLAN present 28 | IPv6 29 | ports present 30 | protocol `[32,40)` |
+    /// DSCP `[40,46)`; words 1 and 2 are the source / destination MAC `<< 16` | port;
+    /// words 3-4 and 5-6 the source / destination address (IPv4 mapped into
+    /// `::ffff:0:0/96`), high word first. For classifiers outside this crate that must
+    /// agree with this one bit for bit (the XDP Packet Dispatcher's maps). The match must
+    /// be valid ([`Match::validate`]).
+    pub fn key_pairs(&self) -> Vec<([u64; KEY_WORDS], [u64; KEY_WORDS])> {
+        expand(self).into_iter().map(|(m, v)| (m.0, v.0)).collect()
     }
 }
 

@@ -1,0 +1,932 @@
+//! The XDP Packet Dispatcher's loader: nic-firmware/xdp/dispatcher.bpf.c, compiled by
+//! this crate's build.rs with `clang -target bpf`, loaded with aya.
+//!
+//! What it does: [`XdpDispatcher`] loads the program and its maps, mirrors the Worker
+//! Table, the Tenant Table and the classifier rules into them (rules expand exactly as
+//! buffet-dispatch's [`Classifier`](buffet_dispatch::Classifier) expands them, through
+//! [`Match::key_pairs`]), and either replays frames through the program with
+//! BPF_PROG_TEST_RUN and an injected timestamp ([`XdpDispatcher::run`], test mode: what
+//! `buffet trace --engine xdp` and the equivalence tests use) or attaches it to an
+//! interface ([`XdpDispatcher::attach`]). Migrations and overload reports come back
+//! through the program's BPF ring buffer ([`XdpDispatcher::drain_events`]).
+//!
+//! What it does not do: AF_XDP sockets (the program's XSKMAP is exposed for them:
+//! [`XdpDispatcher::set_worker_socket`]), tenant placement or worker evacuation. For the
+//! nfp offload (nic-firmware/xdp/dispatcher_offload.bpf.c, which has no clock), the
+//! slot-boundary rebalancing runs on the host: [`offload::OffloadPlanner`].
+//!
+//! Limits (refused at admission with an error naming the tenant and rule):
+//! [`MAX_TENANTS`] tenant slots, [`MAX_WORKERS`] workers, [`MAX_TUPLES`] distinct masks
+//! over all rules, [`MAX_RULE_ENTRIES`] (mask, value) entries.
+//!
+//! When this crate was built without clang or the libbpf headers, loading fails with
+//! [`LoadError::Unavailable`] ("xdp engine unavailable: clang not found").
+//!
+//! All `unsafe` is in the private `sys` module.
+#![deny(unsafe_code)]
+
+mod layout;
+pub mod offload;
+mod sys;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+
+use aya::maps::{
+    Array, HashMap as BpfHashMap, Map, MapData, MapError, PerCpuArray, RingBuf, XskMap,
+};
+use aya::programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode};
+use aya::{Ebpf, EbpfError};
+use buffet_dispatch::classifier::Match;
+use buffet_dispatch::{Event, OverloadReport, RuleError, TenantSlot, WorkerId};
+use buffet_sdk::ParseError;
+
+pub use layout::{KEY_WORDS, MAX_RULE_ENTRIES, MAX_TENANTS, MAX_TUPLES, MAX_WORKERS};
+
+use layout::{
+    stat, verdict, Config, DecisionRecord, EventRecord, RuleKey, RuleVal, TenantRow, Tuple,
+    WorkerRow, EV_MIGRATION, EV_OVERLOAD, F_META, F_TAG_DSCP, F_TEST,
+};
+
+/// The compiled driver/generic-mode program (empty when clang was missing).
+static DISPATCHER_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatcher.bpf.o"));
+
+/// The compiled nfp offload subset (empty when clang was missing). It is not loaded
+/// here (offload needs an nfp device); tests/nfp_subset.rs checks it against the nfp
+/// JIT's rules.
+static OFFLOAD_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatcher_offload.bpf.o"));
+
+/// Why the program cannot be built here, if it cannot.
+pub const UNAVAILABLE: Option<&str> = option_env!("BUFFET_XDP_UNAVAILABLE");
+
+/// The program's name in the object.
+pub const PROGRAM_NAME: &str = "buffet_dispatch";
+
+/// The compiled XDP dispatcher object (ELF), or why it was not built.
+pub fn dispatcher_object() -> Result<&'static [u8], LoadError> {
+    match UNAVAILABLE {
+        Some(why) => Err(LoadError::Unavailable(why)),
+        None => Ok(DISPATCHER_OBJ),
+    }
+}
+
+/// The compiled nfp offload subset (nic-firmware/xdp/dispatcher_offload.bpf.c), or why
+/// it was not built.
+pub fn offload_object() -> Result<&'static [u8], LoadError> {
+    match UNAVAILABLE {
+        Some(why) => Err(LoadError::Unavailable(why)),
+        None => Ok(OFFLOAD_OBJ),
+    }
+}
+
+/// How the program runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpConfig {
+    /// `timeslot = ts_ns >> shift`.
+    pub shift: u32,
+    /// Overload reports while a worker's TIMES exceeds this.
+    pub threshold: u32,
+    /// Write the tenant slot into DSCP (slots 0..=63; others are left untagged).
+    pub tag_dscp: bool,
+    /// Write the tenant slot (32 bits) into the frame's XDP metadata.
+    pub metadata: bool,
+    /// Test mode: timestamps come from [`XdpDispatcher::run`], not the clock, and the
+    /// program records a decision per packet instead of redirecting.
+    pub test_mode: bool,
+    /// The Port id the classifier sees as the frames' in_port.
+    pub in_port: u16,
+}
+
+/// Loading the program failed; nothing stays loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// This build has no compiled program.
+    #[error("xdp engine unavailable: {0}")]
+    Unavailable(&'static str),
+    /// aya could not load the object (maps, BTF, relocations).
+    #[error("loading the XDP dispatcher's maps (needs CAP_BPF): {0}")]
+    Object(#[source] Box<EbpfError>),
+    /// The kernel refused the program (verifier, permissions).
+    #[error("loading the XDP dispatcher program (needs CAP_BPF and CAP_NET_ADMIN): {0}")]
+    Program(#[source] ProgramError),
+    /// A map the loader needs is missing or of the wrong type.
+    #[error("XDP dispatcher map {name}: {source}")]
+    Map {
+        /// The map.
+        name: &'static str,
+        /// What went wrong.
+        #[source]
+        source: MapError,
+    },
+    /// The object lacks a map or the program.
+    #[error("the XDP dispatcher object has no {0}")]
+    Missing(&'static str),
+    /// Mapping the Tenant/Worker Table into this process failed.
+    #[error("mapping the XDP dispatcher's tables: {0}")]
+    Mmap(#[source] io::Error),
+}
+
+/// Why a worker or a tenant was refused. On error nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    /// The Worker Table is full.
+    #[error("the XDP dispatcher holds at most {capacity} workers")]
+    TooManyWorkers {
+        /// [`MAX_WORKERS`].
+        capacity: u16,
+    },
+    /// The slot is beyond the Tenant Table.
+    #[error("{tenant}: the XDP dispatcher's maps hold tenant slots 0..{capacity} only")]
+    TooManyTenants {
+        /// The tenant refused.
+        tenant: TenantSlot,
+        /// [`MAX_TENANTS`].
+        capacity: u32,
+    },
+    /// The slot is taken.
+    #[error("{0} is already admitted to the XDP dispatcher")]
+    DuplicateSlot(TenantSlot),
+    /// The worker does not exist.
+    #[error("{tenant}: no worker {worker}")]
+    UnknownWorker {
+        /// The tenant refused.
+        tenant: TenantSlot,
+        /// Its worker.
+        worker: u16,
+    },
+    /// A rule is invalid for any classifier.
+    #[error("{tenant}, rule {index}: {source}")]
+    InvalidRule {
+        /// The tenant refused.
+        tenant: TenantSlot,
+        /// Position of the rule in its list.
+        index: usize,
+        /// What is wrong with it.
+        source: RuleError,
+    },
+    /// A rule the XDP classifier cannot express: its expansion needs more distinct masks
+    /// than the program probes.
+    #[error(
+        "{tenant}, rule {index}: the XDP classifier cannot express it: it needs {needed} \
+         distinct masks in all and the program probes at most {capacity} (narrow its port \
+         ranges)"
+    )]
+    TooManyMasks {
+        /// The tenant refused.
+        tenant: TenantSlot,
+        /// Position of the rule in its list.
+        index: usize,
+        /// Masks in use with this rule added.
+        needed: usize,
+        /// [`MAX_TUPLES`].
+        capacity: u32,
+    },
+    /// The rules map is full.
+    #[error(
+        "{tenant}, rule {index}: the XDP classifier cannot express it: {needed} (mask, \
+         value) entries in all, the map holds {capacity}"
+    )]
+    TooManyEntries {
+        /// The tenant refused.
+        tenant: TenantSlot,
+        /// Position of the rule in its list.
+        index: usize,
+        /// Entries with this rule added.
+        needed: usize,
+        /// [`MAX_RULE_ENTRIES`].
+        capacity: u32,
+    },
+    /// Writing a map failed.
+    #[error("writing the XDP dispatcher's maps: {0}")]
+    Map(#[source] MapError),
+}
+
+/// Running a frame through the program failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// [`XdpDispatcher::run`] needs [`XdpConfig::test_mode`].
+    #[error("the XDP dispatcher was not loaded in test mode")]
+    NotTestMode,
+    /// Reading or writing a map failed.
+    #[error("XDP dispatcher map: {0}")]
+    Map(#[source] MapError),
+    /// BPF_PROG_TEST_RUN failed.
+    #[error("BPF_PROG_TEST_RUN: {0}")]
+    TestRun(#[source] ProgramError),
+    /// The program returned XDP_ABORTED.
+    #[error("the XDP dispatcher aborted on a {len}-byte frame")]
+    Aborted {
+        /// Frame length.
+        len: usize,
+    },
+    /// BPF_PROG_TEST_RUN takes no frame shorter than an Ethernet header (and no NIC
+    /// delivers one).
+    #[error("a {len}-byte frame is shorter than an Ethernet header")]
+    TooShort {
+        /// Frame length.
+        len: usize,
+    },
+    /// The program did not record a decision.
+    #[error("the XDP dispatcher recorded no decision")]
+    NoDecision,
+}
+
+/// Attaching the program to an interface failed; nothing stays attached.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The interface does not exist.
+    #[error("interface {0:?} does not exist")]
+    NoSuchInterface(String),
+    /// Another program holds the interface's XDP hook and could not be removed.
+    #[error("{iface} already has an XDP program: {why}")]
+    Busy {
+        /// The interface.
+        iface: String,
+        /// What the kernel said.
+        why: String,
+    },
+    /// The netlink/link attach failed.
+    #[error("attaching the XDP dispatcher to {iface}: {source}")]
+    Attach {
+        /// The interface.
+        iface: String,
+        /// What went wrong.
+        #[source]
+        source: ProgramError,
+    },
+}
+
+/// What the program decided for one frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XdpDecision {
+    /// To `worker`, for `tenant`.
+    Pass {
+        /// The chosen worker.
+        worker: WorkerId,
+        /// The tenant slot.
+        tenant: TenantSlot,
+        /// The tenant moved from this worker with this packet.
+        migrated_from: Option<WorkerId>,
+        /// The overload report this packet raised.
+        overload: Option<OverloadReport>,
+    },
+    /// The frame did not parse.
+    Malformed(ParseError),
+    /// No rule matched.
+    Unmatched,
+    /// Over the tenant's MAX_NB.
+    Policed(TenantSlot),
+    /// The tenant's worker is gone and none is live.
+    NoLiveWorker,
+}
+
+/// One frame through the program in test mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XdpRun {
+    /// The decision.
+    pub decision: XdpDecision,
+    /// The frame as the program left it (DSCP tag applied), without the metadata.
+    pub frame: Vec<u8>,
+    /// The 32-bit tenant slot the program wrote into the XDP metadata, if any.
+    pub metadata: Option<u32>,
+}
+
+/// The program's counters, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpStats {
+    /// Frames seen.
+    pub packets: u64,
+    /// Frames passed to a worker.
+    pub passed: u64,
+    /// Frames that did not parse.
+    pub malformed: u64,
+    /// Frames no rule matched.
+    pub unmatched: u64,
+    /// Frames over their tenant's MAX_NB.
+    pub policed: u64,
+    /// Frames with no live worker.
+    pub no_live_worker: u64,
+    /// Events the ring buffer had no room for.
+    pub events_lost: u64,
+}
+
+/// How to attach.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Generic (skb) XDP: every driver, veth included.
+    #[default]
+    Generic,
+    /// Native (driver) XDP.
+    Native,
+}
+
+/// One rule's presence in the rules map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    priority: u32,
+    seq: u64,
+    tenant: u32,
+}
+
+/// The XDP Packet Dispatcher, loaded. Dropping it detaches and unloads the program.
+pub struct XdpDispatcher {
+    ebpf: Ebpf,
+    cfg: XdpConfig,
+    config: Array<MapData, Config>,
+    tuples_map: Array<MapData, Tuple>,
+    rules_map: BpfHashMap<MapData, RuleKey, RuleVal>,
+    decision: Array<MapData, DecisionRecord>,
+    stats: PerCpuArray<MapData, u64>,
+    events: RingBuf<MapData>,
+    xsks: XskMap<MapData>,
+    state: sys::StateMapping,
+    n_workers: u16,
+    /// Mask -> tuple index.
+    tuples: BTreeMap<[u64; KEY_WORDS], u32>,
+    /// Entries per tuple, to free a tuple when its last entry goes.
+    tuple_use: Vec<usize>,
+    /// (tuple, masked value) -> the rules there; the map holds the first.
+    buckets: HashMap<RuleKey, BTreeSet<Entry>>,
+    /// Per tenant slot: its rules' (seq, keys).
+    by_tenant: HashMap<u32, Vec<(Entry, Vec<RuleKey>)>>,
+    next_seq: u64,
+    last_decision_seq: u64,
+    attached: Option<(String, aya::programs::xdp::XdpLinkId)>,
+    replaced_leftover: bool,
+    pending: Vec<Event>,
+}
+
+impl std::fmt::Debug for XdpDispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpDispatcher")
+            .field("cfg", &self.cfg)
+            .field("workers", &self.n_workers)
+            .field("tuples", &self.tuples.len())
+            .field("entries", &self.buckets.len())
+            .field("attached", &self.attached.as_ref().map(|a| &a.0))
+            .finish()
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, LoadError> {
+    ebpf.take_map(name).ok_or(LoadError::Missing(name))
+}
+
+fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
+    move |source| LoadError::Map { name, source }
+}
+
+impl XdpDispatcher {
+    /// Loads the program (verified by the kernel) with no workers, tenants or rules.
+    pub fn load(cfg: XdpConfig) -> Result<XdpDispatcher, LoadError> {
+        let obj = dispatcher_object()?;
+        let mut ebpf = Ebpf::load(obj).map_err(|e| LoadError::Object(Box::new(e)))?;
+        {
+            let prog: &mut Xdp = ebpf
+                .program_mut(PROGRAM_NAME)
+                .ok_or(LoadError::Missing("program buffet_dispatch"))?
+                .try_into()
+                .map_err(LoadError::Program)?;
+            prog.load().map_err(LoadError::Program)?;
+        }
+        let mut config: Array<MapData, Config> =
+            Array::try_from(take_map(&mut ebpf, "bf_config")?).map_err(map_err("bf_config"))?;
+        let tuples_map =
+            Array::try_from(take_map(&mut ebpf, "bf_tuples")?).map_err(map_err("bf_tuples"))?;
+        let rules_map =
+            BpfHashMap::try_from(take_map(&mut ebpf, "bf_rules")?).map_err(map_err("bf_rules"))?;
+        let decision =
+            Array::try_from(take_map(&mut ebpf, "bf_decision")?).map_err(map_err("bf_decision"))?;
+        let stats =
+            PerCpuArray::try_from(take_map(&mut ebpf, "bf_stats")?).map_err(map_err("bf_stats"))?;
+        let events =
+            RingBuf::try_from(take_map(&mut ebpf, "bf_events")?).map_err(map_err("bf_events"))?;
+        let xsks = XskMap::try_from(take_map(&mut ebpf, "bf_xsks")?).map_err(map_err("bf_xsks"))?;
+        let state = match take_map(&mut ebpf, "bf_state")? {
+            Map::Array(data) => {
+                sys::StateMapping::new(data.fd().as_fd()).map_err(LoadError::Mmap)?
+            }
+            _ => return Err(LoadError::Missing("array map bf_state")),
+        };
+        let mut flags = 0;
+        if cfg.test_mode {
+            flags |= F_TEST;
+        }
+        if cfg.tag_dscp {
+            flags |= F_TAG_DSCP;
+        }
+        if cfg.metadata {
+            flags |= F_META;
+        }
+        config
+            .set(
+                0,
+                Config {
+                    flags,
+                    shift: cfg.shift,
+                    threshold: cfg.threshold,
+                    in_port: cfg.in_port,
+                    ..Config::default()
+                },
+                0,
+            )
+            .map_err(map_err("bf_config"))?;
+        Ok(XdpDispatcher {
+            ebpf,
+            cfg,
+            config,
+            tuples_map,
+            rules_map,
+            decision,
+            stats,
+            events,
+            xsks,
+            state,
+            n_workers: 0,
+            tuples: BTreeMap::new(),
+            tuple_use: Vec::new(),
+            buckets: HashMap::new(),
+            by_tenant: HashMap::new(),
+            next_seq: 0,
+            last_decision_seq: 0,
+            attached: None,
+            replaced_leftover: false,
+            pending: Vec::new(),
+        })
+    }
+
+    /// The configuration it was loaded with.
+    pub fn config(&self) -> XdpConfig {
+        self.cfg
+    }
+
+    fn update_config(&mut self, f: impl FnOnce(&mut Config)) -> Result<(), MapError> {
+        let mut c = self.config.get(&0, 0)?;
+        f(&mut c);
+        self.config.set(0, c, 0)
+    }
+
+    /// Adds a live worker with MAX_NB `max_nb` (taken literally: 0 is always overloaded).
+    pub fn add_worker(&mut self, max_nb: u64) -> Result<WorkerId, AdmitError> {
+        if self.n_workers >= MAX_WORKERS {
+            return Err(AdmitError::TooManyWorkers {
+                capacity: MAX_WORKERS,
+            });
+        }
+        let w = self.n_workers;
+        self.state.set_worker(
+            w,
+            WorkerRow {
+                max_nb,
+                live: 1,
+                ..WorkerRow::default()
+            },
+        );
+        let n = u32::from(w) + 1;
+        self.update_config(|c| c.n_workers = n)
+            .map_err(AdmitError::Map)?;
+        self.n_workers += 1;
+        Ok(WorkerId(w))
+    }
+
+    /// Number of workers.
+    pub fn worker_count(&self) -> u16 {
+        self.n_workers
+    }
+
+    /// Puts worker `w`'s AF_XDP socket into the XSKMAP (redirect target of its packets).
+    pub fn set_worker_socket(
+        &mut self,
+        w: WorkerId,
+        socket: &impl AsRawFd,
+    ) -> Result<(), MapError> {
+        self.xsks.set(u32::from(w.0), socket.as_raw_fd(), 0)
+    }
+
+    /// Admits tenant `slot` on `worker` with MAX_NB `max_nb` (0: unlimited) and its
+    /// classifier `rules` (`(priority, match)`: lower priority wins; equal priorities,
+    /// earlier admitted first, as in buffet-dispatch). Refused, changing nothing, when
+    /// the slot, a rule or the maps' capacity does not allow it.
+    pub fn admit(
+        &mut self,
+        slot: TenantSlot,
+        rules: &[(u32, Match)],
+        max_nb: u64,
+        worker: WorkerId,
+    ) -> Result<(), AdmitError> {
+        if slot.0 >= MAX_TENANTS {
+            return Err(AdmitError::TooManyTenants {
+                tenant: slot,
+                capacity: MAX_TENANTS,
+            });
+        }
+        if self.state.tenant(slot.0).present != 0 {
+            return Err(AdmitError::DuplicateSlot(slot));
+        }
+        if worker.0 >= self.n_workers {
+            return Err(AdmitError::UnknownWorker {
+                tenant: slot,
+                worker: worker.0,
+            });
+        }
+        // Plan every entry first: nothing is written unless all of it fits.
+        let mut new_masks: Vec<[u64; KEY_WORDS]> = Vec::new();
+        let mut planned: Vec<(Entry, Vec<KeyPair>)> = Vec::new();
+        let mut entries = self.buckets.len();
+        let mut new_buckets: BTreeSet<([u64; KEY_WORDS], [u64; KEY_WORDS])> = BTreeSet::new();
+        for (index, (priority, m)) in rules.iter().enumerate() {
+            m.validate().map_err(|source| AdmitError::InvalidRule {
+                tenant: slot,
+                index,
+                source,
+            })?;
+            let pairs = m.key_pairs();
+            for (mask, val) in &pairs {
+                if !self.tuples.contains_key(mask) && !new_masks.contains(mask) {
+                    new_masks.push(*mask);
+                }
+                let exists = self
+                    .tuples
+                    .get(mask)
+                    .is_some_and(|&t| self.buckets.contains_key(&rule_key(t, val)));
+                if !exists && new_buckets.insert((*mask, *val)) {
+                    entries += 1;
+                }
+            }
+            let needed = self.tuples.len() + new_masks.len();
+            if needed > MAX_TUPLES as usize {
+                return Err(AdmitError::TooManyMasks {
+                    tenant: slot,
+                    index,
+                    needed,
+                    capacity: MAX_TUPLES,
+                });
+            }
+            if entries > MAX_RULE_ENTRIES as usize {
+                return Err(AdmitError::TooManyEntries {
+                    tenant: slot,
+                    index,
+                    needed: entries,
+                    capacity: MAX_RULE_ENTRIES,
+                });
+            }
+            let entry = Entry {
+                priority: *priority,
+                seq: self.next_seq + index as u64,
+                tenant: slot.0,
+            };
+            planned.push((entry, pairs));
+        }
+        // The row first, so a packet classified to the tenant always finds it.
+        self.state.set_tenant(
+            slot.0,
+            TenantRow {
+                max_nb,
+                worker: worker.0,
+                present: 1,
+                ..TenantRow::default()
+            },
+        );
+        self.next_seq += rules.len() as u64;
+        let mut mine = Vec::with_capacity(planned.len());
+        for (entry, pairs) in planned {
+            let mut keys = Vec::with_capacity(pairs.len());
+            for (mask, val) in pairs {
+                let t = self.tuple_for(mask).map_err(AdmitError::Map)?;
+                let key = rule_key(t, &val);
+                let set = self.buckets.entry(key).or_default();
+                if set.insert(entry) {
+                    self.tuple_use[t as usize] += 1;
+                }
+                let best = *set.first().expect("just inserted");
+                self.rules_map
+                    .insert(
+                        key,
+                        RuleVal {
+                            priority: best.priority,
+                            tenant: best.tenant,
+                            seq: best.seq,
+                        },
+                        0,
+                    )
+                    .map_err(AdmitError::Map)?;
+                keys.push(key);
+            }
+            mine.push((entry, keys));
+        }
+        self.by_tenant.insert(slot.0, mine);
+        Ok(())
+    }
+
+    /// The tuple index of `mask`, adding it (mask written before the count grows).
+    fn tuple_for(&mut self, mask: [u64; KEY_WORDS]) -> Result<u32, MapError> {
+        if let Some(&t) = self.tuples.get(&mask) {
+            return Ok(t);
+        }
+        // Reuse a freed tuple, else append.
+        let t = match self.tuple_use.iter().position(|&n| n == 0) {
+            Some(i) if !self.tuples.values().any(|&v| v as usize == i) => i as u32,
+            _ => {
+                self.tuple_use.push(0);
+                (self.tuple_use.len() - 1) as u32
+            }
+        };
+        self.tuples_map.set(t, Tuple { mask }, 0)?;
+        self.tuples.insert(mask, t);
+        let n = self.tuple_use.len() as u32;
+        self.update_config(|c| c.n_tuples = n)?;
+        Ok(t)
+    }
+
+    /// Removes a tenant: its rules and its row. Returns whether it was admitted.
+    pub fn remove(&mut self, slot: TenantSlot) -> Result<bool, MapError> {
+        let Some(rules) = self.by_tenant.remove(&slot.0) else {
+            return Ok(false);
+        };
+        for (entry, keys) in rules {
+            for key in keys {
+                let Some(set) = self.buckets.get_mut(&key) else {
+                    continue;
+                };
+                if set.remove(&entry) {
+                    self.tuple_use[key.tuple as usize] -= 1;
+                }
+                match set.first().copied() {
+                    Some(best) => self.rules_map.insert(
+                        key,
+                        RuleVal {
+                            priority: best.priority,
+                            tenant: best.tenant,
+                            seq: best.seq,
+                        },
+                        0,
+                    )?,
+                    None => {
+                        self.buckets.remove(&key);
+                        self.rules_map.remove(&key)?;
+                    }
+                }
+            }
+        }
+        // Free tuples nobody uses any more (their index stays probed, and empty).
+        let unused: Vec<[u64; KEY_WORDS]> = self
+            .tuples
+            .iter()
+            .filter(|(_, &t)| self.tuple_use[t as usize] == 0)
+            .map(|(m, _)| *m)
+            .collect();
+        for m in unused {
+            self.tuples.remove(&m);
+        }
+        self.state.set_tenant(slot.0, TenantRow::default());
+        Ok(true)
+    }
+
+    /// Runs one frame through the program at `ts_ns` (test mode only): the decision,
+    /// the frame as it leaves the program, and its metadata. Events it raised are kept for
+    /// [`drain_events`](Self::drain_events) and reported in the decision.
+    pub fn run(&mut self, ts_ns: u64, frame: &[u8]) -> Result<XdpRun, RunError> {
+        if !self.cfg.test_mode {
+            return Err(RunError::NotTestMode);
+        }
+        if frame.len() < 14 {
+            return Err(RunError::TooShort { len: frame.len() });
+        }
+        self.update_config(|c| c.test_ts = ts_ns)
+            .map_err(RunError::Map)?;
+        let mut out = vec![0u8; frame.len() + 64];
+        let res = {
+            let prog: &Xdp = self
+                .ebpf
+                .program(PROGRAM_NAME)
+                .expect("loaded program")
+                .try_into()
+                .map_err(RunError::TestRun)?;
+            let mut opts = TestRunOptions::new();
+            opts.data_in = Some(frame);
+            opts.data_out = Some(&mut out);
+            prog.test_run(opts).map_err(RunError::TestRun)?
+        };
+        if res.return_value == 0 {
+            return Err(RunError::Aborted { len: frame.len() });
+        }
+        let rec = self.decision.get(&0, 0).map_err(RunError::Map)?;
+        if rec.seq == self.last_decision_seq {
+            return Err(RunError::NoDecision);
+        }
+        self.last_decision_seq = rec.seq;
+        out.truncate(res.data_size_out as usize);
+        // The output starts at data_meta: the metadata, if written, precedes the frame.
+        let meta_len = out.len().saturating_sub(frame.len());
+        let metadata =
+            (meta_len == 4).then(|| u32::from_ne_bytes([out[0], out[1], out[2], out[3]]));
+        let frame_out = out.split_off(meta_len);
+        let (mut migrated_from, mut overload) = (None, None);
+        while let Some(item) = self.events.next() {
+            if let Some(ev) = parse_event(&item) {
+                match ev {
+                    Event::Migration { from, .. } => migrated_from = Some(from),
+                    Event::Overload { worker, slot } => {
+                        overload = Some(OverloadReport { worker, slot })
+                    }
+                }
+                self.pending.push(ev);
+            }
+        }
+        let decision = match rec.verdict {
+            verdict::PASS => XdpDecision::Pass {
+                worker: WorkerId(rec.worker),
+                tenant: TenantSlot(rec.tenant),
+                migrated_from,
+                overload,
+            },
+            verdict::MALFORMED => XdpDecision::Malformed(
+                *ParseError::ALL
+                    .get((rec.parse_error as usize).wrapping_sub(1))
+                    .unwrap_or(&ParseError::UnsupportedEtherType),
+            ),
+            verdict::POLICED => XdpDecision::Policed(TenantSlot(rec.tenant)),
+            verdict::NO_WORKER => XdpDecision::NoLiveWorker,
+            // UNMATCHED, and UNKNOWN (a rule naming a slot with no row).
+            _ => XdpDecision::Unmatched,
+        };
+        Ok(XdpRun {
+            decision,
+            frame: frame_out,
+            metadata,
+        })
+    }
+
+    /// Events (migrations, overload reports) from the program's ring buffer, oldest
+    /// first, including those [`run`](Self::run) already reported.
+    pub fn drain_events(&mut self) -> Vec<Event> {
+        while let Some(item) = self.events.next() {
+            if let Some(ev) = parse_event(&item) {
+                self.pending.push(ev);
+            }
+        }
+        std::mem::take(&mut self.pending)
+    }
+
+    /// The program's counters, summed over CPUs.
+    pub fn stats(&self) -> Result<XdpStats, MapError> {
+        let sum = |i: u32| -> Result<u64, MapError> {
+            Ok(self
+                .stats
+                .get(&i, 0)?
+                .iter()
+                .copied()
+                .fold(0u64, u64::wrapping_add))
+        };
+        Ok(XdpStats {
+            packets: sum(stat::PACKETS)?,
+            passed: sum(stat::PASSED)?,
+            malformed: sum(stat::MALFORMED)?,
+            unmatched: sum(stat::UNMATCHED)?,
+            policed: sum(stat::POLICED)?,
+            no_live_worker: sum(stat::NO_WORKER)?,
+            events_lost: sum(stat::EVENTS_LOST)?,
+        })
+    }
+
+    /// The Tenant Table row of `slot`: (worker, packets in its current timeslot).
+    pub fn tenant_row(&self, slot: TenantSlot) -> Option<(WorkerId, u64)> {
+        if slot.0 >= MAX_TENANTS {
+            return None;
+        }
+        let r = self.state.tenant(slot.0);
+        (r.present != 0).then_some((WorkerId(r.worker), r.pkt_nb))
+    }
+
+    /// The Worker Table row of `w`: (packets in its current timeslot, last_nb, times).
+    pub fn worker_row(&self, w: WorkerId) -> Option<(u64, u64, u32)> {
+        if w.0 >= self.n_workers {
+            return None;
+        }
+        let r = self.state.worker(w.0);
+        Some((r.pkt_nb, r.last_nb, r.times))
+    }
+
+    /// Attaches the program to `iface` (for `run --dispatch xdp`). A program already
+    /// attached there through netlink (left over by a run that crashed: BPF links go
+    /// away with their process, netlink attachments stay) is detached and replaced;
+    /// one held by another live process's BPF link is not touched
+    /// ([`AttachError::Busy`]). Detached again by [`detach`](Self::detach) or on drop.
+    pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), AttachError> {
+        let index = if_index(iface).ok_or_else(|| AttachError::NoSuchInterface(iface.into()))?;
+        if self.attached.is_some() {
+            self.detach().map_err(|source| AttachError::Attach {
+                iface: iface.into(),
+                source,
+            })?;
+        }
+        let (aya_mode, nl_flags) = match mode {
+            AttachMode::Generic => (XdpMode::Skb, XDP_FLAGS_SKB_MODE),
+            AttachMode::Native => (XdpMode::Driver, XDP_FLAGS_DRV_MODE),
+        };
+        let link = match self.attach_once(index, aya_mode) {
+            Ok(link) => link,
+            Err(first) => {
+                // Something holds the hook: remove a netlink attachment and try again.
+                sys::netlink_detach_xdp(index, nl_flags).map_err(|e| AttachError::Busy {
+                    iface: iface.into(),
+                    why: format!("{first}; removing the program found there: {e}"),
+                })?;
+                self.replaced_leftover = true;
+                self.attach_once(index, aya_mode)
+                    .map_err(|source| AttachError::Attach {
+                        iface: iface.into(),
+                        source,
+                    })?
+            }
+        };
+        self.attached = Some((iface.to_string(), link));
+        Ok(())
+    }
+
+    fn attach_once(
+        &mut self,
+        index: u32,
+        mode: XdpMode,
+    ) -> Result<aya::programs::xdp::XdpLinkId, ProgramError> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROGRAM_NAME)
+            .expect("loaded program")
+            .try_into()?;
+        prog.attach_to_if_index(index, mode)
+    }
+
+    /// Whether the last [`attach`](Self::attach) replaced a program left on the
+    /// interface.
+    pub fn replaced_leftover(&self) -> bool {
+        self.replaced_leftover
+    }
+
+    /// The interface the program is attached to.
+    pub fn attached_to(&self) -> Option<&str> {
+        self.attached.as_ref().map(|(i, _)| i.as_str())
+    }
+
+    /// Detaches the program from its interface, if attached.
+    pub fn detach(&mut self) -> Result<(), ProgramError> {
+        if let Some((_, link)) = self.attached.take() {
+            let prog: &mut Xdp = self
+                .ebpf
+                .program_mut(PROGRAM_NAME)
+                .expect("loaded program")
+                .try_into()?;
+            prog.detach(link)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for XdpDispatcher {
+    fn drop(&mut self) {
+        let _ = self.detach();
+    }
+}
+
+/// A (mask, value) pair over the classification key.
+type KeyPair = ([u64; KEY_WORDS], [u64; KEY_WORDS]);
+
+fn rule_key(tuple: u32, bits: &[u64; KEY_WORDS]) -> RuleKey {
+    RuleKey {
+        tuple,
+        pad: 0,
+        bits: *bits,
+    }
+}
+
+fn parse_event(bytes: &[u8]) -> Option<Event> {
+    let b = bytes.get(..size_of::<EventRecord>())?;
+    let u64_at = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    let u32_at = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    let u16_at = |i: usize| u16::from_ne_bytes(b[i..i + 2].try_into().expect("2 bytes"));
+    let (slot, kind, tenant, worker, from) =
+        (u64_at(0), u32_at(8), u32_at(12), u16_at(16), u16_at(18));
+    match kind {
+        EV_OVERLOAD => Some(Event::Overload {
+            worker: WorkerId(worker),
+            slot,
+        }),
+        EV_MIGRATION => Some(Event::Migration {
+            tenant: TenantSlot(tenant),
+            from: WorkerId(from),
+            to: WorkerId(worker),
+            slot,
+        }),
+        _ => None,
+    }
+}
+
+/// `XDP_FLAGS_SKB_MODE` and `XDP_FLAGS_DRV_MODE` of linux/if_link.h.
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+fn if_index(iface: &str) -> Option<u32> {
+    let path = format!("/sys/class/net/{iface}/ifindex");
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}

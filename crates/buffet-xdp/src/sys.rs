@@ -1,0 +1,178 @@
+//! Everything `unsafe` in buffet-xdp: the `aya::Pod` promises for the map layouts, and
+//! the shared mapping of the state map (the Tenant Table and Worker Table the program
+//! updates while the host reads and writes rows).
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+
+use crate::layout::{
+    Config, DecisionRecord, RuleKey, RuleVal, State, TenantRow, Tuple, WorkerRow, MAX_TENANTS,
+    MAX_WORKERS,
+};
+
+// SAFETY: `Config` is `#[repr(C)]`, made of integers only, with explicit padding fields
+// (its size is checked against the C struct), so every bit pattern is a valid value.
+unsafe impl aya::Pod for Config {}
+// SAFETY: as for `Config`: `#[repr(C)]`, integers and an integer array, no implicit padding.
+unsafe impl aya::Pod for Tuple {}
+// SAFETY: as for `Config`: `#[repr(C)]`, integers, explicit `pad`, no implicit padding.
+unsafe impl aya::Pod for RuleKey {}
+// SAFETY: as for `Config`: `#[repr(C)]`, integers only, no implicit padding.
+unsafe impl aya::Pod for RuleVal {}
+// SAFETY: as for `Config`: `#[repr(C)]`, integers, explicit `pad`, no implicit padding.
+unsafe impl aya::Pod for DecisionRecord {}
+
+/// The state map's single value, mapped shared into this process. The kernel updates it
+/// while packets run, so rows are only ever copied in and out (volatile accesses), never
+/// borrowed.
+pub(crate) struct StateMapping {
+    base: NonNull<State>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; moving the owner to
+// another thread moves no thread-bound resource.
+unsafe impl Send for StateMapping {}
+
+impl StateMapping {
+    /// Maps the (BPF_F_MMAPABLE, one-entry) array map `fd` whose value is a `State`.
+    pub(crate) fn new(fd: BorrowedFd<'_>) -> io::Result<StateMapping> {
+        let len = size_of::<State>();
+        // SAFETY: a fresh shared mapping of `len` bytes of the map's value area, at an
+        // address the kernel chooses; no existing memory is touched. The result is
+        // checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base =
+            NonNull::new(p.cast::<State>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(StateMapping { base, len })
+    }
+
+    pub(crate) fn tenant(&self, i: u32) -> TenantRow {
+        assert!(i < MAX_TENANTS);
+        // SAFETY: `i` is in bounds of the mapped `State`'s tenant array, the mapping is
+        // live for `self`'s lifetime and page-aligned, and every bit pattern is a valid
+        // `TenantRow` (integers only).
+        unsafe { std::ptr::addr_of!((*self.base.as_ptr()).tenants[i as usize]).read_volatile() }
+    }
+
+    pub(crate) fn set_tenant(&mut self, i: u32, row: TenantRow) {
+        assert!(i < MAX_TENANTS);
+        // SAFETY: in bounds (checked above), live, writable shared mapping; a plain copy.
+        unsafe {
+            std::ptr::addr_of_mut!((*self.base.as_ptr()).tenants[i as usize]).write_volatile(row)
+        }
+    }
+
+    pub(crate) fn worker(&self, i: u16) -> WorkerRow {
+        assert!(i < MAX_WORKERS);
+        // SAFETY: as in `tenant`, for the worker array.
+        unsafe { std::ptr::addr_of!((*self.base.as_ptr()).workers[i as usize]).read_volatile() }
+    }
+
+    pub(crate) fn set_worker(&mut self, i: u16, row: WorkerRow) {
+        assert!(i < MAX_WORKERS);
+        // SAFETY: as in `set_tenant`, for the worker array.
+        unsafe {
+            std::ptr::addr_of_mut!((*self.base.as_ptr()).workers[i as usize]).write_volatile(row)
+        }
+    }
+}
+
+impl Drop for StateMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the region `new` mapped; no row reference outlives it
+        // (rows are only copied).
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// Removes the XDP program attached to interface `if_index` through netlink in the mode
+/// of `xdp_flags` (`XDP_FLAGS_SKB_MODE` or `XDP_FLAGS_DRV_MODE`): `IFLA_XDP` with
+/// `IFLA_XDP_FD = -1`. Fails (EBUSY) when the program is held by a BPF link instead.
+pub(crate) fn netlink_detach_xdp(if_index: u32, xdp_flags: u32) -> io::Result<()> {
+    const IFLA_XDP: u16 = 43;
+    const NLA_F_NESTED: u16 = 0x8000;
+    const IFLA_XDP_FD: u16 = 1;
+    const IFLA_XDP_FLAGS: u16 = 3;
+    // nlmsghdr (16) + ifinfomsg (16) + IFLA_XDP (4) + FD attr (8) + FLAGS attr (8).
+    let mut msg = [0u8; 52];
+    let put16 = |m: &mut [u8], at: usize, v: u16| m[at..at + 2].copy_from_slice(&v.to_ne_bytes());
+    let put32 = |m: &mut [u8], at: usize, v: u32| m[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+    put32(&mut msg, 0, 52); // nlmsg_len
+    put16(&mut msg, 4, libc::RTM_SETLINK);
+    put16(&mut msg, 6, (libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16);
+    put32(&mut msg, 8, 1); // seq
+    msg[16] = libc::AF_UNSPEC as u8; // ifi_family
+    put32(&mut msg, 20, if_index); // ifi_index
+    put16(&mut msg, 32, 20); // IFLA_XDP: 4 + 8 + 8
+    put16(&mut msg, 34, IFLA_XDP | NLA_F_NESTED);
+    put16(&mut msg, 36, 8);
+    put16(&mut msg, 38, IFLA_XDP_FD);
+    put32(&mut msg, 40, u32::MAX); // -1
+    put16(&mut msg, 44, 8);
+    put16(&mut msg, 46, IFLA_XDP_FLAGS);
+    put32(&mut msg, 48, xdp_flags);
+
+    // SAFETY: creates a socket; the result is checked and owned below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket this function owns; OwnedFd closes it once.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: sends `msg.len()` bytes from `msg`, which outlives the call, on our socket
+    // (to the kernel: a zeroed sockaddr_nl is pid 0).
+    let sent = unsafe {
+        let mut addr: libc::sockaddr_nl = std::mem::zeroed();
+        addr.nl_family = libc::AF_NETLINK as u16;
+        libc::sendto(
+            sock.as_raw_fd(),
+            msg.as_ptr().cast(),
+            msg.len(),
+            0,
+            std::ptr::addr_of!(addr).cast(),
+            size_of::<libc::sockaddr_nl>() as u32,
+        )
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut reply = [0u8; 1024];
+    // SAFETY: receives at most `reply.len()` bytes into `reply`, which outlives the call.
+    let n = unsafe { libc::recv(sock.as_raw_fd(), reply.as_mut_ptr().cast(), reply.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // NLMSG_ERROR (2): nlmsghdr then the error code (0 is the ACK).
+    let n = n as usize;
+    if n >= 20 && u16::from_ne_bytes([reply[4], reply[5]]) == libc::NLMSG_ERROR as u16 {
+        let code = i32::from_ne_bytes([reply[16], reply[17], reply[18], reply[19]]);
+        if code != 0 {
+            return Err(io::Error::from_raw_os_error(-code));
+        }
+        return Ok(());
+    }
+    Err(io::Error::other("unexpected netlink reply"))
+}

@@ -1,0 +1,449 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The XDP Packet Dispatcher (driver and generic mode): for every frame, key extraction
+ * (common/), classification by tuple-space search over BPF maps, the scheduler step of
+ * Algorithm 1 (common/) over the Tenant Table and Worker Table, tagging (DSCP for
+ * tenant slots <= 63, and a 32-bit tenant slot in the XDP metadata), and an XSKMAP
+ * redirect to the chosen worker's AF_XDP socket. Migrations and overload reports go to
+ * a BPF ring buffer for the control plane.
+ *
+ * Classification has the semantics of buffet-dispatch's Classifier: the loader expands
+ * every rule into (mask, value) pairs over the same 7-word key (prefixes as masks, port
+ * ranges as aligned power-of-two blocks), one tuple per distinct mask; the rules map
+ * holds, per (tuple, masked key), the best rule there (lowest priority, then earliest
+ * insertion). The program probes every tuple and keeps the best hit, so overlapping
+ * rules resolve exactly as in Rust.
+ *
+ * Time is bpf_ktime_get_ns(), except in test mode (BF_XDP_F_TEST in the config map):
+ * then the timestamp is the config's test_ts, written by the host before each
+ * BPF_PROG_TEST_RUN, and the program records its decision in the decision map and
+ * returns XDP_PASS for a pass instead of redirecting. Test mode exists so that
+ * `buffet trace --engine xdp` can replay a trace's timestamps.
+ *
+ * What it does not do: admit tenants, place them, evacuate workers (the loader writes
+ * the tables), or lock: the scheduler state is one shared map value updated without a
+ * lock, so with several RX queues on several CPUs concurrent updates of the same rows
+ * can lose counts (a decision is never invalid: worker ids are bounds-checked).
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#define BF_STATIC_DEFS
+#define BF_FN static __always_inline
+#include "buffet_core_impl.h"
+#include "buffet_xdp.h"
+
+_Static_assert(sizeof(struct bf_tenant_row) == 32, "tenant row");
+_Static_assert(sizeof(struct bf_worker_row) == 40, "worker row");
+_Static_assert(sizeof(struct bf_xdp_config) == 32, "config");
+_Static_assert(sizeof(struct bf_xdp_rule_key) == 64, "rule key");
+_Static_assert(sizeof(struct bf_xdp_rule_val) == 16, "rule value");
+_Static_assert(sizeof(struct bf_xdp_decision) == 40, "decision");
+_Static_assert(sizeof(struct bf_xdp_event) == 24, "event");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, uint32_t);
+    __type(value, struct bf_xdp_config);
+} bf_config SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __uint(map_flags, BPF_F_MMAPABLE);
+    __type(key, uint32_t);
+    __type(value, struct bf_xdp_state);
+} bf_state SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, BF_XDP_MAX_TUPLES);
+    __type(key, uint32_t);
+    __type(value, struct bf_xdp_tuple);
+} bf_tuples SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, BF_XDP_MAX_RULE_ENTRIES);
+    __type(key, struct bf_xdp_rule_key);
+    __type(value, struct bf_xdp_rule_val);
+} bf_rules SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_XSKMAP);
+    __uint(max_entries, BF_XDP_MAX_WORKERS);
+    __type(key, uint32_t);
+    __type(value, uint32_t);
+} bf_xsks SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 1 << 16);
+} bf_events SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, uint32_t);
+    __type(value, struct bf_xdp_decision);
+} bf_decision SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, BF_XDP_ST_COUNT);
+    __type(key, uint32_t);
+    __type(value, uint64_t);
+} bf_stats SEC(".maps");
+
+/* Scratch space: the copied header bytes (per CPU, so no stack pressure). */
+struct bf_scratch {
+    uint8_t hdr[BF_XDP_HDR_COPY];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, uint32_t);
+    __type(value, struct bf_scratch);
+} bf_scratch SEC(".maps");
+
+static __always_inline void bf_count(uint32_t stat)
+{
+    uint64_t *c = bpf_map_lookup_elem(&bf_stats, &stat);
+    if (c)
+        *c += 1;
+}
+
+static __always_inline uint64_t bf_mac64(const uint8_t *m)
+{
+    return ((uint64_t)m[0] << 40) | ((uint64_t)m[1] << 32) | ((uint64_t)m[2] << 24) |
+           ((uint64_t)m[3] << 16) | ((uint64_t)m[4] << 8) | (uint64_t)m[5];
+}
+
+static __always_inline uint64_t bf_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* The classifier key, as buffet-dispatch's Key::of builds it. */
+static __always_inline void bf_key_words(const struct bf_key *k, uint64_t *w)
+{
+    w[0] = (uint64_t)k->in_port | ((uint64_t)k->proto << 32) | ((uint64_t)(k->dscp & 0x3f) << 40);
+    if (k->has_vlan)
+        w[0] |= (1ull << 28) | ((uint64_t)(k->vlan & 0xfff) << 16);
+    if (k->is_v6)
+        w[0] |= 1ull << 29;
+    w[1] = bf_mac64(k->src_mac) << 16;
+    w[2] = bf_mac64(k->dst_mac) << 16;
+    if (k->has_ports) {
+        w[0] |= 1ull << 30;
+        w[1] |= k->src_port;
+        w[2] |= k->dst_port;
+    }
+    w[3] = bf_be64(k->src_addr);
+    w[4] = bf_be64(k->src_addr + 8);
+    w[5] = bf_be64(k->dst_addr);
+    w[6] = bf_be64(k->dst_addr + 8);
+}
+
+/*
+ * SCTP ports, which the common core leaves to the program: buffet-sdk's Packet::parse
+ * reads SCTP's 12-byte common header (first fragment only) and reports a truncated
+ * one as TruncatedL4. Returns an enum bf_parse_error.
+ */
+static __always_inline int bf_sctp_ports(const uint8_t *h, uint32_t len, struct bf_key *k)
+{
+    uint32_t l3 = k->l3_offset, end, l4 = k->l4_offset;
+    if (k->proto != 132 || k->has_ports || l3 > 18 || l4 > 18 + 60)
+        return BF_PARSE_OK;
+    if (!k->is_v6) {
+        if ((((uint32_t)h[l3 + 6] << 8 | h[l3 + 7]) & 0x1fff) != 0)
+            return BF_PARSE_OK; /* not the first fragment */
+        end = l3 + ((uint32_t)h[l3 + 2] << 8 | h[l3 + 3]);
+    } else {
+        end = l3 + 40 + ((uint32_t)h[l3 + 4] << 8 | h[l3 + 5]);
+    }
+    (void)len;
+    if (end < l4 || end - l4 < 12)
+        return BF_PARSE_TRUNCATED_L4;
+    k->has_ports = 1;
+    k->src_port = (uint16_t)((h[l4] << 8) | h[l4 + 1]);
+    k->dst_port = (uint16_t)((h[l4 + 2] << 8) | h[l4 + 3]);
+    return BF_PARSE_OK;
+}
+
+/* Tuple-space search state, carried through bpf_loop. */
+struct bf_search {
+    uint64_t words[BF_XDP_KEY_WORDS];
+    uint32_t len;   /* frame length */
+    uint32_t l3;    /* IP header offset (14 or 18) */
+    uint32_t is_v6;
+    struct bf_xdp_rule_key rk;
+    uint64_t best_seq;
+    uint32_t best_prio;
+    uint32_t tenant;
+    uint32_t found;
+    uint32_t pad;
+};
+
+/* One tuple of the search (a bpf_loop callback, so the verifier checks it once). */
+static long bf_probe_tuple(uint32_t t, void *arg)
+{
+    struct bf_search *s = arg;
+    struct bf_xdp_tuple *tp;
+    struct bf_xdp_rule_val *v;
+
+    tp = bpf_map_lookup_elem(&bf_tuples, &t);
+    if (!tp)
+        return 1;
+    s->rk.tuple = t;
+    s->rk.pad = 0;
+    for (int i = 0; i < BF_XDP_KEY_WORDS; i++)
+        s->rk.bits[i] = s->words[i] & tp->mask[i];
+    v = bpf_map_lookup_elem(&bf_rules, &s->rk);
+    if (v && (!s->found || v->priority < s->best_prio ||
+              (v->priority == s->best_prio && v->seq < s->best_seq))) {
+        s->found = 1;
+        s->best_prio = v->priority;
+        s->best_seq = v->seq;
+        s->tenant = v->tenant;
+    }
+    return 0;
+}
+
+/* Tuple-space search: the best (priority, seq) over every tuple in use. */
+static __always_inline bool bf_classify(struct bf_search *s, uint32_t n_tuples)
+{
+    s->found = 0;
+    if (n_tuples > BF_XDP_MAX_TUPLES)
+        n_tuples = BF_XDP_MAX_TUPLES;
+    bpf_loop(n_tuples, bf_probe_tuple, s, 0);
+    return s->found != 0;
+}
+
+static __always_inline void bf_emit(const struct bf_xdp_event *ev)
+{
+    if (bpf_ringbuf_output(&bf_events, (void *)ev, sizeof(*ev), 0) != 0)
+        bf_count(BF_XDP_ST_EVENTS_LOST);
+}
+
+/*
+ * Parse stage (a global function, so the verifier checks it once, apart from the
+ * scheduler): copies the headers into the per-CPU scratch buffer and extracts the
+ * classifier key. Returns an enum bf_parse_error, or -1 when the frame could not be
+ * read.
+ */
+__attribute__((noinline)) int bf_xdp_parse(struct xdp_md *ctx, struct bf_search *p)
+{
+    uint32_t zero = 0, len;
+    uint64_t n;
+    struct bf_xdp_config *cfg;
+    struct bf_scratch *sc;
+    struct bf_key key;
+    int rc;
+
+    if (!p)
+        return -1;
+    cfg = bpf_map_lookup_elem(&bf_config, &zero);
+    sc = bpf_map_lookup_elem(&bf_scratch, &zero);
+    if (!cfg || !sc)
+        return -1;
+    len = (uint32_t)(ctx->data_end - ctx->data);
+    n = len < BF_XDP_HDR_COPY ? len : BF_XDP_HDR_COPY;
+    p->len = len;
+    if (n == 0)
+        return BF_PARSE_TRUNCATED_ETHERNET;
+    /* Keep the bound visible to the verifier (clang may fold the min above). */
+    asm volatile("" : "+r"(n));
+    if (n > BF_XDP_HDR_COPY)
+        return -1;
+    if (bpf_xdp_load_bytes(ctx, 0, sc->hdr, n) != 0)
+        return -1;
+    rc = bf_extract_key(sc->hdr, len, cfg->in_port, &key);
+    if (rc == BF_PARSE_OK)
+        rc = bf_sctp_ports(sc->hdr, len, &key);
+    if (rc != BF_PARSE_OK)
+        return rc;
+    bf_key_words(&key, p->words);
+    p->l3 = key.l3_offset;
+    p->is_v6 = key.is_v6;
+    return BF_PARSE_OK;
+}
+
+/* Scheduler stage input and output. */
+struct bf_step {
+    uint64_t ts;
+    uint32_t tenant;
+    uint32_t pad;
+    struct bf_outcome out;
+};
+
+/*
+ * Scheduler stage (a global function, checked once): Algorithm 1 from common/ over the
+ * state map's Tenant Table and Worker Table. Returns 0, or -1 when a map is missing.
+ */
+__attribute__((noinline)) int bf_xdp_schedule(struct bf_step *io)
+{
+    uint32_t zero = 0;
+    struct bf_xdp_config *cfg;
+    struct bf_xdp_state *st;
+
+    if (!io)
+        return -1;
+    cfg = bpf_map_lookup_elem(&bf_config, &zero);
+    st = bpf_map_lookup_elem(&bf_state, &zero);
+    if (!cfg || !st)
+        return -1;
+    struct bf_sched s = {
+        .tenants = st->tenants,
+        .n_tenants = BF_XDP_MAX_TENANTS,
+        .shift = cfg->shift,
+        .workers = st->workers,
+        .n_workers = cfg->n_workers < BF_XDP_MAX_WORKERS ? cfg->n_workers : BF_XDP_MAX_WORKERS,
+        .threshold = cfg->threshold,
+    };
+    bf_schedule(&s, io->ts, io->tenant, &io->out);
+    return 0;
+}
+
+/*
+ * Tagging stage (global, checked once): the tenant slot into DSCP (slots <= 63, when
+ * BF_XDP_F_TAG_DSCP) from the scratch copy back into the frame, and into the XDP
+ * metadata (when BF_XDP_F_META and the driver supports it). Returns 0, or -1 when the
+ * frame could not be written.
+ */
+__attribute__((noinline)) int bf_xdp_tag(struct xdp_md *ctx, struct bf_search *p, uint32_t tenant)
+{
+    uint32_t zero = 0, l3;
+    struct bf_xdp_config *cfg;
+    struct bf_scratch *sc;
+
+    if (!p)
+        return -1;
+    cfg = bpf_map_lookup_elem(&bf_config, &zero);
+    sc = bpf_map_lookup_elem(&bf_scratch, &zero);
+    if (!cfg || !sc)
+        return -1;
+    l3 = p->l3;
+    if ((cfg->flags & BF_XDP_F_TAG_DSCP) && tenant <= 63 && l3 <= 18 &&
+        bf_tag_dscp(sc->hdr, p->len, l3, !p->is_v6, (uint8_t)tenant) == BF_TAG_OK) {
+        /* The tag changes bytes 0, 1, 10 and 11 of the IP header at most. */
+        if (bpf_xdp_store_bytes(ctx, l3, sc->hdr + l3, 12) != 0)
+            return -1;
+    }
+    /* A driver without metadata support leaves the frame untagged there, not dropped
+     * (the worker then classifies it again). */
+    if ((cfg->flags & BF_XDP_F_META) && bpf_xdp_adjust_meta(ctx, -(int)sizeof(uint32_t)) == 0) {
+        void *data = (void *)(long)ctx->data;
+        uint32_t *meta = (void *)(long)ctx->data_meta;
+        if ((void *)(meta + 1) > data)
+            return -1;
+        *meta = tenant;
+    }
+    return 0;
+}
+
+SEC("xdp")
+int buffet_dispatch(struct xdp_md *ctx)
+{
+    uint32_t zero = 0, verdict, tenant = 0, flags;
+    struct bf_xdp_config *cfg;
+    struct bf_xdp_decision *dec;
+    struct bf_search search = {};
+    struct bf_step step = {};
+    int rc;
+
+    cfg = bpf_map_lookup_elem(&bf_config, &zero);
+    if (!cfg)
+        return XDP_ABORTED;
+    flags = cfg->flags;
+    bf_count(BF_XDP_ST_PACKETS);
+    step.ts = (flags & BF_XDP_F_TEST) ? cfg->test_ts : bpf_ktime_get_ns();
+
+    rc = bf_xdp_parse(ctx, &search);
+    if (rc < 0)
+        return XDP_ABORTED;
+    if (rc != BF_PARSE_OK) {
+        verdict = BF_XDP_MALFORMED;
+        bf_count(BF_XDP_ST_MALFORMED);
+    } else {
+        if (!bf_classify(&search, cfg->n_tuples)) {
+            verdict = BF_XDP_UNMATCHED;
+            bf_count(BF_XDP_ST_UNMATCHED);
+        } else {
+            tenant = search.tenant;
+            step.tenant = tenant;
+            if (bf_xdp_schedule(&step) != 0)
+                return XDP_ABORTED;
+            switch (step.out.kind) {
+            case BF_PASS:
+                verdict = BF_XDP_PASS;
+                bf_count(BF_XDP_ST_PASSED);
+                break;
+            case BF_POLICED:
+                verdict = BF_XDP_POLICED;
+                bf_count(BF_XDP_ST_POLICED);
+                break;
+            case BF_NO_LIVE_WORKER:
+                verdict = BF_XDP_NO_WORKER;
+                bf_count(BF_XDP_ST_NO_WORKER);
+                break;
+            default:
+                verdict = BF_XDP_UNKNOWN;
+                bf_count(BF_XDP_ST_UNMATCHED);
+                break;
+            }
+            if (step.out.migrated) {
+                struct bf_xdp_event ev = {
+                    .slot = bf_timeslot(step.ts, cfg->shift),
+                    .kind = BF_XDP_EV_MIGRATION,
+                    .tenant = tenant,
+                    .worker = step.out.worker,
+                    .from = step.out.from,
+                };
+                bf_emit(&ev);
+            }
+            if (step.out.overload) {
+                struct bf_xdp_event ev = {
+                    .slot = step.out.overload_slot,
+                    .kind = BF_XDP_EV_OVERLOAD,
+                    .tenant = tenant,
+                    .worker = step.out.overload_worker,
+                };
+                bf_emit(&ev);
+            }
+        }
+    }
+
+    if (verdict == BF_XDP_PASS && bf_xdp_tag(ctx, &search, tenant) != 0)
+        return XDP_ABORTED;
+
+    if (flags & BF_XDP_F_TEST) {
+        dec = bpf_map_lookup_elem(&bf_decision, &zero);
+        if (dec) {
+            dec->seq += 1;
+            dec->verdict = verdict;
+            dec->tenant = tenant;
+            dec->parse_error = (uint32_t)rc;
+            dec->worker = step.out.worker;
+            dec->from = step.out.from;
+            dec->migrated = step.out.migrated;
+            dec->overload = step.out.overload;
+            dec->overload_worker = step.out.overload_worker;
+            dec->pad = 0;
+            dec->overload_slot = step.out.overload_slot;
+        }
+        return verdict == BF_XDP_PASS ? XDP_PASS : XDP_DROP;
+    }
+    if (verdict != BF_XDP_PASS)
+        return XDP_DROP;
+    return (int)bpf_redirect_map(&bf_xsks, step.out.worker, XDP_PASS);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
