@@ -343,7 +343,10 @@ fn forty_c_tenants_over_the_key_cache_count_exactly() {
 /// protection key is involved, so this runs on every CPU.)
 #[test]
 fn a_null_write_in_the_handler_is_contained_at_the_mpk_level() {
-    let mut rig = Rig::new(Domain::None, json!({ "attack": "null", "attack_after": 12 }));
+    let mut rig = Rig::new(
+        Domain::None,
+        json!({ "attack": "null", "attack_after": 12 }),
+    );
     let out = rig.run(4);
     assert_eq!(passed(&out[1]), 12, "{:?}", out[1]);
     assert_eq!(
