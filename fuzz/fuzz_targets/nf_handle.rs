@@ -42,7 +42,7 @@ fn port_range(p: &[u8]) -> String {
 }
 
 fn firewall(v: u8, p: &[u8]) -> (Value, bool) {
-    if v % 2 == 0 {
+    if v.is_multiple_of(2) {
         let doc = json!({
             "default": "deny", "allow_established": true,
             "conntrack_capacity": 4096, "established_timeout_s": 300,
@@ -71,7 +71,7 @@ fn firewall(v: u8, p: &[u8]) -> (Value, bool) {
 }
 
 fn ids(v: u8, p: &[u8]) -> (Value, bool) {
-    if v % 2 == 0 {
+    if v.is_multiple_of(2) {
         let rules = "alert tcp any 80 (msg:\"evil in HTTP\"; content:\"evil\"; nocase; sid:1001;)\n\
                      alert udp any any -> any 53 (msg:\"bad domain\"; content:\"|03|bad|03|com\"; sid:1002;)\n";
         let doc =
@@ -100,7 +100,7 @@ fn ids(v: u8, p: &[u8]) -> (Value, bool) {
 }
 
 fn dpi(v: u8, p: &[u8]) -> (Value, bool) {
-    if v % 2 == 0 {
+    if v.is_multiple_of(2) {
         let doc = json!({ "blacklist": ["example.com", "ads.tracker.net"], "ports": [80, 8080] });
         return (doc, true);
     }
@@ -113,7 +113,7 @@ fn dpi(v: u8, p: &[u8]) -> (Value, bool) {
 }
 
 fn policer(v: u8, p: &[u8]) -> (Value, bool) {
-    if v % 2 == 0 {
+    if v.is_multiple_of(2) {
         return (
             json!({ "rate": 1_250_000, "burst": 15_000, "unit": "bytes" }),
             true,
@@ -126,7 +126,7 @@ fn policer(v: u8, p: &[u8]) -> (Value, bool) {
 }
 
 fn l2fwd(v: u8, p: &[u8]) -> (Value, bool) {
-    if v % 2 == 0 {
+    if v.is_multiple_of(2) {
         let doc = json!({ "default": "drop", "entries": [
             { "mac": "02:00:00:00:00:01", "port": 1 },
             { "mac": "ff:ff:ff:ff:ff:ff", "port": 7 }
@@ -141,7 +141,7 @@ fn l2fwd(v: u8, p: &[u8]) -> (Value, bool) {
 }
 
 fn flowfwd(v: u8, p: &[u8]) -> (Value, bool) {
-    if v % 2 == 0 {
+    if v.is_multiple_of(2) {
         let doc = json!({ "default": 0, "flows": [
             { "src": "192.168.0.1", "dst": "10.0.0.1", "proto": "tcp",
               "src_port": 40000, "dst_port": 80, "port": 2 },
@@ -167,7 +167,7 @@ fn flowfwd(v: u8, p: &[u8]) -> (Value, bool) {
 fn ipsec(v: u8, p: &[u8]) -> (Value, bool) {
     let key_out = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1fcafebabe";
     let key_in = "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3fdecafbad";
-    if v % 2 == 0 {
+    if v.is_multiple_of(2) {
         let doc = json!({
             "replay_window": 64, "unmatched": "drop", "mtu": 1500,
             "outbound_port": 1, "inbound_port": 0,
@@ -271,7 +271,7 @@ fuzz_target!(|data: &[u8]| {
     let input = frames(&data[2 + PARAMS..]);
     match nf {
         0 => {
-            let policy = if variant % 2 == 0 {
+            let policy = if variant.is_multiple_of(2) {
                 json!({})
             } else {
                 json!({ "flow_capacity": 1 + u32::from(p[0] % 16) })

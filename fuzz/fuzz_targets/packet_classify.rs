@@ -20,8 +20,11 @@ fn m(f: impl FnOnce(&mut Match)) -> Match {
     m
 }
 
+/// A tenant to admit: its slot, its `(priority, match)` rules and its MAX_NB.
+type TenantSpec = (TenantSlot, Vec<(u32, Match)>, u64);
+
 /// Four tenants whose rules cover every field a rule can match.
-fn tenants() -> Vec<(TenantSlot, Vec<(u32, Match)>, u64)> {
+fn tenants() -> Vec<TenantSpec> {
     vec![
         (
             TenantSlot(1),

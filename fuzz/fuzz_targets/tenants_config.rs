@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
         let _ = parse_mac(word);
         let _ = parse_protocol(word);
     }
-    let (format, path) = if first % 2 == 0 {
+    let (format, path) = if first.is_multiple_of(2) {
         (Format::Toml, Path::new("fuzz.toml"))
     } else {
         (Format::Json, Path::new("fuzz.json"))
