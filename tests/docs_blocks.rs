@@ -146,13 +146,19 @@ fn documents(root: &Path) -> Vec<PathBuf> {
     docs
 }
 
-/// Copies the repository at `from` into `to`, without build output and version control.
+/// Copies the repository at `from` into `to`, without build output, version control and
+/// the fuzzers' local corpus and findings (`fuzz/corpus`, `fuzz/artifacts`: ignored by
+/// git, and tens of megabytes after a fuzzing run).
 fn copy_repo(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
+    let in_fuzz = from.file_name().is_some_and(|n| n == "fuzz");
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let name = e.file_name();
         if name == "target" || name == ".git" {
+            continue;
+        }
+        if in_fuzz && (name == "corpus" || name == "artifacts" || name == "coverage") {
             continue;
         }
         let ty = e.file_type().unwrap();
