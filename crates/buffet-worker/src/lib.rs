@@ -31,8 +31,8 @@ mod worker;
 
 pub use buffet_io::{Outcome, PacketBuf, FRAME_CAPACITY};
 pub use pipeline::{
-    build, Command, Control, Dataplane, Pipeline, PipelineConfig, PipelineError, TenantSpec,
-    WorkerEvent, EVENT_CAPACITY,
+    build, build_with_sources, Command, Control, Dataplane, Pipeline, PipelineConfig,
+    PipelineError, TenantSpec, WorkerEvent, EVENT_CAPACITY,
 };
 pub use stats::{DropReason, GlobalReport, Report, TenantReport, WorkerReport};
-pub use worker::Worker;
+pub use worker::{Worker, WorkerSource};
