@@ -1417,7 +1417,12 @@ fn xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
     );
     assert_eq!(workers.iter().sum::<u64>(), n);
     assert_eq!(json["input"]["xdp"]["passed"].as_u64(), Some(n));
-    assert_eq!(back, n);
+    // Every pass was sent back out (the sender counts what comes back only once it has
+    // sent everything, so its receive ring, not this run, bounds `back` here).
+    let port = &json["input"]["ports"][0];
+    assert_eq!(port["tx"].as_u64(), Some(n), "{port}");
+    assert_eq!(port["tx_dropped"].as_u64(), Some(0), "{port}");
+    assert!(back > 0);
 }
 
 #[test]

@@ -291,7 +291,7 @@ fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
     buffet_xdp::dispatcher_object()?;
     let workers = a.capacity.workers;
     anyhow::ensure!(
-        workers >= 1 && workers <= buffet_xdp::MAX_WORKERS,
+        (1..=buffet_xdp::MAX_WORKERS).contains(&workers),
         "--dispatch xdp: --workers must be 1 to {} (the XDP program's Worker Table)",
         buffet_xdp::MAX_WORKERS
     );

@@ -1189,6 +1189,22 @@ mod tests {
     }
 
     #[test]
+    fn the_tenant_comes_from_the_metadata_word_before_the_frame() {
+        let umem = sys::Umem::new(4 * 2048).unwrap();
+        // A frame given to the kernel carries the "no metadata" mark ...
+        assert!(umem.write(2048 + META_AT, &NO_META.to_ne_bytes()));
+        assert_eq!(metadata_tenant(&umem, 2048 + 256, 2048), None);
+        // ... until the program writes a slot there (32 bits: more than 63 tenants).
+        assert!(umem.write(2048 + META_AT, &70_000u32.to_ne_bytes()));
+        assert_eq!(
+            metadata_tenant(&umem, 2048 + 256, 2048),
+            Some(TenantSlot(70_000))
+        );
+        // No room for metadata at the very start of a frame.
+        assert_eq!(metadata_tenant(&umem, 2048, 2048), None);
+    }
+
+    #[test]
     fn redirect_program_encodes_as_the_kernel_reads_it() {
         let p = redirect_program(7);
         let bytes: Vec<[u8; 8]> = p.iter().map(|i| i.to_le_bytes()).collect();

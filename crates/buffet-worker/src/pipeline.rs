@@ -9,6 +9,11 @@
 //! A tenant's `init` runs on the control side (in its region, in its isolation domain),
 //! never on the data plane's thread: admitting a tenant whose policy takes long to compile
 //! does not pause anyone's traffic. The data plane only learns the tenant's rules.
+//!
+//! When the Packet Dispatcher runs outside the data plane (the XDP program in the NIC
+//! path), [`build_with_sources`] gives each worker its own [`WorkerSource`] to poll; the
+//! data plane then only takes finished frames back, routes and transmits them, and
+//! records the outside dispatcher's events ([`Control::dispatcher_events`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
