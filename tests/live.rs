@@ -12,7 +12,7 @@
 //! `--dispatch xdp --xdp-mode generic`: the XDP Packet Dispatcher redirects each frame to
 //! its worker's own socket (all on the veth's single queue, sharing one UMEM); the
 //! per-tenant counts of the sender, the XDP maps and the workers agree exactly, passed
-//! frames come back, a MAX_NB exceeded shows migrations among the run's events, SIGTERM
+//! frames come back tagged (DSCP = tenant slot, IPv4 checksum valid), a MAX_NB exceeded shows migrations among the run's events, SIGTERM
 //! detaches the program, and a rule the XDP classifier cannot express is refused before
 //! anything is attached.
 //!
@@ -345,11 +345,27 @@ fn sender_helper() {
     assert_eq!(port.stats().tx, sent, "the sender sent every frame");
     let mut back = [0u64; 2];
     let mut rx = Vec::new();
+    // Marked IPv4 frames back, by DSCP, and those whose header checksum is wrong.
+    let mut dscp = [0u64; 64];
+    let mut bad_checksum = 0u64;
     let mut count = |p: &mut AfPacketPort, pool: &mut HeapPool, n: &mut u64| {
         p.rx_burst(pool, &mut rx, 64).unwrap();
         for b in rx.drain(..) {
             if b.data().windows(MARK.len()).any(|w| w == MARK) {
                 *n += 1;
+                let d = b.data();
+                if d.len() >= 34 && d[12..14] == [0x08, 0x00] {
+                    dscp[usize::from(d[15] >> 2)] += 1;
+                    let ihl = usize::from(d[14] & 0xf) * 4;
+                    let sum = d[14..14 + ihl]
+                        .chunks(2)
+                        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                        .sum::<u32>();
+                    let folded = (sum & 0xffff) + (sum >> 16);
+                    if (folded & 0xffff) + (folded >> 16) != 0xffff {
+                        bad_checksum += 1;
+                    }
+                }
             }
             pool.give(b);
         }
@@ -368,6 +384,13 @@ fn sender_helper() {
         std::thread::sleep(Duration::from_millis(1));
     }
     std::fs::write(out, format!("{sent} {} {}\n", back[0], back[1])).unwrap();
+    if let Ok(tos) = std::env::var("BUFFET_LIVE_DSCP_OUT") {
+        let mut s = format!("bad_checksum {bad_checksum}\n");
+        for (d, n) in dscp.iter().enumerate().filter(|(_, n)| **n > 0) {
+            s.push_str(&format!("{d} {n}\n"));
+        }
+        std::fs::write(tos, s).unwrap();
+    }
 }
 
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
@@ -1191,6 +1214,7 @@ fn send_from_b(ns: &NsPair, pcap: &Path, expect: u64, out: &Path) -> (u64, u64) 
         .env("BUFFET_LIVE_IFACE", &ns.vb)
         .env("BUFFET_LIVE_EXPECT", expect.to_string())
         .env("BUFFET_LIVE_OUT", out)
+        .env("BUFFET_LIVE_DSCP_OUT", out.with_extension("dscp"))
         .output()
         .unwrap();
     assert!(
@@ -1202,6 +1226,25 @@ fn send_from_b(ns: &NsPair, pcap: &Path, expect: u64, out: &Path) -> (u64, u64) 
     let r = std::fs::read_to_string(out).unwrap();
     let n: Vec<u64> = r.split_whitespace().map(|x| x.parse().unwrap()).collect();
     (n[0], n[1])
+}
+
+/// What the last [`send_from_b`] writing `out` saw of the IPv4 frames back: frames by
+/// DSCP, and frames with a wrong header checksum.
+fn dscp_back(out: &Path) -> (std::collections::BTreeMap<u64, u64>, u64) {
+    let s = std::fs::read_to_string(out.with_extension("dscp")).unwrap();
+    let mut by = std::collections::BTreeMap::new();
+    let mut bad = u64::MAX;
+    for line in s.lines() {
+        let (k, v) = line.split_once(' ').unwrap();
+        let v: u64 = v.parse().unwrap();
+        match k {
+            "bad_checksum" => bad = v,
+            d => {
+                by.insert(d.parse().unwrap(), v);
+            }
+        }
+    }
+    (by, bad)
 }
 
 /// `buffet run --dispatch xdp --xdp-mode generic` on A with `tenants` and `extra`
@@ -1247,13 +1290,21 @@ fn run_xdp(
         xdp_attached(&ns.a, &ns.va).is_some_and(|s| s.contains("xdpgeneric")),
         "the XDP Packet Dispatcher is attached in generic mode while running"
     );
-    let sent = send_from_b(ns, &pcap, expect_back, &dir.path().join("sender.txt"));
+    let sender_out = dir.path().join("sender.txt");
+    let sent = send_from_b(ns, &pcap, expect_back, &sender_out);
+    let (by_dscp, bad_checksum) = dscp_back(&sender_out);
     let out = child.wait_with_output().unwrap();
     let err = stderr.join().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "buffet run: {err}{stdout}");
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached at the end");
-    let json = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    // What the sender saw of the tags, for the caller.
+    json["sender_dscp"] = serde_json::json!({
+        "bad_checksum": bad_checksum,
+        "by_dscp": by_dscp.iter().map(|(d, n)| [*d, *n]).collect::<Vec<_>>(),
+    });
     (json, format!("{err}{stdout}"), sent)
 }
 
@@ -1343,6 +1394,27 @@ fn xdp_dispatch_counts_agree_at_sender_maps_and_workers() {
     assert_eq!(port["tx"].as_u64(), Some(packets), "{port}");
     assert_eq!(back, packets, "every passed frame came back out, once");
     assert_eq!(json["input"]["packets"].as_u64(), Some(packets));
+    // Ten tenants (at most 63): the program also wrote each slot into DSCP, with the
+    // IPv4 header checksum fixed. IPv4 frames back, by DSCP = the tenant's slot.
+    let mut want = std::collections::BTreeMap::new();
+    for r in x["tenants"].as_array().unwrap() {
+        let id = r["id"].as_u64().unwrap();
+        if id == 8 {
+            continue; // the IPv6 tenant
+        }
+        let k = t
+            .per_tenant
+            .iter()
+            .find(|(i, _)| u64::from(*i) == id)
+            .unwrap()
+            .1;
+        *want.entry(r["slot"].as_u64().unwrap()).or_insert(0u64) += k;
+    }
+    let want: Vec<[u64; 2]> = want.into_iter().map(|(d, n)| [d, n]).collect();
+    let got: Vec<[u64; 2]> =
+        serde_json::from_value(json["sender_dscp"]["by_dscp"].clone()).unwrap();
+    assert_eq!(got, want, "IPv4 frames back by DSCP: each tenant's slot");
+    assert_eq!(json["sender_dscp"]["bad_checksum"].as_u64(), Some(0));
 }
 
 #[test]
