@@ -7,8 +7,14 @@
 //! does not exist, one that is down, a queue it does not have, and a run without
 //! privileges; for AF_XDP, that nothing stays attached after an error or a SIGTERM, that
 //! a killed run's program is replaced and a live run's is not; and the AF_XDP socket
-//! inserted into a caller's own XSKMAP (as the XDP Packet Dispatcher will), echoing UMEM
-//! frames back without a copy.
+//! inserted into a caller's own XSKMAP, echoing UMEM frames back without a copy.
+//!
+//! `--dispatch xdp --xdp-mode generic`: the XDP Packet Dispatcher redirects each frame to
+//! its worker's own socket (all on the veth's single queue, sharing one UMEM); the
+//! per-tenant counts of the sender, the XDP maps and the workers agree exactly, passed
+//! frames come back tagged (DSCP = tenant slot, IPv4 checksum valid), a MAX_NB exceeded shows migrations among the run's events, SIGTERM
+//! detaches the program, and a rule the XDP classifier cannot express is refused before
+//! anything is attached.
 //!
 //! The sender is this test binary itself, re-run inside namespace B (`ip netns exec`)
 //! as the ignored test `sender_helper`, which sends a pcap through buffet's own
@@ -339,11 +345,27 @@ fn sender_helper() {
     assert_eq!(port.stats().tx, sent, "the sender sent every frame");
     let mut back = [0u64; 2];
     let mut rx = Vec::new();
+    // Marked IPv4 frames back, by DSCP, and those whose header checksum is wrong.
+    let mut dscp = [0u64; 64];
+    let mut bad_checksum = 0u64;
     let mut count = |p: &mut AfPacketPort, pool: &mut HeapPool, n: &mut u64| {
         p.rx_burst(pool, &mut rx, 64).unwrap();
         for b in rx.drain(..) {
             if b.data().windows(MARK.len()).any(|w| w == MARK) {
                 *n += 1;
+                let d = b.data();
+                if d.len() >= 34 && d[12..14] == [0x08, 0x00] {
+                    dscp[usize::from(d[15] >> 2)] += 1;
+                    let ihl = usize::from(d[14] & 0xf) * 4;
+                    let sum = d[14..14 + ihl]
+                        .chunks(2)
+                        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                        .sum::<u32>();
+                    let folded = (sum & 0xffff) + (sum >> 16);
+                    if (folded & 0xffff) + (folded >> 16) != 0xffff {
+                        bad_checksum += 1;
+                    }
+                }
             }
             pool.give(b);
         }
@@ -362,6 +384,13 @@ fn sender_helper() {
         std::thread::sleep(Duration::from_millis(1));
     }
     std::fs::write(out, format!("{sent} {} {}\n", back[0], back[1])).unwrap();
+    if let Ok(tos) = std::env::var("BUFFET_LIVE_DSCP_OUT") {
+        let mut s = format!("bad_checksum {bad_checksum}\n");
+        for (d, n) in dscp.iter().enumerate().filter(|(_, n)| **n > 0) {
+            s.push_str(&format!("{d} {n}\n"));
+        }
+        std::fs::write(tos, s).unwrap();
+    }
 }
 
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
@@ -709,21 +738,30 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
         "{e}"
     );
     assert!(!stats.exists(), "nothing ran, nothing written");
-    // Not built yet, said as much.
+    // The same with the XDP Packet Dispatcher: refused before anything is attached.
     let o = run_output(
-        None,
+        Some(&ns.a),
         &[
             "--iface",
-            "lo",
+            &ns.va,
             "--nf",
             "monitor",
             "--tenants",
             t,
+            "--stats-json",
+            s,
             "--dispatch",
             "xdp",
         ],
     );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--dispatch xdp is not built yet"));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        e.contains(&format!("interface {} is down: bring it up first", ns.va)),
+        "{e}"
+    );
+    assert!(!stats.exists(), "nothing ran, nothing written");
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");
 }
 
 #[test]
@@ -1156,4 +1194,403 @@ fn af_xdp_socket_in_a_callers_map() {
         "sent, came back: 50 echoed + 5 copied"
     );
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached when dropped");
+}
+
+/// Runs the sender in namespace B (see [`sender_helper`]): sends `pcap` out of `ns.vb`,
+/// waits for `expect` marked frames back; returns (sent, back).
+fn send_from_b(ns: &NsPair, pcap: &Path, expect: u64, out: &Path) -> (u64, u64) {
+    let sender = Command::new("ip")
+        .args(["netns", "exec", &ns.b])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sender_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("BUFFET_LIVE_SEND", pcap)
+        .env("BUFFET_LIVE_IFACE", &ns.vb)
+        .env("BUFFET_LIVE_EXPECT", expect.to_string())
+        .env("BUFFET_LIVE_OUT", out)
+        .env("BUFFET_LIVE_DSCP_OUT", out.with_extension("dscp"))
+        .output()
+        .unwrap();
+    assert!(
+        sender.status.success(),
+        "sender: {}{}",
+        String::from_utf8_lossy(&sender.stdout),
+        String::from_utf8_lossy(&sender.stderr)
+    );
+    let r = std::fs::read_to_string(out).unwrap();
+    let n: Vec<u64> = r.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (n[0], n[1])
+}
+
+/// What the last [`send_from_b`] writing `out` saw of the IPv4 frames back: frames by
+/// DSCP, and frames with a wrong header checksum.
+fn dscp_back(out: &Path) -> (std::collections::BTreeMap<u64, u64>, u64) {
+    let s = std::fs::read_to_string(out.with_extension("dscp")).unwrap();
+    let mut by = std::collections::BTreeMap::new();
+    let mut bad = u64::MAX;
+    for line in s.lines() {
+        let (k, v) = line.split_once(' ').unwrap();
+        let v: u64 = v.parse().unwrap();
+        match k {
+            "bad_checksum" => bad = v,
+            d => {
+                by.insert(d.parse().unwrap(), v);
+            }
+        }
+    }
+    (by, bad)
+}
+
+/// `buffet run --dispatch xdp --xdp-mode generic` on A with `tenants` and `extra`
+/// arguments, `frames` sent from B; returns the stats JSON, stdout and stderr, and what
+/// the sender saw `(sent, back)`.
+fn run_xdp(
+    ns: &NsPair,
+    tenants: &str,
+    frames: &[Vec<u8>],
+    expect_back: u64,
+    extra: &[&str],
+) -> (serde_json::Value, String, (u64, u64)) {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants_file = dir.path().join("tenants.toml");
+    std::fs::write(&tenants_file, tenants).unwrap();
+    let pcap = dir.path().join("send.pcap");
+    write_pcap(&pcap, frames);
+    let stats = dir.path().join("stats.json");
+    let mut args: Vec<std::ffi::OsString> = [
+        "--iface",
+        &ns.va,
+        "--dispatch",
+        "xdp",
+        "--xdp-mode",
+        "generic",
+        "--nf",
+        "monitor",
+        "--workers",
+        "2",
+        "--no-pin",
+        "--duration",
+        "6",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    args.extend(["--tenants".into(), tenants_file.into_os_string()]);
+    args.extend(["--stats-json".into(), stats.clone().into_os_string()]);
+    args.extend(extra.iter().map(Into::into));
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let (child, stderr) = start_run(&ns.a, &args);
+    assert!(
+        xdp_attached(&ns.a, &ns.va).is_some_and(|s| s.contains("xdpgeneric")),
+        "the XDP Packet Dispatcher is attached in generic mode while running"
+    );
+    let sender_out = dir.path().join("sender.txt");
+    let sent = send_from_b(ns, &pcap, expect_back, &sender_out);
+    let (by_dscp, bad_checksum) = dscp_back(&sender_out);
+    let out = child.wait_with_output().unwrap();
+    let err = stderr.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "buffet run: {err}{stdout}");
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached at the end");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    // What the sender saw of the tags, for the caller.
+    json["sender_dscp"] = serde_json::json!({
+        "bad_checksum": bad_checksum,
+        "by_dscp": by_dscp.iter().map(|(d, n)| [*d, *n]).collect::<Vec<_>>(),
+    });
+    (json, format!("{err}{stdout}"), sent)
+}
+
+#[test]
+fn xdp_dispatch_counts_agree_at_sender_maps_and_workers() {
+    if !privileged("live::xdp_dispatch_counts_agree_at_sender_maps_and_workers") {
+        return;
+    }
+    let ns = NsPair::new();
+    let t = traffic();
+    let packets: u64 = t.per_tenant.iter().map(|(_, k)| k).sum();
+    // One timeslot for the whole run (2^40 ns ≈ 18 min): the Tenant Table's pkt_nb is
+    // then each tenant's total.
+    let (json, out, (sent, back)) = run_xdp(&ns, TENANTS, &t.frames, packets, &["--shift", "40"]);
+    assert_eq!(sent, t.frames.len() as u64);
+    // Workers vs sender.
+    let by_id: Vec<(u64, u64, u64)> = json["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["id"].as_u64().unwrap(),
+                x["packets"].as_u64().unwrap(),
+                x["passed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64, u64)> = t
+        .per_tenant
+        .iter()
+        .map(|&(id, k)| (u64::from(id), k, k))
+        .collect();
+    assert_eq!(
+        by_id, want,
+        "per tenant (id, packets, passed): workers vs sender\n{out}"
+    );
+    let workers: u64 = json["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["packets"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        workers, packets,
+        "the workers ran every tenant packet\n{out}"
+    );
+    // The XDP maps vs sender.
+    let x = &json["input"]["xdp"];
+    assert_eq!(json["input"]["dispatch"].as_str(), Some("xdp"));
+    assert_eq!(x["packets"].as_u64(), Some(sent), "{x}");
+    assert_eq!(x["passed"].as_u64(), Some(packets), "{x}");
+    assert_eq!(x["unmatched"].as_u64(), Some(t.unmatched), "{x}");
+    assert_eq!(x["malformed"].as_u64(), Some(t.malformed), "{x}");
+    assert_eq!(x["policed"].as_u64(), Some(0), "{x}");
+    let in_maps: Vec<(u64, u64)> = x["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_u64().unwrap(),
+                r["slot_packets"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64)> = t
+        .per_tenant
+        .iter()
+        .map(|&(id, k)| (u64::from(id), k))
+        .collect();
+    assert_eq!(in_maps, want, "per tenant: the XDP Tenant Table vs sender");
+    // Each tenant ran on the worker the XDP Tenant Table names (no migration here).
+    for (w, r) in json["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(x["tenants"].as_array().unwrap())
+    {
+        assert_eq!(w["worker"], r["worker"], "{w} {r}");
+    }
+    assert!(json["events"].as_array().unwrap().is_empty(), "{out}");
+    // The sockets: every redirected frame received, none dropped; every pass sent back.
+    let port = &json["input"]["ports"][0];
+    assert_eq!(port["rx"].as_u64(), Some(packets), "{port}");
+    assert_eq!(port["rx_dropped"].as_u64(), Some(0), "{port}");
+    assert_eq!(port["tx"].as_u64(), Some(packets), "{port}");
+    assert_eq!(back, packets, "every passed frame came back out, once");
+    assert_eq!(json["input"]["packets"].as_u64(), Some(packets));
+    // Ten tenants (at most 63): the program also wrote each slot into DSCP, with the
+    // IPv4 header checksum fixed. IPv4 frames back, by DSCP = the tenant's slot.
+    let mut want = std::collections::BTreeMap::new();
+    for r in x["tenants"].as_array().unwrap() {
+        let id = r["id"].as_u64().unwrap();
+        if id == 8 {
+            continue; // the IPv6 tenant
+        }
+        let k = t
+            .per_tenant
+            .iter()
+            .find(|(i, _)| u64::from(*i) == id)
+            .unwrap()
+            .1;
+        *want.entry(r["slot"].as_u64().unwrap()).or_insert(0u64) += k;
+    }
+    let want: Vec<[u64; 2]> = want.into_iter().map(|(d, n)| [d, n]).collect();
+    let got: Vec<[u64; 2]> =
+        serde_json::from_value(json["sender_dscp"]["by_dscp"].clone()).unwrap();
+    assert_eq!(got, want, "IPv4 frames back by DSCP: each tenant's slot");
+    assert_eq!(json["sender_dscp"]["bad_checksum"].as_u64(), Some(0));
+}
+
+#[test]
+fn xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
+    if !privileged("live::xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded") {
+        return;
+    }
+    // Twenty tenants spread over two workers (odd ids on worker 0); only worker 0's ten
+    // send, so worker 0 exceeds its MAX_NB while each tenant stays below it, and the
+    // scheduler moves tenants to the idle worker.
+    let tenants: String = (1..=20)
+        .map(|i| format!("[[tenant]]\nid = {i}\nname = \"t{i}\"\nrules = [ {{ dst_ip = \"10.{i}.0.0/16\" }} ]\n\n"))
+        .collect();
+    let mut frames = Vec::new();
+    let mut per = [0u64; 21];
+    let ns = NsPair::new();
+    for seq in 0..12_000u32 {
+        let id = (seq % 10) as u8 * 2 + 1;
+        frames.push(udp4([172, 16, 0, 1], [10, id, 0, 1], 40000, 80, seq));
+        per[usize::from(id)] += 1;
+    }
+    let n = frames.len() as u64;
+    // 2^26 ns ≈ 67 ms timeslots. Worker 0 gets all the frames of a timeslot, each tenant
+    // a tenth: with MAX_NB 300, any sender rate from ≈ 4.5k to 45k frames/s (at most
+    // 32k here) overloads the worker and leaves every tenant below MAX_NB, so it can move.
+    let (json, out, (sent, back)) = run_xdp(
+        &ns,
+        &tenants,
+        &frames,
+        n,
+        &["--shift", "26", "--worker-max", "300"],
+    );
+    assert_eq!(sent, n);
+    let events = json["events"].as_array().unwrap();
+    let migrations: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] == "migration")
+        .collect();
+    assert!(
+        !migrations.is_empty(),
+        "a migration among the events\n{out}"
+    );
+    // The first off the overloaded worker 0 to the idle worker 1 (later ones may move
+    // back once worker 1 is loaded in turn); only tenants that send move.
+    assert_eq!(migrations[0]["from"].as_u64(), Some(0), "{}", migrations[0]);
+    assert_eq!(migrations[0]["to"].as_u64(), Some(1), "{}", migrations[0]);
+    for m in &migrations {
+        assert_eq!(m["tenant"].as_u64().unwrap() % 2, 1, "{m}");
+    }
+    let moved: u64 = json["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["migrations"].as_u64().unwrap())
+        .sum();
+    assert_eq!(moved, migrations.len() as u64, "counted per tenant");
+    // Still exact: nothing lost or doubled across the move.
+    let by_id: Vec<(u64, u64)> = json["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["id"].as_u64().unwrap(), x["packets"].as_u64().unwrap()))
+        .collect();
+    let want: Vec<(u64, u64)> = (1..=20u64).map(|i| (i, per[i as usize])).collect();
+    assert_eq!(by_id, want, "{out}");
+    let workers: Vec<u64> = json["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["packets"].as_u64().unwrap())
+        .collect();
+    assert!(
+        workers[1] > 0,
+        "the idle worker took tenants over: {workers:?}"
+    );
+    assert_eq!(workers.iter().sum::<u64>(), n);
+    assert_eq!(json["input"]["xdp"]["passed"].as_u64(), Some(n));
+    // Every pass was sent back out (the sender counts what comes back only once it has
+    // sent everything, so its receive ring, not this run, bounds `back` here).
+    let port = &json["input"]["ports"][0];
+    assert_eq!(port["tx"].as_u64(), Some(n), "{port}");
+    assert_eq!(port["tx_dropped"].as_u64(), Some(0), "{port}");
+    assert!(back > 0);
+}
+
+#[test]
+fn xdp_dispatch_sigterm_detaches() {
+    if !privileged("live::xdp_dispatch_sigterm_detaches") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("t.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let stats = dir.path().join("s.json");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "--iface".as_ref(),
+        ns.va.as_ref(),
+        "--dispatch".as_ref(),
+        "xdp".as_ref(),
+        "--xdp-mode".as_ref(),
+        "generic".as_ref(),
+        "--nf".as_ref(),
+        "monitor".as_ref(),
+        "--no-pin".as_ref(),
+        "--tenants".as_ref(),
+        tenants.as_os_str(),
+        "--stats-json".as_ref(),
+        stats.as_os_str(),
+    ];
+    let (child, stderr) = start_run(&ns.a, &args);
+    assert!(
+        xdp_attached(&ns.a, &ns.va).is_some(),
+        "attached while running"
+    );
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr.join().unwrap();
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        xdp_attached(&ns.a, &ns.va),
+        None,
+        "SIGTERM detached the program"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert_eq!(json["tenants"].as_array().unwrap().len(), 10);
+    assert_eq!(json["input"]["dispatch"].as_str(), Some("xdp"));
+}
+
+#[test]
+fn xdp_dispatch_refuses_a_rule_it_cannot_express_before_attaching() {
+    if !privileged("live::xdp_dispatch_refuses_a_rule_it_cannot_express_before_attaching") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("t.toml");
+    // Two wide port ranges: their prefix expansion needs far more distinct masks than
+    // the program's tuple-space search probes.
+    let bad = format!(
+        "{TENANTS}\n[[tenant]]\nid = 11\nname = \"ranges\"\nrules = [ {{ protocol = \"udp\", src_port = \"1-65534\", dst_port = \"3-65533\" }} ]\n"
+    );
+    std::fs::write(&tenants, bad).unwrap();
+    let stats = dir.path().join("s.json");
+    let o = run_output(
+        Some(&ns.a),
+        &[
+            "--iface",
+            &ns.va,
+            "--dispatch",
+            "xdp",
+            "--xdp-mode",
+            "generic",
+            "--nf",
+            "monitor",
+            "--no-pin",
+            "--tenants",
+            tenants.to_str().unwrap(),
+            "--stats-json",
+            stats.to_str().unwrap(),
+            "--duration",
+            "2",
+        ],
+    );
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("tenant 11 (\"ranges\") cannot be admitted to the XDP Packet Dispatcher"),
+        "{e}"
+    );
+    assert!(e.contains("the XDP classifier cannot express it"), "{e}");
+    assert!(!e.contains("running on"), "no traffic ran: {e}");
+    assert!(!stats.exists(), "nothing ran, nothing written");
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");
 }

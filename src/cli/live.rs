@@ -18,7 +18,19 @@
 //! into a heap frame for the AF_PACKET transmit port, and the UMEM frame goes back to the
 //! socket's fill ring at once.
 //!
-//! Not built yet (a clear error): `--dispatch xdp` (the XDP Packet Dispatcher).
+//! `--dispatch xdp`: the XDP Packet Dispatcher (nic-firmware/xdp, through buffet-xdp)
+//! classifies, runs Algorithm 1 on `bpf_ktime_get_ns()`, writes the tenant slot into the
+//! frame's XDP metadata (and DSCP for slots up to 63) and redirects each frame to its
+//! worker's own AF_XDP socket; there is no dispatcher thread. Every worker's socket binds
+//! the same queue (`--queue`) and shares one UMEM (`XDP_SHARED_UMEM`): each worker polls
+//! its own receive ring and takes the tenant from the metadata; the data-plane thread
+//! owns the shared fill and completion rings and the transmit ring (it recycles frames
+//! and sends passed ones back out). Tenants are admitted to the pipeline (regions,
+//! state, the software tables the report reads) and to the XDP maps with the same slot,
+//! rules, MAX_NB and worker; a rule the XDP classifier cannot express is an error before
+//! anything is attached. The program's ring-buffer events (migrations, overload reports)
+//! become the run's events, and its counters and Tenant Table rows go into
+//! `--stats-json` (`input.xdp`). The program is detached when the run ends.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -31,9 +43,11 @@ use buffet_config::registry::{NfVisitor, RegisteredNf};
 use buffet_config::{tenants, TenantConfig};
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
 use buffet_io::afpacket::{self, AfPacketConfig, AfPacketPort};
+use buffet_io::afxdp::XskReceiver;
 use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
 use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
-use buffet_worker::{Pipeline, PipelineConfig};
+use buffet_worker::{Pipeline, PipelineConfig, WorkerSource};
+use buffet_xdp::{AttachMode, XdpConfig, XdpDispatcher};
 use clap::{Args, ValueEnum};
 
 use super::output::{self, OutputFile};
@@ -46,7 +60,8 @@ use super::run::{self, Capacity};
 pub enum DispatchMode {
     /// One dispatcher thread reads the port and feeds the workers.
     Software,
-    /// The XDP program dispatches in the NIC path (not built yet).
+    /// The XDP program dispatches in the NIC path, straight to each worker's AF_XDP
+    /// socket.
     Xdp,
 }
 
@@ -80,14 +95,16 @@ pub struct RunArgs {
     /// Where the Packet Dispatcher runs.
     #[arg(long, value_enum, default_value_t = DispatchMode::Software)]
     pub dispatch: DispatchMode,
-    /// The port backend.
+    /// The port backend (with --dispatch xdp the workers always read their own AF_XDP
+    /// sockets).
     #[arg(long, value_enum, default_value_t = PortKind::AfPacket)]
     pub port: PortKind,
-    /// Where the AF_XDP redirect program runs (default: the driver where it supports
-    /// XDP, else generic).
+    /// Where the AF_XDP redirect program (or, with --dispatch xdp, the XDP Packet
+    /// Dispatcher) runs (default: the driver where it supports XDP, else generic; with
+    /// --dispatch xdp, generic).
     #[arg(long, value_enum)]
     pub xdp_mode: Option<XdpModeArg>,
-    /// The interface queue the AF_XDP socket reads.
+    /// The interface queue the AF_XDP socket (every worker's, with --dispatch xdp) reads.
     #[arg(long, default_value_t = 0)]
     pub queue: u32,
     /// Put the interface in promiscuous mode while running.
@@ -121,14 +138,14 @@ pub struct RunArgs {
 
 /// Runs `buffet run` with the NFs of `registry`.
 pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
-    if a.dispatch == DispatchMode::Xdp {
-        anyhow::bail!(
-            "--dispatch xdp is not built yet: the XDP Packet Dispatcher is still to come; \
-             use --dispatch software"
-        );
+    let xdp = a.dispatch == DispatchMode::Xdp;
+    if !xdp && a.port == PortKind::AfPacket && (a.xdp_mode.is_some() || a.queue != 0) {
+        anyhow::bail!("--xdp-mode and --queue apply to --port af-xdp or --dispatch xdp only");
     }
-    if a.port == PortKind::AfPacket && (a.xdp_mode.is_some() || a.queue != 0) {
-        anyhow::bail!("--xdp-mode and --queue apply to --port af-xdp only");
+    if xdp && a.promisc {
+        anyhow::bail!(
+            "--promisc applies to --port af-packet only (an XDP program sees every frame)"
+        );
     }
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
     let duration = match a.duration {
@@ -152,7 +169,13 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     // on the way out instead of dying with it attached.
     afpacket::stop_on_signals().context("installing the SIGINT/SIGTERM handler")?;
     // The ports first: privilege and interface errors come before anything else.
+    let mut xdp_parts = None;
     let rx: Box<dyn Port> = match a.port {
+        _ if xdp => {
+            let (port, parts) = open_xdp(a)?;
+            xdp_parts = Some(parts);
+            Box::new(port)
+        }
         PortKind::AfPacket => Box::new(AfPacketPort::open(AfPacketConfig {
             promisc: a.promisc,
             ..AfPacketConfig::new(&a.iface, 0)
@@ -225,6 +248,10 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         // Frames from port 0 pass to port 1.
         cfg.routes = vec![1];
     }
+    if let Some(parts) = &mut xdp_parts {
+        // The program tags DSCP too when every slot fits in it (the paper's tag).
+        parts.dispatcher_tag_dscp = tenants.len() <= 63;
+    }
     let live = Live {
         a,
         tenants: &tenants,
@@ -233,6 +260,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         tx,
         stats,
         duration,
+        xdp: xdp_parts,
     };
     replay::load_and_visit(chosen, level, registry, live, |l| Visit::Live(Box::new(l)))
 }
@@ -246,6 +274,76 @@ pub(crate) struct Live<'a> {
     tx: Option<AfPacketPort>,
     stats: Option<OutputFile>,
     duration: Option<Duration>,
+    xdp: Option<XdpParts>,
+}
+
+/// What `--dispatch xdp` opened before the NF is loaded: one receiver per worker,
+/// sharing the port's UMEM on its queue.
+pub(crate) struct XdpParts {
+    receivers: Vec<XskReceiver>,
+    mode: AttachMode,
+    dispatcher_tag_dscp: bool,
+}
+
+/// Opens the UMEM owner's socket (the data-plane thread's port: fill, completion and
+/// transmit rings) and one shared-UMEM socket per worker on the same queue.
+fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
+    buffet_xdp::dispatcher_object()?;
+    let workers = a.capacity.workers;
+    anyhow::ensure!(
+        (1..=buffet_xdp::MAX_WORKERS).contains(&workers),
+        "--dispatch xdp: --workers must be 1 to {} (the XDP program's Worker Table)",
+        buffet_xdp::MAX_WORKERS
+    );
+    let mut port = AfXdpPort::open(AfXdpConfig {
+        queue: a.queue,
+        redirect: None,
+        metadata: true,
+        ..AfXdpConfig::new(&a.iface, 0)
+    })?;
+    let receivers = (0..workers)
+        .map(|_| port.shared_receiver())
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| {
+            format!(
+                "--dispatch xdp: a socket per worker on {} queue {}, sharing one UMEM",
+                a.iface, a.queue
+            )
+        })?;
+    let mode = match a.xdp_mode {
+        Some(XdpModeArg::Native) => AttachMode::Native,
+        None | Some(XdpModeArg::Generic) => AttachMode::Generic,
+    };
+    Ok((
+        port,
+        XdpParts {
+            receivers,
+            mode,
+            dispatcher_tag_dscp: false,
+        },
+    ))
+}
+
+/// A worker's AF_XDP socket as its [`WorkerSource`], counting what it received for the
+/// live rate line (one atomic add per burst).
+struct XskSource {
+    rx: XskReceiver,
+    received: Arc<AtomicU64>,
+}
+
+impl WorkerSource for XskSource {
+    fn receive(
+        &mut self,
+        burst: &mut Vec<PacketBuf>,
+        rejected: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> usize {
+        let n = self.rx.receive(burst, rejected, max);
+        if n > 0 {
+            self.received.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
 }
 
 impl NfVisitor for Live<'_> {
@@ -319,11 +417,21 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         tx,
         mut stats,
         duration,
+        xdp,
     } = l;
-    let mut p = Pipeline::new(nf, cfg)?;
-    run::admit_all(&mut p, tenants, &a.choice.tenants)?;
-    let stop = afpacket::stop_on_signals().context("installing the SIGINT/SIGTERM handler")?;
     let received = Arc::new(AtomicU64::new(0));
+    let (mut p, mut dispatcher) = match xdp {
+        None => {
+            let mut p = Pipeline::new(nf, cfg)?;
+            run::admit_all(&mut p, tenants, &a.choice.tenants)?;
+            (p, None)
+        }
+        Some(parts) => {
+            let (p, d) = start_xdp(nf, cfg, parts, a, tenants, &received)?;
+            (p, Some(d))
+        }
+    };
+    let stop = afpacket::stop_on_signals().context("installing the SIGINT/SIGTERM handler")?;
     p.add_port(Box::new(Counted {
         inner: rx,
         received: received.clone(),
@@ -347,16 +455,21 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
     // rate every second when stderr is a terminal.
     let done = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
+    // With --dispatch xdp it also moves the program's ring-buffer events into the run's.
     let watcher = {
         let control = p.control().clone();
         let done = done.clone();
         let received = received.clone();
         let tty = std::io::stderr().is_terminal();
+        let mut dispatcher = dispatcher.take();
         std::thread::Builder::new()
             .name("buffet-run-watch".into())
             .spawn(move || {
                 let (mut last_n, mut last_t) = (0u64, Instant::now());
                 while !done.load(Ordering::Acquire) {
+                    if let Some(d) = &mut dispatcher {
+                        control.dispatcher_events(d.drain_events());
+                    }
                     if stop.load(Ordering::Acquire)
                         || duration.is_some_and(|d| start.elapsed() >= d)
                     {
@@ -378,13 +491,30 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                 if tty {
                     eprintln!();
                 }
+                dispatcher
             })
             .context("starting the stop watcher")?
     };
     let result = p.run(|_| {});
     done.store(true, Ordering::Release);
-    let _ = watcher.join();
-    let n = result?;
+    let mut dispatcher = watcher.join().unwrap_or(None);
+    // Detached before the report: nothing arrives any more; a detach that fails is said.
+    let xdp_json = match &mut dispatcher {
+        Some(d) => {
+            let late = d.drain_events();
+            if let Err(e) = d.detach() {
+                eprintln!("detaching the XDP Packet Dispatcher from {}: {e}", a.iface);
+            }
+            p.control().dispatcher_events(late);
+            p.dataplane().apply_commands();
+            Some(xdp_json(d, &p, tenants)?)
+        }
+        None => None,
+    };
+    let n = match (result, &dispatcher) {
+        (Ok(_), Some(_)) => received.load(Ordering::Relaxed),
+        (r, _) => r?,
+    };
     let took = start.elapsed();
     let ports = p.dataplane().port_stats();
     let faults = p.nf().contained_faults();
@@ -402,6 +532,20 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
             s.rx, s.tx, s.rx_dropped, s.tx_dropped
         )?;
     }
+    if let Some(x) = &xdp_json {
+        writeln!(
+            out,
+            "xdp dispatcher: packets {} passed {} unmatched {} malformed {} policed {} \
+             no_live_worker {} events_lost {}",
+            x["packets"],
+            x["passed"],
+            x["unmatched"],
+            x["malformed"],
+            x["policed"],
+            x["no_live_worker"],
+            x["events_lost"]
+        )?;
+    }
     run::print_events(&mut out, &report, 20)?;
     for f in &faults {
         writeln!(out, "  contained fault: {f}")?;
@@ -413,14 +557,129 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         n as f64 / took.as_secs_f64().max(1e-9) / 1e3
     );
     if let Some(mut f) = stats.take() {
-        let input = serde_json::json!({
+        let mut input = serde_json::json!({
             "iface": a.iface,
             "packets": n,
             "seconds": took.as_secs_f64(),
             "ports": ports.iter().map(|(name, s)| port_json(name, s)).collect::<Vec<_>>(),
         });
+        if let Some(x) = xdp_json {
+            input["dispatch"] = "xdp".into();
+            input["xdp"] = x;
+        }
         replay::write_stats(&mut f, &report, input)?;
         f.commit()?;
     }
     Ok(())
+}
+
+/// Builds the pipeline with each worker polling its own socket, admits every tenant to
+/// it and to the XDP maps (same slot, rules, MAX_NB and worker), then attaches the
+/// program. An admission the maps refuse is an error before anything is attached.
+fn start_xdp<N: RegisteredNf>(
+    nf: N,
+    cfg: PipelineConfig,
+    parts: XdpParts,
+    a: &RunArgs,
+    tenants: &[TenantConfig],
+    received: &Arc<AtomicU64>,
+) -> anyhow::Result<(Pipeline<N>, XdpDispatcher)> {
+    let mut d = XdpDispatcher::load(XdpConfig {
+        shift: a.shift,
+        threshold: a.threshold,
+        tag_dscp: parts.dispatcher_tag_dscp,
+        metadata: true,
+        test_mode: false,
+        in_port: 0,
+    })
+    .context("--dispatch xdp")?;
+    for rx in &parts.receivers {
+        let w = d.add_worker(cfg.worker_max_nb).context("--dispatch xdp")?;
+        d.set_worker_socket(w, &rx.socket_fd())
+            .with_context(|| format!("--dispatch xdp: worker {}'s socket in the XSKMAP", w.0))?;
+    }
+    let sources: Vec<Box<dyn WorkerSource>> = parts
+        .receivers
+        .into_iter()
+        .map(|rx| {
+            Box::new(XskSource {
+                rx,
+                received: received.clone(),
+            }) as Box<dyn WorkerSource>
+        })
+        .collect();
+    let mut p = Pipeline::with_sources(nf, cfg, sources)?;
+    run::admit_all(&mut p, tenants, &a.choice.tenants)?;
+    for t in tenants {
+        let slot = p
+            .slot_of(t.id)
+            .with_context(|| format!("tenant {} has no slot", t.id))?;
+        let worker = p
+            .dispatcher()
+            .scheduler()
+            .tenant(slot)
+            .map(|r| r.worker)
+            .with_context(|| format!("tenant {} has no worker", t.id))?;
+        d.admit(slot, &t.rules, t.max_nb, worker).with_context(|| {
+            format!(
+                "{}: tenant {} ({:?}) cannot be admitted to the XDP Packet Dispatcher",
+                a.choice.tenants.display(),
+                t.id,
+                t.name
+            )
+        })?;
+    }
+    d.attach(&a.iface, parts.mode)
+        .with_context(|| format!("--dispatch xdp on {}", a.iface))?;
+    eprintln!(
+        "xdp dispatcher attached to {} in {} mode, {} workers' sockets on queue {}{}",
+        a.iface,
+        match parts.mode {
+            AttachMode::Generic => "generic",
+            AttachMode::Native => "native",
+        },
+        d.worker_count(),
+        a.queue,
+        if d.replaced_leftover() {
+            " (replaced a program left attached by a run that ended without detaching)"
+        } else {
+            ""
+        }
+    );
+    Ok((p, d))
+}
+
+/// The XDP program's counters and each tenant's Tenant Table row (worker, packets in
+/// its current timeslot), for the report.
+fn xdp_json<N: RegisteredNf>(
+    d: &XdpDispatcher,
+    p: &Pipeline<N>,
+    tenants: &[TenantConfig],
+) -> anyhow::Result<serde_json::Value> {
+    let s = d
+        .stats()
+        .context("reading the XDP Packet Dispatcher's counters")?;
+    let rows: Vec<serde_json::Value> = tenants
+        .iter()
+        .filter_map(|t| {
+            let slot = p.slot_of(t.id)?;
+            let (worker, pkt_nb) = d.tenant_row(slot)?;
+            Some(serde_json::json!({
+                "id": t.id,
+                "slot": slot.0,
+                "worker": worker.0,
+                "slot_packets": pkt_nb,
+            }))
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "packets": s.packets,
+        "passed": s.passed,
+        "unmatched": s.unmatched,
+        "malformed": s.malformed,
+        "policed": s.policed,
+        "no_live_worker": s.no_live_worker,
+        "events_lost": s.events_lost,
+        "tenants": rows,
+    }))
 }

@@ -39,12 +39,26 @@
 //! XDP socket and load and attach a program (`CAP_NET_ADMIN`, `CAP_NET_RAW`,
 //! `CAP_BPF`); each failure is its own [`AfXdpError`].
 //!
-//! Not here: several sockets sharing one UMEM (`XDP_SHARED_UMEM`), multi-buffer (jumbo)
-//! frames, need-wakeup, unaligned chunks, the XDP Packet Dispatcher's program.
+//! Several sockets on one queue ([`AfXdpPort::shared_receiver`], `XDP_SHARED_UMEM`):
+//! the kernel delivers an XSKMAP redirect only to a socket bound to the frame's own
+//! (interface, queue), so the XDP Packet Dispatcher's per-worker sockets all bind the
+//! same queue and share this port's UMEM. On one queue they share its single fill and
+//! completion rings as well (single producer, single consumer each): those stay with the
+//! port (its thread recycles frames to the fill ring, reaps completions and transmits),
+//! while each [`XskReceiver`] owns only its socket's receive ring and is moved to the
+//! worker thread that polls it. With [`AfXdpConfig::metadata`], frames carry the tenant
+//! slot the dispatcher's program wrote into the XDP metadata (the 4 bytes before the
+//! frame): the port marks each frame's metadata word before handing it to the kernel, so
+//! a frame that arrives without metadata is recognised, counted and dropped, never given
+//! a stale tenant.
+//!
+//! Not here: multi-buffer (jumbo) frames, need-wakeup, unaligned chunks, the XDP Packet
+//! Dispatcher's program.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use buffet_sdk::{PortId, TenantSlot};
 
@@ -109,6 +123,10 @@ pub struct AfXdpConfig {
     /// Attach this port's redirect program in this mode; `None`: the caller redirects
     /// to [`AfXdpPort::socket_fd`] itself.
     pub redirect: Option<XdpMode>,
+    /// Frames carry a 32-bit tenant slot in their XDP metadata (written by the XDP
+    /// Packet Dispatcher's program); received frames take it as their tenant, and a
+    /// frame without it is dropped and counted (`rx_dropped`).
+    pub metadata: bool,
 }
 
 impl AfXdpConfig {
@@ -124,6 +142,7 @@ impl AfXdpConfig {
             ring_size: 2048,
             copy: CopyMode::Auto,
             redirect: Some(XdpMode::Auto),
+            metadata: false,
         }
     }
 }
@@ -475,6 +494,35 @@ fn frame_of(addr: u64, frame_size: u32) -> (u64, u64) {
     (addr & !mask, addr & mask)
 }
 
+/// Where the XDP metadata word of a frame lies: just before the frame's data, which the
+/// kernel places `XDP_PACKET_HEADROOM` bytes into the frame (no UMEM headroom here).
+const META_AT: u64 = 256 - 4;
+/// The metadata word a frame carries until a program writes a tenant slot there.
+const NO_META: u32 = u32::MAX;
+
+/// The tenant slot in the metadata before the frame at UMEM address `addr`, or `None`
+/// when the program wrote none.
+fn metadata_tenant(umem: &sys::Umem, addr: u64, frame_size: u32) -> Option<TenantSlot> {
+    let (_, off) = frame_of(addr, frame_size);
+    if off < 4 {
+        return None;
+    }
+    umem.read_u32(addr - 4)
+        .filter(|&t| t != NO_META)
+        .map(TenantSlot)
+}
+
+/// Counters the receivers of shared sockets keep for their port (one add per burst).
+#[derive(Debug, Default)]
+struct SharedCounters {
+    /// Frames the receivers lent out as `PacketBuf`s (they come back through the port).
+    lent: AtomicU64,
+    /// Frames the receivers took off their receive rings.
+    rx: AtomicU64,
+    /// Frames dropped there (no metadata, outside the UMEM).
+    rx_dropped: AtomicU64,
+}
+
 /// A bound socket with its UMEM and rings.
 struct Bound {
     socket: sys::XskSocket,
@@ -495,13 +543,17 @@ pub struct AfXdpPort {
     rx: sys::Ring<libc::xdp_desc>,
     tx: sys::Ring<libc::xdp_desc>,
     socket: sys::XskSocket,
-    umem: sys::Umem,
+    umem: Arc<sys::Umem>,
+    ifindex: u32,
     /// Frames that are nowhere: not in a ring, not lent.
     free: Vec<u64>,
-    /// Frames lent out as `PacketBuf`s.
+    /// Frames this port lent out as `PacketBuf`s, less those that came back (those its
+    /// receivers lent come back here too: wrapping, summed with theirs at the end).
     lent: u64,
     zero_copy: bool,
     stats: PortStats,
+    /// The receivers' counters, once a shared receiver exists.
+    shared: Option<Arc<SharedCounters>>,
 }
 
 impl std::fmt::Debug for AfXdpPort {
@@ -599,11 +651,13 @@ impl AfXdpPort {
             rx,
             tx,
             socket,
-            umem,
+            umem: Arc::new(umem),
+            ifindex,
             free,
             lent: 0,
             zero_copy,
             stats: PortStats::default(),
+            shared: None,
             cfg,
         };
         port.refill();
@@ -714,6 +768,36 @@ impl AfXdpPort {
         })
     }
 
+    /// Opens one more socket on this port's interface and queue that shares its UMEM
+    /// (`XDP_SHARED_UMEM`; see the module docs) and has a receive ring only. Its frames
+    /// come back through this port ([`recycle`](Port::recycle), or its transmit ring),
+    /// which also keeps the fill ring full for it. The socket receives only what an XDP
+    /// program redirects to [`XskReceiver::socket_fd`].
+    pub fn shared_receiver(&mut self) -> Result<XskReceiver, AfXdpError> {
+        let iface = self.cfg.iface.as_str();
+        let socket = sys::XskSocket::open().map_err(|e| sys_error(iface, "socket(AF_XDP)", e))?;
+        let n = self.cfg.ring_size;
+        socket
+            .set_ring_size(sys::RingKind::Rx, n)
+            .map_err(|e| sys_error(iface, "setsockopt(XDP_RX_RING)", e))?;
+        let rx = socket
+            .map_ring(sys::RingKind::Rx, n)
+            .map_err(|e| sys_error(iface, "mmap(XDP ring)", e))?;
+        socket
+            .bind_shared(self.ifindex, self.cfg.queue, &self.socket)
+            .map_err(|e| sys_error(iface, "bind(AF_XDP, XDP_SHARED_UMEM)", e))?;
+        let counters = self.shared.get_or_insert_with(Default::default).clone();
+        Ok(XskReceiver {
+            id: self.cfg.id,
+            frame_size: self.cfg.frame_size,
+            metadata: self.cfg.metadata,
+            rx,
+            socket,
+            umem: self.umem.clone(),
+            counters,
+        })
+    }
+
     /// The configuration it was opened with.
     pub fn config(&self) -> &AfXdpConfig {
         &self.cfg
@@ -741,6 +825,10 @@ impl AfXdpPort {
         let k = ring_room(prod, cons, self.fill.size()).min(self.free.len() as u32);
         for i in 0..k {
             let Some(addr) = self.free.pop() else { break };
+            if self.cfg.metadata {
+                // The frame is free (ours): mark its metadata word as not written.
+                self.umem.write(addr + META_AT, &NO_META.to_ne_bytes());
+            }
             self.fill.write(prod.wrapping_add(i), addr);
         }
         self.fill
@@ -823,15 +911,27 @@ impl Port for AfXdpPort {
                 frame: base,
             };
             self.stats.rx += 1;
+            let tenant = if self.cfg.metadata {
+                match metadata_tenant(&self.umem, d.addr, self.cfg.frame_size) {
+                    Some(t) => t,
+                    None => {
+                        self.stats.rx_dropped += 1;
+                        self.free.push(base);
+                        continue;
+                    }
+                }
+            } else {
+                TenantSlot(0)
+            };
             match self.umem.lend(d.addr, capacity, d.len as usize, owner) {
                 Some(mut b) => {
                     b.ts_ns = ts_ns;
                     b.in_port = self.cfg.id;
-                    b.tenant = TenantSlot(0);
+                    b.tenant = tenant;
                     b.outcome = Outcome::Pending;
                     b.layout = None;
                     out.push(b);
-                    self.lent += 1;
+                    self.lent = self.lent.wrapping_add(1);
                     n += 1;
                 }
                 None => {
@@ -876,7 +976,7 @@ impl Port for AfXdpPort {
                                 options: 0,
                             };
                             // The frame now belongs to the transmit ring until completion.
-                            self.lent -= 1;
+                            self.lent = self.lent.wrapping_sub(1);
                             drop(buf);
                             d
                         }
@@ -926,7 +1026,7 @@ impl Port for AfXdpPort {
     fn recycle(&mut self, buf: PacketBuf) {
         if let Some(o) = buf.owner().filter(|o| o.port == self.cfg.id) {
             drop(buf);
-            self.lent -= 1;
+            self.lent = self.lent.wrapping_sub(1);
             self.free.push(o.frame);
         }
     }
@@ -937,6 +1037,10 @@ impl Port for AfXdpPort {
 
     fn stats(&self) -> PortStats {
         let mut s = self.stats;
+        if let Some(c) = &self.shared {
+            s.rx += c.rx.load(Ordering::Relaxed);
+            s.rx_dropped += c.rx_dropped.load(Ordering::Relaxed);
+        }
         if let Ok(k) = self.socket.statistics() {
             s.rx_dropped += k.rx_dropped + k.rx_ring_full + k.rx_invalid_descs;
             s.tx_dropped += k.tx_invalid_descs;
@@ -948,10 +1052,108 @@ impl Port for AfXdpPort {
 
 impl Drop for AfXdpPort {
     fn drop(&mut self) {
-        if self.lent > 0 {
+        let by_receivers = self
+            .shared
+            .as_ref()
+            .map_or(0, |c| c.lent.load(Ordering::Acquire));
+        if self.lent.wrapping_add(by_receivers) != 0 {
             // Frames still lent out as `PacketBuf`s keep pointing into the UMEM.
             self.umem.keep_mapped();
         }
+    }
+}
+
+/// The receive side of one socket sharing an [`AfXdpPort`]'s UMEM on its queue (see
+/// the module docs): moved to the thread that polls it (a worker of the XDP Packet
+/// Dispatcher). Its frames are the port's: they go back through the port.
+pub struct XskReceiver {
+    id: PortId,
+    frame_size: u32,
+    metadata: bool,
+    // Dropped in this order: the ring, the socket, then (its share of) the UMEM.
+    rx: sys::Ring<libc::xdp_desc>,
+    socket: sys::XskSocket,
+    umem: Arc<sys::Umem>,
+    counters: Arc<SharedCounters>,
+}
+
+impl std::fmt::Debug for XskReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XskReceiver")
+            .field("port", &self.id)
+            .field("metadata", &self.metadata)
+            .finish_non_exhaustive()
+    }
+}
+
+impl XskReceiver {
+    /// The socket, for the XSKMAP entry that redirects to it.
+    pub fn socket_fd(&self) -> BorrowedFd<'_> {
+        self.socket.borrowed()
+    }
+
+    /// Takes up to `max` frames off the receive ring into `out` as port-owned
+    /// [`PacketBuf`]s, stamped with the wall clock once per burst and, with
+    /// [`AfXdpConfig::metadata`], tagged with the tenant slot of their metadata. A frame
+    /// without metadata goes to `rejected` instead (counted as the port's `rx_dropped`),
+    /// to be handed back to the port unprocessed. Returns how many went to `out`. Never
+    /// blocks; no allocation while the vectors have room.
+    pub fn receive(
+        &mut self,
+        out: &mut Vec<PacketBuf>,
+        rejected: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> usize {
+        let prod = self.rx.producer().load(Ordering::Acquire);
+        let cons = self.rx.consumer().load(Ordering::Relaxed);
+        let k = ring_ready(prod, cons).min(u32::try_from(max).unwrap_or(u32::MAX));
+        if k == 0 {
+            return 0;
+        }
+        let ts_ns = sys::realtime_ns();
+        let (mut lent, mut n) = (0u64, 0usize);
+        for i in 0..k {
+            let d = self.rx.read(cons.wrapping_add(i));
+            let (base, off) = frame_of(d.addr, self.frame_size);
+            let capacity = (u64::from(self.frame_size) - off) as usize;
+            let owner = FrameOwner {
+                port: self.id,
+                frame: base,
+            };
+            let tenant = if self.metadata {
+                metadata_tenant(&self.umem, d.addr, self.frame_size)
+            } else {
+                Some(TenantSlot(0))
+            };
+            let Some(mut b) = self.umem.lend(d.addr, capacity, d.len as usize, owner) else {
+                // Outside the UMEM: a kernel bug; the frame is lost to this run.
+                self.counters.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            b.ts_ns = ts_ns;
+            b.in_port = self.id;
+            b.layout = None;
+            b.outcome = Outcome::Pending;
+            lent += 1;
+            match tenant {
+                Some(t) => {
+                    b.tenant = t;
+                    out.push(b);
+                    n += 1;
+                }
+                None => {
+                    b.tenant = TenantSlot(0);
+                    self.counters.rx_dropped.fetch_add(1, Ordering::Relaxed);
+                    rejected.push(b);
+                }
+            }
+        }
+        self.rx
+            .consumer()
+            .store(cons.wrapping_add(k), Ordering::Release);
+        self.counters.rx.fetch_add(u64::from(k), Ordering::Relaxed);
+        self.counters.lent.fetch_add(lent, Ordering::Relaxed);
+        n
     }
 }
 
@@ -984,6 +1186,22 @@ mod tests {
         assert_eq!(frame_of(2048 + 256, 2048), (2048, 256));
         assert_eq!(frame_of(4095, 4096), (0, 4095));
         assert_eq!(frame_of(3 * 4096 + 256, 4096), (3 * 4096, 256));
+    }
+
+    #[test]
+    fn the_tenant_comes_from_the_metadata_word_before_the_frame() {
+        let umem = sys::Umem::new(4 * 2048).unwrap();
+        // A frame given to the kernel carries the "no metadata" mark ...
+        assert!(umem.write(2048 + META_AT, &NO_META.to_ne_bytes()));
+        assert_eq!(metadata_tenant(&umem, 2048 + 256, 2048), None);
+        // ... until the program writes a slot there (32 bits: more than 63 tenants).
+        assert!(umem.write(2048 + META_AT, &70_000u32.to_ne_bytes()));
+        assert_eq!(
+            metadata_tenant(&umem, 2048 + 256, 2048),
+            Some(TenantSlot(70_000))
+        );
+        // No room for metadata at the very start of a frame.
+        assert_eq!(metadata_tenant(&umem, 2048, 2048), None);
     }
 
     #[test]

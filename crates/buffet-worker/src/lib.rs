@@ -3,7 +3,9 @@
 //! [`build`] returns a [`Control`] handle (`Send + Sync`, for any thread) and a
 //! [`Dataplane`] (the software Packet Dispatcher, the worker rings and the ports), which
 //! applies the handle's [`Command`]s between bursts; [`Pipeline`] drives both from one
-//! thread. Workers run one thread each, pinned to cores and fed by single-producer rings. Each worker
+//! thread. Workers run one thread each, pinned to cores and fed by single-producer rings (or,
+//! when the Packet Dispatcher runs in the NIC path, each by its own [`WorkerSource`]: its
+//! AF_XDP socket; see [`build_with_sources`]). Each worker
 //! pops a burst, groups it by tenant into Packet Buffers (a stable in-place sort, no
 //! allocation), loads each tenant's state from the Memory Manager once per group, runs
 //! the NF over the group, and hands the packets back with their verdicts.
@@ -31,8 +33,8 @@ mod worker;
 
 pub use buffet_io::{Outcome, PacketBuf, FRAME_CAPACITY};
 pub use pipeline::{
-    build, Command, Control, Dataplane, Pipeline, PipelineConfig, PipelineError, TenantSpec,
-    WorkerEvent, EVENT_CAPACITY,
+    build, build_with_sources, Command, Control, Dataplane, Pipeline, PipelineConfig,
+    PipelineError, TenantSpec, WorkerEvent, EVENT_CAPACITY,
 };
 pub use stats::{DropReason, GlobalReport, Report, TenantReport, WorkerReport};
-pub use worker::Worker;
+pub use worker::{Worker, WorkerSource};

@@ -9,6 +9,11 @@
 //! A tenant's `init` runs on the control side (in its region, in its isolation domain),
 //! never on the data plane's thread: admitting a tenant whose policy takes long to compile
 //! does not pause anyone's traffic. The data plane only learns the tenant's rules.
+//!
+//! When the Packet Dispatcher runs outside the data plane (the XDP program in the NIC
+//! path), [`build_with_sources`] gives each worker its own [`WorkerSource`] to poll; the
+//! data plane then only takes finished frames back, routes and transmits them, and
+//! records the outside dispatcher's events ([`Control::dispatcher_events`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,7 +34,7 @@ use crossbeam::utils::Backoff;
 use serde::Serialize;
 
 use crate::stats::{DropReason, GlobalReport, Report, TenantReport, WorkerCounters, WorkerReport};
-use crate::worker::{Notice, Shared, Worker, WorkerThread};
+use crate::worker::{Notice, Shared, Worker, WorkerSource, WorkerThread};
 
 /// Events the channel holds before new ones are counted as dropped.
 pub const EVENT_CAPACITY: usize = 1 << 16;
@@ -260,6 +265,10 @@ pub enum Command {
         /// The answer.
         reply: Sender<Report>,
     },
+    /// Migrations and overload reports of a Packet Dispatcher outside this data plane
+    /// (the XDP program's ring buffer): recorded and sent on like the software
+    /// dispatcher's.
+    DispatcherEvents(Vec<Event>),
     /// Finish what is in flight and stop running.
     Stop,
 }
@@ -432,6 +441,15 @@ impl<N: NetworkFunction> Control<N> {
         rx.recv().map_err(|_| PipelineError::Stopped)
     }
 
+    /// Hands the data plane the events (migrations, overload reports) of a Packet
+    /// Dispatcher that runs outside it (the XDP program): they count and appear among
+    /// its events as the software dispatcher's do.
+    pub fn dispatcher_events(&self, events: Vec<Event>) {
+        if !events.is_empty() {
+            let _ = self.commands.send(Command::DispatcherEvents(events));
+        }
+    }
+
     /// Asks the data plane to finish what is in flight and return from
     /// [`Dataplane::run`].
     pub fn stop(&self) {
@@ -505,6 +523,9 @@ struct WorkerSlot {
     counters: Arc<WorkerCounters>,
     thread: Option<JoinHandle<()>>,
     live: bool,
+    /// Fed by its own [`WorkerSource`], not by this data plane's dispatcher: what it
+    /// completes counts as dispatched too.
+    sourced: bool,
     dispatched: u64,
     completed: u64,
 }
@@ -549,6 +570,26 @@ pub fn build<N: NetworkFunction>(
     nf: N,
     cfg: PipelineConfig,
 ) -> Result<(Control<N>, Dataplane<N>), PipelineError> {
+    build_with_sources(nf, cfg, Vec::new())
+}
+
+/// [`build`], with worker `i` polling `sources[i]` instead of its input ring (the Packet
+/// Dispatcher runs outside the data plane, e.g. the XDP program feeding each worker's
+/// AF_XDP socket). `sources` is empty (every worker fed by the software dispatcher) or
+/// holds one source per worker. Workers launched later are fed by the software
+/// dispatcher.
+pub fn build_with_sources<N: NetworkFunction>(
+    nf: N,
+    cfg: PipelineConfig,
+    sources: Vec<Box<dyn WorkerSource>>,
+) -> Result<(Control<N>, Dataplane<N>), PipelineError> {
+    if !sources.is_empty() && sources.len() != usize::from(cfg.workers) {
+        return Err(PipelineError::Config(format!(
+            "{} worker sources for {} workers",
+            sources.len(),
+            cfg.workers
+        )));
+    }
     if cfg.workers == 0 {
         return Err(PipelineError::Config(
             "at least one worker is needed".into(),
@@ -609,8 +650,9 @@ pub fn build<N: NetworkFunction>(
         port_error: None,
         cfg,
     };
+    let mut sources = sources.into_iter();
     for _ in 0..d.cfg.workers {
-        d.spawn_worker()?;
+        d.spawn_worker(sources.next())?;
     }
     let control = Control {
         core,
@@ -644,7 +686,10 @@ impl<N: NetworkFunction> Dataplane<N> {
         &self.dispatcher
     }
 
-    fn spawn_worker(&mut self) -> Result<WorkerId, PipelineError> {
+    fn spawn_worker(
+        &mut self,
+        source: Option<Box<dyn WorkerSource>>,
+    ) -> Result<WorkerId, PipelineError> {
         // The id the dispatcher will give it; it learns of the worker only once the
         // thread is ready, so a worker whose thread the NF refused leaves no trace.
         let id = WorkerId(self.workers.len() as u16);
@@ -655,6 +700,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             counters: Arc::new(WorkerCounters::new(self.cfg.tenant_capacity)),
             thread: None,
             live: true,
+            sourced: source.is_some(),
             dispatched: 0,
             completed: 0,
         };
@@ -662,6 +708,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         let thread = WorkerThread {
             engine: Worker::with_shared(id, self.core.shared.clone(), slot.counters.clone()),
             rx: slot.rx.clone(),
+            source,
             done: slot.done.clone(),
             stop: slot.stop.clone(),
             burst: self.cfg.burst,
@@ -701,7 +748,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             let live = self.workers.iter().filter(|w| w.live).count();
             check_mpk_workers(Mpk::get()?, live as u16 + 1)?;
         }
-        let id = self.spawn_worker()?;
+        let id = self.spawn_worker(None)?;
         self.emit(WorkerEvent::WorkerLaunched { worker: id.0 });
         Ok(id)
     }
@@ -783,6 +830,11 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
             Command::Report { reply } => {
                 let _ = reply.send(self.report());
+            }
+            Command::DispatcherEvents(events) => {
+                for e in events {
+                    record_event(&mut self.slots, &self.core, &self.events, e, self.seq);
+                }
             }
             Command::Stop => self.stopping = true,
         }
@@ -895,35 +947,7 @@ impl<N: NetworkFunction> Dataplane<N> {
 
     fn collect_events(&mut self, seq: u64) {
         for e in self.dispatcher.drain_events() {
-            let ev = match e {
-                Event::Migration {
-                    tenant,
-                    from,
-                    to,
-                    slot,
-                } => {
-                    self.slots[tenant.index()].migrations += 1;
-                    let id = self
-                        .core
-                        .shared
-                        .table
-                        .published_id(tenant)
-                        .unwrap_or_default();
-                    WorkerEvent::Migration {
-                        seq,
-                        tenant: id,
-                        from: from.0,
-                        to: to.0,
-                        slot,
-                    }
-                }
-                Event::Overload { worker, slot } => WorkerEvent::Overload {
-                    seq,
-                    worker: worker.0,
-                    slot,
-                },
-            };
-            send_event(&self.events, &self.core.events_dropped, ev);
+            record_event(&mut self.slots, &self.core, &self.events, e, seq);
         }
     }
 
@@ -932,7 +956,11 @@ impl<N: NetworkFunction> Dataplane<N> {
     pub fn poll_completions(&mut self) {
         for wi in 0..self.workers.len() {
             while let Some(m) = self.workers[wi].done.pop() {
-                self.workers[wi].completed += 1;
+                let w = &mut self.workers[wi];
+                w.completed += 1;
+                if w.sourced {
+                    w.dispatched += 1;
+                }
                 self.route(m);
             }
         }
@@ -1281,6 +1309,43 @@ impl<N: NetworkFunction> Drop for Dataplane<N> {
     }
 }
 
+/// Counts a dispatcher event (migrations per tenant) and sends it on as raised at input
+/// packet `seq`.
+fn record_event<N: NetworkFunction>(
+    slots: &mut [SlotInfo],
+    core: &Core<N>,
+    events: &Sender<WorkerEvent>,
+    e: Event,
+    seq: u64,
+) {
+    let ev = match e {
+        Event::Migration {
+            tenant,
+            from,
+            to,
+            slot,
+        } => {
+            if let Some(info) = slots.get_mut(tenant.index()) {
+                info.migrations += 1;
+            }
+            let id = core.shared.table.published_id(tenant).unwrap_or_default();
+            WorkerEvent::Migration {
+                seq,
+                tenant: id,
+                from: from.0,
+                to: to.0,
+                slot,
+            }
+        }
+        Event::Overload { worker, slot } => WorkerEvent::Overload {
+            seq,
+            worker: worker.0,
+            slot,
+        },
+    };
+    send_event(events, &core.events_dropped, ev);
+}
+
 /// Sends an event, or counts it as dropped when the channel is full (or nobody listens).
 fn send_event(events: &Sender<WorkerEvent>, dropped: &AtomicU64, e: WorkerEvent) {
     if events.try_send(e).is_err() {
@@ -1301,7 +1366,17 @@ pub struct Pipeline<N: NetworkFunction> {
 impl<N: NetworkFunction> Pipeline<N> {
     /// Reserves the arena and launches `cfg.workers` workers.
     pub fn new(nf: N, cfg: PipelineConfig) -> Result<Self, PipelineError> {
-        let (control, dataplane) = build(nf, cfg)?;
+        Self::with_sources(nf, cfg, Vec::new())
+    }
+
+    /// [`new`](Self::new), the workers polling their own sources (see
+    /// [`build_with_sources`]).
+    pub fn with_sources(
+        nf: N,
+        cfg: PipelineConfig,
+        sources: Vec<Box<dyn WorkerSource>>,
+    ) -> Result<Self, PipelineError> {
+        let (control, dataplane) = build_with_sources(nf, cfg, sources)?;
         Ok(Pipeline {
             control,
             dataplane,

@@ -1,4 +1,8 @@
 //! One worker thread: pop a burst, group it into per-tenant Packet Buffers, run the NF.
+//!
+//! A worker's burst comes from its input ring (filled by the software Packet Dispatcher)
+//! or, when the Packet Dispatcher runs in the NIC path, from its own [`WorkerSource`]
+//! (its AF_XDP socket) handed over when it is spawned.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,9 +49,26 @@ impl<N: NetworkFunction> Clone for Shared<N> {
     }
 }
 
+/// A worker's own packet source, polled by its thread instead of its input ring: the
+/// worker's AF_XDP socket when the XDP Packet Dispatcher already classified, scheduled
+/// and tagged every frame (each frame's `tenant` is set).
+pub trait WorkerSource: Send + 'static {
+    /// Adds up to `max` frames to `burst`, each tagged with its tenant slot; frames that
+    /// must not be processed (no tenant tag) go to `rejected`, handed back to the data
+    /// plane untouched. Returns how many went to `burst`. Never blocks.
+    fn receive(
+        &mut self,
+        burst: &mut Vec<PacketBuf>,
+        rejected: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> usize;
+}
+
 pub(crate) struct WorkerThread<N: NetworkFunction> {
     pub engine: Worker<N>,
     pub rx: Arc<ArrayQueue<PacketBuf>>,
+    /// Polled instead of `rx` when set.
+    pub source: Option<Box<dyn WorkerSource>>,
     pub done: Arc<ArrayQueue<PacketBuf>>,
     pub stop: Arc<AtomicBool>,
     pub burst: usize,
@@ -81,12 +102,23 @@ impl<N: NetworkFunction> WorkerThread<N> {
             return;
         }
         let mut burst: Vec<PacketBuf> = Vec::with_capacity(self.burst);
+        let mut rejected: Vec<PacketBuf> = Vec::with_capacity(self.burst);
         let backoff = Backoff::new();
         loop {
-            while burst.len() < self.burst {
-                match self.rx.pop() {
-                    Some(m) => burst.push(m),
-                    None => break,
+            match &mut self.source {
+                None => {
+                    while burst.len() < self.burst {
+                        match self.rx.pop() {
+                            Some(m) => burst.push(m),
+                            None => break,
+                        }
+                    }
+                }
+                Some(source) => {
+                    source.receive(&mut burst, &mut rejected, self.burst);
+                    for m in rejected.drain(..) {
+                        push_done(&self.done, m);
+                    }
                 }
             }
             if burst.is_empty() {
@@ -103,14 +135,20 @@ impl<N: NetworkFunction> WorkerThread<N> {
             backoff.reset();
             self.engine.process(&mut burst);
             for m in burst.drain(..) {
-                let mut m = m;
-                let back = Backoff::new();
-                while let Err(again) = self.done.push(m) {
-                    m = again;
-                    back.snooze();
-                }
+                push_done(&self.done, m);
             }
         }
+    }
+}
+
+/// Hands a frame back to the data plane, waiting while its completion ring is full.
+#[inline]
+fn push_done(done: &ArrayQueue<PacketBuf>, m: PacketBuf) {
+    let mut m = m;
+    let back = Backoff::new();
+    while let Err(again) = done.push(m) {
+        m = again;
+        back.snooze();
     }
 }
 

@@ -11,7 +11,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::buf::{FrameOwner, PacketBuf};
 
@@ -103,13 +103,20 @@ pub(crate) struct Umem {
     base: NonNull<u8>,
     len: usize,
     /// Frames lent out as [`PacketBuf`]s may outlive the port: then the mapping is kept.
-    keep_mapped: bool,
+    keep_mapped: AtomicBool,
 }
 
 // SAFETY: the mapping is owned by this value alone (like a `Box<[u8]>`); frames lent out
 // are exclusively owned by their `PacketBuf`s, and the kernel's side is synchronised
 // through the rings, not through the thread that holds this value.
 unsafe impl Send for Umem {}
+
+// SAFETY: shared (`Arc`) between the port that owns the fill ring and the receivers of
+// sockets sharing the UMEM: every access through `&Umem` touches one frame only, and a
+// frame has one owner at a time (the kernel, the port's free list, or the one holder that
+// read it off a ring), handed over through the rings' acquire/release indices or a
+// channel between threads.
+unsafe impl Sync for Umem {}
 
 impl Umem {
     /// Maps `len` bytes (page-aligned, zeroed, populated now so the data path never
@@ -133,7 +140,7 @@ impl Umem {
         Ok(Umem {
             base,
             len,
-            keep_mapped: false,
+            keep_mapped: AtomicBool::new(false),
         })
     }
 
@@ -143,8 +150,8 @@ impl Umem {
     }
 
     /// Keeps the memory mapped after this value is dropped (frames still lent out).
-    pub(crate) fn keep_mapped(&mut self) {
-        self.keep_mapped = true;
+    pub(crate) fn keep_mapped(&self) {
+        self.keep_mapped.store(true, Ordering::Relaxed);
     }
 
     /// Lends bytes `addr..addr + capacity` as a [`PacketBuf`] of `len` bytes owned by
@@ -172,9 +179,22 @@ impl Umem {
         Some(unsafe { PacketBuf::from_port_frame(ptr, capacity, len, owner) })
     }
 
+    /// Reads the (native-endian) u32 at `addr` of a frame the caller owns (the kernel
+    /// handed it over and it is not lent); `None` outside the UMEM or unaligned.
+    pub(crate) fn read_u32(&self, addr: u64) -> Option<u32> {
+        let start = usize::try_from(addr).ok()?;
+        if start.checked_add(4)? > self.len || start % 4 != 0 {
+            return None;
+        }
+        // SAFETY: 4 bytes from `start` lie inside the mapping (checked) and are 4-byte
+        // aligned (the mapping is page-aligned); the frame is the caller's, so nothing
+        // writes it meanwhile.
+        Some(unsafe { std::ptr::read_volatile(self.base.as_ptr().add(start).cast::<u32>()) })
+    }
+
     /// Copies `data` into the frame at `addr` (a free frame, not lent and not in a
     /// ring); false if it does not fit inside the UMEM.
-    pub(crate) fn write(&mut self, addr: u64, data: &[u8]) -> bool {
+    pub(crate) fn write(&self, addr: u64, data: &[u8]) -> bool {
         let Ok(start) = usize::try_from(addr) else {
             return false;
         };
@@ -183,8 +203,8 @@ impl Umem {
             _ => return false,
         }
         // SAFETY: `start..start + data.len()` lies inside the mapping (checked); the frame
-        // is free, so neither the kernel nor a `PacketBuf` accesses it, and `&mut self`
-        // excludes other writers in this process.
+        // is free (the caller's contract), so neither the kernel, a `PacketBuf` nor another
+        // thread accesses it.
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(start), data.len());
         }
@@ -204,7 +224,7 @@ impl Umem {
 
 impl Drop for Umem {
     fn drop(&mut self) {
-        if self.keep_mapped {
+        if *self.keep_mapped.get_mut() {
             return;
         }
         // SAFETY: unmaps exactly the mapping `new` made; no frame of it is lent out
@@ -439,6 +459,33 @@ impl XskSocket {
             sxdp_ifindex: ifindex,
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,
+        };
+        // SAFETY: `addr` is a valid `sockaddr_xdp` of the size passed.
+        check(unsafe {
+            libc::bind(
+                self.fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_xdp).cast(),
+                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        })
+        .map(drop)
+    }
+
+    /// Binds to the same queue of the same interface as `owner`, sharing its UMEM and
+    /// its fill and completion rings (`XDP_SHARED_UMEM`); this socket has no UMEM, fill
+    /// or completion ring of its own.
+    pub(crate) fn bind_shared(
+        &self,
+        ifindex: u32,
+        queue: u32,
+        owner: &XskSocket,
+    ) -> io::Result<()> {
+        let addr = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: libc::XDP_SHARED_UMEM,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: owner.fd.as_raw_fd() as u32,
         };
         // SAFETY: `addr` is a valid `sockaddr_xdp` of the size passed.
         check(unsafe {
