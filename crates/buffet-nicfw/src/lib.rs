@@ -19,6 +19,7 @@
 //! [`Scheduler`]: buffet_dispatch::scheduler::Scheduler
 #![deny(unsafe_code)]
 
+pub mod abi;
 mod sys;
 
 use buffet_dispatch::scheduler::{

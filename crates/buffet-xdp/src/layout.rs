@@ -31,32 +31,8 @@ pub(crate) struct Config {
     pub pad: u16,
 }
 
-/// `struct bf_tenant_row`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct TenantRow {
-    pub cur_slot: u64,
-    pub pkt_nb: u64,
-    pub max_nb: u64,
-    pub worker: u16,
-    pub has_slot: u8,
-    pub present: u8,
-    pub pad: u32,
-}
-
-/// `struct bf_worker_row`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct WorkerRow {
-    pub cur_slot: u64,
-    pub pkt_nb: u64,
-    pub last_nb: u64,
-    pub max_nb: u64,
-    pub times: u32,
-    pub has_slot: u8,
-    pub live: u8,
-    pub pad: u16,
-}
+/// `struct bf_tenant_row` and `struct bf_worker_row`: the C core's own rows.
+pub(crate) use buffet_nicfw::abi::{TenantRow, WorkerRow};
 
 /// `struct bf_xdp_state`: the Tenant Table then the Worker Table.
 #[repr(C)]
