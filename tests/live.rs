@@ -718,9 +718,10 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
         "{e}"
     );
     ip(&["-n", &ns.a, "link", "set", &ns.va, "down"]);
-    let o = run_output(
-        Some(&ns.a),
-        &[
+    // With the software dispatcher, and with the XDP Packet Dispatcher: refused before
+    // anything is attached.
+    for extra in [&[][..], &["--dispatch", "xdp"][..]] {
+        let mut args = vec![
             "--iface",
             &ns.va,
             "--nf",
@@ -729,38 +730,17 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
             t,
             "--stats-json",
             s,
-        ],
-    );
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
-    assert!(
-        e.contains(&format!("interface {} is down: bring it up first", ns.va)),
-        "{e}"
-    );
-    assert!(!stats.exists(), "nothing ran, nothing written");
-    // The same with the XDP Packet Dispatcher: refused before anything is attached.
-    let o = run_output(
-        Some(&ns.a),
-        &[
-            "--iface",
-            &ns.va,
-            "--nf",
-            "monitor",
-            "--tenants",
-            t,
-            "--stats-json",
-            s,
-            "--dispatch",
-            "xdp",
-        ],
-    );
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
-    assert!(
-        e.contains(&format!("interface {} is down: bring it up first", ns.va)),
-        "{e}"
-    );
-    assert!(!stats.exists(), "nothing ran, nothing written");
+        ];
+        args.extend_from_slice(extra);
+        let o = run_output(Some(&ns.a), &args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{extra:?}");
+        assert!(
+            e.contains(&format!("interface {} is down: bring it up first", ns.va)),
+            "{extra:?}: {e}"
+        );
+        assert!(!stats.exists(), "{extra:?}: nothing ran, nothing written");
+    }
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");
 }
 

@@ -41,7 +41,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use buffet_config::registry::{NfVisitor, RegisteredNf};
 use buffet_config::{tenants, TenantConfig};
-use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
 use buffet_io::afpacket::{self, AfPacketConfig, AfPacketPort};
 use buffet_io::afxdp::XskReceiver;
 use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
@@ -230,19 +229,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         .map(|p| OutputFile::create("--stats-json", p))
         .transpose()?;
     let level = replay::isolation_level(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
-    cfg.worker_max_nb = if a.worker_max == 0 {
-        u64::MAX
-    } else {
-        a.worker_max
-    };
-    cfg.dispatcher = DispatcherConfig {
-        sched: SchedulerConfig {
-            shift: a.shift,
-            threshold: a.threshold,
-        },
-        ..DispatcherConfig::default()
-    };
-    cfg.pin = !a.no_pin;
+    replay::set_schedule(&mut cfg, a.worker_max, a.shift, a.threshold, !a.no_pin);
     cfg.domain = level.domain();
     if tx.is_some() {
         // Frames from port 0 pass to port 1.

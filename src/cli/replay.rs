@@ -174,6 +174,27 @@ pub(crate) fn choose(
     })
 }
 
+/// The scheduler and placement flags `replay` and `run` share, applied to `cfg`:
+/// `--worker-max` (0 = no limit), `--shift`, `--threshold`, and pinning.
+pub(crate) fn set_schedule(
+    cfg: &mut PipelineConfig,
+    worker_max: u64,
+    shift: u32,
+    threshold: u32,
+    pin: bool,
+) {
+    cfg.worker_max_nb = if worker_max == 0 {
+        u64::MAX
+    } else {
+        worker_max
+    };
+    cfg.dispatcher = DispatcherConfig {
+        sched: SchedulerConfig { shift, threshold },
+        ..DispatcherConfig::default()
+    };
+    cfg.pin = pin;
+}
+
 /// The isolation level of a run of `chosen` over `tenants` (read from `file`), saying on
 /// stderr how many protection keys MPK has (shared with `buffet run`).
 pub(crate) fn isolation_level(
@@ -263,19 +284,7 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
             a.input.display()
         );
     }
-    cfg.worker_max_nb = if a.worker_max == 0 {
-        u64::MAX
-    } else {
-        a.worker_max
-    };
-    cfg.dispatcher = DispatcherConfig {
-        sched: SchedulerConfig {
-            shift: a.shift,
-            threshold: a.threshold,
-        },
-        ..DispatcherConfig::default()
-    };
-    cfg.pin = !a.no_pin;
+    set_schedule(&mut cfg, a.worker_max, a.shift, a.threshold, !a.no_pin);
     cfg.domain = level.domain();
     let counters = source.counters();
     let replay = Replay {
