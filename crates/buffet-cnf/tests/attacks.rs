@@ -17,7 +17,7 @@ use buffet_dispatch::TenantSlot;
 use buffet_memory::{ArenaConfig, Domain, MemoryStorage, TenantTable};
 use buffet_sdk::{NetworkFunction, TenantId, Verdict};
 use buffet_worker::{Outcome, PacketBuf, Pipeline, Report, Worker, WorkerEvent};
-use common::{cfg, frame, spec, test_nf};
+use common::{cfg, child_dies_of, frame, spec, test_nf};
 use serde_json::json;
 
 const FRAME_PAYLOAD: usize = 30;
@@ -375,7 +375,6 @@ fn pipeline_workers_are_confined_before_their_first_nf_call() {
 /// thread — is not contained: the process dies of SIGSYS. Runs itself in a child process.
 #[test]
 fn a_forbidden_call_outside_an_nf_call_kills_the_process() {
-    use std::os::unix::process::ExitStatusExt;
     const CHILD: &str = "BUFFET_CNF_SECCOMP_CHILD";
     if std::env::var_os(CHILD).is_some() {
         let nf = load();
@@ -387,18 +386,10 @@ fn a_forbidden_call_outside_an_nf_call_kills_the_process() {
         println!("child: survived {spawned:?}");
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "a_forbidden_call_outside_an_nf_call_kills_the_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("child: confined"), "{stdout}");
-    assert!(!stdout.contains("child: survived"), "{stdout}");
-    assert_eq!(out.status.signal(), Some(libc::SIGSYS), "{stdout}");
+    child_dies_of(
+        "a_forbidden_call_outside_an_nf_call_kills_the_process",
+        CHILD,
+        "confined",
+        libc::SIGSYS,
+    );
 }

@@ -14,7 +14,7 @@ use buffet_memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
 use buffet_sdk::{NetworkFunction, TenantId, Verdict};
 use buffet_testkit::require_mpk;
 use buffet_worker::{Outcome, PacketBuf, Pipeline, Worker, WorkerEvent};
-use common::{cfg, example_nf, frame, spec};
+use common::{cfg, child_dies_of, example_nf, frame, spec};
 use serde_json::json;
 
 const FRAME_PAYLOAD: usize = 30;
@@ -378,7 +378,6 @@ fn a_null_write_in_the_handler_is_contained_at_the_mpk_level() {
 /// on and the process dies of it, even with a C NF loaded and after it ran.
 #[test]
 fn a_fault_outside_an_nf_call_still_crashes() {
-    use std::os::unix::process::ExitStatusExt;
     const CHILD: &str = "BUFFET_CNF_CRASH_CHILD";
     if std::env::var_os(CHILD).is_some() {
         let mut rig = Rig::new(Domain::None, json!({ "attack": "none" }));
@@ -389,19 +388,12 @@ fn a_fault_outside_an_nf_call_still_crashes() {
         println!("child: survived");
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "a_fault_outside_an_nf_call_still_crashes",
-            "--exact",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("child: running"), "{stdout}");
-    assert!(!stdout.contains("child: survived"), "{stdout}");
-    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{stdout}");
+    child_dies_of(
+        "a_fault_outside_an_nf_call_still_crashes",
+        CHILD,
+        "running",
+        libc::SIGSEGV,
+    );
 }
 
 #[test]

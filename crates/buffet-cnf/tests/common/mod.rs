@@ -122,3 +122,19 @@ pub fn cfg(workers: u16, domain: Domain) -> PipelineConfig {
         ..PipelineConfig::default()
     }
 }
+
+/// Runs the test `name` of the current test binary again, alone, in a child process with
+/// `env` set (the test sees the variable and does its child part), and checks it died of
+/// `signal` after printing `child: <reached>` and before printing `child: survived`.
+pub fn child_dies_of(name: &str, env: &str, reached: &str, signal: i32) {
+    use std::os::unix::process::ExitStatusExt;
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(env, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("child: {reached}")), "{stdout}");
+    assert!(!stdout.contains("child: survived"), "{stdout}");
+    assert_eq!(out.status.signal(), Some(signal), "{stdout}");
+}
