@@ -8,7 +8,7 @@ use std::path::Path;
 
 use buffet_config::registry::{NfVisitor, RegisteredNf};
 use buffet_config::TenantConfig;
-use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
+use buffet_dispatch::{DispatcherConfig, Match, Planner, SchedulerConfig};
 use buffet_io::gen::{tenant_dst_prefix, GenConfig, Generator};
 use buffet_io::{PacketSource, SourcePort};
 use buffet_sdk::TenantId;
@@ -49,6 +49,10 @@ pub struct DemoArgs {
     /// Overload reports once a worker's TIMES exceeds this.
     #[arg(long, default_value_t = 3)]
     pub threshold: u32,
+    /// Who moves tenants off overloaded workers: greedy (the paper's Algorithm 1, per
+    /// packet) or ours (a plan at every timeslot boundary; docs/scheduler.md).
+    #[arg(long, default_value = "greedy")]
+    pub planner: Planner,
 }
 
 /// Runs `buffet demo` with the NFs of `registry`.
@@ -143,6 +147,7 @@ fn demo_with<N: RegisteredNf>(nf: N, a: &DemoArgs, base: PipelineConfig) -> anyh
                 shift: a.shift,
                 threshold: a.threshold,
             },
+            planner: a.planner,
             ..DispatcherConfig::default()
         },
         ..base
@@ -165,11 +170,12 @@ fn demo_with<N: RegisteredNf>(nf: N, a: &DemoArgs, base: PipelineConfig) -> anyh
     )?;
     writeln!(
         out,
-        "timeslot 2^{} ns ({:.1} ms), worker MAX_NB {} packets/slot, overload threshold {}, tenant {} MAX_NB {}",
+        "timeslot 2^{} ns ({:.1} ms), worker MAX_NB {} packets/slot, overload threshold {}, planner {}, tenant {} MAX_NB {}",
         a.shift,
         slot_ns as f64 / 1e6,
         worker_max,
         a.threshold,
+        a.planner.name(),
         policed,
         tenants.last().map_or(0, |t| t.max_nb)
     )?;

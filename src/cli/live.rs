@@ -124,6 +124,10 @@ pub struct RunArgs {
     /// Overload reports once a worker's TIMES exceeds this.
     #[arg(long, default_value_t = 3)]
     pub threshold: u32,
+    /// Who moves tenants off overloaded workers: greedy (the paper's Algorithm 1, per
+    /// packet) or ours (a plan at every timeslot boundary; software dispatch only).
+    #[arg(long, default_value = "greedy")]
+    pub planner: buffet_dispatch::Planner,
     /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
     #[arg(long, value_name = "S")]
     pub duration: Option<f64>,
@@ -147,6 +151,13 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         );
     }
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
+    if xdp && a.planner != buffet_dispatch::Planner::Greedy {
+        anyhow::bail!(
+            "--planner {} needs --dispatch software: the XDP Packet Dispatcher runs \
+             Algorithm 1 only",
+            a.planner.name()
+        );
+    }
     let duration = match a.duration {
         Some(s) if !(s.is_finite() && s > 0.0) => {
             anyhow::bail!("--duration must be a positive number of seconds, not {s}")
@@ -229,7 +240,11 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         .map(|p| OutputFile::create("--stats-json", p))
         .transpose()?;
     let level = replay::isolation_level(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
-    replay::set_schedule(&mut cfg, a.worker_max, a.shift, a.threshold, !a.no_pin);
+    let sched = buffet_dispatch::SchedulerConfig {
+        shift: a.shift,
+        threshold: a.threshold,
+    };
+    replay::set_schedule(&mut cfg, a.worker_max, sched, a.planner, !a.no_pin);
     cfg.domain = level.domain();
     if tx.is_some() {
         // Frames from port 0 pass to port 1.

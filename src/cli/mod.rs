@@ -21,6 +21,7 @@ pub mod output;
 pub mod registry;
 pub mod replay;
 pub mod run;
+pub mod sim;
 pub mod trace;
 
 use std::ffi::OsString;
@@ -51,6 +52,8 @@ pub enum Command {
     Run(live::RunArgs),
     /// Run only the timeslot scheduler over a `ts_ns,tenant_id` trace.
     Trace(trace::TraceArgs),
+    /// The paper's scheduling simulation (Figs. 7–8): overload and migrations per policy.
+    Sim(sim::SimArgs),
     /// Inspect NF programs: `buffet nf check file.o` verifies an eBPF NF.
     Nf(nf::NfArgs),
 }
@@ -131,6 +134,7 @@ pub fn run_command(command: &Command, registry: &Registry) -> anyhow::Result<()>
         Command::Replay(a) => replay::run(a, registry),
         Command::Run(a) => live::run(a, registry),
         Command::Trace(a) => trace::run(a),
+        Command::Sim(a) => sim::run(a),
         Command::Nf(a) => nf::run(a),
     }
 }

@@ -16,7 +16,7 @@ use anyhow::Context;
 use buffet_config::isolation::{self, Isolation};
 use buffet_config::registry::{EbpfEngine, LoadedNf, NfName, NfSpec, NfVisitor, RegisteredNf};
 use buffet_config::{tenants, TenantConfig};
-use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
+use buffet_dispatch::{DispatcherConfig, Planner, SchedulerConfig};
 use buffet_io::pcap::{PcapCounters, PcapReader, PcapWriter};
 use buffet_io::{PacketSource, SourcePort};
 use buffet_worker::{Pipeline, PipelineConfig, Report};
@@ -110,6 +110,10 @@ pub struct ReplayArgs {
     /// Overload reports once a worker's TIMES exceeds this.
     #[arg(long, default_value_t = 3)]
     pub threshold: u32,
+    /// Who moves tenants off overloaded workers: greedy (the paper's Algorithm 1, per
+    /// packet) or ours (a plan at every timeslot boundary; docs/scheduler.md).
+    #[arg(long, default_value = "greedy")]
+    pub planner: Planner,
     /// Write per-tenant statistics as JSON to this file.
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
@@ -175,12 +179,12 @@ pub(crate) fn choose(
 }
 
 /// The scheduler and placement flags `replay` and `run` share, applied to `cfg`:
-/// `--worker-max` (0 = no limit), `--shift`, `--threshold`, and pinning.
+/// `--worker-max` (0 = no limit), `--shift`, `--threshold`, `--planner` and pinning.
 pub(crate) fn set_schedule(
     cfg: &mut PipelineConfig,
     worker_max: u64,
-    shift: u32,
-    threshold: u32,
+    sched: SchedulerConfig,
+    planner: Planner,
     pin: bool,
 ) {
     cfg.worker_max_nb = if worker_max == 0 {
@@ -189,7 +193,8 @@ pub(crate) fn set_schedule(
         worker_max
     };
     cfg.dispatcher = DispatcherConfig {
-        sched: SchedulerConfig { shift, threshold },
+        sched,
+        planner,
         ..DispatcherConfig::default()
     };
     cfg.pin = pin;
@@ -284,7 +289,11 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
             a.input.display()
         );
     }
-    set_schedule(&mut cfg, a.worker_max, a.shift, a.threshold, !a.no_pin);
+    let sched = SchedulerConfig {
+        shift: a.shift,
+        threshold: a.threshold,
+    };
+    set_schedule(&mut cfg, a.worker_max, sched, a.planner, !a.no_pin);
     cfg.domain = level.domain();
     let counters = source.counters();
     let replay = Replay {
@@ -435,6 +444,7 @@ mod tests {
             worker_max: 0,
             shift: 30,
             threshold: 3,
+            planner: Planner::Greedy,
             stats_json: Some(dir.join(stats)),
             no_pin: true,
         }

@@ -382,6 +382,7 @@ pub fn run_trace(
                 sched,
                 tag: TagMode::None,
                 unmatched: UnmatchedPolicy::Drop,
+                ..DispatcherConfig::default()
             });
             run_with(d, input, out, err, cfg)
         }

@@ -3,7 +3,9 @@
 use buffet_sdk::{L3Kind, Layout, Packet, PacketMeta, ParseError, TenantId};
 
 use crate::classifier::{Classifier, Match, Rule, RuleError};
-use crate::scheduler::{SchedOutcome, Scheduler, SchedulerConfig, TenantError, WorkerError};
+use crate::scheduler::{
+    Planner, SchedOutcome, Scheduler, SchedulerConfig, TenantError, WorkerError,
+};
 use crate::tagging::{tag_dscp, MAX_DSCP};
 use crate::{TenantSlot, WorkerId};
 
@@ -42,6 +44,9 @@ pub struct DispatcherConfig {
     pub tag: TagMode,
     /// Unmatched packets.
     pub unmatched: UnmatchedPolicy,
+    /// The scheduler's planner: Algorithm 1 alone (the default) or ours at every timeslot
+    /// boundary (see [`crate::scheduler`]).
+    pub planner: Planner,
 }
 
 /// Why a packet was dropped by the dispatcher.
@@ -199,7 +204,11 @@ impl Dispatcher {
         Dispatcher {
             cfg,
             classifier: Classifier::new(),
-            sched: Scheduler::new(cfg.sched),
+            sched: {
+                let mut s = Scheduler::new(cfg.sched);
+                s.set_planner(cfg.planner);
+                s
+            },
             events: Vec::with_capacity(256),
             stats: DispatchStats::default(),
         }
@@ -396,7 +405,11 @@ impl Dispatcher {
     /// Schedules a packet of tenant `slot` (classified elsewhere, e.g. tagged by the NIC)
     /// arriving at `ts_ns`. An unadmitted slot counts and drops as unmatched.
     pub fn schedule_tagged(&mut self, ts_ns: u64, slot: TenantSlot) -> Decision {
-        match self.sched.schedule(ts_ns, slot) {
+        let outcome = self.sched.schedule(ts_ns, slot);
+        if self.sched.has_planned() {
+            self.report_planned(ts_ns);
+        }
+        match outcome {
             SchedOutcome::Pass {
                 worker,
                 migrated_from,
@@ -442,6 +455,23 @@ impl Dispatcher {
                 self.stats.unmatched_dropped += 1;
                 Decision::Drop(DispatchDrop::Unmatched)
             }
+        }
+    }
+
+    /// Counts and reports the moves the slot-boundary planner just made (cold: once per
+    /// timeslot at most).
+    #[cold]
+    fn report_planned(&mut self, ts_ns: u64) {
+        let slot_no = self.sched.timeslot_of(ts_ns);
+        let moves: Vec<_> = self.sched.take_planned().collect();
+        for (tenant, from, to) in moves {
+            self.stats.migrations += 1;
+            self.push_event(Event::Migration {
+                tenant,
+                from,
+                to,
+                slot: slot_no,
+            });
         }
     }
 
@@ -515,6 +545,7 @@ mod tests {
             },
             tag,
             unmatched: UnmatchedPolicy::Drop,
+            planner: Planner::Greedy,
         }
     }
 

@@ -49,6 +49,7 @@
 pub mod classifier;
 mod dispatcher;
 pub mod scheduler;
+pub mod sim;
 pub mod tagging;
 
 pub use buffet_sdk::{TenantId, TenantSlot};
@@ -59,8 +60,8 @@ pub use dispatcher::{
     TagMode, UnmatchedPolicy, MAX_PENDING_EVENTS,
 };
 pub use scheduler::{
-    OverloadReport, SchedOutcome, Scheduler, SchedulerConfig, TenantError, TenantRow, WorkerError,
-    WorkerRow,
+    BurstOutcome, OverloadReport, Planner, SchedOutcome, Scheduler, SchedulerConfig, TenantError,
+    TenantRow, WorkerError, WorkerRow,
 };
 pub use tagging::{read_dscp, tag_dscp, TagError};
 

@@ -41,6 +41,7 @@ fn dispatch_does_not_allocate() {
         },
         tag: TagMode::Dscp,
         unmatched: UnmatchedPolicy::Drop,
+        ..DispatcherConfig::default()
     });
     for _ in 0..3 {
         d.add_worker(200);

@@ -211,6 +211,7 @@ fn compare(test: &str, s: &Setup) {
         sched: SchedulerConfig { shift, threshold },
         tag: if s.tag { TagMode::Dscp } else { TagMode::None },
         unmatched: UnmatchedPolicy::Drop,
+        ..DispatcherConfig::default()
     });
     let mut xdp = XdpDispatcher::load(XdpConfig {
         shift,

@@ -48,13 +48,23 @@
 //! candidates; a worker that stops being live hands its tenants to the live workers
 //! ([`Scheduler::terminate_worker`]); tenants stranded when no worker was live are
 //! adopted when one comes back. A dead worker never receives a [`SchedOutcome::Pass`].
+//!
+//! Also beyond the spec, and off by default: with [`Planner::Ours`]
+//! ([`Scheduler::set_planner`]) the first packet of every new timeslot first runs the
+//! [planner](planner) over the previous timeslot's tenant counts (`tmp` of every tenant)
+//! and applies its moves (tenant rows, and each worker's `last_nb` adjusted as step 3
+//! adjusts it); step 3 then still detects overload and reports it, but never migrates.
+//! The moves are kept for the caller ([`Scheduler::take_planned`]). The C core, the XDP
+//! program and the Micro-C plugin implement [`Planner::Greedy`] only.
 
 pub mod load_monitor;
+pub mod planner;
 pub mod tenant_assigner;
 
 use crate::{TenantSlot, WorkerId};
 use load_monitor::is_prev;
 pub use load_monitor::{OverloadReport, TenantRow, WorkerRow};
+pub use planner::Planner;
 
 /// Largest number of tenant slots a scheduler accepts (tenant slots are dense indices into
 /// `Vec`s; this guards against a stray huge index allocating gigabytes).
@@ -153,6 +163,34 @@ pub struct Scheduler {
     /// Tenants assigned to each worker (for spread placement).
     load: Vec<u32>,
     n_tenants: usize,
+    planner: Planner,
+    /// The timeslot the planner last ran for.
+    planned_slot: Option<u64>,
+    /// Moves the planner made and the caller has not taken: `(tenant, from, to)`.
+    planned: Vec<(TenantSlot, WorkerId, WorkerId)>,
+    /// Scratch for the planner, kept to avoid allocating per timeslot.
+    scratch: PlanScratch,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PlanScratch {
+    slots: Vec<TenantSlot>,
+    loads: Vec<u64>,
+    worker_of: Vec<u16>,
+    capacity: Vec<u64>,
+    live: Vec<bool>,
+    moves: Vec<planner::Move>,
+}
+
+/// A [`Scheduler::schedule_burst`] result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BurstOutcome {
+    /// The first packet's outcome (for a pass: its worker, a migration, a report).
+    pub first: SchedOutcome,
+    /// Packets passed (to the first packet's worker).
+    pub passed: u64,
+    /// Packets policed.
+    pub policed: u64,
 }
 
 impl Scheduler {
@@ -421,12 +459,138 @@ impl Scheduler {
         self.n_tenants == 0
     }
 
+    /// Selects the planner (see the module docs). [`Planner::Greedy`] by default.
+    pub fn set_planner(&mut self, planner: Planner) {
+        self.planner = planner;
+        self.planned_slot = None;
+    }
+
+    /// The planner in use.
+    pub fn planner(&self) -> Planner {
+        self.planner
+    }
+
+    /// Takes the moves [`Planner::Ours`] made since the last call, `(tenant, from, to)`,
+    /// in the order made. Empty with [`Planner::Greedy`].
+    pub fn take_planned(&mut self) -> impl Iterator<Item = (TenantSlot, WorkerId, WorkerId)> + '_ {
+        self.planned.drain(..)
+    }
+
+    /// Whether planned moves are waiting for [`Scheduler::take_planned`].
+    pub fn has_planned(&self) -> bool {
+        !self.planned.is_empty()
+    }
+
+    /// Runs the planner for timeslot `s` from the previous timeslot's counters and applies
+    /// its moves. Once per timeslot; allocates only while its scratch grows.
+    fn replan(&mut self, s: u64) {
+        self.planned_slot = Some(s);
+        for w in self.workers.iter_mut() {
+            w.roll(s);
+        }
+        let sc = &mut self.scratch;
+        sc.slots.clear();
+        sc.loads.clear();
+        sc.worker_of.clear();
+        for (i, t) in self.tenants.iter().enumerate() {
+            let Some(t) = t else { continue };
+            sc.slots.push(TenantSlot(i as u32));
+            sc.loads
+                .push(if is_prev(t.cur_slot, s) { t.pkt_nb } else { 0 });
+            sc.worker_of.push(t.worker.0);
+        }
+        sc.capacity.clear();
+        sc.capacity.extend(self.workers.iter().map(|w| w.max_nb));
+        sc.live.clear();
+        sc.live.extend(self.workers.iter().map(|w| w.live));
+        let problem = planner::PlanProblem {
+            loads: &sc.loads,
+            worker_of: &sc.worker_of,
+            capacity: &sc.capacity,
+            live: &sc.live,
+        };
+        planner::plan_ours(&problem, &mut sc.moves);
+        for m in &sc.moves {
+            let slot = sc.slots[m.tenant as usize];
+            let tmp = sc.loads[m.tenant as usize];
+            let from = WorkerId(sc.worker_of[m.tenant as usize]);
+            let to = WorkerId(m.to);
+            let i = slot.index();
+            if let Some(row) = self.tenants[i].as_mut() {
+                self.load[row.worker.index()] -= 1;
+                self.load[to.index()] += 1;
+                row.worker = to;
+            }
+            let wf = &mut self.workers[from.index()];
+            wf.last_nb = wf.last_nb.saturating_sub(tmp);
+            self.workers[to.index()].last_nb += tmp;
+            self.planned.push((slot, from, to));
+        }
+    }
+
+    /// [`Scheduler::schedule`] for `n` packets of one tenant arriving at the same `ts_ns`,
+    /// exactly as `n` consecutive calls would decide (all but the first packet are in the
+    /// tenant's current timeslot, so they only count, and are policed past `max_nb`).
+    /// `n = 0` does nothing.
+    pub fn schedule_burst(&mut self, ts_ns: u64, tenant: TenantSlot, n: u64) -> BurstOutcome {
+        if n == 0 {
+            return BurstOutcome {
+                first: SchedOutcome::UnknownTenant,
+                passed: 0,
+                policed: 0,
+            };
+        }
+        let first = self.schedule(ts_ns, tenant);
+        let (mut passed, mut policed) = match first {
+            SchedOutcome::Pass { .. } => (1, 0),
+            SchedOutcome::Policed => (0, 1),
+            SchedOutcome::NoLiveWorker | SchedOutcome::UnknownTenant => {
+                return BurstOutcome {
+                    first,
+                    passed: 0,
+                    policed: 0,
+                }
+            }
+        };
+        let rest = n - 1;
+        if rest > 0 {
+            let t = self.tenants[tenant.index()]
+                .as_mut()
+                .expect("scheduled tenant exists");
+            let before = t.pkt_nb;
+            t.pkt_nb = t.pkt_nb.saturating_add(rest);
+            let ok = if t.max_nb == 0 {
+                rest
+            } else {
+                // Packets numbered before+1 ..= before+rest pass while <= max_nb.
+                t.max_nb.saturating_sub(before).min(rest)
+            };
+            policed += rest - ok;
+            passed += ok;
+            let w = &mut self.workers[t.worker.index()];
+            w.pkt_nb = w.pkt_nb.saturating_add(ok);
+        }
+        BurstOutcome {
+            first,
+            passed,
+            policed,
+        }
+    }
+
     /// One scheduling step for a packet of the tenant in tenant slot `tenant`, arriving
-    /// at `ts_ns` (see the module docs). Never allocates, never panics.
+    /// at `ts_ns` (see the module docs). Never allocates (except when [`Planner::Ours`]
+    /// plans a new timeslot), never panics.
     pub fn schedule(&mut self, ts_ns: u64, tenant: TenantSlot) -> SchedOutcome {
         // The packet's timeslot (`slot` in the module docs).
         let s = self.timeslot_of(ts_ns);
         let threshold = self.cfg.threshold;
+        if self.planner == Planner::Ours
+            && self.planned_slot != Some(s)
+            && matches!(self.tenants.get(tenant.index()), Some(Some(_)))
+        {
+            self.replan(s);
+        }
+        let migrate = self.planner == Planner::Greedy;
         let Some(Some(t)) = self.tenants.get_mut(tenant.index()) else {
             return SchedOutcome::UnknownTenant;
         };
@@ -459,7 +623,7 @@ impl Scheduler {
                 }
                 // `wid` is live, so a candidate exists.
                 let mig = tenant_assigner::migration_candidate(workers).unwrap_or(wid);
-                if mig != wid && tenant_assigner::fits(&workers[mig], tmp) {
+                if migrate && mig != wid && tenant_assigner::fits(&workers[mig], tmp) {
                     t.worker = WorkerId(mig as u16);
                     workers[wid].last_nb = workers[wid].last_nb.saturating_sub(tmp);
                     workers[mig].last_nb += tmp;
@@ -1032,5 +1196,119 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Rows of every tenant and worker, to compare two schedulers.
+    fn snapshot(s: &Scheduler) -> (Vec<(TenantSlot, TenantRow)>, Vec<WorkerRow>) {
+        (
+            s.tenants().map(|(k, r)| (k, *r)).collect(),
+            s.workers().map(|(_, r)| *r).collect(),
+        )
+    }
+
+    #[test]
+    fn schedule_burst_decides_as_that_many_single_steps() {
+        let mut rng = 0x0bad_cafe_f00d_1234u64;
+        let mut a = sched(1);
+        for cap in [40, 60, 90] {
+            a.add_worker(cap);
+        }
+        for i in 0..10 {
+            let to = a.spread_choice().unwrap();
+            a.add_tenant(TenantSlot(i), to, if i % 3 == 0 { 0 } else { 12 })
+                .unwrap();
+        }
+        let mut b = a.clone();
+        let mut ts = 0u64;
+        for step in 0..5_000 {
+            ts += xorshift(&mut rng) % 2;
+            let r = xorshift(&mut rng);
+            let tenant = TenantSlot((r >> 8) as u32 % 11); // 10 is unknown
+            let n = (r >> 20) % 25;
+            let burst = a.schedule_burst(ts, tenant, n);
+            let (mut passed, mut policed) = (0, 0);
+            let mut first = None;
+            for _ in 0..n {
+                let o = b.schedule(ts, tenant);
+                first.get_or_insert(o);
+                match o {
+                    SchedOutcome::Pass { .. } => passed += 1,
+                    SchedOutcome::Policed => policed += 1,
+                    _ => {}
+                }
+            }
+            if n > 0 {
+                assert_eq!(Some(burst.first), first, "step {step}");
+            }
+            assert_eq!(
+                (burst.passed, burst.policed),
+                (passed, policed),
+                "step {step}"
+            );
+            assert_eq!(snapshot(&a), snapshot(&b), "step {step}");
+        }
+    }
+
+    #[test]
+    fn planner_ours_moves_at_the_slot_boundary_and_never_per_packet() {
+        let mut s = sched(0);
+        for _ in 0..3 {
+            s.add_worker(10);
+        }
+        s.set_planner(Planner::Ours);
+        // Timeslot 0: worker 0 carries tenants 0 (6) and 3 (5) = 11; worker 1 tenant 1 (2);
+        // worker 2 tenant 2 (3).
+        for (i, w) in [0u16, 1, 2, 0].into_iter().enumerate() {
+            s.add_tenant(TenantSlot(i as u32), WorkerId(w), 0).unwrap();
+        }
+        for (i, n) in [6u64, 2, 3, 5].into_iter().enumerate() {
+            s.schedule_burst(0, TenantSlot(i as u32), n);
+        }
+        // Planning for timeslot 0 saw no previous timeslot: nothing moved.
+        assert!(!s.has_planned());
+        // Timeslot 1's first packet (tenant 1) plans: worker 0's excess is 2 (11 - 10 + 1);
+        // the smallest tenant covering it is tenant 3 (5), and the least room that takes
+        // it is worker 2's (10 - 3 = 7 against worker 1's 8).
+        let o = s.schedule(1, TenantSlot(1));
+        assert_eq!(o.worker(), Some(WorkerId(1)));
+        let moves: Vec<_> = s.take_planned().collect();
+        assert_eq!(moves, vec![(TenantSlot(3), WorkerId(0), WorkerId(2))]);
+        assert_eq!(t(&s, 3).worker, WorkerId(2));
+        assert_eq!(w(&s, 0).last_nb, 6);
+        assert_eq!(w(&s, 2).last_nb, 8);
+        // Tenant 3's first packet of timeslot 1 goes to worker 2; tenant 0's stays on 0.
+        assert_eq!(s.schedule(1, TenantSlot(3)).worker(), Some(WorkerId(2)));
+        assert_eq!(s.schedule(1, TenantSlot(0)).worker(), Some(WorkerId(0)));
+        assert!(!s.has_planned());
+        assert_eq!(s.tenant_count(WorkerId(2)), 2);
+    }
+
+    #[test]
+    fn planner_ours_reports_overload_it_cannot_clear_and_does_not_migrate() {
+        let mut s = sched(0);
+        for _ in 0..2 {
+            s.add_worker(10);
+        }
+        s.set_planner(Planner::Ours);
+        s.add_tenant(TenantSlot(0), WorkerId(0), 0).unwrap();
+        s.add_tenant(TenantSlot(1), WorkerId(1), 0).unwrap();
+        // Both workers at capacity: nothing fits anywhere.
+        s.schedule_burst(0, TenantSlot(0), 10);
+        s.schedule_burst(0, TenantSlot(1), 10);
+        match s.schedule(1, TenantSlot(0)) {
+            SchedOutcome::Pass {
+                worker,
+                migrated_from,
+                overload,
+            } => {
+                assert_eq!(worker, WorkerId(0));
+                assert_eq!(migrated_from, None);
+                // threshold 0: the first detection reports.
+                assert!(overload.is_some());
+            }
+            o => panic!("{o:?}"),
+        }
+        assert!(!s.has_planned());
+        assert_eq!(w(&s, 0).times, 1);
     }
 }
