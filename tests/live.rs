@@ -12,7 +12,9 @@
 //! `--dispatch xdp --xdp-mode generic`: the XDP Packet Dispatcher redirects each frame to
 //! its worker's own socket (all on the veth's single queue, sharing one UMEM); the
 //! per-tenant counts of the sender, the XDP maps and the workers agree exactly, passed
-//! frames come back tagged (DSCP = tenant slot, IPv4 checksum valid), a MAX_NB exceeded shows migrations among the run's events, SIGTERM
+//! frames come back tagged (DSCP = tenant slot, IPv4 checksum valid — as the sender's
+//! socket reads them and as tshark, capturing on B's end, decodes them on the wire), a
+//! MAX_NB exceeded shows migrations among the run's events, SIGTERM
 //! detaches the program, and a rule the XDP classifier cannot express is refused before
 //! anything is attached.
 //!
@@ -24,7 +26,7 @@
 //! `BUFFET_REQUIRE_PRIVILEGED=1` (or CI) that skip is a failure.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -1227,6 +1229,84 @@ fn dscp_back(out: &Path) -> (std::collections::BTreeMap<u64, u64>, u64) {
     (by, bad)
 }
 
+/// tshark capturing what arrives on B's veth end while a test sends, into a pcapng file:
+/// the wire as an independent tool sees it, next to what the sender's own socket saw.
+struct WireCapture {
+    child: std::process::Child,
+    file: PathBuf,
+}
+
+impl WireCapture {
+    /// Starts tshark in `ns` on `iface` and waits until it captures. It sees both
+    /// directions (libpcap's `inbound` filter drops the frames that come back from an
+    /// AF_XDP socket on the veth peer here, and the capture records no direction), so a
+    /// test accounts for the frames it sent itself.
+    fn start(ns: &str, iface: &str, file: PathBuf) -> WireCapture {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, "tshark", "-q", "-i", iface])
+            .args(["-w"])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tshark starts");
+        // tshark says "Capturing on 'IFACE'" once the capture is open.
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            line.clear();
+            let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap_or(0);
+            assert!(n > 0, "tshark ended before capturing");
+            if line.contains("Capturing on") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "tshark did not start capturing");
+        }
+        // dumpcap says so a moment before its socket receives.
+        std::thread::sleep(Duration::from_secs(2));
+        // Keep draining its stderr so it never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        WireCapture { child, file }
+    }
+
+    /// Stops the capture and reads it back with tshark: marked IPv4 frames (both
+    /// directions) by DSCP, and how many of them had a bad header checksum (tshark's own
+    /// check).
+    fn finish(mut self) -> (std::collections::BTreeMap<u64, u64>, u64) {
+        // Give the last frames time to be written, then stop tshark as Ctrl-C would.
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        let out = Command::new("tshark")
+            .arg("-r")
+            .arg(&self.file)
+            .args(["-o", "ip.check_checksum:TRUE", "-T", "fields"])
+            .args(["-e", "ip.dsfield.dscp", "-e", "ip.checksum.status"])
+            .args(["-Y", "ip && frame contains \"BUFFET-LIVE\""])
+            .output()
+            .expect("tshark reads the capture");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut by = std::collections::BTreeMap::new();
+        let mut bad = 0;
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let (d, status) = line.split_once('\t').unwrap_or((line, ""));
+            *by.entry(d.trim().parse::<u64>().unwrap()).or_insert(0) += 1;
+            // 1: good; 0: bad; 2: not verified.
+            if status.trim() != "1" {
+                bad += 1;
+            }
+        }
+        (by, bad)
+    }
+}
+
 /// `buffet run --dispatch xdp --xdp-mode generic` on A with `tenants` and `extra`
 /// arguments, `frames` sent from B; returns the stats JSON, stdout and stderr, and what
 /// the sender saw `(sent, back)`.
@@ -1270,9 +1350,12 @@ fn run_xdp(
         xdp_attached(&ns.a, &ns.va).is_some_and(|s| s.contains("xdpgeneric")),
         "the XDP Packet Dispatcher is attached in generic mode while running"
     );
+    let wire = tshark_available()
+        .then(|| WireCapture::start(&ns.b, &ns.vb, dir.path().join("wire.pcapng")));
     let sender_out = dir.path().join("sender.txt");
     let sent = send_from_b(ns, &pcap, expect_back, &sender_out);
     let (by_dscp, bad_checksum) = dscp_back(&sender_out);
+    let on_wire = wire.map(WireCapture::finish);
     let out = child.wait_with_output().unwrap();
     let err = stderr.join().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -1285,6 +1368,12 @@ fn run_xdp(
         "bad_checksum": bad_checksum,
         "by_dscp": by_dscp.iter().map(|(d, n)| [*d, *n]).collect::<Vec<_>>(),
     });
+    if let Some((by, bad)) = on_wire {
+        json["tshark_dscp"] = serde_json::json!({
+            "bad_checksum": bad,
+            "by_dscp": by.iter().map(|(d, n)| [*d, *n]).collect::<Vec<_>>(),
+        });
+    }
     (json, format!("{err}{stdout}"), sent)
 }
 
@@ -1395,6 +1484,64 @@ fn xdp_dispatch_counts_agree_at_sender_maps_and_workers() {
         serde_json::from_value(json["sender_dscp"]["by_dscp"].clone()).unwrap();
     assert_eq!(got, want, "IPv4 frames back by DSCP: each tenant's slot");
     assert_eq!(json["sender_dscp"]["bad_checksum"].as_u64(), Some(0));
+    // The same tags on the wire, as tshark decodes them, with valid header checksums: the
+    // capture holds the marked IPv4 frames B sent (DSCP 0, unmatched and malformed ones
+    // included) and the tagged frames that came back.
+    if tshark_required("live::xdp_dispatch_counts_agree_at_sender_maps_and_workers") {
+        let sent_v4: Vec<&Vec<u8>> = t
+            .frames
+            .iter()
+            .filter(|f| f.len() >= 34 && f[12..14] == [0x08, 0x00])
+            .filter(|f| f.windows(MARK.len()).any(|w| w == MARK))
+            .collect();
+        let ipv4_sent = sent_v4.len() as u64;
+        // The malformed frames with a rewritten length keep their old checksum.
+        let sent_bad = sent_v4
+            .iter()
+            .filter(|f| {
+                let sum: u32 = f[14..34]
+                    .chunks(2)
+                    .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                    .sum();
+                let folded = (sum & 0xffff) + (sum >> 16);
+                (folded & 0xffff) + (folded >> 16) != 0xffff
+            })
+            .count() as u64;
+        let mut on_wire: std::collections::BTreeMap<u64, u64> =
+            want.iter().map(|[d, n]| (*d, *n)).collect();
+        *on_wire.entry(0).or_insert(0) += ipv4_sent;
+        let on_wire: Vec<[u64; 2]> = on_wire.into_iter().map(|(d, n)| [d, n]).collect();
+        let wire: Vec<[u64; 2]> =
+            serde_json::from_value(json["tshark_dscp"]["by_dscp"].clone()).unwrap();
+        assert_eq!(
+            wire, on_wire,
+            "tshark: marked IPv4 frames on the wire by DSCP"
+        );
+        assert!(sent_bad > 0, "the malformed frames are on the wire too");
+        assert_eq!(
+            json["tshark_dscp"]["bad_checksum"].as_u64(),
+            Some(sent_bad),
+            "tshark: every tagged frame's header checksum is valid"
+        );
+    }
+}
+
+fn tshark_available() -> bool {
+    Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether the tshark part of a test can run: true when tshark is installed; otherwise a
+/// privilege-class skip (a failure in CI, which installs it).
+fn tshark_required(test: &str) -> bool {
+    gate::require_tool(
+        test,
+        "tshark",
+        Command::new("tshark").arg("--version"),
+        "install tshark",
+    )
 }
 
 #[test]
