@@ -24,7 +24,9 @@
 //! `cargo bench --bench dispatch_latency` (the paper's four NFs, both modes; about two
 //! minutes). Environment: `BUFFET_FIG9_PINGS` (default 2000), `BUFFET_FIG9_FRAMES`
 //! (default 100000), `BUFFET_FIG9_NFS` (comma-separated, default
-//! `monitor,firewall,ids,ipsec`), `BUFFET_FIG9_CSV` (a file for the CSV lines). On a
+//! `monitor,firewall,ids,ipsec`), `BUFFET_FIG9_CSV` (a file for the CSV lines).
+//! `cargo bench --bench dispatch_latency -- --test` is the smoke mode CI runs (20 pings
+//! and 500 frames per run; it checks the bench works, its figures mean nothing). On a
 //! 2-core machine the sender, the workers and the dispatcher share the cores: the ratio
 //! between modes is the result, not the absolute figures.
 
@@ -317,12 +319,15 @@ fn main() {
         );
         return;
     }
-    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing else we use.
     if !gate::require_root("dispatch_latency") {
         return;
     }
-    let pings: u32 = env_or("BUFFET_FIG9_PINGS", 2000);
-    let frames: u32 = env_or("BUFFET_FIG9_FRAMES", 100_000);
+    // `cargo bench -- --test` (criterion's smoke mode, which CI runs): every NF and mode
+    // once, with a handful of frames, to prove the bench still works.
+    let smoke = std::env::args().any(|a| a == "--test");
+    let (pings, frames) = if smoke { (20, 500) } else { (2000, 100_000) };
+    let pings: u32 = env_or("BUFFET_FIG9_PINGS", pings);
+    let frames: u32 = env_or("BUFFET_FIG9_FRAMES", frames);
     let nfs: String = env_or("BUFFET_FIG9_NFS", "monitor,firewall,ids,ipsec".to_owned());
     let mut csv = String::from("nf,dispatch,p50_us,p99_us,lost_pings,sent,back,throughput_kpps\n");
     println!(
