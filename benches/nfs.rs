@@ -38,7 +38,11 @@
 //! After each measurement one more untimed pass prints that arm's verdict mix to stderr
 //! (`nfs: firewall buffet/8: pass 78.1% ...`), so the traffic's drop rates are on record.
 //!
-//! Run: `cargo bench --bench nfs` (one NF: `cargo bench --bench nfs -- firewall/`).
+//! **Scale** (REEdge Fig. 5 / Table 2): the `scale-*` groups run l2fwd and flowfwd with 1
+//! to 16,384 tenants at fixed 64- and 1,500-byte frames ([`scale`] says how).
+//!
+//! Run: `cargo bench --bench nfs` (one NF: `cargo bench --bench nfs -- firewall/`; the
+//! scale groups alone: `cargo bench --bench nfs -- scale-`).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -1330,6 +1334,112 @@ fn flowfwd(c: &mut Criterion) {
     g.finish();
 }
 
+// ---------------------------------------------------------------------------------------
+// Scale (REEdge Fig. 5 / Table 2)
+// ---------------------------------------------------------------------------------------
+
+/// Tenant counts of the scale groups: 1 to 16,384 in powers of 4.
+const SCALE_COUNTS: [u32; 8] = [1, 4, 16, 64, 256, 1024, 4096, 16384];
+
+/// Scale: l2fwd (MAC lookup) and flowfwd (5-tuple lookup) with 1 to 16,384 tenants, every
+/// frame 64 or 1,500 bytes, tenants drawn uniformly (so at 16,384 tenants a burst of 256
+/// holds 256 different tenants and each group is one packet), every frame hitting its
+/// tenant's table. Groups `scale-l2fwd-64B`, `scale-l2fwd-1500B`, `scale-flowfwd-64B`,
+/// `scale-flowfwd-1500B`, each with `buffet/n` and, at `n = 1`, the single-tenant NF; the
+/// result is how the rate falls with `n` against `buffet/1` of the same group (REEdge
+/// claims a flat line to 4,096 ports).
+fn scale(c: &mut Criterion) {
+    for size in [64usize, 1500] {
+        let mut g = group(c, &format!("scale-l2fwd-{size}B"));
+        for &n in &SCALE_COUNTS {
+            let mut r = Rng::new(0x5ca1e ^ (u64::from(n) << 20));
+            let frames: Frames = (0..PACKETS)
+                .map(|_| {
+                    let t = r.below(u64::from(n)) as u32;
+                    let f = flow(t, r.below(u64::from(FLOWS_PER_TENANT)) as u32);
+                    let dst = mac_bytes(t, r.below(u64::from(L2_HOSTS)) as u32);
+                    let payload = vec![0x5a; payload_len(size, f.tcp)];
+                    (t, l4_frame((MAC_A, dst), &f, false, &payload))
+                })
+                .collect();
+            let policies: Vec<L2FwdPolicy> = (0..n).map(l2fwd_policy).collect();
+            scale_case(&mut g, "l2fwd", &frames, L2Fwd::with_max_entries(64), policies);
+        }
+        g.finish();
+        let mut g = group(c, &format!("scale-flowfwd-{size}B"));
+        for &n in &SCALE_COUNTS {
+            let mut r = Rng::new(0xf5ca1e ^ (u64::from(n) << 20));
+            let frames: Frames = (0..PACKETS)
+                .map(|_| {
+                    let t = r.below(u64::from(n)) as u32;
+                    let f = flow(t, r.below(u64::from(FWD_FLOWS)) as u32);
+                    let payload = vec![0x5a; payload_len(size, f.tcp)];
+                    (t, l4_frame((MAC_A, MAC_B), &f, false, &payload))
+                })
+                .collect();
+            let policies: Vec<FlowFwdPolicy> = (0..n).map(flowfwd_policy).collect();
+            scale_case(
+                &mut g,
+                "flowfwd",
+                &frames,
+                FlowFwd::with_max_flows(FWD_FLOWS),
+                policies,
+            );
+        }
+        g.finish();
+    }
+}
+
+/// `buffet/n` over `frames` (and `single-tenant/1` when there is one tenant).
+fn scale_case<N: NetworkFunction + Clone>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    frames: &[(u32, Vec<u8>)],
+    nf: N,
+    policies: Vec<N::Policy>,
+) {
+    let n = policies.len();
+    let mut bufs = mbufs(frames);
+    let mut clock = 0u64;
+    if n == 1 {
+        let mut single = SingleTenant::new(nf.clone(), &policies[0]);
+        g.bench_function(BenchmarkId::new("single-tenant", n), |b| {
+            b.iter_custom(|iters| {
+                let mut busy = Duration::ZERO;
+                for _ in 0..iters {
+                    stamp(&mut bufs, &mut clock);
+                    let t0 = Instant::now();
+                    black_box(run_single(&mut single, &mut bufs));
+                    busy += t0.elapsed();
+                }
+                busy
+            })
+        });
+    }
+    let table = tenant_table(&nf, &policies);
+    let mut engine = Worker::new(Arc::new(nf), table);
+    g.bench_function(BenchmarkId::new("buffet", n), |b| {
+        b.iter_custom(|iters| {
+            let mut busy = Duration::ZERO;
+            for _ in 0..iters {
+                stamp(&mut bufs, &mut clock);
+                let t0 = Instant::now();
+                for burst in bufs.chunks_mut(BURST) {
+                    engine.process(burst);
+                }
+                busy += t0.elapsed();
+            }
+            black_box(engine.packets());
+            busy
+        })
+    });
+    stamp(&mut bufs, &mut clock);
+    for burst in bufs.chunks_mut(BURST) {
+        engine.process(burst);
+    }
+    eprintln!("nfs: scale-{name} buffet/{n}: {}", outcomes(&bufs));
+}
+
 criterion_group!(
     benches,
     monitor,
@@ -1341,6 +1451,7 @@ criterion_group!(
     macswap,
     policer,
     l2fwd,
-    flowfwd
+    flowfwd,
+    scale
 );
 criterion_main!(benches);
