@@ -32,7 +32,16 @@
 //! `examples/ebpf/portblock.c` — the same logic as the C NFs, as verified bytecode
 //! (buffet-ebpf); they need clang and are skipped with a message without it.
 //!
-//! A third group, `mpk-key`, measures one state lock + unlock (enter + leave the domain):
+//! FastPaas's protection figures (Figs. 5–7) and NSX-BPF's Table 1 add two more logics,
+//! the cheapest NFs, so that what each level adds per packet shows: `macswap` (swap the
+//! Ethernet addresses, send back; Rust `buffet_nfs::MacSwap`, C
+//! `examples/c-nf/macswap.c`, eBPF `examples/ebpf/macswap.c`) and `policer` (a token
+//! bucket in packets whose bucket no run empties; `buffet_nfs::Policer`,
+//! `examples/c-nf/policer.c`, `examples/ebpf/policer.c`), each at 64- and 1,500-byte
+//! frames: groups `macswap-64B`, `macswap-1500B`, `policer-64B`, `policer-1500B`, with the
+//! same arms.
+//!
+//! A last group, `mpk-key`, measures one state lock + unlock (enter + leave the domain):
 //! `none` (no domain), `hit` (the key is cached), `miss` (15 tenants locked round robin
 //! over 14 cache keys: LRU misses every time — two `pkey_mprotect`s). The key cache's own
 //! average miss time (`MpkStats::miss_ns / misses`) is printed at the end.
@@ -54,7 +63,9 @@ use buffet::cnf::{CNf, Containment};
 use buffet::ebpf::{EbpfNf, EbpfPolicy, Engine as EbpfEngine, LoadOptions, MapInit};
 use buffet::memory::{ArenaConfig, Domain, MemoryStorage, Mpk, TenantTable};
 use buffet::nfs::firewall::{Firewall, FirewallLimits, FirewallPolicy};
+use buffet::nfs::macswap::{MacSwap, MacSwapPolicy};
 use buffet::nfs::monitor::{Monitor, MonitorPolicy};
+use buffet::nfs::policer::{Policer, PolicerPolicy, PolicerUnit};
 use buffet::sdk::{NetworkFunction, TenantId, TenantSlot};
 use buffet::worker::Worker;
 use common::{bursts, run, PACKETS, TENANT_COUNTS};
@@ -157,11 +168,38 @@ fn ebpf_map(name: &str, init: MapInit) -> EbpfPolicy {
     }
 }
 
-/// One logic: its C NF (`c`, with `c_policy`), its Rust NF and its eBPF NF, all arms.
+/// One logic: its C NF (`c`, with `c_policy`), its Rust NF and its eBPF NF, all arms,
+/// over the 60-byte frames of [`frame`].
 #[allow(clippy::too_many_arguments)]
 fn logic_group<R: NetworkFunction + Clone>(
     c: &mut Criterion,
     name: &str,
+    c_path: &Path,
+    c_policy: serde_json::Value,
+    rust: R,
+    rust_policy: R::Policy,
+    ebpf: Option<(Vec<u8>, EbpfPolicy)>,
+    mpk: bool,
+) {
+    logic_group_with(
+        c,
+        name,
+        &|t, i| frame(t, i as u32),
+        c_path,
+        c_policy,
+        rust,
+        rust_policy,
+        ebpf,
+        mpk,
+    );
+}
+
+/// [`logic_group`] over the frames `make(tenant, i)` makes.
+#[allow(clippy::too_many_arguments)]
+fn logic_group_with<R: NetworkFunction + Clone>(
+    c: &mut Criterion,
+    name: &str,
+    make: &dyn Fn(u32, usize) -> Vec<u8>,
     c_path: &Path,
     c_policy: serde_json::Value,
     rust: R,
@@ -176,7 +214,7 @@ fn logic_group<R: NetworkFunction + Clone>(
         .measurement_time(Duration::from_secs(4))
         .sample_size(30);
     for &n in &TENANT_COUNTS {
-        let mut b = bursts(n, |t, i| frame(t, i as u32));
+        let mut b = bursts(n, make);
         let load = |containment| CNf::load_with(c_path, containment).expect("load C NF");
         let mut none = engine(load(Containment::Unguarded), &c_policy, Domain::None, n);
         group.bench_function(BenchmarkId::new("none", n), |bch| {
@@ -276,6 +314,64 @@ fn isolation(c: &mut Criterion) {
     );
 }
 
+/// A UDP frame of tenant `t` of exactly `len` bytes (flow `f` of 4, as [`frame`]).
+fn frame_of(len: usize, t: u32, f: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4([192, 168, 0, 1], [10, (t >> 8) as u8, t as u8, 1], 64)
+        .udp(40000 + f as u16, [53u16, 80, 443, 22][f as usize % 4])
+        .write(&mut out, &vec![0u8; len - 42])
+        .expect("frame");
+    out
+}
+
+/// FastPaas's protection figures (Figs. 5–7, NSX Table 1): macswap and a policer, the
+/// cheapest NFs, so that what each isolation level adds per packet shows, at 64- and
+/// 1,500-byte frames (`macswap-64B`, `policer-1500B`, ...). The policer counts packets,
+/// with a bucket no run empties (every packet passes: the arms do the same work).
+fn protection(c: &mut Criterion) {
+    let mpk = Mpk::get().is_ok();
+    for len in [64usize, 1500] {
+        let make = move |t: u32, i: usize| frame_of(len, t, i as u32);
+        logic_group_with(
+            c,
+            &format!("macswap-{len}B"),
+            &make,
+            &c_nf("macswap"),
+            serde_json::json!({}),
+            MacSwap,
+            MacSwapPolicy {},
+            ebpf_nf("macswap", EbpfPolicy::default()),
+            mpk,
+        );
+        let (rate, burst) = (1_000_000u64, 1u64 << 32);
+        logic_group_with(
+            c,
+            &format!("policer-{len}B"),
+            &make,
+            &c_nf("policer"),
+            serde_json::json!({ "rate": rate, "burst": burst, "unit": "packets" }),
+            Policer,
+            PolicerPolicy {
+                rate,
+                burst,
+                unit: PolicerUnit::Packets,
+            },
+            ebpf_nf(
+                "policer",
+                ebpf_map(
+                    "bucket",
+                    MapInit {
+                        u64: Some(vec![rate, burst, 1]),
+                        ..MapInit::default()
+                    },
+                ),
+            ),
+            mpk,
+        );
+    }
+}
+
 /// One lock + unlock of a tenant's state: no domain, an MPK hit, an MPK miss.
 fn key_cache(c: &mut Criterion) {
     let Ok(mpk) = Mpk::get() else {
@@ -326,5 +422,5 @@ fn key_cache(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, isolation, key_cache);
+criterion_group!(benches, isolation, protection, key_cache);
 criterion_main!(benches);

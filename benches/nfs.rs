@@ -1363,7 +1363,13 @@ fn scale(c: &mut Criterion) {
                 })
                 .collect();
             let policies: Vec<L2FwdPolicy> = (0..n).map(l2fwd_policy).collect();
-            scale_case(&mut g, "l2fwd", &frames, L2Fwd::with_max_entries(64), policies);
+            scale_case(
+                &mut g,
+                "l2fwd",
+                &frames,
+                L2Fwd::with_max_entries(64),
+                policies,
+            );
         }
         g.finish();
         let mut g = group(c, &format!("scale-flowfwd-{size}B"));

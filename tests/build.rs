@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The C sources, without `.c`.
-pub const EXAMPLES: [&str; 13] = [
+pub const EXAMPLES: [&str; 15] = [
     "dpi",
     "subprog",
     "dpi_scan",
@@ -27,6 +27,8 @@ pub const EXAMPLES: [&str; 13] = [
     "reject_helper",
     "reject_uninit",
     "reject_bounds_state",
+    "macswap",
+    "policer",
 ];
 
 fn root() -> PathBuf {

@@ -56,6 +56,8 @@ fn the_verifier_accepts_the_examples_and_rejects_the_bad_programs_with_its_messa
         "ttl",
         "fault",
         "subprog",
+        "macswap",
+        "policer",
     ] {
         let Some(elf) = build::elf(test, good) else {
             return;
@@ -589,6 +591,96 @@ fn the_monitor_and_firewall_examples_count_flows_and_block_ports() {
             (30, 30, 120),
             "{engine:?}"
         );
+    }
+}
+
+/// The protection benchmark's eBPF twins decide as the Rust NFs: macswap rewrites every
+/// frame identically, the policer passes and drops the same packets (bytes and packets
+/// units, a rate that drops about half, timestamps that jump and go backwards).
+#[test]
+fn the_macswap_and_policer_examples_decide_as_the_rust_nfs() {
+    use buffet::nfs::macswap::{MacSwap, MacSwapPolicy, MacSwapState};
+    use buffet::nfs::policer::{Policer, PolicerPolicy, PolicerUnit, TokenBucket};
+    let test = "macswap/policer";
+    let (Some(macswap), Some(policer)) = (build::elf(test, "macswap"), build::elf(test, "policer"))
+    else {
+        return;
+    };
+    let mut r = Rng::new(0x0901_1ce5);
+    let frames: Vec<(u64, Vec<u8>)> = {
+        let mut ts = 1_000u64;
+        (0..2_000u32)
+            .map(|i| {
+                ts = match r.below(20) {
+                    0 => ts.saturating_sub(r.below(50_000)),
+                    1 => ts + 5_000_000,
+                    _ => ts + r.below(20_000),
+                };
+                let mut v = Vec::new();
+                let len = 42 + r.below(1400) as usize;
+                PacketBuilder::ethernet2([1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12])
+                    .ipv4([192, 168, 0, 1], [10, 0, 0, (i % 7) as u8], 64)
+                    .udp(1000, 80)
+                    .write(&mut v, &vec![0u8; len - 42])
+                    .unwrap();
+                (ts, v)
+            })
+            .collect()
+    };
+    for engine in engines() {
+        let nf = EbpfNf::from_elf(&macswap, opts(engine)).unwrap();
+        let mut st = EbpfState::default();
+        nf.init(&EbpfPolicy::default(), &mut st).unwrap();
+        let mut rust = MacSwapState::default();
+        MacSwap.init(&MacSwapPolicy {}, &mut rust).unwrap();
+        for (_, f) in &frames {
+            let (mut a, mut b) = (f.clone(), f.clone());
+            let va = nf.handle(
+                &mut Packet::parse(&mut a, PacketMeta::default()).unwrap(),
+                &mut st,
+            );
+            let vb = MacSwap.handle(
+                &mut Packet::parse(&mut b, PacketMeta::default()).unwrap(),
+                &mut rust,
+            );
+            assert_eq!((va, &a), (vb, &b), "{engine:?}");
+        }
+        for (unit, code, rate, burst) in [
+            (PolicerUnit::Bytes, 0u64, 20_000_000u64, 10_000u64),
+            (PolicerUnit::Packets, 1, 50_000, 20),
+        ] {
+            let nf = EbpfNf::from_elf(&policer, opts(engine)).unwrap();
+            let mut st = EbpfState::default();
+            let init = MapInit {
+                u64: Some(vec![rate, burst, code]),
+                ..MapInit::default()
+            };
+            let policy = EbpfPolicy {
+                maps: [("bucket".to_owned(), init)].into(),
+                ..EbpfPolicy::default()
+            };
+            nf.init(&policy, &mut st).unwrap();
+            let mut rust = TokenBucket::default();
+            Policer
+                .init(&PolicerPolicy { rate, burst, unit }, &mut rust)
+                .unwrap();
+            let mut dropped = 0;
+            for (ts, f) in &frames {
+                let meta = PacketMeta {
+                    ts_ns: *ts,
+                    ..PacketMeta::default()
+                };
+                let (mut a, mut b) = (f.clone(), f.clone());
+                let va = nf.handle(&mut Packet::parse(&mut a, meta).unwrap(), &mut st);
+                let vb = Policer.handle(&mut Packet::parse(&mut b, meta).unwrap(), &mut rust);
+                assert_eq!(va, vb, "{engine:?} {unit:?} at {ts}");
+                dropped += usize::from(va != Verdict::Pass);
+            }
+            assert!(
+                (200..1_800).contains(&dropped),
+                "{engine:?} {unit:?}: the rate limits some packets, not all ({dropped})"
+            );
+        }
     }
 }
 
