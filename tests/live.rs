@@ -1627,6 +1627,62 @@ fn xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
     assert!(back > 0);
 }
 
+/// Packets the XDP program polices (a tenant over its MAX_NB) are reported under that
+/// tenant, as the software dispatcher reports them, and never reach a worker.
+#[test]
+fn xdp_dispatch_reports_policed_packets_per_tenant() {
+    if !privileged("live::xdp_dispatch_reports_policed_packets_per_tenant") {
+        return;
+    }
+    // Tenant 1 may send 50 packets per timeslot, tenant 3 120; one timeslot for the run.
+    let tenants: String = [(1, 50), (2, 0), (3, 120)]
+        .iter()
+        .map(|(i, max)| {
+            format!(
+                "[[tenant]]\nid = {i}\nname = \"t{i}\"\nrules = [ {{ dst_ip = \"10.{i}.0.0/16\" }} ]\nmax_nb = {max}\n\n"
+            )
+        })
+        .collect();
+    let ns = NsPair::new();
+    let mut frames = Vec::new();
+    for seq in 0..600u32 {
+        let id = (seq % 3) as u8 + 1;
+        frames.push(udp4([172, 16, 0, 1], [10, id, 0, 1], 40000, 80, seq));
+    }
+    let (json, out, (sent, back)) =
+        run_xdp(&ns, &tenants, &frames, 600 - 150 - 80, &["--shift", "40"]);
+    assert_eq!(sent, 600);
+    let tenant = |id: u64| {
+        json["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    // 200 frames each: tenant 1 keeps 50, tenant 3 keeps 120, tenant 2 all.
+    for (id, packets, policed) in [(1u64, 50u64, 150u64), (2, 200, 0), (3, 120, 80)] {
+        let t = tenant(id);
+        assert_eq!(t["packets"].as_u64(), Some(packets), "tenant {id}: {out}");
+        assert_eq!(
+            t["drops"]["policed"].as_u64().unwrap_or(0),
+            policed,
+            "tenant {id}: {t}"
+        );
+    }
+    let x = &json["input"]["xdp"];
+    assert_eq!(x["policed"].as_u64(), Some(230), "{x}");
+    let per_row: u64 = x["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["policed"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_row, 230, "{x}");
+    assert_eq!(back, 600 - 230, "every kept frame came back once");
+}
+
 #[test]
 fn xdp_dispatch_sigterm_detaches() {
     if !privileged("live::xdp_dispatch_sigterm_detaches") {

@@ -98,6 +98,15 @@ struct {
     __type(value, uint64_t);
 } bf_stats SEC(".maps");
 
+/* Packets policed (over the tenant's MAX_NB), per tenant slot and CPU: the run reports
+ * them under each tenant, as the software dispatcher does. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, BF_XDP_MAX_TENANTS);
+    __type(key, uint32_t);
+    __type(value, uint64_t);
+} bf_policed SEC(".maps");
+
 /* Scratch space: the copied header bytes (per CPU, so no stack pressure). */
 struct bf_scratch {
     uint8_t hdr[BF_XDP_HDR_COPY];
@@ -386,10 +395,15 @@ int buffet_dispatch(struct xdp_md *ctx)
                 verdict = BF_XDP_PASS;
                 bf_count(BF_XDP_ST_PASSED);
                 break;
-            case BF_POLICED:
+            case BF_POLICED: {
+                uint32_t slot = tenant;
+                uint64_t *c = bpf_map_lookup_elem(&bf_policed, &slot);
+                if (c)
+                    *c += 1;
                 verdict = BF_XDP_POLICED;
                 bf_count(BF_XDP_ST_POLICED);
                 break;
+            }
             case BF_NO_LIVE_WORKER:
                 verdict = BF_XDP_NO_WORKER;
                 bf_count(BF_XDP_ST_NO_WORKER);

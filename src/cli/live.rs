@@ -45,7 +45,7 @@ use buffet_io::afpacket::{self, AfPacketConfig, AfPacketPort};
 use buffet_io::afxdp::XskReceiver;
 use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
 use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
-use buffet_worker::{Pipeline, PipelineConfig, WorkerSource};
+use buffet_worker::{DropReason, Pipeline, PipelineConfig, WorkerSource};
 use buffet_xdp::{AttachMode, XdpConfig, XdpDispatcher};
 use clap::{Args, ValueEnum};
 
@@ -513,6 +513,16 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // Packets the program policed never reach a worker: each tenant's row says how many
+    // of its own were, as with the software dispatcher.
+    let xdp_policed: Vec<(buffet_dispatch::TenantId, u64)> = match &dispatcher {
+        Some(d) => tenants
+            .iter()
+            .filter_map(|t| Some((t.id, d.policed(p.slot_of(t.id)?).ok()?)))
+            .filter(|&(_, n)| n > 0)
+            .collect(),
+        None => Vec::new(),
+    };
     let n = match (result, &dispatcher) {
         (Ok(_), Some(_)) => received.load(Ordering::Relaxed),
         (r, _) => r?,
@@ -520,7 +530,12 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
     let took = start.elapsed();
     let ports = p.dataplane().port_stats();
     let faults = p.nf().contained_faults();
-    let report = p.finish();
+    let mut report = p.finish();
+    for (id, n) in xdp_policed {
+        if let Some(t) = report.tenants.iter_mut().find(|t| t.id == id) {
+            *t.drops.entry(DropReason::Policed.name()).or_default() += n;
+        }
+    }
     if let Some(e) = &report.sink_error {
         anyhow::bail!("{}: {e}", a.iface);
     }
@@ -671,6 +686,7 @@ fn xdp_json<N: RegisteredNf>(
                 "slot": slot.0,
                 "worker": worker.0,
                 "slot_packets": pkt_nb,
+                "policed": d.policed(slot).unwrap_or(0),
             }))
         })
         .collect();

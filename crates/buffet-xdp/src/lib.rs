@@ -338,6 +338,8 @@ pub struct XdpDispatcher {
     rules_map: BpfHashMap<MapData, RuleKey, RuleVal>,
     decision: Array<MapData, DecisionRecord>,
     stats: PerCpuArray<MapData, u64>,
+    /// Policed packets per tenant slot.
+    policed: PerCpuArray<MapData, u64>,
     events: RingBuf<MapData>,
     xsks: XskMap<MapData>,
     state: sys::StateMapping,
@@ -400,6 +402,8 @@ impl XdpDispatcher {
             Array::try_from(take_map(&mut ebpf, "bf_decision")?).map_err(map_err("bf_decision"))?;
         let stats =
             PerCpuArray::try_from(take_map(&mut ebpf, "bf_stats")?).map_err(map_err("bf_stats"))?;
+        let policed = PerCpuArray::try_from(take_map(&mut ebpf, "bf_policed")?)
+            .map_err(map_err("bf_policed"))?;
         let events =
             RingBuf::try_from(take_map(&mut ebpf, "bf_events")?).map_err(map_err("bf_events"))?;
         let xsks = XskMap::try_from(take_map(&mut ebpf, "bf_xsks")?).map_err(map_err("bf_xsks"))?;
@@ -440,6 +444,7 @@ impl XdpDispatcher {
             rules_map,
             decision,
             stats,
+            policed,
             events,
             xsks,
             state,
@@ -578,6 +583,8 @@ impl XdpDispatcher {
             };
             planned.push((entry, pairs));
         }
+        // Its policed count starts from nothing (the slot may have served a tenant before).
+        self.reset_policed(slot).map_err(AdmitError::Map)?;
         // The row first, so a packet classified to the tenant always finds it.
         self.state.set_tenant(
             slot.0,
@@ -788,6 +795,31 @@ impl XdpDispatcher {
             no_live_worker: sum(stat::NO_WORKER)?,
             events_lost: sum(stat::EVENTS_LOST)?,
         })
+    }
+
+    /// Packets of the tenant in `slot` the program policed (over its MAX_NB), since it
+    /// was admitted, summed over CPUs.
+    pub fn policed(&self, slot: TenantSlot) -> Result<u64, MapError> {
+        if slot.0 >= MAX_TENANTS {
+            return Ok(0);
+        }
+        Ok(self
+            .policed
+            .get(&slot.0, 0)?
+            .iter()
+            .copied()
+            .fold(0u64, u64::wrapping_add))
+    }
+
+    /// Zeroes the policed count of `slot` (a new tenant starts from nothing).
+    fn reset_policed(&mut self, slot: TenantSlot) -> Result<(), MapError> {
+        let syscall = |call| {
+            move |io_error| MapError::SyscallError(aya::sys::SyscallError { call, io_error })
+        };
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| syscall("nr_cpus")(e))?;
+        let zeros =
+            aya::maps::PerCpuValues::try_from(vec![0u64; cpus]).map_err(syscall("nr_cpus"))?;
+        self.policed.set(slot.0, zeros, 0)
     }
 
     /// The Tenant Table row of `slot`: (worker, packets in its current timeslot).
