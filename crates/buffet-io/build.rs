@@ -16,7 +16,13 @@ mod dpdk {
     /// The DPDK libraries the shim calls into. Drivers (`net_af_packet`, the mempool
     /// ring) are not linked: Debian's shared DPDK loads them as plugins from its
     /// `RTE_EAL_PMD_PATH` at EAL init.
-    const LIBS: [&str; 5] = ["rte_eal", "rte_ethdev", "rte_mbuf", "rte_mempool", "rte_ring"];
+    const LIBS: [&str; 5] = [
+        "rte_eal",
+        "rte_ethdev",
+        "rte_mbuf",
+        "rte_mempool",
+        "rte_ring",
+    ];
 
     fn pkg_config(arg: &str) -> String {
         let out = Command::new("pkg-config")

@@ -82,7 +82,8 @@ pub struct DpdkConfig {
 }
 
 impl DpdkConfig {
-    /// A port on the device `eal_args` create (the first port), with 16383 mbufs and
+    /// A port on the device `eal_args` create (the first port), with 8191 mbufs (some
+    /// 20 MB: the EAL has 64 MB in all under `--no-huge` unless `-m` says more) and
     /// 1024 descriptors per queue.
     pub fn new(eal_args: Vec<String>, id: PortId) -> DpdkConfig {
         DpdkConfig {
@@ -90,7 +91,7 @@ impl DpdkConfig {
             device: None,
             iface: None,
             id,
-            mbufs: 16383,
+            mbufs: 8191,
             rx_desc: 1024,
             tx_desc: 1024,
             promisc: false,
@@ -131,19 +132,31 @@ fn chooses_device(extra: &[String]) -> bool {
 
 /// The EAL arguments for a port on kernel interface `iface`, followed by `extra`:
 ///
-/// * `--in-memory` (no files under /var/run/dpdk, so runs do not collide) and
-///   `--no-telemetry`, unless `extra` sets the process type, a file prefix or telemetry;
+/// * no files shared with other DPDK processes, so runs do not collide: `--in-memory`
+///   with hugepages, `--no-shconf` without (the EAL refuses `--in-memory` with
+///   `--no-huge`) — unless `extra` sets the process type, a file prefix or either;
+/// * `--no-telemetry`, unless `extra` says something about telemetry;
 /// * unless `extra` chooses devices (`--vdev`, `-a`, `--allow`, `-b`, `--block`):
 ///   `--no-pci` and `--vdev=net_af_packet0,iface=IF`;
 /// * `--no-huge` when `hugepages` is false and `extra` says nothing about memory
 ///   (`--no-huge`, `-m`, `--socket-mem`, `--huge-dir`).
 pub fn eal_args_for_iface(iface: &str, extra: &[String], hugepages: bool) -> Vec<String> {
     let mut args = Vec::new();
+    let add_no_huge =
+        !hugepages && !has_arg(extra, &["--no-huge", "-m", "--socket-mem", "--huge-dir"]);
+    let no_huge = add_no_huge || has_arg(extra, &["--no-huge"]);
     if !has_arg(
         extra,
         &["--in-memory", "--file-prefix", "--proc-type", "--no-shconf"],
     ) {
-        args.push("--in-memory".to_owned());
+        args.push(
+            if no_huge {
+                "--no-shconf"
+            } else {
+                "--in-memory"
+            }
+            .to_owned(),
+        );
     }
     if !has_arg(extra, &["--telemetry", "--no-telemetry"]) {
         args.push("--no-telemetry".to_owned());
@@ -154,7 +167,7 @@ pub fn eal_args_for_iface(iface: &str, extra: &[String], hugepages: bool) -> Vec
         }
         args.push(format!("--vdev={AF_PACKET_VDEV},iface={iface}"));
     }
-    if !hugepages && !has_arg(extra, &["--no-huge", "-m", "--socket-mem", "--huge-dir"]) {
+    if add_no_huge {
         args.push("--no-huge".to_owned());
     }
     args.extend(extra.iter().cloned());
@@ -242,7 +255,10 @@ pub enum DpdkError {
         ports: u16,
     },
     /// The mbuf pool could not be made.
-    #[error("dpdk: mempool of {mbufs} mbufs of {data_room} bytes: {reason}")]
+    #[error(
+        "dpdk: mempool of {mbufs} mbufs of {data_room} bytes: {reason} (EAL memory: with \
+         --no-huge it is 64 MB unless -m gives more; with hugepages, what is reserved)"
+    )]
     Mempool {
         /// Mbufs asked for.
         mbufs: u32,
@@ -378,19 +394,12 @@ impl DpdkPort {
         };
         let device = sys::port_name(port).unwrap_or_else(|| format!("port{port}"));
         let socket = sys::socket_id(port);
-        let pool = sys::Pool::create(
-            &eal,
-            c"buffet_mbufs",
-            cfg.mbufs,
-            256,
-            DATA_ROOM,
-            socket,
-        )
-        .map_err(|e| DpdkError::Mempool {
-            mbufs: cfg.mbufs,
-            data_room: DATA_ROOM,
-            reason: sys::strerror(e),
-        })?;
+        let pool = sys::Pool::create(&eal, c"buffet_mbufs", cfg.mbufs, 256, DATA_ROOM, socket)
+            .map_err(|e| DpdkError::Mempool {
+                mbufs: cfg.mbufs,
+                data_room: DATA_ROOM,
+                reason: sys::strerror(e),
+            })?;
         let mut p = DpdkPort {
             cfg,
             port,
@@ -617,7 +626,7 @@ mod tests {
         assert_eq!(
             eal_args_for_iface("veth0", &[], false),
             s(&[
-                "--in-memory",
+                "--no-shconf",
                 "--no-telemetry",
                 "--no-pci",
                 "--vdev=net_af_packet0,iface=veth0",
@@ -639,11 +648,16 @@ mod tests {
 
     #[test]
     fn extra_arguments_that_choose_say_so_once() {
-        let extra = s(&["--no-huge", "--no-pci", "--vdev", "net_af_packet0,iface=vethA"]);
+        let extra = s(&[
+            "--no-huge",
+            "--no-pci",
+            "--vdev",
+            "net_af_packet0,iface=vethA",
+        ]);
         assert_eq!(
             eal_args_for_iface("vethA", &extra, false),
             s(&[
-                "--in-memory",
+                "--no-shconf",
                 "--no-telemetry",
                 "--no-huge",
                 "--no-pci",
@@ -654,7 +668,13 @@ mod tests {
         let extra = s(&["-a0000:3b:00.0", "--file-prefix=b1", "-m", "512"]);
         assert_eq!(
             eal_args_for_iface("eth0", &extra, false),
-            s(&["--no-telemetry", "-a0000:3b:00.0", "--file-prefix=b1", "-m", "512"])
+            s(&[
+                "--no-telemetry",
+                "-a0000:3b:00.0",
+                "--file-prefix=b1",
+                "-m",
+                "512"
+            ])
         );
         let cfg = DpdkConfig::for_iface("eth0", &s(&["--allow=0000:3b:00.0"]), 2);
         assert_eq!((cfg.device, cfg.iface, cfg.id), (None, None, 2));

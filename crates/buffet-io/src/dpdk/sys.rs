@@ -312,7 +312,8 @@ impl Mbuf {
         let (mut len, mut room, mut segs) = (0u32, 0u32, 0u32);
         // SAFETY: `self.0` is a valid mbuf this value owns; the three outputs are
         // writable `u32`s.
-        let data = unsafe { buffet_dpdk_mbuf_view(self.0.as_ptr(), &mut len, &mut room, &mut segs) };
+        let data =
+            unsafe { buffet_dpdk_mbuf_view(self.0.as_ptr(), &mut len, &mut room, &mut segs) };
         let view = View {
             len: len as usize,
             room: room as usize,
