@@ -3,8 +3,10 @@
 //! A (EAL arguments `--no-huge --no-pci --vdev net_af_packet0,iface=…`), traffic for
 //! three tenants plus unmatched frames sent from the other end in namespace B; the
 //! per-tenant counts of the sender are checked against `--stats-json`, the port's
-//! counters against what was sent, and the frames the NF passes are counted back in B.
-//! Also: an interface that does not exist is refused before the EAL starts.
+//! counters against what was sent, and the frames the NF passes are counted back in B —
+//! on the same link, or with `--tx-iface` on a second veth pair (mbufs copied into the
+//! AF_PACKET transmit port's heap frames). Also: an interface that does not exist is
+//! refused before the EAL starts.
 //!
 //! The sender is this test binary itself, re-run inside namespace B (`ip netns exec`)
 //! as the ignored test `dpdk_sender_helper`, which sends a pcap through buffet's own
@@ -182,8 +184,9 @@ fn traffic() -> (Vec<Vec<u8>>, Vec<(u64, u64)>, u64) {
 }
 
 /// Runs in namespace B: sends the pcap in `BUFFET_DPDK_SEND` out of `BUFFET_DPDK_IFACE`,
-/// then counts marked frames coming back until `BUFFET_DPDK_EXPECT` arrived (and 300 ms
-/// more, to see any extra) or 5 s passed, and writes `sent back` to `BUFFET_DPDK_OUT`.
+/// then counts marked frames coming back on it and on `BUFFET_DPDK_CAPTURE` (if given)
+/// until `BUFFET_DPDK_EXPECT` arrived (and 300 ms more, to see any extra) or 5 s passed,
+/// and writes `sent back_on_iface back_on_capture` to `BUFFET_DPDK_OUT`.
 #[test]
 #[ignore = "helper: run by dpdk_port_counts_agree inside a network namespace"]
 fn dpdk_sender_helper() {
@@ -197,6 +200,9 @@ fn dpdk_sender_helper() {
         .unwrap();
     let out = std::env::var("BUFFET_DPDK_OUT").unwrap();
     let mut port = AfPacketPort::open(AfPacketConfig::new(&iface, 0)).unwrap();
+    let mut capture = std::env::var("BUFFET_DPDK_CAPTURE")
+        .ok()
+        .map(|c| AfPacketPort::open(AfPacketConfig::new(c, 1)).unwrap());
     let mut pool = HeapPool::new(512);
     let mut reader = PcapReader::open(Path::new(&pcap)).unwrap();
     let mut burst = Vec::new();
@@ -220,24 +226,30 @@ fn dpdk_sender_helper() {
         }
     }
     assert_eq!(port.stats().tx, sent, "the sender sent every frame");
-    let mut back = 0u64;
+    let mut back = [0u64; 2];
     let mut rx = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut until = deadline;
-    while Instant::now() < until {
-        port.rx_burst(&mut pool, &mut rx, 64).unwrap();
+    let mut count = |p: &mut AfPacketPort, pool: &mut HeapPool, n: &mut u64| {
+        p.rx_burst(pool, &mut rx, 64).unwrap();
         for b in rx.drain(..) {
             if b.data().windows(MARK.len()).any(|w| w == MARK) {
-                back += 1;
+                *n += 1;
             }
             pool.give(b);
         }
-        if back >= expect && until == deadline {
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut until = deadline;
+    while Instant::now() < until {
+        count(&mut port, &mut pool, &mut back[0]);
+        if let Some(c) = &mut capture {
+            count(c, &mut pool, &mut back[1]);
+        }
+        if back[0] + back[1] >= expect && until == deadline {
             until = Instant::now() + Duration::from_millis(300);
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    std::fs::write(out, format!("{sent} {back}\n")).unwrap();
+    std::fs::write(out, format!("{sent} {} {}\n", back[0], back[1])).unwrap();
 }
 
 /// `buffet run` inside namespace `ns` with `args`; waits until it says it is running and
@@ -285,7 +297,28 @@ fn dpdk_port_counts_agree() {
     if !privileged("live_dpdk::dpdk_port_counts_agree") {
         return;
     }
+    run_and_check(&NsPair::new(), None);
+}
+
+#[test]
+fn dpdk_frames_leave_through_an_af_packet_tx_iface() {
+    if !privileged("live_dpdk::dpdk_frames_leave_through_an_af_packet_tx_iface") {
+        return;
+    }
     let ns = NsPair::new();
+    let (va2, vb2) = (format!("{}t", ns.va), format!("{}t", ns.vb));
+    ip(&[
+        "link", "add", &va2, "netns", &ns.a, "type", "veth", "peer", "name", &vb2, "netns", &ns.b,
+    ]);
+    ip(&["-n", &ns.a, "link", "set", &va2, "up"]);
+    ip(&["-n", &ns.b, "link", "set", &vb2, "up"]);
+    run_and_check(&ns, Some((&va2, &vb2)));
+}
+
+/// Sends the traffic from B into `buffet run --port dpdk` on A and checks every count;
+/// with `tx = (A side, B side)` of a second pair, passed frames must come back on that
+/// pair.
+fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
     let dir = tempfile::tempdir().unwrap();
     let (frames, per_tenant, unmatched) = traffic();
     let tenants = dir.path().join("tenants.toml");
@@ -318,6 +351,9 @@ fn dpdk_port_counts_agree() {
     .collect();
     args.extend(["--tenants".into(), tenants.into_os_string()]);
     args.extend(["--stats-json".into(), stats.clone().into_os_string()]);
+    if let Some((a, _)) = tx {
+        args.extend(["--tx-iface".into(), a.into()]);
+    }
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     let (child, stderr) = start_run(&ns.a, &args);
     let passed: u64 = per_tenant.iter().map(|(_, k)| k).sum();
@@ -337,6 +373,7 @@ fn dpdk_port_counts_agree() {
         .env("BUFFET_DPDK_IFACE", &ns.vb)
         .env("BUFFET_DPDK_EXPECT", passed.to_string())
         .env("BUFFET_DPDK_OUT", &result)
+        .envs(tx.map(|(_, b)| ("BUFFET_DPDK_CAPTURE", b)))
         .output()
         .unwrap();
     let out = child.wait_with_output().unwrap();
@@ -355,7 +392,7 @@ fn dpdk_port_counts_agree() {
     );
     let r = std::fs::read_to_string(&result).unwrap();
     let n: Vec<u64> = r.split_whitespace().map(|x| x.parse().unwrap()).collect();
-    let (sent, back) = (n[0], n[1]);
+    let (sent, back_iface, back_tx) = (n[0], n[1], n[2]);
     assert_eq!(sent, frames.len() as u64);
 
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
@@ -380,14 +417,28 @@ fn dpdk_port_counts_agree() {
     assert_eq!(g["input_packets"].as_u64(), Some(sent), "{stdout}");
     assert_eq!(g["unmatched"].as_u64(), Some(unmatched), "{stdout}");
     let ports = json["input"]["ports"].as_array().unwrap();
-    assert_eq!(ports.len(), 1, "{ports:?}");
     let port = &ports[0];
     assert_eq!(port["name"].as_str(), Some("dpdk:net_af_packet0"), "{port}");
     assert_eq!(port["rx"].as_u64(), Some(sent), "{port}");
     assert_eq!(port["rx_dropped"].as_u64(), Some(0), "{port}");
-    assert_eq!(port["tx"].as_u64(), Some(passed), "{port}");
     assert_eq!(port["tx_dropped"].as_u64(), Some(0), "{port}");
-    assert_eq!(back, passed, "every passed frame came back out, once");
+    match tx {
+        None => {
+            assert_eq!(ports.len(), 1, "{ports:?}");
+            assert_eq!(port["tx"].as_u64(), Some(passed), "{port}");
+            assert_eq!(back_iface, passed, "every passed frame came back out, once");
+        }
+        Some(_) => {
+            assert_eq!(ports.len(), 2, "{ports:?}");
+            assert_eq!(port["tx"].as_u64(), Some(0), "{port}");
+            assert_eq!(ports[1]["tx"].as_u64(), Some(passed), "{}", ports[1]);
+            assert_eq!(back_iface, 0, "nothing came back on the receiving link");
+            assert_eq!(
+                back_tx, passed,
+                "every passed frame left through --tx-iface, once"
+            );
+        }
+    }
 }
 
 #[test]
