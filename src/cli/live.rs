@@ -18,6 +18,13 @@
 //! into a heap frame for the AF_PACKET transmit port, and the UMEM frame goes back to the
 //! socket's fill ring at once.
 //!
+//! `--port dpdk` (a build with the cargo feature `io-dpdk`): a DPDK port read by the
+//! software dispatcher. The EAL arguments come from `--iface` (DPDK's `net_af_packet`
+//! vdev on it, `--no-pci`, `--in-memory`, `--no-huge` where no hugepages are reserved)
+//! followed by `--eal`; an `--eal` that chooses devices itself (`--vdev`, `-a`) replaces
+//! the vdev. The run prints the EAL arguments it uses. Without the feature, `--port dpdk`
+//! is refused with a message saying how to build it.
+//!
 //! `--dispatch xdp`: the XDP Packet Dispatcher (nic-firmware/xdp, through buffet-xdp)
 //! classifies, runs Algorithm 1 on `bpf_ktime_get_ns()`, writes the tenant slot into the
 //! frame's XDP metadata (and DSCP for slots up to 63) and redirects each frame to its
@@ -71,6 +78,9 @@ pub enum PortKind {
     AfPacket,
     /// An AF_XDP socket on one queue (`--queue`), frames processed in the UMEM.
     AfXdp,
+    /// A DPDK port (`--eal`), frames processed in its mbufs; needs a build with the
+    /// cargo feature `io-dpdk`.
+    Dpdk,
 }
 
 /// Where the AF_XDP port's redirect program runs.
@@ -106,6 +116,11 @@ pub struct RunArgs {
     /// The interface queue the AF_XDP socket (every worker's, with --dispatch xdp) reads.
     #[arg(long, default_value_t = 0)]
     pub queue: u32,
+    /// More DPDK EAL arguments for --port dpdk, whitespace-separated (repeatable), after
+    /// those derived from --iface: e.g. --eal "--no-huge -l 0" or, to use a NIC bound to
+    /// a DPDK driver instead of the net_af_packet vdev, --eal "-a 0000:3b:00.0".
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub eal: Vec<String>,
     /// Put the interface in promiscuous mode while running.
     #[arg(long)]
     pub promisc: bool,
@@ -142,13 +157,21 @@ pub struct RunArgs {
 /// Runs `buffet run` with the NFs of `registry`.
 pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     let xdp = a.dispatch == DispatchMode::Xdp;
-    if !xdp && a.port == PortKind::AfPacket && (a.xdp_mode.is_some() || a.queue != 0) {
+    if !xdp && a.port != PortKind::AfXdp && (a.xdp_mode.is_some() || a.queue != 0) {
         anyhow::bail!("--xdp-mode and --queue apply to --port af-xdp or --dispatch xdp only");
     }
     if xdp && a.promisc {
         anyhow::bail!(
             "--promisc applies to --port af-packet only (an XDP program sees every frame)"
         );
+    }
+    if a.port == PortKind::Dpdk && xdp {
+        anyhow::bail!(
+            "--port dpdk needs --dispatch software (the XDP program feeds AF_XDP sockets)"
+        );
+    }
+    if a.port != PortKind::Dpdk && !a.eal.is_empty() {
+        anyhow::bail!("--eal applies to --port dpdk only");
     }
     anyhow::ensure!(a.shift < 64, "--shift must be below 64");
     if xdp && a.planner != buffet_dispatch::Planner::Greedy {
@@ -225,6 +248,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
             }
             Box::new(port)
         }
+        PortKind::Dpdk => open_dpdk(a)?,
     };
     let tx = match &a.tx_iface {
         Some(name) => Some(AfPacketPort::open(AfPacketConfig {
@@ -324,6 +348,44 @@ fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
             dispatcher_tag_dscp: false,
         },
     ))
+}
+
+/// Opens the DPDK port of `--port dpdk` (see the module docs).
+#[cfg(feature = "io-dpdk")]
+fn open_dpdk(a: &RunArgs) -> anyhow::Result<Box<dyn Port>> {
+    use buffet_io::dpdk::{DpdkConfig, DpdkPort, DPDK_VERSION};
+    let extra: Vec<String> = a
+        .eal
+        .iter()
+        .flat_map(|s| s.split_whitespace().map(str::to_owned))
+        .collect();
+    let cfg = DpdkConfig {
+        promisc: a.promisc,
+        ..DpdkConfig::for_iface(&a.iface, &extra, 0)
+    };
+    eprintln!(
+        "dpdk {DPDK_VERSION} on {}: EAL arguments: {}",
+        a.iface,
+        cfg.eal_args.join(" ")
+    );
+    let port = DpdkPort::open(cfg)?;
+    eprintln!(
+        "dpdk on {}: port {} ({})",
+        a.iface,
+        port.port_id(),
+        port.device()
+    );
+    Ok(Box::new(port))
+}
+
+/// `--port dpdk` in a build without DPDK.
+#[cfg(not(feature = "io-dpdk"))]
+fn open_dpdk(_a: &RunArgs) -> anyhow::Result<Box<dyn Port>> {
+    anyhow::bail!(
+        "--port dpdk: this buffet was built without the io-dpdk feature; build it with \
+         `cargo build --release --features io-dpdk` (needs Debian's dpdk-dev 22.11, see \
+         docs/ports.md)"
+    )
 }
 
 /// A worker's AF_XDP socket as its [`WorkerSource`], counting what it received for the

@@ -24,12 +24,16 @@
 //! frames are handed out as port-owned buffers (no copy between socket and NF), with the
 //! XDP program that redirects the queue to it.
 //!
-//! What this crate does not do: no DPDK port yet, no pcapng, no link types other than
+//! [`dpdk::DpdkPort`] (cargo feature `io-dpdk`, bound to the system's DPDK 22.11) is one
+//! DPDK ethdev — on a kernel interface, DPDK's `net_af_packet` vdev — whose mbufs are
+//! handed out as port-owned buffers.
+//!
+//! What this crate does not do: no pcapng, no link types other than
 //! Ethernet, no threads, no async. No clock, except the AF_XDP port's arrival time (the
 //! wall clock once per burst; otherwise timestamps come from the file, the generator's
 //! virtual time or the kernel's receive time). Its only `unsafe` is the view of a port
 //! frame, in `sys`, and the system calls of the live ports, in `afpacket::sys` and
-//! `afxdp::sys`.
+//! `afxdp::sys` (and the DPDK calls, in `dpdk::sys`).
 //!
 //! ```
 //! use buffet_io::{gen::{GenConfig, Generator}, PacketSource};
@@ -50,6 +54,8 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod buf;
+#[cfg(feature = "io-dpdk")]
+pub mod dpdk;
 pub mod gen;
 pub mod pcap;
 pub mod port;
