@@ -207,7 +207,8 @@ pub enum WorkerEvent {
         tenant: TenantId,
         /// Where it ran.
         worker: u16,
-        /// The panic message.
+        /// The panic message, or for a [`Verdict::Fault`] what the NF says about it
+        /// (an eBPF program over its cost budget: the units it spent and the budget).
         message: String,
     },
     /// A worker was launched at run time.
@@ -976,6 +977,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                 .table
                 .published_id(tenant)
                 .unwrap_or_default();
+            let message = self.with_fault_reason(tenant, message);
             self.emit(WorkerEvent::Fault {
                 tenant: id,
                 worker: worker.0,
@@ -983,6 +985,20 @@ impl<N: NetworkFunction> Dataplane<N> {
             });
         }
         self.reclaim_retired();
+    }
+
+    /// `message`, followed by the NF's own account of the fault
+    /// ([`NetworkFunction::fault_reason`]: an eBPF program's cost and its budget) when it
+    /// has one. The tenant is quarantined: no worker runs its code any more.
+    fn with_fault_reason(&self, tenant: TenantSlot, message: String) -> String {
+        let reason = match &*self.core.shared.table.get(tenant) {
+            Some(entry) => self.core.shared.nf.fault_reason(&entry.lock()),
+            None => None,
+        };
+        match reason {
+            Some(r) => format!("{message}: {r}"),
+            None => message,
+        }
     }
 
     /// Sends a processed packet where its verdict says.
