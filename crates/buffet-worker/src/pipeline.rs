@@ -405,6 +405,11 @@ impl<N: NetworkFunction> Control<N> {
         self.core.shared.table.slot_of(id)
     }
 
+    /// The Memory Manager's counters: regions and bytes in use, free space.
+    pub fn memory_stats(&self) -> buffet_memory::StorageStats {
+        self.core.shared.table.storage().stats()
+    }
+
     fn ask<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Option<Receiver<T>> {
         let (tx, rx) = channel::bounded(1);
         self.commands.send(make(tx)).ok()?;
