@@ -641,10 +641,9 @@ struct WorkerSlot {
     stuck: bool,
     /// Frames it handed back unprocessed as its thread died.
     died_with: u64,
-    /// It had packets in flight at the last check.
-    busy: bool,
-    /// Bursts completed at the last check, and when that count last moved.
-    progress: (u64, Instant),
+    /// Bursts completed at the last check, and since when it has been busy without
+    /// completing one.
+    progress: (u64, Option<Instant>),
 }
 
 /// Per-slot counters the data plane keeps beside the workers' (the tenant's identity is
@@ -829,8 +828,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             lost: false,
             stuck: false,
             died_with: 0,
-            busy: false,
-            progress: (0, Instant::now()),
+            progress: (0, None),
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = WorkerThread {
@@ -1156,7 +1154,6 @@ impl<N: NetworkFunction> Dataplane<N> {
     /// died; one with queued packets and no burst completed for the stall bound is stuck.
     /// Either way its tenants move to live workers at once — well within the timeslot.
     fn check_workers(&mut self) {
-        let mut now = None;
         let bound = self.stall_bound();
         for wi in 0..self.workers.len() {
             let w = &mut self.workers[wi];
@@ -1168,15 +1165,18 @@ impl<N: NetworkFunction> Dataplane<N> {
                 continue;
             }
             let bursts = w.counters.bursts.load(Ordering::Relaxed);
-            let now = *now.get_or_insert_with(Instant::now);
             let busy = w.dispatched != w.completed && !w.sourced;
-            // The clock starts at the first check that finds it busy without progress
-            // (the data plane may not have looked for a while).
-            if bursts != w.progress.0 || !busy || !w.busy {
-                w.progress = (bursts, now);
-                w.busy = busy;
-            } else if now.duration_since(w.progress.1) > bound {
-                self.worker_stuck(wi);
+            if bursts != w.progress.0 || !busy {
+                w.progress = (bursts, None);
+                continue;
+            }
+            // Busy and no burst completed since the last check: the clock starts now (the
+            // data plane may not have looked for a while), and is read only in this case.
+            let now = Instant::now();
+            match w.progress.1 {
+                None => w.progress.1 = Some(now),
+                Some(since) if now.duration_since(since) > bound => self.worker_stuck(wi),
+                Some(_) => {}
             }
         }
     }
