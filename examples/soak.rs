@@ -16,7 +16,8 @@
 //!   (the first fifth of the run, at least 5 s);
 //! * regions leak: after the last removal only the anchor tenants (never removed, two
 //!   per worker) hold regions;
-//! * threads leak: the process ends with the threads it had once the pipeline started.
+//! * threads leak: the process ends with the threads it had once the pipeline started;
+//! * a tenant faulted or a worker was found dead or stuck (none is expected).
 //!
 //! Protection keys are not exercised: the run uses the type-system isolation level, which
 //! needs none (MPK runs only where the CPU has `pku`).
@@ -314,6 +315,21 @@ fn main() {
          anchors' packets {total_packets}",
         anchors.len()
     );
+    let supervision: Vec<_> = report
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                buffet::worker::WorkerEvent::WorkerDied { .. }
+                    | buffet::worker::WorkerEvent::WorkerStuck { .. }
+                    | buffet::worker::WorkerEvent::Fault { .. }
+            )
+        })
+        .collect();
+    if !supervision.is_empty() {
+        failures.push(format!("faults or lost workers: {supervision:?}"));
+    }
     if growth > a.max_rss_growth {
         failures.push(format!(
             "RSS grew {growth:.1}% after the warm-up (limit {}%)",

@@ -288,7 +288,7 @@ pub enum WorkerEvent {
 }
 
 /// Shortest time without progress before a worker with queued packets counts as stuck
-/// (otherwise half a timeslot).
+/// (otherwise half a timeslot); its thread must also have run for a quarter of it.
 pub const MIN_STALL: Duration = Duration::from_millis(500);
 
 /// The backoff after a tenant's second fault, doubled by every fault after it (see
@@ -641,9 +641,9 @@ struct WorkerSlot {
     stuck: bool,
     /// Frames it handed back unprocessed as its thread died.
     died_with: u64,
-    /// Bursts completed at the last check, and since when it has been busy without
-    /// completing one.
-    progress: (u64, Option<Instant>),
+    /// Bursts completed at the last check, and since when (and from which CPU time of
+    /// its thread) it has been busy without completing one.
+    progress: (u64, Option<(Instant, Option<Duration>)>),
 }
 
 /// Per-slot counters the data plane keeps beside the workers' (the tenant's identity is
@@ -1172,10 +1172,22 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
             // Busy and no burst completed since the last check: the clock starts now (the
             // data plane may not have looked for a while), and is read only in this case.
+            // Stuck means running without progress: the thread must also have used CPU
+            // time (a quarter of the bound) — a thread the OS did not schedule on a loaded
+            // machine is slow, not stuck.
             let now = Instant::now();
+            let cpu = || w.thread.as_ref().and_then(crate::sys::thread_cpu_time);
             match w.progress.1 {
-                None => w.progress.1 = Some(now),
-                Some(since) if now.duration_since(since) > bound => self.worker_stuck(wi),
+                None => w.progress.1 = Some((now, cpu())),
+                Some((since, cpu0)) if now.duration_since(since) > bound => {
+                    let ran = match (cpu0, cpu()) {
+                        (Some(a), Some(b)) => b.saturating_sub(a) >= bound / 4,
+                        _ => true,
+                    };
+                    if ran {
+                        self.worker_stuck(wi);
+                    }
+                }
                 Some(_) => {}
             }
         }
