@@ -200,6 +200,17 @@ pub fn print_events(out: &mut dyn Write, r: &Report, limit: usize) -> std::io::R
                 out,
                 "  worker {worker} terminated, {reassigned} tenants reassigned"
             )?,
+            WorkerEvent::WorkerDied { worker, message, reassigned, requeued, dropped } => writeln!(
+                out,
+                "  worker {worker} died ({message}): {reassigned} tenants reassigned, {requeued} queued packets moved, {dropped} dropped"
+            )?,
+            WorkerEvent::WorkerStuck { worker, tenants, reassigned, requeued, stuck } => writeln!(
+                out,
+                "  worker {worker} stuck in tenant(s) {tenants:?} (quarantined): {reassigned} tenants reassigned, {requeued} queued packets moved, {stuck} caught"
+            )?,
+            WorkerEvent::Released { tenant, faults } => {
+                writeln!(out, "  tenant {tenant} released from quarantine after {faults} faults")?
+            }
         }
     }
     if r.events.len() > limit {

@@ -7,8 +7,8 @@
 //!    appends the code its bpf-to-bpf calls reach, and turns map references into the
 //!    map indices the verifier and the helpers use. Global data is refused.
 //! 2. [`verify`] runs PREVAIL with a platform description of Buffet's context (packet,
-//!    packet end, tenant region and its size), termination checking on, on a thread of
-//!    its own within a time budget, verdicts cached by SHA-256; then rejects comparisons
+//!    packet end, tenant region and its size), termination checking on, in a child
+//!    process within a time and a memory budget, verdicts cached by SHA-256; then rejects comparisons
 //!    that could reveal a host address (a program never observes one). A rejection
 //!    carries the verifier's message.
 //! 3. [`Program`] lays out the tenant region (context, 16 counters, maps), builds the

@@ -506,6 +506,10 @@ impl NetworkFunction for EbpfNf {
         }
     }
 
+    fn fault_reason(&self, state: &EbpfState) -> Option<String> {
+        state.last_fault.clone()
+    }
+
     fn summary(&self, state: &EbpfState) -> Vec<(&'static str, u64)> {
         let names = self.program_of(state).counter_names();
         let mut v: Vec<(&'static str, u64)> = (0..MAX_COUNTERS)

@@ -1,5 +1,6 @@
-//! Every `unsafe` block of the crate: helpers touching the running program's memory, and
-//! entering JIT-compiled code.
+//! Every `unsafe` block of the crate: helpers touching the running program's memory,
+//! entering JIT-compiled code, and the verifier's child process (fork, address-space
+//! limit, deadline, reaping).
 //!
 //! While a program runs, the host holds no Rust reference to the packet or the tenant
 //! region: rbpf got them as `&mut [u8]` and works on raw addresses it exposed. A helper
@@ -98,4 +99,205 @@ pub(crate) fn run_jit(
     // requires; the meter is a `Cell` the JIT code and the helpers write through shared
     // access only, while the host holds no reference into it across the call.
     unsafe { vm.execute_program_jit_metered(packet, region, meter) }
+}
+
+/// How a child started by [`run_in_child`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ChildEnd {
+    /// It exited with this status.
+    Exited(i32),
+    /// A signal killed it (not ours).
+    Signaled(i32),
+    /// It was still running at the deadline and was killed (SIGKILL).
+    TimedOut,
+    /// Its resident memory grew past the budget and it was killed (SIGKILL).
+    OverMemory,
+}
+
+/// How often the parent checks the child's resident memory.
+const MEMORY_CHECK: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Runs `work` in a forked child process and waits at most `time_budget` for it: past
+/// the deadline it is killed. Its memory is bounded twice: the parent checks the child's
+/// resident set every few milliseconds and kills it once that grew by more than
+/// `memory_budget` bytes since the fork (the child touches free heap the parent had
+/// reserved, which no address-space limit sees), and the child's address space may grow
+/// by at most `memory_budget` bytes (`RLIMIT_AS`: a large reservation fails at once, and
+/// Rust aborts on the failed allocation). Returns how it ended and the
+/// bytes `work` returned (written back through a pipe). The child is always reaped
+/// before this returns, so nothing is left behind.
+///
+/// The child starts as a copy of the calling thread only: `work` must not wait for a
+/// lock another thread could have held at the fork (the allocator is safe: glibc
+/// resets its locks in the child). A child that deadlocks anyway runs into the time
+/// budget and is killed. It leaves with `_exit`: no destructors, no atexit handlers,
+/// no flushing of buffers it shares with the parent.
+pub(crate) fn run_in_child(
+    memory_budget: u64,
+    time_budget: std::time::Duration,
+    work: impl FnOnce() -> Vec<u8>,
+) -> io::Result<(ChildEnd, Vec<u8>)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (rd, wr) = (fds[0], fds[1]);
+    let deadline = std::time::Instant::now() + time_budget;
+    // SAFETY: fork has no memory-safety preconditions; the child below only runs
+    // `work` on data it owns and leaves through `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        let e = io::Error::last_os_error();
+        close(rd);
+        close(wr);
+        return Err(e);
+    }
+    if pid == 0 {
+        close(rd);
+        limit_address_space(memory_budget);
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+        let code = match out {
+            Ok(bytes) => {
+                if write_all(wr, &bytes) {
+                    0
+                } else {
+                    2
+                }
+            }
+            Err(_) => 3,
+        };
+        // SAFETY: `_exit` ends the child at once; nothing of the parent's is flushed.
+        unsafe { libc::_exit(code) }
+    }
+    close(wr);
+    let statm = format!("/proc/{pid}/statm");
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let resident = || -> Option<u64> {
+        let s = std::fs::read_to_string(&statm).ok()?;
+        let pages: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
+        Some(pages * page)
+    };
+    let base = resident().unwrap_or(0);
+    let mut out = Vec::new();
+    let mut killed = None;
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            killed = Some(ChildEnd::TimedOut);
+            break;
+        }
+        if resident().is_some_and(|r| r.saturating_sub(base) > memory_budget) {
+            killed = Some(ChildEnd::OverMemory);
+            break;
+        }
+        let left = left.min(MEMORY_CHECK);
+        let mut pfd = libc::pollfd {
+            fd: rd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: `pfd` is one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if r == 0 {
+            continue;
+        }
+        // SAFETY: `buf` is valid for `buf.len()` bytes of writes.
+        let n = unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    close(rd);
+    if killed.is_some() {
+        // SAFETY: `pid` is our own child, not yet reaped (so the id is not reused).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid int; `pid` is our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    let end = if let Some(k) = killed {
+        k
+    } else if libc::WIFEXITED(status) {
+        ChildEnd::Exited(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        ChildEnd::Signaled(libc::WTERMSIG(status))
+    } else {
+        ChildEnd::Exited(-1)
+    };
+    Ok((end, out))
+}
+
+fn close(fd: i32) {
+    // SAFETY: `fd` is a descriptor this module opened and closes once.
+    unsafe { libc::close(fd) };
+}
+
+fn write_all(fd: i32, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is valid for `bytes.len()` bytes of reads.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
+/// In the child: caps the address space at its current size plus `budget` bytes.
+/// Reads `/proc/self/statm` with plain system calls into a stack buffer.
+fn limit_address_space(budget: u64) {
+    let mut buf = [0u8; 128];
+    let path = b"/proc/self/statm\0";
+    // SAFETY: `path` is NUL-terminated.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let mut pages = 0u64;
+    if fd >= 0 {
+        // SAFETY: `buf` is valid for `buf.len()` bytes of writes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        close(fd);
+        for &b in buf.iter().take(n.max(0) as usize) {
+            if !b.is_ascii_digit() {
+                break;
+            }
+            pages = pages * 10 + u64::from(b - b'0');
+        }
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let limit = pages.saturating_mul(page).saturating_add(budget);
+    let rl = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: `rl` is a valid rlimit.
+    unsafe { libc::setrlimit(libc::RLIMIT_AS, &rl) };
 }

@@ -28,15 +28,24 @@
 //!   (PREVAIL's limit is 100,000 iterations per loop head over a whole run; Buffet can
 //!   lower it, see [`VerifierConfig::max_loop_iterations`]).
 //!
-//! **Off the data path.** [`verify`] runs PREVAIL on a thread of its own and waits at most
-//! [`VerifierConfig::time_budget`] for it: PREVAIL's time grows far faster than program
-//! length, and a program shaped against its analysis could otherwise stall whoever asked
-//! (admission is on a control thread, never on a worker, but a stalled control thread
-//! stalls every admission after it). Past the budget the program is rejected
-//! ([`VerifyError::TimeBudget`]); PREVAIL has no cancellation, so that thread finishes in
-//! the background and its verdict is dropped. Completed verdicts are cached by the
-//! SHA-256 of the program, its maps and the settings, so a program is verified once per
-//! process however many tenants name it. What is not bounded: the verifier's memory.
+//! **Off the data path, bounded in time and memory.** [`verify`] runs PREVAIL in a child
+//! process (a `fork` of the caller, from a thread of its own with a large stack): the child
+//! is killed when its resident memory grew by more than [`VerifierConfig::memory_budget`]
+//! bytes (checked every 2 ms; its address space is capped at the same growth with
+//! `RLIMIT_AS` as well) or when it runs past [`VerifierConfig::time_budget`]. PREVAIL's time and memory grow far faster than program
+//! length, and it has no cancellation: a thread past its budget would keep a core busy
+//! until it finished, and a stream of distinct slow programs would pile such threads up.
+//! A killed child takes its work and memory with it, and is reaped before [`verify`]
+//! returns, so nothing is left behind whatever the program. Past the time budget the
+//! program is rejected with [`VerifyError::TimeBudget`], past the memory budget with
+//! [`VerifyError::MemoryBudget`]. A fork (rather than a helper binary or a re-executed
+//! binary with a hidden mode) works the same from every caller — the `buffet` binary,
+//! a daemon, a test harness or a fuzzer — with nothing to install or find at run time.
+//!
+//! Completed verdicts are cached by the SHA-256 of the program, its maps and the loop
+//! limit, so a program is verified once per process however many tenants name it. A
+//! budget rejection is remembered too, with the budget it exceeded: the same program
+//! asked again within no larger a budget is rejected at once instead of being run again.
 //!
 //! What it does not check, and who does: the return value (the host maps it, an
 //! unknown value is a run-time fault) and helper arguments that are numbers (offsets,
@@ -44,7 +53,7 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{mpsc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use prevail::crab::ebpf_domain::DomainContext;
@@ -66,6 +75,7 @@ use prevail::spec::vm_isa::EbpfInst;
 
 use crate::abi::{self, helper, CTX_SIZE};
 use crate::elf::{Image, MapKind};
+use crate::sys::ChildEnd;
 
 /// The context PREVAIL checks accesses through r1 against.
 static BUFFET_CTX: EbpfCtxDescriptor = EbpfCtxDescriptor {
@@ -311,6 +321,9 @@ impl EbpfPlatform for BuffetPlatform {
 /// How long [`verify`] waits for PREVAIL by default.
 pub const DEFAULT_TIME_BUDGET: Duration = Duration::from_secs(60);
 
+/// How much address space [`verify`]'s child process may add by default (1 GiB).
+pub const DEFAULT_MEMORY_BUDGET: u64 = 1 << 30;
+
 /// Verifier settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VerifierConfig {
@@ -321,6 +334,9 @@ pub struct VerifierConfig {
     /// Longest the verification of one program may take (default
     /// [`DEFAULT_TIME_BUDGET`]); past it the program is rejected.
     pub time_budget: Duration,
+    /// Most bytes of address space the verification of one program may add (default
+    /// [`DEFAULT_MEMORY_BUDGET`]); past it the program is rejected.
+    pub memory_budget: u64,
 }
 
 impl Default for VerifierConfig {
@@ -328,6 +344,7 @@ impl Default for VerifierConfig {
         VerifierConfig {
             max_loop_iterations: PREVAIL_LOOP_LIMIT,
             time_budget: DEFAULT_TIME_BUDGET,
+            memory_budget: DEFAULT_MEMORY_BUDGET,
         }
     }
 }
@@ -386,6 +403,16 @@ pub enum VerifyError {
     TimeBudget {
         /// The budget.
         budget: Duration,
+    },
+    /// Verification needed more memory than the configured budget.
+    #[error(
+        "verification ran out of its memory budget of {} MiB; the program is rejected \
+         (simplify it, or raise the budget)",
+        budget >> 20
+    )]
+    MemoryBudget {
+        /// The budget, in bytes.
+        budget: u64,
     },
 }
 
@@ -492,15 +519,28 @@ fn verdicts() -> &'static Verdicts {
     CACHE.get_or_init(Default::default)
 }
 
+/// The largest time and memory budgets a program was seen to exceed, by [`verdict_key`].
+type Exceeded = Mutex<HashMap<[u8; 32], (Duration, u64)>>;
+
+fn exceeded() -> &'static Exceeded {
+    static CACHE: OnceLock<Exceeded> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
 /// Verdicts in the process-wide cache.
 pub fn cached_verdicts() -> usize {
     verdicts().lock().unwrap_or_else(|e| e.into_inner()).len()
 }
 
-/// Verifies a loaded image on a thread of its own, waiting at most
-/// [`VerifierConfig::time_budget`]; a verdict already reached for the same program, maps
-/// and loop limit is returned from the cache. Never panics: a panic inside PREVAIL is
-/// [`VerifyError::Internal`].
+/// Stack of the thread that forks the verifier's child (PREVAIL recurses deeply on
+/// long programs); only touched pages cost memory.
+const VERIFIER_STACK: usize = 64 << 20;
+
+/// Verifies a loaded image in a child process within [`VerifierConfig::time_budget`] and
+/// [`VerifierConfig::memory_budget`] (see the module documentation); a verdict already
+/// reached for the same program, maps and loop limit is returned from the cache. Never
+/// panics: a panic inside PREVAIL is [`VerifyError::Internal`]. When it returns, the
+/// child is gone.
 pub fn verify(image: &Image, cfg: &VerifierConfig) -> Result<Verified, VerifyError> {
     let key = verdict_key(image, cfg);
     if let Some(v) = verdicts()
@@ -510,28 +550,207 @@ pub fn verify(image: &Image, cfg: &VerifierConfig) -> Result<Verified, VerifyErr
     {
         return v.clone();
     }
-    let (tx, rx) = mpsc::sync_channel(1);
+    if let Some(&(time, memory)) = exceeded()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+    {
+        if cfg.time_budget <= time {
+            return Err(VerifyError::TimeBudget {
+                budget: cfg.time_budget,
+            });
+        }
+        if cfg.memory_budget <= memory {
+            return Err(VerifyError::MemoryBudget {
+                budget: cfg.memory_budget,
+            });
+        }
+    }
+    // Cheap structural checks first, in this process: no child for what they reject.
+    precheck(&insts(image))?;
     let (image, cfg_copy) = (image.clone(), *cfg);
-    std::thread::Builder::new()
+    let verdict = std::thread::Builder::new()
         .name("buffet-verify".into())
-        .stack_size(64 << 20)
+        .stack_size(VERIFIER_STACK)
         .spawn(move || {
-            let verdict = verify_here(&image, &cfg_copy);
+            crate::sys::run_in_child(cfg_copy.memory_budget, cfg_copy.time_budget, || {
+                wire::encode(&verify_here(&image, &cfg_copy))
+            })
+        })
+        .map_err(|e| VerifyError::Internal(format!("cannot start the verifier thread: {e}")))?
+        .join()
+        .map_err(|_| VerifyError::Internal("the verifier thread panicked".into()))?
+        .map_err(|e| VerifyError::Internal(format!("cannot start the verifier process: {e}")))?;
+    let verdict = match verdict {
+        (ChildEnd::Exited(0), bytes) => wire::decode(&bytes).unwrap_or_else(|| {
+            Err(VerifyError::Internal(
+                "the verifier process sent an unreadable verdict".into(),
+            ))
+        }),
+        (ChildEnd::OverMemory, _) => Err(VerifyError::MemoryBudget {
+            budget: cfg.memory_budget,
+        }),
+        (ChildEnd::TimedOut, _) => Err(VerifyError::TimeBudget {
+            budget: cfg.time_budget,
+        }),
+        // Rust aborts when an allocation fails, and allocations fail at the address-space
+        // limit; PREVAIL's own panics are caught and reported as verdicts.
+        (ChildEnd::Signaled(libc_sigabrt), _) if libc_sigabrt == SIGABRT => {
+            Err(VerifyError::MemoryBudget {
+                budget: cfg.memory_budget,
+            })
+        }
+        (ChildEnd::Signaled(sig), _) => Err(VerifyError::Internal(format!(
+            "the verifier process died of signal {sig}"
+        ))),
+        (ChildEnd::Exited(code), _) => Err(VerifyError::Internal(format!(
+            "the verifier process exited with status {code}"
+        ))),
+    };
+    match &verdict {
+        Err(VerifyError::TimeBudget { .. } | VerifyError::MemoryBudget { .. }) => {
+            let mut map = exceeded().lock().unwrap_or_else(|e| e.into_inner());
+            let e = map.entry(key).or_insert((Duration::ZERO, 0));
+            match verdict {
+                Err(VerifyError::TimeBudget { budget }) => e.0 = e.0.max(budget),
+                _ => e.1 = e.1.max(cfg.memory_budget),
+            }
+        }
+        Err(VerifyError::Internal(_)) => {}
+        _ => {
             verdicts()
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(key, verdict.clone());
-            let _ = tx.send(verdict);
-        })
-        .map_err(|e| VerifyError::Internal(format!("cannot start the verifier thread: {e}")))?;
-    match rx.recv_timeout(cfg.time_budget) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => Err(VerifyError::TimeBudget {
-            budget: cfg.time_budget,
-        }),
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(VerifyError::Internal(
-            "the verifier thread ended without a verdict".into(),
-        )),
+        }
+    }
+    verdict
+}
+
+/// The signal Rust's allocation-failure handler aborts with.
+const SIGABRT: i32 = 6;
+
+/// A verdict as bytes, from the verifier's child process to its parent.
+mod wire {
+    use super::{Verified, VerifyError};
+    use std::time::Duration;
+
+    fn put_u64(out: &mut Vec<u8>, v: u64) {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+
+    fn put_str(out: &mut Vec<u8>, s: &str) {
+        put_u64(out, s.len() as u64);
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    pub(super) fn encode(v: &Result<Verified, VerifyError>) -> Vec<u8> {
+        let mut out = Vec::new();
+        match v {
+            Ok(v) => {
+                out.push(0);
+                put_u64(&mut out, v.instructions as u64);
+                put_u64(&mut out, u64::from(v.max_loop_count));
+                put_str(&mut out, &v.exit_value);
+            }
+            Err(e) => match e {
+                VerifyError::TooLong(n) => {
+                    out.push(1);
+                    put_u64(&mut out, *n as u64);
+                }
+                VerifyError::Unsupported { insn, message } => {
+                    out.push(2);
+                    put_u64(&mut out, *insn as u64);
+                    put_str(&mut out, message);
+                }
+                VerifyError::Malformed(m) => {
+                    out.push(3);
+                    put_str(&mut out, m);
+                }
+                VerifyError::ControlFlow(m) => {
+                    out.push(4);
+                    put_str(&mut out, m);
+                }
+                VerifyError::Rejected(m) => {
+                    out.push(5);
+                    put_str(&mut out, m);
+                }
+                VerifyError::LoopBudget { count, limit } => {
+                    out.push(6);
+                    put_u64(&mut out, u64::from(*count));
+                    put_u64(&mut out, u64::from(*limit));
+                }
+                VerifyError::Internal(m) => {
+                    out.push(7);
+                    put_str(&mut out, m);
+                }
+                VerifyError::TimeBudget { budget } => {
+                    out.push(8);
+                    put_u64(&mut out, budget.as_nanos() as u64);
+                }
+                VerifyError::MemoryBudget { budget } => {
+                    out.push(9);
+                    put_u64(&mut out, *budget);
+                }
+            },
+        }
+        out
+    }
+
+    struct Reader<'a>(&'a [u8]);
+
+    impl Reader<'_> {
+        fn u64(&mut self) -> Option<u64> {
+            let (head, rest) = self.0.split_first_chunk::<8>()?;
+            self.0 = rest;
+            Some(u64::from_le_bytes(*head))
+        }
+
+        fn u32(&mut self) -> Option<u32> {
+            u32::try_from(self.u64()?).ok()
+        }
+
+        fn str(&mut self) -> Option<String> {
+            let n = usize::try_from(self.u64()?).ok()?;
+            if n > self.0.len() {
+                return None;
+            }
+            let (s, rest) = self.0.split_at(n);
+            self.0 = rest;
+            String::from_utf8(s.to_vec()).ok()
+        }
+    }
+
+    /// `None` when the bytes are not a whole verdict.
+    pub(super) fn decode(bytes: &[u8]) -> Option<Result<Verified, VerifyError>> {
+        let (&tag, rest) = bytes.split_first()?;
+        let mut r = Reader(rest);
+        let v = match tag {
+            0 => Ok(Verified {
+                instructions: usize::try_from(r.u64()?).ok()?,
+                max_loop_count: r.u32()?,
+                exit_value: r.str()?,
+            }),
+            1 => Err(VerifyError::TooLong(usize::try_from(r.u64()?).ok()?)),
+            2 => Err(VerifyError::Unsupported {
+                insn: usize::try_from(r.u64()?).ok()?,
+                message: r.str()?,
+            }),
+            3 => Err(VerifyError::Malformed(r.str()?)),
+            4 => Err(VerifyError::ControlFlow(r.str()?)),
+            5 => Err(VerifyError::Rejected(r.str()?)),
+            6 => Err(VerifyError::LoopBudget {
+                count: r.u32()?,
+                limit: r.u32()?,
+            }),
+            7 => Err(VerifyError::Internal(r.str()?)),
+            8 => Err(VerifyError::TimeBudget {
+                budget: Duration::from_nanos(r.u64()?),
+            }),
+            9 => Err(VerifyError::MemoryBudget { budget: r.u64()? }),
+            _ => return None,
+        };
+        r.0.is_empty().then_some(v)
     }
 }
 
@@ -691,4 +910,45 @@ fn run_prevail(
         u32::try_from(result.max_loop_count).unwrap_or(u32::MAX),
         result.exit_value.to_string(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_cross_the_pipe_unchanged() {
+        let all: Vec<Result<Verified, VerifyError>> = vec![
+            Ok(Verified {
+                instructions: 42,
+                max_loop_count: 7,
+                exit_value: "[0, 2]".into(),
+            }),
+            Err(VerifyError::TooLong(40_000)),
+            Err(VerifyError::Unsupported {
+                insn: 3,
+                message: "kfunc".into(),
+            }),
+            Err(VerifyError::Malformed("bad opcode".into())),
+            Err(VerifyError::ControlFlow("jump out".into())),
+            Err(VerifyError::Rejected("12: upper bound".into())),
+            Err(VerifyError::LoopBudget {
+                count: 10,
+                limit: 5,
+            }),
+            Err(VerifyError::Internal("oops".into())),
+            Err(VerifyError::TimeBudget {
+                budget: Duration::from_millis(1500),
+            }),
+            Err(VerifyError::MemoryBudget { budget: 1 << 20 }),
+        ];
+        for v in all {
+            let bytes = wire::encode(&v);
+            assert_eq!(wire::decode(&bytes), Some(v.clone()));
+            // A verdict cut short is not a verdict.
+            assert_eq!(wire::decode(&bytes[..bytes.len() - 1]), None);
+        }
+        assert_eq!(wire::decode(&[]), None);
+        assert_eq!(wire::decode(&[99]), None);
+    }
 }

@@ -368,6 +368,7 @@ fn verification_runs_off_the_calling_thread_within_its_time_budget() {
                 // Part of the verdict's cache key: not the settings other tests verify
                 // this program with, so this verification is not served from the cache.
                 max_loop_iterations: 99_999,
+                ..VerifierConfig::default()
             },
             ..LoadOptions::default()
         };

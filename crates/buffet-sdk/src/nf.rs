@@ -274,6 +274,15 @@ pub trait NetworkFunction: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Why this tenant's last [`Verdict::Fault`] happened, in words (an eBPF program's
+    /// cost over its budget, with both figures), appended to the fault event the worker
+    /// raises. Called once per fault, on the control side, after the tenant was
+    /// quarantined; it must only read `state`, never run tenant code. Default: none.
+    fn fault_reason(&self, state: &Self::State) -> Option<String> {
+        let _ = state;
+        None
+    }
+
     /// Named counters summarising one tenant's state, for stats output (replay's stats
     /// JSON, the daemon's per-tenant stats). Called off the hot path. Default: none.
     fn summary(&self, state: &Self::State) -> Vec<(&'static str, u64)> {

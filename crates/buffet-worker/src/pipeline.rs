@@ -18,6 +18,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use buffet_dispatch::{
     Decision, DispatchDrop, DispatchError, Dispatcher, DispatcherConfig, Event, Match, TenantSlot,
@@ -165,6 +166,26 @@ pub enum PipelineError {
     /// The data plane has stopped.
     #[error("the data plane has stopped")]
     Stopped,
+    /// [`Control::release`] of a tenant that is not quarantined.
+    #[error("tenant {0} is not quarantined")]
+    NotQuarantined(TenantId),
+    /// [`Control::release`] within the tenant's backoff: it faulted again too recently.
+    #[error(
+        "tenant {tenant} faulted {faults} times; it can be released in {} ms (backoff of {} ms \
+         from its last fault)",
+        remaining.as_millis(),
+        backoff.as_millis()
+    )]
+    QuarantineBackoff {
+        /// The tenant.
+        tenant: TenantId,
+        /// Faults since its admission.
+        faults: u32,
+        /// The backoff its fault count earns.
+        backoff: Duration,
+        /// What is left of it.
+        remaining: Duration,
+    },
     /// A port failed.
     #[error("port {port}: {source}")]
     Port {
@@ -207,7 +228,8 @@ pub enum WorkerEvent {
         tenant: TenantId,
         /// Where it ran.
         worker: u16,
-        /// The panic message.
+        /// The panic message, or for a [`Verdict::Fault`] what the NF says about it
+        /// (an eBPF program over its cost budget: the units it spent and the budget).
         message: String,
     },
     /// A worker was launched at run time.
@@ -222,7 +244,56 @@ pub enum WorkerEvent {
         /// Tenants reassigned.
         reassigned: usize,
     },
+    /// A worker thread died outside a handler (a panic the per-group containment does not
+    /// cover). Its tenants moved to live workers; the frames still in its input ring went
+    /// to their tenants' new workers; the frames of the burst it held came back
+    /// unprocessed and are counted as `worker_died` drops of their tenants.
+    WorkerDied {
+        /// Its id.
+        worker: u16,
+        /// Why it died (the panic message).
+        message: String,
+        /// Tenants reassigned.
+        reassigned: usize,
+        /// Queued frames handed to live workers.
+        requeued: u64,
+        /// Frames of its burst dropped unprocessed.
+        dropped: u64,
+    },
+    /// A worker made no progress for half a timeslot (at least
+    /// [`MIN_STALL`]) with packets queued: a handler that never returns, which a safe
+    /// Rust NF cannot be interrupted in. The tenants whose state it holds are
+    /// quarantined (their packets are dropped, counted, wherever they are sent, without
+    /// touching that state); its tenants moved to live workers and the frames in its
+    /// input ring with them. Its thread is left to run and never joined.
+    WorkerStuck {
+        /// Its id.
+        worker: u16,
+        /// The tenants it is stuck in (quarantined).
+        tenants: Vec<TenantId>,
+        /// Tenants reassigned.
+        reassigned: usize,
+        /// Queued frames handed to live workers.
+        requeued: u64,
+        /// Frames in the burst it holds (global `stuck_in_worker`).
+        stuck: u64,
+    },
+    /// The operator released a quarantined tenant ([`Control::release`]).
+    Released {
+        /// The tenant.
+        tenant: TenantId,
+        /// Faults since its admission.
+        faults: u32,
+    },
 }
+
+/// Shortest time without progress before a worker with queued packets counts as stuck
+/// (otherwise half a timeslot); its thread must also have run for a quarter of it.
+pub const MIN_STALL: Duration = Duration::from_millis(500);
+
+/// The backoff after a tenant's second fault, doubled by every fault after it (see
+/// [`Control::release`]); change it with [`Control::set_quarantine_backoff`].
+pub const QUARANTINE_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A request from a [`Control`] handle, applied by the [`Dataplane`] between bursts. Each
 /// carries the channel its answer goes back on.
@@ -260,6 +331,13 @@ pub enum Command {
         /// The answer.
         reply: Sender<Result<(), PipelineError>>,
     },
+    /// Lift a tenant's quarantine (see [`Control::release`]).
+    Release {
+        /// The tenant's slot.
+        slot: TenantSlot,
+        /// The answer.
+        reply: Sender<Result<(), PipelineError>>,
+    },
     /// A snapshot of every counter.
     Report {
         /// The answer.
@@ -280,6 +358,8 @@ pub(crate) struct Core<N: NetworkFunction> {
     names: Mutex<Vec<Option<String>>>,
     events_dropped: AtomicU64,
     stopped: AtomicBool,
+    /// [`QUARANTINE_BACKOFF`] or what the operator set, in nanoseconds.
+    backoff_ns: AtomicU64,
 }
 
 /// The control handle: `Send + Sync + Clone`, usable from any thread (a daemon's API
@@ -323,6 +403,11 @@ impl<N: NetworkFunction> Control<N> {
     /// The slot of an admitted tenant.
     pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
         self.core.shared.table.slot_of(id)
+    }
+
+    /// The Memory Manager's counters: regions and bytes in use, free space.
+    pub fn memory_stats(&self) -> buffet_memory::StorageStats {
+        self.core.shared.table.storage().stats()
     }
 
     fn ask<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Option<Receiver<T>> {
@@ -450,6 +535,28 @@ impl<N: NetworkFunction> Control<N> {
         }
     }
 
+    /// Lifts tenant `id`'s quarantine: its packets reach its handler again, on the state
+    /// it had (replace it first with [`update_policy`](Self::update_policy) for a fresh
+    /// one). Only the operator releases a tenant; nothing does it on a timer. Backoff: a
+    /// tenant's first fault may be released at once; after its second fault a release is
+    /// refused ([`PipelineError::QuarantineBackoff`]) until the backoff
+    /// ([`QUARANTINE_BACKOFF`] by default) has passed since that fault, and every further
+    /// fault doubles it (up to 2^16 times). Faults count from the tenant's admission.
+    pub fn release(&self, id: TenantId) -> Result<(), PipelineError> {
+        let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
+        self.ask_pipeline(|reply| Command::Release { slot, reply })?
+            .recv()
+            .unwrap_or(Err(PipelineError::Stopped))
+    }
+
+    /// Sets the backoff after a second fault (see [`release`](Self::release)).
+    pub fn set_quarantine_backoff(&self, backoff: Duration) {
+        self.core.backoff_ns.store(
+            u64::try_from(backoff.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
     /// Asks the data plane to finish what is in flight and return from
     /// [`Dataplane::run`].
     pub fn stop(&self) {
@@ -528,6 +635,15 @@ struct WorkerSlot {
     sourced: bool,
     dispatched: u64,
     completed: u64,
+    /// Its thread died or is stuck: no longer waited for (flush, shutdown).
+    lost: bool,
+    /// Its thread is stuck in a handler: never joined.
+    stuck: bool,
+    /// Frames it handed back unprocessed as its thread died.
+    died_with: u64,
+    /// Bursts completed at the last check, and since when (and from which CPU time of
+    /// its thread) it has been busy without completing one.
+    progress: (u64, Option<(Instant, Option<Duration>)>),
 }
 
 /// Per-slot counters the data plane keeps beside the workers' (the tenant's identity is
@@ -538,6 +654,11 @@ struct SlotInfo {
     baseline: TenantReport,
     policed: u64,
     migrations: u64,
+    /// Packets lost unprocessed with a worker that died.
+    worker_died: u64,
+    /// Faults since admission, and when the last one was seen.
+    faults: u32,
+    last_fault: Option<Instant>,
 }
 
 /// The data plane: the software Packet Dispatcher, the worker rings, the heap frame pool
@@ -629,6 +750,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         names: Mutex::new(vec![None; cap as usize]),
         events_dropped: AtomicU64::new(0),
         stopped: AtomicBool::new(false),
+        backoff_ns: AtomicU64::new(QUARANTINE_BACKOFF.as_nanos() as u64),
     });
     let (cmd_tx, cmd_rx) = channel::unbounded();
     let (ev_tx, ev_rx) = channel::bounded(EVENT_CAPACITY);
@@ -703,6 +825,10 @@ impl<N: NetworkFunction> Dataplane<N> {
             sourced: source.is_some(),
             dispatched: 0,
             completed: 0,
+            lost: false,
+            stuck: false,
+            died_with: 0,
+            progress: (0, None),
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = WorkerThread {
@@ -803,8 +929,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                     }
                     self.slots[i] = SlotInfo {
                         baseline,
-                        policed: 0,
-                        migrations: 0,
+                        ..SlotInfo::default()
                     };
                     self.core
                         .names
@@ -827,6 +952,9 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
             Command::TerminateWorker { worker, reply } => {
                 let _ = reply.send(self.terminate_worker(worker));
+            }
+            Command::Release { slot, reply } => {
+                let _ = reply.send(self.release(slot));
             }
             Command::Report { reply } => {
                 let _ = reply.send(self.report());
@@ -940,6 +1068,24 @@ impl<N: NetworkFunction> Dataplane<N> {
                 return;
             }
             self.poll_completions();
+            if self.workers[i].lost {
+                // Found dead or stuck while waiting: the frame goes where its tenant went.
+                match self
+                    .dispatcher
+                    .scheduler()
+                    .tenant(m.tenant)
+                    .map(|r| r.worker)
+                {
+                    Some(to) if self.workers.get(to.0 as usize).is_some_and(|t| t.live) => {
+                        return self.send(to, m, live);
+                    }
+                    _ => {
+                        self.global.no_live_worker += 1;
+                        self.recycle(m);
+                        return;
+                    }
+                }
+            }
             backoff.snooze();
         }
         self.workers[i].dispatched += 1;
@@ -961,6 +1107,19 @@ impl<N: NetworkFunction> Dataplane<N> {
                 if w.sourced {
                     w.dispatched += 1;
                 }
+                if w.stuck {
+                    // Its handler came back after all: the frame is no longer caught.
+                    self.global.stuck_in_worker = self.global.stuck_in_worker.saturating_sub(1);
+                }
+                if m.outcome == Outcome::Pending {
+                    // Only a dying worker hands back a frame it did not process.
+                    w.died_with += 1;
+                    if let Some(info) = self.slots.get_mut(m.tenant.index()) {
+                        info.worker_died += 1;
+                    }
+                    self.recycle(m);
+                    continue;
+                }
                 self.route(m);
             }
         }
@@ -976,13 +1135,210 @@ impl<N: NetworkFunction> Dataplane<N> {
                 .table
                 .published_id(tenant)
                 .unwrap_or_default();
+            let message = self.with_fault_reason(tenant, message);
+            if let Some(info) = self.slots.get_mut(tenant.index()) {
+                info.faults = info.faults.saturating_add(1);
+                info.last_fault = Some(Instant::now());
+            }
             self.emit(WorkerEvent::Fault {
                 tenant: id,
                 worker: worker.0,
                 message,
             });
         }
+        self.check_workers();
         self.reclaim_retired();
+    }
+
+    /// Supervision, at every completion poll: a live worker whose thread ended by itself
+    /// died; one with queued packets and no burst completed for the stall bound is stuck.
+    /// Either way its tenants move to live workers at once — well within the timeslot.
+    fn check_workers(&mut self) {
+        let bound = self.stall_bound();
+        for wi in 0..self.workers.len() {
+            let w = &mut self.workers[wi];
+            if !w.live || w.lost || w.stop.load(Ordering::Acquire) {
+                continue;
+            }
+            if w.thread.as_ref().is_some_and(|t| t.is_finished()) {
+                self.worker_died(wi);
+                continue;
+            }
+            let bursts = w.counters.bursts.load(Ordering::Relaxed);
+            let busy = w.dispatched != w.completed && !w.sourced;
+            if bursts != w.progress.0 || !busy {
+                w.progress = (bursts, None);
+                continue;
+            }
+            // Busy and no burst completed since the last check: the clock starts now (the
+            // data plane may not have looked for a while), and is read only in this case.
+            // Stuck means running without progress: the thread must also have used CPU
+            // time (a quarter of the bound) — a thread the OS did not schedule on a loaded
+            // machine is slow, not stuck.
+            let now = Instant::now();
+            let cpu = || w.thread.as_ref().and_then(crate::sys::thread_cpu_time);
+            match w.progress.1 {
+                None => w.progress.1 = Some((now, cpu())),
+                Some((since, cpu0)) if now.duration_since(since) > bound => {
+                    let ran = match (cpu0, cpu()) {
+                        (Some(a), Some(b)) => b.saturating_sub(a) >= bound / 4,
+                        _ => true,
+                    };
+                    if ran {
+                        self.worker_stuck(wi);
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Half a timeslot, at least [`MIN_STALL`].
+    fn stall_bound(&self) -> Duration {
+        let shift = self.dispatcher.config().sched.shift.min(63);
+        Duration::from_nanos((1u64 << shift) / 2).max(MIN_STALL)
+    }
+
+    /// Marks worker `wi` lost, moves its tenants to live workers and hands the frames in
+    /// its input ring to their tenants' new workers. Returns (tenants moved, frames moved).
+    fn evacuate(&mut self, wi: usize) -> (usize, u64) {
+        let w = WorkerId(wi as u16);
+        self.workers[wi].live = false;
+        self.workers[wi].lost = true;
+        self.workers[wi].stop.store(true, Ordering::Release);
+        let moved = self.dispatcher.terminate_worker(w);
+        let rx = self.workers[wi].rx.clone();
+        let mut requeued = 0;
+        while let Some(m) = rx.pop() {
+            // Taken back unprocessed: it no longer counts against this worker.
+            self.workers[wi].completed += 1;
+            let slot = m.tenant;
+            if self.retiring.iter().any(|(s, _)| *s == slot) {
+                self.global.removed_tenant += 1;
+                self.recycle(m);
+                continue;
+            }
+            match self.dispatcher.scheduler().tenant(slot).map(|r| r.worker) {
+                Some(to) if self.workers.get(to.0 as usize).is_some_and(|t| t.live) => {
+                    requeued += 1;
+                    self.send(to, m, false);
+                }
+                _ => {
+                    self.global.no_live_worker += 1;
+                    self.recycle(m);
+                }
+            }
+        }
+        (moved.len(), requeued)
+    }
+
+    fn worker_died(&mut self, wi: usize) {
+        let message = match self.workers[wi].thread.take().map(JoinHandle::join) {
+            Some(Err(panic)) => panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "worker thread panicked".into()),
+            _ => "worker thread ended".into(),
+        };
+        let (reassigned, requeued) = self.evacuate(wi);
+        // The burst it held came back through its completion ring (see worker.rs's
+        // `InFlight`): what it finished is routed, what it had not is dropped, counted
+        // under its tenant (`poll_completions`).
+        loop {
+            self.poll_completions();
+            let w = &mut self.workers[wi];
+            if w.done.is_empty() {
+                // Nothing more can come back from a thread that is gone.
+                w.completed = w.completed.max(w.dispatched);
+                break;
+            }
+        }
+        let dropped = self.workers[wi].died_with;
+        self.emit(WorkerEvent::WorkerDied {
+            worker: wi as u16,
+            message,
+            reassigned,
+            requeued,
+            dropped,
+        });
+    }
+
+    fn worker_stuck(&mut self, wi: usize) {
+        let w = WorkerId(wi as u16);
+        // The tenants it is stuck in: those of its tenants whose state is locked.
+        let table = &self.core.shared.table;
+        let stuck_in: Vec<TenantSlot> = self
+            .dispatcher
+            .scheduler()
+            .tenants()
+            .filter(|(_, row)| row.worker == w)
+            .map(|(s, _)| s)
+            .filter(|&s| match &*table.get(s) {
+                Some(entry) => entry.try_lock().is_none(),
+                None => false,
+            })
+            .collect();
+        let mut tenants = Vec::new();
+        for &s in &stuck_in {
+            self.core.shared.quarantined[s.index()].store(true, Ordering::Release);
+            tenants.push(table.published_id(s).unwrap_or_default());
+        }
+        let (reassigned, requeued) = self.evacuate(wi);
+        let slot = &mut self.workers[wi];
+        slot.stuck = true;
+        let stuck = slot.dispatched - slot.completed;
+        self.global.stuck_in_worker += stuck;
+        self.emit(WorkerEvent::WorkerStuck {
+            worker: wi as u16,
+            tenants,
+            reassigned,
+            requeued,
+            stuck,
+        });
+    }
+
+    fn release(&mut self, slot: TenantSlot) -> Result<(), PipelineError> {
+        let i = slot.index();
+        let id = self.core.shared.table.published_id(slot);
+        let id = id.ok_or(PipelineError::Unknown(TenantId::default()))?;
+        if !self.core.shared.quarantined[i].load(Ordering::Acquire) {
+            return Err(PipelineError::NotQuarantined(id));
+        }
+        let info = &self.slots[i];
+        if info.faults >= 2 {
+            let base = Duration::from_nanos(self.core.backoff_ns.load(Ordering::Relaxed));
+            let backoff = base.saturating_mul(1 << (info.faults - 2).min(16));
+            let since = info.last_fault.map_or(backoff, |t| t.elapsed());
+            if since < backoff {
+                return Err(PipelineError::QuarantineBackoff {
+                    tenant: id,
+                    faults: info.faults,
+                    backoff,
+                    remaining: backoff - since,
+                });
+            }
+        }
+        self.core.shared.quarantined[i].store(false, Ordering::Release);
+        self.emit(WorkerEvent::Released {
+            tenant: id,
+            faults: info.faults,
+        });
+        Ok(())
+    }
+
+    /// `message`, followed by the NF's own account of the fault
+    /// ([`NetworkFunction::fault_reason`]: an eBPF program's cost and its budget) when it
+    /// has one. The tenant is quarantined: no worker runs its code any more.
+    fn with_fault_reason(&self, tenant: TenantSlot, message: String) -> String {
+        let reason = match &*self.core.shared.table.get(tenant) {
+            Some(entry) => self.core.shared.nf.fault_reason(&entry.lock()),
+            None => None,
+        };
+        match reason {
+            Some(r) => format!("{message}: {r}"),
+            None => message,
+        }
     }
 
     /// Sends a processed packet where its verdict says.
@@ -1076,6 +1432,7 @@ impl<N: NetworkFunction> Dataplane<N> {
     fn in_flight(&self) -> u64 {
         self.workers
             .iter()
+            .filter(|w| !w.lost)
             .map(|w| w.dispatched - w.completed)
             .sum()
     }
@@ -1215,6 +1572,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
             subtract(&mut r, &info.baseline);
             r.add_drop(DropReason::Policed, info.policed);
+            r.add_drop(DropReason::WorkerDied, info.worker_died);
             r.migrations = info.migrations;
             r.quarantined = self.core.shared.quarantined[i].load(Ordering::Acquire);
             if let Some(row) = self.dispatcher.scheduler().tenant(TenantSlot(i as u32)) {
@@ -1259,6 +1617,11 @@ impl<N: NetworkFunction> Dataplane<N> {
             w.stop.store(true, Ordering::Release);
         }
         for w in &mut self.workers {
+            if w.stuck {
+                // Never joined: it may never come back from its handler.
+                drop(w.thread.take());
+                continue;
+            }
             if let Some(t) = w.thread.take() {
                 // Workers only exit once their ring is empty; drain completions meanwhile.
                 while !t.is_finished() {
@@ -1284,6 +1647,10 @@ impl<N: NetworkFunction> Dataplane<N> {
             w.stop.store(true, Ordering::Release);
         }
         for w in &mut self.workers {
+            if w.stuck {
+                drop(w.thread.take());
+                continue;
+            }
             if let Some(t) = w.thread.take() {
                 let _ = t.join();
             }
@@ -1434,6 +1801,15 @@ impl<N: NetworkFunction> Pipeline<N> {
         let rx = self
             .control
             .ask_pipeline(|reply| Command::LaunchWorker { reply })?;
+        self.apply_and_answer(rx)
+    }
+
+    /// Lifts a tenant's quarantine (see [`Control::release`]).
+    pub fn release(&mut self, id: TenantId) -> Result<(), PipelineError> {
+        let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
+        let rx = self
+            .control
+            .ask_pipeline(|reply| Command::Release { slot, reply })?;
         self.apply_and_answer(rx)
     }
 

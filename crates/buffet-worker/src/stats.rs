@@ -25,6 +25,9 @@ pub enum DropReason {
     Quarantined,
     /// No live worker could take it.
     NoLiveWorker,
+    /// Its worker thread died (outside a handler) with the packet in its burst,
+    /// unprocessed.
+    WorkerDied,
 }
 
 impl DropReason {
@@ -37,6 +40,7 @@ impl DropReason {
             DropReason::NoTenant => "no_tenant",
             DropReason::Quarantined => "quarantined",
             DropReason::NoLiveWorker => "no_live_worker",
+            DropReason::WorkerDied => "worker_died",
         }
     }
 }
@@ -218,6 +222,10 @@ pub struct GlobalReport {
     /// tenant's own row is no longer reported).
     #[serde(skip_serializing_if = "is_zero")]
     pub removed_tenant: u64,
+    /// Packets in the burst of a worker found stuck (its thread never came back from a
+    /// handler), not processed; they complete normally should the thread ever return.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stuck_in_worker: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

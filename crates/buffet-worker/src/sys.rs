@@ -1,5 +1,6 @@
-//! The only platform-specific code of the crate: the cycle counter, core pinning and a
-//! cache prefetch hint.
+//! The only platform-specific code of the crate: the cycle counter, core pinning, a
+//! cache prefetch hint and a worker thread's CPU time (for the supervision of stuck
+//! workers).
 
 /// Reads the CPU's time-stamp counter (0 on targets without one).
 #[inline]
@@ -41,4 +42,29 @@ pub(crate) fn prefetch_headers(bytes: &[u8]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
+}
+
+/// CPU time the thread behind `handle` has used so far; `None` when the system does not
+/// tell (the thread has ended, or no per-thread CPU clock).
+pub(crate) fn thread_cpu_time(handle: &std::thread::JoinHandle<()>) -> Option<std::time::Duration> {
+    use std::os::unix::thread::JoinHandleExt;
+    let thread = handle.as_pthread_t();
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `thread` names a thread that has not been joined or detached (we hold its
+    // handle), as pthread_getcpuclockid requires; `clock` is a valid out-pointer.
+    if unsafe { libc::pthread_getcpuclockid(thread, &mut clock) } != 0 {
+        return None;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; an unknown clock is an error return.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(std::time::Duration::new(
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
+    ))
 }

@@ -101,7 +101,11 @@ impl<N: NetworkFunction> WorkerThread<N> {
         if !ok {
             return;
         }
-        let mut burst: Vec<PacketBuf> = Vec::with_capacity(self.burst);
+        let mut in_flight = InFlight {
+            burst: Vec::with_capacity(self.burst),
+            done: &self.done,
+        };
+        let burst = &mut in_flight.burst;
         let mut rejected: Vec<PacketBuf> = Vec::with_capacity(self.burst);
         let backoff = Backoff::new();
         loop {
@@ -115,7 +119,7 @@ impl<N: NetworkFunction> WorkerThread<N> {
                     }
                 }
                 Some(source) => {
-                    source.receive(&mut burst, &mut rejected, self.burst);
+                    source.receive(burst, &mut rejected, self.burst);
                     for m in rejected.drain(..) {
                         push_done(&self.done, m);
                     }
@@ -133,9 +137,28 @@ impl<N: NetworkFunction> WorkerThread<N> {
                 continue;
             }
             backoff.reset();
-            self.engine.process(&mut burst);
+            self.engine.process(burst);
             for m in burst.drain(..) {
                 push_done(&self.done, m);
+            }
+        }
+    }
+}
+
+/// The burst a worker thread holds. Should the thread die outside a handler (a panic
+/// the per-group containment does not cover), its frames still go back to the data plane
+/// on the way out, those it had not finished still `Pending`: the data plane counts them
+/// as lost with the worker, under their tenants, instead of losing track of them.
+struct InFlight<'a> {
+    burst: Vec<PacketBuf>,
+    done: &'a ArrayQueue<PacketBuf>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for m in self.burst.drain(..) {
+                push_done(self.done, m);
             }
         }
     }

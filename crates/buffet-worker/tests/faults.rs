@@ -1,0 +1,495 @@
+//! Fault injection: a worker thread that dies outside a handler, a worker stuck in a
+//! handler that never returns, a tenant that faults again and again, an exhausted arena.
+//! Every test accounts for every packet: per tenant, sent = received + counted drops.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig, WorkerId};
+use buffet_memory::ArenaConfig;
+use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
+use buffet_worker::{
+    Pipeline, PipelineConfig, PipelineError, Report, TenantSpec, WorkerEvent, MIN_STALL,
+};
+use etherparse::PacketBuilder;
+
+fn frame(tenant: u32, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4([192, 168, 0, 1], [10, 0, tenant as u8, 1], 64)
+        .udp(1000 + tenant as u16, 53)
+        .write(&mut v, payload)
+        .unwrap();
+    v
+}
+
+fn spec<P>(tenant: u32, policy: P) -> TenantSpec<P> {
+    TenantSpec {
+        id: TenantId(tenant),
+        name: format!("t{tenant}"),
+        rules: vec![(
+            100,
+            Match {
+                dst_ip: Some(format!("10.0.{tenant}.0/24").parse().unwrap()),
+                ..Match::default()
+            },
+        )],
+        max_nb: 0,
+        policy,
+    }
+}
+
+fn cfg(workers: u16, shift: u32) -> PipelineConfig {
+    PipelineConfig {
+        workers,
+        pin: false,
+        ring_size: 64,
+        burst: 32,
+        dispatcher: DispatcherConfig {
+            sched: SchedulerConfig {
+                shift,
+                threshold: 3,
+            },
+            ..DispatcherConfig::default()
+        },
+        ..PipelineConfig::default()
+    }
+}
+
+fn worker_of(r: &Report, t: u32) -> u16 {
+    r.tenants
+        .iter()
+        .find(|x| x.id == TenantId(t))
+        .unwrap()
+        .worker
+}
+
+/// Per tenant: every packet sent was received by its NF's Packet Buffer or counted as a
+/// drop outside it (`worker_died`); what was received passed or was dropped for a
+/// counted reason.
+fn assert_accounted(r: &Report, sent: &dyn Fn(TenantId) -> u64) {
+    for t in &r.tenants {
+        let died = t.drops.get("worker_died").copied().unwrap_or(0);
+        assert_eq!(t.packets + died, sent(t.id), "tenant {}: {t:?}", t.id);
+        assert_eq!(
+            t.passed + t.dropped() - died,
+            t.packets,
+            "tenant {}: {t:?}",
+            t.id
+        );
+    }
+}
+
+/// Passes everything; a tenant admitted with policy `true` panics when its state is torn
+/// down — on the worker thread that drops it last, outside any handler.
+struct Teardown;
+
+#[derive(Default)]
+struct TeardownState {
+    boom: bool,
+}
+
+impl Drop for TeardownState {
+    fn drop(&mut self) {
+        if self.boom {
+            panic!("tenant state teardown failed");
+        }
+    }
+}
+
+impl NetworkFunction for Teardown {
+    type State = TeardownState;
+    type Policy = bool;
+    fn name(&self) -> &'static str {
+        "teardown"
+    }
+    fn register(&self) -> MemorySpec {
+        MemorySpec::of::<TeardownState>()
+    }
+    fn init(&self, boom: &bool, state: &mut TeardownState) -> Result<(), InitError> {
+        state.boom = *boom;
+        Ok(())
+    }
+    fn handle(&self, _pkt: &mut Packet<'_>, _state: &mut TeardownState) -> Verdict {
+        Verdict::Pass
+    }
+}
+
+#[test]
+fn a_worker_that_dies_outside_a_handler_loses_its_tenants_to_live_workers_and_no_packet_goes_unaccounted(
+) {
+    let mut p = Pipeline::new(Teardown, cfg(3, 30)).unwrap();
+    p.admit(spec(1, true)).unwrap();
+    for t in 2..=9 {
+        p.admit(spec(t, false)).unwrap();
+    }
+    let r = p.report();
+    let dead = worker_of(&r, 1);
+    let victims: Vec<u32> = (2..=9).filter(|&t| worker_of(&r, t) == dead).collect();
+    assert!(!victims.is_empty());
+    let mut sent = [0u64; 10];
+    // Tenant 1's state is cached by its worker, which therefore drops it last.
+    for r in 0..50u64 {
+        for t in 1..=9u32 {
+            p.push(r, 0, &frame(t, b"x"));
+            sent[t as usize] += 1;
+        }
+    }
+    p.flush();
+    p.remove(TenantId(1)).unwrap();
+    // All timestamps lie in timeslot 0 (2^30 ns): the death is detected and the victims
+    // moved within it.
+    let t0 = Instant::now();
+    for r in 50..2050u64 {
+        for t in 2..=9u32 {
+            p.push(r, 0, &frame(t, b"x"));
+            sent[t as usize] += 1;
+        }
+    }
+    p.flush();
+    let report = p.report();
+    let took = t0.elapsed();
+    let died: Vec<&WorkerEvent> = report
+        .events
+        .iter()
+        .filter(|e| matches!(e, WorkerEvent::WorkerDied { .. }))
+        .collect();
+    assert_eq!(died.len(), 1, "{:?}", report.events);
+    let WorkerEvent::WorkerDied {
+        worker,
+        message,
+        reassigned,
+        dropped,
+        requeued,
+    } = died[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!(*worker, dead);
+    assert!(
+        message.contains("tenant state teardown failed"),
+        "{message}"
+    );
+    assert_eq!(*reassigned, victims.len());
+    assert!(!report.workers[dead as usize].live);
+    for &v in &victims {
+        assert_ne!(
+            worker_of(&report, v),
+            dead,
+            "tenant {v} still on the dead worker"
+        );
+    }
+    assert_accounted(&report, &|id| sent[id.0 as usize]);
+    let lost: u64 = report
+        .tenants
+        .iter()
+        .map(|t| t.drops.get("worker_died").copied().unwrap_or(0))
+        .sum();
+    assert_eq!(lost, *dropped);
+    // Only the victims of the dead worker can have lost a packet, and only its last burst.
+    for t in &report.tenants {
+        if !victims.contains(&t.id.0) {
+            assert_eq!(t.passed, sent[t.id.0 as usize], "tenant {}", t.id);
+        }
+    }
+    assert!(*dropped <= 32, "{dropped}");
+    println!(
+        "worker {dead} died: {reassigned} tenants moved, {requeued} queued frames moved, \
+         {dropped} frames of its burst dropped (counted), in {took:?} of wall time"
+    );
+    p.finish();
+}
+
+/// Panics on a packet whose payload is `boom`.
+struct Fragile;
+
+impl NetworkFunction for Fragile {
+    type State = u64;
+    type Policy = ();
+    fn name(&self) -> &'static str {
+        "fragile"
+    }
+    fn register(&self) -> MemorySpec {
+        MemorySpec::of::<u64>()
+    }
+    fn init(&self, _: &(), _: &mut u64) -> Result<(), InitError> {
+        Ok(())
+    }
+    fn handle(&self, pkt: &mut Packet<'_>, seen: &mut u64) -> Verdict {
+        *seen += 1;
+        if pkt.payload() == b"boom" {
+            panic!("boom");
+        }
+        Verdict::Pass
+    }
+}
+
+#[test]
+fn a_tenant_that_faults_again_is_released_only_by_the_operator_after_a_growing_backoff() {
+    let mut p = Pipeline::new(Fragile, cfg(2, 30)).unwrap();
+    p.admit(spec(1, ())).unwrap();
+    p.admit(spec(2, ())).unwrap();
+    let backoff = Duration::from_millis(300);
+    p.control().set_quarantine_backoff(backoff);
+    let mut sent = [0u64; 3];
+    let mut send = |p: &mut Pipeline<Fragile>, t: u32, payload: &[u8]| {
+        p.push(0, 0, &frame(t, payload));
+        sent[t as usize] += 1;
+        p.flush();
+    };
+    assert!(matches!(
+        p.release(TenantId(2)),
+        Err(PipelineError::NotQuarantined(TenantId(2)))
+    ));
+    // First fault: quarantined until released; nothing does it on a timer.
+    send(&mut p, 1, b"boom");
+    send(&mut p, 1, b"ok");
+    send(&mut p, 2, b"ok");
+    std::thread::sleep(backoff);
+    send(&mut p, 1, b"ok");
+    let r = p.report();
+    let t1 = &r.tenants[0];
+    assert!(t1.quarantined);
+    assert_eq!((t1.passed, t1.drops.get("quarantined")), (0, Some(&3)));
+    // A first fault may be released at once.
+    p.release(TenantId(1)).unwrap();
+    send(&mut p, 1, b"ok");
+    assert_eq!(p.report().tenants[0].passed, 1);
+    // Second fault: the release is refused for the backoff.
+    send(&mut p, 1, b"boom");
+    let e = p.release(TenantId(1)).unwrap_err();
+    match &e {
+        PipelineError::QuarantineBackoff {
+            tenant,
+            faults,
+            backoff: b,
+            remaining,
+        } => {
+            assert_eq!((*tenant, *faults, *b), (TenantId(1), 2, backoff));
+            assert!(*remaining <= backoff);
+        }
+        other => panic!("{other}"),
+    }
+    assert!(e.to_string().contains("tenant 1 faulted 2 times"), "{e}");
+    send(&mut p, 1, b"ok");
+    assert!(p.report().tenants[0].quarantined);
+    std::thread::sleep(backoff);
+    p.release(TenantId(1)).unwrap();
+    send(&mut p, 1, b"ok");
+    // Third fault: twice the backoff.
+    send(&mut p, 1, b"boom");
+    std::thread::sleep(backoff);
+    match p.release(TenantId(1)) {
+        Err(PipelineError::QuarantineBackoff {
+            faults, backoff: b, ..
+        }) => {
+            assert_eq!((faults, b), (3, 2 * backoff));
+        }
+        other => panic!("{other:?}"),
+    }
+    std::thread::sleep(backoff);
+    p.release(TenantId(1)).unwrap();
+    send(&mut p, 1, b"ok");
+    let r = p.finish();
+    let released: Vec<u32> = r
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::Released { tenant, faults } if *tenant == TenantId(1) => Some(*faults),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released, vec![1, 2, 3], "{:?}", r.events);
+    let faults = r
+        .events
+        .iter()
+        .filter(|e| matches!(e, WorkerEvent::Fault { .. }))
+        .count();
+    assert_eq!(faults, 3, "{:?}", r.events);
+    let (t1, t2) = (&r.tenants[0], &r.tenants[1]);
+    assert!(!t1.quarantined);
+    assert_eq!(t1.packets, sent[1], "{t1:?}");
+    assert_eq!(t1.passed, 3);
+    assert_eq!(t1.drops.get("quarantined"), Some(&6));
+    assert_eq!((t2.packets, t2.passed), (sent[2], sent[2]));
+}
+
+/// Passes everything; each tenant takes a 256 KiB region.
+struct Big;
+
+impl NetworkFunction for Big {
+    type State = u64;
+    type Policy = ();
+    fn name(&self) -> &'static str {
+        "big"
+    }
+    fn register(&self) -> MemorySpec {
+        MemorySpec::with_extra::<u64>(256 << 10)
+    }
+    fn init(&self, _: &(), _: &mut u64) -> Result<(), InitError> {
+        Ok(())
+    }
+    fn handle(&self, _pkt: &mut Packet<'_>, _state: &mut u64) -> Verdict {
+        Verdict::Pass
+    }
+}
+
+#[test]
+fn an_exhausted_arena_refuses_admission_cleanly_and_costs_the_others_nothing() {
+    let mut p = Pipeline::new(
+        Big,
+        PipelineConfig {
+            arena: ArenaConfig { capacity: 1 << 20 },
+            ..cfg(2, 30)
+        },
+    )
+    .unwrap();
+    let mut admitted = Vec::new();
+    let err = loop {
+        let t = admitted.len() as u32 + 1;
+        match p.admit(spec(t, ())) {
+            Ok(_) => admitted.push(t),
+            Err(e) => break e,
+        }
+        assert!(t < 16, "a 1 MiB arena cannot hold 16 regions of 256 KiB");
+    };
+    assert!(!admitted.is_empty());
+    let refused = admitted.len() as u32 + 1;
+    assert!(
+        matches!(err, PipelineError::Memory { tenant, .. } if tenant == TenantId(refused)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("arena exhausted"), "{err}");
+    assert!(p.slot_of(TenantId(refused)).is_none());
+    for r in 0..500u64 {
+        for &t in &admitted {
+            p.push(r, 0, &frame(t, b"x"));
+        }
+        // The refused tenant's traffic matches no rule.
+        p.push(r, 0, &frame(refused, b"x"));
+    }
+    // Removing a tenant gives its region back (once no worker holds its state: a worker
+    // lets go of a removed tenant at its next burst), and the refused one fits.
+    p.remove(TenantId(admitted[0])).unwrap();
+    for r in 500..600u64 {
+        for &t in &admitted[1..] {
+            p.push(r, 0, &frame(t, b"x"));
+        }
+    }
+    p.flush();
+    p.admit(spec(refused, ())).unwrap();
+    let r = p.finish();
+    for t in &r.tenants {
+        if t.id == TenantId(refused) {
+            continue;
+        }
+        assert_eq!((t.packets, t.passed), (600, 600), "tenant {}", t.id);
+    }
+    assert_eq!(r.global.unmatched, 500);
+}
+
+/// Passes everything, but a tenant admitted with policy `true` spins on a packet whose
+/// payload is `spin` until [`SPIN`] is cleared: a safe Rust handler that never returns.
+struct Spinner;
+
+static SPIN: AtomicBool = AtomicBool::new(true);
+
+impl NetworkFunction for Spinner {
+    type State = bool;
+    type Policy = bool;
+    fn name(&self) -> &'static str {
+        "spinner"
+    }
+    fn register(&self) -> MemorySpec {
+        MemorySpec::of::<bool>()
+    }
+    fn init(&self, spin: &bool, state: &mut bool) -> Result<(), InitError> {
+        *state = *spin;
+        Ok(())
+    }
+    fn handle(&self, pkt: &mut Packet<'_>, spin: &mut bool) -> Verdict {
+        if *spin && pkt.payload() == b"spin" {
+            while SPIN.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        }
+        Verdict::Pass
+    }
+}
+
+#[test]
+fn a_worker_stuck_in_a_handler_is_found_within_a_timeslot_and_its_other_tenants_keep_flowing() {
+    // Timeslots of 2^30 ns (1.07 s): the stall bound is half of one (537 ms).
+    let shift = 30;
+    let slot = Duration::from_nanos(1 << shift);
+    assert!(MIN_STALL < slot);
+    let mut p = Pipeline::new(Spinner, cfg(3, shift)).unwrap();
+    p.admit(spec(1, true)).unwrap();
+    for t in 2..=9 {
+        p.admit(spec(t, false)).unwrap();
+    }
+    let r = p.report();
+    let stuck_on = worker_of(&r, 1);
+    let victims: Vec<u32> = (2..=9).filter(|&t| worker_of(&r, t) == stuck_on).collect();
+    assert!(!victims.is_empty());
+    let mut sent = [0u64; 10];
+    let t0 = Instant::now();
+    p.push(0, 0, &frame(1, b"spin"));
+    sent[1] += 1;
+    for r in 0..300u64 {
+        for t in 1..=9u32 {
+            p.push(r, 0, &frame(t, b"x"));
+            sent[t as usize] += 1;
+        }
+    }
+    p.flush();
+    let report = p.report();
+    let ev = report
+        .events
+        .iter()
+        .find_map(|e| match e {
+            WorkerEvent::WorkerStuck {
+                worker,
+                tenants,
+                reassigned,
+                requeued,
+                stuck,
+            } => Some((*worker, tenants.clone(), *reassigned, *requeued, *stuck)),
+            _ => None,
+        })
+        .expect("a WorkerStuck event");
+    let took = t0.elapsed();
+    let (worker, tenants, reassigned, requeued, stuck) = ev;
+    assert_eq!(worker, stuck_on);
+    assert_eq!(tenants, vec![TenantId(1)]);
+    assert_eq!(reassigned, victims.len() + 1);
+    assert!(!report.workers[stuck_on as usize].live);
+    assert!(took < 2 * slot, "found after {took:?}");
+    // The stuck tenant is quarantined; every other tenant, its former neighbours
+    // included, passed everything but the frames caught in the stuck burst.
+    let t1 = report.tenants.iter().find(|t| t.id == TenantId(1)).unwrap();
+    assert!(t1.quarantined);
+    let mut caught = 0;
+    for t in &report.tenants {
+        let s = sent[t.id.0 as usize];
+        caught += s - t.packets;
+        if t.id != TenantId(1) {
+            assert!(!t.quarantined);
+            assert_eq!(t.passed, t.packets, "tenant {}", t.id);
+            assert_ne!(t.worker, stuck_on);
+            if !victims.contains(&t.id.0) {
+                assert_eq!(t.packets, s, "tenant {}", t.id);
+            }
+        }
+    }
+    assert_eq!(caught, report.global.stuck_in_worker);
+    assert_eq!(caught, stuck);
+    println!(
+        "worker {worker} stuck: found after {took:?}, {reassigned} tenants moved, \
+         {requeued} queued frames moved, {stuck} frames caught in its burst"
+    );
+    // Let the handler return so the detached thread ends with the test.
+    SPIN.store(false, Ordering::Relaxed);
+    let _ = p.finish();
+    let _ = WorkerId(0);
+}
