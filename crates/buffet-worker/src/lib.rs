@@ -25,12 +25,14 @@
 //! placement (that is buffet-dispatch's scheduler).
 #![deny(unsafe_code)]
 
+mod buffers;
 mod pipeline;
 mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod worker;
 
+pub use buffers::{BufferConfig, ClockSource, VirtualClock};
 pub use buffet_io::{Outcome, PacketBuf, FRAME_CAPACITY};
 pub use pipeline::{
     build, build_with_sources, Command, Control, Dataplane, Pipeline, PipelineConfig,
