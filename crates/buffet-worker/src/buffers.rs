@@ -159,6 +159,8 @@ pub(crate) struct TenantBuffers {
     next: Vec<u32>,
     /// When each held packet arrived (the worker's clock, read once per burst).
     arrived: Vec<u64>,
+    /// Each held packet's position in the worker's input (0 = the first it ever took).
+    seq: Vec<u64>,
     free: Vec<u32>,
     queues: Vec<Queue>,
     /// The DRR's active list: tenants whose buffer is ready.
@@ -184,6 +186,7 @@ impl TenantBuffers {
             slots: (0..cap).map(|_| None).collect(),
             next: vec![NIL; cap],
             arrived: vec![0; cap],
+            seq: vec![0; cap],
             free: (0..cap as u32).rev().collect(),
             queues: vec![EMPTY; tenants],
             ready: VecDeque::with_capacity(tenants.min(1 << 16)),
@@ -210,12 +213,13 @@ impl TenantBuffers {
         self.slots.resize_with(new, || None);
         self.next.resize(new, NIL);
         self.arrived.resize(new, 0);
+        self.seq.resize(new, 0);
         self.free.extend((old..new).rev().map(|i| i as u32));
     }
 
-    /// Adds a packet that arrived at `now` to its tenant's buffer; hands it back when the
-    /// slab is full.
-    pub(crate) fn push(&mut self, m: PacketBuf, now: u64) -> Result<(), PacketBuf> {
+    /// Adds a packet that arrived at `now`, the worker's `seq`-th, to its tenant's buffer;
+    /// hands it back when the slab is full.
+    pub(crate) fn push(&mut self, m: PacketBuf, now: u64, seq: u64) -> Result<(), PacketBuf> {
         let t = m.tenant.0 as usize;
         let Some(i) = self.free.pop() else {
             return Err(m);
@@ -228,6 +232,7 @@ impl TenantBuffers {
         self.slots[iu] = Some(m);
         self.next[iu] = NIL;
         self.arrived[iu] = now;
+        self.seq[iu] = seq;
         let group = self.cfg.group as u32;
         let q = &mut self.queues[t];
         if q.len == 0 {
@@ -322,6 +327,14 @@ impl TenantBuffers {
         });
     }
 
+    /// The input position of the oldest packet kept aside for a hand-over, if any.
+    pub(crate) fn oldest_parked(&self) -> Option<u64> {
+        self.parked
+            .iter()
+            .map(|&t| self.seq[self.queues[t as usize].head as usize])
+            .min()
+    }
+
     /// Buffers in the ready list now (one DRR round visits this many).
     pub(crate) fn ready_len(&self) -> usize {
         self.ready.len()
@@ -375,16 +388,18 @@ impl TenantBuffers {
         n
     }
 
-    /// Settles tenant `t` after its DRR visit: an empty buffer goes idle (its credit
-    /// forgotten), a buffer still ready (full, aged, or `force`) goes to the back of the
-    /// ready list, any other waits for the latency bound (it keeps a debt, never a credit).
+    /// Settles tenant `t` after its DRR visit: a buffer still ready (full, aged, or
+    /// `force`) goes to the back of the ready list; an empty one goes idle, any other waits
+    /// for the latency bound. A buffer that leaves the ready list forgets its credit but
+    /// keeps its debt: the charge comes after the work, and a tenant that empties its buffer
+    /// every round must not have the last group's overdraft forgiven each time.
     pub(crate) fn settle(&mut self, t: u32, now: u64, force: bool) {
         let group = self.cfg.group as u32;
         let bound = self.cfg.latency_ns;
         let q = &mut self.queues[t as usize];
         if q.len == 0 {
             q.phase = Phase::Idle;
-            q.deficit = 0;
+            q.deficit = q.deficit.min(0);
             return;
         }
         let head_due = self.arrived[q.head as usize].saturating_add(bound);
@@ -421,11 +436,11 @@ mod tests {
         };
         let mut b = TenantBuffers::new(cfg, 8);
         for s in 0..3 {
-            b.push(pkt(1, s), 0).unwrap();
+            b.push(pkt(1, s), 0, 0).unwrap();
         }
-        b.push(pkt(2, 10), 50).unwrap();
+        b.push(pkt(2, 10), 50, 0).unwrap();
         assert_eq!(b.ready_len(), 0);
-        b.push(pkt(1, 3), 60).unwrap();
+        b.push(pkt(1, 3), 60, 0).unwrap();
         assert_eq!(b.next_ready(), Some(1));
         let mut out = Vec::new();
         assert_eq!(b.take(1, 3, &mut out), 3);
@@ -434,7 +449,11 @@ mod tests {
         b.expire(149);
         assert_eq!(b.ready_len(), 0);
         b.expire(150);
-        assert_eq!(b.next_ready(), Some(2), "tenant 2 arrived at 50, due at 150");
+        assert_eq!(
+            b.next_ready(),
+            Some(2),
+            "tenant 2 arrived at 50, due at 150"
+        );
         b.expire(160);
         assert_eq!(b.next_ready(), Some(1));
         b.take(1, 8, &mut out);
@@ -452,9 +471,9 @@ mod tests {
             ..BufferConfig::default()
         };
         let mut b = TenantBuffers::new(cfg, 1);
-        b.push(pkt(0, 0), 0).unwrap();
-        b.push(pkt(5, 1), 0).unwrap();
-        assert!(b.push(pkt(0, 2), 0).is_err());
+        b.push(pkt(0, 0), 0, 0).unwrap();
+        b.push(pkt(5, 1), 0, 0).unwrap();
+        assert!(b.push(pkt(0, 2), 0, 0).is_err());
         assert_eq!(b.room(), 0);
         b.force_oldest(1);
         assert_eq!(b.ready_len(), 1);

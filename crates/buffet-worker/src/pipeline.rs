@@ -35,9 +35,7 @@ use serde::Serialize;
 
 use crate::buffers::{BufferConfig, ClockSource};
 use crate::stats::{DropReason, GlobalReport, Report, TenantReport, WorkerCounters, WorkerReport};
-use crate::worker::{
-    FlushSync, Notice, Shared, Worker, WorkerSource, WorkerThread, GATE_OPEN,
-};
+use crate::worker::{FlushSync, Notice, Shared, Worker, WorkerSource, WorkerThread, GATE_OPEN};
 
 /// Events the channel holds before new ones are counted as dropped.
 pub const EVENT_CAPACITY: usize = 1 << 16;

@@ -143,6 +143,8 @@ pub struct Worker<N: NetworkFunction> {
     stage: Vec<PacketBuf>,
     /// `0, 1, 2, …`: the member indices of a staged group.
     members: Vec<u32>,
+    /// Packets taken in by [`enqueue`](Self::enqueue) so far.
+    taken: u64,
 }
 
 impl<N: NetworkFunction> WorkerThread<N> {
@@ -161,8 +163,8 @@ impl<N: NetworkFunction> WorkerThread<N> {
         let mut burst: Vec<PacketBuf> = Vec::with_capacity(self.burst);
         let mut rejected: Vec<PacketBuf> = Vec::with_capacity(self.burst);
         let mut out: Vec<PacketBuf> = Vec::with_capacity(self.engine.capacity() + self.burst);
-        // Packets taken from the input so far, and how many of them are known handed back.
-        let (mut popped, mut acked) = (0u64, 0u64);
+        // How many of the packets taken from the input are known run and handed back.
+        let mut acked = 0u64;
         let backoff = Backoff::new();
         loop {
             match &mut self.source {
@@ -181,7 +183,6 @@ impl<N: NetworkFunction> WorkerThread<N> {
                     }
                 }
             }
-            popped += burst.len() as u64;
             if !burst.is_empty() {
                 backoff.reset();
                 self.engine.enqueue(&mut burst, &mut out);
@@ -190,7 +191,7 @@ impl<N: NetworkFunction> WorkerThread<N> {
                 }
                 if self.flush.until.load(Ordering::Acquire) > acked {
                     self.flush_all(&mut out);
-                    acked = popped;
+                    acked = self.engine.settled();
                     self.flush.done.store(acked, Ordering::Release);
                 }
                 continue;
@@ -199,12 +200,11 @@ impl<N: NetworkFunction> WorkerThread<N> {
             if self.engine.held() > 0 {
                 self.flush_all(&mut out);
             }
-            if acked < popped {
-                acked = popped;
+            if acked < self.engine.settled() {
+                acked = self.engine.settled();
                 self.flush.done.store(acked, Ordering::Release);
             }
-            if self.stop.load(Ordering::Acquire) && self.rx.is_empty() && self.engine.held() == 0
-            {
+            if self.stop.load(Ordering::Acquire) && self.rx.is_empty() && self.engine.held() == 0 {
                 self.flush.done.store(u64::MAX, Ordering::Release);
                 return;
             }
@@ -252,6 +252,7 @@ impl<N: NetworkFunction> Worker<N> {
             clock: Clock::new(&ClockSource::System),
             stage: Vec::new(),
             members: Vec::new(),
+            taken: 0,
         }
     }
 
@@ -338,6 +339,7 @@ impl<N: NetworkFunction> Worker<N> {
     /// when it is short of room the oldest buffers run first.
     pub fn enqueue(&mut self, burst: &mut Vec<PacketBuf>, out: &mut Vec<PacketBuf>) {
         let Some(mut bufs) = self.buffers.take() else {
+            self.taken += burst.len() as u64;
             self.process(burst);
             out.append(burst);
             return;
@@ -353,10 +355,12 @@ impl<N: NetworkFunction> Worker<N> {
             }
         }
         for m in burst.drain(..) {
-            if let Err(m) = bufs.push(m, now) {
+            let seq = self.taken;
+            self.taken += 1;
+            if let Err(m) = bufs.push(m, now, seq) {
                 // Every buffer left is gated on a hand-over: grow rather than reorder.
                 bufs.grow();
-                let _ = bufs.push(m, now);
+                let _ = bufs.push(m, now, seq);
             }
         }
         bufs.expire(now);
@@ -384,6 +388,16 @@ impl<N: NetworkFunction> Worker<N> {
         }
         self.buffers = Some(bufs);
         self.account(out.len() - before, t0);
+    }
+
+    /// How many of the packets taken in so far are known run and handed back after a
+    /// [`flush`](Self::flush): all of them but those from the oldest packet kept aside for
+    /// a hand-over on.
+    pub(crate) fn settled(&self) -> u64 {
+        self.buffers
+            .as_ref()
+            .and_then(TenantBuffers::oldest_parked)
+            .unwrap_or(self.taken)
     }
 
     fn account(&self, packets: usize, t0: u64) {
@@ -443,13 +457,7 @@ impl<N: NetworkFunction> Worker<N> {
                 let n = bufs.take(tenant, group, &mut stage);
                 let entry = cache.lookup(&self.shared.table, tenant);
                 let w0 = self.clock.work(t);
-                t = self.run_group(
-                    TenantSlot(tenant),
-                    entry,
-                    &mut stage,
-                    &self.members[..n],
-                    t,
-                );
+                t = self.run_group(TenantSlot(tenant), entry, &mut stage, &self.members[..n], t);
                 let cost = i64::try_from(self.clock.work(t).wrapping_sub(w0)).unwrap_or(i64::MAX);
                 let d = bufs.deficit(tenant);
                 *d = d.saturating_sub(cost);
