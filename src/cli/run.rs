@@ -17,8 +17,9 @@ use clap::Args;
 
 use super::limits;
 
-/// Capacity flags of a run that starts a pipeline (`demo`, `replay`): what it may cost
-/// in threads and memory. docs/cli.md lists what each limit admits.
+/// Capacity flags of a run that starts a pipeline (`demo`, `replay`, `run`): what it may
+/// cost in threads and memory, and how long a packet may wait in a worker's Packet
+/// Buffers. docs/cli.md lists what each limit admits.
 #[derive(Args, Debug, Clone)]
 pub struct Capacity {
     /// Worker threads (at most the cores available, unless --allow-oversubscribe).
@@ -36,6 +37,16 @@ pub struct Capacity {
     #[arg(long, value_name = "N", default_value_t = 16_384,
           value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     pub tenant_slots: u32,
+    /// Packets that make a tenant's Packet Buffer a full group, run at once (Packet
+    /// Buffers persist across bursts); 0 runs each burst's groups as they arrive.
+    #[arg(long, value_name = "N", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub flush_packets: u32,
+    /// Latency bound in microseconds: a Packet Buffer whose oldest packet waited this
+    /// long runs even when not full.
+    #[arg(long, value_name = "US", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub flush_us: u64,
 }
 
 impl Default for Capacity {
@@ -45,6 +56,8 @@ impl Default for Capacity {
             allow_oversubscribe: false,
             arena_mib: 1024,
             tenant_slots: 16_384,
+            flush_packets: 32,
+            flush_us: 50,
         }
     }
 }
@@ -58,6 +71,8 @@ impl Capacity {
             capacity: usize::try_from(self.arena_mib << 20).unwrap_or(usize::MAX),
         };
         cfg.tenant_capacity = self.tenant_slots;
+        cfg.flush_packets = self.flush_packets as usize;
+        cfg.flush_ns = self.flush_us * 1_000;
         Ok(())
     }
 }
@@ -77,6 +92,7 @@ pub fn admit_all<N: NetworkFunction>(
             max_nb: t.max_nb,
             policy,
         })
+        .and_then(|_| p.set_weight(t.id, t.weight))
         .with_context(|| {
             format!(
                 "{}: cannot admit tenant {} ({:?})",
