@@ -30,7 +30,7 @@ pub struct Capacity {
     pub allow_oversubscribe: bool,
     /// Address space of the Memory Manager's arena, in MiB: every tenant's region and
     /// its guard page come from it.
-    #[arg(long, value_name = "MIB", default_value_t = 1024,
+    #[arg(long, value_name = "MIB", default_value_t = 256 << 10,
           value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     pub arena_mib: u64,
     /// Tenant Table slots: the most tenants admitted at once.
@@ -54,7 +54,7 @@ impl Default for Capacity {
         Capacity {
             workers: 2,
             allow_oversubscribe: false,
-            arena_mib: 1024,
+            arena_mib: 256 << 10,
             tenant_slots: 16_384,
             flush_packets: 32,
             flush_us: 50,
