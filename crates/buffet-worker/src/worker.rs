@@ -331,9 +331,12 @@ impl<N: NetworkFunction> Worker<N> {
         bump(&self.counters.busy_cycles, t.wrapping_sub(t0));
     }
 
-    /// Adds `burst` to the tenants' Packet Buffers and serves one weighted deficit round
-    /// robin round over the buffers that are ready (full, or their oldest packet older
-    /// than the latency bound); every packet run is moved to `out` with its outcome.
+    /// Adds `burst` to the tenants' Packet Buffers and serves the buffers that are ready
+    /// (full, or their oldest packet older than the latency bound) in weighted deficit
+    /// round robin rounds until none is ready, checking the latency bound again after
+    /// each round: the worker is work-conserving, and while several tenants are
+    /// backlogged the DRR decides whose packets go first, by weight and by the work their
+    /// groups took. Every packet run is moved to `out` with its outcome.
     /// Without persistent buffers, runs the whole burst as [`process`](Self::process)
     /// does and moves it to `out`. No allocation: the buffers share a preallocated slab;
     /// when it is short of room the oldest buffers run first.
@@ -363,8 +366,15 @@ impl<N: NetworkFunction> Worker<N> {
                 let _ = bufs.push(m, now, seq);
             }
         }
-        bufs.expire(now);
-        self.round(&mut bufs, out, now, false);
+        let mut now = now;
+        loop {
+            bufs.expire(now);
+            if bufs.ready_len() == 0 {
+                break;
+            }
+            self.round(&mut bufs, out, now, false);
+            now = self.clock.now_ns();
+        }
         self.buffers = Some(bufs);
         self.account(out.len() - before, t0);
     }
