@@ -13,7 +13,7 @@
 //! per-tenant flow tables, no regions, no isolation).
 //!
 //! `buffet-buffered` runs the same worker with Packet Buffers that persist across bursts
-//! (`Worker::enqueue`, the default of a pipeline): a tenant's group runs when its buffer
+//! (`Worker::enqueue`, a pipeline's `flush_packets = 32`): a tenant's group runs when its buffer
 //! holds 32 packets or its oldest packet waited 50 us, served by weighted deficit round
 //! robin; each iteration ends with a flush, so every packet is processed once.
 //!
@@ -236,10 +236,6 @@ fn run_buffered(engine: &mut Worker<Monitor>, bufs: &mut Vec<PacketBuf>) -> Dura
             break;
         }
         engine.enqueue(&mut burst, &mut out);
-        for m in out.drain(..) {
-            let i = m.ts_ns as usize;
-            slots[i] = Some(m);
-        }
     }
     engine.flush(&mut out);
     let spent = start.elapsed();

@@ -38,8 +38,9 @@ pub struct Capacity {
           value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     pub tenant_slots: u32,
     /// Packets that make a tenant's Packet Buffer a full group, run at once (Packet
-    /// Buffers persist across bursts); 0 runs each burst's groups as they arrive.
-    #[arg(long, value_name = "N", default_value_t = 32,
+    /// Buffers persist across bursts, e.g. 32); 0 (the default) runs each burst's groups
+    /// as they arrive.
+    #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub flush_packets: u32,
     /// Latency bound in microseconds: a Packet Buffer whose oldest packet waited this
@@ -56,7 +57,7 @@ impl Default for Capacity {
             allow_oversubscribe: false,
             arena_mib: 256 << 10,
             tenant_slots: 16_384,
-            flush_packets: 32,
+            flush_packets: 0,
             flush_us: 50,
         }
     }

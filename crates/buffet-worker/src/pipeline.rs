@@ -65,8 +65,9 @@ pub struct PipelineConfig {
     /// Where [`Verdict::Pass`] sends a packet, by input port: `routes[in_port]` (a port
     /// missing here passes packets back out of the port they came in on).
     pub routes: Vec<PortId>,
-    /// Packets that make a tenant's persistent Packet Buffer a full group, run at once.
-    /// 0 turns persistence off: each burst is grouped and run as it arrives.
+    /// Packets that make a tenant's persistent Packet Buffer a full group, run at once
+    /// (32 is the paper's figure). 0, the default, turns persistence off: each burst is
+    /// grouped and run as it arrives (docs/RESULTS.md, issue 14, says why it is off).
     pub flush_packets: usize,
     /// Latency bound (ns): a buffer whose oldest packet waited this long runs even when
     /// not full. A worker whose input runs dry runs every buffer at once anyway.
@@ -91,7 +92,7 @@ impl Default for PipelineConfig {
             pin: true,
             domain: Domain::None,
             routes: Vec::new(),
-            flush_packets: 32,
+            flush_packets: 0,
             flush_ns: 50_000,
             drr_quantum: 16_384,
             clock: ClockSource::System,

@@ -5,7 +5,8 @@
 //! or, when the Packet Dispatcher runs in the NIC path, from its own [`WorkerSource`]
 //! (its AF_XDP socket) handed over when it is spawned.
 //!
-//! Packet Buffers persist across bursts ([`Worker::enqueue`], see the `buffers` module):
+//! With persistent buffers configured (`PipelineConfig::flush_packets`), Packet Buffers
+//! persist across bursts ([`Worker::enqueue`], see the `buffers` module):
 //! a tenant's group runs once its buffer holds a full group or its oldest packet reached
 //! the latency bound, and every buffer is flushed when the input runs dry, when the data
 //! plane asks (a migration hand-over, a removal) and before the thread exits. Within a
@@ -465,6 +466,9 @@ impl<N: NetworkFunction> Worker<N> {
             while *bufs.deficit(tenant) > 0 && bufs.len(tenant) > 0 {
                 stage.clear();
                 let n = bufs.take(tenant, group, &mut stage);
+                // Start loading the group's headers while its state is looked up; the
+                // parse then does not wait for memory packet by packet.
+                stage.iter().for_each(|m| sys::prefetch_headers(m.data()));
                 let entry = cache.lookup(&self.shared.table, tenant);
                 let w0 = self.clock.work(t);
                 t = self.run_group(TenantSlot(tenant), entry, &mut stage, &self.members[..n], t);
