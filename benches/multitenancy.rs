@@ -12,6 +12,16 @@
 //! the multi-tenant Monitor a provider would write by hand without Buffet (one vector of
 //! per-tenant flow tables, no regions, no isolation).
 //!
+//! `buffet-buffered` runs the same worker with Packet Buffers that persist across bursts
+//! (`Worker::enqueue`, a pipeline's `flush_packets = 32`): a tenant's group runs when its buffer
+//! holds 32 packets or its oldest packet waited 50 us, served by weighted deficit round
+//! robin; each iteration ends with a flush, so every packet is processed once.
+//!
+//! `cargo bench --bench multitenancy -- latency` (not part of the groups) prints the
+//! latency each packet sees from the call that took it in to the call that handed it
+//! back (p50/p99), per-burst against persistent buffers, with bursts back to back (a
+//! saturated worker: the case in which buffering waits longest).
+//!
 //! `benches/ratios.py` runs each tenant count in its own process, several rounds, and
 //! reports every ratio to the single-tenant baseline of the same process with its range
 //! (docs/RESULTS.md says why).
@@ -23,6 +33,7 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use buffet::dispatch::{Dispatcher, DispatcherConfig, Match, SchedulerConfig, TenantSlot};
 use buffet::io::gen::{tenant_dst_prefix, GenConfig, Generator};
@@ -30,7 +41,7 @@ use buffet::io::PacketSource;
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
 use buffet::nfs::monitor::{FlowTable, Monitor, MonitorPolicy, SingleTenantMonitor};
 use buffet::sdk::{Layout, NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
-use buffet::worker::{PacketBuf, Worker};
+use buffet::worker::{BufferConfig, ClockSource, PacketBuf, Worker};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const PACKETS: usize = 32 * 1024;
@@ -161,7 +172,8 @@ fn worker_path(c: &mut Criterion) {
                 )
                 .expect("admit");
         }
-        let mut engine = Worker::new(Arc::new(monitor), table);
+        let monitor = Arc::new(monitor);
+        let mut engine = Worker::new(monitor.clone(), table.clone());
         // The dispatcher's parse of each frame. A worker drops a packet's layout once
         // the NF ran (the NF may have changed the frame), so `buffet-layout` hands the
         // layouts over again each iteration, one burst at a time (the burst is in cache
@@ -190,8 +202,155 @@ fn worker_path(c: &mut Criterion) {
                 })
             });
         }
+
+        // Persistent Packet Buffers: the same packets, taken in a burst at a time.
+        let mut buffered = Worker::new(monitor.clone(), table.clone())
+            .with_buffers(BufferConfig::default(), ClockSource::System);
+        group.bench_function(BenchmarkId::new("buffet-buffered", n), |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    spent += run_buffered(&mut buffered, &mut bufs);
+                }
+                spent
+            })
+        });
     }
     group.finish();
+}
+
+/// Runs `bufs` (packet `i` stamped `ts_ns = i`) through `engine` a burst at a time with
+/// persistent Packet Buffers, flushes, and puts every packet back at its index. Returns
+/// the time spent in the worker (the putting back is not counted).
+fn run_buffered(engine: &mut Worker<Monitor>, bufs: &mut Vec<PacketBuf>) -> Duration {
+    let n = bufs.len();
+    let mut slots: Vec<Option<PacketBuf>> = (0..n).map(|_| None).collect();
+    let mut input = std::mem::take(bufs);
+    let mut burst = Vec::with_capacity(BURST);
+    let mut out = Vec::with_capacity(n);
+    let start = Instant::now();
+    let mut rest = input.drain(..);
+    loop {
+        burst.extend(rest.by_ref().take(BURST));
+        if burst.is_empty() {
+            break;
+        }
+        engine.enqueue(&mut burst, &mut out);
+    }
+    engine.flush(&mut out);
+    let spent = start.elapsed();
+    for m in out.drain(..) {
+        let i = m.ts_ns as usize;
+        slots[i] = Some(m);
+    }
+    drop(rest);
+    *bufs = slots
+        .into_iter()
+        .map(|m| m.expect("every packet comes back"))
+        .collect();
+    spent
+}
+
+/// p50 and p99 of `v` (sorted in place), in microseconds.
+fn percentiles(v: &mut [f64]) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
+    (at(0.50), at(0.99))
+}
+
+/// Per packet: from the call that took it in to the call that handed it back, per-burst
+/// grouping against persistent Packet Buffers (printed, not a criterion group).
+fn latency_report() {
+    println!("latency per packet, back-to-back bursts of {BURST} (us): per-burst p50 / p99 | buffered p50 / p99");
+    for &n in &TENANT_COUNTS {
+        let t = traffic(n);
+        let mut bufs = mbufs(&t);
+        let per_tenant = (flows_in(&t) * 2 / n as usize).max(64) as u32;
+        let monitor = Monitor::with_max_flows(per_tenant);
+        let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
+        let table = Arc::new(TenantTable::new(storage, n));
+        for i in 0..n {
+            let mut state = Default::default();
+            monitor
+                .init(&MonitorPolicy::default(), &mut state)
+                .expect("policy");
+            table
+                .admit(
+                    TenantSlot(i),
+                    TenantId(i + 1),
+                    monitor.register().bytes,
+                    state,
+                )
+                .expect("admit");
+        }
+        let monitor = Arc::new(monitor);
+        // Per burst: every packet of a burst leaves when the burst is done.
+        let mut plain = Worker::new(monitor.clone(), table.clone());
+        let mut per_burst = Vec::with_capacity(bufs.len());
+        for _ in 0..3 {
+            per_burst.clear();
+            for burst in bufs.chunks_mut(BURST) {
+                let t0 = Instant::now();
+                plain.process(burst);
+                let us = t0.elapsed().as_secs_f64() * 1e6;
+                per_burst.extend(std::iter::repeat_n(us, burst.len()));
+            }
+        }
+        let mut buffered =
+            Worker::new(monitor, table).with_buffers(BufferConfig::default(), ClockSource::System);
+        // Two warm-up runs, then the measured one.
+        for _ in 0..2 {
+            run_timed(&mut buffered, &mut bufs);
+        }
+        let lat = run_timed(&mut buffered, &mut bufs);
+        let (a50, a99) = percentiles(&mut per_burst);
+        let mut lat = lat;
+        let (b50, b99) = percentiles(&mut lat);
+        println!("{n:>6} tenants: {a50:8.1} / {a99:8.1} | {b50:8.1} / {b99:8.1}");
+    }
+}
+
+/// Latency of each packet through persistent buffers: arrival = the start of the call
+/// that took its burst in, departure = the end of the call that handed it back.
+fn run_timed(engine: &mut Worker<Monitor>, bufs: &mut Vec<PacketBuf>) -> Vec<f64> {
+    let n = bufs.len();
+    let mut arrived = vec![None::<Instant>; n];
+    let mut lat = vec![0f64; n];
+    let mut slots: Vec<Option<PacketBuf>> = (0..n).map(|_| None).collect();
+    let mut input = std::mem::take(bufs);
+    let mut rest = input.drain(..);
+    let (mut burst, mut out) = (Vec::with_capacity(BURST), Vec::with_capacity(n));
+    loop {
+        burst.extend(rest.by_ref().take(BURST));
+        let done = burst.is_empty();
+        let t0 = Instant::now();
+        for m in &burst {
+            arrived[m.ts_ns as usize] = Some(t0);
+        }
+        if done {
+            engine.flush(&mut out);
+        } else {
+            engine.enqueue(&mut burst, &mut out);
+        }
+        let t1 = Instant::now();
+        for m in out.drain(..) {
+            let i = m.ts_ns as usize;
+            lat[i] = t1
+                .duration_since(arrived[i].expect("taken in"))
+                .as_secs_f64()
+                * 1e6;
+            slots[i] = Some(m);
+        }
+        if done {
+            break;
+        }
+    }
+    drop(rest);
+    *bufs = slots
+        .into_iter()
+        .map(|m| m.expect("every packet comes back"))
+        .collect();
+    lat
 }
 
 fn dispatcher(c: &mut Criterion) {
@@ -238,5 +397,11 @@ fn dispatcher(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, worker_path, dispatcher);
+fn buffering_latency(_: &mut Criterion) {
+    if std::env::args().skip(1).any(|a| a == "latency") {
+        latency_report();
+    }
+}
+
+criterion_group!(benches, worker_path, dispatcher, buffering_latency);
 criterion_main!(benches);

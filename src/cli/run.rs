@@ -17,8 +17,9 @@ use clap::Args;
 
 use super::limits;
 
-/// Capacity flags of a run that starts a pipeline (`demo`, `replay`): what it may cost
-/// in threads and memory. docs/cli.md lists what each limit admits.
+/// Capacity flags of a run that starts a pipeline (`demo`, `replay`, `run`): what it may
+/// cost in threads and memory, and how long a packet may wait in a worker's Packet
+/// Buffers. docs/cli.md lists what each limit admits.
 #[derive(Args, Debug, Clone)]
 pub struct Capacity {
     /// Worker threads (at most the cores available, unless --allow-oversubscribe).
@@ -29,13 +30,24 @@ pub struct Capacity {
     pub allow_oversubscribe: bool,
     /// Address space of the Memory Manager's arena, in MiB: every tenant's region and
     /// its guard page come from it.
-    #[arg(long, value_name = "MIB", default_value_t = 1024,
+    #[arg(long, value_name = "MIB", default_value_t = 256 << 10,
           value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     pub arena_mib: u64,
     /// Tenant Table slots: the most tenants admitted at once.
     #[arg(long, value_name = "N", default_value_t = 16_384,
           value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     pub tenant_slots: u32,
+    /// Packets that make a tenant's Packet Buffer a full group, run at once (Packet
+    /// Buffers persist across bursts, e.g. 32); 0 (the default) runs each burst's groups
+    /// as they arrive.
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub flush_packets: u32,
+    /// Latency bound in microseconds: a Packet Buffer whose oldest packet waited this
+    /// long runs even when not full.
+    #[arg(long, value_name = "US", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub flush_us: u64,
 }
 
 impl Default for Capacity {
@@ -43,8 +55,10 @@ impl Default for Capacity {
         Capacity {
             workers: 2,
             allow_oversubscribe: false,
-            arena_mib: 1024,
+            arena_mib: 256 << 10,
             tenant_slots: 16_384,
+            flush_packets: 0,
+            flush_us: 50,
         }
     }
 }
@@ -58,6 +72,8 @@ impl Capacity {
             capacity: usize::try_from(self.arena_mib << 20).unwrap_or(usize::MAX),
         };
         cfg.tenant_capacity = self.tenant_slots;
+        cfg.flush_packets = self.flush_packets as usize;
+        cfg.flush_ns = self.flush_us * 1_000;
         Ok(())
     }
 }
@@ -77,6 +93,7 @@ pub fn admit_all<N: NetworkFunction>(
             max_nb: t.max_nb,
             policy,
         })
+        .and_then(|_| p.set_weight(t.id, t.weight))
         .with_context(|| {
             format!(
                 "{}: cannot admit tenant {} ({:?})",

@@ -9,6 +9,7 @@
 //! rules = [ { dst_ip = "10.7.0.0/16" },
 //!           { src_ip = "192.168.7.0/24", protocol = "udp", dst_port = "5000-5099", priority = 10 } ]
 //! max_nb = 0                  # MAX_NB per timeslot, 0 = unlimited
+//! weight = 1                  # optional: share of its worker's time when backlogged (DRR)
 //! isolation = "mpk"           # optional: safe | mpk | ebpf | trusted-native (must match the run's level)
 //! [tenant.policy]             # handed to the NF's init, NF-specific
 //! ```
@@ -155,6 +156,8 @@ pub struct TenantConfig {
     pub rules: Vec<(u32, Match)>,
     /// MAX_NB per timeslot.
     pub max_nb: u64,
+    /// Weight in the deficit round robin of its worker's Packet Buffers (at least 1).
+    pub weight: u32,
     /// The isolation level the tenant asks for (`isolation = "mpk"`), if any.
     pub isolation: Option<Isolation>,
     /// The NF policy.
@@ -175,6 +178,7 @@ impl TenantConfig {
             name: format!("tenant-{}", id.0),
             rules,
             max_nb: 0,
+            weight: 1,
             isolation: None,
             policy: Policy::new(),
             nf: None,
@@ -329,6 +333,8 @@ struct RawTenant<V> {
     #[serde(default)]
     max_nb: u64,
     #[serde(default)]
+    weight: Option<u32>,
+    #[serde(default)]
     isolation: Option<Isolation>,
     #[serde(default = "Option::default")]
     policy: Option<V>,
@@ -443,6 +449,11 @@ fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, T
             tenant.name = name;
         }
         tenant.max_nb = t.max_nb;
+        tenant.weight = match t.weight {
+            None => 1,
+            Some(0) => return Err(field_err("weight", "must be at least 1".into())),
+            Some(w) => w,
+        };
         tenant.isolation = t.isolation;
         tenant.policy = policy;
         out.push(tenant);
@@ -613,6 +624,17 @@ rules = [ { dst_ip = "2001:db8::/32", vlan = 12, src_mac = "02:00:00:00:00:01", 
         assert_eq!(t[1].name, "tenant-8");
         assert_eq!(t[1].rules[0].1.src_mac, Some([2, 0, 0, 0, 0, 1]));
         assert!(t.iter().all(|t| t.nf.is_none() && t.chain.is_empty()));
+    }
+
+    #[test]
+    fn weight_defaults_to_one_and_zero_is_refused() {
+        let t = toml(EXAMPLE_TOML).unwrap();
+        assert!(t.iter().all(|t| t.weight == 1));
+        let t = toml("[[tenant]]\nid = 1\nweight = 3\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n")
+            .unwrap();
+        assert_eq!(t[0].weight, 3);
+        let e = err("[[tenant]]\nid = 1\nweight = 0\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n");
+        assert!(e.contains("weight") && e.contains("at least 1"), "{e}");
     }
 
     #[test]

@@ -8,7 +8,11 @@
 //! AF_XDP socket; see [`build_with_sources`]). Each worker
 //! pops a burst, groups it by tenant into Packet Buffers (a stable in-place sort, no
 //! allocation), loads each tenant's state from the Memory Manager once per group, runs
-//! the NF over the group, and hands the packets back with their verdicts.
+//! the NF over the group, and hands the packets back with their verdicts. With
+//! [`PipelineConfig::flush_packets`] set, the Packet Buffers persist across bursts
+//! instead (one preallocated slab per worker): a tenant's group runs when its buffer is
+//! full or its oldest packet reached the latency bound, and ready buffers are served by
+//! weighted deficit round robin charged in the cycles of NF work.
 //!
 //! What it guarantees:
 //! * tenant-level affinity — a tenant's packets run on the worker the dispatcher chose;
@@ -25,12 +29,14 @@
 //! placement (that is buffet-dispatch's scheduler).
 #![deny(unsafe_code)]
 
+mod buffers;
 mod pipeline;
 mod stats;
 #[allow(unsafe_code)]
 mod sys;
 mod worker;
 
+pub use buffers::{BufferConfig, ClockSource, VirtualClock};
 pub use buffet_io::{Outcome, PacketBuf, FRAME_CAPACITY};
 pub use pipeline::{
     build, build_with_sources, Command, Control, Dataplane, Pipeline, PipelineConfig,

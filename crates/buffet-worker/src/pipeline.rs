@@ -34,8 +34,9 @@ use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 use serde::Serialize;
 
+use crate::buffers::{BufferConfig, ClockSource};
 use crate::stats::{DropReason, GlobalReport, Report, TenantReport, WorkerCounters, WorkerReport};
-use crate::worker::{Notice, Shared, Worker, WorkerSource, WorkerThread};
+use crate::worker::{FlushSync, Notice, Shared, Worker, WorkerSource, WorkerThread, GATE_OPEN};
 
 /// Events the channel holds before new ones are counted as dropped.
 pub const EVENT_CAPACITY: usize = 1 << 16;
@@ -65,6 +66,18 @@ pub struct PipelineConfig {
     /// Where [`Verdict::Pass`] sends a packet, by input port: `routes[in_port]` (a port
     /// missing here passes packets back out of the port they came in on).
     pub routes: Vec<PortId>,
+    /// Packets that make a tenant's persistent Packet Buffer a full group, run at once
+    /// (32 is the paper's figure). 0, the default, turns persistence off: each burst is
+    /// grouped and run as it arrives (docs/RESULTS.md, issue 14, says why it is off).
+    pub flush_packets: usize,
+    /// Latency bound (ns): a buffer whose oldest packet waited this long runs even when
+    /// not full. A worker whose input runs dry runs every buffer at once anyway.
+    pub flush_ns: u64,
+    /// Weighted deficit round robin quantum per unit of tenant weight, in units of NF
+    /// work (CPU cycles; virtual nanoseconds on a [`ClockSource::Virtual`] clock).
+    pub drr_quantum: u64,
+    /// Where workers read time for the latency bound and the DRR charge.
+    pub clock: ClockSource,
 }
 
 impl Default for PipelineConfig {
@@ -80,7 +93,23 @@ impl Default for PipelineConfig {
             pin: true,
             domain: Domain::None,
             routes: Vec::new(),
+            flush_packets: 0,
+            flush_ns: 50_000,
+            drr_quantum: 16_384,
+            clock: ClockSource::System,
         }
+    }
+}
+
+impl PipelineConfig {
+    /// The Packet Buffer settings of each worker (`None`: persistence off).
+    fn buffers(&self) -> Option<BufferConfig> {
+        (self.flush_packets > 0).then(|| BufferConfig {
+            group: self.flush_packets,
+            latency_ns: self.flush_ns,
+            quantum: self.drr_quantum,
+            capacity: self.ring_size.max(self.burst),
+        })
     }
 }
 
@@ -439,6 +468,7 @@ impl<N: NetworkFunction> Control<N> {
             })
             .map_err(|e| tenant_error(id, e))?;
         shared.quarantined[slot.index()].store(false, Ordering::Release);
+        shared.weights[slot.index()].store(1, Ordering::Relaxed);
         let reply = self.ask(|reply| Command::Admit {
             slot,
             name: spec.name,
@@ -492,6 +522,15 @@ impl<N: NetworkFunction> Control<N> {
         let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
         self.ask(|reply| Command::Remove { slot, reply })
             .ok_or(PipelineError::Stopped)
+    }
+
+    /// Sets tenant `id`'s weight in the weighted deficit round robin that serves the
+    /// Packet Buffers of its worker (default 1; 0 counts as 1): with every tenant of a
+    /// worker backlogged, each gets worker time in proportion to its weight.
+    pub fn set_weight(&self, id: TenantId, weight: u32) -> Result<(), PipelineError> {
+        let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
+        self.core.shared.weights[slot.index()].store(weight.max(1), Ordering::Relaxed);
+        Ok(())
     }
 
     /// Launches one more worker.
@@ -627,6 +666,7 @@ struct WorkerSlot {
     rx: Arc<ArrayQueue<PacketBuf>>,
     done: Arc<ArrayQueue<PacketBuf>>,
     stop: Arc<AtomicBool>,
+    flush: Arc<FlushSync>,
     counters: Arc<WorkerCounters>,
     thread: Option<JoinHandle<()>>,
     live: bool,
@@ -661,6 +701,16 @@ struct SlotInfo {
     last_fault: Option<Instant>,
 }
 
+/// A migrated tenant whose old worker may still hold packets dispatched to it before the
+/// migration: until that worker answers a flush covering them, only it may run the tenant
+/// (the tenant's gate names it), so the new worker keeps the tenant's packets buffered.
+struct Handover {
+    slot: TenantSlot,
+    from: WorkerId,
+    /// Packets dispatched to `from` before the migration.
+    dispatched: u64,
+}
+
 /// The data plane: the software Packet Dispatcher, the worker rings, the heap frame pool
 /// and the ports. `Send`: build it anywhere, run it on the thread (core) of your choice
 /// with [`run`](Self::run), or drive it frame by frame through [`Pipeline`].
@@ -678,6 +728,10 @@ pub struct Dataplane<N: NetworkFunction> {
     slots: Vec<SlotInfo>,
     /// Removed slots waiting for their queued packets to drain: (slot, dispatched per worker).
     retiring: Vec<(TenantSlot, Vec<u64>)>,
+    /// Migrations whose old worker may still hold the tenant's earlier packets.
+    handovers: Vec<Handover>,
+    /// Migrations the dispatcher just raised, to start hand-overs for.
+    migrated: Vec<(TenantSlot, WorkerId)>,
     global: GlobalReport,
     seq: u64,
     burst: Vec<PacketBuf>,
@@ -730,6 +784,12 @@ pub fn build_with_sources<N: NetworkFunction>(
         ));
     }
     let storage = MemoryStorage::new(cfg.arena)?;
+    if cfg.flush_packets > cfg.ring_size.max(cfg.burst) {
+        return Err(PipelineError::Config(format!(
+            "a full Packet Buffer of {} packets cannot exceed the ring size ({})",
+            cfg.flush_packets, cfg.ring_size
+        )));
+    }
     let cap = cfg.tenant_capacity;
     let table = match cfg.domain {
         Domain::Mpk => {
@@ -739,12 +799,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         }
         _ => TenantTable::new(storage, cap),
     };
-    let shared = Shared {
-        nf: Arc::new(nf),
-        table: Arc::new(table),
-        quarantined: (0..cap).map(|_| AtomicBool::new(false)).collect(),
-        notices: Arc::new(ArrayQueue::new(1024)),
-    };
+    let shared = Shared::new(Arc::new(nf), Arc::new(table), 1024);
     let core = Arc::new(Core {
         shared,
         names: Mutex::new(vec![None; cap as usize]),
@@ -765,6 +820,8 @@ pub fn build_with_sources<N: NetworkFunction>(
         tx: Vec::new(),
         slots: vec![SlotInfo::default(); cap as usize],
         retiring: Vec::new(),
+        handovers: Vec::new(),
+        migrated: Vec::new(),
         global: GlobalReport::default(),
         seq: 0,
         burst: Vec::with_capacity(cfg.burst),
@@ -819,6 +876,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             rx: Arc::new(ArrayQueue::new(self.cfg.ring_size)),
             done: Arc::new(ArrayQueue::new(self.cfg.ring_size)),
             stop: Arc::new(AtomicBool::new(false)),
+            flush: Arc::new(FlushSync::default()),
             counters: Arc::new(WorkerCounters::new(self.cfg.tenant_capacity)),
             thread: None,
             live: true,
@@ -831,12 +889,17 @@ impl<N: NetworkFunction> Dataplane<N> {
             progress: (0, None),
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let mut engine = Worker::with_shared(id, self.core.shared.clone(), slot.counters.clone());
+        if let Some(buffers) = self.cfg.buffers() {
+            engine = engine.with_buffers(buffers, self.cfg.clock.clone());
+        }
         let thread = WorkerThread {
-            engine: Worker::with_shared(id, self.core.shared.clone(), slot.counters.clone()),
+            engine,
             rx: slot.rx.clone(),
             source,
             done: slot.done.clone(),
             stop: slot.stop.clone(),
+            flush: slot.flush.clone(),
             burst: self.cfg.burst,
             pin: self.cfg.pin.then_some(id.0 as usize),
             ready: Some(ready_tx),
@@ -889,6 +952,9 @@ impl<N: NetworkFunction> Dataplane<N> {
             return Err(PipelineError::LastWorker(w.0));
         }
         let moved = self.dispatcher.terminate_worker(w);
+        for &(tenant, _) in &moved {
+            self.begin_handover(tenant, w);
+        }
         let slot = &mut self.workers[w.0 as usize];
         slot.live = false;
         slot.stop.store(true, Ordering::Release);
@@ -939,10 +1005,16 @@ impl<N: NetworkFunction> Dataplane<N> {
                 let _ = reply.send(r);
             }
             Command::Remove { slot, reply } => {
+                // No packet of the slot may stay gated once it retires.
+                self.wait_handover(slot);
                 let r = self.dispatcher.remove(slot);
                 if r.is_ok() {
                     self.core.shared.table.remove_and_retire(slot);
-                    let snapshot = self.workers.iter().map(|w| w.dispatched).collect();
+                    let snapshot: Vec<u64> = self.workers.iter().map(|w| w.dispatched).collect();
+                    // Workers run what they buffered before the removal promptly.
+                    for (w, &d) in self.workers.iter().zip(&snapshot) {
+                        w.flush.until.fetch_max(d, Ordering::AcqRel);
+                    }
                     self.retiring.push((slot, snapshot));
                 }
                 let _ = reply.send(r);
@@ -977,7 +1049,11 @@ impl<N: NetworkFunction> Dataplane<N> {
         let workers = &self.workers;
         let table = &self.core.shared.table;
         self.retiring.retain(|(slot, snap)| {
-            let drained = snap.iter().zip(workers).all(|(d, w)| w.completed >= *d);
+            // Completed in count, and (buffers hand packets back out of order across
+            // tenants) answered a flush covering them.
+            let drained = snap.iter().zip(workers).all(|(d, w)| {
+                w.completed >= *d && (w.sourced || w.flush.done.load(Ordering::Acquire) >= *d)
+            });
             if drained {
                 table.release(*slot);
             }
@@ -1093,8 +1169,74 @@ impl<N: NetworkFunction> Dataplane<N> {
 
     fn collect_events(&mut self, seq: u64) {
         for e in self.dispatcher.drain_events() {
+            if let Event::Migration { tenant, from, .. } = e {
+                self.migrated.push((tenant, from));
+            }
             record_event(&mut self.slots, &self.core, &self.events, e, seq);
         }
+        if !self.migrated.is_empty() {
+            let mut migrated = std::mem::take(&mut self.migrated);
+            for &(tenant, from) in &migrated {
+                self.begin_handover(tenant, from);
+            }
+            migrated.clear();
+            self.migrated = migrated;
+        }
+    }
+
+    /// Tenant `tenant` moved off worker `from`, whose Packet Buffers (or ring) may still
+    /// hold its earlier packets: until `from` has run them, only `from` may run the tenant,
+    /// and `from` is asked to flush. Called before the first packet goes to the new worker.
+    /// Workers fed by their own source are not tracked (their frames never pass here).
+    fn begin_handover(&mut self, tenant: TenantSlot, from: WorkerId) {
+        let Some(w) = self.workers.get(from.0 as usize) else {
+            return;
+        };
+        if w.sourced || self.cfg.buffers().is_none() {
+            return;
+        }
+        // One hand-over per tenant at a time (migrations of a tenant are a timeslot apart).
+        self.wait_handover(tenant);
+        let w = &self.workers[from.0 as usize];
+        let dispatched = w.dispatched;
+        if w.flush.done.load(Ordering::Acquire) >= dispatched {
+            return;
+        }
+        self.core.shared.gates[tenant.index()].store(u32::from(from.0), Ordering::Release);
+        w.flush.until.fetch_max(dispatched, Ordering::AcqRel);
+        self.handovers.push(Handover {
+            slot: tenant,
+            from,
+            dispatched,
+        });
+    }
+
+    /// Waits (taking completions back) until tenant `tenant` has no hand-over pending.
+    fn wait_handover(&mut self, tenant: TenantSlot) {
+        let backoff = Backoff::new();
+        while self.handovers.iter().any(|h| h.slot == tenant) {
+            self.poll_completions();
+            self.flush_tx();
+            backoff.snooze();
+        }
+    }
+
+    /// Opens the gates of tenants whose old worker answered the flush covering them.
+    fn release_handovers(&mut self) {
+        if self.handovers.is_empty() {
+            return;
+        }
+        let (workers, gates) = (&self.workers, &self.core.shared.gates);
+        self.handovers.retain(|h| {
+            let from = &workers[h.from.0 as usize];
+            // A lost worker (dead or stuck) never confirms: what it had queued was handed
+            // to the tenants' new workers when it was evacuated.
+            let done = from.lost || from.flush.done.load(Ordering::Acquire) >= h.dispatched;
+            if done {
+                gates[h.slot.index()].store(GATE_OPEN, Ordering::Release);
+            }
+            !done
+        });
     }
 
     /// Takes processed packets back from the workers: passes go to their output port's
@@ -1147,6 +1289,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             });
         }
         self.check_workers();
+        self.release_handovers();
         self.reclaim_retired();
     }
 
@@ -1613,6 +1756,10 @@ impl<N: NetworkFunction> Dataplane<N> {
 
     fn shutdown(&mut self) {
         self.core.stopped.store(true, Ordering::Release);
+        // Nothing is waited for any more: no worker may keep packets gated.
+        for h in self.handovers.drain(..) {
+            self.core.shared.gates[h.slot.index()].store(GATE_OPEN, Ordering::Release);
+        }
         for w in &self.workers {
             w.stop.store(true, Ordering::Release);
         }
@@ -1787,6 +1934,11 @@ impl<N: NetworkFunction> Pipeline<N> {
     /// Replaces a tenant's NF policy (see [`Control::update_policy`]).
     pub fn update_policy(&mut self, id: TenantId, policy: &N::Policy) -> Result<(), PipelineError> {
         self.control.update_policy(id, policy)
+    }
+
+    /// Sets a tenant's DRR weight (see [`Control::set_weight`]).
+    pub fn set_weight(&mut self, id: TenantId, weight: u32) -> Result<(), PipelineError> {
+        self.control.set_weight(id, weight)
     }
 
     /// Removes a tenant (see [`Control::remove`]).

@@ -1,11 +1,23 @@
-//! One worker thread: pop a burst, group it into per-tenant Packet Buffers, run the NF.
+//! One worker thread: pop a burst, add it to the per-tenant Packet Buffers, serve the
+//! ready buffers by weighted deficit round robin, run the NF once per group.
 //!
 //! A worker's burst comes from its input ring (filled by the software Packet Dispatcher)
 //! or, when the Packet Dispatcher runs in the NIC path, from its own [`WorkerSource`]
 //! (its AF_XDP socket) handed over when it is spawned.
+//!
+//! With persistent buffers configured (`PipelineConfig::flush_packets`), Packet Buffers
+//! persist across bursts ([`Worker::enqueue`], see the `buffers` module):
+//! a tenant's group runs once its buffer holds a full group or its oldest packet reached
+//! the latency bound, and every buffer is flushed when the input runs dry, when the data
+//! plane asks (a migration hand-over, a removal) and before the thread exits. Within a
+//! tenant, packets always leave in arrival order. The ready buffers are served by a
+//! weighted deficit round robin charged in the CPU cycles of the NF work each group took
+//! (measured anyway for accounting), so a tenant whose packets are expensive gets the
+//! same share of the worker's time as a cheap one of equal weight, not the same share of
+//! packets. [`Worker::process`] keeps the one-burst form: group one burst and run it all.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrayvec::ArrayVec;
@@ -15,6 +27,7 @@ use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict, WorkerThreadError
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 
+use crate::buffers::{BufferConfig, Clock, ClockSource, TenantBuffers};
 use crate::stats::{bump, GroupTally, WorkerCounters};
 use crate::sys;
 use buffet_io::{Outcome, PacketBuf};
@@ -36,6 +49,40 @@ pub(crate) struct Shared<N: NetworkFunction> {
     /// Indexed by tenant slot; set once a tenant faulted.
     pub quarantined: Arc<[AtomicBool]>,
     pub notices: Arc<ArrayQueue<Notice>>,
+    /// Indexed by tenant slot: the tenant's DRR weight (at least 1).
+    pub weights: Arc<[AtomicU32]>,
+    /// Indexed by tenant slot: [`GATE_OPEN`], or the worker that alone may run the
+    /// tenant while it still holds the tenant's packets from before a migration.
+    pub gates: Arc<[AtomicU32]>,
+}
+
+/// A tenant's gate when no hand-over is pending: its current worker runs it.
+pub(crate) const GATE_OPEN: u32 = u32::MAX;
+
+impl<N: NetworkFunction> Shared<N> {
+    /// Shared state for an NF over `table`, every tenant unquarantined, weight 1, no
+    /// hand-over pending.
+    pub(crate) fn new(nf: Arc<N>, table: Arc<TenantTable<N::State>>, notices: usize) -> Self {
+        let cap = table.capacity();
+        Shared {
+            nf,
+            table,
+            quarantined: (0..cap).map(|_| AtomicBool::new(false)).collect(),
+            notices: Arc::new(ArrayQueue::new(notices)),
+            weights: (0..cap).map(|_| AtomicU32::new(1)).collect(),
+            gates: (0..cap).map(|_| AtomicU32::new(GATE_OPEN)).collect(),
+        }
+    }
+}
+
+/// A flush request from the data plane to one worker thread, and its answer.
+#[derive(Default)]
+pub(crate) struct FlushSync {
+    /// Asked: flush every buffer once at least this many packets were taken from the ring.
+    pub until: AtomicU64,
+    /// Answered: every packet among the first `done` taken from the ring has been run and
+    /// handed back, except those of tenants gated on another worker's hand-over.
+    pub done: AtomicU64,
 }
 
 impl<N: NetworkFunction> Clone for Shared<N> {
@@ -45,6 +92,8 @@ impl<N: NetworkFunction> Clone for Shared<N> {
             table: self.table.clone(),
             quarantined: self.quarantined.clone(),
             notices: self.notices.clone(),
+            weights: self.weights.clone(),
+            gates: self.gates.clone(),
         }
     }
 }
@@ -71,21 +120,32 @@ pub(crate) struct WorkerThread<N: NetworkFunction> {
     pub source: Option<Box<dyn WorkerSource>>,
     pub done: Arc<ArrayQueue<PacketBuf>>,
     pub stop: Arc<AtomicBool>,
+    pub flush: Arc<FlushSync>,
     pub burst: usize,
     pub pin: Option<usize>,
     /// Told once the NF prepared the thread (or why it could not).
     pub ready: Option<std::sync::mpsc::SyncSender<Result<(), WorkerThreadError>>>,
 }
 
-/// What one worker does to a burst, without the thread around it: group by tenant into
-/// Packet Buffers, load each tenant's state once, run the NF, account. The worker
-/// threads run it; benchmarks and embedders can run it inline on their own core.
+/// What one worker does to its packets, without the thread around it: keep them in
+/// per-tenant Packet Buffers, load each tenant's state once per group, run the NF,
+/// account. The worker threads run it; benchmarks and embedders can run it inline on
+/// their own core.
 pub struct Worker<N: NetworkFunction> {
     id: WorkerId,
     shared: Shared<N>,
     counters: Arc<WorkerCounters>,
     groups: PacketBuffers,
     cache: EntryCache<N::State>,
+    /// Persistent Packet Buffers (`None`: each burst's groups run at once).
+    buffers: Option<TenantBuffers>,
+    clock: Clock,
+    /// The group being run, moved out of its buffer.
+    stage: Vec<PacketBuf>,
+    /// `0, 1, 2, …`: the member indices of a staged group.
+    members: Vec<u32>,
+    /// Packets taken in by [`enqueue`](Self::enqueue) so far.
+    taken: u64,
 }
 
 impl<N: NetworkFunction> WorkerThread<N> {
@@ -103,10 +163,13 @@ impl<N: NetworkFunction> WorkerThread<N> {
         }
         let mut in_flight = InFlight {
             burst: Vec::with_capacity(self.burst),
-            done: &self.done,
+            out: Vec::with_capacity(self.engine.capacity() + self.burst),
+            done: self.done.clone(),
         };
-        let burst = &mut in_flight.burst;
+        let InFlight { burst, out, .. } = &mut in_flight;
         let mut rejected: Vec<PacketBuf> = Vec::with_capacity(self.burst);
+        // How many of the packets taken from the input are known run and handed back.
+        let mut acked = 0u64;
         let backoff = Backoff::new();
         loop {
             match &mut self.source {
@@ -125,22 +188,44 @@ impl<N: NetworkFunction> WorkerThread<N> {
                     }
                 }
             }
-            if burst.is_empty() {
-                if self.stop.load(Ordering::Acquire) && self.rx.is_empty() {
-                    return;
+            if !burst.is_empty() {
+                backoff.reset();
+                self.engine.enqueue(burst, out);
+                for m in out.drain(..) {
+                    push_done(&self.done, m);
                 }
-                if backoff.is_completed() {
-                    std::thread::sleep(std::time::Duration::from_micros(20));
-                } else {
-                    backoff.snooze();
+                if self.flush.until.load(Ordering::Acquire) > acked {
+                    self.flush_all(out);
+                    acked = self.engine.settled();
+                    self.flush.done.store(acked, Ordering::Release);
                 }
                 continue;
             }
-            backoff.reset();
-            self.engine.process(burst);
-            for m in burst.drain(..) {
-                push_done(&self.done, m);
+            // Nothing new: a worker with time to spare holds nothing back.
+            if self.engine.held() > 0 {
+                self.flush_all(out);
             }
+            if acked < self.engine.settled() {
+                acked = self.engine.settled();
+                self.flush.done.store(acked, Ordering::Release);
+            }
+            if self.stop.load(Ordering::Acquire) && self.rx.is_empty() && self.engine.held() == 0 {
+                self.flush.done.store(u64::MAX, Ordering::Release);
+                return;
+            }
+            if backoff.is_completed() {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            } else {
+                backoff.snooze();
+            }
+        }
+    }
+
+    /// Runs every Packet Buffer not gated on a hand-over and hands the packets back.
+    fn flush_all(&mut self, out: &mut Vec<PacketBuf>) {
+        self.engine.flush(out);
+        for m in out.drain(..) {
+            push_done(&self.done, m);
         }
     }
 }
@@ -149,16 +234,18 @@ impl<N: NetworkFunction> WorkerThread<N> {
 /// the per-group containment does not cover), its frames still go back to the data plane
 /// on the way out, those it had not finished still `Pending`: the data plane counts them
 /// as lost with the worker, under their tenants, instead of losing track of them.
-struct InFlight<'a> {
+struct InFlight {
     burst: Vec<PacketBuf>,
-    done: &'a ArrayQueue<PacketBuf>,
+    /// Packets run and not yet handed back.
+    out: Vec<PacketBuf>,
+    done: Arc<ArrayQueue<PacketBuf>>,
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            for m in self.burst.drain(..) {
-                push_done(self.done, m);
+            for m in self.burst.drain(..).chain(self.out.drain(..)) {
+                push_done(&self.done, m);
             }
         }
     }
@@ -187,26 +274,60 @@ impl<N: NetworkFunction> Worker<N> {
             counters,
             groups: PacketBuffers::default(),
             cache: EntryCache::default(),
+            buffers: None,
+            clock: Clock::new(&ClockSource::System),
+            stage: Vec::new(),
+            members: Vec::new(),
+            taken: 0,
         }
     }
 
     /// An engine over `table` (tenant slots below `capacity`), for running bursts
-    /// inline. Tenant ids in packet metadata come from the table.
+    /// inline. Tenant ids in packet metadata come from the table. Without
+    /// [`with_buffers`](Self::with_buffers), [`enqueue`](Self::enqueue) runs each burst
+    /// at once, as [`process`](Self::process) does.
     pub fn new(nf: Arc<N>, table: Arc<TenantTable<N::State>>) -> Self {
         let cap = table.capacity();
-        let shared = Shared {
-            nf,
-            table,
-            quarantined: (0..cap).map(|_| AtomicBool::new(false)).collect(),
-            notices: Arc::new(ArrayQueue::new(64)),
+        Self::with_shared(
+            WorkerId(0),
+            Shared::new(nf, table, 64),
+            Arc::new(WorkerCounters::new(cap)),
+        )
+    }
+
+    /// Keeps packets in persistent per-tenant Packet Buffers (see [`enqueue`](Self::enqueue)),
+    /// served by weighted deficit round robin, with time read from `clock`.
+    pub fn with_buffers(mut self, cfg: BufferConfig, clock: ClockSource) -> Self {
+        let cfg = BufferConfig {
+            group: cfg.group.max(1),
+            ..cfg
         };
-        Worker {
-            id: WorkerId(0),
-            shared,
-            counters: Arc::new(WorkerCounters::new(cap)),
-            groups: PacketBuffers::default(),
-            cache: EntryCache::default(),
+        self.buffers = Some(TenantBuffers::new(
+            cfg,
+            self.shared.table.capacity() as usize,
+        ));
+        self.clock = Clock::new(&clock);
+        self.stage = Vec::with_capacity(cfg.group);
+        self.members = (0..cfg.group as u32).collect();
+        self
+    }
+
+    /// Sets tenant `tenant`'s DRR weight (0 counts as 1); its quantum is its weight
+    /// times the configured quantum.
+    pub fn set_weight(&self, tenant: TenantSlot, weight: u32) {
+        if let Some(w) = self.shared.weights.get(tenant.index()) {
+            w.store(weight.max(1), Ordering::Relaxed);
         }
+    }
+
+    /// Packets held in Packet Buffers, waiting for their group to run.
+    pub fn held(&self) -> usize {
+        self.buffers.as_ref().map_or(0, TenantBuffers::held)
+    }
+
+    /// Packets the Packet Buffers hold before the oldest waiting ones are forced out.
+    pub fn capacity(&self) -> usize {
+        self.buffers.as_ref().map_or(0, |b| b.cfg.capacity)
     }
 
     /// Packets processed so far.
@@ -234,6 +355,174 @@ impl<N: NetworkFunction> Worker<N> {
         bump(&self.counters.packets, burst.len() as u64);
         bump(&self.counters.bursts, 1);
         bump(&self.counters.busy_cycles, t.wrapping_sub(t0));
+    }
+
+    /// Adds `burst` to the tenants' Packet Buffers and serves the buffers that are ready
+    /// (full, or their oldest packet older than the latency bound) in weighted deficit
+    /// round robin rounds until none is ready, checking the latency bound again after
+    /// each round: the worker is work-conserving, and while several tenants are
+    /// backlogged the DRR decides whose packets go first, by weight and by the work their
+    /// groups took. Every packet run is moved to `out` with its outcome.
+    /// Without persistent buffers, runs the whole burst as [`process`](Self::process)
+    /// does and moves it to `out`. No allocation: the buffers share a preallocated slab;
+    /// when it is short of room the oldest buffers run first.
+    pub fn enqueue(&mut self, burst: &mut Vec<PacketBuf>, out: &mut Vec<PacketBuf>) {
+        let Some(mut bufs) = self.buffers.take() else {
+            self.taken += burst.len() as u64;
+            self.process(burst);
+            out.append(burst);
+            return;
+        };
+        let t0 = sys::cycles();
+        let before = out.len();
+        let now = self.clock.now_ns();
+        bufs.unpark(|t| self.gate_open(t));
+        if bufs.room() < burst.len() {
+            bufs.force_oldest(burst.len() - bufs.room());
+            while bufs.room() < burst.len() && bufs.ready_len() > 0 {
+                self.round(&mut bufs, out, now, false);
+            }
+        }
+        for m in burst.drain(..) {
+            let seq = self.taken;
+            self.taken += 1;
+            if let Err(m) = bufs.push(m, now, seq) {
+                // Every buffer left is gated on a hand-over: grow rather than reorder.
+                bufs.grow();
+                let _ = bufs.push(m, now, seq);
+            }
+        }
+        let mut now = now;
+        loop {
+            bufs.expire(now);
+            if bufs.ready_len() == 0 {
+                break;
+            }
+            self.round(&mut bufs, out, now, false);
+            now = self.clock.now_ns();
+        }
+        self.buffers = Some(bufs);
+        self.account(out.len() - before, t0);
+    }
+
+    /// Runs every Packet Buffer now, in DRR order, and moves the packets to `out`. A
+    /// tenant gated on another worker's hand-over keeps its packets until the gate opens.
+    pub fn flush(&mut self, out: &mut Vec<PacketBuf>) {
+        let Some(mut bufs) = self.buffers.take() else {
+            return;
+        };
+        let t0 = sys::cycles();
+        let before = out.len();
+        loop {
+            let now = self.clock.now_ns();
+            bufs.unpark(|t| self.gate_open(t));
+            bufs.force_all();
+            if bufs.ready_len() == 0 {
+                break;
+            }
+            self.round(&mut bufs, out, now, true);
+        }
+        self.buffers = Some(bufs);
+        self.account(out.len() - before, t0);
+    }
+
+    /// How many of the packets taken in so far are known run and handed back after a
+    /// [`flush`](Self::flush): all of them but those from the oldest packet kept aside for
+    /// a hand-over on.
+    pub(crate) fn settled(&self) -> u64 {
+        self.buffers
+            .as_ref()
+            .and_then(TenantBuffers::oldest_parked)
+            .unwrap_or(self.taken)
+    }
+
+    fn account(&self, packets: usize, t0: u64) {
+        if packets > 0 {
+            bump(&self.counters.packets, packets as u64);
+            bump(&self.counters.bursts, 1);
+            bump(&self.counters.busy_cycles, sys::cycles().wrapping_sub(t0));
+        }
+    }
+
+    /// Whether this worker may run tenant `t` now (no other worker still owes its
+    /// earlier packets).
+    #[inline]
+    fn gate_open(&self, t: u32) -> bool {
+        self.shared.gates.get(t as usize).is_none_or(|g| {
+            let v = g.load(Ordering::Acquire);
+            v == GATE_OPEN || v == u32::from(self.id.0)
+        })
+    }
+
+    /// One weighted deficit round robin round: each buffer ready when the round starts
+    /// is visited once, its deficit grows by weight × quantum, and it runs groups (oldest
+    /// packets first, at most a full group each) while its deficit is positive and it is
+    /// still ready, each group charged the work it took. `force`: every non-empty buffer
+    /// counts as ready. Returns the packets run.
+    fn round(
+        &mut self,
+        bufs: &mut TenantBuffers,
+        out: &mut Vec<PacketBuf>,
+        now: u64,
+        force: bool,
+    ) -> usize {
+        let mut cache = std::mem::take(&mut self.cache);
+        let mut stage = std::mem::take(&mut self.stage);
+        cache.revalidate(&self.shared.table);
+        let (group, quantum) = (bufs.cfg.group, bufs.cfg.quantum);
+        let mut served = 0;
+        let mut t = sys::cycles();
+        for _ in 0..bufs.ready_len() {
+            let Some(tenant) = bufs.next_ready() else {
+                break;
+            };
+            if !self.gate_open(tenant) {
+                bufs.park(tenant);
+                continue;
+            }
+            let weight = self
+                .shared
+                .weights
+                .get(tenant as usize)
+                .map_or(1, |w| u64::from(w.load(Ordering::Relaxed).max(1)));
+            let credit = i64::try_from(quantum.saturating_mul(weight)).unwrap_or(i64::MAX);
+            let d = bufs.deficit(tenant);
+            *d = d.saturating_add(credit);
+            while *bufs.deficit(tenant) > 0 && bufs.len(tenant) > 0 {
+                stage.clear();
+                let n = bufs.take(tenant, group, &mut stage);
+                // Start loading the group's headers while its state is looked up; the
+                // parse then does not wait for memory packet by packet.
+                stage.iter().for_each(|m| sys::prefetch_headers(m.data()));
+                let entry = cache.lookup(&self.shared.table, tenant);
+                let w0 = self.clock.work(t);
+                t = self.run_group(TenantSlot(tenant), entry, &mut stage, &self.members[..n], t);
+                let cost = i64::try_from(self.clock.work(t).wrapping_sub(w0)).unwrap_or(i64::MAX);
+                let d = bufs.deficit(tenant);
+                *d = d.saturating_sub(cost);
+                served += n;
+                out.append(&mut stage);
+                if self.quarantined(tenant) {
+                    // Its packets are only dropped from now on: drain it without charge.
+                    *d = (*d).max(1);
+                    continue;
+                }
+                if !force && bufs.len(tenant) < group && !bufs.aged(tenant, now) {
+                    break;
+                }
+            }
+            bufs.settle(tenant, now, force);
+        }
+        self.cache = cache;
+        self.stage = stage;
+        served
+    }
+
+    fn quarantined(&self, tenant: u32) -> bool {
+        self.shared
+            .quarantined
+            .get(tenant as usize)
+            .is_none_or(|q| q.load(Ordering::Relaxed))
     }
 
     /// Runs the packets `members` (indices into `burst`) of one tenant; `t0` is the
