@@ -132,6 +132,22 @@ fn gauges(
     Ok(())
 }
 
+/// One unlabelled counter.
+fn counter(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: u64,
+) -> Result<(), std::fmt::Error> {
+    let m = enc.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    ConstCounter::new(v).encode(m)
+}
+
 fn tenant(id: buffet_sdk::TenantId) -> Labels {
     vec![("tenant", id.0.to_string())]
 }
@@ -198,12 +214,13 @@ impl Collector for Snapshot {
             "The worker the tenant runs on",
             t.iter().map(|x| (tenant(x.id), i64::from(x.worker))),
         )?;
-        gauges(
-            &mut enc,
+        let m = enc.encode_descriptor(
             "buffet_tenants",
             "Tenants admitted",
-            [(Vec::new(), t.len() as i64)],
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
         )?;
+        ConstGauge::new(t.len() as i64).encode(m)?;
         let w = &r.workers;
         counters(
             &mut enc,
@@ -235,29 +252,29 @@ impl Collector for Snapshot {
             w.iter().map(|x| (worker(x.id), i64::from(x.live))),
         )?;
         let g = &r.global;
-        counters(
+        counter(
             &mut enc,
             "buffet_input_packets",
             "Packets the ports delivered",
-            [(Vec::new(), g.input_packets)],
+            g.input_packets,
         )?;
-        counters(
+        counter(
             &mut enc,
             "buffet_unmatched_packets",
             "Packets no tenant's rule matched",
-            [(Vec::new(), g.unmatched)],
+            g.unmatched,
         )?;
-        counters(
+        counter(
             &mut enc,
             "buffet_events_dropped",
             "Scheduler events dropped because nobody drained them in time",
-            [(Vec::new(), g.events_dropped)],
+            g.events_dropped,
         )?;
-        counters(
+        counter(
             &mut enc,
             "buffet_refused_admissions",
             "Admissions refused because the server is flagged overloaded",
-            [(Vec::new(), self.refused)],
+            self.refused,
         )?;
         Ok(())
     }
