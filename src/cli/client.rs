@@ -21,7 +21,12 @@ use serde_json::{json, Value};
 #[derive(Args, Debug, Clone)]
 pub struct ApiArgs {
     /// The daemon's API, e.g. http://127.0.0.1:7878.
-    #[arg(long, env = "BUFFET_API", default_value = "http://127.0.0.1:7878", global = true)]
+    #[arg(
+        long,
+        env = "BUFFET_API",
+        default_value = "http://127.0.0.1:7878",
+        global = true
+    )]
     pub api: String,
     /// Bearer token (the admin token, or a tenant's for reading its own tenant).
     #[arg(long, env = "BUFFET_TOKEN", hide_env_values = true, global = true)]
@@ -237,8 +242,7 @@ fn parse_rule(text: &str) -> anyhow::Result<Value> {
 impl TenantSpecArgs {
     fn document(&self) -> anyhow::Result<Value> {
         if let Some(f) = &self.file {
-            let text =
-                std::fs::read_to_string(f).with_context(|| format!("{}", f.display()))?;
+            let text = std::fs::read_to_string(f).with_context(|| format!("{}", f.display()))?;
             return serde_json::from_str(&text).with_context(|| format!("{}", f.display()));
         }
         let mut doc = serde_json::Map::new();
@@ -364,7 +368,9 @@ pub fn tenant(a: &TenantArgs) -> anyhow::Result<()> {
         }
         TenantAction::Update(spec) => {
             let doc = spec.document()?;
-            let id = doc["id"].as_u64().context("the tenant document has no id")?;
+            let id = doc["id"]
+                .as_u64()
+                .context("the tenant document has no id")?;
             let v = api.send("PUT", &format!("/v1/tenants/{id}"), Some(&doc))?;
             if api.json {
                 api.print(&mut out, &v)?;
@@ -426,7 +432,9 @@ pub fn stats(a: &StatsArgs) -> anyhow::Result<()> {
         let mut out = stdout.lock();
         let rows = match a.tenant {
             Some(id) => {
-                let v = a.api.send("GET", &format!("/v1/tenants/{id}/stats"), None)?;
+                let v = a
+                    .api
+                    .send("GET", &format!("/v1/tenants/{id}/stats"), None)?;
                 if a.api.json {
                     a.api.print(&mut out, &v)?;
                 }
@@ -466,7 +474,11 @@ pub fn workers(a: &WorkersArgs) -> anyhow::Result<()> {
             if api.json {
                 return api.print(&mut out, &v);
             }
-            writeln!(out, "{:>6} {:>5} {:>14} {:>14}", "worker", "live", "packets", "busy_cycles")?;
+            writeln!(
+                out,
+                "{:>6} {:>5} {:>14} {:>14}",
+                "worker", "live", "packets", "busy_cycles"
+            )?;
             for w in v["workers"].as_array().map_or(&[][..], |a| a) {
                 writeln!(
                     out,
@@ -496,7 +508,12 @@ pub fn workers(a: &WorkersArgs) -> anyhow::Result<()> {
 /// Runs `buffet events --follow`: prints each server-sent event as it comes (one JSON
 /// object per line with `--json`).
 pub fn events(a: &EventsArgs) -> anyhow::Result<()> {
-    let resp = match a.api.request("GET", "/v1/events").timeout(Duration::MAX).call() {
+    let resp = match a
+        .api
+        .request("GET", "/v1/events")
+        .timeout(Duration::MAX)
+        .call()
+    {
         Ok(r) => r,
         Err(ureq::Error::Status(status, r)) => {
             let message = r.into_string().unwrap_or_default();

@@ -98,9 +98,7 @@ impl From<Denied> for ApiError {
                 StatusCode::UNAUTHORIZED,
                 "missing or unknown bearer token (Authorization: Bearer TOKEN)",
             ),
-            Denied::Forbidden => {
-                ApiError::new(StatusCode::FORBIDDEN, "this token may not do that")
-            }
+            Denied::Forbidden => ApiError::new(StatusCode::FORBIDDEN, "this token may not do that"),
         }
     }
 }
@@ -499,7 +497,12 @@ async fn admit(
     let cfg = parse_docs(vec![doc.clone()])?
         .pop()
         .ok_or_else(|| ApiError::bad_request("no tenant"))?;
-    if let Some(reason) = s.refusing.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+    if let Some(reason) = s
+        .refusing
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+    {
         s.metrics.refused_admissions.fetch_add(1, Ordering::Relaxed);
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -651,7 +654,9 @@ async fn apply(
         .and_then(|o| o.get("tenant"))
         .and_then(Value::as_array)
         .ok_or_else(|| {
-            ApiError::bad_request("a tenant set is {\"tenant\": [ ... ]} (the tenants file as JSON)")
+            ApiError::bad_request(
+                "a tenant set is {\"tenant\": [ ... ]} (the tenants file as JSON)",
+            )
         })?
         .clone();
     let docs = list
@@ -725,12 +730,16 @@ async fn apply(
             for id in &updated {
                 st.plane.update_policy(&w[id].cfg)?;
                 done.push(Step::Updated(current[id].cfg.clone()));
-                batch.put.push((*id, serde_json::to_vec(&w[id].doc).unwrap_or_default()));
+                batch
+                    .put
+                    .push((*id, serde_json::to_vec(&w[id].doc).unwrap_or_default()));
             }
             for id in &added {
                 st.plane.admit(&w[id].cfg)?;
                 done.push(Step::Added(TenantId(*id)));
-                batch.put.push((*id, serde_json::to_vec(&w[id].doc).unwrap_or_default()));
+                batch
+                    .put
+                    .push((*id, serde_json::to_vec(&w[id].doc).unwrap_or_default()));
             }
             Ok(batch)
         };

@@ -322,7 +322,10 @@ impl DaemonConfig {
         }
         let d = &self.dataplane;
         if d.workers == 0 || d.workers > 256 {
-            return bad("dataplane.workers", format!("must be 1..=256, got {}", d.workers));
+            return bad(
+                "dataplane.workers",
+                format!("must be 1..=256, got {}", d.workers),
+            );
         }
         if d.max_workers < d.workers || d.max_workers > 256 {
             return bad(
@@ -334,7 +337,10 @@ impl DaemonConfig {
             );
         }
         if d.shift >= 64 {
-            return bad("dataplane.shift", format!("must be below 64, got {}", d.shift));
+            return bad(
+                "dataplane.shift",
+                format!("must be below 64, got {}", d.shift),
+            );
         }
         if d.tenant_slots == 0 || d.tenant_slots > 1 << 20 {
             return bad(
@@ -444,9 +450,15 @@ mod tests {
             "{MINIMAL}[[port]]\nkind = \"generator\"\ntenants = 2\nrate_pps = 10.0\npeak_factor = 99.0\n"
         ))
         .unwrap_err();
-        assert!(e.to_string().starts_with("b.toml: port[0].peak_factor:"), "{e}");
+        assert!(
+            e.to_string().starts_with("b.toml: port[0].peak_factor:"),
+            "{e}"
+        );
         let e = parse("data_dir = \"/x\"\n[nf]\nname = \"nope\"\n").unwrap_err();
-        assert!(e.to_string().starts_with("b.toml: nf: unknown NF \"nope\""), "{e}");
+        assert!(
+            e.to_string().starts_with("b.toml: nf: unknown NF \"nope\""),
+            "{e}"
+        );
     }
 
     #[test]

@@ -38,7 +38,11 @@ pub use daemon::{Daemon, DaemonError};
 
 /// `buffetd` command line.
 #[derive(Parser, Debug)]
-#[command(name = "buffetd", version, about = "Buffet's daemon: the data plane and its control API")]
+#[command(
+    name = "buffetd",
+    version,
+    about = "Buffet's daemon: the data plane and its control API"
+)]
 pub struct Args {
     /// The configuration file (see deploy/buffet.example.toml).
     #[arg(long)]

@@ -20,8 +20,7 @@ use buffet_dispatch::{DispatcherConfig, SchedulerConfig, TenantSlot, WorkerId};
 use buffet_io::gen::{GenConfig, Generator};
 use buffet_io::pcap::PcapReader;
 use buffet_io::{
-    HeapPool, Outcome, PacketBuf, PacketSource, Port, PortError, PortStats, Rx,
-    SourcePort,
+    HeapPool, Outcome, PacketBuf, PacketSource, Port, PortError, PortStats, Rx, SourcePort,
 };
 use buffet_memory::ArenaConfig;
 use buffet_sdk::{PortId, TenantId};
@@ -241,7 +240,9 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
     if level == Isolation::TrustedNative {
         eprintln!("buffetd: {}", isolation::TRUSTED_NATIVE_WARNING);
     }
-    let nf = spec.load_at(level).map_err(|e| StartError::Nf(e.to_string()))?;
+    let nf = spec
+        .load_at(level)
+        .map_err(|e| StartError::Nf(e.to_string()))?;
     nf.visit(Build {
         spec,
         level,

@@ -20,13 +20,14 @@ const TENANTS: TableDefinition<'_, u32, &[u8]> = TableDefinition::new("tenants")
 /// SHA-256 of a tenant-scoped token → the tenant it reads.
 const TOKENS: TableDefinition<'_, &[u8], u32> = TableDefinition::new("tokens");
 
-/// A store operation that failed; nothing of it was committed.
+/// A store operation that failed; nothing of it was committed. (redb's error, boxed:
+/// it is large and errors are rare.)
 #[derive(Debug, thiserror::Error)]
 #[error("store: {0}")]
-pub struct StoreError(#[from] redb::Error);
+pub struct StoreError(Box<redb::Error>);
 
 fn e(x: impl Into<redb::Error>) -> StoreError {
-    StoreError(x.into())
+    StoreError(Box::new(x.into()))
 }
 
 /// What the store holds, read at start.

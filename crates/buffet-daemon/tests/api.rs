@@ -42,7 +42,13 @@ fn start(dir: &Path) -> Daemon {
 }
 
 /// `(status, JSON body or Null)`.
-fn call(d: &Daemon, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
+fn call(
+    d: &Daemon,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, Value) {
     let mut req = ureq::request(method, &format!("http://{}{path}", d.addr()))
         .timeout(Duration::from_secs(20));
     if let Some(t) = token {
@@ -90,7 +96,10 @@ fn wait_for_packets(d: &Daemon, id: u32, more_than: u64) -> u64 {
         if n > more_than {
             return n;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "tenant {id} stuck at {n} packets");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "tenant {id} stuck at {n} packets"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -98,7 +107,12 @@ fn wait_for_packets(d: &Daemon, id: u32, more_than: u64) -> u64 {
 fn ids(d: &Daemon) -> Vec<u64> {
     let (s, v) = admin(d, "GET", "/v1/tenants", None);
     assert_eq!(s, 200);
-    v["tenant"].as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap()).collect()
+    v["tenant"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect()
 }
 
 #[test]
@@ -118,16 +132,26 @@ fn tenants_are_admitted_updated_and_removed_while_traffic_flows() {
 
     let n1 = wait_for_packets(&d, 1, 0);
     wait_for_packets(&d, 2, 0);
-    let passed_before = admin(&d, "GET", "/v1/tenants/1/stats", None).1["passed"].as_u64().unwrap();
+    let passed_before = admin(&d, "GET", "/v1/tenants/1/stats", None).1["passed"]
+        .as_u64()
+        .unwrap();
     assert!(passed_before > 0);
 
     // Deny everything: tenant 1's packets keep arriving, now dropped by the NF.
-    let (s, v) = admin(&d, "PUT", "/v1/tenants/1", Some(&tenant(1, 0, json!({ "default": "deny" }))));
+    let (s, v) = admin(
+        &d,
+        "PUT",
+        "/v1/tenants/1",
+        Some(&tenant(1, 0, json!({ "default": "deny" }))),
+    );
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["policy"]["default"], "deny");
     wait_for_packets(&d, 1, n1 + 100);
     let st = admin(&d, "GET", "/v1/tenants/1/stats", None).1;
-    assert!(st["drops"].as_object().is_some_and(|m| !m.is_empty()), "{st}");
+    assert!(
+        st["drops"].as_object().is_some_and(|m| !m.is_empty()),
+        "{st}"
+    );
 
     // Rules cannot change in place.
     let (s, v) = admin(&d, "PUT", "/v1/tenants/1", Some(&tenant(1, 3, allow_all())));
@@ -161,11 +185,20 @@ fn tokens_are_checked_401_and_403() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
     for (id, i) in [(1, 0), (2, 1)] {
-        assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&tenant(id, i, allow_all()))).0, 201);
+        assert_eq!(
+            admin(&d, "POST", "/v1/tenants", Some(&tenant(id, i, allow_all()))).0,
+            201
+        );
     }
     let body = tenant(3, 2, allow_all()).to_string();
     assert_eq!(call(&d, "POST", "/v1/tenants", None, Some(&body)).0, 401);
-    let (s, v) = call(&d, "POST", "/v1/tenants", Some("wrong-token-0123456789"), Some(&body));
+    let (s, v) = call(
+        &d,
+        "POST",
+        "/v1/tenants",
+        Some("wrong-token-0123456789"),
+        Some(&body),
+    );
     assert_eq!(s, 401);
     assert!(v["error"].as_str().unwrap().contains("bearer token"));
     assert_eq!(call(&d, "GET", "/v1/tenants", None, None).0, 401);
@@ -175,11 +208,20 @@ fn tokens_are_checked_401_and_403() {
     assert_eq!(s, 201);
     let t1 = v["token"].as_str().unwrap().to_owned();
     assert_eq!(call(&d, "GET", "/v1/tenants/1", Some(&t1), None).0, 200);
-    assert_eq!(call(&d, "GET", "/v1/tenants/1/stats", Some(&t1), None).0, 200);
+    assert_eq!(
+        call(&d, "GET", "/v1/tenants/1/stats", Some(&t1), None).0,
+        200
+    );
     assert_eq!(call(&d, "GET", "/v1/tenants/2", Some(&t1), None).0, 403);
-    assert_eq!(call(&d, "GET", "/v1/tenants/2/stats", Some(&t1), None).0, 403);
+    assert_eq!(
+        call(&d, "GET", "/v1/tenants/2/stats", Some(&t1), None).0,
+        403
+    );
     assert_eq!(call(&d, "GET", "/v1/tenants", Some(&t1), None).0, 403);
-    assert_eq!(call(&d, "POST", "/v1/tenants", Some(&t1), Some(&body)).0, 403);
+    assert_eq!(
+        call(&d, "POST", "/v1/tenants", Some(&t1), Some(&body)).0,
+        403
+    );
     assert_eq!(call(&d, "DELETE", "/v1/tenants/1", Some(&t1), None).0, 403);
     assert_eq!(call(&d, "POST", "/v1/workers", Some(&t1), None).0, 403);
     // A removed tenant's tokens die with it.
@@ -192,7 +234,10 @@ fn tokens_are_checked_401_and_403() {
 fn bad_input_gets_a_4xx_naming_the_problem_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
-    assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&tenant(1, 0, allow_all()))).0, 201);
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(1, 0, allow_all()))).0,
+        201
+    );
     let before = admin(&d, "GET", "/v1/tenants", None).1;
     let post = |body: &str| call(&d, "POST", "/v1/tenants", Some(ADMIN), Some(body));
     let big = format!("{{\"id\": 9, \"name\": \"{}\"}}", "x".repeat(8000));
@@ -237,7 +282,11 @@ fn bad_input_gets_a_4xx_naming_the_problem_and_changes_nothing() {
         assert_eq!(s, status, "{body:.80}: {v}");
         let msg = v["error"].as_str().unwrap_or_default();
         assert!(msg.contains(needle), "{body:.80}: {msg:?} lacks {needle:?}");
-        assert_eq!(admin(&d, "GET", "/v1/tenants", None).1, before, "{body:.80} changed something");
+        assert_eq!(
+            admin(&d, "GET", "/v1/tenants", None).1,
+            before,
+            "{body:.80} changed something"
+        );
     }
     // Overlap at another priority is fine: the priority decides.
     let mut t = tenant(5, 0, allow_all());
@@ -259,16 +308,34 @@ fn a_restart_keeps_every_tenant_with_its_last_acknowledged_policy_and_tokens() {
     {
         let d = start(dir.path());
         for (id, i) in [(1, 0), (2, 1), (3, 2)] {
-            assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&tenant(id, i, allow_all()))).0, 201);
+            assert_eq!(
+                admin(&d, "POST", "/v1/tenants", Some(&tenant(id, i, allow_all()))).0,
+                201
+            );
         }
-        assert_eq!(admin(&d, "PUT", "/v1/tenants/2", Some(&tenant(2, 1, json!({ "default": "deny" })))).0, 200);
+        assert_eq!(
+            admin(
+                &d,
+                "PUT",
+                "/v1/tenants/2",
+                Some(&tenant(2, 1, json!({ "default": "deny" })))
+            )
+            .0,
+            200
+        );
         assert_eq!(admin(&d, "DELETE", "/v1/tenants/3", None).0, 204);
-        token = admin(&d, "POST", "/v1/tenants/1/tokens", None).1["token"].as_str().unwrap().to_owned();
+        token = admin(&d, "POST", "/v1/tenants/1/tokens", None).1["token"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         d.stop().unwrap();
     }
     let d = start(dir.path());
     assert_eq!(ids(&d), vec![1, 2]);
-    assert_eq!(admin(&d, "GET", "/v1/tenants/2", None).1["policy"]["default"], "deny");
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/2", None).1["policy"]["default"],
+        "deny"
+    );
     assert_eq!(call(&d, "GET", "/v1/tenants/1", Some(&token), None).0, 200);
     wait_for_packets(&d, 2, 0);
     d.stop().unwrap();
@@ -278,8 +345,14 @@ fn a_restart_keeps_every_tenant_with_its_last_acknowledged_policy_and_tokens() {
 fn applying_a_tenant_set_is_all_or_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
-    assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&tenant(1, 0, allow_all()))).0, 201);
-    assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&tenant(2, 1, allow_all()))).0, 201);
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(1, 0, allow_all()))).0,
+        201
+    );
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(2, 1, allow_all()))).0,
+        201
+    );
     // 1 updated, 2 removed, 3 added, and 4 invalid: nothing happens.
     let bad = json!({ "tenant": [
         tenant(1, 0, json!({ "default": "deny" })),
@@ -289,7 +362,10 @@ fn applying_a_tenant_set_is_all_or_nothing() {
     let (s, v) = admin(&d, "PUT", "/v1/tenants", Some(&bad));
     assert_eq!(s, 422, "{v}");
     assert_eq!(ids(&d), vec![1, 2]);
-    assert_eq!(admin(&d, "GET", "/v1/tenants/1", None).1["policy"]["default"], "allow");
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/1", None).1["policy"]["default"],
+        "allow"
+    );
     let good = json!({ "tenant": [
         tenant(1, 0, json!({ "default": "deny" })),
         tenant(3, 2, allow_all()),
@@ -303,7 +379,10 @@ fn applying_a_tenant_set_is_all_or_nothing() {
     assert_eq!(v["updated"], json!([1]));
     assert_eq!(v["removed"], json!([2]));
     assert_eq!(ids(&d), vec![1, 3]);
-    assert_eq!(admin(&d, "GET", "/v1/tenants/1", None).1["policy"]["default"], "deny");
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/1", None).1["policy"]["default"],
+        "deny"
+    );
     d.stop().unwrap();
 }
 
@@ -311,7 +390,10 @@ fn applying_a_tenant_set_is_all_or_nothing() {
 fn metrics_parse_as_prometheus_text() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
-    assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&tenant(7, 0, allow_all()))).0, 201);
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(7, 0, allow_all()))).0,
+        201
+    );
     wait_for_packets(&d, 7, 0);
     let text = ureq::get(&format!("http://{}/metrics", d.addr()))
         .call()
@@ -331,12 +413,18 @@ fn metrics_parse_as_prometheus_text() {
                 _ => -1.0,
             })
     };
-    assert!(find("buffet_tenant_packets_total", Some(("tenant", "7"))).unwrap() > 0.0, "{text}");
+    assert!(
+        find("buffet_tenant_packets_total", Some(("tenant", "7"))).unwrap() > 0.0,
+        "{text}"
+    );
     assert!(find("buffet_tenant_bytes_total", Some(("tenant", "7"))).unwrap() > 0.0);
     assert!(find("buffet_tenant_cycles_total", Some(("tenant", "7"))).is_some());
     assert_eq!(find("buffet_tenants", None), Some(1.0));
     assert!(find("buffet_worker_packets_total", Some(("worker", "0"))).is_some());
     assert!(find("buffet_migrations_total", None).is_some());
-    assert!(scrape.samples.iter().any(|s| s.metric.starts_with("buffet_admission_latency_seconds")));
+    assert!(scrape
+        .samples
+        .iter()
+        .any(|s| s.metric.starts_with("buffet_admission_latency_seconds")));
     d.stop().unwrap();
 }
