@@ -180,8 +180,14 @@ pub enum ClientError {
 
 impl ApiArgs {
     fn request(&self, method: &str, path: &str) -> ureq::Request {
+        self.request_untimed(method, path)
+            .timeout(Duration::from_secs(60))
+    }
+
+    /// A request with no deadline (the event stream).
+    fn request_untimed(&self, method: &str, path: &str) -> ureq::Request {
         let url = format!("{}{path}", self.api.trim_end_matches('/'));
-        let mut r = ureq::request(method, &url).timeout(Duration::from_secs(60));
+        let mut r = ureq::request(method, &url);
         if let Some(t) = &self.token {
             r = r.set("Authorization", &format!("Bearer {t}"));
         }
@@ -306,15 +312,24 @@ fn rules_text(t: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// A JSON value as table text (strings without quotes).
+fn cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        v => v.to_string(),
+    }
+}
+
 fn print_tenant_rows(out: &mut dyn Write, list: &[Value]) -> std::io::Result<()> {
     writeln!(out, "{:>8}  {:<20} {:>10}  rules", "id", "name", "max_nb")?;
     for t in list {
         writeln!(
             out,
             "{:>8}  {:<20} {:>10}  {}",
-            t["id"],
+            cell(&t["id"]),
             t["name"].as_str().unwrap_or(""),
-            t["max_nb"],
+            cell(&t["max_nb"]),
             rules_text(t)
         )?;
     }
@@ -335,12 +350,12 @@ fn print_stats_rows(out: &mut dyn Write, list: &[Value]) -> std::io::Result<()> 
         writeln!(
             out,
             "{:>8}  {:<16} {:>6} {:>12} {:>14} {:>12} {:>10} {:>5}",
-            t["id"],
+            cell(&t["id"]),
             t["name"].as_str().unwrap_or(""),
-            t["worker"],
-            t["packets"],
-            t["bytes"],
-            t["passed"],
+            cell(&t["worker"]),
+            cell(&t["packets"]),
+            cell(&t["bytes"]),
+            cell(&t["passed"]),
             dropped,
             if t["quarantined"].as_bool() == Some(true) {
                 "yes"
@@ -483,7 +498,10 @@ pub fn workers(a: &WorkersArgs) -> anyhow::Result<()> {
                 writeln!(
                     out,
                     "{:>6} {:>5} {:>14} {:>14}",
-                    w["id"], w["live"], w["packets"], w["busy_cycles"]
+                    cell(&w["id"]),
+                    cell(&w["live"]),
+                    cell(&w["packets"]),
+                    cell(&w["busy_cycles"])
                 )?;
             }
         }
