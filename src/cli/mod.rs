@@ -3,7 +3,8 @@
 //! [`nf_main!`](crate::nf_main)), so `replay --nf my-nf` and `demo --nf my-nf` run it
 //! with the tenant table, `--stats-json`, `--output` and everything else.
 //!
-//! One module per subcommand ([`demo`], [`replay`], [`live`] for `run`, [`trace`], [`nf`]); [`run`] is what
+//! One module per subcommand ([`demo`], [`replay`], [`live`] for `run`, [`trace`], [`nf`];
+//! [`client`] for `tenant`, `stats`, `workers` and `events`, the client of buffetd); [`run`] is what
 //! `demo` and `replay` share (admission, driving a pipeline, printing its report);
 //! [`registry`] holds the NFs `--nf` can name; [`output`] opens the files a run writes
 //! (checked before the run, renamed into place after it); [`limits`] bounds arguments
@@ -12,6 +13,7 @@
 //! Argument parsing and output only: the tenants schema, isolation resolution and the
 //! trace runner are buffet-config's, the pipeline is buffet-worker's.
 
+pub mod client;
 pub mod demo;
 pub mod errors;
 pub mod limits;
@@ -56,6 +58,14 @@ pub enum Command {
     Sim(sim::SimArgs),
     /// Inspect NF programs: `buffet nf check file.o` verifies an eBPF NF.
     Nf(nf::NfArgs),
+    /// Tenants of a running buffetd: add, update, rm, ls, show, apply a tenants file, token.
+    Tenant(client::TenantArgs),
+    /// Per-tenant statistics of a running buffetd.
+    Stats(client::StatsArgs),
+    /// Workers of a running buffetd: ls, add, rm.
+    Workers(client::WorkersArgs),
+    /// Scheduler events of a running buffetd (migrations, overload reports, quarantines).
+    Events(client::EventsArgs),
 }
 
 /// The `buffet` command with the reference NFs only.
@@ -136,6 +146,10 @@ pub fn run_command(command: &Command, registry: &Registry) -> anyhow::Result<()>
         Command::Trace(a) => trace::run(a),
         Command::Sim(a) => sim::run(a),
         Command::Nf(a) => nf::run(a),
+        Command::Tenant(a) => client::tenant(a),
+        Command::Stats(a) => client::stats(a),
+        Command::Workers(a) => client::workers(a),
+        Command::Events(a) => client::events(a),
     }
 }
 

@@ -1,0 +1,868 @@
+//! The HTTP/JSON control API (axum): routes, authentication of each request, and the
+//! ordering of the data plane and the store for every change.
+//!
+//! A tenant's admission document is the tenants-file schema (buffet-config's
+//! `tenants`), as JSON: a tenants-file entry is an admission body, validated by the same
+//! code. Errors are `{"error": "..."}` with a 4xx naming the problem; [`ApiError`] maps
+//! every failure to its status in one place ([`From<PlaneError>`](ApiError)).
+//!
+//! Changes are serialised (one at a time) and ordered so that the store is the truth
+//! after a crash: the data plane applies the change first (an admission builds the
+//! tenant's state, an update its new state, off the data path), then one redb
+//! transaction commits it, then the request is acknowledged. A crash before the commit
+//! leaves the previous, acknowledged state in the store, and a restart re-admits exactly
+//! that; a failed commit undoes the data-plane change before answering 500.
+//!
+//! Blocking work (data-plane calls, store commits) runs on tokio's blocking pool, never
+//! on the data plane's thread. This module does not start the daemon (see [`crate::daemon`]).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use buffet_config::tenants::{self, Format};
+use buffet_config::TenantConfig;
+use buffet_dispatch::Match;
+use buffet_sdk::TenantId;
+use buffet_worker::{PipelineError, Report, WorkerEvent};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, watch};
+
+use crate::auth::{self, Auth, Denied, Principal};
+use crate::metrics::Metrics;
+use crate::plane::{Plane, PlaneError};
+use crate::store::{Batch, Store, StoreError};
+
+/// A request that failed: its status and the message of `{"error": ...}`.
+#[derive(Debug, thiserror::Error)]
+#[error("{status}: {message}")]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, m)
+    }
+
+    fn unprocessable(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, m)
+    }
+
+    fn conflict(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, m)
+    }
+
+    fn not_found(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, m)
+    }
+
+    fn internal(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+impl From<Denied> for ApiError {
+    fn from(d: Denied) -> ApiError {
+        match d {
+            Denied::Unauthenticated => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "missing or unknown bearer token (Authorization: Bearer TOKEN)",
+            ),
+            Denied::Forbidden => ApiError::new(StatusCode::FORBIDDEN, "this token may not do that"),
+        }
+    }
+}
+
+impl From<PlaneError> for ApiError {
+    fn from(e: PlaneError) -> ApiError {
+        let message = e.to_string();
+        let status = match &e {
+            PlaneError::Policy(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            PlaneError::Pipeline(p) => match p {
+                PipelineError::Duplicate(_)
+                | PipelineError::TooMany(_)
+                | PipelineError::Memory { .. }
+                | PipelineError::LastWorker(_) => StatusCode::CONFLICT,
+                PipelineError::Unknown(_) | PipelineError::NotLive(_) => StatusCode::NOT_FOUND,
+                PipelineError::Policy { .. }
+                | PipelineError::Dispatch { .. }
+                | PipelineError::Config(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                PipelineError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+        };
+        ApiError::new(status, message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        ApiError::internal(e.to_string())
+    }
+}
+
+/// An admitted tenant as the API knows it.
+#[derive(Clone, Debug)]
+struct Admitted {
+    /// The admission document (stored as is).
+    doc: Value,
+    /// The document, validated.
+    cfg: TenantConfig,
+}
+
+/// Everything the handlers share.
+pub struct AppState {
+    plane: Arc<dyn Plane>,
+    store: Arc<Store>,
+    auth: Auth,
+    metrics: Arc<Metrics>,
+    tenants: RwLock<BTreeMap<u32, Admitted>>,
+    /// One change at a time: the data plane and the store see changes in one order.
+    writes: tokio::sync::Mutex<()>,
+    events: broadcast::Sender<WorkerEvent>,
+    shutdown: watch::Receiver<bool>,
+    default_max_nb: u64,
+    max_workers: u16,
+    /// Set by the Agent when overloaded with no worker left to launch: admissions get 503.
+    refusing: Arc<Mutex<Option<String>>>,
+    ready: AtomicBool,
+}
+
+/// What [`AppState::new`] needs.
+pub struct Parts {
+    /// The data plane.
+    pub plane: Arc<dyn Plane>,
+    /// The store.
+    pub store: Arc<Store>,
+    /// Tokens.
+    pub auth: Auth,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Scheduler events, fanned out to `/v1/events` subscribers.
+    pub events: broadcast::Sender<WorkerEvent>,
+    /// Turns true when the daemon shuts down (ends event streams).
+    pub shutdown: watch::Receiver<bool>,
+    /// MAX_NB of an admission that gives none.
+    pub default_max_nb: u64,
+    /// Most live workers.
+    pub max_workers: u16,
+    /// The Agent's refusal flag.
+    pub refusing: Arc<Mutex<Option<String>>>,
+}
+
+/// Why a stored tenant could not be re-admitted at start.
+#[derive(Debug, thiserror::Error)]
+#[error("stored tenant {id}: {message}")]
+pub struct RestoreError {
+    /// The tenant.
+    pub id: u32,
+    /// Why.
+    pub message: String,
+}
+
+impl AppState {
+    /// The state, with no tenant yet.
+    pub fn new(p: Parts) -> AppState {
+        AppState {
+            plane: p.plane,
+            store: p.store,
+            auth: p.auth,
+            metrics: p.metrics,
+            tenants: RwLock::new(BTreeMap::new()),
+            writes: tokio::sync::Mutex::new(()),
+            events: p.events,
+            shutdown: p.shutdown,
+            default_max_nb: p.default_max_nb,
+            max_workers: p.max_workers,
+            refusing: p.refusing,
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Re-admits the stored tenants (blocking; before serving).
+    pub fn restore(&self, stored: Vec<(u32, Vec<u8>)>) -> Result<usize, RestoreError> {
+        let n = stored.len();
+        for (id, bytes) in stored {
+            let fail = |message: String| RestoreError { id, message };
+            let doc: Value = serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string()))?;
+            let cfg = parse_docs(vec![doc.clone()])
+                .map_err(|e| fail(e.message))?
+                .pop()
+                .ok_or_else(|| fail("empty document".into()))?;
+            self.plane.admit(&cfg).map_err(|e| fail(e.to_string()))?;
+            self.tenants_mut().insert(id, Admitted { doc, cfg });
+        }
+        Ok(n)
+    }
+
+    /// Marks the API ready (`/readyz` answers 200) or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    fn tenants_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u32, Admitted>> {
+        self.tenants.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn tenants(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u32, Admitted>> {
+        self.tenants.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn principal(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
+        let h = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        Ok(self.auth.identify(h)?)
+    }
+
+    fn admin(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        Ok(self.principal(headers)?.admin()?)
+    }
+
+    /// A new tenant `t` (not yet admitted) against the current set minus `leaving`:
+    /// duplicate id, isolation level, overlapping rules, policy.
+    fn check_new(
+        &self,
+        t: &TenantConfig,
+        others: &BTreeMap<u32, TenantConfig>,
+    ) -> Result<(), ApiError> {
+        if others.contains_key(&t.id.0) {
+            return Err(ApiError::conflict(format!(
+                "tenant {} is already admitted",
+                t.id
+            )));
+        }
+        self.check_level(t)?;
+        check_overlaps(t, others)?;
+        self.plane.check_policy(t)?;
+        Ok(())
+    }
+
+    fn check_level(&self, t: &TenantConfig) -> Result<(), ApiError> {
+        match t.isolation {
+            Some(l) if l != self.plane.level() => Err(ApiError::unprocessable(format!(
+                "tenant {}: isolation: asks for {}, this server runs every tenant at {}",
+                t.id,
+                l.name(),
+                self.plane.level().name()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The update of `old` to `new` changes only the policy (or nothing).
+    fn check_update(&self, old: &TenantConfig, new: &TenantConfig) -> Result<(), ApiError> {
+        let mut same = old.clone();
+        same.policy = new.policy.clone();
+        if &same != new {
+            return Err(ApiError::conflict(format!(
+                "tenant {}: only the policy can change in place; changing rules, max_nb, name \
+                 or isolation needs the tenant removed and admitted again",
+                new.id
+            )));
+        }
+        self.plane.check_policy(new)?;
+        Ok(())
+    }
+}
+
+/// True when some packet could match both rules.
+fn overlap(a: &Match, b: &Match) -> bool {
+    if a.validate().is_err() || b.validate().is_err() {
+        return false;
+    }
+    let (ka, kb) = (a.key_pairs(), b.key_pairs());
+    ka.iter().any(|(ma, va)| {
+        kb.iter().any(|(mb, vb)| {
+            ma.iter()
+                .zip(va)
+                .zip(mb.iter().zip(vb))
+                .all(|((ma, va), (mb, vb))| (va ^ vb) & ma & mb == 0)
+        })
+    })
+}
+
+/// Refuses a tenant one of whose rules overlaps another tenant's rule at the same
+/// priority: which tenant a packet belongs to would depend on admission order.
+fn check_overlaps(t: &TenantConfig, others: &BTreeMap<u32, TenantConfig>) -> Result<(), ApiError> {
+    for (i, (pa, ma)) in t.rules.iter().enumerate() {
+        for (oid, o) in others.iter().filter(|(id, _)| **id != t.id.0) {
+            for (j, (pb, mb)) in o.rules.iter().enumerate() {
+                if pa == pb && overlap(ma, mb) {
+                    return Err(ApiError::conflict(format!(
+                        "tenant {}: rules[{i}] overlaps tenant {oid}'s rules[{j}] at the same \
+                         priority {pa}: give one of them another priority",
+                        t.id
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validates tenant documents with the tenants-file code.
+fn parse_docs(docs: Vec<Value>) -> Result<Vec<TenantConfig>, ApiError> {
+    let text = json!({ "tenant": docs }).to_string();
+    tenants::parse(Format::Json, Path::new("request"), &text)
+        .map_err(|e| ApiError::unprocessable(e.to_string()))
+}
+
+/// A request body: JSON, a size the limit allows.
+fn body_json(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let body = body.map_err(|r| {
+        let status = r.status();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(status, "request body too large")
+        } else {
+            ApiError::new(status, format!("cannot read the request body: {r}"))
+        }
+    })?;
+    serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
+}
+
+/// A tenant document with the server's default MAX_NB filled in.
+fn with_default_max_nb(mut v: Value, default: u64) -> Result<Value, ApiError> {
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("a tenant is a JSON object"))?;
+    obj.entry("max_nb").or_insert(json!(default));
+    Ok(v)
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("task failed: {e}")))?
+}
+
+/// The router, with the body limit and the request timeout.
+pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/tenants", get(list_tenants).post(admit).put(apply))
+        .route(
+            "/v1/tenants/{id}",
+            get(get_tenant).put(update).delete(remove),
+        )
+        .route("/v1/tenants/{id}/stats", get(tenant_stats))
+        .route("/v1/tenants/{id}/tokens", post(create_token))
+        .route("/v1/stats", get(stats))
+        .route("/v1/workers", get(list_workers).post(launch_worker))
+        .route("/v1/workers/{id}", axum::routing::delete(terminate_worker))
+        .route("/v1/events", get(events))
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
+        .with_state(state)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(s): State<Arc<AppState>>) -> Response {
+    if s.ready.load(Ordering::Acquire) {
+        "ready\n".into_response()
+    } else {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+    }
+}
+
+async fn report(s: &Arc<AppState>) -> Result<Report, ApiError> {
+    let plane = s.plane.clone();
+    blocking(move || Ok(plane.report()?)).await
+}
+
+async fn metrics(State(s): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let r = report(&s).await?;
+    let text = s
+        .metrics
+        .encode(r)
+        .map_err(|e| ApiError::internal(format!("encoding metrics: {e}")))?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+fn view(id: u32, a: &Admitted) -> Value {
+    let mut v = a.doc.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("id".into(), json!(id));
+        o.entry("name").or_insert(json!(a.cfg.name));
+    }
+    v
+}
+
+async fn list_tenants(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    s.admin(&headers)?;
+    let list: Vec<Value> = s.tenants().iter().map(|(id, a)| view(*id, a)).collect();
+    Ok(Json(json!({ "tenant": list })))
+}
+
+async fn get_tenant(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<u32>,
+) -> Result<Json<Value>, ApiError> {
+    s.principal(&headers)?.may_read(TenantId(id))?;
+    let t = s.tenants();
+    let a = t
+        .get(&id)
+        .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
+    Ok(Json(view(id, a)))
+}
+
+async fn tenant_stats(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<u32>,
+) -> Result<Json<Value>, ApiError> {
+    s.principal(&headers)?.may_read(TenantId(id))?;
+    let r = report(&s).await?;
+    let t = r
+        .tenants
+        .iter()
+        .find(|t| t.id.0 == id)
+        .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
+    serde_json::to_value(t)
+        .map(Json)
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+async fn stats(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    s.admin(&headers)?;
+    let r = report(&s).await?;
+    serde_json::to_value(&r)
+        .map(Json)
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+async fn admit(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let started = Instant::now();
+    s.admin(&headers)?;
+    let doc = with_default_max_nb(body_json(body)?, s.default_max_nb)?;
+    let cfg = parse_docs(vec![doc.clone()])?
+        .pop()
+        .ok_or_else(|| ApiError::bad_request("no tenant"))?;
+    if let Some(reason) = s
+        .refusing
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+    {
+        s.metrics.refused_admissions.fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not admitting new tenants: {reason}"),
+        ));
+    }
+    let _one = s.writes.lock().await;
+    let others: BTreeMap<u32, TenantConfig> = s
+        .tenants()
+        .iter()
+        .map(|(k, a)| (*k, a.cfg.clone()))
+        .collect();
+    s.check_new(&cfg, &others)?;
+    let st = s.clone();
+    let id = cfg.id.0;
+    let admitted = Admitted { doc, cfg };
+    let a = admitted.clone();
+    blocking(move || {
+        st.plane.admit(&a.cfg)?;
+        let bytes = serde_json::to_vec(&a.doc).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Err(e) = st.store.apply(&Batch {
+            put: vec![(id, bytes)],
+            delete: vec![],
+        }) {
+            let _ = st.plane.remove(a.cfg.id);
+            return Err(e.into());
+        }
+        Ok(())
+    })
+    .await?;
+    let v = view(id, &admitted);
+    s.tenants_mut().insert(id, admitted);
+    s.metrics
+        .admission_latency
+        .observe(started.elapsed().as_secs_f64());
+    Ok((StatusCode::CREATED, Json(v)))
+}
+
+async fn update(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<u32>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    s.admin(&headers)?;
+    let mut doc = body_json(body)?;
+    if let Some(o) = doc.as_object_mut() {
+        match o.get("id") {
+            None => {
+                o.insert("id".into(), json!(id));
+            }
+            Some(v) if v.as_u64() == Some(u64::from(id)) => {}
+            Some(v) => {
+                return Err(ApiError::unprocessable(format!(
+                    "id: the body's id {v} is not the path's {id}"
+                )))
+            }
+        }
+    }
+    let doc = with_default_max_nb(doc, s.default_max_nb)?;
+    let cfg = parse_docs(vec![doc.clone()])?
+        .pop()
+        .ok_or_else(|| ApiError::bad_request("no tenant"))?;
+    let _one = s.writes.lock().await;
+    let old = s
+        .tenants()
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
+    s.check_update(&old.cfg, &cfg)?;
+    let new = Admitted { doc, cfg };
+    let (st, n) = (s.clone(), new.clone());
+    blocking(move || {
+        st.plane.update_policy(&n.cfg)?;
+        let bytes = serde_json::to_vec(&n.doc).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Err(e) = st.store.apply(&Batch {
+            put: vec![(id, bytes)],
+            delete: vec![],
+        }) {
+            let _ = st.plane.update_policy(&old.cfg);
+            return Err(e.into());
+        }
+        Ok(())
+    })
+    .await?;
+    let v = view(id, &new);
+    s.tenants_mut().insert(id, new);
+    Ok(Json(v))
+}
+
+async fn remove(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<u32>,
+) -> Result<StatusCode, ApiError> {
+    s.admin(&headers)?;
+    let _one = s.writes.lock().await;
+    let old = s
+        .tenants()
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
+    let st = s.clone();
+    blocking(move || {
+        st.plane.remove(TenantId(id))?;
+        if let Err(e) = st.store.apply(&Batch {
+            put: vec![],
+            delete: vec![id],
+        }) {
+            // Put it back: the store still has it, a restart would re-admit it.
+            let _ = st.plane.admit(&old.cfg);
+            return Err(e.into());
+        }
+        Ok(())
+    })
+    .await?;
+    s.tenants_mut().remove(&id);
+    s.auth.forget_tenant(TenantId(id));
+    *s.refusing.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `?dry_run=true`: validate only.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApplyQuery {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// One step of a batch, undone in reverse on failure.
+enum Step {
+    Removed(TenantConfig),
+    Updated(TenantConfig),
+    Added(TenantId),
+}
+
+async fn apply(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(q): Query<ApplyQuery>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    s.admin(&headers)?;
+    let doc = body_json(body)?;
+    let list = doc
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .and_then(|o| o.get("tenant"))
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "a tenant set is {\"tenant\": [ ... ]} (the tenants file as JSON)",
+            )
+        })?
+        .clone();
+    let docs = list
+        .into_iter()
+        .map(|d| with_default_max_nb(d, s.default_max_nb))
+        .collect::<Result<Vec<_>, _>>()?;
+    // An empty set is valid here (remove every tenant); the file parser wants entries.
+    let cfgs = if docs.is_empty() {
+        Vec::new()
+    } else {
+        parse_docs(docs.clone())?
+    };
+    let _one = s.writes.lock().await;
+    let current = s.tenants().clone();
+    let wanted: BTreeMap<u32, Admitted> = docs
+        .into_iter()
+        .zip(cfgs)
+        .map(|(doc, cfg)| (cfg.id.0, Admitted { doc, cfg }))
+        .collect();
+    let final_set: BTreeMap<u32, TenantConfig> =
+        wanted.iter().map(|(k, a)| (*k, a.cfg.clone())).collect();
+    let (mut added, mut updated, mut removed, mut unchanged) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (id, a) in &wanted {
+        match current.get(id) {
+            None => {
+                let mut others = final_set.clone();
+                others.remove(id);
+                s.check_new(&a.cfg, &others)?;
+                added.push(*id);
+            }
+            Some(old) if old.cfg == a.cfg => unchanged.push(*id),
+            Some(old) => {
+                s.check_update(&old.cfg, &a.cfg)?;
+                updated.push(*id);
+            }
+        }
+    }
+    for id in current.keys() {
+        if !wanted.contains_key(id) {
+            removed.push(*id);
+        }
+    }
+    let summary = json!({
+        "added": added, "updated": updated, "removed": removed, "unchanged": unchanged,
+        "dry_run": q.dry_run,
+    });
+    if q.dry_run {
+        return Ok(Json(summary));
+    }
+    let st = s.clone();
+    let w = wanted.clone();
+    blocking(move || {
+        let mut done: Vec<Step> = Vec::new();
+        let undo = |done: Vec<Step>| {
+            for step in done.into_iter().rev() {
+                let _ = match step {
+                    Step::Removed(cfg) => st.plane.admit(&cfg),
+                    Step::Updated(cfg) => st.plane.update_policy(&cfg),
+                    Step::Added(id) => st.plane.remove(id),
+                };
+            }
+        };
+        let mut run = || -> Result<Batch, ApiError> {
+            let mut batch = Batch::default();
+            for id in &removed {
+                st.plane.remove(TenantId(*id))?;
+                done.push(Step::Removed(current[id].cfg.clone()));
+                batch.delete.push(*id);
+            }
+            for id in &updated {
+                st.plane.update_policy(&w[id].cfg)?;
+                done.push(Step::Updated(current[id].cfg.clone()));
+                batch
+                    .put
+                    .push((*id, serde_json::to_vec(&w[id].doc).unwrap_or_default()));
+            }
+            for id in &added {
+                st.plane.admit(&w[id].cfg)?;
+                done.push(Step::Added(TenantId(*id)));
+                batch
+                    .put
+                    .push((*id, serde_json::to_vec(&w[id].doc).unwrap_or_default()));
+            }
+            Ok(batch)
+        };
+        let batch = match run() {
+            Ok(b) => b,
+            Err(e) => {
+                undo(done);
+                return Err(e);
+            }
+        };
+        if let Err(e) = st.store.apply(&batch) {
+            undo(done);
+            return Err(e.into());
+        }
+        for id in &batch.delete {
+            st.auth.forget_tenant(TenantId(*id));
+        }
+        Ok(())
+    })
+    .await?;
+    *s.tenants_mut() = wanted;
+    Ok(Json(summary))
+}
+
+async fn create_token(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<u32>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    s.admin(&headers)?;
+    let _one = s.writes.lock().await;
+    if !s.tenants().contains_key(&id) {
+        return Err(ApiError::not_found(format!("tenant {id} is not admitted")));
+    }
+    let token = auth::generate();
+    let h = auth::hash(&token);
+    let store = s.store.clone();
+    blocking(move || Ok(store.put_token(&h, id)?)).await?;
+    s.auth.add_tenant_token(h, TenantId(id));
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "tenant": id, "token": token })),
+    ))
+}
+
+async fn list_workers(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    s.admin(&headers)?;
+    let r = report(&s).await?;
+    serde_json::to_value(&r.workers)
+        .map(|w| Json(json!({ "workers": w })))
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+async fn launch_worker(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    s.admin(&headers)?;
+    let _one = s.writes.lock().await;
+    let r = report(&s).await?;
+    let live = r.workers.iter().filter(|w| w.live).count();
+    if live >= usize::from(s.max_workers) {
+        return Err(ApiError::conflict(format!(
+            "{live} workers are live: dataplane.max_workers is {}",
+            s.max_workers
+        )));
+    }
+    let plane = s.plane.clone();
+    let id = blocking(move || Ok(plane.launch_worker()?)).await?;
+    *s.refusing.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    Ok((StatusCode::CREATED, Json(json!({ "id": id }))))
+}
+
+async fn terminate_worker(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<u16>,
+) -> Result<StatusCode, ApiError> {
+    s.admin(&headers)?;
+    let _one = s.writes.lock().await;
+    let plane = s.plane.clone();
+    blocking(move || Ok(plane.terminate_worker(id)?)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn event_name(e: &WorkerEvent) -> &'static str {
+    match e {
+        WorkerEvent::Migration { .. } => "migration",
+        WorkerEvent::Overload { .. } => "overload",
+        WorkerEvent::Fault { .. } => "quarantine",
+        WorkerEvent::WorkerLaunched { .. } => "worker_launched",
+        WorkerEvent::WorkerTerminated { .. } => "worker_terminated",
+    }
+}
+
+async fn events(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    s.admin(&headers)?;
+    let rx = s.events.subscribe();
+    let stop = s.shutdown.clone();
+    let stream = futures_util::stream::unfold((rx, stop), |(mut rx, mut stop)| async move {
+        if *stop.borrow() {
+            return None;
+        }
+        let ev = tokio::select! {
+            r = rx.recv() => match r {
+                Ok(e) => SseEvent::default()
+                    .event(event_name(&e))
+                    .json_data(&e)
+                    .unwrap_or_default(),
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    SseEvent::default().event("lagged").data(n.to_string())
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            },
+            _ = stop.changed() => return None,
+        };
+        Some((Ok(ev), (rx, stop)))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}

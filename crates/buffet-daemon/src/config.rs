@@ -1,0 +1,470 @@
+//! buffetd's configuration file (`buffet.toml`): the ports, the NF and its isolation
+//! level, the data plane's shape (workers, timeslot, MAX_NB), the API's address and
+//! limits, the data directory and where the admin token comes from.
+//!
+//! Every table rejects unknown fields. [`DaemonConfig::load`] parses and validates; the
+//! first problem is one [`ConfigError`] naming the file and the field. This module reads
+//! files only: it starts nothing and reads no token (see [`crate::auth`]).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use buffet_config::isolation::Isolation;
+use buffet_config::registry::{EbpfEngine, NfSpec};
+use serde::Deserialize;
+
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not TOML, an unknown field, or a value of the wrong type (the parser's message
+    /// names the line and the key).
+    #[error("{}: {message}", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// A field's value is out of range or contradicts another.
+    #[error("{}: {field}: {message}", path.display())]
+    Field {
+        /// The file.
+        path: PathBuf,
+        /// The field, e.g. `dataplane.workers` or `port[1].path`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The whole file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonConfig {
+    /// Where the store (`buffetd.redb`) and a generated admin token live.
+    pub data_dir: PathBuf,
+    /// The control API.
+    #[serde(default)]
+    pub api: ApiConfig,
+    /// The NF every tenant runs.
+    pub nf: NfConfig,
+    /// Workers, timeslot, capacity.
+    #[serde(default)]
+    pub dataplane: DataplaneConfig,
+    /// The Agent's reaction to overload reports.
+    #[serde(default)]
+    pub agent: AgentConfig,
+    /// Where traffic comes from; port `i` of the data plane is `port[i]`.
+    #[serde(default, rename = "port")]
+    pub ports: Vec<PortConfig>,
+}
+
+/// `[api]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Address the HTTP API listens on (`--listen` overrides it).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// A file holding the admin bearer token (first line). Without it, the environment
+    /// variable `BUFFETD_ADMIN_TOKEN`; without that, a token generated into
+    /// `<data_dir>/admin.token`.
+    #[serde(default)]
+    pub admin_token_file: Option<PathBuf>,
+    /// Largest request body, in bytes.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    /// A request (body included) that takes longer than this is answered 408.
+    #[serde(default = "default_timeout_ms")]
+    pub request_timeout_ms: u64,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: default_listen(),
+            admin_token_file: None,
+            max_body_bytes: default_max_body(),
+            request_timeout_ms: default_timeout_ms(),
+        }
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7878))
+}
+
+fn default_max_body() -> usize {
+    1 << 20
+}
+
+fn default_timeout_ms() -> u64 {
+    10_000
+}
+
+/// `[nf]`: exactly one of `name`, `nf_lib`, `nf_ebpf`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NfConfig {
+    /// A reference NF (`monitor`, `firewall`, ...).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A C NF: a shared object implementing include/buffet.h.
+    #[serde(default)]
+    pub nf_lib: Option<PathBuf>,
+    /// An eBPF NF: a `clang -target bpf` object.
+    #[serde(default)]
+    pub nf_ebpf: Option<PathBuf>,
+    /// How an eBPF NF runs.
+    #[serde(default)]
+    pub ebpf_engine: EbpfEngine,
+    /// The isolation level; default: `safe` for a reference NF, `mpk` for a C NF,
+    /// `ebpf` for an eBPF NF.
+    #[serde(default)]
+    pub isolation: Option<Isolation>,
+}
+
+impl NfConfig {
+    /// The NF this table names.
+    pub fn spec(&self) -> Result<NfSpec, String> {
+        match (&self.name, &self.nf_lib, &self.nf_ebpf) {
+            (Some(n), None, None) => n
+                .parse()
+                .map(NfSpec::Reference)
+                .map_err(|e: buffet_config::RegistryError| e.to_string()),
+            (None, Some(lib), None) => Ok(NfSpec::C(lib.clone())),
+            (None, None, Some(obj)) => Ok(NfSpec::Ebpf {
+                path: obj.clone(),
+                engine: self.ebpf_engine,
+            }),
+            _ => Err("give exactly one of name, nf_lib, nf_ebpf".into()),
+        }
+    }
+}
+
+/// `[dataplane]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataplaneConfig {
+    /// Workers launched at start.
+    #[serde(default = "default_workers")]
+    pub workers: u16,
+    /// Most workers the Agent (or the API) may have live at once.
+    #[serde(default = "default_max_workers")]
+    pub max_workers: u16,
+    /// Each worker's MAX_NB per timeslot (0 = unlimited: never overloaded).
+    #[serde(default)]
+    pub worker_max_nb: u64,
+    /// MAX_NB of a tenant whose admission gives none (0 = unlimited).
+    #[serde(default)]
+    pub default_tenant_max_nb: u64,
+    /// Timeslot = timestamp_ns >> shift (30 ≈ 1.07 s).
+    #[serde(default = "default_shift")]
+    pub shift: u32,
+    /// Overload reports once a worker's TIMES exceeds this.
+    #[serde(default = "default_threshold")]
+    pub threshold: u32,
+    /// Tenant Table slots: the most tenants admitted at once.
+    #[serde(default = "default_tenant_slots")]
+    pub tenant_slots: u32,
+    /// Address space of the Memory Manager's arena, MiB.
+    #[serde(default = "default_arena_mib")]
+    pub arena_mib: u64,
+    /// Pin worker `i` to core `i`.
+    #[serde(default)]
+    pub pin: bool,
+}
+
+impl Default for DataplaneConfig {
+    fn default() -> Self {
+        DataplaneConfig {
+            workers: default_workers(),
+            max_workers: default_max_workers(),
+            worker_max_nb: 0,
+            default_tenant_max_nb: 0,
+            shift: default_shift(),
+            threshold: default_threshold(),
+            tenant_slots: default_tenant_slots(),
+            arena_mib: default_arena_mib(),
+            pin: false,
+        }
+    }
+}
+
+fn default_workers() -> u16 {
+    2
+}
+fn default_max_workers() -> u16 {
+    8
+}
+fn default_shift() -> u32 {
+    30
+}
+fn default_threshold() -> u32 {
+    3
+}
+fn default_tenant_slots() -> u32 {
+    1024
+}
+fn default_arena_mib() -> u64 {
+    1024
+}
+
+/// `[agent]`: what an overload report from the scheduler does.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Launch a worker when one is reported overloaded and fewer than
+    /// `dataplane.max_workers` are live; when none can be launched, refuse new tenants
+    /// (503 with the reason) until the operator launches or removes capacity.
+    #[serde(default = "yes")]
+    pub launch_on_overload: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            launch_on_overload: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One `[[port]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum PortConfig {
+    /// The seeded synthetic generator, paced to the wall clock (no root, no NIC).
+    Generator(GeneratorPort),
+    /// A pcap file, replayed once at its own pace (then the port is idle).
+    Pcap(PcapPort),
+}
+
+/// `kind = "generator"`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratorPort {
+    /// Tenants of the address plan: tenant `i` (0-based) sends to `10.(i/256).(i%256).0/24`.
+    pub tenants: u32,
+    /// Aggregate mean rate, packets per second of wall-clock time.
+    pub rate_pps: f64,
+    /// Seed of the traffic model.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// A tenant's peak rate relative to its mean (1 = constant).
+    #[serde(default = "default_peak")]
+    pub peak_factor: f64,
+    /// Mean concurrent flows per tenant.
+    #[serde(default = "default_flows")]
+    pub flows_per_tenant: u32,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn default_peak() -> f64 {
+    4.0
+}
+fn default_flows() -> u32 {
+    16
+}
+
+/// `kind = "pcap"`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcapPort {
+    /// The capture (Ethernet link type).
+    pub path: PathBuf,
+}
+
+impl DaemonConfig {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<DaemonConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses and validates `text` (`path` only names it in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<DaemonConfig, ConfigError> {
+        let cfg: DaemonConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    /// Checks ranges and combinations; the error names the field.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let bad = |field: &str, message: String| {
+            Err(ConfigError::Field {
+                path: path.to_owned(),
+                field: field.to_owned(),
+                message,
+            })
+        };
+        if let Err(e) = self.nf.spec() {
+            return bad("nf", e);
+        }
+        let d = &self.dataplane;
+        if d.workers == 0 || d.workers > 256 {
+            return bad(
+                "dataplane.workers",
+                format!("must be 1..=256, got {}", d.workers),
+            );
+        }
+        if d.max_workers < d.workers || d.max_workers > 256 {
+            return bad(
+                "dataplane.max_workers",
+                format!(
+                    "must be between dataplane.workers ({}) and 256, got {}",
+                    d.workers, d.max_workers
+                ),
+            );
+        }
+        if d.shift >= 64 {
+            return bad(
+                "dataplane.shift",
+                format!("must be below 64, got {}", d.shift),
+            );
+        }
+        if d.tenant_slots == 0 || d.tenant_slots > 1 << 20 {
+            return bad(
+                "dataplane.tenant_slots",
+                format!("must be 1..=1048576, got {}", d.tenant_slots),
+            );
+        }
+        if d.arena_mib == 0 || d.arena_mib > 1 << 24 {
+            return bad(
+                "dataplane.arena_mib",
+                format!("must be 1..=16777216, got {}", d.arena_mib),
+            );
+        }
+        if self.api.max_body_bytes < 1024 {
+            return bad(
+                "api.max_body_bytes",
+                format!("must be at least 1024, got {}", self.api.max_body_bytes),
+            );
+        }
+        if self.api.request_timeout_ms == 0 {
+            return bad("api.request_timeout_ms", "must be at least 1".into());
+        }
+        for (i, p) in self.ports.iter().enumerate() {
+            match p {
+                PortConfig::Generator(g) => {
+                    if g.tenants == 0 || g.tenants > buffet_io::gen::MAX_TENANTS {
+                        return bad(
+                            &format!("port[{i}].tenants"),
+                            format!(
+                                "must be 1..={}, got {}",
+                                buffet_io::gen::MAX_TENANTS,
+                                g.tenants
+                            ),
+                        );
+                    }
+                    if !(g.rate_pps.is_finite() && g.rate_pps > 0.0 && g.rate_pps <= 1e8) {
+                        return bad(
+                            &format!("port[{i}].rate_pps"),
+                            format!("must be > 0 and <= 1e8, got {}", g.rate_pps),
+                        );
+                    }
+                    let check = buffet_io::gen::GenConfig {
+                        tenants: g.tenants,
+                        mean_rate_pps: g.rate_pps,
+                        peak_factor: g.peak_factor,
+                        flows_per_tenant: g.flows_per_tenant,
+                        seed: g.seed,
+                        ..buffet_io::gen::GenConfig::default()
+                    };
+                    if let Err(buffet_io::gen::GenError::InvalidConfig { field, reason }) =
+                        check.validate()
+                    {
+                        return bad(&format!("port[{i}].{field}"), reason);
+                    }
+                }
+                PortConfig::Pcap(p) => {
+                    if !p.path.is_file() {
+                        return bad(
+                            &format!("port[{i}].path"),
+                            format!("{} is not a readable file", p.path.display()),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<DaemonConfig, ConfigError> {
+        DaemonConfig::parse(Path::new("b.toml"), text)
+    }
+
+    const MINIMAL: &str = "data_dir = \"/tmp/x\"\n[nf]\nname = \"monitor\"\n";
+
+    #[test]
+    fn a_minimal_config_takes_the_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.api.listen, default_listen());
+        assert_eq!(c.dataplane.workers, 2);
+        assert!(c.ports.is_empty());
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let e = parse(&format!("{MINIMAL}[dataplane]\nwrokers = 3\n")).unwrap_err();
+        assert!(e.to_string().contains("unknown field `wrokers`"), "{e}");
+        let e = parse(&format!(
+            "{MINIMAL}[[port]]\nkind = \"generator\"\ntenants = 2\nrate_pps = 10.0\nrte = 1\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("unknown field `rte`"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_field() {
+        let e = parse(&format!("{MINIMAL}[dataplane]\nworkers = 0\n")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "b.toml: dataplane.workers: must be 1..=256, got 0"
+        );
+        let e = parse(&format!(
+            "{MINIMAL}[[port]]\nkind = \"generator\"\ntenants = 2\nrate_pps = 10.0\npeak_factor = 99.0\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with("b.toml: port[0].peak_factor:"),
+            "{e}"
+        );
+        let e = parse("data_dir = \"/x\"\n[nf]\nname = \"nope\"\n").unwrap_err();
+        assert!(
+            e.to_string().starts_with("b.toml: nf: unknown NF \"nope\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_example_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/buffet.example.toml");
+        let c = DaemonConfig::load(&path).unwrap();
+        assert!(!c.ports.is_empty());
+    }
+}

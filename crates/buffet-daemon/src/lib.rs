@@ -1,0 +1,110 @@
+//! `buffetd`, the provider's daemon: one process that runs the data plane of a config
+//! (ports, Packet Dispatcher, workers running one NF for every tenant) and serves its
+//! control plane — an HTTP/JSON API with bearer-token auth to admit, update and remove
+//! tenants and to launch and terminate workers while traffic flows, per-tenant stats,
+//! scheduler events as a server-sent-event stream, Prometheus `/metrics` — and keeps the
+//! tenants in a crash-safe store (redb) so that a restart re-admits them.
+//!
+//! * [`config`] — `buffet.toml`;
+//! * [`plane`] — the data plane behind an NF-independent trait object, on its own thread;
+//! * [`api`] — routes, auth per request, the write-ahead ordering of every change;
+//! * [`auth`] — tokens, hashed, compared in constant time;
+//! * [`store`] — redb;
+//! * [`metrics`] — the Prometheus exposition;
+//! * [`daemon`] — start, the Agent, stop.
+//!
+//! tokio lives here only: the data plane is driven by its own thread and reached through
+//! the pipeline's control handle. Not here yet: live ports (AF_PACKET/AF_XDP/XDP), config
+//! reload (SIGHUP), changing a tenant's rules in place, an OpenAPI document (see
+//! docs/daemon.md).
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod daemon;
+pub mod metrics;
+pub mod plane;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+pub use config::DaemonConfig;
+pub use daemon::{Daemon, DaemonError};
+
+/// `buffetd` command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "buffetd",
+    version,
+    about = "Buffet's daemon: the data plane and its control API"
+)]
+pub struct Args {
+    /// The configuration file (see deploy/buffet.example.toml).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The API's address (overrides `api.listen`).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// The data directory (overrides `data_dir`).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// The `buffetd` binary: runs until SIGTERM or SIGINT, then stops intake, drains the
+/// data plane and exits 0. An error is one line on stderr and exit status 1.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("buffetd: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    let mut cfg = DaemonConfig::load(&args.config)?;
+    if let Some(l) = args.listen {
+        cfg.api.listen = l;
+    }
+    if let Some(d) = &args.data_dir {
+        cfg.data_dir = d.clone();
+    }
+    let daemon = Daemon::start(cfg, &args.config)?;
+    wait_for_signal()?;
+    eprintln!("buffetd: stopping: no new requests, draining the data plane");
+    let report = daemon.stop()?;
+    eprintln!(
+        "buffetd: stopped: {} input packets, {} tenants",
+        report.global.input_packets,
+        report.tenants.len()
+    );
+    Ok(())
+}
+
+/// Blocks until SIGTERM or SIGINT. SIGHUP (reload) is acknowledged and ignored: reload
+/// is not there yet.
+fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => return Ok(()),
+                _ = int.recv() => return Ok(()),
+                _ = hup.recv() => eprintln!("buffetd: SIGHUP: config reload is not supported yet; ignored"),
+            }
+        }
+    })
+}

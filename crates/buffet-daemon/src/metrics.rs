@@ -1,0 +1,281 @@
+//! `/metrics`: the data plane's counters in the Prometheus text format, encoded by
+//! prometheus-client.
+//!
+//! Per tenant (label `tenant`, the tenant id): packets, bytes, drops by reason
+//! (label `reason`), CPU cycles, migrations, quarantined. Per worker (label `worker`):
+//! packets, busy cycles, live. Server-wide: scheduler events seen (migrations, overload
+//! reports, faults), events dropped, unmatched packets, admitted tenants, and the
+//! admission latency histogram. Counters of the report are encoded at scrape time from one
+//! snapshot ([`Snapshot`], a prometheus-client `Collector`); the daemon's own counters
+//! and the histogram live here. Nothing is hand-formatted.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use buffet_worker::Report;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// The daemon's own metrics (the report's are read at scrape time).
+pub struct Metrics {
+    /// Seconds from an admission request's arrival to its acknowledgement.
+    pub admission_latency: Histogram,
+    /// Migrations the scheduler made.
+    pub migrations: Counter,
+    /// Overload reports the scheduler raised.
+    pub overload_reports: Counter,
+    /// Tenants quarantined after a fault.
+    pub quarantines: Counter,
+    /// Workers the Agent launched after overload reports.
+    pub agent_launches: Counter,
+    /// Requests refused because the server is flagged overloaded.
+    pub refused_admissions: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            admission_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            migrations: Counter::default(),
+            overload_reports: Counter::default(),
+            quarantines: Counter::default(),
+            agent_launches: Counter::default(),
+            refused_admissions: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Metrics {
+    /// The text exposition of these metrics and of `report`.
+    pub fn encode(&self, report: Report) -> Result<String, std::fmt::Error> {
+        let mut reg = Registry::default();
+        reg.register(
+            "buffet_admission_latency_seconds",
+            "Time from an admission request to its acknowledgement",
+            self.admission_latency.clone(),
+        );
+        reg.register(
+            "buffet_migrations",
+            "Tenants the scheduler moved off an overloaded worker",
+            self.migrations.clone(),
+        );
+        reg.register(
+            "buffet_overload_reports",
+            "Overload reports the scheduler raised to the Agent",
+            self.overload_reports.clone(),
+        );
+        reg.register(
+            "buffet_quarantines",
+            "Tenants quarantined after a fault of their NF code",
+            self.quarantines.clone(),
+        );
+        reg.register(
+            "buffet_agent_worker_launches",
+            "Workers the Agent launched in answer to overload reports",
+            self.agent_launches.clone(),
+        );
+        reg.register_collector(Box::new(Snapshot {
+            report,
+            refused: self.refused_admissions.load(Ordering::Relaxed),
+        }));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &reg)?;
+        Ok(out)
+    }
+}
+
+/// One report, encoded as const metrics at scrape time.
+#[derive(Debug)]
+pub struct Snapshot {
+    report: Report,
+    refused: u64,
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn counters(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (Labels, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for (labels, v) in rows {
+        ConstCounter::new(v).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauges(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (Labels, i64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = enc.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for (labels, v) in rows {
+        ConstGauge::new(v).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// One unlabelled counter.
+fn counter(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: u64,
+) -> Result<(), std::fmt::Error> {
+    let m = enc.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    ConstCounter::new(v).encode(m)
+}
+
+fn tenant(id: buffet_sdk::TenantId) -> Labels {
+    vec![("tenant", id.0.to_string())]
+}
+
+fn worker(id: u16) -> Labels {
+    vec![("worker", id.to_string())]
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let r = &self.report;
+        let t = &r.tenants;
+        counters(
+            &mut enc,
+            "buffet_tenant_packets",
+            "Packets of the tenant that reached its worker",
+            t.iter().map(|x| (tenant(x.id), x.packets)),
+        )?;
+        counters(
+            &mut enc,
+            "buffet_tenant_bytes",
+            "Bytes of the tenant that reached its worker",
+            t.iter().map(|x| (tenant(x.id), x.bytes)),
+        )?;
+        counters(
+            &mut enc,
+            "buffet_tenant_passed_packets",
+            "Packets the tenant's NF passed",
+            t.iter().map(|x| (tenant(x.id), x.passed)),
+        )?;
+        counters(
+            &mut enc,
+            "buffet_tenant_drops",
+            "Packets of the tenant dropped, by reason",
+            t.iter().flat_map(|x| {
+                x.drops.iter().map(move |(reason, n)| {
+                    let mut l = tenant(x.id);
+                    l.push(("reason", (*reason).to_owned()));
+                    (l, *n)
+                })
+            }),
+        )?;
+        counters(
+            &mut enc,
+            "buffet_tenant_cycles",
+            "CPU cycles spent in the tenant's NF",
+            t.iter().map(|x| (tenant(x.id), x.cycles)),
+        )?;
+        counters(
+            &mut enc,
+            "buffet_tenant_migrations",
+            "Times the scheduler moved the tenant",
+            t.iter().map(|x| (tenant(x.id), x.migrations)),
+        )?;
+        gauges(
+            &mut enc,
+            "buffet_tenant_quarantined",
+            "1 while the tenant is quarantined",
+            t.iter().map(|x| (tenant(x.id), i64::from(x.quarantined))),
+        )?;
+        gauges(
+            &mut enc,
+            "buffet_tenant_worker",
+            "The worker the tenant runs on",
+            t.iter().map(|x| (tenant(x.id), i64::from(x.worker))),
+        )?;
+        let m = enc.encode_descriptor(
+            "buffet_tenants",
+            "Tenants admitted",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        ConstGauge::new(t.len() as i64).encode(m)?;
+        let w = &r.workers;
+        counters(
+            &mut enc,
+            "buffet_worker_packets",
+            "Packets the worker processed",
+            w.iter().map(|x| (worker(x.id), x.packets)),
+        )?;
+        counters(
+            &mut enc,
+            "buffet_worker_busy_cycles",
+            "CPU cycles the worker spent processing",
+            w.iter().map(|x| (worker(x.id), x.busy_cycles)),
+        )?;
+        gauges(
+            &mut enc,
+            "buffet_worker_queued",
+            "Packets dispatched to the worker and not yet processed (ring occupancy)",
+            w.iter().map(|x| {
+                (
+                    worker(x.id),
+                    i64::try_from(x.dispatched.saturating_sub(x.packets)).unwrap_or(i64::MAX),
+                )
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "buffet_worker_live",
+            "1 while the worker runs",
+            w.iter().map(|x| (worker(x.id), i64::from(x.live))),
+        )?;
+        let g = &r.global;
+        counter(
+            &mut enc,
+            "buffet_input_packets",
+            "Packets the ports delivered",
+            g.input_packets,
+        )?;
+        counter(
+            &mut enc,
+            "buffet_unmatched_packets",
+            "Packets no tenant's rule matched",
+            g.unmatched,
+        )?;
+        counter(
+            &mut enc,
+            "buffet_events_dropped",
+            "Scheduler events dropped because nobody drained them in time",
+            g.events_dropped,
+        )?;
+        counter(
+            &mut enc,
+            "buffet_refused_admissions",
+            "Admissions refused because the server is flagged overloaded",
+            self.refused,
+        )?;
+        Ok(())
+    }
+}

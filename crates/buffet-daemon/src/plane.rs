@@ -1,0 +1,416 @@
+//! The data plane as the daemon sees it: the NF chosen in the config is loaded, its
+//! pipeline built ([`buffet_worker::build`]) and its [`Dataplane`] driven on a thread of
+//! its own; the API reaches it only through the pipeline's [`Control`] handle, behind the
+//! NF-independent [`Plane`] trait object. Control requests become the pipeline's
+//! `Command`s, applied between bursts: other tenants' traffic never waits for tokio.
+//!
+//! Also here: the generator port paced to the wall clock ([`PacedGenerator`]), so that a
+//! daemon on a machine without a NIC carries traffic at a configured rate forever.
+//! This module does not parse requests, persist anything or authenticate.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use buffet_config::isolation::{self, Isolation};
+use buffet_config::registry::{NfSpec, NfVisitor, RegisteredNf};
+use buffet_config::TenantConfig;
+use buffet_dispatch::{DispatcherConfig, SchedulerConfig, TenantSlot, WorkerId};
+use buffet_io::gen::{GenConfig, Generator};
+use buffet_io::pcap::PcapReader;
+use buffet_io::{
+    HeapPool, Outcome, PacketBuf, PacketSource, Port, PortError, PortStats, Rx, SourcePort,
+};
+use buffet_memory::ArenaConfig;
+use buffet_sdk::{PortId, TenantId};
+use buffet_worker::{Control, PipelineConfig, PipelineError, Report, TenantSpec, WorkerEvent};
+use crossbeam::channel::Receiver;
+
+use crate::config::{DaemonConfig, PortConfig};
+
+/// Why a data-plane operation failed. When a control call returns it, nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaneError {
+    /// The tenant's policy is not one the NF understands.
+    #[error("policy: {0}")]
+    Policy(String),
+    /// The pipeline refused.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+}
+
+/// Why the data plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The NF could not be named or loaded.
+    #[error("nf: {0}")]
+    Nf(String),
+    /// The isolation level cannot be used.
+    #[error(transparent)]
+    Isolation(#[from] buffet_config::IsolationError),
+    /// The pipeline could not be built.
+    #[error("data plane: {0}")]
+    Pipeline(#[from] PipelineError),
+    /// A port could not be opened.
+    #[error("port[{index}]: {message}")]
+    Port {
+        /// Its index in the config.
+        index: usize,
+        /// Why.
+        message: String,
+    },
+    /// The data plane thread could not be started.
+    #[error("cannot start the data plane thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// The data plane's control surface, whatever the NF: every call blocks until the data
+/// plane applied it (call from a blocking context, not from an async task).
+pub trait Plane: Send + Sync {
+    /// The NF, as configured (`monitor`, `c:nf.so`).
+    fn nf(&self) -> &str;
+    /// The isolation level every tenant runs at.
+    fn level(&self) -> Isolation;
+    /// Checks that the NF understands the tenant's policy (decoding only; `init` runs
+    /// at admission).
+    fn check_policy(&self, t: &TenantConfig) -> Result<(), PlaneError>;
+    /// Admits a tenant: `init` builds its state in its region, then the dispatcher learns
+    /// its rules.
+    fn admit(&self, t: &TenantConfig) -> Result<(), PlaneError>;
+    /// Replaces a tenant's policy: the old state serves until the new one is built.
+    fn update_policy(&self, t: &TenantConfig) -> Result<(), PlaneError>;
+    /// Removes a tenant; its region is zeroed and returned.
+    fn remove(&self, id: TenantId) -> Result<(), PlaneError>;
+    /// A snapshot of every counter.
+    fn report(&self) -> Result<Report, PlaneError>;
+    /// Launches a worker.
+    fn launch_worker(&self) -> Result<u16, PlaneError>;
+    /// Terminates a worker; its tenants move.
+    fn terminate_worker(&self, id: u16) -> Result<(), PlaneError>;
+    /// The events channel (migrations, overload reports, faults, worker changes).
+    fn events(&self) -> Receiver<WorkerEvent>;
+    /// Asks the data plane to finish what is in flight and stop.
+    fn stop(&self);
+}
+
+struct Typed<N: RegisteredNf> {
+    control: Control<N>,
+    nf: String,
+    level: Isolation,
+}
+
+impl<N: RegisteredNf> Typed<N> {
+    fn policy(&self, t: &TenantConfig) -> Result<N::Policy, PlaneError> {
+        t.policy
+            .decode::<N::Policy>()
+            .map_err(|m| PlaneError::Policy(m.trim().to_owned()))
+    }
+}
+
+impl<N: RegisteredNf> Plane for Typed<N> {
+    fn nf(&self) -> &str {
+        &self.nf
+    }
+
+    fn level(&self) -> Isolation {
+        self.level
+    }
+
+    fn check_policy(&self, t: &TenantConfig) -> Result<(), PlaneError> {
+        self.policy(t).map(drop)
+    }
+
+    fn admit(&self, t: &TenantConfig) -> Result<(), PlaneError> {
+        let policy = self.policy(t)?;
+        self.control.admit(TenantSpec {
+            id: t.id,
+            name: t.name.clone(),
+            rules: t.rules.clone(),
+            max_nb: t.max_nb,
+            policy,
+        })?;
+        Ok(())
+    }
+
+    fn update_policy(&self, t: &TenantConfig) -> Result<(), PlaneError> {
+        let policy = self.policy(t)?;
+        self.control.update_policy(t.id, &policy)?;
+        Ok(())
+    }
+
+    fn remove(&self, id: TenantId) -> Result<(), PlaneError> {
+        Ok(self.control.remove(id)?)
+    }
+
+    fn report(&self) -> Result<Report, PlaneError> {
+        Ok(self.control.report()?)
+    }
+
+    fn launch_worker(&self) -> Result<u16, PlaneError> {
+        Ok(self.control.launch_worker()?.0)
+    }
+
+    fn terminate_worker(&self, id: u16) -> Result<(), PlaneError> {
+        Ok(self.control.terminate_worker(WorkerId(id))?)
+    }
+
+    fn events(&self) -> Receiver<WorkerEvent> {
+        self.control.events().clone()
+    }
+
+    fn stop(&self) {
+        self.control.stop();
+    }
+}
+
+/// A started data plane: its control surface and the thread that drives it (which
+/// returns the final report once stopped and drained).
+pub struct Started {
+    /// The control surface.
+    pub plane: Arc<dyn Plane>,
+    /// The data plane's thread.
+    pub thread: JoinHandle<Report>,
+}
+
+/// Loads the configured NF, builds the pipeline, opens the ports and starts the data
+/// plane's thread.
+pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartError> {
+    let spec = cfg.nf.spec().map_err(StartError::Nf)?;
+    let level = isolation::resolve(cfg.nf.isolation, &spec, &[], config_path)?;
+    if level == Isolation::Mpk {
+        isolation::mpk()?;
+    }
+    let d = &cfg.dataplane;
+    let pipeline = PipelineConfig {
+        workers: d.workers,
+        worker_max_nb: if d.worker_max_nb == 0 {
+            u64::MAX
+        } else {
+            d.worker_max_nb
+        },
+        dispatcher: DispatcherConfig {
+            sched: SchedulerConfig {
+                shift: d.shift,
+                threshold: d.threshold,
+            },
+            ..DispatcherConfig::default()
+        },
+        tenant_capacity: d.tenant_slots,
+        arena: ArenaConfig {
+            capacity: usize::try_from(d.arena_mib << 20).unwrap_or(usize::MAX),
+        },
+        pin: d.pin,
+        domain: level.domain(),
+        ..PipelineConfig::default()
+    };
+    let mut ports: Vec<Box<dyn Port>> = Vec::new();
+    for (index, p) in cfg.ports.iter().enumerate() {
+        let id = index as PortId;
+        ports.push(match p {
+            PortConfig::Generator(g) => {
+                let gen = Generator::new(GenConfig {
+                    seed: g.seed,
+                    tenants: g.tenants,
+                    flows_per_tenant: g.flows_per_tenant,
+                    duration_ns: u64::MAX,
+                    mean_rate_pps: g.rate_pps,
+                    peak_factor: g.peak_factor,
+                    ..GenConfig::default()
+                })
+                .map_err(|e| StartError::Port {
+                    index,
+                    message: e.to_string(),
+                })?;
+                Box::new(PacedGenerator::new(id, gen))
+            }
+            PortConfig::Pcap(pc) => {
+                let reader = PcapReader::open(&pc.path).map_err(|e| StartError::Port {
+                    index,
+                    message: format!("{}: {e}", pc.path.display()),
+                })?;
+                Box::new(SourcePort::new(
+                    id,
+                    format!("pcap:{}", pc.path.display()),
+                    reader,
+                ))
+            }
+        });
+    }
+    if level == Isolation::TrustedNative {
+        eprintln!("buffetd: {}", isolation::TRUSTED_NATIVE_WARNING);
+    }
+    let nf = spec
+        .load_at(level)
+        .map_err(|e| StartError::Nf(e.to_string()))?;
+    nf.visit(Build {
+        spec,
+        level,
+        pipeline,
+        ports,
+    })
+}
+
+struct Build {
+    spec: NfSpec,
+    level: Isolation,
+    pipeline: PipelineConfig,
+    ports: Vec<Box<dyn Port>>,
+}
+
+impl NfVisitor for Build {
+    type Output = Result<Started, StartError>;
+
+    fn visit<N: RegisteredNf>(self, nf: N) -> Self::Output {
+        let (control, mut dataplane) = buffet_worker::build(nf, self.pipeline)?;
+        for p in self.ports {
+            dataplane.add_port(p);
+        }
+        let thread = std::thread::Builder::new()
+            .name("buffet-dataplane".into())
+            .spawn(move || {
+                // Until stopped: ports that end (a pcap) leave the data plane idle, still
+                // applying control commands.
+                let mut idle = 0u32;
+                loop {
+                    if !dataplane.apply_commands() {
+                        break;
+                    }
+                    match dataplane.poll() {
+                        Ok((0, _)) => {
+                            idle = idle.saturating_add(1);
+                            if idle > 64 {
+                                std::thread::sleep(Duration::from_micros(100));
+                            } else {
+                                std::thread::yield_now();
+                            }
+                        }
+                        Ok(_) => idle = 0,
+                        Err(e) => {
+                            eprintln!("buffetd: data plane: {e}");
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                }
+                dataplane.finish()
+            })
+            .map_err(StartError::Spawn)?;
+        let plane = Typed {
+            control,
+            nf: self.spec.to_string(),
+            level: self.level,
+        };
+        Ok(Started {
+            plane: Arc::new(plane),
+            thread,
+        })
+    }
+}
+
+/// The synthetic generator as a port paced to the wall clock: a frame whose virtual
+/// timestamp is `t` leaves `t` after the port was created, stamped with that time, so
+/// timeslots follow real time. Never ends (the generator runs for `u64::MAX` ns).
+/// Lossless like the generator it wraps (not a live port).
+pub struct PacedGenerator {
+    id: PortId,
+    gen: Generator,
+    start: Instant,
+    /// A frame generated but not yet due.
+    pending: Option<PacketBuf>,
+    stats: PortStats,
+    ended: bool,
+}
+
+impl PacedGenerator {
+    /// Port `id` emitting `gen`'s frames on time.
+    pub fn new(id: PortId, gen: Generator) -> Self {
+        PacedGenerator {
+            id,
+            gen,
+            start: Instant::now(),
+            pending: None,
+            stats: PortStats::default(),
+            ended: false,
+        }
+    }
+}
+
+impl Port for PacedGenerator {
+    fn name(&self) -> String {
+        "generator".into()
+    }
+
+    fn rx_burst(
+        &mut self,
+        pool: &mut HeapPool,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> Result<Rx, PortError> {
+        let now = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let mut n = 0;
+        while n < max && !self.ended {
+            let buf = match self.pending.take() {
+                Some(b) => b,
+                None => {
+                    let Some(mut buf) = pool.take() else { break };
+                    match self.gen.next_packet() {
+                        Ok(Some(pkt)) => {
+                            self.stats.rx += 1;
+                            if !buf.fill(pkt.data) {
+                                self.stats.rx_dropped += 1;
+                                pool.give(buf);
+                                continue;
+                            }
+                            buf.ts_ns = pkt.ts_ns;
+                            buf.in_port = self.id;
+                            buf.tenant = TenantSlot(0);
+                            buf.outcome = Outcome::Pending;
+                            buf
+                        }
+                        Ok(None) => {
+                            pool.give(buf);
+                            self.ended = true;
+                            break;
+                        }
+                        Err(e) => {
+                            pool.give(buf);
+                            self.ended = true;
+                            return Err(e.into());
+                        }
+                    }
+                }
+            };
+            if buf.ts_ns > now {
+                self.pending = Some(buf);
+                break;
+            }
+            out.push(buf);
+            n += 1;
+        }
+        Ok(match (n, self.ended) {
+            (0, true) => Rx::End,
+            (0, false) => Rx::Idle,
+            (n, _) => Rx::Packets(n),
+        })
+    }
+
+    fn tx_burst(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        pool: &mut HeapPool,
+    ) -> Result<(), PortError> {
+        for buf in pkts.drain(..) {
+            self.stats.tx += 1;
+            pool.give(buf);
+        }
+        Ok(())
+    }
+
+    fn is_live(&self) -> bool {
+        false
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+}

@@ -1,0 +1,430 @@
+//! The daemon in-process on a loopback port, driven by a real HTTP client (ureq): tenants
+//! admitted, updated and removed while the generator's traffic flows, auth, bad input,
+//! restart, `/metrics`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use buffet_daemon::{Daemon, DaemonConfig};
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-for-tests-0123456789";
+
+fn config(dir: &Path, extra: &str) -> DaemonConfig {
+    std::fs::write(dir.join("admin.token"), format!("{ADMIN}\n")).unwrap();
+    let text = format!(
+        r#"
+data_dir = "{d}/data"
+[api]
+listen = "127.0.0.1:0"
+admin_token_file = "{d}/admin.token"
+max_body_bytes = 4096
+[nf]
+name = "firewall"
+[dataplane]
+workers = 2
+max_workers = 3
+tenant_slots = 16
+arena_mib = 64
+[[port]]
+kind = "generator"
+tenants = 4
+rate_pps = 20000
+{extra}
+"#,
+        d = dir.display()
+    );
+    DaemonConfig::parse(Path::new("test.toml"), &text).unwrap()
+}
+
+fn start(dir: &Path) -> Daemon {
+    Daemon::start(config(dir, ""), Path::new("test.toml")).unwrap()
+}
+
+/// `(status, JSON body or Null)`.
+fn call(
+    d: &Daemon,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, Value) {
+    let mut req = ureq::request(method, &format!("http://{}{path}", d.addr()))
+        .timeout(Duration::from_secs(20));
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    let res = match body {
+        Some(b) => req.set("Content-Type", "application/json").send_string(b),
+        None => req.call(),
+    };
+    let resp = match res {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {path}: {e}"),
+    };
+    let status = resp.status();
+    let text = resp.into_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn admin(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let b = body.map(Value::to_string);
+    call(d, method, path, Some(ADMIN), b.as_deref())
+}
+
+/// Tenant `id` owning generator tenant `i`'s prefix.
+fn tenant(id: u32, i: u32, policy: Value) -> Value {
+    json!({ "id": id, "name": format!("t{id}"), "rules": [ { "dst_ip": format!("10.0.{i}.0/24") } ],
+            "policy": policy })
+}
+
+fn allow_all() -> Value {
+    json!({ "default": "allow" })
+}
+
+fn packets(d: &Daemon, id: u32) -> u64 {
+    let (s, v) = admin(d, "GET", &format!("/v1/tenants/{id}/stats"), None);
+    assert_eq!(s, 200, "{v}");
+    v["packets"].as_u64().unwrap()
+}
+
+fn wait_for_packets(d: &Daemon, id: u32, more_than: u64) -> u64 {
+    let t0 = Instant::now();
+    loop {
+        let n = packets(d, id);
+        if n > more_than {
+            return n;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "tenant {id} stuck at {n} packets"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn ids(d: &Daemon) -> Vec<u64> {
+    let (s, v) = admin(d, "GET", "/v1/tenants", None);
+    assert_eq!(s, 200);
+    v["tenant"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn tenants_are_admitted_updated_and_removed_while_traffic_flows() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    assert_eq!(call(&d, "GET", "/healthz", None, None).0, 200);
+    assert_eq!(call(&d, "GET", "/readyz", None, None).0, 200);
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(1, 0, allow_all())));
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["id"], 1);
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(2, 1, allow_all())));
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(ids(&d), vec![1, 2]);
+    let (s, v) = admin(&d, "GET", "/v1/tenants/2", None);
+    assert_eq!((s, v["name"].clone()), (200, json!("t2")));
+
+    let n1 = wait_for_packets(&d, 1, 0);
+    wait_for_packets(&d, 2, 0);
+    let passed_before = admin(&d, "GET", "/v1/tenants/1/stats", None).1["passed"]
+        .as_u64()
+        .unwrap();
+    assert!(passed_before > 0);
+
+    // Deny everything: tenant 1's packets keep arriving, now dropped by the NF.
+    let (s, v) = admin(
+        &d,
+        "PUT",
+        "/v1/tenants/1",
+        Some(&tenant(1, 0, json!({ "default": "deny" }))),
+    );
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["policy"]["default"], "deny");
+    wait_for_packets(&d, 1, n1 + 100);
+    let st = admin(&d, "GET", "/v1/tenants/1/stats", None).1;
+    assert!(
+        st["drops"].as_object().is_some_and(|m| !m.is_empty()),
+        "{st}"
+    );
+
+    // Rules cannot change in place.
+    let (s, v) = admin(&d, "PUT", "/v1/tenants/1", Some(&tenant(1, 3, allow_all())));
+    assert_eq!(s, 409, "{v}");
+
+    let (s, _) = admin(&d, "DELETE", "/v1/tenants/1", None);
+    assert_eq!(s, 204);
+    assert_eq!(admin(&d, "GET", "/v1/tenants/1", None).0, 404);
+    assert_eq!(admin(&d, "DELETE", "/v1/tenants/1", None).0, 404);
+    assert_eq!(ids(&d), vec![2]);
+    // The other tenant kept running.
+    let n2 = packets(&d, 2);
+    wait_for_packets(&d, 2, n2);
+
+    // Workers: list, launch, terminate.
+    let (s, v) = admin(&d, "GET", "/v1/workers", None);
+    assert_eq!(s, 200);
+    assert_eq!(v["workers"].as_array().unwrap().len(), 2);
+    let (s, v) = admin(&d, "POST", "/v1/workers", None);
+    assert_eq!((s, v["id"].clone()), (201, json!(2)));
+    let (s, v) = admin(&d, "POST", "/v1/workers", None);
+    assert_eq!(s, 409, "max_workers is 3: {v}");
+    assert_eq!(admin(&d, "DELETE", "/v1/workers/0", None).0, 204);
+    assert_eq!(admin(&d, "DELETE", "/v1/workers/0", None).0, 404);
+    wait_for_packets(&d, 2, packets(&d, 2));
+    d.stop().unwrap();
+}
+
+#[test]
+fn tokens_are_checked_401_and_403() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    for (id, i) in [(1, 0), (2, 1)] {
+        assert_eq!(
+            admin(&d, "POST", "/v1/tenants", Some(&tenant(id, i, allow_all()))).0,
+            201
+        );
+    }
+    let body = tenant(3, 2, allow_all()).to_string();
+    assert_eq!(call(&d, "POST", "/v1/tenants", None, Some(&body)).0, 401);
+    let (s, v) = call(
+        &d,
+        "POST",
+        "/v1/tenants",
+        Some("wrong-token-0123456789"),
+        Some(&body),
+    );
+    assert_eq!(s, 401);
+    assert!(v["error"].as_str().unwrap().contains("bearer token"));
+    assert_eq!(call(&d, "GET", "/v1/tenants", None, None).0, 401);
+    assert_eq!(call(&d, "GET", "/v1/events", None, None).0, 401);
+
+    let (s, v) = admin(&d, "POST", "/v1/tenants/1/tokens", None);
+    assert_eq!(s, 201);
+    let t1 = v["token"].as_str().unwrap().to_owned();
+    assert_eq!(call(&d, "GET", "/v1/tenants/1", Some(&t1), None).0, 200);
+    assert_eq!(
+        call(&d, "GET", "/v1/tenants/1/stats", Some(&t1), None).0,
+        200
+    );
+    assert_eq!(call(&d, "GET", "/v1/tenants/2", Some(&t1), None).0, 403);
+    assert_eq!(
+        call(&d, "GET", "/v1/tenants/2/stats", Some(&t1), None).0,
+        403
+    );
+    assert_eq!(call(&d, "GET", "/v1/tenants", Some(&t1), None).0, 403);
+    assert_eq!(
+        call(&d, "POST", "/v1/tenants", Some(&t1), Some(&body)).0,
+        403
+    );
+    assert_eq!(call(&d, "DELETE", "/v1/tenants/1", Some(&t1), None).0, 403);
+    assert_eq!(call(&d, "POST", "/v1/workers", Some(&t1), None).0, 403);
+    // A removed tenant's tokens die with it.
+    assert_eq!(admin(&d, "DELETE", "/v1/tenants/1", None).0, 204);
+    assert_eq!(call(&d, "GET", "/v1/tenants/1", Some(&t1), None).0, 401);
+    d.stop().unwrap();
+}
+
+#[test]
+fn bad_input_gets_a_4xx_naming_the_problem_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(1, 0, allow_all()))).0,
+        201
+    );
+    let before = admin(&d, "GET", "/v1/tenants", None).1;
+    let post = |body: &str| call(&d, "POST", "/v1/tenants", Some(ADMIN), Some(body));
+    let big = format!("{{\"id\": 9, \"name\": \"{}\"}}", "x".repeat(8000));
+    let cases: Vec<(String, u16, &str)> = vec![
+        ("{\"id\": 5, ".into(), 400, "malformed JSON"),
+        ("[1, 2]".into(), 400, "a tenant is a JSON object"),
+        (
+            json!({ "id": 5, "rules": [ { "dst_ip": "10.0.2.0/24" } ], "colour": "red" }).to_string(),
+            422,
+            "unknown field `colour`",
+        ),
+        (
+            json!({ "id": 5, "rules": [ { "dst_ip": "10.0.2.0/24" } ], "policy": { "default": "sometimes" } }).to_string(),
+            422,
+            "policy",
+        ),
+        (
+            json!({ "id": 5, "rules": [ { "dst_ip": "10.0.2.0/33" } ] }).to_string(),
+            422,
+            "rules[0].dst_ip",
+        ),
+        (
+            json!({ "id": 5, "rules": [ { "dst_port": 80 } ] }).to_string(),
+            422,
+            "protocol",
+        ),
+        (tenant(1, 2, allow_all()).to_string(), 409, "tenant 1 is already admitted"),
+        (
+            tenant(5, 0, allow_all()).to_string(),
+            409,
+            "overlaps tenant 1's rules[0] at the same priority 100",
+        ),
+        (
+            json!({ "id": 5, "rules": [ { "dst_ip": "10.0.2.0/24" } ], "isolation": "mpk" }).to_string(),
+            422,
+            "isolation",
+        ),
+        (big, 413, "too large"),
+    ];
+    for (body, status, needle) in cases {
+        let (s, v) = post(&body);
+        assert_eq!(s, status, "{body:.80}: {v}");
+        let msg = v["error"].as_str().unwrap_or_default();
+        assert!(msg.contains(needle), "{body:.80}: {msg:?} lacks {needle:?}");
+        assert_eq!(
+            admin(&d, "GET", "/v1/tenants", None).1,
+            before,
+            "{body:.80} changed something"
+        );
+    }
+    // Overlap at another priority is fine: the priority decides.
+    let mut t = tenant(5, 0, allow_all());
+    t["rules"][0]["priority"] = json!(50);
+    assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&t)).0, 201);
+    // An unknown NF in the config: the daemon does not start, and says why.
+    let mut cfg = config(dir.path(), "");
+    cfg.nf.name = Some("nope".into());
+    let e = cfg.validate(Path::new("x.toml")).unwrap_err().to_string();
+    assert!(e.contains("unknown NF \"nope\""), "{e}");
+    assert_eq!(call(&d, "GET", "/v1/nothing", Some(ADMIN), None).0, 404);
+    d.stop().unwrap();
+}
+
+#[test]
+fn a_restart_keeps_every_tenant_with_its_last_acknowledged_policy_and_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let token;
+    {
+        let d = start(dir.path());
+        for (id, i) in [(1, 0), (2, 1), (3, 2)] {
+            assert_eq!(
+                admin(&d, "POST", "/v1/tenants", Some(&tenant(id, i, allow_all()))).0,
+                201
+            );
+        }
+        assert_eq!(
+            admin(
+                &d,
+                "PUT",
+                "/v1/tenants/2",
+                Some(&tenant(2, 1, json!({ "default": "deny" })))
+            )
+            .0,
+            200
+        );
+        assert_eq!(admin(&d, "DELETE", "/v1/tenants/3", None).0, 204);
+        token = admin(&d, "POST", "/v1/tenants/1/tokens", None).1["token"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        d.stop().unwrap();
+    }
+    let d = start(dir.path());
+    assert_eq!(ids(&d), vec![1, 2]);
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/2", None).1["policy"]["default"],
+        "deny"
+    );
+    assert_eq!(call(&d, "GET", "/v1/tenants/1", Some(&token), None).0, 200);
+    wait_for_packets(&d, 2, 0);
+    d.stop().unwrap();
+}
+
+#[test]
+fn applying_a_tenant_set_is_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(1, 0, allow_all()))).0,
+        201
+    );
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(2, 1, allow_all()))).0,
+        201
+    );
+    // 1 updated, 2 removed, 3 added, and 4 invalid: nothing happens.
+    let bad = json!({ "tenant": [
+        tenant(1, 0, json!({ "default": "deny" })),
+        tenant(3, 2, allow_all()),
+        tenant(4, 3, json!({ "default": "sometimes" })),
+    ]});
+    let (s, v) = admin(&d, "PUT", "/v1/tenants", Some(&bad));
+    assert_eq!(s, 422, "{v}");
+    assert_eq!(ids(&d), vec![1, 2]);
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/1", None).1["policy"]["default"],
+        "allow"
+    );
+    let good = json!({ "tenant": [
+        tenant(1, 0, json!({ "default": "deny" })),
+        tenant(3, 2, allow_all()),
+    ]});
+    let (s, v) = admin(&d, "PUT", "/v1/tenants?dry_run=true", Some(&good));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(ids(&d), vec![1, 2]);
+    let (s, v) = admin(&d, "PUT", "/v1/tenants", Some(&good));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["added"], json!([3]));
+    assert_eq!(v["updated"], json!([1]));
+    assert_eq!(v["removed"], json!([2]));
+    assert_eq!(ids(&d), vec![1, 3]);
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/1", None).1["policy"]["default"],
+        "deny"
+    );
+    d.stop().unwrap();
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(7, 0, allow_all()))).0,
+        201
+    );
+    wait_for_packets(&d, 7, 0);
+    let text = ureq::get(&format!("http://{}/metrics", d.addr()))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+    let find = |name: &str, label: Option<(&str, &str)>| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && label.is_none_or(|(k, v)| s.labels.get(k) == Some(v)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
+                prometheus_parse::Value::Untyped(v) => v,
+                _ => -1.0,
+            })
+    };
+    assert!(
+        find("buffet_tenant_packets_total", Some(("tenant", "7"))).unwrap() > 0.0,
+        "{text}"
+    );
+    assert!(find("buffet_tenant_bytes_total", Some(("tenant", "7"))).unwrap() > 0.0);
+    assert!(find("buffet_tenant_cycles_total", Some(("tenant", "7"))).is_some());
+    assert_eq!(find("buffet_tenants", None), Some(1.0));
+    assert!(find("buffet_worker_packets_total", Some(("worker", "0"))).is_some());
+    assert!(find("buffet_migrations_total", None).is_some());
+    assert!(scrape
+        .samples
+        .iter()
+        .any(|s| s.metric.starts_with("buffet_admission_latency_seconds")));
+    d.stop().unwrap();
+}

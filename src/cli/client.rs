@@ -1,0 +1,584 @@
+//! The client of `buffetd`: `buffet tenant add|update|rm|ls|show|apply|token`,
+//! `buffet stats`, `buffet workers ls|add|rm`, `buffet events --follow`.
+//!
+//! The daemon's address and token come from `--api URL` / `--token T` or the
+//! environment variables `BUFFET_API` / `BUFFET_TOKEN`. Output is a human table by
+//! default, the daemon's JSON with `--json`. A daemon error is printed as its status and
+//! message and fails the command. HTTP via ureq (blocking, no TLS: put a TLS-terminating
+//! proxy in front of a daemon that listens beyond loopback). This module does not
+//! validate tenants beyond what `buffet tenant apply` reads from a file: the daemon does.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use buffet_config::tenants::{self, Format};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+/// Where the daemon is and who we are.
+#[derive(Args, Debug, Clone)]
+pub struct ApiArgs {
+    /// The daemon's API, e.g. http://127.0.0.1:7878.
+    #[arg(
+        long,
+        env = "BUFFET_API",
+        default_value = "http://127.0.0.1:7878",
+        global = true
+    )]
+    pub api: String,
+    /// Bearer token (the admin token, or a tenant's for reading its own tenant).
+    #[arg(long, env = "BUFFET_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// Print the daemon's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `buffet tenant ...`.
+#[derive(Args, Debug)]
+pub struct TenantArgs {
+    /// The daemon.
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: TenantAction,
+}
+
+/// A tenant operation.
+#[derive(Subcommand, Debug)]
+pub enum TenantAction {
+    /// Admit a tenant: a JSON admission document (the tenants-file schema) from
+    /// --file, or one built from --id, --name, --rule, --max-nb, --policy.
+    Add(TenantSpecArgs),
+    /// Replace a tenant's policy (the same document; only the policy may differ).
+    Update(TenantSpecArgs),
+    /// Remove a tenant.
+    Rm {
+        /// Tenant id.
+        id: u32,
+    },
+    /// List tenants.
+    Ls,
+    /// Show one tenant.
+    Show {
+        /// Tenant id.
+        id: u32,
+    },
+    /// Make the daemon's tenants match a tenants file (.toml or .json): admit, update
+    /// and remove, all or nothing.
+    Apply {
+        /// The tenants file.
+        file: PathBuf,
+        /// Only say what would change.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Create a token that can read only this tenant (printed once).
+    Token {
+        /// Tenant id.
+        id: u32,
+    },
+}
+
+/// A tenant given on the command line.
+#[derive(Args, Debug)]
+pub struct TenantSpecArgs {
+    /// A JSON file holding one tenant (`{"id": 7, "rules": [...], "policy": {...}}`).
+    #[arg(long, conflicts_with_all = ["id", "name", "rule", "max_nb", "policy"])]
+    pub file: Option<PathBuf>,
+    /// Tenant id.
+    #[arg(long, required_unless_present = "file")]
+    pub id: Option<u32>,
+    /// Name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A classifier rule as `field=value,...` (e.g. `dst_ip=10.0.3.0/24,priority=10`);
+    /// repeat for more rules.
+    #[arg(long)]
+    pub rule: Vec<String>,
+    /// MAX_NB per timeslot (0 = unlimited; default: the daemon's).
+    #[arg(long)]
+    pub max_nb: Option<u64>,
+    /// The NF policy as JSON.
+    #[arg(long)]
+    pub policy: Option<String>,
+}
+
+/// `buffet stats`.
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// The daemon.
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Only this tenant (works with a tenant token).
+    #[arg(long)]
+    pub tenant: Option<u32>,
+    /// Print again every second until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+/// `buffet workers ...`.
+#[derive(Args, Debug)]
+pub struct WorkersArgs {
+    /// The daemon.
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: WorkersAction,
+}
+
+/// A worker operation.
+#[derive(Subcommand, Debug)]
+pub enum WorkersAction {
+    /// List workers.
+    Ls,
+    /// Launch a worker.
+    Add,
+    /// Terminate a worker (its tenants move, its queued packets still run).
+    Rm {
+        /// Worker id.
+        id: u16,
+    },
+}
+
+/// `buffet events`.
+#[derive(Args, Debug)]
+pub struct EventsArgs {
+    /// The daemon.
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Keep printing events as they come (the only mode: the stream has no history).
+    #[arg(long)]
+    pub follow: bool,
+}
+
+/// A request to the daemon that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The daemon answered with an error.
+    #[error("buffetd: {status}: {message}")]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// The daemon's message.
+        message: String,
+    },
+    /// No answer.
+    #[error("cannot reach buffetd at {api}: {message}")]
+    Transport {
+        /// The address.
+        api: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl ApiArgs {
+    fn request(&self, method: &str, path: &str) -> ureq::Request {
+        self.request_untimed(method, path)
+            .timeout(Duration::from_secs(60))
+    }
+
+    /// A request with no deadline (the event stream).
+    fn request_untimed(&self, method: &str, path: &str) -> ureq::Request {
+        let url = format!("{}{path}", self.api.trim_end_matches('/'));
+        let mut r = ureq::request(method, &url);
+        if let Some(t) = &self.token {
+            r = r.set("Authorization", &format!("Bearer {t}"));
+        }
+        r
+    }
+
+    fn send(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
+        let req = self.request(method, path);
+        let res = match body {
+            Some(b) => req
+                .set("Content-Type", "application/json")
+                .send_string(&b.to_string()),
+            None => req.call(),
+        };
+        match res {
+            Ok(r) => {
+                let text = r.into_string().unwrap_or_default();
+                Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+            }
+            Err(ureq::Error::Status(status, r)) => {
+                let text = r.into_string().unwrap_or_default();
+                let message = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v["error"].as_str().map(str::to_owned))
+                    .unwrap_or(text);
+                Err(ClientError::Status { status, message })
+            }
+            Err(e) => Err(ClientError::Transport {
+                api: self.api.clone(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    fn print(&self, out: &mut dyn Write, v: &Value) -> anyhow::Result<()> {
+        writeln!(out, "{}", serde_json::to_string_pretty(v)?)?;
+        Ok(())
+    }
+}
+
+/// Parses `field=value,...` into a rule object (numbers where the schema has numbers).
+fn parse_rule(text: &str) -> anyhow::Result<Value> {
+    let mut rule = serde_json::Map::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .with_context(|| format!("--rule {text:?}: {part:?} is not field=value"))?;
+        let numeric = matches!(k, "priority" | "in_port" | "vlan" | "dscp");
+        let value = match v.parse::<u64>() {
+            Ok(n) if numeric || matches!(k, "src_port" | "dst_port" | "protocol") => json!(n),
+            _ => json!(v),
+        };
+        rule.insert(k.to_owned(), value);
+    }
+    Ok(Value::Object(rule))
+}
+
+impl TenantSpecArgs {
+    fn document(&self) -> anyhow::Result<Value> {
+        if let Some(f) = &self.file {
+            let text = std::fs::read_to_string(f).with_context(|| format!("{}", f.display()))?;
+            return serde_json::from_str(&text).with_context(|| format!("{}", f.display()));
+        }
+        let mut doc = serde_json::Map::new();
+        doc.insert("id".into(), json!(self.id));
+        if let Some(n) = &self.name {
+            doc.insert("name".into(), json!(n));
+        }
+        let rules = self
+            .rule
+            .iter()
+            .map(|r| parse_rule(r))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        doc.insert("rules".into(), Value::Array(rules));
+        if let Some(m) = self.max_nb {
+            doc.insert("max_nb".into(), json!(m));
+        }
+        if let Some(p) = &self.policy {
+            let v: Value = serde_json::from_str(p).context("--policy is not JSON")?;
+            doc.insert("policy".into(), v);
+        }
+        Ok(Value::Object(doc))
+    }
+}
+
+/// A tenants file as the JSON the daemon takes (`{"tenant": [...]}`), validated here
+/// first with the same code as `buffet replay`, so that a bad file is named before any
+/// request.
+fn tenants_file_json(file: &std::path::Path) -> anyhow::Result<Value> {
+    tenants::load(file)?;
+    let text = std::fs::read_to_string(file).with_context(|| format!("{}", file.display()))?;
+    Ok(match Format::of_path(file)? {
+        Format::Json => serde_json::from_str(&text)?,
+        Format::Toml => {
+            let v: toml::Value = toml::from_str(&text)?;
+            serde_json::to_value(v)?
+        }
+    })
+}
+
+fn rules_text(t: &Value) -> String {
+    t["rules"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|r| {
+                    r.as_object()
+                        .map(|o| {
+                            o.iter()
+                                .map(|(k, v)| match v {
+                                    Value::String(s) => format!("{k}={s}"),
+                                    v => format!("{k}={v}"),
+                                })
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        })
+                        .unwrap_or_default()
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// A JSON value as table text (strings without quotes).
+fn cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        v => v.to_string(),
+    }
+}
+
+fn print_tenant_rows(out: &mut dyn Write, list: &[Value]) -> std::io::Result<()> {
+    writeln!(out, "{:>8}  {:<20} {:>10}  rules", "id", "name", "max_nb")?;
+    for t in list {
+        writeln!(
+            out,
+            "{:>8}  {:<20} {:>10}  {}",
+            cell(&t["id"]),
+            t["name"].as_str().unwrap_or(""),
+            cell(&t["max_nb"]),
+            rules_text(t)
+        )?;
+    }
+    Ok(())
+}
+
+fn print_stats_rows(out: &mut dyn Write, list: &[Value]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:>8}  {:<16} {:>6} {:>12} {:>14} {:>12} {:>10} {:>5}",
+        "tenant", "name", "worker", "packets", "bytes", "passed", "dropped", "quar"
+    )?;
+    for t in list {
+        let dropped: u64 = t["drops"]
+            .as_object()
+            .map(|m| m.values().filter_map(Value::as_u64).sum())
+            .unwrap_or(0);
+        writeln!(
+            out,
+            "{:>8}  {:<16} {:>6} {:>12} {:>14} {:>12} {:>10} {:>5}",
+            cell(&t["id"]),
+            t["name"].as_str().unwrap_or(""),
+            cell(&t["worker"]),
+            cell(&t["packets"]),
+            cell(&t["bytes"]),
+            cell(&t["passed"]),
+            dropped,
+            if t["quarantined"].as_bool() == Some(true) {
+                "yes"
+            } else {
+                "no"
+            }
+        )?;
+    }
+    Ok(())
+}
+
+/// Runs `buffet tenant ...`.
+pub fn tenant(a: &TenantArgs) -> anyhow::Result<()> {
+    let api = &a.api;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match &a.action {
+        TenantAction::Add(spec) => {
+            let v = api.send("POST", "/v1/tenants", Some(&spec.document()?))?;
+            if api.json {
+                api.print(&mut out, &v)?;
+            } else {
+                writeln!(out, "admitted tenant {}", v["id"])?;
+            }
+        }
+        TenantAction::Update(spec) => {
+            let doc = spec.document()?;
+            let id = doc["id"]
+                .as_u64()
+                .context("the tenant document has no id")?;
+            let v = api.send("PUT", &format!("/v1/tenants/{id}"), Some(&doc))?;
+            if api.json {
+                api.print(&mut out, &v)?;
+            } else {
+                writeln!(out, "updated tenant {id}")?;
+            }
+        }
+        TenantAction::Rm { id } => {
+            api.send("DELETE", &format!("/v1/tenants/{id}"), None)?;
+            if !api.json {
+                writeln!(out, "removed tenant {id}")?;
+            }
+        }
+        TenantAction::Ls => {
+            let v = api.send("GET", "/v1/tenants", None)?;
+            if api.json {
+                api.print(&mut out, &v)?;
+            } else {
+                print_tenant_rows(&mut out, v["tenant"].as_array().map_or(&[], |a| a))?;
+            }
+        }
+        TenantAction::Show { id } => {
+            let v = api.send("GET", &format!("/v1/tenants/{id}"), None)?;
+            api.print(&mut out, &v)?;
+        }
+        TenantAction::Apply { file, dry_run } => {
+            let body = tenants_file_json(file)?;
+            let path = if *dry_run {
+                "/v1/tenants?dry_run=true"
+            } else {
+                "/v1/tenants"
+            };
+            let v = api.send("PUT", path, Some(&body))?;
+            if api.json {
+                api.print(&mut out, &v)?;
+            } else {
+                let verb = if *dry_run { "would be " } else { "" };
+                for k in ["added", "updated", "removed", "unchanged"] {
+                    writeln!(out, "{verb}{k}: {}", v[k])?;
+                }
+            }
+        }
+        TenantAction::Token { id } => {
+            let v = api.send("POST", &format!("/v1/tenants/{id}/tokens"), None)?;
+            if api.json {
+                api.print(&mut out, &v)?;
+            } else {
+                writeln!(out, "{}", v["token"].as_str().unwrap_or_default())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `buffet stats`.
+pub fn stats(a: &StatsArgs) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    loop {
+        let mut out = stdout.lock();
+        let rows = match a.tenant {
+            Some(id) => {
+                let v = a
+                    .api
+                    .send("GET", &format!("/v1/tenants/{id}/stats"), None)?;
+                if a.api.json {
+                    a.api.print(&mut out, &v)?;
+                }
+                vec![v]
+            }
+            None => {
+                let v = a.api.send("GET", "/v1/stats", None)?;
+                if a.api.json {
+                    a.api.print(&mut out, &v)?;
+                }
+                v["tenants"].as_array().cloned().unwrap_or_default()
+            }
+        };
+        if !a.api.json {
+            print_stats_rows(&mut out, &rows)?;
+        }
+        out.flush()?;
+        if !a.watch {
+            return Ok(());
+        }
+        drop(out);
+        std::thread::sleep(Duration::from_secs(1));
+        if !a.api.json {
+            println!();
+        }
+    }
+}
+
+/// Runs `buffet workers ...`.
+pub fn workers(a: &WorkersArgs) -> anyhow::Result<()> {
+    let api = &a.api;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match a.action {
+        WorkersAction::Ls => {
+            let v = api.send("GET", "/v1/workers", None)?;
+            if api.json {
+                return api.print(&mut out, &v);
+            }
+            writeln!(
+                out,
+                "{:>6} {:>5} {:>14} {:>14}",
+                "worker", "live", "packets", "busy_cycles"
+            )?;
+            for w in v["workers"].as_array().map_or(&[][..], |a| a) {
+                writeln!(
+                    out,
+                    "{:>6} {:>5} {:>14} {:>14}",
+                    cell(&w["id"]),
+                    cell(&w["live"]),
+                    cell(&w["packets"]),
+                    cell(&w["busy_cycles"])
+                )?;
+            }
+        }
+        WorkersAction::Add => {
+            let v = api.send("POST", "/v1/workers", None)?;
+            if api.json {
+                api.print(&mut out, &v)?;
+            } else {
+                writeln!(out, "launched worker {}", v["id"])?;
+            }
+        }
+        WorkersAction::Rm { id } => {
+            api.send("DELETE", &format!("/v1/workers/{id}"), None)?;
+            if !api.json {
+                writeln!(out, "terminated worker {id}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `buffet events --follow`: prints each server-sent event as it comes (one JSON
+/// object per line with `--json`).
+pub fn events(a: &EventsArgs) -> anyhow::Result<()> {
+    let resp = match a
+        .api
+        .request("GET", "/v1/events")
+        .timeout(Duration::MAX)
+        .call()
+    {
+        Ok(r) => r,
+        Err(ureq::Error::Status(status, r)) => {
+            let message = r.into_string().unwrap_or_default();
+            return Err(ClientError::Status { status, message }.into());
+        }
+        Err(e) => {
+            return Err(ClientError::Transport {
+                api: a.api.api.clone(),
+                message: e.to_string(),
+            }
+            .into())
+        }
+    };
+    let reader = BufReader::new(resp.into_reader());
+    let stdout = std::io::stdout();
+    let mut kind = String::new();
+    for line in reader.lines() {
+        let line = line?;
+        if let Some(k) = line.strip_prefix("event:") {
+            kind = k.trim().to_owned();
+        } else if let Some(d) = line.strip_prefix("data:") {
+            let mut out = stdout.lock();
+            if a.api.json {
+                writeln!(out, "{}", d.trim())?;
+            } else {
+                writeln!(out, "{kind:<18} {}", d.trim())?;
+            }
+            out.flush()?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_parse_from_the_command_line() {
+        assert_eq!(
+            parse_rule("dst_ip=10.0.3.0/24,priority=10,protocol=udp,dst_port=53").unwrap(),
+            json!({ "dst_ip": "10.0.3.0/24", "priority": 10, "protocol": "udp", "dst_port": 53 })
+        );
+        assert_eq!(
+            parse_rule("dst_port=5000-5099").unwrap(),
+            json!({ "dst_port": "5000-5099" })
+        );
+        assert!(parse_rule("dst_ip").is_err());
+    }
+}
