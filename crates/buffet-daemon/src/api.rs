@@ -112,7 +112,9 @@ impl From<PlaneError> for ApiError {
                 PipelineError::Duplicate(_)
                 | PipelineError::TooMany(_)
                 | PipelineError::Memory { .. }
-                | PipelineError::LastWorker(_) => StatusCode::CONFLICT,
+                | PipelineError::LastWorker(_)
+                | PipelineError::NotQuarantined(_)
+                | PipelineError::QuarantineBackoff { .. } => StatusCode::CONFLICT,
                 PipelineError::Unknown(_) | PipelineError::NotLive(_) => StatusCode::NOT_FOUND,
                 PipelineError::Policy { .. }
                 | PipelineError::Dispatch { .. }
@@ -381,6 +383,7 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
         )
         .route("/v1/tenants/{id}/stats", get(tenant_stats))
         .route("/v1/tenants/{id}/tokens", post(create_token))
+        .route("/v1/tenants/{id}/release", post(release_tenant))
         .route("/v1/stats", get(stats))
         .route("/v1/workers", get(list_workers).post(launch_worker))
         .route("/v1/workers/{id}", axum::routing::delete(terminate_worker))
@@ -816,6 +819,19 @@ async fn launch_worker(
     Ok((StatusCode::CREATED, Json(json!({ "id": id }))))
 }
 
+/// Lifts a tenant's quarantine (the operator's decision; refused while its backoff runs).
+async fn release_tenant(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<u32>,
+) -> Result<StatusCode, ApiError> {
+    s.admin(&headers)?;
+    let _one = s.writes.lock().await;
+    let plane = s.plane.clone();
+    blocking(move || Ok(plane.release(id)?)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 async fn terminate_worker(
     State(s): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -835,6 +851,9 @@ fn event_name(e: &WorkerEvent) -> &'static str {
         WorkerEvent::Fault { .. } => "quarantine",
         WorkerEvent::WorkerLaunched { .. } => "worker_launched",
         WorkerEvent::WorkerTerminated { .. } => "worker_terminated",
+        WorkerEvent::WorkerDied { .. } => "worker_died",
+        WorkerEvent::WorkerStuck { .. } => "worker_stuck",
+        WorkerEvent::Released { .. } => "released",
     }
 }
 

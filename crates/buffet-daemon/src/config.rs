@@ -172,6 +172,11 @@ pub struct DataplaneConfig {
     /// Overload reports once a worker's TIMES exceeds this.
     #[serde(default = "default_threshold")]
     pub threshold: u32,
+    /// Who moves tenants off overloaded workers: "greedy" (the paper's Algorithm 1, per
+    /// packet; the default) or "ours" (a plan at every timeslot boundary,
+    /// docs/scheduler.md).
+    #[serde(default = "default_planner")]
+    pub planner: String,
     /// Tenant Table slots: the most tenants admitted at once.
     #[serde(default = "default_tenant_slots")]
     pub tenant_slots: u32,
@@ -192,6 +197,7 @@ impl Default for DataplaneConfig {
             default_tenant_max_nb: 0,
             shift: default_shift(),
             threshold: default_threshold(),
+            planner: default_planner(),
             tenant_slots: default_tenant_slots(),
             arena_mib: default_arena_mib(),
             pin: false,
@@ -210,6 +216,9 @@ fn default_shift() -> u32 {
 }
 fn default_threshold() -> u32 {
     3
+}
+fn default_planner() -> String {
+    "greedy".into()
 }
 fn default_tenant_slots() -> u32 {
     1024
@@ -342,6 +351,9 @@ impl DaemonConfig {
                 format!("must be below 64, got {}", d.shift),
             );
         }
+        if let Err(e) = d.planner.parse::<buffet_dispatch::Planner>() {
+            return bad("dataplane.planner", e);
+        }
         if d.tenant_slots == 0 || d.tenant_slots > 1 << 20 {
             return bad(
                 "dataplane.tenant_slots",
@@ -454,6 +466,14 @@ mod tests {
             e.to_string().starts_with("b.toml: port[0].peak_factor:"),
             "{e}"
         );
+        let e = parse(&format!("{MINIMAL}[dataplane]\nplanner = \"best\"\n")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("b.toml: dataplane.planner: unknown planner \"best\""),
+            "{e}"
+        );
+        let c = parse(&format!("{MINIMAL}[dataplane]\nplanner = \"ours\"\n")).unwrap();
+        assert_eq!(c.dataplane.planner, "ours");
         let e = parse("data_dir = \"/x\"\n[nf]\nname = \"nope\"\n").unwrap_err();
         assert!(
             e.to_string().starts_with("b.toml: nf: unknown NF \"nope\""),

@@ -88,6 +88,8 @@ pub trait Plane: Send + Sync {
     fn launch_worker(&self) -> Result<u16, PlaneError>;
     /// Terminates a worker; its tenants move.
     fn terminate_worker(&self, id: u16) -> Result<(), PlaneError>;
+    /// Lifts a tenant's quarantine.
+    fn release(&self, id: u32) -> Result<(), PlaneError>;
     /// The events channel (migrations, overload reports, faults, worker changes).
     fn events(&self) -> Receiver<WorkerEvent>;
     /// Asks the data plane to finish what is in flight and stop.
@@ -155,6 +157,10 @@ impl<N: RegisteredNf> Plane for Typed<N> {
         Ok(self.control.terminate_worker(WorkerId(id))?)
     }
 
+    fn release(&self, id: u32) -> Result<(), PlaneError> {
+        Ok(self.control.release(buffet_sdk::TenantId(id))?)
+    }
+
     fn events(&self) -> Receiver<WorkerEvent> {
         self.control.events().clone()
     }
@@ -194,6 +200,8 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
                 shift: d.shift,
                 threshold: d.threshold,
             },
+            // Checked when the config was read.
+            planner: d.planner.parse().unwrap_or_default(),
             ..DispatcherConfig::default()
         },
         tenant_capacity: d.tenant_slots,

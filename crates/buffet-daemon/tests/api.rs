@@ -153,6 +153,15 @@ fn tenants_are_admitted_updated_and_removed_while_traffic_flows() {
         "{st}"
     );
 
+    // Only a quarantined tenant can be released; tenant 1 is not.
+    let (s, v) = admin(&d, "POST", "/v1/tenants/1/release", None);
+    assert_eq!(s, 409, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("not quarantined"),
+        "{v}"
+    );
+    assert_eq!(admin(&d, "POST", "/v1/tenants/9/release", None).0, 404);
+
     // Rules cannot change in place.
     let (s, v) = admin(&d, "PUT", "/v1/tenants/1", Some(&tenant(1, 3, allow_all())));
     assert_eq!(s, 409, "{v}");
