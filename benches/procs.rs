@@ -6,7 +6,7 @@
 //! - **processes**: one OS process per tenant running the single-tenant NF (this binary
 //!   re-executed in NF mode: one state, the NF's own `init` and `handle`), fed by a
 //!   dispatcher process through a pair of shared-memory rings per tenant (/dev/shm,
-//!   [`procs_sys`](procs_sys.rs)); every NF process pinned to core 0, so the kernel
+//!   [`procs_sys`](common/procs_sys.rs)); every NF process pinned to core 0, so the kernel
 //!   switches between them as between containers sharing a core. Each NF process polls
 //!   its ring in batches of up to 32 packets; after 64 empty polls it yields the core
 //!   (`sched_yield`), so an idle tenant gives its turn to a busy one instead of spinning
@@ -29,7 +29,7 @@
 //! run, default 1), `BUFFET_PROCS_CSV` (a file for the CSV lines). `-- --test` is the
 //! smoke mode CI runs (one NF, 2 and 4 tenants, 0.1 s).
 
-#[path = "procs_sys.rs"]
+#[path = "common/procs_sys.rs"]
 mod procs_sys;
 
 use std::path::{Path, PathBuf};
@@ -104,11 +104,25 @@ fn frame(t: u32, i: u32) -> Vec<u8> {
     v
 }
 
+/// The cores this process may use, read once before anything is pinned (a pinned
+/// thread's children see only its core), and handed to the NF processes in
+/// `BUFFET_PROCS_CORES`.
+fn cores() -> &'static [usize] {
+    static CORES: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CORES.get_or_init(|| match std::env::var("BUFFET_PROCS_CORES") {
+        Ok(list) => list.split(',').filter_map(|c| c.parse().ok()).collect(),
+        Err(_) => core_affinity::get_core_ids()
+            .map(|ids| ids.into_iter().map(|c| c.id).collect())
+            .unwrap_or_default(),
+    })
+}
+
 fn pin(core: usize) {
-    if let Some(ids) = core_affinity::get_core_ids() {
-        if !ids.is_empty() {
-            core_affinity::set_for_current(ids[core % ids.len()]);
-        }
+    let cores = cores();
+    if !cores.is_empty() {
+        core_affinity::set_for_current(core_affinity::CoreId {
+            id: cores[core % cores.len()],
+        });
     }
 }
 
@@ -289,6 +303,14 @@ impl Processes {
             };
             let child = cmd
                 .env("BUFFET_PROCS_CHILD", &path)
+                .env(
+                    "BUFFET_PROCS_CORES",
+                    cores()
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                )
                 .env("BUFFET_PROCS_NF", nf)
                 .env("BUFFET_PROCS_TENANT", t.to_string())
                 .stdin(Stdio::null())
@@ -480,7 +502,7 @@ fn main() {
     let warm = secs * 0.3;
     let root = buffet_testkit::gate::is_root()
         && Command::new("unshare").arg("--version").output().is_ok();
-    let cores = core_affinity::get_core_ids().map_or(1, |c| c.len());
+    let cores = cores().len().max(1);
     println!(
         "procs: NF side on core 0, dispatcher on core {}; window {WINDOW} packets per tenant; {secs} s per run{}",
         1 % cores,
