@@ -531,7 +531,8 @@ impl Scheduler {
     /// [`Scheduler::schedule`] for `n` packets of one tenant arriving at the same `ts_ns`,
     /// exactly as `n` consecutive calls would decide (all but the first packet are in the
     /// tenant's current timeslot, so they only count, and are policed past `max_nb`).
-    /// `n = 0` does nothing.
+    /// `n = 0` changes nothing and reports `first` as [`SchedOutcome::UnknownTenant`]
+    /// with nothing passed or policed.
     pub fn schedule_burst(&mut self, ts_ns: u64, tenant: TenantSlot, n: u64) -> BurstOutcome {
         if n == 0 {
             return BurstOutcome {
