@@ -51,7 +51,7 @@
 //!
 //! Also beyond the spec, and off by default: with [`Planner::Ours`]
 //! ([`Scheduler::set_planner`]) the first packet of every new timeslot first runs the
-//! [planner](planner) over the previous timeslot's tenant counts (`tmp` of every tenant)
+//! [`planner`] over the previous timeslot's tenant counts (`tmp` of every tenant)
 //! and applies its moves (tenant rows, and each worker's `last_nb` adjusted as step 3
 //! adjusts it); step 3 then still detects overload and reports it, but never migrates.
 //! The moves are kept for the caller ([`Scheduler::take_planned`]). The C core, the XDP
