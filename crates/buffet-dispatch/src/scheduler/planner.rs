@@ -17,8 +17,8 @@
 //!
 //! Both read a [`PlanProblem`] and write [`Move`]s; neither allocates per tenant beyond the
 //! scratch vectors they own per call, reads a clock or touches the tables: the
-//! [`Scheduler`](super::Scheduler) applies a plan at a slot boundary
-//! (at a timeslot boundary, with [`Planner::Ours`]), and `buffet sim` compares the planners
+//! [`Scheduler`](super::Scheduler) applies a plan at every timeslot boundary with
+//! [`Planner::Ours`], and `buffet sim` compares the planners
 //! on the paper's simulation setup ([`crate::sim`]).
 //!
 //! **Overload** means what Algorithm 1 tests: a worker whose load reached its capacity
