@@ -16,95 +16,17 @@
 //! `BUFFET_REQUIRE_PRIVILEGED=1` (or CI) that skip is a failure.
 #![cfg(feature = "io-dpdk")]
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use buffet::io::afpacket::{AfPacketConfig, AfPacketPort};
-use buffet::io::pcap::{PcapReader, PcapWriter};
-use buffet::io::{HeapPool, PacketSource, Port};
-use buffet_testkit::gate;
+use buffet::io::pcap::PcapWriter;
+
+mod common;
+use common::netns::{self, ip, privileged, start_run, NsPair};
 use etherparse::PacketBuilder;
 
 const BUFFET: &str = env!("CARGO_BIN_EXE_buffet");
 /// Marks the payload of every frame the test sends.
 const MARK: &[u8] = b"BUFFET-DPDK";
-
-/// Two network namespaces joined by a veth pair, named uniquely for this run; deleted
-/// (with the pair) on drop, panics included.
-struct NsPair {
-    a: String,
-    b: String,
-    va: String,
-    vb: String,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("running ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl NsPair {
-    fn new() -> NsPair {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let tag = format!(
-            "{}d{}",
-            std::process::id() % 100_000,
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let ns = NsPair {
-            a: format!("buffet-da-{tag}"),
-            b: format!("buffet-db-{tag}"),
-            va: format!("bda{tag}"),
-            vb: format!("bdb{tag}"),
-        };
-        ip(&["netns", "add", &ns.a]);
-        ip(&["netns", "add", &ns.b]);
-        for n in [&ns.a, &ns.b] {
-            // No IPv6 on the links: no router solicitations or MLD reports in the counts.
-            ip(&[
-                "netns",
-                "exec",
-                n,
-                "sysctl",
-                "-qw",
-                "net.ipv6.conf.default.disable_ipv6=1",
-            ]);
-        }
-        ip(&[
-            "link", "add", &ns.va, "netns", &ns.a, "type", "veth", "peer", "name", &ns.vb, "netns",
-            &ns.b,
-        ]);
-        ip(&["-n", &ns.a, "link", "set", &ns.va, "up"]);
-        ip(&["-n", &ns.b, "link", "set", &ns.vb, "up"]);
-        ns
-    }
-}
-
-impl Drop for NsPair {
-    fn drop(&mut self) {
-        for n in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
-    }
-}
-
-fn privileged(test: &str) -> bool {
-    gate::require_root(test)
-        && gate::require_tool(
-            test,
-            "ip (iproute2)",
-            Command::new("ip").args(["netns", "list"]),
-            "install iproute2",
-        )
-}
 
 const TENANTS: &str = r#"
 [[tenant]]
@@ -183,113 +105,11 @@ fn traffic() -> (Vec<Vec<u8>>, Vec<(u64, u64)>, u64) {
     (frames, counts, n_unmatched)
 }
 
-/// Runs in namespace B: sends the pcap in `BUFFET_DPDK_SEND` out of `BUFFET_DPDK_IFACE`,
-/// then counts marked frames coming back on it and on `BUFFET_DPDK_CAPTURE` (if given)
-/// until `BUFFET_DPDK_EXPECT` arrived (and 300 ms more, to see any extra) or 5 s passed,
-/// and writes `sent back_on_iface back_on_capture` to `BUFFET_DPDK_OUT`.
+/// Runs in namespace B: [`netns::sender`] with this test's mark.
 #[test]
 #[ignore = "helper: run by dpdk_port_counts_agree inside a network namespace"]
 fn dpdk_sender_helper() {
-    let Ok(pcap) = std::env::var("BUFFET_DPDK_SEND") else {
-        return;
-    };
-    let iface = std::env::var("BUFFET_DPDK_IFACE").unwrap();
-    let expect: u64 = std::env::var("BUFFET_DPDK_EXPECT")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let out = std::env::var("BUFFET_DPDK_OUT").unwrap();
-    let mut port = AfPacketPort::open(AfPacketConfig::new(&iface, 0)).unwrap();
-    let mut capture = std::env::var("BUFFET_DPDK_CAPTURE")
-        .ok()
-        .map(|c| AfPacketPort::open(AfPacketConfig::new(c, 1)).unwrap());
-    let mut pool = HeapPool::new(512);
-    let mut reader = PcapReader::open(Path::new(&pcap)).unwrap();
-    let mut burst = Vec::new();
-    let mut sent = 0u64;
-    loop {
-        let pkt = reader.next_packet().unwrap();
-        let done = pkt.is_none();
-        if let Some(p) = pkt {
-            let mut b = pool.take().unwrap();
-            assert!(b.fill(p.data));
-            burst.push(b);
-        }
-        if burst.len() == 16 || (done && !burst.is_empty()) {
-            sent += burst.len() as u64;
-            port.tx_burst(&mut burst, &mut pool).unwrap();
-            // Paced: the receiving rings are never the limit in this test.
-            std::thread::sleep(Duration::from_micros(500));
-        }
-        if done {
-            break;
-        }
-    }
-    assert_eq!(port.stats().tx, sent, "the sender sent every frame");
-    let mut back = [0u64; 2];
-    let mut rx = Vec::new();
-    let mut count = |p: &mut AfPacketPort, pool: &mut HeapPool, n: &mut u64| {
-        p.rx_burst(pool, &mut rx, 64).unwrap();
-        for b in rx.drain(..) {
-            if b.data().windows(MARK.len()).any(|w| w == MARK) {
-                *n += 1;
-            }
-            pool.give(b);
-        }
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut until = deadline;
-    while Instant::now() < until {
-        count(&mut port, &mut pool, &mut back[0]);
-        if let Some(c) = &mut capture {
-            count(c, &mut pool, &mut back[1]);
-        }
-        if back[0] + back[1] >= expect && until == deadline {
-            until = Instant::now() + Duration::from_millis(300);
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    std::fs::write(out, format!("{sent} {} {}\n", back[0], back[1])).unwrap();
-}
-
-/// `buffet run` inside namespace `ns` with `args`; waits until it says it is running and
-/// returns it with a thread collecting the rest of its stderr.
-fn start_run(
-    ns: &str,
-    args: &[&std::ffi::OsStr],
-) -> (std::process::Child, std::thread::JoinHandle<String>) {
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns, BUFFET, "run"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        if err.read_line(&mut line).unwrap() == 0 {
-            let mut out = String::new();
-            child
-                .stdout
-                .take()
-                .unwrap()
-                .read_to_string(&mut out)
-                .unwrap();
-            panic!("buffet run ended before running: {seen}{out}");
-        }
-        seen.push_str(&line);
-        if line.starts_with("running on") {
-            break;
-        }
-    }
-    let rest = std::thread::spawn(move || {
-        let mut s = seen;
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    (child, rest)
+    netns::sender(MARK);
 }
 
 #[test]
@@ -369,11 +189,11 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
             "--test-threads",
             "1",
         ])
-        .env("BUFFET_DPDK_SEND", &pcap)
-        .env("BUFFET_DPDK_IFACE", &ns.vb)
-        .env("BUFFET_DPDK_EXPECT", passed.to_string())
-        .env("BUFFET_DPDK_OUT", &result)
-        .envs(tx.map(|(_, b)| ("BUFFET_DPDK_CAPTURE", b)))
+        .env("BUFFET_LIVE_SEND", &pcap)
+        .env("BUFFET_LIVE_IFACE", &ns.vb)
+        .env("BUFFET_LIVE_EXPECT", passed.to_string())
+        .env("BUFFET_LIVE_OUT", &result)
+        .envs(tx.map(|(_, b)| ("BUFFET_LIVE_CAPTURE", b)))
         .output()
         .unwrap();
     let out = child.wait_with_output().unwrap();
