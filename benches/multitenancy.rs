@@ -156,22 +156,7 @@ fn worker_path(c: &mut Criterion) {
 
         // Buffet: n tenants, each with its own region and flow table.
         let monitor = Monitor::with_max_flows(per_tenant);
-        let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
-        let table = Arc::new(TenantTable::new(storage, n));
-        for i in 0..n {
-            let mut state = Default::default();
-            monitor
-                .init(&MonitorPolicy::default(), &mut state)
-                .expect("policy");
-            table
-                .admit(
-                    TenantSlot(i),
-                    TenantId(i + 1),
-                    monitor.register().bytes,
-                    state,
-                )
-                .expect("admit");
-        }
+        let table = monitor_table(&monitor, n);
         let monitor = Arc::new(monitor);
         let mut engine = Worker::new(monitor.clone(), table.clone());
         // The dispatcher's parse of each frame. A worker drops a packet's layout once
@@ -252,6 +237,27 @@ fn run_buffered(engine: &mut Worker<Monitor>, bufs: &mut Vec<PacketBuf>) -> Dura
 }
 
 /// p50 and p99 of `v` (sorted in place), in microseconds.
+/// A Tenant Table of `n` Monitor tenants, each with its own region and flow table.
+fn monitor_table(monitor: &Monitor, n: u32) -> Arc<TenantTable<FlowTable>> {
+    let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
+    let table = Arc::new(TenantTable::new(storage, n));
+    for i in 0..n {
+        let mut state = Default::default();
+        monitor
+            .init(&MonitorPolicy::default(), &mut state)
+            .expect("policy");
+        table
+            .admit(
+                TenantSlot(i),
+                TenantId(i + 1),
+                monitor.register().bytes,
+                state,
+            )
+            .expect("admit");
+    }
+    table
+}
+
 fn percentiles(v: &mut [f64]) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
     let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
@@ -267,22 +273,7 @@ fn latency_report() {
         let mut bufs = mbufs(&t);
         let per_tenant = (flows_in(&t) * 2 / n as usize).max(64) as u32;
         let monitor = Monitor::with_max_flows(per_tenant);
-        let storage = MemoryStorage::new(ArenaConfig::default()).expect("arena");
-        let table = Arc::new(TenantTable::new(storage, n));
-        for i in 0..n {
-            let mut state = Default::default();
-            monitor
-                .init(&MonitorPolicy::default(), &mut state)
-                .expect("policy");
-            table
-                .admit(
-                    TenantSlot(i),
-                    TenantId(i + 1),
-                    monitor.register().bytes,
-                    state,
-                )
-                .expect("admit");
-        }
+        let table = monitor_table(&monitor, n);
         let monitor = Arc::new(monitor);
         // Per burst: every packet of a burst leaves when the burst is done.
         let mut plain = Worker::new(monitor.clone(), table.clone());
