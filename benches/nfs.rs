@@ -1350,50 +1350,57 @@ const SCALE_COUNTS: [u32; 8] = [1, 4, 16, 64, 256, 1024, 4096, 16384];
 /// claims a flat line to 4,096 ports).
 fn scale(c: &mut Criterion) {
     for size in [64usize, 1500] {
-        let mut g = group(c, &format!("scale-l2fwd-{size}B"));
-        for &n in &SCALE_COUNTS {
-            let mut r = Rng::new(0x5ca1e ^ (u64::from(n) << 20));
-            let frames: Frames = (0..PACKETS)
-                .map(|_| {
-                    let t = r.below(u64::from(n)) as u32;
-                    let f = flow(t, r.below(u64::from(FLOWS_PER_TENANT)) as u32);
-                    let dst = mac_bytes(t, r.below(u64::from(L2_HOSTS)) as u32);
-                    let payload = vec![0x5a; payload_len(size, f.tcp)];
-                    (t, l4_frame((MAC_A, dst), &f, false, &payload))
-                })
-                .collect();
-            let policies: Vec<L2FwdPolicy> = (0..n).map(l2fwd_policy).collect();
-            scale_case(
-                &mut g,
-                "l2fwd",
-                &frames,
-                L2Fwd::with_max_entries(64),
-                policies,
-            );
-        }
-        g.finish();
-        let mut g = group(c, &format!("scale-flowfwd-{size}B"));
-        for &n in &SCALE_COUNTS {
-            let mut r = Rng::new(0xf5ca1e ^ (u64::from(n) << 20));
-            let frames: Frames = (0..PACKETS)
-                .map(|_| {
-                    let t = r.below(u64::from(n)) as u32;
-                    let f = flow(t, r.below(u64::from(FWD_FLOWS)) as u32);
-                    let payload = vec![0x5a; payload_len(size, f.tcp)];
-                    (t, l4_frame((MAC_A, MAC_B), &f, false, &payload))
-                })
-                .collect();
-            let policies: Vec<FlowFwdPolicy> = (0..n).map(flowfwd_policy).collect();
-            scale_case(
-                &mut g,
-                "flowfwd",
-                &frames,
-                FlowFwd::with_max_flows(FWD_FLOWS),
-                policies,
-            );
-        }
-        g.finish();
+        scale_group(
+            c,
+            "l2fwd",
+            size,
+            0x5ca1e,
+            |r, t| {
+                let f = flow(t, r.below(u64::from(FLOWS_PER_TENANT)) as u32);
+                let dst = mac_bytes(t, r.below(u64::from(L2_HOSTS)) as u32);
+                (f, dst)
+            },
+            || L2Fwd::with_max_entries(64),
+            l2fwd_policy,
+        );
+        scale_group(
+            c,
+            "flowfwd",
+            size,
+            0xf5ca1e,
+            |r, t| (flow(t, r.below(u64::from(FWD_FLOWS)) as u32), MAC_B),
+            || FlowFwd::with_max_flows(FWD_FLOWS),
+            flowfwd_policy,
+        );
     }
+}
+
+/// Group `scale-<name>-<size>B`: for every tenant count, `PACKETS` frames of `size` bytes
+/// to tenants drawn uniformly, each frame's flow and destination MAC from `pick`.
+fn scale_group<N: NetworkFunction + Clone>(
+    c: &mut Criterion,
+    name: &str,
+    size: usize,
+    seed: u64,
+    mut pick: impl FnMut(&mut Rng, u32) -> (Flow, [u8; 6]),
+    nf: impl Fn() -> N,
+    policy: impl Fn(u32) -> N::Policy,
+) {
+    let mut g = group(c, &format!("scale-{name}-{size}B"));
+    for &n in &SCALE_COUNTS {
+        let mut r = Rng::new(seed ^ (u64::from(n) << 20));
+        let frames: Frames = (0..PACKETS)
+            .map(|_| {
+                let t = r.below(u64::from(n)) as u32;
+                let (f, dst) = pick(&mut r, t);
+                let payload = vec![0x5a; payload_len(size, f.tcp)];
+                (t, l4_frame((MAC_A, dst), &f, false, &payload))
+            })
+            .collect();
+        let policies: Vec<N::Policy> = (0..n).map(&policy).collect();
+        scale_case(&mut g, name, &frames, nf(), policies);
+    }
+    g.finish();
 }
 
 /// `buffet/n` over `frames` (and `single-tenant/1` when there is one tenant).
