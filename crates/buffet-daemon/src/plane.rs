@@ -4,24 +4,22 @@
 //! NF-independent [`Plane`] trait object. Control requests become the pipeline's
 //! `Command`s, applied between bursts: other tenants' traffic never waits for tokio.
 //!
-//! Also here: the generator port paced to the wall clock ([`PacedGenerator`]), so that a
+//! The generator port is paced to the wall clock ([`SourcePort::paced`]), so that a
 //! daemon on a machine without a NIC carries traffic at a configured rate forever.
 //! This module does not parse requests, persist anything or authenticate.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use buffet_config::isolation::{self, Isolation};
 use buffet_config::registry::{NfSpec, NfVisitor, RegisteredNf};
 use buffet_config::TenantConfig;
-use buffet_dispatch::{DispatcherConfig, SchedulerConfig, TenantSlot, WorkerId};
+use buffet_dispatch::{DispatcherConfig, SchedulerConfig, WorkerId};
 use buffet_io::gen::{GenConfig, Generator};
 use buffet_io::pcap::PcapReader;
-use buffet_io::{
-    HeapPool, Outcome, PacketBuf, PacketSource, Port, PortError, PortStats, Rx, SourcePort,
-};
+use buffet_io::{Port, SourcePort};
 use buffet_memory::ArenaConfig;
 use buffet_sdk::{PortId, TenantId};
 use buffet_worker::{Control, PipelineConfig, PipelineError, Report, TenantSpec, WorkerEvent};
@@ -230,7 +228,7 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
                     index,
                     message: e.to_string(),
                 })?;
-                Box::new(PacedGenerator::new(id, gen))
+                Box::new(SourcePort::new(id, "generator", gen).paced())
             }
             PortConfig::Pcap(pc) => {
                 let reader = PcapReader::open(&pc.path).map_err(|e| StartError::Port {
@@ -312,113 +310,5 @@ impl NfVisitor for Build {
             plane: Arc::new(plane),
             thread,
         })
-    }
-}
-
-/// The synthetic generator as a port paced to the wall clock: a frame whose virtual
-/// timestamp is `t` leaves `t` after the port was created, stamped with that time, so
-/// timeslots follow real time. Never ends (the generator runs for `u64::MAX` ns).
-/// Lossless like the generator it wraps (not a live port).
-pub struct PacedGenerator {
-    id: PortId,
-    gen: Generator,
-    start: Instant,
-    /// A frame generated but not yet due.
-    pending: Option<PacketBuf>,
-    stats: PortStats,
-    ended: bool,
-}
-
-impl PacedGenerator {
-    /// Port `id` emitting `gen`'s frames on time.
-    pub fn new(id: PortId, gen: Generator) -> Self {
-        PacedGenerator {
-            id,
-            gen,
-            start: Instant::now(),
-            pending: None,
-            stats: PortStats::default(),
-            ended: false,
-        }
-    }
-}
-
-impl Port for PacedGenerator {
-    fn name(&self) -> String {
-        "generator".into()
-    }
-
-    fn rx_burst(
-        &mut self,
-        pool: &mut HeapPool,
-        out: &mut Vec<PacketBuf>,
-        max: usize,
-    ) -> Result<Rx, PortError> {
-        let now = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let mut n = 0;
-        while n < max && !self.ended {
-            let buf = match self.pending.take() {
-                Some(b) => b,
-                None => {
-                    let Some(mut buf) = pool.take() else { break };
-                    match self.gen.next_packet() {
-                        Ok(Some(pkt)) => {
-                            self.stats.rx += 1;
-                            if !buf.fill(pkt.data) {
-                                self.stats.rx_dropped += 1;
-                                pool.give(buf);
-                                continue;
-                            }
-                            buf.ts_ns = pkt.ts_ns;
-                            buf.in_port = self.id;
-                            buf.tenant = TenantSlot(0);
-                            buf.outcome = Outcome::Pending;
-                            buf
-                        }
-                        Ok(None) => {
-                            pool.give(buf);
-                            self.ended = true;
-                            break;
-                        }
-                        Err(e) => {
-                            pool.give(buf);
-                            self.ended = true;
-                            return Err(e.into());
-                        }
-                    }
-                }
-            };
-            if buf.ts_ns > now {
-                self.pending = Some(buf);
-                break;
-            }
-            out.push(buf);
-            n += 1;
-        }
-        Ok(match (n, self.ended) {
-            (0, true) => Rx::End,
-            (0, false) => Rx::Idle,
-            (n, _) => Rx::Packets(n),
-        })
-    }
-
-    fn tx_burst(
-        &mut self,
-        pkts: &mut Vec<PacketBuf>,
-        pool: &mut HeapPool,
-    ) -> Result<(), PortError> {
-        for buf in pkts.drain(..) {
-            self.stats.tx += 1;
-            pool.give(buf);
-        }
-        Ok(())
-    }
-
-    fn is_live(&self) -> bool {
-        false
-    }
-
-    fn stats(&self) -> PortStats {
-        self.stats
     }
 }
