@@ -30,6 +30,9 @@
 //! 2-core machine the sender, the workers and the dispatcher share the cores: the ratio
 //! between modes is the result, not the absolute figures.
 
+#[path = "common/report.rs"]
+mod report;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -38,17 +41,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use buffet::io::afpacket::{AfPacketConfig, AfPacketPort};
 use buffet::io::{HeapPool, Port};
 use buffet_testkit::gate;
+use report::{env_or, percentile};
 
 const BUFFET: &str = env!("CARGO_BIN_EXE_buffet");
 const TENANTS: u8 = 8;
 const MARK: &[u8] = b"BUFFET-FIG9";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn now_ns() -> u64 {
     SystemTime::now()
@@ -298,14 +295,6 @@ fn measure(nf: &str, mode: &str, pings: u32, frames: u32) -> Measured {
         secs: head[3].parse().unwrap(),
         rtt_ns: lines.map(|l| l.parse().unwrap()).collect(),
     }
-}
-
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i] as f64
 }
 
 fn main() {

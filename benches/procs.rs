@@ -31,6 +31,8 @@
 
 #[path = "common/procs_sys.rs"]
 mod procs_sys;
+#[path = "common/report.rs"]
+mod report;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -48,18 +50,12 @@ use buffet::sdk::{NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
 use buffet::worker::{PacketBuf, Worker};
 use crossbeam::queue::ArrayQueue;
 use procs_sys::{Dir, Shm, SlotHeader, MAX_FRAME, SLOT};
+use report::{env_or, percentile};
 
 /// Packets of one tenant in flight at most, in every arm.
 const WINDOW: u64 = 32;
 /// Empty polls before an NF process yields the core.
 const SPINS: u32 = 64;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Tenant `t`'s policy for `nf`, as JSON (the tenants file's `[tenant.policy]`).
 fn policy(nf: &str, t: u32) -> serde_json::Value {
@@ -467,14 +463,6 @@ impl Drop for Buffet {
             let _ = w.join();
         }
     }
-}
-
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i] as f64
 }
 
 fn main() {
