@@ -1129,8 +1129,6 @@ fn run_xdp(
         "generic",
         "--nf",
         "monitor",
-        "--workers",
-        "2",
         "--no-pin",
         "--duration",
         "6",
@@ -1138,6 +1136,9 @@ fn run_xdp(
     .iter()
     .map(Into::into)
     .collect();
+    if !extra.contains(&"--workers") {
+        args.extend(["--workers".into(), "2".into()]);
+    }
     args.extend(["--tenants".into(), tenants_file.into_os_string()]);
     args.extend(["--stats-json".into(), stats.clone().into_os_string()]);
     args.extend(extra.iter().map(Into::into));
@@ -1422,6 +1423,51 @@ fn xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
     assert_eq!(port["tx"].as_u64(), Some(n), "{port}");
     assert_eq!(port["tx_dropped"].as_u64(), Some(0), "{port}");
     assert!(back > 0);
+}
+
+/// More workers than the XDP program's Worker Table held before its overload scan became
+/// a bpf_loop (16): each of 24 workers polls its own AF_XDP socket, the program redirects
+/// to every XSKMAP entry, and the counts agree exactly.
+#[test]
+fn xdp_dispatch_feeds_24_workers() {
+    if !privileged("live::xdp_dispatch_feeds_24_workers") {
+        return;
+    }
+    const WORKERS: u64 = 24;
+    let tenants: String = (1..=2 * WORKERS)
+        .map(|i| format!("[[tenant]]\nid = {i}\nrules = [ {{ dst_ip = \"10.{i}.0.0/16\" }} ]\n\n"))
+        .collect();
+    let mut frames = Vec::new();
+    for seq in 0..(40 * 2 * WORKERS) as u32 {
+        let id = (seq % (2 * WORKERS as u32)) as u8 + 1;
+        frames.push(udp4([172, 16, 0, 1], [10, id, 0, 1], 40000, 80, seq));
+    }
+    let n = frames.len() as u64;
+    let ns = NsPair::new();
+    let (json, out, (sent, _)) = run_xdp(
+        &ns,
+        &tenants,
+        &frames,
+        n,
+        &["--workers", "24", "--allow-oversubscribe"],
+    );
+    assert_eq!(sent, n);
+    let workers: Vec<u64> = json["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["packets"].as_u64().unwrap())
+        .collect();
+    assert_eq!(workers.len() as u64, WORKERS, "{out}");
+    assert!(
+        workers.iter().all(|&p| p > 0),
+        "every worker, the 17th to the 24th too, got frames: {workers:?}\n{out}"
+    );
+    assert_eq!(workers.iter().sum::<u64>(), n, "{out}");
+    for t in json["tenants"].as_array().unwrap() {
+        assert_eq!(t["packets"].as_u64(), Some(40), "{t}");
+    }
+    assert_eq!(json["input"]["xdp"]["passed"].as_u64(), Some(n));
 }
 
 /// Packets the XDP program polices (a tenant over its MAX_NB) are reported under that

@@ -155,9 +155,10 @@ fn trace_engine_xdp_errors_name_the_engine() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("t.csv");
     std::fs::write(&input, "0,1\n").unwrap();
-    // 17 workers: one more than the XDP dispatcher's Worker Table holds.
+    // One more worker than the XDP dispatcher's Worker Table holds.
+    let too_many = (buffet_xdp::MAX_WORKERS + 1).to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_buffet"))
-        .args(["trace", "--workers", "17", "--worker-max", "1"])
+        .args(["trace", "--workers", &too_many, "--worker-max", "1"])
         .args(["--engine", "xdp", "--input"])
         .arg(&input)
         .output()
@@ -178,7 +179,8 @@ fn random_traces_agree_between_rust_and_xdp() {
     }
     let mut rng = buffet_testkit::Rng::new(0x7ace_0009);
     let mut exercised = (0, 0, 0);
-    for round in 0..4 {
+    let mut wide_migrations = 0;
+    for round in 0..6 {
         let tenants = 20 + rng.below(180);
         let mut trace = String::from("ts_ns,tenant_id\n");
         let mut ts = 0u64;
@@ -196,7 +198,13 @@ fn random_traces_agree_between_rust_and_xdp() {
             };
             trace.push_str(&format!("{ts},{}\n", t * 7919 + 3));
         }
-        let workers = 1 + rng.below(16) as u16;
+        // Small Worker Tables, and from round 4 on large ones (the overload scan of the
+        // XDP program is a bpf_loop over up to MAX_WORKERS rows).
+        let workers = if round < 4 {
+            1 + rng.below(16) as u16
+        } else {
+            17 + rng.below(u64::from(buffet_xdp::MAX_WORKERS) - 16) as u16
+        };
         let cfg = TraceConfig {
             workers,
             // Around the ~16 packets a timeslot carries, spread over the workers.
@@ -222,7 +230,12 @@ fn random_traces_agree_between_rust_and_xdp() {
         exercised.0 += want.2.migrations;
         exercised.1 += want.2.overloads;
         exercised.2 += want.2.dropped;
+        if round >= 4 {
+            wide_migrations += want.2.migrations;
+        }
     }
+    // The large Worker Tables' overload scans chose migration targets.
+    assert!(wide_migrations > 0);
     // Migrations, overload reports and policing all happened.
     assert!(
         exercised.0 > 0 && exercised.1 > 0 && exercised.2 > 0,

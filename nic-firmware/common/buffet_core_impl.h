@@ -52,13 +52,46 @@ static inline void bf_roll(struct bf_worker_row *w, uint64_t slot)
 
 /* ---- the scheduler step ---------------------------------------------------------- */
 
+/*
+ * The overload branch's scan of the Worker Table: rolls every row of the first
+ * `n_workers` into `slot` and returns the live worker with the lowest last_nb, ties to
+ * the lowest id; `dflt` when none is live.
+ *
+ * A program whose checker walks this loop once per (worker, best so far) pair — the
+ * XDP program under the kernel verifier — defines BF_SCAN_WORKERS_EXTERNAL and gives its
+ * own definition after including this file (there: one bpf_loop callback, checked once,
+ * so the Worker Table's size no longer bounds what the verifier accepts).
+ */
+#ifdef BF_SCAN_WORKERS_EXTERNAL
+BF_FN uint32_t bf_scan_workers(struct bf_sched *s, uint32_t n_workers, uint64_t slot,
+                               uint32_t dflt);
+#else
+static inline uint32_t bf_scan_workers(struct bf_sched *s, uint32_t n_workers, uint64_t slot,
+                                       uint32_t dflt)
+{
+    uint32_t i, mig = dflt;
+    uint64_t best = 0;
+    bool found = false;
+    for (i = 0; i < n_workers; i++) {
+        struct bf_worker_row *c = &s->workers[i];
+        bf_roll(c, slot);
+        if (c->live && (!found || c->last_nb < best)) {
+            mig = i;
+            best = c->last_nb;
+            found = true;
+        }
+    }
+    return mig;
+}
+#endif
+
 BF_FN void bf_schedule(struct bf_sched *s, uint64_t ts_ns, uint32_t tenant, struct bf_outcome *out)
 {
     uint64_t slot = bf_timeslot(ts_ns, s->shift);
     uint32_t n_workers = s->n_workers < BF_MAX_WORKERS ? s->n_workers : BF_MAX_WORKERS;
     struct bf_tenant_row *t;
     struct bf_worker_row *w;
-    uint32_t wid, chosen, i;
+    uint32_t wid, chosen;
 
     out->kind = BF_UNKNOWN_TENANT;
     out->migrated = 0;
@@ -100,16 +133,7 @@ BF_FN void bf_schedule(struct bf_sched *s, uint64_t ts_ns, uint32_t tenant, stru
         } else {
             /* Overloaded: roll every worker; mig = live worker with the lowest
              * last_nb, ties to the lowest id. `wid` is live, so one exists. */
-            uint32_t mig = wid;
-            bool found = false;
-            for (i = 0; i < n_workers; i++) {
-                struct bf_worker_row *c = &s->workers[i];
-                bf_roll(c, slot);
-                if (c->live && (!found || c->last_nb < s->workers[mig].last_nb)) {
-                    mig = i;
-                    found = true;
-                }
-            }
+            uint32_t mig = bf_scan_workers(s, n_workers, slot, wid);
             if (mig != wid &&
                 bf_sat_add(s->workers[mig].last_nb, tmp) < s->workers[mig].max_nb) {
                 t->worker = (uint16_t)mig;

@@ -13,10 +13,12 @@
 
 /* Tenant Table rows the program holds (tenant slots 0 .. BF_XDP_MAX_TENANTS-1). */
 #define BF_XDP_MAX_TENANTS 16384u
-/* Worker Table rows, and XSKMAP entries (one AF_XDP socket per worker). The verifier
- * walks the overload branch's scan of the Worker Table once per (worker, candidate so
- * far) pair: 16 workers take ~150k of its 1M instructions, 32 exceed them. */
-#define BF_XDP_MAX_WORKERS 16u
+/* Worker Table rows, and XSKMAP entries (one AF_XDP socket per worker): as many as
+ * `buffet run --workers` accepts. The overload branch's scan of the Worker Table runs
+ * as a bpf_loop callback, which the verifier checks once whatever the size (unrolled,
+ * it walked the scan once per (worker, candidate so far) pair and 32 workers exceeded
+ * its 1M instructions). */
+#define BF_XDP_MAX_WORKERS 256u
 /* Distinct masks (tuples) of the tuple-space search, probed for every packet. */
 #define BF_XDP_MAX_TUPLES 64u
 /* (tuple, masked key) entries of the tuple-space search. */

@@ -32,6 +32,7 @@
 
 #define BF_STATIC_DEFS
 #define BF_FN static __always_inline
+#define BF_SCAN_WORKERS_EXTERNAL
 #include "buffet_core_impl.h"
 #include "buffet_xdp.h"
 
@@ -185,6 +186,53 @@ static __always_inline int bf_sctp_ports(const uint8_t *h, uint32_t len, struct 
     k->src_port = (uint16_t)((h[l4] << 8) | h[l4 + 1]);
     k->dst_port = (uint16_t)((h[l4 + 2] << 8) | h[l4 + 3]);
     return BF_PARSE_OK;
+}
+
+/* The overload scan's state, carried through bpf_loop. */
+struct bf_scan {
+    uint64_t slot;
+    uint64_t best; /* last_nb of `mig`, once found */
+    uint32_t mig;
+    uint32_t found;
+};
+
+/* One Worker Table row of the overload scan (a bpf_loop callback, checked once). */
+static long bf_scan_one(uint32_t i, void *arg)
+{
+    struct bf_scan *sc = arg;
+    uint32_t zero = 0;
+    struct bf_xdp_state *st = bpf_map_lookup_elem(&bf_state, &zero);
+    struct bf_worker_row *c;
+    uint64_t row = i;
+
+    /* Opaque to the compiler, so the bounded register is the one used as the index. */
+    asm volatile("" : "+r"(row));
+    if (!st || row >= BF_XDP_MAX_WORKERS)
+        return 1;
+    c = &st->workers[row];
+    bf_roll(c, sc->slot);
+    if (c->live && (!sc->found || c->last_nb < sc->best)) {
+        sc->mig = (uint32_t)row;
+        sc->best = c->last_nb;
+        sc->found = 1;
+    }
+    return 0;
+}
+
+/* The common core's overload scan (see buffet_core_impl.h) as one bpf_loop: the same
+ * rows rolled in the same order and the same choice as the host's loop. `s->workers` is
+ * the state map's Worker Table, which the callback looks up itself. */
+BF_FN uint32_t bf_scan_workers(struct bf_sched *s, uint32_t n_workers, uint64_t slot,
+                               uint32_t dflt)
+{
+    struct bf_scan sc = {.slot = slot, .mig = dflt};
+
+    (void)s;
+    if (n_workers > BF_XDP_MAX_WORKERS)
+        n_workers = BF_XDP_MAX_WORKERS;
+    bpf_loop(n_workers, bf_scan_one, &sc, 0);
+    /* Bounded for the verifier: a row index of the Worker Table. */
+    return sc.mig < BF_XDP_MAX_WORKERS ? sc.mig : dflt;
 }
 
 /* Tuple-space search state, carried through bpf_loop. */

@@ -5,7 +5,7 @@
 /// Tenant Table rows the program holds (`BF_XDP_MAX_TENANTS`).
 pub const MAX_TENANTS: u32 = 16384;
 /// Worker Table rows and XSKMAP entries (`BF_XDP_MAX_WORKERS`).
-pub const MAX_WORKERS: u16 = 16;
+pub const MAX_WORKERS: u16 = 256;
 /// Tuples (distinct masks) of the tuple-space search (`BF_XDP_MAX_TUPLES`).
 pub const MAX_TUPLES: u32 = 64;
 /// (tuple, masked key) entries (`BF_XDP_MAX_RULE_ENTRIES`).
