@@ -46,6 +46,6 @@ pub mod verify;
 pub use helpers::csum_update;
 pub use nf::{EbpfFault, EbpfFileError, EbpfNf, EbpfPolicy, EbpfState, MapInit};
 pub use program::{
-    check, CheckReport, Engine, LoadOptions, Program, ProgramError, RunError, DEFAULT_COST_BUDGET,
-    MAX_REGION_BYTES, MAX_STRSET_KEY,
+    check, CheckReport, Engine, GroupRun, LoadOptions, Program, ProgramError, RunError,
+    DEFAULT_COST_BUDGET, MAX_REGION_BYTES, MAX_STRSET_KEY,
 };

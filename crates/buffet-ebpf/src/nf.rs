@@ -228,6 +228,34 @@ pub enum EbpfFileError {
     },
 }
 
+/// The context fields of `pkt` other than `data`/`data_end` (which the run fills in).
+#[inline]
+fn ctx_fields(pkt: &Packet<'_>) -> CtxFields {
+    let meta = pkt.meta();
+    CtxFields {
+        data: 0,
+        data_end: 0,
+        ts_ns: meta.ts_ns,
+        tenant: meta.tenant.0,
+        in_port: meta.in_port,
+        l3_kind: match pkt.l3_kind() {
+            L3Kind::Ipv4 => 4,
+            L3Kind::Ipv6 => 6,
+        },
+        l4_kind: match pkt.l4_kind() {
+            L4Kind::Tcp => 6,
+            L4Kind::Udp => 17,
+            L4Kind::Sctp => 132,
+            L4Kind::Other => 0,
+        },
+        l3_off: pkt.l3_offset() as u16,
+        l4_off: pkt.l4_offset() as u16,
+        payload_off: pkt.payload_offset() as u16,
+        ip_end: pkt.ip_end() as u16,
+        ip_proto: pkt.ip_proto(),
+    }
+}
+
 fn write_values(
     dst: &mut [u8],
     field: &str,
@@ -460,6 +488,24 @@ impl NetworkFunction for EbpfNf {
     }
 
     fn handle(&self, pkt: &mut Packet<'_>, state: &mut EbpfState) -> Verdict {
+        let mut verdict = [Verdict::Fault];
+        self.handle_group(std::slice::from_mut(pkt), state, &mut verdict);
+        verdict[0]
+    }
+
+    /// One run context per group ([`Program::begin_group`]): the program's maps and the
+    /// tenant's region are handed to the helpers once, then each packet only gets its
+    /// context and scratch maps written.
+    fn handle_group(
+        &self,
+        pkts: &mut [Packet<'_>],
+        state: &mut EbpfState,
+        verdicts: &mut [Verdict],
+    ) {
+        let tenant = match pkts.first() {
+            Some(p) => p.meta().tenant,
+            None => return,
+        };
         let EbpfState {
             program,
             region,
@@ -467,42 +513,38 @@ impl NetworkFunction for EbpfNf {
             ..
         } = state;
         let program = program.as_deref().unwrap_or(&self.program);
-        if pkt.len() > crate::verify::MAX_FRAME_LEN {
-            return Verdict::Drop(DropCause::Malformed);
-        }
-        let meta = pkt.meta();
-        let ctx = CtxFields {
-            data: 0,
-            data_end: 0,
-            ts_ns: meta.ts_ns,
-            tenant: meta.tenant.0,
-            in_port: meta.in_port,
-            l3_kind: match pkt.l3_kind() {
-                L3Kind::Ipv4 => 4,
-                L3Kind::Ipv6 => 6,
-            },
-            l4_kind: match pkt.l4_kind() {
-                L4Kind::Tcp => 6,
-                L4Kind::Udp => 17,
-                L4Kind::Sctp => 132,
-                L4Kind::Other => 0,
-            },
-            l3_off: pkt.l3_offset() as u16,
-            l4_off: pkt.l4_offset() as u16,
-            payload_off: pkt.payload_offset() as u16,
-            ip_end: pkt.ip_end() as u16,
-            ip_proto: pkt.ip_proto(),
+        let budget = *cost_budget;
+        let failed = match program.begin_group(region) {
+            Ok(mut run) => {
+                let mut failed = None;
+                for (i, (pkt, v)) in pkts.iter_mut().zip(verdicts.iter_mut()).enumerate() {
+                    if pkt.len() > crate::verify::MAX_FRAME_LEN {
+                        *v = Verdict::Drop(DropCause::Malformed);
+                        continue;
+                    }
+                    let ctx = ctx_fields(pkt);
+                    match run.run(pkt.data_mut(), &ctx, budget) {
+                        Ok(r0) => match abi::verdict_of(r0) {
+                            Some(verdict) => *v = verdict,
+                            None => {
+                                failed =
+                                    Some((i, format!("return value {r0:#x} is not a verdict")));
+                                break;
+                            }
+                        },
+                        Err(e) => {
+                            failed = Some((i, e.to_string()));
+                            break;
+                        }
+                    }
+                }
+                failed
+            }
+            Err(e) => Some((0, e.to_string())),
         };
-        match program.run_with_budget(pkt.data_mut(), region, &ctx, *cost_budget) {
-            Ok(r0) => match abi::verdict_of(r0) {
-                Some(v) => v,
-                None => self.log_fault(
-                    meta.tenant,
-                    state,
-                    format!("return value {r0:#x} is not a verdict"),
-                ),
-            },
-            Err(e) => self.log_fault(meta.tenant, state, e.to_string()),
+        // The run context is released before the fault is logged (`run` dropped above).
+        if let Some((i, message)) = failed {
+            verdicts[i] = self.log_fault(tenant, state, message);
         }
     }
 

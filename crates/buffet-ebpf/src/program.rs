@@ -411,21 +411,22 @@ impl Program {
         ctx: &CtxFields,
         budget: u64,
     ) -> Result<u64, RunError> {
+        self.begin_group(region)?.run(packet, ctx, budget)
+    }
+
+    /// Starts running the program over a group of one tenant's packets: the thread's
+    /// run context (this program's maps, the tenant's `region`) is set up once here
+    /// instead of once per packet; [`GroupRun::run`] then runs one packet. The helpers
+    /// see the run until the `GroupRun` is dropped (also when it unwinds).
+    pub fn begin_group<'p, 'r>(
+        &'p self,
+        region: &'r mut [u8],
+    ) -> Result<GroupRun<'p, 'r>, RunError> {
         if region.len() != self.region_len {
             return Err(RunError::Region {
                 got: region.len(),
                 want: self.region_len,
             });
-        }
-        let pkt_area = Area::of(packet);
-        let fields = CtxFields {
-            data: pkt_area.start,
-            data_end: pkt_area.start + pkt_area.len,
-            ..*ctx
-        };
-        region[..abi::CTX_SIZE].copy_from_slice(&fields.to_bytes());
-        for r in &self.scratch {
-            region[r.clone()].fill(0);
         }
         let region_area = Area::of(region);
         RUN.with(|r| {
@@ -435,21 +436,58 @@ impl Program {
                 run.maps.extend_from_slice(&self.maps);
                 run.program = self.id;
             }
-            run.packet = pkt_area;
             run.region = region_area;
+            run.packet = Area::default();
             run.active = true;
         });
-        let _active = Deactivate;
+        Ok(GroupRun {
+            program: self,
+            region,
+            _active: Deactivate,
+        })
+    }
+}
+
+/// A program running over one tenant's group of packets ([`Program::begin_group`]).
+pub struct GroupRun<'p, 'r> {
+    program: &'p Program,
+    region: &'r mut [u8],
+    _active: Deactivate,
+}
+
+impl GroupRun<'_, '_> {
+    /// Runs the program on `packet`: zeroes the scratch maps, writes the context (with
+    /// `data`/`data_end` pointing at `packet`) and returns `r0`. Helper work beyond
+    /// `budget` cost units is [`RunError::Budget`], whatever the program returned.
+    pub fn run(
+        &mut self,
+        packet: &mut [u8],
+        ctx: &CtxFields,
+        budget: u64,
+    ) -> Result<u64, RunError> {
+        let program = self.program;
+        let region = &mut *self.region;
+        let pkt_area = Area::of(packet);
+        let fields = CtxFields {
+            data: pkt_area.start,
+            data_end: pkt_area.start + pkt_area.len,
+            ..*ctx
+        };
+        region[..abi::CTX_SIZE].copy_from_slice(&fields.to_bytes());
+        for r in &program.scratch {
+            region[r.clone()].fill(0);
+        }
+        RUN.with(|r| r.borrow_mut().packet = pkt_area);
         let start = i64::try_from(budget).unwrap_or(i64::MAX);
         let (r, left) = METER.with(|meter| {
             meter.set([start, 0]);
-            let r = match self.engine {
+            let r = match program.engine {
                 Engine::Interpreter => {
                     let words: &std::cell::Cell<[i64]> = meter;
                     let left = &words.as_slice_of_cells()[0];
-                    self.vm.execute_program_metered(packet, region, left)
+                    program.vm.execute_program_metered(packet, region, left)
                 }
-                Engine::Jit => sys::run_jit(&self.vm, packet, region, meter),
+                Engine::Jit => sys::run_jit(&program.vm, packet, region, meter),
             };
             (r, meter.get()[0])
         });

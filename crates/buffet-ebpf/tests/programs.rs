@@ -110,6 +110,62 @@ fn a_bounds_checked_read_verifies_and_runs_on_both_engines() {
     }
 }
 
+/// A group runs with one run context: every packet before a fault gets its verdict, the
+/// fault stops the group there (later packets keep the worker's `Fault` fill and are not
+/// run), and the state's fault count says one.
+#[test]
+fn a_group_runs_until_its_first_fault() {
+    let ipv6 = {
+        let mut v = Vec::new();
+        etherparse::PacketBuilder::ethernet2([1; 6], [2; 6])
+            .ipv6([1; 16], [2; 16], 64)
+            .udp(1, 2)
+            .write(&mut v, b"hi")
+            .unwrap();
+        v
+    };
+    for engine in engines() {
+        let nf = nf(&read_ethertype_byte(), vec![], engine);
+        let mut st = EbpfState::default();
+        nf.init(&EbpfPolicy::default(), &mut st).unwrap();
+        // The program passes IPv4 and returns a value outside the ABI for IPv6.
+        let mut frames = [udp(), udp(), udp()];
+        let mut pkts: Vec<Packet<'_>> = frames
+            .iter_mut()
+            .map(|f| Packet::parse(f, PacketMeta::default()).unwrap())
+            .collect();
+        let mut verdicts = [Verdict::Fault; 3];
+        nf.handle_group(&mut pkts, &mut st, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::Pass; 3], "{engine:?}");
+        assert_eq!(st.faults(), 0);
+
+        let mut frames = [udp(), ipv6.clone(), udp(), udp()];
+        let mut pkts: Vec<Packet<'_>> = frames
+            .iter_mut()
+            .map(|f| Packet::parse(f, PacketMeta::default()).unwrap())
+            .collect();
+        let mut verdicts = [Verdict::Fault; 4];
+        nf.handle_group(&mut pkts, &mut st, &mut verdicts);
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::Pass,
+                Verdict::Fault,
+                Verdict::Fault,
+                Verdict::Fault
+            ],
+            "{engine:?}"
+        );
+        assert_eq!(st.faults(), 1, "{engine:?}");
+        assert!(
+            st.last_fault().unwrap().contains("not a verdict"),
+            "{engine:?}"
+        );
+        // The run context was released: a later single packet runs again.
+        assert_eq!(run(&nf, &mut st, &udp()), Verdict::Pass, "{engine:?}");
+    }
+}
+
 #[test]
 fn the_verifier_rejects_with_its_message() {
     // Read 100 bytes into the packet without a check.
