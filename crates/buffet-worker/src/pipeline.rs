@@ -684,6 +684,8 @@ struct WorkerSlot {
     /// Bursts completed at the last check, and since when (and from which CPU time of
     /// its thread) it has been busy without completing one.
     progress: (u64, Option<(Instant, Option<Duration>)>),
+    /// Its thread's kernel id (for its scheduling state), once it is ready.
+    tid: Option<i32>,
 }
 
 /// Per-slot counters the data plane keeps beside the workers' (the tenant's identity is
@@ -887,6 +889,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             stuck: false,
             died_with: 0,
             progress: (0, None),
+            tid: None,
         };
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let mut engine = Worker::with_shared(id, self.core.shared.clone(), slot.counters.clone());
@@ -914,17 +917,21 @@ impl<N: NetworkFunction> Dataplane<N> {
                 "the worker thread ended before it was ready".into(),
             ))
         });
-        if let Err(source) = ready {
-            let _ = handle.join();
-            return Err(PipelineError::WorkerSetup {
-                worker: id.0,
-                source,
-            });
-        }
+        let tid = match ready {
+            Ok(tid) => tid,
+            Err(source) => {
+                let _ = handle.join();
+                return Err(PipelineError::WorkerSetup {
+                    worker: id.0,
+                    source,
+                });
+            }
+        };
         let added = self.dispatcher.add_worker(self.cfg.worker_max_nb);
         debug_assert_eq!(added, id);
         self.workers.push(WorkerSlot {
             thread: Some(handle),
+            tid,
             ..slot
         });
         // Enough frames to fill this worker's input and completion rings.
@@ -1317,7 +1324,8 @@ impl<N: NetworkFunction> Dataplane<N> {
             // data plane may not have looked for a while), and is read only in this case.
             // Stuck means running without progress: the thread must also have used CPU
             // time (a quarter of the bound) — a thread the OS did not schedule on a loaded
-            // machine is slow, not stuck.
+            // machine is slow, not stuck — or be blocked in the kernel (asleep on a lock,
+            // a pipe, a sleep: a worker with queued packets never waits there itself).
             let now = Instant::now();
             let cpu = || w.thread.as_ref().and_then(crate::sys::thread_cpu_time);
             match w.progress.1 {
@@ -1327,7 +1335,13 @@ impl<N: NetworkFunction> Dataplane<N> {
                         (Some(a), Some(b)) => b.saturating_sub(a) >= bound / 4,
                         _ => true,
                     };
-                    if ran {
+                    // Blocked counts only inside a handler (a tenant's state is locked): a
+                    // worker waiting for a hand-over's gate sleeps between its checks.
+                    let blocked = w
+                        .tid
+                        .and_then(crate::sys::thread_state)
+                        .is_some_and(|s| s.is_blocked());
+                    if ran || (blocked && !self.locked_tenants(wi).is_empty()) {
                         self.worker_stuck(wi);
                     }
                 }
@@ -1407,12 +1421,12 @@ impl<N: NetworkFunction> Dataplane<N> {
         });
     }
 
-    fn worker_stuck(&mut self, wi: usize) {
+    /// The tenants of worker `wi` whose state is locked: those it is running a handler
+    /// of right now.
+    fn locked_tenants(&self, wi: usize) -> Vec<TenantSlot> {
         let w = WorkerId(wi as u16);
-        // The tenants it is stuck in: those of its tenants whose state is locked.
         let table = &self.core.shared.table;
-        let stuck_in: Vec<TenantSlot> = self
-            .dispatcher
+        self.dispatcher
             .scheduler()
             .tenants()
             .filter(|(_, row)| row.worker == w)
@@ -1421,7 +1435,13 @@ impl<N: NetworkFunction> Dataplane<N> {
                 Some(entry) => entry.try_lock().is_none(),
                 None => false,
             })
-            .collect();
+            .collect()
+    }
+
+    fn worker_stuck(&mut self, wi: usize) {
+        // The tenants it is stuck in: those of its tenants whose state is locked.
+        let stuck_in = self.locked_tenants(wi);
+        let table = &self.core.shared.table;
         let mut tenants = Vec::new();
         for &s in &stuck_in {
             self.core.shared.quarantined[s.index()].store(true, Ordering::Release);

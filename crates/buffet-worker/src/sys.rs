@@ -68,3 +68,33 @@ pub(crate) fn thread_cpu_time(handle: &std::thread::JoinHandle<()>) -> Option<st
         u32::try_from(ts.tv_nsec).ok()?,
     ))
 }
+
+/// The calling thread's kernel id (`gettid`); `None` where there is none.
+pub(crate) fn current_tid() -> Option<i32> {
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    (tid > 0).then_some(tid)
+}
+
+/// A thread's scheduling state, as /proc shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ThreadState(pub u8);
+
+impl ThreadState {
+    /// Waiting in the kernel: interruptible (`S`) or uninterruptible (`D`) sleep, or
+    /// stopped (`T`, `t`) — not running and not waiting for a CPU (`R`).
+    pub(crate) fn is_blocked(self) -> bool {
+        matches!(self.0, b'S' | b'D' | b'T' | b't')
+    }
+}
+
+/// The state of thread `tid` of this process (`/proc/self/task/<tid>/stat`'s third
+/// field); `None` when the thread is gone or /proc does not tell. Reads a file: for
+/// supervision off the hot path only.
+pub(crate) fn thread_state(tid: i32) -> Option<ThreadState> {
+    let stat = std::fs::read(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // `pid (comm) S ...`: comm may hold spaces and parentheses, the state follows the
+    // last `)`.
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(close + 2).copied().map(ThreadState)
+}

@@ -124,7 +124,8 @@ pub(crate) struct WorkerThread<N: NetworkFunction> {
     pub burst: usize,
     pub pin: Option<usize>,
     /// Told once the NF prepared the thread (or why it could not).
-    pub ready: Option<std::sync::mpsc::SyncSender<Result<(), WorkerThreadError>>>,
+    /// Told once the thread is prepared: its kernel thread id, or why it cannot run.
+    pub ready: Option<std::sync::mpsc::SyncSender<Result<Option<i32>, WorkerThreadError>>>,
 }
 
 /// What one worker does to its packets, without the thread around it: keep them in
@@ -156,7 +157,7 @@ impl<N: NetworkFunction> WorkerThread<N> {
         let prepared = self.engine.shared.nf.prepare_worker_thread();
         let ok = prepared.is_ok();
         if let Some(ready) = self.ready.take() {
-            let _ = ready.send(prepared);
+            let _ = ready.send(prepared.map(|()| sys::current_tid()));
         }
         if !ok {
             return;

@@ -417,13 +417,58 @@ impl NetworkFunction for Spinner {
     }
 }
 
+/// Passes everything, but a tenant admitted with policy `true` sleeps on a packet whose
+/// payload is `spin` until [`BLOCK`] is cleared: a handler blocked in the kernel, using
+/// no CPU time.
+struct Sleeper;
+
+static BLOCK: AtomicBool = AtomicBool::new(true);
+
+impl NetworkFunction for Sleeper {
+    type State = bool;
+    type Policy = bool;
+    fn name(&self) -> &'static str {
+        "sleeper"
+    }
+    fn register(&self) -> MemorySpec {
+        MemorySpec::of::<bool>()
+    }
+    fn init(&self, block: &bool, state: &mut bool) -> Result<(), InitError> {
+        *state = *block;
+        Ok(())
+    }
+    fn handle(&self, pkt: &mut Packet<'_>, block: &mut bool) -> Verdict {
+        if *block && pkt.payload() == b"spin" {
+            while BLOCK.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Verdict::Pass
+    }
+}
+
 #[test]
 fn a_worker_stuck_in_a_handler_is_found_within_a_timeslot_and_its_other_tenants_keep_flowing() {
+    stuck_worker_is_found(Spinner);
+    // Let the handler return so the detached thread ends with the test.
+    SPIN.store(false, Ordering::Relaxed);
+}
+
+#[test]
+fn a_worker_blocked_in_a_handler_without_using_cpu_is_found_too() {
+    stuck_worker_is_found(Sleeper);
+    BLOCK.store(false, Ordering::Relaxed);
+}
+
+/// Tenant 1 (policy `true`) gets stuck in `nf`'s handler on its `spin` packet, with eight
+/// other tenants on three workers: the stuck worker is found within two timeslots, the
+/// tenant is quarantined, its neighbours move and lose only the frames caught with it.
+fn stuck_worker_is_found<N: NetworkFunction<Policy = bool>>(nf: N) {
     // Timeslots of 2^30 ns (1.07 s): the stall bound is half of one (537 ms).
     let shift = 30;
     let slot = Duration::from_nanos(1 << shift);
     assert!(MIN_STALL < slot);
-    let mut p = Pipeline::new(Spinner, cfg(3, shift)).unwrap();
+    let mut p = Pipeline::new(nf, cfg(3, shift)).unwrap();
     p.admit(spec(1, true)).unwrap();
     for t in 2..=9 {
         p.admit(spec(t, false)).unwrap();
@@ -488,8 +533,6 @@ fn a_worker_stuck_in_a_handler_is_found_within_a_timeslot_and_its_other_tenants_
         "worker {worker} stuck: found after {took:?}, {reassigned} tenants moved, \
          {requeued} queued frames moved, {stuck} frames caught in its burst"
     );
-    // Let the handler return so the detached thread ends with the test.
-    SPIN.store(false, Ordering::Relaxed);
     let _ = p.finish();
     let _ = WorkerId(0);
 }
