@@ -203,7 +203,12 @@ fn an_invalid_config_is_one_error_naming_the_field() {
 
 /// `(status, JSON body or Null)`, or `None` when the request got no answer (the daemon
 /// died).
-fn http(api: &str, method: &str, path: &str, body: Option<&serde_json::Value>) -> Option<(u16, serde_json::Value)> {
+fn http(
+    api: &str,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Option<(u16, serde_json::Value)> {
     let req = ureq::request(method, &format!("{api}{path}"))
         .timeout(Duration::from_secs(10))
         .set("Authorization", &format!("Bearer {ADMIN}"));
@@ -218,7 +223,10 @@ fn http(api: &str, method: &str, path: &str, body: Option<&serde_json::Value>) -
     };
     let status = resp.status();
     let text = resp.into_string().ok()?;
-    Some((status, serde_json::from_str(&text).unwrap_or(serde_json::Value::Null)))
+    Some((
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    ))
 }
 
 fn wait_for_line(log: &Path, needle: &str) -> String {
@@ -228,7 +236,10 @@ fn wait_for_line(log: &Path, needle: &str) -> String {
         if let Some(l) = text.lines().find(|l| l.contains(needle)) {
             return l.to_owned();
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no {needle:?} in:\n{text}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no {needle:?} in:\n{text}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -312,7 +323,7 @@ fn sigkill_at_random_moments_never_leaves_a_half_changed_tenant() {
     let mut rng = Rng(seed | 1);
     let t0 = Instant::now();
     let (mut acked_ops, mut kills, mut version) = (0u64, 0u32, 0u64);
-    while (acked_ops < 300 || kills < 20) && t0.elapsed() < Duration::from_secs(45) {
+    while (acked_ops < 300 || kills < 40) && t0.elapsed() < Duration::from_secs(45) {
         let mut d = start(dir.path(), port);
         // Check every tenant against what the client knows.
         let (s, list) = http(&d.api, "GET", "/v1/tenants", None).unwrap();
@@ -372,9 +383,19 @@ fn sigkill_at_random_moments_never_leaves_a_half_changed_tenant() {
                     });
                     let present = known.lock().unwrap()[id as usize].acked.is_some();
                     let (method, path, body, after) = match (present, rng.below(3)) {
-                        (false, _) => ("POST", "/v1/tenants".to_owned(), Some(&doc), Some(doc.clone())),
+                        (false, _) => (
+                            "POST",
+                            "/v1/tenants".to_owned(),
+                            Some(&doc),
+                            Some(doc.clone()),
+                        ),
                         (true, 0) => ("DELETE", format!("/v1/tenants/{id}"), None, None),
-                        (true, _) => ("PUT", format!("/v1/tenants/{id}"), Some(&doc), Some(doc.clone())),
+                        (true, _) => (
+                            "PUT",
+                            format!("/v1/tenants/{id}"),
+                            Some(&doc),
+                            Some(doc.clone()),
+                        ),
                     };
                     known.lock().unwrap()[id as usize].pending = Some(after.clone());
                     let Some((status, v)) = http(&api, method, &path, body) else {
@@ -402,9 +423,12 @@ fn sigkill_at_random_moments_never_leaves_a_half_changed_tenant() {
         kills += 1;
     }
     assert!(
-        acked_ops >= 300 && kills >= 20,
+        acked_ops >= 300 && kills >= 40,
         "only {acked_ops} acknowledged requests and {kills} kills in {:?}",
         t0.elapsed()
     );
-    eprintln!("{acked_ops} acknowledged requests, {kills} SIGKILLs, {:?}", t0.elapsed());
+    eprintln!(
+        "{acked_ops} acknowledged requests, {kills} SIGKILLs, {:?}",
+        t0.elapsed()
+    );
 }

@@ -107,12 +107,17 @@ fn main() {
     std::thread::sleep(Duration::from_millis(500));
     let p0 = packets(&agent, &base);
     assert!(p0.iter().all(|&p| p > 0), "traffic does not flow: {p0:?}");
-    println!("buffetd measurements: firewall NF, 2 workers, 8 running tenants, generator {rate} pps");
+    println!(
+        "buffetd measurements: firewall NF, 2 workers, 8 running tenants, generator {rate} pps"
+    );
 
     // 1. Admission rate.
     let t0 = Instant::now();
     for k in 0..admissions {
-        assert_eq!(call(&agent, &base, "POST", "/v1/tenants", Some(other(100 + k))), 201);
+        assert_eq!(
+            call(&agent, &base, "POST", "/v1/tenants", Some(other(100 + k))),
+            201
+        );
     }
     let took = t0.elapsed();
     println!(
@@ -122,7 +127,16 @@ fn main() {
         took.as_secs_f64() * 1e3 / f64::from(admissions)
     );
     for k in 0..admissions {
-        assert_eq!(call(&agent, &base, "DELETE", &format!("/v1/tenants/{}", 100 + k), None), 204);
+        assert_eq!(
+            call(
+                &agent,
+                &base,
+                "DELETE",
+                &format!("/v1/tenants/{}", 100 + k),
+                None
+            ),
+            204
+        );
     }
 
     // 2. Largest traffic gap during admissions and removals of other tenants.
@@ -153,8 +167,14 @@ fn main() {
     let t0 = Instant::now();
     for k in 0..churn / 2 {
         let id = 100 + (k % 256);
-        assert_eq!(call(&agent, &base, "POST", "/v1/tenants", Some(other(id))), 201);
-        assert_eq!(call(&agent, &base, "DELETE", &format!("/v1/tenants/{id}"), None), 204);
+        assert_eq!(
+            call(&agent, &base, "POST", "/v1/tenants", Some(other(id))),
+            201
+        );
+        assert_eq!(
+            call(&agent, &base, "DELETE", &format!("/v1/tenants/{id}"), None),
+            204
+        );
     }
     let churn_took = t0.elapsed();
     stop.store(true, Ordering::Relaxed);
@@ -185,7 +205,13 @@ fn main() {
                     }
                     let id = 1 + (k % 8);
                     assert_eq!(
-                        call(&agent, &base, "GET", &format!("/v1/tenants/{id}/stats"), None),
+                        call(
+                            &agent,
+                            &base,
+                            "GET",
+                            &format!("/v1/tenants/{id}/stats"),
+                            None
+                        ),
                         200
                     );
                     // From when it was due: a late start counts (no coordinated omission).
@@ -195,7 +221,10 @@ fn main() {
             })
         })
         .collect();
-    let mut lat: Vec<Duration> = threads.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let mut lat: Vec<Duration> = threads
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
     lat.sort_unstable();
     println!(
         "API latency at 1000 requests/s for {api_seconds} s ({} requests, GET /v1/tenants/{{id}}/stats): \

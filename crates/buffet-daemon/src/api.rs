@@ -408,7 +408,11 @@ fn table() -> Vec<(Method, &'static str, Handler)> {
         (Method::DELETE, "/v1/tenants/{id}", delete(remove)),
         (Method::GET, "/v1/tenants/{id}/stats", get(tenant_stats)),
         (Method::POST, "/v1/tenants/{id}/tokens", post(create_token)),
-        (Method::POST, "/v1/tenants/{id}/release", post(release_tenant)),
+        (
+            Method::POST,
+            "/v1/tenants/{id}/release",
+            post(release_tenant),
+        ),
         (Method::GET, "/v1/stats", get(stats)),
         (Method::GET, "/v1/workers", get(list_workers)),
         (Method::POST, "/v1/workers", post(launch_worker)),
@@ -426,7 +430,9 @@ pub fn routes() -> Vec<(Method, &'static str)> {
 pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Router {
     table()
         .into_iter()
-        .fold(Router::new(), |r, (_, path, handler)| r.route(path, handler))
+        .fold(Router::new(), |r, (_, path, handler)| {
+            r.route(path, handler)
+        })
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(

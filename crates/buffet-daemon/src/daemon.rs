@@ -143,9 +143,15 @@ impl Daemon {
         let (a, b) = (&cur.api, &new.api);
         let (d, e) = (&cur.dataplane, &new.dataplane);
         let changed: Vec<&'static str> = [
-            ("api.admin_token_file", a.admin_token_file != b.admin_token_file),
+            (
+                "api.admin_token_file",
+                a.admin_token_file != b.admin_token_file,
+            ),
             ("api.max_body_bytes", a.max_body_bytes != b.max_body_bytes),
-            ("api.request_timeout_ms", a.request_timeout_ms != b.request_timeout_ms),
+            (
+                "api.request_timeout_ms",
+                a.request_timeout_ms != b.request_timeout_ms,
+            ),
             (
                 "api.header_read_timeout_ms",
                 a.header_read_timeout_ms != b.header_read_timeout_ms,
@@ -170,11 +176,14 @@ impl Daemon {
         if let Some(t) = token {
             live.state.auth().set_admin(&t);
         }
-        live.state.set_limits(e.default_tenant_max_nb, e.max_workers);
+        live.state
+            .set_limits(e.default_tenant_max_nb, e.max_workers);
         live.agent
             .launch
             .store(new.agent.launch_on_overload, Ordering::Release);
-        live.agent.max_workers.store(e.max_workers, Ordering::Release);
+        live.agent
+            .max_workers
+            .store(e.max_workers, Ordering::Release);
         *cur = new;
         Ok(changed)
     }
@@ -208,7 +217,10 @@ impl Drop for Daemon {
 /// The first field of `new` that differs from `cur` and cannot change while running.
 fn fixed_change(cur: &DaemonConfig, new: &DaemonConfig) -> Option<String> {
     let mut probe = new.clone();
-    probe.api.admin_token_file.clone_from(&cur.api.admin_token_file);
+    probe
+        .api
+        .admin_token_file
+        .clone_from(&cur.api.admin_token_file);
     probe.api.max_body_bytes = cur.api.max_body_bytes;
     probe.api.request_timeout_ms = cur.api.request_timeout_ms;
     probe.api.header_read_timeout_ms = cur.api.header_read_timeout_ms;
@@ -219,15 +231,36 @@ fn fixed_change(cur: &DaemonConfig, new: &DaemonConfig) -> Option<String> {
     let fields: [(&str, bool); 14] = [
         ("data_dir", p.data_dir != c.data_dir),
         ("api.listen", p.api.listen != c.api.listen),
-        ("api.max_connections", p.api.max_connections != c.api.max_connections),
+        (
+            "api.max_connections",
+            p.api.max_connections != c.api.max_connections,
+        ),
         ("nf", p.nf != c.nf),
-        ("dataplane.workers", p.dataplane.workers != c.dataplane.workers),
-        ("dataplane.worker_max_nb", p.dataplane.worker_max_nb != c.dataplane.worker_max_nb),
+        (
+            "dataplane.workers",
+            p.dataplane.workers != c.dataplane.workers,
+        ),
+        (
+            "dataplane.worker_max_nb",
+            p.dataplane.worker_max_nb != c.dataplane.worker_max_nb,
+        ),
         ("dataplane.shift", p.dataplane.shift != c.dataplane.shift),
-        ("dataplane.threshold", p.dataplane.threshold != c.dataplane.threshold),
-        ("dataplane.planner", p.dataplane.planner != c.dataplane.planner),
-        ("dataplane.tenant_slots", p.dataplane.tenant_slots != c.dataplane.tenant_slots),
-        ("dataplane.arena_mib", p.dataplane.arena_mib != c.dataplane.arena_mib),
+        (
+            "dataplane.threshold",
+            p.dataplane.threshold != c.dataplane.threshold,
+        ),
+        (
+            "dataplane.planner",
+            p.dataplane.planner != c.dataplane.planner,
+        ),
+        (
+            "dataplane.tenant_slots",
+            p.dataplane.tenant_slots != c.dataplane.tenant_slots,
+        ),
+        (
+            "dataplane.arena_mib",
+            p.dataplane.arena_mib != c.dataplane.arena_mib,
+        ),
         ("dataplane.pin", p.dataplane.pin != c.dataplane.pin),
         ("port", p.ports != c.ports),
         ("dataplane", p.dataplane != c.dataplane),
@@ -236,7 +269,8 @@ fn fixed_change(cur: &DaemonConfig, new: &DaemonConfig) -> Option<String> {
         return Some((*f).to_owned());
     }
     // Any table not named above (compared by its printed form).
-    (format!("{p:?}") != format!("{c:?}")).then(|| "a table other than [api], [dataplane] and [agent]".to_owned())
+    (format!("{p:?}") != format!("{c:?}"))
+        .then(|| "a table other than [api], [dataplane] and [agent]".to_owned())
 }
 
 /// A new connection's router and head deadline, from `cfg`.

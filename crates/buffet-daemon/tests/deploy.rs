@@ -156,10 +156,7 @@ fn unit(text: &str) -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
 #[test]
 fn the_systemd_unit_parses_and_keeps_to_its_capabilities() {
     let u = unit(&std::fs::read_to_string(repo("deploy/systemd/buffetd.service")).unwrap());
-    assert_eq!(
-        u.keys().collect::<Vec<_>>(),
-        ["Install", "Service", "Unit"]
-    );
+    assert_eq!(u.keys().collect::<Vec<_>>(), ["Install", "Service", "Unit"]);
     let s = &u["Service"];
     let one = |k: &str| -> &str {
         let v = s.get(k).unwrap_or_else(|| panic!("[Service] {k} missing"));
@@ -168,11 +165,20 @@ fn the_systemd_unit_parses_and_keeps_to_its_capabilities() {
     };
     let caps: BTreeSet<&str> = ["CAP_NET_ADMIN", "CAP_BPF", "CAP_NET_RAW", "CAP_IPC_LOCK"].into();
     for k in ["CapabilityBoundingSet", "AmbientCapabilities"] {
-        assert_eq!(one(k).split_whitespace().collect::<BTreeSet<_>>(), caps, "{k}");
+        assert_eq!(
+            one(k).split_whitespace().collect::<BTreeSet<_>>(),
+            caps,
+            "{k}"
+        );
     }
     assert_eq!(one("ProtectSystem"), "strict");
     assert_eq!(one("NoNewPrivileges"), "yes");
-    for k in ["ProtectHome", "PrivateTmp", "PrivateDevices", "ProtectKernelModules"] {
+    for k in [
+        "ProtectHome",
+        "PrivateTmp",
+        "PrivateDevices",
+        "ProtectKernelModules",
+    ] {
         assert_eq!(one(k), "yes", "{k}");
     }
     assert!(one("ExecReload").contains("-HUP"));
@@ -269,7 +275,7 @@ fn the_kubernetes_manifests_hold_a_valid_config_and_mount_what_it_reads() {
     };
     for (d, _) in &docs {
         assert_eq!(get(d, "apiVersion").len(), 1);
-        assert_eq!(get(d, "name").first().is_some(), true);
+        assert!(!get(d, "name").is_empty());
         assert_eq!(get(d, "namespace").first(), Some(&"buffet"));
     }
     let (cm, cm_raw) = kind("ConfigMap");
@@ -278,8 +284,8 @@ fn the_kubernetes_manifests_hold_a_valid_config_and_mount_what_it_reads() {
     assert_eq!(get(ds, "apiVersion"), ["apps/v1"]);
     assert_eq!(get(ds, "hostNetwork"), ["true"]);
     // The config: valid, as the daemon reads it.
-    let cfg = DaemonConfig::parse(Path::new("buffetd-config"), &block(cm_raw, "buffet.toml"))
-        .unwrap();
+    let cfg =
+        DaemonConfig::parse(Path::new("buffetd-config"), &block(cm_raw, "buffet.toml")).unwrap();
     let cm_name = get(cm, "name")[0];
     let secret_name = get(secret, "name")[0];
     // The container's --config is the ConfigMap's key under its mount.
@@ -306,10 +312,8 @@ fn the_kubernetes_manifests_hold_a_valid_config_and_mount_what_it_reads() {
     };
     let volume_of = |source_key: &str, name: &str| -> String {
         // `- name: X` then `<kind>:` then `<source_key>: name`.
-        let vols: Vec<&(usize, String, String)> = ds
-            .iter()
-            .skip_while(|(_, k, _)| k != "volumes")
-            .collect();
+        let vols: Vec<&(usize, String, String)> =
+            ds.iter().skip_while(|(_, k, _)| k != "volumes").collect();
         let at = vols
             .iter()
             .position(|(_, k, v)| k == source_key && v == name)
@@ -322,7 +326,10 @@ fn the_kubernetes_manifests_hold_a_valid_config_and_mount_what_it_reads() {
             .unwrap()
     };
     let config_mount = mounts[volume_of("name", cm_name).as_str()];
-    assert_eq!(Path::new(config_path), Path::new(config_mount).join("buffet.toml"));
+    assert_eq!(
+        Path::new(config_path),
+        Path::new(config_mount).join("buffet.toml")
+    );
     let token_mount = mounts[volume_of("secretName", secret_name).as_str()];
     let token_file = cfg.api.admin_token_file.as_ref().unwrap();
     assert_eq!(token_file.parent().unwrap(), Path::new(token_mount));
@@ -330,7 +337,10 @@ fn the_kubernetes_manifests_hold_a_valid_config_and_mount_what_it_reads() {
     assert_eq!(get(secret, key).len(), 1, "the Secret has no key {key}");
     assert!(mounts.values().any(|m| Path::new(m) == cfg.data_dir));
     // Capabilities: the four, nothing else.
-    let add = ds_raw.lines().find(|l| l.trim_start().starts_with("add:")).unwrap();
+    let add = ds_raw
+        .lines()
+        .find(|l| l.trim_start().starts_with("add:"))
+        .unwrap();
     for c in ["NET_ADMIN", "BPF", "NET_RAW", "IPC_LOCK"] {
         assert!(add.contains(&format!("\"{c}\"")), "{add}");
     }
