@@ -6,9 +6,13 @@
 //! code. Errors are `{"error": "..."}` with a 4xx naming the problem; [`ApiError`] maps
 //! every failure to its status in one place ([`From<PlaneError>`](ApiError)).
 //!
+//! The router is built from one table ([`routes`]); `docs/openapi.json` documents it
+//! ([`OPENAPI`], served at `GET /v1/openapi.json`) and a test keeps the two equal.
+//!
 //! Changes are serialised (one at a time) and ordered so that the store is the truth
 //! after a crash: the data plane applies the change first (an admission builds the
-//! tenant's state, an update its new state, off the data path), then one redb
+//! tenant's state, an update its new state off the data path and swaps its rules
+//! between bursts), then one redb
 //! transaction commits it, then the request is acknowledged. A crash before the commit
 //! leaves the previous, acknowledged state in the store, and a restart re-admits exactly
 //! that; a failed commit undoes the data-plane change before answering 500.
