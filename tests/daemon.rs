@@ -60,9 +60,14 @@ fn start_with(dir: &Path, port: u16, extra: &str, log: Option<&Path>) -> Daemon 
 }
 
 fn config_text(dir: &Path, port: u16, extra: &str) -> String {
+    let arena = if extra.contains("arena_mib") {
+        ""
+    } else {
+        "arena_mib = 64\n"
+    };
     format!(
         "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\nname = \"firewall\"\n\
-         [dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 64\n{extra}\n\
+         [dataplane]\nworkers = 1\n{arena}tenant_slots = 64\n{extra}\n\
          [[port]]\nkind = \"generator\"\ntenants = 4\nrate_pps = 20000\n",
         d = dir.display()
     )
@@ -324,7 +329,9 @@ fn sigkill_at_random_moments_never_leaves_a_half_changed_tenant() {
     let t0 = Instant::now();
     let (mut acked_ops, mut kills, mut version) = (0u64, 0u32, 0u64);
     while (acked_ops < 300 || kills < 40) && t0.elapsed() < Duration::from_secs(45) {
-        let mut d = start(dir.path(), port);
+        // Room for every tenant's firewall region (4.5 MB), a second one while a policy
+        // is replaced, and the regions of removed tenants until their packets drain.
+        let mut d = start_with(dir.path(), port, "arena_mib = 1024", None);
         // Check every tenant against what the client knows.
         let (s, list) = http(&d.api, "GET", "/v1/tenants", None).unwrap();
         assert_eq!(s, 200);
