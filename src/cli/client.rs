@@ -53,7 +53,7 @@ pub enum TenantAction {
     /// Admit a tenant: a JSON admission document (the tenants-file schema) from
     /// --file, or one built from --id, --name, --rule, --max-nb, --policy.
     Add(TenantSpecArgs),
-    /// Replace a tenant's policy (the same document; only the policy may differ).
+    /// Change a tenant in place: its whole new document (policy, name, rules, MAX_NB).
     Update(TenantSpecArgs),
     /// Remove a tenant.
     Rm {

@@ -6,9 +6,13 @@
 //! code. Errors are `{"error": "..."}` with a 4xx naming the problem; [`ApiError`] maps
 //! every failure to its status in one place ([`From<PlaneError>`](ApiError)).
 //!
+//! The router is built from one table ([`routes`]); `docs/openapi.json` documents it
+//! ([`OPENAPI`], served at `GET /v1/openapi.json`) and a test keeps the two equal.
+//!
 //! Changes are serialised (one at a time) and ordered so that the store is the truth
 //! after a crash: the data plane applies the change first (an admission builds the
-//! tenant's state, an update its new state, off the data path), then one redb
+//! tenant's state, an update its new state off the data path and swaps its rules
+//! between bursts), then one redb
 //! transaction commits it, then the request is acknowledged. A crash before the commit
 //! leaves the previous, acknowledged state in the store, and a restart re-admits exactly
 //! that; a failed commit undoes the data-plane change before answering 500.
@@ -19,17 +23,17 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use buffet_config::tenants::{self, Format};
 use buffet_config::TenantConfig;
@@ -153,8 +157,9 @@ pub struct AppState {
     writes: tokio::sync::Mutex<()>,
     events: broadcast::Sender<WorkerEvent>,
     shutdown: watch::Receiver<bool>,
-    default_max_nb: u64,
-    max_workers: u16,
+    /// Both changed by a config reload.
+    default_max_nb: AtomicU64,
+    max_workers: AtomicU16,
     /// Set by the Agent when overloaded with no worker left to launch: admissions get 503.
     refusing: Arc<Mutex<Option<String>>>,
     ready: AtomicBool,
@@ -204,8 +209,8 @@ impl AppState {
             writes: tokio::sync::Mutex::new(()),
             events: p.events,
             shutdown: p.shutdown,
-            default_max_nb: p.default_max_nb,
-            max_workers: p.max_workers,
+            default_max_nb: AtomicU64::new(p.default_max_nb),
+            max_workers: AtomicU16::new(p.max_workers),
             refusing: p.refusing,
             ready: AtomicBool::new(false),
         }
@@ -225,6 +230,22 @@ impl AppState {
             self.tenants_mut().insert(id, Admitted { doc, cfg });
         }
         Ok(n)
+    }
+
+    /// The limits a config reload may change: MAX_NB of an admission that gives none,
+    /// and the most live workers `POST /v1/workers` allows.
+    pub fn set_limits(&self, default_max_nb: u64, max_workers: u16) {
+        self.default_max_nb.store(default_max_nb, Ordering::Relaxed);
+        self.max_workers.store(max_workers, Ordering::Relaxed);
+    }
+
+    /// The tokens (a config reload replaces the admin token).
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
+    fn default_max_nb(&self) -> u64 {
+        self.default_max_nb.load(Ordering::Relaxed)
     }
 
     /// Marks the API ready (`/readyz` answers 200) or not.
@@ -282,17 +303,16 @@ impl AppState {
         }
     }
 
-    /// The update of `old` to `new` changes only the policy (or nothing).
-    fn check_update(&self, old: &TenantConfig, new: &TenantConfig) -> Result<(), ApiError> {
-        let mut same = old.clone();
-        same.policy = new.policy.clone();
-        if &same != new {
-            return Err(ApiError::conflict(format!(
-                "tenant {}: only the policy can change in place; changing rules, max_nb, name \
-                 or isolation needs the tenant removed and admitted again",
-                new.id
-            )));
-        }
+    /// The change of tenant `new.id` to `new`, against the other tenants `others`: the
+    /// isolation level, overlapping rules, the policy. Name, rules, MAX_NB, weight and
+    /// policy can all change in place.
+    fn check_update(
+        &self,
+        new: &TenantConfig,
+        others: &BTreeMap<u32, TenantConfig>,
+    ) -> Result<(), ApiError> {
+        self.check_level(new)?;
+        check_overlaps(new, others)?;
         self.plane.check_policy(new)?;
         Ok(())
     }
@@ -370,24 +390,53 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::internal(format!("task failed: {e}")))?
 }
 
+/// The OpenAPI document of this API (`docs/openapi.json`), served at
+/// `GET /v1/openapi.json`; a test checks that it documents exactly [`routes`].
+pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+type Handler = axum::routing::MethodRouter<Arc<AppState>>;
+
+/// Every route: method, path, handler. The router is built from this table and nothing
+/// else, so [`routes`] is the whole API.
+fn table() -> Vec<(Method, &'static str, Handler)> {
+    vec![
+        (Method::GET, "/healthz", get(healthz)),
+        (Method::GET, "/readyz", get(readyz)),
+        (Method::GET, "/metrics", get(metrics)),
+        (Method::GET, "/v1/openapi.json", get(openapi)),
+        (Method::GET, "/v1/tenants", get(list_tenants)),
+        (Method::POST, "/v1/tenants", post(admit)),
+        (Method::PUT, "/v1/tenants", put(apply)),
+        (Method::GET, "/v1/tenants/{id}", get(get_tenant)),
+        (Method::PUT, "/v1/tenants/{id}", put(update)),
+        (Method::DELETE, "/v1/tenants/{id}", delete(remove)),
+        (Method::GET, "/v1/tenants/{id}/stats", get(tenant_stats)),
+        (Method::POST, "/v1/tenants/{id}/tokens", post(create_token)),
+        (
+            Method::POST,
+            "/v1/tenants/{id}/release",
+            post(release_tenant),
+        ),
+        (Method::GET, "/v1/stats", get(stats)),
+        (Method::GET, "/v1/workers", get(list_workers)),
+        (Method::POST, "/v1/workers", post(launch_worker)),
+        (Method::DELETE, "/v1/workers/{id}", delete(terminate_worker)),
+        (Method::GET, "/v1/events", get(events)),
+    ]
+}
+
+/// Every `(method, path)` the API serves (paths in axum's and OpenAPI's `{param}` form).
+pub fn routes() -> Vec<(Method, &'static str)> {
+    table().into_iter().map(|(m, p, _)| (m, p)).collect()
+}
+
 /// The router, with the body limit and the request timeout.
 pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/tenants", get(list_tenants).post(admit).put(apply))
-        .route(
-            "/v1/tenants/{id}",
-            get(get_tenant).put(update).delete(remove),
-        )
-        .route("/v1/tenants/{id}/stats", get(tenant_stats))
-        .route("/v1/tenants/{id}/tokens", post(create_token))
-        .route("/v1/tenants/{id}/release", post(release_tenant))
-        .route("/v1/stats", get(stats))
-        .route("/v1/workers", get(list_workers).post(launch_worker))
-        .route("/v1/workers/{id}", axum::routing::delete(terminate_worker))
-        .route("/v1/events", get(events))
+    table()
+        .into_iter()
+        .fold(Router::new(), |r, (_, path, handler)| {
+            r.route(path, handler)
+        })
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
@@ -395,6 +444,10 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
             timeout,
         ))
         .with_state(state)
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 async fn healthz() -> &'static str {
@@ -496,7 +549,7 @@ async fn admit(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let started = Instant::now();
     s.admin(&headers)?;
-    let doc = with_default_max_nb(body_json(body)?, s.default_max_nb)?;
+    let doc = with_default_max_nb(body_json(body)?, s.default_max_nb())?;
     let cfg = parse_docs(vec![doc.clone()])?
         .pop()
         .ok_or_else(|| ApiError::bad_request("no tenant"))?;
@@ -565,7 +618,7 @@ async fn update(
             }
         }
     }
-    let doc = with_default_max_nb(doc, s.default_max_nb)?;
+    let doc = with_default_max_nb(doc, s.default_max_nb())?;
     let cfg = parse_docs(vec![doc.clone()])?
         .pop()
         .ok_or_else(|| ApiError::bad_request("no tenant"))?;
@@ -575,17 +628,22 @@ async fn update(
         .get(&id)
         .cloned()
         .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
-    s.check_update(&old.cfg, &cfg)?;
+    let others: BTreeMap<u32, TenantConfig> = s
+        .tenants()
+        .iter()
+        .map(|(k, a)| (*k, a.cfg.clone()))
+        .collect();
+    s.check_update(&cfg, &others)?;
     let new = Admitted { doc, cfg };
     let (st, n) = (s.clone(), new.clone());
     blocking(move || {
-        st.plane.update_policy(&n.cfg)?;
+        st.plane.update(&old.cfg, &n.cfg)?;
         let bytes = serde_json::to_vec(&n.doc).map_err(|e| ApiError::internal(e.to_string()))?;
         if let Err(e) = st.store.apply(&Batch {
             put: vec![(id, bytes)],
             delete: vec![],
         }) {
-            let _ = st.plane.update_policy(&old.cfg);
+            let _ = st.plane.update(&n.cfg, &old.cfg);
             return Err(e.into());
         }
         Ok(())
@@ -639,7 +697,8 @@ struct ApplyQuery {
 /// One step of a batch, undone in reverse on failure.
 enum Step {
     Removed(TenantConfig),
-    Updated(TenantConfig),
+    /// From the first to the second.
+    Updated(TenantConfig, TenantConfig),
     Added(TenantId),
 }
 
@@ -664,7 +723,7 @@ async fn apply(
         .clone();
     let docs = list
         .into_iter()
-        .map(|d| with_default_max_nb(d, s.default_max_nb))
+        .map(|d| with_default_max_nb(d, s.default_max_nb()))
         .collect::<Result<Vec<_>, _>>()?;
     // An empty set is valid here (remove every tenant); the file parser wants entries.
     let cfgs = if docs.is_empty() {
@@ -692,8 +751,8 @@ async fn apply(
                 added.push(*id);
             }
             Some(old) if old.cfg == a.cfg => unchanged.push(*id),
-            Some(old) => {
-                s.check_update(&old.cfg, &a.cfg)?;
+            Some(_) => {
+                s.check_update(&a.cfg, &final_set)?;
                 updated.push(*id);
             }
         }
@@ -718,7 +777,7 @@ async fn apply(
             for step in done.into_iter().rev() {
                 let _ = match step {
                     Step::Removed(cfg) => st.plane.admit(&cfg),
-                    Step::Updated(cfg) => st.plane.update_policy(&cfg),
+                    Step::Updated(old, new) => st.plane.update(&new, &old),
                     Step::Added(id) => st.plane.remove(id),
                 };
             }
@@ -731,8 +790,8 @@ async fn apply(
                 batch.delete.push(*id);
             }
             for id in &updated {
-                st.plane.update_policy(&w[id].cfg)?;
-                done.push(Step::Updated(current[id].cfg.clone()));
+                st.plane.update(&current[id].cfg, &w[id].cfg)?;
+                done.push(Step::Updated(current[id].cfg.clone(), w[id].cfg.clone()));
                 batch
                     .put
                     .push((*id, serde_json::to_vec(&w[id].doc).unwrap_or_default()));
@@ -807,10 +866,10 @@ async fn launch_worker(
     let _one = s.writes.lock().await;
     let r = report(&s).await?;
     let live = r.workers.iter().filter(|w| w.live).count();
-    if live >= usize::from(s.max_workers) {
+    let max = s.max_workers.load(Ordering::Relaxed);
+    if live >= usize::from(max) {
         return Err(ApiError::conflict(format!(
-            "{live} workers are live: dataplane.max_workers is {}",
-            s.max_workers
+            "{live} workers are live: dataplane.max_workers is {max}"
         )));
     }
     let plane = s.plane.clone();

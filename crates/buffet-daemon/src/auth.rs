@@ -126,7 +126,8 @@ pub fn admin_token(file: Option<&Path>, data_dir: &Path) -> Result<(String, Stri
 
 /// The tokens the daemon accepts.
 pub struct Auth {
-    admin: [u8; 32],
+    /// The admin token's hash (replaced by a config reload).
+    admin: RwLock<[u8; 32]>,
     tenants: RwLock<HashMap<[u8; 32], TenantId>>,
 }
 
@@ -143,7 +144,7 @@ impl Auth {
     /// Accepts `admin` and the tenant tokens whose hashes are given.
     pub fn new(admin: &str, tenant_hashes: impl IntoIterator<Item = ([u8; 32], TenantId)>) -> Auth {
         Auth {
-            admin: hash(admin),
+            admin: RwLock::new(hash(admin)),
             tenants: RwLock::new(tenant_hashes.into_iter().collect()),
         }
     }
@@ -156,7 +157,11 @@ impl Auth {
             .filter(|t| !t.is_empty())
             .ok_or(Denied::Unauthenticated)?;
         let h = hash(token);
-        if bool::from(self.admin.ct_eq(&h)) {
+        let admin = *self
+            .admin
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if bool::from(admin.ct_eq(&h)) {
             return Ok(Principal::Admin);
         }
         let map = self
@@ -167,6 +172,14 @@ impl Auth {
             Some((stored, &id)) if bool::from(stored.ct_eq(&h)) => Ok(Principal::Tenant(id)),
             _ => Err(Denied::Unauthenticated),
         }
+    }
+
+    /// Replaces the admin token (a config reload): the old one stops working.
+    pub fn set_admin(&self, admin: &str) {
+        *self
+            .admin
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = hash(admin);
     }
 
     /// Accepts a new tenant token (by hash).

@@ -68,7 +68,7 @@ pub struct DaemonConfig {
 }
 
 /// `[api]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiConfig {
     /// Address the HTTP API listens on (`--listen` overrides it).
@@ -85,6 +85,14 @@ pub struct ApiConfig {
     /// A request (body included) that takes longer than this is answered 408.
     #[serde(default = "default_timeout_ms")]
     pub request_timeout_ms: u64,
+    /// A connection whose request head (request line and headers) is not complete
+    /// within this is closed: a client trickling its headers holds a connection no
+    /// longer. Also how long an idle keep-alive connection stays open.
+    #[serde(default = "default_timeout_ms")]
+    pub header_read_timeout_ms: u64,
+    /// Most connections open at once; further clients wait in the listen backlog.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
 }
 
 impl Default for ApiConfig {
@@ -94,6 +102,8 @@ impl Default for ApiConfig {
             admin_token_file: None,
             max_body_bytes: default_max_body(),
             request_timeout_ms: default_timeout_ms(),
+            header_read_timeout_ms: default_timeout_ms(),
+            max_connections: default_max_connections(),
         }
     }
 }
@@ -110,8 +120,12 @@ fn default_timeout_ms() -> u64 {
     10_000
 }
 
+fn default_max_connections() -> usize {
+    256
+}
+
 /// `[nf]`: exactly one of `name`, `nf_lib`, `nf_ebpf`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NfConfig {
     /// A reference NF (`monitor`, `firewall`, ...).
@@ -151,7 +165,7 @@ impl NfConfig {
 }
 
 /// `[dataplane]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataplaneConfig {
     /// Workers launched at start.
@@ -228,7 +242,7 @@ fn default_arena_mib() -> u64 {
 }
 
 /// `[agent]`: what an overload report from the scheduler does.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     /// Launch a worker when one is reported overloaded and fewer than
@@ -251,7 +265,7 @@ fn yes() -> bool {
 }
 
 /// One `[[port]]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum PortConfig {
     /// The seeded synthetic generator, paced to the wall clock (no root, no NIC).
@@ -261,7 +275,7 @@ pub enum PortConfig {
 }
 
 /// `kind = "generator"`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GeneratorPort {
     /// Tenants of the address plan: tenant `i` (0-based) sends to `10.(i/256).(i%256).0/24`.
@@ -290,7 +304,7 @@ fn default_flows() -> u32 {
 }
 
 /// `kind = "pcap"`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PcapPort {
     /// The capture (Ethernet link type).
@@ -374,6 +388,15 @@ impl DaemonConfig {
         }
         if self.api.request_timeout_ms == 0 {
             return bad("api.request_timeout_ms", "must be at least 1".into());
+        }
+        if self.api.header_read_timeout_ms == 0 {
+            return bad("api.header_read_timeout_ms", "must be at least 1".into());
+        }
+        if self.api.max_connections == 0 || self.api.max_connections > 1 << 20 {
+            return bad(
+                "api.max_connections",
+                format!("must be 1..=1048576, got {}", self.api.max_connections),
+            );
         }
         for (i, p) in self.ports.iter().enumerate() {
             match p {

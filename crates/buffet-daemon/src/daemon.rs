@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,6 +21,7 @@ use crate::auth::{self, Auth, TokenError};
 use crate::config::DaemonConfig;
 use crate::metrics::Metrics;
 use crate::plane::{self, Plane, StartError};
+use crate::serve::{self, ConnSetup};
 use crate::store::{Store, StoreError};
 
 /// Why the daemon could not start or run.
@@ -51,9 +52,41 @@ pub enum DaemonError {
     Runtime(String),
 }
 
+/// Why a config reload was refused; when it is, nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// A field that only a restart can change differs from the running config.
+    #[error("{field} cannot change without a restart")]
+    Fixed {
+        /// The field, e.g. `nf.name` or `dataplane.workers`.
+        field: String,
+    },
+    /// The admin token could not be read.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// The daemon is stopping.
+    #[error("the daemon is stopping")]
+    Stopping,
+}
+
+/// What a config reload can reach in a running daemon.
+struct Live {
+    state: Arc<AppState>,
+    agent: Arc<AgentPolicy>,
+    setup: watch::Sender<ConnSetup>,
+    config: Mutex<DaemonConfig>,
+}
+
+/// The Agent's settings, changed by a reload.
+struct AgentPolicy {
+    launch: AtomicBool,
+    max_workers: AtomicU16,
+}
+
 /// A running daemon.
 pub struct Daemon {
     addr: SocketAddr,
+    live: Arc<Live>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<Report, DaemonError>>>,
 }
@@ -70,8 +103,9 @@ impl Daemon {
             .spawn(move || run(cfg, path, ready_tx, stop_rx))
             .map_err(|e| DaemonError::Runtime(format!("cannot start the API thread: {e}")))?;
         match ready_rx.recv() {
-            Ok(addr) => Ok(Daemon {
+            Ok((addr, live)) => Ok(Daemon {
                 addr,
+                live,
                 stop: Some(stop_tx),
                 thread: Some(thread),
             }),
@@ -86,6 +120,72 @@ impl Daemon {
     /// The API's address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Applies what of `new` can change while running, all or nothing, and returns the
+    /// fields it changed. Reloadable: `api.admin_token_file` (and the token it holds,
+    /// read again), `api.max_body_bytes`, `api.request_timeout_ms`,
+    /// `api.header_read_timeout_ms` (these three for connections accepted from now on),
+    /// `dataplane.max_workers`, `dataplane.default_tenant_max_nb` and `[agent]`. Any
+    /// other field that differs from the running config refuses the whole reload,
+    /// naming the first such field.
+    pub fn reload(&self, new: DaemonConfig) -> Result<Vec<&'static str>, ReloadError> {
+        let live = &self.live;
+        let mut cur = live.config.lock().unwrap_or_else(PoisonError::into_inner);
+        fixed_change(&cur, &new).map_or(Ok(()), |field| Err(ReloadError::Fixed { field }))?;
+        let token = if new.api.admin_token_file != cur.api.admin_token_file
+            || new.api.admin_token_file.is_some()
+        {
+            Some(auth::admin_token(new.api.admin_token_file.as_deref(), &new.data_dir)?.0)
+        } else {
+            None
+        };
+        let (a, b) = (&cur.api, &new.api);
+        let (d, e) = (&cur.dataplane, &new.dataplane);
+        let changed: Vec<&'static str> = [
+            (
+                "api.admin_token_file",
+                a.admin_token_file != b.admin_token_file,
+            ),
+            ("api.max_body_bytes", a.max_body_bytes != b.max_body_bytes),
+            (
+                "api.request_timeout_ms",
+                a.request_timeout_ms != b.request_timeout_ms,
+            ),
+            (
+                "api.header_read_timeout_ms",
+                a.header_read_timeout_ms != b.header_read_timeout_ms,
+            ),
+            ("dataplane.max_workers", d.max_workers != e.max_workers),
+            (
+                "dataplane.default_tenant_max_nb",
+                d.default_tenant_max_nb != e.default_tenant_max_nb,
+            ),
+            (
+                "agent.launch_on_overload",
+                cur.agent.launch_on_overload != new.agent.launch_on_overload,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(f, c)| c.then_some(f))
+        .collect();
+        // First the one step that can fail (the server loop has gone: stopping).
+        if live.setup.send(conn_setup(&live.state, &new)).is_err() {
+            return Err(ReloadError::Stopping);
+        }
+        if let Some(t) = token {
+            live.state.auth().set_admin(&t);
+        }
+        live.state
+            .set_limits(e.default_tenant_max_nb, e.max_workers);
+        live.agent
+            .launch
+            .store(new.agent.launch_on_overload, Ordering::Release);
+        live.agent
+            .max_workers
+            .store(e.max_workers, Ordering::Release);
+        *cur = new;
+        Ok(changed)
     }
 
     /// Stops intake (the API), drains the data plane and returns its final report.
@@ -114,10 +214,81 @@ impl Drop for Daemon {
     }
 }
 
+/// The first field of `new` that differs from `cur` and cannot change while running.
+fn fixed_change(cur: &DaemonConfig, new: &DaemonConfig) -> Option<String> {
+    let mut probe = new.clone();
+    probe
+        .api
+        .admin_token_file
+        .clone_from(&cur.api.admin_token_file);
+    probe.api.max_body_bytes = cur.api.max_body_bytes;
+    probe.api.request_timeout_ms = cur.api.request_timeout_ms;
+    probe.api.header_read_timeout_ms = cur.api.header_read_timeout_ms;
+    probe.dataplane.max_workers = cur.dataplane.max_workers;
+    probe.dataplane.default_tenant_max_nb = cur.dataplane.default_tenant_max_nb;
+    probe.agent = cur.agent.clone();
+    let (p, c) = (&probe, cur);
+    let fields: [(&str, bool); 14] = [
+        ("data_dir", p.data_dir != c.data_dir),
+        ("api.listen", p.api.listen != c.api.listen),
+        (
+            "api.max_connections",
+            p.api.max_connections != c.api.max_connections,
+        ),
+        ("nf", p.nf != c.nf),
+        (
+            "dataplane.workers",
+            p.dataplane.workers != c.dataplane.workers,
+        ),
+        (
+            "dataplane.worker_max_nb",
+            p.dataplane.worker_max_nb != c.dataplane.worker_max_nb,
+        ),
+        ("dataplane.shift", p.dataplane.shift != c.dataplane.shift),
+        (
+            "dataplane.threshold",
+            p.dataplane.threshold != c.dataplane.threshold,
+        ),
+        (
+            "dataplane.planner",
+            p.dataplane.planner != c.dataplane.planner,
+        ),
+        (
+            "dataplane.tenant_slots",
+            p.dataplane.tenant_slots != c.dataplane.tenant_slots,
+        ),
+        (
+            "dataplane.arena_mib",
+            p.dataplane.arena_mib != c.dataplane.arena_mib,
+        ),
+        ("dataplane.pin", p.dataplane.pin != c.dataplane.pin),
+        ("port", p.ports != c.ports),
+        ("dataplane", p.dataplane != c.dataplane),
+    ];
+    if let Some((f, _)) = fields.iter().find(|(_, differs)| *differs) {
+        return Some((*f).to_owned());
+    }
+    // Any table not named above (compared by its printed form).
+    (format!("{p:?}") != format!("{c:?}"))
+        .then(|| "a table other than [api], [dataplane] and [agent]".to_owned())
+}
+
+/// A new connection's router and head deadline, from `cfg`.
+fn conn_setup(state: &Arc<AppState>, cfg: &DaemonConfig) -> ConnSetup {
+    ConnSetup {
+        router: api::router(
+            state.clone(),
+            cfg.api.max_body_bytes,
+            Duration::from_millis(cfg.api.request_timeout_ms),
+        ),
+        header_read_timeout: Duration::from_millis(cfg.api.header_read_timeout_ms),
+    }
+}
+
 fn run(
     cfg: DaemonConfig,
     config_path: PathBuf,
-    ready: std::sync::mpsc::Sender<SocketAddr>,
+    ready: std::sync::mpsc::Sender<(SocketAddr, Arc<Live>)>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Report, DaemonError> {
     let (token, origin) = auth::admin_token(cfg.api.admin_token_file.as_deref(), &cfg.data_dir)?;
@@ -165,14 +336,17 @@ fn run(
         }
     }
     let pump_stop = Arc::new(AtomicBool::new(false));
+    let policy = Arc::new(AgentPolicy {
+        launch: AtomicBool::new(cfg.agent.launch_on_overload),
+        max_workers: AtomicU16::new(cfg.dataplane.max_workers),
+    });
     let pump = {
         let agent = Agent {
             plane: plane.clone(),
             metrics,
             events: events_tx,
             refusing,
-            launch: cfg.agent.launch_on_overload,
-            max_workers: cfg.dataplane.max_workers,
+            policy: policy.clone(),
             last_action: None,
         };
         let stop = pump_stop.clone();
@@ -187,36 +361,39 @@ fn run(
         .enable_all()
         .build()
         .map_err(|e| DaemonError::Runtime(format!("tokio runtime: {e}")))?;
-    let app = api::router(
-        state.clone(),
-        cfg.api.max_body_bytes,
-        Duration::from_millis(cfg.api.request_timeout_ms),
-    );
+    let (setup, setup_rx) = watch::channel(conn_setup(&state, &cfg));
+    let max_connections = cfg.api.max_connections;
+    let listen = cfg.api.listen;
+    let live = Arc::new(Live {
+        state: state.clone(),
+        agent: policy,
+        setup,
+        config: Mutex::new(cfg),
+    });
     let served = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind(cfg.api.listen)
+        let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|source| DaemonError::Listen {
-                addr: cfg.api.listen,
+                addr: listen,
                 source,
             })?;
         let addr = listener
             .local_addr()
             .map_err(|source| DaemonError::Listen {
-                addr: cfg.api.listen,
+                addr: listen,
                 source,
             })?;
         state.set_ready(true);
         eprintln!("buffetd: API on http://{addr}");
-        let _ = ready.send(addr);
+        let _ = ready.send((addr, live));
         let st = state.clone();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.await;
-                st.set_ready(false);
-                let _ = shutdown_tx.send(true);
-            })
-            .await
-            .map_err(|e| DaemonError::Runtime(format!("API server: {e}")))
+        serve::serve(listener, setup_rx, max_connections, async move {
+            let _ = stop.await;
+            st.set_ready(false);
+            let _ = shutdown_tx.send(true);
+        })
+        .await;
+        Ok::<(), DaemonError>(())
     });
     rt.shutdown_timeout(Duration::from_secs(5));
     let report = finish(&plane, dataplane)?;
@@ -235,8 +412,7 @@ struct Agent {
     metrics: Arc<Metrics>,
     events: broadcast::Sender<WorkerEvent>,
     refusing: Arc<Mutex<Option<String>>>,
-    launch: bool,
-    max_workers: u16,
+    policy: Arc<AgentPolicy>,
     /// Overload reports arrive once per check: act at most once a second.
     last_action: Option<Instant>,
 }
@@ -277,7 +453,8 @@ impl Agent {
             Ok(r) => r.workers.iter().filter(|w| w.live).count(),
             Err(_) => return,
         };
-        if self.launch && live < usize::from(self.max_workers) {
+        let max_workers = self.policy.max_workers.load(Ordering::Acquire);
+        if self.policy.launch.load(Ordering::Acquire) && live < usize::from(max_workers) {
             match self.plane.launch_worker() {
                 Ok(id) => {
                     self.metrics.agent_launches.inc();
@@ -289,8 +466,7 @@ impl Agent {
         }
         let reason = format!(
             "worker {worker} is overloaded (slot {slot}) and no worker can be launched \
-             ({live} live, dataplane.max_workers {})",
-            self.max_workers
+             ({live} live, dataplane.max_workers {max_workers})"
         );
         let mut flag = self.refusing.lock().unwrap_or_else(PoisonError::into_inner);
         if flag.is_none() {

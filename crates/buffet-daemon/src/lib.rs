@@ -8,15 +8,15 @@
 //! * [`config`] — `buffet.toml`;
 //! * [`plane`] — the data plane behind an NF-independent trait object, on its own thread;
 //! * [`api`] — routes, auth per request, the write-ahead ordering of every change;
+//! * [`serve`] — the HTTP/1.1 accept loop: connection limit, header-read timeout;
 //! * [`auth`] — tokens, hashed, compared in constant time;
 //! * [`store`] — redb;
 //! * [`metrics`] — the Prometheus exposition;
-//! * [`daemon`] — start, the Agent, stop.
+//! * [`daemon`] — start, the Agent, config reload, stop.
 //!
 //! tokio lives here only: the data plane is driven by its own thread and reached through
-//! the pipeline's control handle. Not here yet: live ports (AF_PACKET/AF_XDP/XDP), config
-//! reload (SIGHUP), changing a tenant's rules in place, an OpenAPI document (see
-//! docs/daemon.md).
+//! the pipeline's control handle. Not here yet: live ports (AF_PACKET/AF_XDP/XDP), TLS
+//! (see docs/daemon.md).
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -25,6 +25,7 @@ pub mod config;
 pub mod daemon;
 pub mod metrics;
 pub mod plane;
+pub mod serve;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -34,7 +35,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 pub use config::DaemonConfig;
-pub use daemon::{Daemon, DaemonError};
+pub use daemon::{Daemon, DaemonError, ReloadError};
 
 /// `buffetd` command line.
 #[derive(Parser, Debug)]
@@ -68,7 +69,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> anyhow::Result<()> {
+/// The config file with the command line's overrides.
+fn load(args: &Args) -> Result<DaemonConfig, config::ConfigError> {
     let mut cfg = DaemonConfig::load(&args.config)?;
     if let Some(l) = args.listen {
         cfg.api.listen = l;
@@ -76,8 +78,12 @@ fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(d) = &args.data_dir {
         cfg.data_dir = d.clone();
     }
-    let daemon = Daemon::start(cfg, &args.config)?;
-    wait_for_signal()?;
+    Ok(cfg)
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    let daemon = Daemon::start(load(args)?, &args.config)?;
+    wait_for_signal(|| reload(args, &daemon))?;
     eprintln!("buffetd: stopping: no new requests, draining the data plane");
     let report = daemon.stop()?;
     eprintln!(
@@ -88,9 +94,23 @@ fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Blocks until SIGTERM or SIGINT. SIGHUP (reload) is acknowledged and ignored: reload
-/// is not there yet.
-fn wait_for_signal() -> anyhow::Result<()> {
+/// SIGHUP: reads the config again and applies what can change while running; one line
+/// on stderr either way (never a token).
+fn reload(args: &Args, daemon: &Daemon) {
+    let outcome = load(args)
+        .map_err(|e| e.to_string())
+        .and_then(|cfg| daemon.reload(cfg).map_err(|e| e.to_string()));
+    match outcome {
+        Ok(changed) if changed.is_empty() => {
+            eprintln!("buffetd: SIGHUP: config reloaded: nothing changed");
+        }
+        Ok(changed) => eprintln!("buffetd: SIGHUP: config reloaded: {}", changed.join(", ")),
+        Err(e) => eprintln!("buffetd: SIGHUP: reload refused, nothing changed: {e}"),
+    }
+}
+
+/// Blocks until SIGTERM or SIGINT; calls `on_hup` at every SIGHUP.
+fn wait_for_signal(mut on_hup: impl FnMut()) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -103,7 +123,7 @@ fn wait_for_signal() -> anyhow::Result<()> {
             tokio::select! {
                 _ = term.recv() => return Ok(()),
                 _ = int.recv() => return Ok(()),
-                _ = hup.recv() => eprintln!("buffetd: SIGHUP: config reload is not supported yet; ignored"),
+                _ = hup.recv() => on_hup(),
             }
         }
     })

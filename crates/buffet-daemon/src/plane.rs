@@ -78,6 +78,11 @@ pub trait Plane: Send + Sync {
     fn admit(&self, t: &TenantConfig) -> Result<(), PlaneError>;
     /// Replaces a tenant's policy: the old state serves until the new one is built.
     fn update_policy(&self, t: &TenantConfig) -> Result<(), PlaneError>;
+    /// Changes tenant `new.id` from `old` to `new` in place: the policy first (the old
+    /// state serves until the new one is built), then name, classifier rules, MAX_NB
+    /// and weight in one swap between bursts. On error the policy is put back and
+    /// nothing changed. Overlap with other tenants' rules is the caller's check.
+    fn update(&self, old: &TenantConfig, new: &TenantConfig) -> Result<(), PlaneError>;
     /// Removes a tenant; its region is zeroed and returned.
     fn remove(&self, id: TenantId) -> Result<(), PlaneError>;
     /// A snapshot of every counter.
@@ -130,12 +135,38 @@ impl<N: RegisteredNf> Plane for Typed<N> {
             max_nb: t.max_nb,
             policy,
         })?;
+        if t.weight > 1 {
+            self.control.set_weight(t.id, t.weight)?;
+        }
         Ok(())
     }
 
     fn update_policy(&self, t: &TenantConfig) -> Result<(), PlaneError> {
         let policy = self.policy(t)?;
         self.control.update_policy(t.id, &policy)?;
+        Ok(())
+    }
+
+    fn update(&self, old: &TenantConfig, new: &TenantConfig) -> Result<(), PlaneError> {
+        let policy_changed = old.policy != new.policy;
+        if policy_changed {
+            self.update_policy(new)?;
+        }
+        let classified = (&old.name, &old.rules, old.max_nb) != (&new.name, &new.rules, new.max_nb);
+        if classified {
+            if let Err(e) =
+                self.control
+                    .reconfigure(new.id, new.name.clone(), new.rules.clone(), new.max_nb)
+            {
+                if policy_changed {
+                    let _ = self.update_policy(old);
+                }
+                return Err(e.into());
+            }
+        }
+        if old.weight != new.weight {
+            self.control.set_weight(new.id, new.weight)?;
+        }
         Ok(())
     }
 

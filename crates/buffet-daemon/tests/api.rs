@@ -37,6 +37,17 @@ rate_pps = 20000
     DaemonConfig::parse(Path::new("test.toml"), &text).unwrap()
 }
 
+trait WithApi {
+    fn with_api(self, f: impl FnOnce(&mut buffet_daemon::config::ApiConfig)) -> Self;
+}
+
+impl WithApi for DaemonConfig {
+    fn with_api(mut self, f: impl FnOnce(&mut buffet_daemon::config::ApiConfig)) -> Self {
+        f(&mut self.api);
+        self
+    }
+}
+
 fn start(dir: &Path) -> Daemon {
     Daemon::start(config(dir, ""), Path::new("test.toml")).unwrap()
 }
@@ -162,8 +173,8 @@ fn tenants_are_admitted_updated_and_removed_while_traffic_flows() {
     );
     assert_eq!(admin(&d, "POST", "/v1/tenants/9/release", None).0, 404);
 
-    // Rules cannot change in place.
-    let (s, v) = admin(&d, "PUT", "/v1/tenants/1", Some(&tenant(1, 3, allow_all())));
+    // Rules that overlap another tenant's cannot replace a tenant's own.
+    let (s, v) = admin(&d, "PUT", "/v1/tenants/1", Some(&tenant(1, 1, allow_all())));
     assert_eq!(s, 409, "{v}");
 
     let (s, _) = admin(&d, "DELETE", "/v1/tenants/1", None);
@@ -186,6 +197,106 @@ fn tenants_are_admitted_updated_and_removed_while_traffic_flows() {
     assert_eq!(admin(&d, "DELETE", "/v1/workers/0", None).0, 204);
     assert_eq!(admin(&d, "DELETE", "/v1/workers/0", None).0, 404);
     wait_for_packets(&d, 2, packets(&d, 2));
+    d.stop().unwrap();
+}
+
+#[test]
+fn rules_max_nb_and_name_change_in_place_while_traffic_flows() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    for (id, i) in [(1, 0), (2, 1)] {
+        let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(id, i, allow_all())));
+        assert_eq!(s, 201, "{v}");
+    }
+    let n1 = wait_for_packets(&d, 1, 0);
+
+    // Onto tenant 2's prefix at the same priority: refused, and nothing changed.
+    let (s, v) = admin(&d, "PUT", "/v1/tenants/1", Some(&tenant(1, 1, allow_all())));
+    assert_eq!(s, 409, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("overlaps tenant 2"),
+        "{v}"
+    );
+    let (_, doc) = admin(&d, "GET", "/v1/tenants/1", None);
+    assert_eq!(
+        doc,
+        tenant(1, 0, allow_all())
+            .as_object()
+            .map(|o| {
+                let mut o = o.clone();
+                o.insert("max_nb".into(), json!(0));
+                Value::Object(o)
+            })
+            .unwrap()
+    );
+    let n1 = wait_for_packets(&d, 1, n1);
+    // An invalid rule: 422, nothing changed.
+    let mut bad = tenant(1, 2, allow_all());
+    bad["rules"][0]["dst_ip"] = json!("10.0.2.0/99");
+    assert_eq!(admin(&d, "PUT", "/v1/tenants/1", Some(&bad)).0, 422);
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/1", None).1["rules"],
+        doc["rules"]
+    );
+
+    // Onto generator tenant 2's prefix, with a new name and MAX_NB, in one request.
+    let mut moved = tenant(1, 2, allow_all());
+    moved["name"] = json!("moved");
+    moved["max_nb"] = json!(1_000_000);
+    let (s, v) = admin(&d, "PUT", "/v1/tenants/1", Some(&moved));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        (v["name"].clone(), v["max_nb"].clone()),
+        (json!("moved"), json!(1_000_000))
+    );
+    // Counters carry on from where they were (same slot, same row), and grow.
+    let n1 = wait_for_packets(&d, 1, n1);
+    assert_eq!(
+        admin(&d, "GET", "/v1/stats", None).1["tenants"][0]["name"],
+        "moved"
+    );
+
+    // Onto a prefix no packet goes to: the tenant's count stops, so neither its first
+    // nor its second prefix reaches it any more.
+    let mut dead = moved.clone();
+    dead["rules"][0]["dst_ip"] = json!("10.9.9.0/24");
+    assert_eq!(admin(&d, "PUT", "/v1/tenants/1", Some(&dead)).0, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    let settled = packets(&d, 1);
+    assert!(settled >= n1, "counters went back: {settled} < {n1}");
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(
+        packets(&d, 1),
+        settled,
+        "a packet of an old prefix reached tenant 1"
+    );
+    // Its first prefix is free again: another tenant takes it and gets its packets.
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(3, 0, allow_all())));
+    assert_eq!(s, 201, "{v}");
+    wait_for_packets(&d, 3, 0);
+    // And back onto generator tenant 2's prefix: packets reach it again.
+    assert_eq!(admin(&d, "PUT", "/v1/tenants/1", Some(&moved)).0, 200);
+    wait_for_packets(&d, 1, settled);
+
+    // The batch form changes rules too (tenant 2 onto generator tenant 3's prefix).
+    let set = json!({ "tenant": [ moved.clone(), tenant(2, 3, allow_all()), tenant(3, 0, allow_all()) ] });
+    let (s, v) = admin(&d, "PUT", "/v1/tenants", Some(&set));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["updated"], json!([2]));
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/2", None).1["rules"][0]["dst_ip"],
+        "10.0.3.0/24"
+    );
+    let n2 = packets(&d, 2);
+    wait_for_packets(&d, 2, n2);
+    // A restart keeps the changed tenants.
+    d.stop().unwrap();
+    let d = start(dir.path());
+    let (_, v) = admin(&d, "GET", "/v1/tenants/1", None);
+    assert_eq!(
+        (v["name"].clone(), v["rules"][0]["dst_ip"].clone()),
+        (json!("moved"), json!("10.0.2.0/24"))
+    );
     d.stop().unwrap();
 }
 
@@ -435,5 +546,204 @@ fn metrics_parse_as_prometheus_text() {
         .samples
         .iter()
         .any(|s| s.metric.starts_with("buffet_admission_latency_seconds")));
+    d.stop().unwrap();
+}
+
+/// Every `(METHOD, path)` of `docs/openapi.json`.
+fn documented() -> std::collections::BTreeSet<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut out = std::collections::BTreeSet::new();
+    for (p, item) in doc["paths"].as_object().unwrap() {
+        for m in item.as_object().unwrap().keys() {
+            if ["get", "put", "post", "delete", "patch", "head", "options"].contains(&m.as_str()) {
+                out.insert((m.to_uppercase(), p.clone()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_openapi_document_names_exactly_the_routes_served() {
+    let served: std::collections::BTreeSet<(String, String)> = buffet_daemon::api::routes()
+        .into_iter()
+        .map(|(m, p)| (m.to_string(), p.to_owned()))
+        .collect();
+    let docs = documented();
+    let undocumented: Vec<_> = served.difference(&docs).collect();
+    let unserved: Vec<_> = docs.difference(&served).collect();
+    assert!(
+        undocumented.is_empty(),
+        "served but not in docs/openapi.json: {undocumented:?}"
+    );
+    assert!(
+        unserved.is_empty(),
+        "in docs/openapi.json but not served: {unserved:?}"
+    );
+    // Every operation documents its responses, and every path parameter.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for (m, p) in &docs {
+        let op = &doc["paths"][p][m.to_lowercase()];
+        assert!(
+            op["responses"].as_object().is_some_and(|r| !r.is_empty()),
+            "{m} {p}"
+        );
+        if p.contains("{id}") {
+            assert_eq!(op["parameters"][0]["name"], "id", "{m} {p}");
+        }
+    }
+
+    // Served as is, without a token; and each documented route answers (not the
+    // fallback's 404 "no such route", not 405).
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let text = ureq::get(&format!("http://{}/v1/openapi.json", d.addr()))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert_eq!(text, buffet_daemon::api::OPENAPI);
+    for (m, p) in &docs {
+        if p == "/v1/events" {
+            continue; // a stream that stays open
+        }
+        let path = p.replace("{id}", "99");
+        let (s, v) = call(&d, m, &path, None, Some("{}"));
+        assert_ne!(s, 405, "{m} {p}");
+        assert!(s != 404 || v["error"] != "no such route", "{m} {p}: {v}");
+    }
+    d.stop().unwrap();
+}
+
+#[test]
+fn a_client_trickling_its_headers_is_cut_off_while_others_are_served() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        config(dir.path(), "").with_api(|a| {
+            a.header_read_timeout_ms = 500;
+            a.max_connections = 2;
+        }),
+        Path::new("test.toml"),
+    )
+    .unwrap();
+    // Two slow clients take every connection the server allows.
+    let t0 = Instant::now();
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = d.addr();
+            std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+                s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                    .unwrap();
+                let started = Instant::now();
+                let mut buf = [0u8; 256];
+                loop {
+                    // One header byte every 50 ms: never a complete head.
+                    if s.write_all(b"X").is_err() {
+                        break;
+                    }
+                    match s.read(&mut buf) {
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) => {}
+                        // End of stream, an answer or a reset: the server let go.
+                        _ => break,
+                    }
+                    assert!(started.elapsed() < Duration::from_secs(30), "never cut off");
+                }
+                started.elapsed()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // Another client is served once the slow ones are cut off (the limit is 2).
+    assert_eq!(call(&d, "GET", "/healthz", None, None).0, 200);
+    let served_after = t0.elapsed();
+    for h in slow {
+        let cut = h.join().unwrap();
+        assert!(
+            cut < Duration::from_secs(3),
+            "a trickling client was held {cut:?}"
+        );
+    }
+    assert!(served_after < Duration::from_secs(3), "{served_after:?}");
+    // With connections free, a client is served at once.
+    let t1 = Instant::now();
+    assert_eq!(call(&d, "GET", "/healthz", None, None).0, 200);
+    assert!(
+        t1.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        t1.elapsed()
+    );
+    d.stop().unwrap();
+}
+
+#[test]
+fn a_reload_changes_what_may_change_and_refuses_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let d = Daemon::start(cfg.clone(), Path::new("test.toml")).unwrap();
+    assert_eq!(admin(&d, "POST", "/v1/workers", None).0, 201);
+    assert_eq!(admin(&d, "POST", "/v1/workers", None).0, 409);
+    // max_workers 3 -> 4 and a new admin token.
+    let new_token = "a-new-admin-token-after-reload-0001";
+    std::fs::write(dir.path().join("admin2.token"), format!("{new_token}\n")).unwrap();
+    let mut next = cfg.clone();
+    next.dataplane.max_workers = 4;
+    next.api.admin_token_file = Some(dir.path().join("admin2.token"));
+    next.api.max_body_bytes = 2048;
+    let changed = d.reload(next.clone()).unwrap();
+    assert_eq!(
+        changed,
+        [
+            "api.admin_token_file",
+            "api.max_body_bytes",
+            "dataplane.max_workers"
+        ]
+    );
+    assert_eq!(call(&d, "POST", "/v1/workers", Some(ADMIN), None).0, 401);
+    assert_eq!(
+        call(&d, "POST", "/v1/workers", Some(new_token), None).0,
+        201
+    );
+    // The new body limit holds for new connections.
+    let big = json!({ "id": 5, "rules": [ { "dst_ip": "10.0.0.0/24" } ], "policy": { "x": "y".repeat(3000) } });
+    assert_eq!(
+        call(
+            &d,
+            "POST",
+            "/v1/tenants",
+            Some(new_token),
+            Some(&big.to_string())
+        )
+        .0,
+        413
+    );
+    // A field that needs a restart: refused, naming it, and nothing changed.
+    let mut fixed = next.clone();
+    fixed.dataplane.max_workers = 8;
+    fixed.dataplane.tenant_slots = 32;
+    let e = d.reload(fixed).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "dataplane.tenant_slots cannot change without a restart"
+    );
+    assert_eq!(
+        call(&d, "POST", "/v1/workers", Some(new_token), None).0,
+        409
+    );
+    let mut nf = next.clone();
+    nf.nf.name = Some("monitor".into());
+    assert_eq!(
+        d.reload(nf).unwrap_err().to_string(),
+        "nf cannot change without a restart"
+    );
+    assert_eq!(d.reload(next).unwrap(), Vec::<&str>::new());
     d.stop().unwrap();
 }

@@ -337,6 +337,40 @@ impl Dispatcher {
         Ok(worker)
     }
 
+    /// Replaces an admitted tenant's classifier rules and per-slot budget in one step:
+    /// every new rule is validated first, and on error nothing changed. The tenant keeps
+    /// its slot, its worker and its Load Monitor counters; from the next packet on, only
+    /// the new rules classify to it.
+    pub fn replace_rules(
+        &mut self,
+        slot: TenantSlot,
+        rules: Vec<(u32, Match)>,
+        max_nb: u64,
+    ) -> Result<(), DispatchError> {
+        if !self.has_tenant(slot) {
+            return Err(DispatchError::UnknownTenant(slot));
+        }
+        for (index, (_, m)) in rules.iter().enumerate() {
+            m.validate()
+                .map_err(|source| DispatchError::InvalidRule { index, source })?;
+        }
+        self.sched
+            .set_tenant_max(slot, max_nb)
+            .map_err(DispatchError::Placement)?;
+        self.classifier.remove_tenant(slot);
+        for (index, (priority, fields)) in rules.into_iter().enumerate() {
+            // Validated above: cannot fail.
+            self.classifier
+                .insert(Rule {
+                    priority,
+                    tenant: slot,
+                    fields,
+                })
+                .map_err(|source| DispatchError::InvalidRule { index, source })?;
+        }
+        Ok(())
+    }
+
     /// Removes a tenant: its rules and its Load Monitor row.
     pub fn remove(&mut self, slot: TenantSlot) -> Result<(), DispatchError> {
         self.sched
@@ -722,6 +756,45 @@ mod tests {
         // w1 2, w2 1 -> fewest, tie -> lowest id: w0.
         assert_eq!(d.admit(TenantSlot(3), port(83), 0), Ok(WorkerId(0)));
         assert!(d.dispatch(0, 0, &mut udp(83)).is_pass());
+    }
+
+    #[test]
+    fn replace_rules_swaps_all_or_nothing() {
+        let mut d = Dispatcher::new(DispatcherConfig::default());
+        d.add_worker(1000);
+        d.admit(TenantSlot(1), port(80), 0).unwrap();
+        assert!(d.dispatch(0, 0, &mut udp(80)).is_pass());
+        // An invalid second rule: nothing changes.
+        let mut bad = port(81);
+        bad.push((
+            10,
+            Match {
+                dscp: Some(99),
+                ..Match::default()
+            },
+        ));
+        assert!(matches!(
+            d.replace_rules(TenantSlot(1), bad, 0),
+            Err(DispatchError::InvalidRule { index: 1, .. })
+        ));
+        assert!(d.dispatch(0, 0, &mut udp(80)).is_pass());
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(81)),
+            Decision::Drop(DispatchDrop::Unmatched)
+        );
+        assert_eq!(
+            d.replace_rules(TenantSlot(2), port(81), 0),
+            Err(DispatchError::UnknownTenant(TenantSlot(2)))
+        );
+        // The swap: the new port classifies to the tenant, the old one no longer does,
+        // and the new budget polices.
+        d.replace_rules(TenantSlot(1), port(81), 1).unwrap();
+        assert_eq!(
+            d.dispatch(0, 0, &mut udp(80)),
+            Decision::Drop(DispatchDrop::Unmatched)
+        );
+        assert!(d.dispatch(1 << 40, 0, &mut udp(81)).is_pass());
+        assert!(!d.dispatch(1 << 40, 0, &mut udp(81)).is_pass());
     }
 
     #[test]

@@ -348,6 +348,20 @@ pub enum Command {
         /// The answer.
         reply: Sender<Result<(), DispatchError>>,
     },
+    /// Swap an admitted tenant's name, classifier rules and MAX_NB at once (see
+    /// [`Control::reconfigure`]).
+    Reconfigure {
+        /// The tenant's slot.
+        slot: TenantSlot,
+        /// Its new name.
+        name: String,
+        /// Its new classifier rules.
+        rules: Vec<(u32, Match)>,
+        /// Its new MAX_NB per timeslot.
+        max_nb: u64,
+        /// The answer.
+        reply: Sender<Result<(), DispatchError>>,
+    },
     /// Start one more worker.
     LaunchWorker {
         /// The answer.
@@ -522,6 +536,38 @@ impl<N: NetworkFunction> Control<N> {
         let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
         self.ask(|reply| Command::Remove { slot, reply })
             .ok_or(PipelineError::Stopped)
+    }
+
+    /// Replaces tenant `id`'s name, classifier rules and MAX_NB in one step, applied by
+    /// the data plane between bursts: a packet is classified either under the old rules
+    /// or under the new ones, never a mix. The rules are validated first; on error
+    /// nothing changed. The tenant keeps its slot, state, worker and counters. Checking
+    /// that the new rules do not overlap another tenant's is the caller's business (as at
+    /// admission).
+    pub fn reconfigure(
+        &self,
+        id: TenantId,
+        name: String,
+        rules: Vec<(u32, Match)>,
+        max_nb: u64,
+    ) -> Result<(), PipelineError> {
+        if self.core.stopped.load(Ordering::Acquire) {
+            return Err(PipelineError::Stopped);
+        }
+        let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
+        let rx = self
+            .ask(|reply| Command::Reconfigure {
+                slot,
+                name,
+                rules,
+                max_nb,
+                reply,
+            })
+            .ok_or(PipelineError::Stopped)?;
+        match rx.recv() {
+            Ok(r) => r.map_err(|source| PipelineError::Dispatch { tenant: id, source }),
+            Err(_) => Err(PipelineError::Stopped),
+        }
     }
 
     /// Sets tenant `id`'s weight in the weighted deficit round robin that serves the
@@ -1023,6 +1069,22 @@ impl<N: NetworkFunction> Dataplane<N> {
                         w.flush.until.fetch_max(d, Ordering::AcqRel);
                     }
                     self.retiring.push((slot, snapshot));
+                }
+                let _ = reply.send(r);
+            }
+            Command::Reconfigure {
+                slot,
+                name,
+                rules,
+                max_nb,
+                reply,
+            } => {
+                let r = self.dispatcher.replace_rules(slot, rules, max_nb);
+                if r.is_ok() {
+                    self.core
+                        .names
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)[slot.index()] = Some(name);
                 }
                 let _ = reply.send(r);
             }

@@ -233,3 +233,78 @@ fn admissions_from_another_thread_cost_other_tenants_nothing() {
     // After the run, control calls fail cleanly instead of hanging.
     assert!(control.admit(spec(99)).is_err());
 }
+
+/// Runs `f` on another thread while this one applies the data plane's commands.
+fn answered<T: Send + 'static>(
+    dataplane: &mut Dataplane<Monitor>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let h = std::thread::spawn(f);
+    while !h.is_finished() {
+        dataplane.apply_commands();
+    }
+    h.join().unwrap()
+}
+
+#[test]
+fn reconfigure_swaps_rules_max_nb_and_name_between_bursts() {
+    let cfg = PipelineConfig {
+        workers: 1,
+        pin: false,
+        dispatcher: DispatcherConfig::default(),
+        ..PipelineConfig::default()
+    };
+    let (control, mut dataplane) = build(Monitor::default(), cfg).unwrap();
+    let c = control.clone();
+    answered(&mut dataplane, move || c.admit(spec(1)).unwrap());
+    // Timeslot 0 before the swap, timeslot 2 after (the default shift is 30).
+    let send = |dp: &mut Dataplane<Monitor>, ts0: u64, octet: u32, n: u32| {
+        for seq in 0..n {
+            dp.push(ts0 + u64::from(seq), 0, &frame(octet, seq));
+        }
+        dp.flush();
+    };
+    // Before: 10.0.1.0/24 is tenant 1's, 10.0.7.0/24 nobody's.
+    send(&mut dataplane, 0, 1, 100);
+    send(&mut dataplane, 0, 7, 100);
+    let r = dataplane.report();
+    assert_eq!(r.tenants[0].packets, 100);
+    assert_eq!(r.global.unmatched, 100);
+
+    // An invalid rule: refused, nothing changed.
+    let c = control.clone();
+    let bad = Match {
+        dscp: Some(99),
+        ..Match::default()
+    };
+    let e = answered(&mut dataplane, move || {
+        c.reconfigure(TenantId(1), "x".into(), vec![(100, bad)], 0)
+    });
+    assert!(matches!(e, Err(PipelineError::Dispatch { .. })), "{e:?}");
+    assert!(matches!(
+        control.reconfigure(TenantId(9), "x".into(), vec![], 0),
+        Err(PipelineError::Unknown(_))
+    ));
+    send(&mut dataplane, 0, 1, 10);
+    assert_eq!(dataplane.report().tenants[0].packets, 110);
+
+    // The swap: the new prefix reaches the tenant, the old one no longer does, its
+    // counters carry on, its name and MAX_NB are the new ones.
+    let c = control.clone();
+    let mut moved = spec(7);
+    moved.max_nb = 50;
+    answered(&mut dataplane, move || {
+        c.reconfigure(TenantId(1), "moved".into(), moved.rules, moved.max_nb)
+            .unwrap();
+    });
+    send(&mut dataplane, 2 << 30, 7, 100);
+    send(&mut dataplane, 2 << 30, 1, 100);
+    let r = dataplane.report();
+    let t = &r.tenants[0];
+    assert_eq!((t.id, t.name.as_str()), (TenantId(1), "moved"));
+    // 100 of the new prefix: MAX_NB 50 of them in this timeslot reach the NF, the rest
+    // is policed; the old prefix's 100 are unmatched.
+    assert_eq!(t.packets, 110 + 50, "{t:?}");
+    assert_eq!(t.drops.get("policed"), Some(&50), "{t:?}");
+    assert_eq!(r.global.unmatched, 100 + 100);
+}
