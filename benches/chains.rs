@@ -230,11 +230,23 @@ fn lookups<N: RegisteredNf>(
 }
 
 fn firewall(c: &mut Criterion) {
-    lookups(c, "chains-firewall", "firewall", Firewall::default, firewall_policy);
+    lookups(
+        c,
+        "chains-firewall",
+        "firewall",
+        Firewall::default,
+        firewall_policy,
+    );
 }
 
 fn flowfwd(c: &mut Criterion) {
-    lookups(c, "chains-flowfwd", "flowfwd", FlowFwd::default, flowfwd_policy);
+    lookups(
+        c,
+        "chains-flowfwd",
+        "flowfwd",
+        FlowFwd::default,
+        flowfwd_policy,
+    );
 }
 
 criterion_group!(benches, noop, firewall, flowfwd);

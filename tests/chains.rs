@@ -259,7 +259,10 @@ fn a_group_passes_the_stages_in_order_split_at_guards() {
     assert_eq!(fw.drops[DropCause::Policy.index()], 1);
     // The guarded stage saw only the web packets, in the tenant's order.
     assert_eq!((probe.packets, probe.passed), (3, 3));
-    assert_eq!(mon.packets, 5, "the guard skips a stage, it does not end the chain");
+    assert_eq!(
+        mon.packets, 5,
+        "the guard skips a stage, it does not end the chain"
+    );
     // The packets came back to their places: the frames are untouched and in order.
     for (i, f) in frames.iter().enumerate() {
         assert_eq!(f[f.len() - 16 - 4..f.len() - 16], (i as u32).to_le_bytes());
@@ -346,9 +349,17 @@ fn headers_are_parsed_again_after_a_rewrite_and_only_then() {
     assert!(!seen[1][0].written, "the fresh parse cleared the flag");
     // No rewrite: the layout the dispatcher attached is kept (here a stale one, on
     // purpose, so that a parse would show).
-    let seen = seen_of(&c, json!([{ "nf": "probe" }, { "nf": "probe2" }]), stale_tcp);
+    let seen = seen_of(
+        &c,
+        json!([{ "nf": "probe" }, { "nf": "probe2" }]),
+        stale_tcp,
+    );
     assert_eq!(seen[0][0].vlan, Some(7), "the dispatcher's layout");
-    assert_eq!(seen[1][0].vlan, Some(7), "not parsed again: nothing was written");
+    assert_eq!(
+        seen[1][0].vlan,
+        Some(7),
+        "not parsed again: nothing was written"
+    );
     // A write (even one that changes nothing) makes the next stage parse again.
     let seen = seen_of(
         &c,
@@ -452,7 +463,9 @@ impl Recorder {
 
     fn take(&self, n: usize) -> Vec<Vec<Seen>> {
         let m = self.0.lock().unwrap();
-        (0..n).map(|i| m.get(&i).cloned().unwrap_or_default()).collect()
+        (0..n)
+            .map(|i| m.get(&i).cloned().unwrap_or_default())
+            .collect()
     }
 }
 
@@ -508,7 +521,11 @@ fn a_mark_set_by_one_stage_steers_a_later_guard() {
             { "nf": "audit" },
         ]),
     );
-    let v = run(&c, &mut s, &mut [tcp(0, 80), tcp(1, 443), tcp(2, 443), tcp(3, 22)]);
+    let v = run(
+        &c,
+        &mut s,
+        &mut [tcp(0, 80), tcp(1, 443), tcp(2, 443), tcp(3, 22)],
+    );
     assert_eq!(
         v,
         [
@@ -533,7 +550,10 @@ fn a_mark_set_by_one_stage_steers_a_later_guard() {
 fn a_fault_ends_the_chain_and_the_packets_before_it_finish() {
     for (policy, what) in [
         (json!({ "fault_at": 3 }), "reported a fault"),
-        (json!({ "panic_at": 3 }), "panicked: probe panics at packet 3"),
+        (
+            json!({ "panic_at": 3 }),
+            "panicked: probe panics at packet 3",
+        ),
     ] {
         let c = chain();
         let mut s = built(
@@ -561,7 +581,10 @@ fn a_fault_ends_the_chain_and_the_packets_before_it_finish() {
         let st = stages(&s);
         assert_eq!(st[0].1.packets, 6);
         assert_eq!((st[1].1.packets, st[1].1.passed, st[1].1.faults), (3, 2, 1));
-        assert_eq!(st[2].1.packets, 2, "the packets before the fault finish the chain");
+        assert_eq!(
+            st[2].1.packets, 2,
+            "the packets before the fault finish the chain"
+        );
         let reason = c.fault_reason(&s).unwrap();
         assert!(
             reason.starts_with("chain stage 1 (probe): ") && reason.contains(what),
@@ -598,7 +621,11 @@ fn each_stage_gets_its_own_page_aligned_part_of_the_region() {
         assert_eq!(addr % PAGE, 0);
         assert_eq!(*len, part);
     }
-    assert_eq!(filled[1].0 - filled[0].0, 2 * part, "the monitor's part lies between");
+    assert_eq!(
+        filled[1].0 - filled[0].0,
+        2 * part,
+        "the monitor's part lies between"
+    );
     // A region too small for the chain is an admission error.
     let mut small = vec![0u8; part];
     let e = c.init_in_region(&pol, &mut ChainState::default(), &mut small);
@@ -630,13 +657,19 @@ fn bad_chain_policies_are_init_errors_naming_the_stage() {
         let mut s = ChainState::default();
         c.init(&policy(stages), &mut s).unwrap_err().to_string()
     };
-    let e = init(json!([{ "nf": "monitor" }, { "nf": "firewall", "policy": { "default": "maybe" } }]));
+    let e =
+        init(json!([{ "nf": "monitor" }, { "nf": "firewall", "policy": { "default": "maybe" } }]));
     assert!(e.contains("stages[1].policy"), "{e}");
     let e = init(json!([{ "nf": "dpi" }]));
-    assert!(e.contains("stages[0].nf") && e.contains("not loaded"), "{e}");
+    assert!(
+        e.contains("stages[0].nf") && e.contains("not loaded"),
+        "{e}"
+    );
     let e = init(json!([]));
     assert!(e.contains("0 stages"), "{e}");
-    let nine: Vec<_> = (0..=MAX_STAGES).map(|_| json!({ "nf": "monitor" })).collect();
+    let nine: Vec<_> = (0..=MAX_STAGES)
+        .map(|_| json!({ "nf": "monitor" }))
+        .collect();
     let e = init(json!(nine));
     assert!(e.contains("9 stages"), "{e}");
     // A guard is checked when the policy is read (the daemon's JSON path).
@@ -715,14 +748,21 @@ fn a_faulting_chain_quarantines_its_tenant_only() {
         p.admit(spec(t, json!([firewall_stage(), { "nf": "monitor" }])))
             .unwrap();
     }
-    p.admit(spec(4, json!([firewall_stage(), { "nf": "probe", "policy": { "fault_at": 15 } }])))
-        .unwrap();
+    p.admit(spec(
+        4,
+        json!([firewall_stage(), { "nf": "probe", "policy": { "fault_at": 15 } }]),
+    ))
+    .unwrap();
     let mut sent = [0u64; 5];
     for round in 0..10u32 {
         for t in 1..=4u32 {
             for k in 0..8 {
                 let dport = if k == 0 { 53 } else { 5000 };
-                p.push(u64::from(round * 100 + k), 0, &frame(t, round * 8 + k, dport));
+                p.push(
+                    u64::from(round * 100 + k),
+                    0,
+                    &frame(t, round * 8 + k, dport),
+                );
                 sent[t as usize] += 1;
             }
         }
@@ -733,7 +773,11 @@ fn a_faulting_chain_quarantines_its_tenant_only() {
         let r = by_id[&t];
         assert!(!r.quarantined);
         assert_eq!(r.packets, sent[t as usize]);
-        assert_eq!(r.passed, sent[t as usize] * 7 / 8, "tenant {t} lost a packet");
+        assert_eq!(
+            r.passed,
+            sent[t as usize] * 7 / 8,
+            "tenant {t} lost a packet"
+        );
         assert_eq!(r.nf["chain.0.firewall.drop.policy"], sent[t as usize] / 8);
         assert_eq!(r.nf["chain.1.monitor.packets"], sent[t as usize] * 7 / 8);
     }
@@ -777,7 +821,8 @@ fn a_hostile_ebpf_stage_cannot_touch_the_firewall_or_other_tenants() {
         p.admit(spec(t, json!([firewall_stage(), { "nf": "monitor" }])))
             .unwrap();
     }
-    p.admit(spec(3, json!([firewall_stage(), { "nf": key }]))).unwrap();
+    p.admit(spec(3, json!([firewall_stage(), { "nf": key }])))
+        .unwrap();
     let own = |path: &Path, fault_after: u32| {
         json!({ "nf": key, "policy": { "program": path,
             "maps": { "config": { "u32": [fault_after] } } } })
@@ -791,7 +836,11 @@ fn a_hostile_ebpf_stage_cannot_touch_the_firewall_or_other_tenants() {
         for t in 1..=6u32 {
             for k in 0..8 {
                 let dport = if k == 0 { 53 } else { 5000 };
-                p.push(u64::from(round * 100 + k), 0, &frame(t, round * 8 + k, dport));
+                p.push(
+                    u64::from(round * 100 + k),
+                    0,
+                    &frame(t, round * 8 + k, dport),
+                );
                 sent[t as usize] += 1;
             }
         }
@@ -803,14 +852,26 @@ fn a_hostile_ebpf_stage_cannot_touch_the_firewall_or_other_tenants() {
     // it is admitted, and the traffic in flight is not disturbed.
     let before = p.report();
     let err = p
-        .admit(spec(6, json!([firewall_stage(), { "nf": key, "policy": { "program": reject } }])))
+        .admit(spec(
+            6,
+            json!([firewall_stage(), { "nf": key, "policy": { "program": reject } }]),
+        ))
         .unwrap_err();
     let msg = err.to_string();
     assert!(
-        matches!(err, PipelineError::Policy { tenant: TenantId(6), .. }),
+        matches!(
+            err,
+            PipelineError::Policy {
+                tenant: TenantId(6),
+                ..
+            }
+        ),
         "{msg}"
     );
-    assert!(msg.contains("stages[1].program") && msg.contains("verifier"), "{msg}");
+    assert!(
+        msg.contains("stages[1].program") && msg.contains("verifier"),
+        "{msg}"
+    );
     assert_eq!(p.report().tenants.len(), before.tenants.len());
     for round in 5..10 {
         push(&mut p, &mut sent, round);
@@ -827,7 +888,7 @@ fn a_hostile_ebpf_stage_cannot_touch_the_firewall_or_other_tenants() {
         assert_eq!(r.nf["chain.0.firewall.nf.packets"], n(t), "tenant {t}");
         assert_eq!(r.nf["chain.0.firewall.nf.denied"], n(t) / 8, "tenant {t}");
     }
-    assert_eq!(by_id[&3].nf[&*format!("chain.1.ebpf.nf.packets")], n(3) * 7 / 8);
+    assert_eq!(by_id[&3].nf["chain.1.ebpf.nf.packets"], n(3) * 7 / 8);
     // The attacker's own firewall stage, beside the scribbling stage, counted exactly its
     // traffic: the scribbler reached none of it.
     let r4 = by_id[&4];
@@ -849,7 +910,9 @@ fn compile(name: &str, dir: &Path) -> PathBuf {
     let out = dir.join(format!("{name}.o"));
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
     let r = Command::new(clang)
-        .args(["-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror", "-I"])
+        .args([
+            "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-Wall", "-Werror", "-I",
+        ])
         .arg(root.join("crates/buffet-ebpf/include"))
         .arg("-c")
         .arg(root.join("examples/ebpf").join(format!("{name}.c")))
@@ -925,13 +988,16 @@ fn replay_prints_and_writes_each_stage() {
         "--no-pin",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Tenant 1 got 20 packets, 10 of them DNS (denied at stage 0).
     assert!(stdout.contains("stage 0 firewall"), "{stdout}");
     assert!(stdout.contains("policy=10"), "{stdout}");
     assert!(stdout.contains("stage 2 monitor"), "{stdout}");
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     let t1 = &json["tenants"][0];
     assert_eq!(t1["passed"], 10);
     let chain = t1["chain"].as_array().unwrap();
@@ -958,7 +1024,11 @@ fn replay_prints_and_writes_each_stage() {
         input.to_str().unwrap(),
         "--no-pin",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::fs::write(&t, format!("{CLI_TENANTS}{CLI_PLAIN_TENANT}")).unwrap();
     let out = buffet_cmd(&[
         "replay",

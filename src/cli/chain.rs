@@ -82,9 +82,7 @@ pub(crate) fn level(
 ) -> anyhow::Result<Isolation> {
     let default = match chosen {
         Chosen::Spec(spec) => Some(spec.clone()),
-        Chosen::Registered(_) => Some(NfSpec::Reference(
-            buffet_config::registry::NfName::Monitor,
-        )),
+        Chosen::Registered(_) => Some(NfSpec::Reference(buffet_config::registry::NfName::Monitor)),
         Chosen::Nothing => None,
     };
     let level = chain::resolve_level(requested, default.as_ref(), tenants, file)?;
@@ -184,13 +182,18 @@ pub(crate) fn stages_of(nf: &BTreeMap<&'static str, u64>) -> Vec<StageRow> {
     rows.into_values().collect()
 }
 
-/// Prints a tenant's stage lines (nothing for a tenant without stages). No timings: the
+/// Prints a tenant's stage lines when its chain has more than one stage (a one-stage
+/// chain is the tenant's row itself; `--stats-json` has every chain). No timings: the
 /// text output stays the same from run to run.
 pub(crate) fn print_stages(
     out: &mut dyn Write,
     nf: &BTreeMap<&'static str, u64>,
 ) -> std::io::Result<()> {
-    for s in stages_of(nf) {
+    let stages = stages_of(nf);
+    if stages.len() < 2 {
+        return Ok(());
+    }
+    for s in stages {
         let drops = if s.drops.is_empty() {
             "-".to_owned()
         } else {

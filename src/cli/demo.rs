@@ -92,9 +92,10 @@ impl NfVisitor for Demo<'_> {
     fn visit<N: RegisteredNf>(self, nf: N) -> anyhow::Result<()> {
         let file = Path::new("(demo)");
         let tenants = demo_tenants(self.a)?;
-        let chain = Chain::new()
-            .with_nf(DEFAULT_KEY, nf)
-            .load_stages(&tenants, Isolation::Safe, file)?;
+        let chain =
+            Chain::new()
+                .with_nf(DEFAULT_KEY, nf)
+                .load_stages(&tenants, Isolation::Safe, file)?;
         chain.check_tenants(&tenants, file)?;
         demo_with(chain, self.a, self.cfg, &chain::chained_tenants(&tenants))
     }

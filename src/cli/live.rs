@@ -263,8 +263,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         .as_deref()
         .map(|p| OutputFile::create("--stats-json", p))
         .transpose()?;
-    let (level, chained) =
-        replay::plan(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
+    let (level, chained) = replay::plan(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
     let sched = buffet_dispatch::SchedulerConfig {
         shift: a.shift,
         threshold: a.threshold,

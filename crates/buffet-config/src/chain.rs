@@ -245,11 +245,12 @@ pub enum ChainError {
         /// The NF.
         spec: NfSpec,
         /// Why.
-        source: RegistryError,
+        source: Box<RegistryError>,
     },
     /// A stage's NF cannot run at the run's isolation level.
     #[error(
-        "{}: tenant {tenant}: chain[{stage}].nf: the {kind} NF {spec} cannot run at isolation {level}{hint}",
+        "{}: tenant {tenant}: chain[{stage}].nf: the C NF {spec} cannot run at isolation \
+         {level}; use --isolation mpk (or trusted-native)",
         file.display()
     )]
     Level {
@@ -261,12 +262,8 @@ pub enum ChainError {
         stage: usize,
         /// The NF.
         spec: NfSpec,
-        /// `C`.
-        kind: &'static str,
         /// The run's level.
         level: Isolation,
-        /// What to do instead.
-        hint: &'static str,
     },
     /// A tenant asks for another level than the run's.
     #[error(transparent)]
@@ -320,9 +317,7 @@ pub fn resolve_level(
                     tenant: format!("{} ({:?})", t.id, t.name),
                     stage: k,
                     spec: s.nf.clone(),
-                    kind: "C",
                     level,
-                    hint: "; use --isolation mpk (or trusted-native)",
                 });
             }
         }
@@ -461,7 +456,10 @@ impl ChainState {
 
     /// Stage `i`'s own summary (its NF's counters for this tenant).
     pub fn stage_summary(&self, i: usize) -> Vec<(&'static str, u64)> {
-        self.stages.get(i).map(|s| s.run.summary()).unwrap_or_default()
+        self.stages
+            .get(i)
+            .map(|s| s.run.summary())
+            .unwrap_or_default()
     }
 }
 
@@ -556,7 +554,7 @@ impl Chain {
             let nf = spec.load_at(level).map_err(|source| ChainError::Load {
                 file: file.to_owned(),
                 spec: spec.clone(),
-                source,
+                source: Box::new(source),
             })?;
             self = self.with_loaded(&spec, nf);
         }
@@ -972,5 +970,115 @@ impl RegisteredNf for Chain {
             .iter()
             .flat_map(|(_, e)| e.contained_faults())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenants::{parse, Format};
+
+    const FILE: &str = r#"
+[[tenant]]
+id = 1
+rules = [ { vlan = 1 } ]
+[[tenant.chain]]
+nf = "firewall"
+policy = { default = "deny" }
+[[tenant.chain]]
+nf = "monitor"
+when = { protocol = "udp", dst_port = "53-54", mark = 3 }
+[[tenant.chain]]
+nf = "firewall"
+
+[[tenant]]
+id = 2
+rules = [ { vlan = 2 } ]
+[tenant.policy]
+flow_capacity = 8
+"#;
+
+    fn tenants() -> Vec<TenantConfig> {
+        parse(Format::Toml, Path::new("t.toml"), FILE).unwrap()
+    }
+
+    #[test]
+    fn a_tenant_file_becomes_chain_policies() {
+        let t = tenants();
+        assert!(any_chain(&t));
+        assert_eq!(
+            stage_specs(&t)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["firewall", "monitor"]
+        );
+        let chained = chained_tenants(&t);
+        let p: ChainPolicy = chained[0].policy_as(Path::new("t.toml")).unwrap();
+        assert_eq!(p, ChainPolicy::of_tenant(&t[0]));
+        assert_eq!(p.stages.len(), 3);
+        assert_eq!(p.stages[1].when, t[0].chain[1].when);
+        // A tenant without a chain: the run's NF with the tenant's policy.
+        let p: ChainPolicy = chained[1].policy_as(Path::new("t.toml")).unwrap();
+        assert_eq!(p.stages.len(), 1);
+        assert_eq!(p.stages[0].nf, DEFAULT_KEY);
+        assert_eq!(p.stages[0].policy, t[1].policy);
+    }
+
+    #[test]
+    fn the_level_follows_the_stages() {
+        let t = tenants();
+        let f = Path::new("t.toml");
+        assert_eq!(resolve_level(None, None, &t, f).unwrap(), Isolation::Safe);
+        let c: NfSpec = "c:x.so".parse().unwrap();
+        assert_eq!(
+            resolve_level(None, Some(&c), &t, f).unwrap(),
+            Isolation::Mpk
+        );
+        let mut with_c = t.clone();
+        with_c[0].chain[2].nf = c.clone();
+        let e = resolve_level(Some(Isolation::Safe), None, &with_c, f)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tenant 1 (\"tenant-1\"): chain[2].nf: the C NF c:x.so cannot run at isolation safe"),
+            "{e}"
+        );
+        assert_eq!(
+            resolve_level(Some(Isolation::TrustedNative), None, &with_c, f).unwrap(),
+            Isolation::TrustedNative
+        );
+        let mut asks = t.clone();
+        asks[1].isolation = Some(Isolation::Ebpf);
+        assert!(resolve_level(None, None, &asks, f).is_err());
+    }
+
+    #[test]
+    fn check_tenants_names_the_stage_and_needs_a_default() {
+        let chain = Chain::new()
+            .with_nf("firewall", buffet_nfs::Firewall::default())
+            .with_nf("monitor", buffet_nfs::Monitor::default());
+        let t = tenants();
+        let f = Path::new("t.toml");
+        let e = chain.check_tenants(&t, f).unwrap_err().to_string();
+        assert!(
+            e.starts_with("t.toml: tenant 2 (\"tenant-2\"): nf: the tenant names no chain"),
+            "{e}"
+        );
+        let chain = chain.with_nf(DEFAULT_KEY, buffet_nfs::Monitor::default());
+        chain.check_tenants(&t, f).unwrap();
+        let mut bad = t.clone();
+        bad[0].chain[2].policy = Policy::from_map(
+            serde_json::json!({ "default": "maybe" })
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let e = chain.check_tenants(&bad, f).unwrap_err().to_string();
+        assert!(
+            e.starts_with("t.toml: tenant 1 (\"tenant-1\"): chain[2].policy: "),
+            "{e}"
+        );
+        assert!(e.contains("maybe"), "{e}");
     }
 }

@@ -452,8 +452,7 @@ fn build_stage<V: Doc>(raw: V) -> Result<StageConfig, (String, String)> {
 /// Parses a `when` guard from its JSON form (the tenants file's, after TOML maps to
 /// JSON, and a chain policy's); the error's field is `""` or `.dst_port`-like.
 pub(crate) fn guard_from_json(value: serde_json::Value) -> Result<Guard, (String, String)> {
-    let g: RawGuard =
-        serde_json::from_value(value).map_err(|e| (String::new(), e.to_string()))?;
+    let g: RawGuard = serde_json::from_value(value).map_err(|e| (String::new(), e.to_string()))?;
     let rule = RawRule {
         priority: None,
         in_port: g.in_port,
@@ -1126,7 +1125,10 @@ rules = [ { dst_ip = "10.8.0.0/16" } ]
         let e = stage("nf = \"dpi\"\nwhen = { priority = 3, vlan = 1 }");
         assert!(e.contains("chain[1].when: unknown field `priority`"), "{e}");
         let e = stage("nf = \"dpi\"\nwhen = {}");
-        assert!(e.contains("chain[1].when: a guard must match at least one field"), "{e}");
+        assert!(
+            e.contains("chain[1].when: a guard must match at least one field"),
+            "{e}"
+        );
         let e = stage("nf = \"dpi\"\nwhen = { mark = -1 }");
         assert!(e.contains("chain[1].when"), "{e}");
         let e = stage("nf = \"dpi\"\ncolour = 1");
