@@ -1,13 +1,17 @@
 //! `buffet demo`: seeded synthetic multi-tenant traffic through the software Packet
 //! Dispatcher and the Worker Pool running the Monitor NF (or another NF `--nf` names,
-//! with its default policy). Needs no root, no NIC and no configuration; two runs with
+//! with its default policy). Tenant 1 names its own three-stage chain (firewall, then
+//! DPI for web traffic only, then monitor; docs/chains.md) and its per-stage counters are
+//! printed under its row. Needs no root, no NIC and no configuration; two runs with
 //! the same arguments print the same standard output (timings go to standard error).
 
 use std::io::Write;
 use std::path::Path;
 
-use buffet_config::registry::{NfVisitor, RegisteredNf};
-use buffet_config::TenantConfig;
+use buffet_config::chain::{self, Chain, DEFAULT_KEY};
+use buffet_config::registry::{NfName, NfSpec, NfVisitor, RegisteredNf};
+use buffet_config::tenants::{Policy, StageConfig};
+use buffet_config::{Isolation, TenantConfig};
 use buffet_dispatch::{DispatcherConfig, Match, Planner, SchedulerConfig};
 use buffet_io::gen::{tenant_dst_prefix, GenConfig, Generator};
 use buffet_io::{PacketSource, SourcePort};
@@ -86,35 +90,46 @@ impl NfVisitor for Demo<'_> {
     type Output = anyhow::Result<()>;
 
     fn visit<N: RegisteredNf>(self, nf: N) -> anyhow::Result<()> {
-        demo_with(nf, self.a, self.cfg)
+        let file = Path::new("(demo)");
+        let tenants = demo_tenants(self.a)?;
+        let chain =
+            Chain::new()
+                .with_nf(DEFAULT_KEY, nf)
+                .load_stages(&tenants, Isolation::Safe, file)?;
+        chain.check_tenants(&tenants, file)?;
+        demo_with(chain, self.a, self.cfg, &chain::chained_tenants(&tenants))
     }
 }
 
-fn demo_with<N: RegisteredNf>(nf: N, a: &DemoArgs, base: PipelineConfig) -> anyhow::Result<()> {
-    anyhow::ensure!(a.shift < 64, "--shift must be below 64");
-    anyhow::ensure!(
-        a.seconds > 0.0 && a.rate > 0.0,
-        "--seconds and --rate must be positive"
-    );
-    let duration_ns = (a.seconds * 1e9) as u64;
-    let slot_ns = 1u64 << a.shift;
-    let per_slot = a.rate * slot_ns as f64 / 1e9;
-    let worker_max = a
-        .worker_max
-        .unwrap_or_else(|| ((per_slot * 0.6) as u64).max(1));
-    let gen_cfg = GenConfig {
-        seed: a.seed,
-        tenants: a.tenants,
-        duration_ns,
-        mean_rate_pps: a.rate,
-        ..GenConfig::default()
+/// The chain of the demo's tenant 1: the firewall (deny MySQL), DPI for HTTP only (by
+/// its guard), then the monitor.
+fn demo_chain() -> anyhow::Result<Vec<StageConfig>> {
+    let policy = |v: serde_json::Value| match v {
+        serde_json::Value::Object(m) => Policy::from_map(m),
+        _ => Policy::new(),
     };
-    let source = Generator::new(gen_cfg)?;
+    let when = serde_json::json!({ "protocol": "tcp", "dst_port": 80 });
+    let mut dpi = StageConfig::new(NfSpec::Reference(NfName::Dpi), Policy::new());
+    dpi.when = Some(serde_json::from_value(when)?);
+    Ok(vec![
+        StageConfig::new(
+            NfSpec::Reference(NfName::Firewall),
+            policy(serde_json::json!({
+                "default": "allow",
+                "rules": [ { "action": "deny", "proto": "tcp", "dst_port": 3306 } ]
+            })),
+        ),
+        dpi,
+        StageConfig::new(NfSpec::Reference(NfName::Monitor), Policy::new()),
+    ])
+}
 
-    // Tenant i owns the generator's destination prefix i; the last tenant is policed
-    // to show MAX_NB at work.
+/// Tenant i owns the generator's destination prefix i; the last tenant is policed to
+/// show MAX_NB at work; the first runs its own chain.
+fn demo_tenants(a: &DemoArgs) -> anyhow::Result<Vec<TenantConfig>> {
+    let per_slot = per_slot(a);
     let policed = a.tenants;
-    let tenants: Vec<TenantConfig> = (0..a.tenants)
+    let mut tenants: Vec<TenantConfig> = (0..a.tenants)
         .map(|i| {
             let (addr, len) = tenant_dst_prefix(i);
             let prefix = format!("{addr}/{len}")
@@ -139,6 +154,43 @@ fn demo_with<N: RegisteredNf>(nf: N, a: &DemoArgs, base: PipelineConfig) -> anyh
             t
         })
         .collect();
+    if let Some(first) = tenants.first_mut() {
+        first.chain = demo_chain()?;
+    }
+    Ok(tenants)
+}
+
+/// Mean packets per timeslot.
+fn per_slot(a: &DemoArgs) -> f64 {
+    a.rate * (1u64 << a.shift.min(63)) as f64 / 1e9
+}
+
+fn demo_with<N: RegisteredNf>(
+    nf: N,
+    a: &DemoArgs,
+    base: PipelineConfig,
+    tenants: &[TenantConfig],
+) -> anyhow::Result<()> {
+    anyhow::ensure!(a.shift < 64, "--shift must be below 64");
+    anyhow::ensure!(
+        a.seconds > 0.0 && a.rate > 0.0,
+        "--seconds and --rate must be positive"
+    );
+    let duration_ns = (a.seconds * 1e9) as u64;
+    let slot_ns = 1u64 << a.shift;
+    let per_slot = per_slot(a);
+    let worker_max = a
+        .worker_max
+        .unwrap_or_else(|| ((per_slot * 0.6) as u64).max(1));
+    let gen_cfg = GenConfig {
+        seed: a.seed,
+        tenants: a.tenants,
+        duration_ns,
+        mean_rate_pps: a.rate,
+        ..GenConfig::default()
+    };
+    let source = Generator::new(gen_cfg)?;
+    let policed = a.tenants;
 
     let cfg = PipelineConfig {
         worker_max_nb: worker_max,
@@ -159,7 +211,7 @@ fn demo_with<N: RegisteredNf>(nf: N, a: &DemoArgs, base: PipelineConfig) -> anyh
         format!("NF {}", a.nf)
     };
     let mut p = Pipeline::new(nf, cfg)?;
-    run::admit_all(&mut p, &tenants, Path::new("(demo)"))?;
+    run::admit_all(&mut p, tenants, Path::new("(demo)"))?;
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

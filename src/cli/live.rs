@@ -263,7 +263,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         .as_deref()
         .map(|p| OutputFile::create("--stats-json", p))
         .transpose()?;
-    let level = replay::isolation_level(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
+    let (level, chained) = replay::plan(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
     let sched = buffet_dispatch::SchedulerConfig {
         shift: a.shift,
         threshold: a.threshold,
@@ -280,7 +280,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     }
     let live = Live {
         a,
-        tenants: &tenants,
+        tenants: chained.as_deref().unwrap_or(&tenants),
         cfg,
         rx,
         tx,
@@ -288,7 +288,12 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         duration,
         xdp: xdp_parts,
     };
-    replay::load_and_visit(chosen, level, registry, live, |l| Visit::Live(Box::new(l)))
+    let chain = chained
+        .is_some()
+        .then_some((tenants.as_slice(), a.choice.tenants.as_path()));
+    replay::visit_run(chosen, level, chain, registry, live, |l| {
+        Visit::Live(Box::new(l))
+    })
 }
 
 /// A live run with whichever NF was loaded.

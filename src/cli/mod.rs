@@ -6,13 +6,15 @@
 //! One module per subcommand ([`demo`], [`replay`], [`live`] for `run`, [`trace`], [`nf`];
 //! [`client`] for `tenant`, `stats`, `workers` and `events`, the client of buffetd); [`run`] is what
 //! `demo` and `replay` share (admission, driving a pipeline, printing its report);
-//! [`registry`] holds the NFs `--nf` can name; [`output`] opens the files a run writes
+//! [`registry`] holds the NFs `--nf` can name; `chain` wraps the run's NF in a
+//! tenant-chain runner when the tenants file names chains; [`output`] opens the files a run writes
 //! (checked before the run, renamed into place after it); [`limits`] bounds arguments
 //! that cost threads and memory; [`errors`] prints an error's chain once.
 //!
 //! Argument parsing and output only: the tenants schema, isolation resolution and the
 //! trace runner are buffet-config's, the pipeline is buffet-worker's.
 
+pub(crate) mod chain;
 pub mod client;
 pub mod demo;
 pub mod errors;

@@ -16,7 +16,7 @@ use std::fmt;
 
 use buffet_config::registry::{NfName, NfVisitor, RegisteredNf};
 
-use super::{demo, live, replay};
+use super::{chain, demo, live, replay};
 
 /// Why a name could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +42,21 @@ pub(crate) enum Visit<'a> {
     Replay(Box<replay::Replay<'a>>),
     Demo(demo::Demo<'a>),
     Live(Box<live::Live<'a>>),
+    /// A command whose tenants name chains: the registered NF becomes their default stage.
+    Chained(Box<chain::Chained<'a, Visit<'a>>>),
+}
+
+impl NfVisitor for Visit<'_> {
+    type Output = anyhow::Result<()>;
+
+    fn visit<N: RegisteredNf>(self, nf: N) -> anyhow::Result<()> {
+        match self {
+            Visit::Replay(r) => (*r).visit(nf),
+            Visit::Demo(d) => d.visit(nf),
+            Visit::Live(l) => (*l).visit(nf),
+            Visit::Chained(c) => (*c).visit(nf),
+        }
+    }
 }
 
 /// A registered NF, built, without its type in the signature.
@@ -54,11 +69,7 @@ struct Typed<N>(N);
 
 impl<N: RegisteredNf> ErasedNf for Typed<N> {
     fn run(self: Box<Self>, visit: Visit<'_>) -> anyhow::Result<()> {
-        match visit {
-            Visit::Replay(r) => (*r).visit(self.0),
-            Visit::Demo(d) => d.visit(self.0),
-            Visit::Live(l) => (*l).visit(self.0),
-        }
+        visit.visit(self.0)
     }
 }
 

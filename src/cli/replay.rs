@@ -13,6 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use buffet_config::chain;
 use buffet_config::isolation::{self, Isolation};
 use buffet_config::registry::{EbpfEngine, LoadedNf, NfName, NfSpec, NfVisitor, RegisteredNf};
 use buffet_config::{tenants, TenantConfig};
@@ -22,6 +23,7 @@ use buffet_io::{PacketSource, SourcePort};
 use buffet_worker::{Pipeline, PipelineConfig, Report};
 use clap::Args;
 
+use super::chain::{self as cli_chain, ChainRun};
 use super::output::{self, OutputFile};
 use super::registry::{Registry, Selected, Visit};
 use super::run::{self, Capacity};
@@ -30,11 +32,12 @@ use super::run::{self, Capacity};
 /// `buffet replay` and `buffet run` share.
 #[derive(Args, Debug)]
 pub struct NfChoice {
-    /// The NF every tenant runs: a reference NF or one registered by the program.
+    /// The NF every tenant runs: a reference NF or one registered by the program. With
+    /// chains in the tenants file (docs/chains.md) it is the one-stage chain of the
+    /// tenants that name none, and optional when every tenant names one.
     #[arg(
         long,
         value_name = "NF",
-        required_unless_present_any = ["nf_lib", "nf_ebpf"],
         conflicts_with_all = ["nf_lib", "nf_ebpf"]
     )]
     pub nf: Option<String>,
@@ -128,6 +131,8 @@ pub(crate) enum Chosen {
     Spec(NfSpec),
     /// An NF registered by name.
     Registered(String),
+    /// None: only a run whose every tenant names its own chain can go on.
+    Nothing,
 }
 
 impl ReplayArgs {
@@ -174,7 +179,7 @@ pub(crate) fn choose(
             Chosen::Registered(name.to_owned())
         }
         (None, None, Some(name)) => Chosen::Spec(NfSpec::Reference(name.parse()?)),
-        (None, None, None) => anyhow::bail!("give --nf, --nf-lib or --nf-ebpf"),
+        (None, None, None) => Chosen::Nothing,
     })
 }
 
@@ -212,6 +217,7 @@ pub(crate) fn isolation_level(
     let kind_of = match chosen {
         Chosen::Spec(spec) => spec.clone(),
         Chosen::Registered(_) => NfSpec::Reference(NfName::Monitor),
+        Chosen::Nothing => anyhow::bail!(NO_NF),
     };
     let level = isolation::resolve(requested, &kind_of, tenants, file)?;
     if level == Isolation::Mpk {
@@ -257,6 +263,52 @@ where
             Some(Selected::Registered(nf)) => nf.run(wrap(visitor)),
             _ => anyhow::bail!("NF {name:?} is not registered"),
         },
+        Chosen::Nothing => anyhow::bail!(NO_NF),
+    }
+}
+
+/// The error of a run that names no NF while a tenant has no chain of its own.
+const NO_NF: &str = "give --nf, --nf-lib or --nf-ebpf";
+
+/// The isolation level of a run and, when a tenant names a chain, the tenants as the
+/// chain admits them (each one's policy is its chain) (shared with `buffet run`).
+pub(crate) fn plan(
+    requested: Option<Isolation>,
+    chosen: &Chosen,
+    tenants: &[TenantConfig],
+    file: &Path,
+) -> anyhow::Result<(Isolation, Option<Vec<TenantConfig>>)> {
+    if chain::any_chain(tenants) {
+        let level = cli_chain::level(requested, chosen, tenants, file)?;
+        Ok((level, Some(chain::chained_tenants(tenants))))
+    } else {
+        Ok((isolation_level(requested, chosen, tenants, file)?, None))
+    }
+}
+
+/// [`load_and_visit`], with a chain around the NF when `chain` gives the tenants as the
+/// file names them and the file (shared with `buffet run`).
+pub(crate) fn visit_run<'v, V>(
+    chosen: Chosen,
+    level: Isolation,
+    chain: Option<(&'v [TenantConfig], &'v Path)>,
+    registry: &Registry,
+    visitor: V,
+    wrap: impl FnOnce(V) -> Visit<'v>,
+) -> anyhow::Result<()>
+where
+    V: NfVisitor<Output = anyhow::Result<()>>,
+{
+    match chain {
+        Some((tenants, file)) => {
+            let run = ChainRun {
+                tenants,
+                level,
+                file,
+            };
+            cli_chain::visit(chosen, run, registry, visitor, wrap)
+        }
+        None => load_and_visit(chosen, level, registry, visitor, wrap),
     }
 }
 
@@ -281,7 +333,7 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
             .transpose()?,
     };
     let tenants = tenants::load(&a.choice.tenants)?;
-    let level = isolation_level(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
+    let (level, chained) = plan(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
     let mut source = PcapReader::open(&a.input)?;
     if source.is_at_end()? {
         anyhow::bail!(
@@ -298,13 +350,16 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
     let counters = source.counters();
     let replay = Replay {
         a,
-        tenants: &tenants,
+        tenants: chained.as_deref().unwrap_or(&tenants),
         cfg,
         source,
         counters,
         outputs,
     };
-    load_and_visit(chosen, level, registry, replay, |r| {
+    let chain = chained
+        .is_some()
+        .then_some((tenants.as_slice(), a.choice.tenants.as_path()));
+    visit_run(chosen, level, chain, registry, replay, |r| {
         Visit::Replay(Box::new(r))
     })
 }
@@ -404,6 +459,15 @@ pub(crate) fn write_stats(
     let mut json = serde_json::to_value(report)?;
     if let Some(obj) = json.as_object_mut() {
         obj.insert("input".to_owned(), input);
+    }
+    // Each chained tenant's stages, in chain order (additive: `nf` keeps the flat keys).
+    if let Some(rows) = json.get_mut("tenants").and_then(|t| t.as_array_mut()) {
+        for (row, t) in rows.iter_mut().zip(&report.tenants) {
+            let stages = cli_chain::stages_of(&t.nf);
+            if let (false, Some(obj)) = (stages.is_empty(), row.as_object_mut()) {
+                obj.insert("chain".to_owned(), serde_json::to_value(stages)?);
+            }
+        }
     }
     let mut f = std::io::BufWriter::new(out.take_file().context("--stats-json opened twice")?);
     serde_json::to_writer_pretty(&mut f, &json)

@@ -167,6 +167,7 @@ pub fn print_tenants(out: &mut dyn Write, r: &Report) -> std::io::Result<()> {
             drops,
             if t.quarantined { " QUARANTINED" } else { "" }
         )?;
+        super::chain::print_stages(out, &t.nf)?;
     }
     let g = &r.global;
     writeln!(

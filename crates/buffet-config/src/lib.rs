@@ -4,6 +4,9 @@
 //!   validation: ids, names, classifier rules, MAX_NB, the isolation level a tenant asks
 //!   for and its NF policy, carried in a format-neutral [`Policy`] that
 //!   any NF's `Policy: DeserializeOwned` is built from;
+//! * [`chain`] — per-tenant service chains: a [`Chain`] is the NF that runs each tenant's
+//!   own stages (reference, C or eBPF NFs, each with its policy and `when` guard) to
+//!   completion, with per-stage counters;
 //! * [`isolation`] — the isolation levels (safe, mpk, trusted-native, ebpf), which level a run uses and
 //!   which kinds of NF each level accepts, and the Memory Manager domain it maps to;
 //! * [`registry`] — naming an NF ([`NfSpec`]: a reference NF, a C
@@ -19,11 +22,13 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod chain;
 pub mod isolation;
 pub mod registry;
 pub mod tenants;
 pub mod trace;
 
+pub use chain::{Chain, ChainError, ChainPolicy, ChainState};
 pub use isolation::{Isolation, IsolationError};
 pub use registry::{LoadedNf, NfSpec, NfVisitor, RegisteredNf, RegistryError};
 pub use tenants::{Policy, TenantConfig, TenantsError};

@@ -35,9 +35,25 @@
 //! file with the same content give every NF the same policy. It is checked against an
 //! NF only when [`TenantConfig::policy_as`] builds that NF's `Policy` type.
 //!
-//! Reserved: a tenant's own NF (`nf`) and a per-tenant chain of NFs (`[[tenant.chain]]`,
-//! each stage with `nf`, `policy` and an optional `when` guard) have their place in
-//! [`TenantConfig`] but are rejected with "not supported yet" when a file gives them.
+//! A tenant may name its own chain of NFs (docs/chains.md), stage by stage, instead of
+//! running the run's NF:
+//!
+//! ```toml
+//! [[tenant.chain]]
+//! nf = "firewall"             # a reference NF; or nf_lib = "x.so" (C), nf_ebpf = "x.o" (eBPF)
+//! policy = { default = "allow", rules = [ { action = "deny", proto = "tcp", dst_port = 80 } ] }
+//! [[tenant.chain]]
+//! nf = "dpi"
+//! when = { protocol = "tcp", dst_port = 443 }   # the rule fields (no priority) and `mark`
+//! ```
+//!
+//! (JSON: `"chain": [ { "nf": "firewall", "policy": { … } }, { "nf": "dpi", "when": { … } } ]`.)
+//! A stage names exactly one of `nf`, `nf_lib`, `nf_ebpf`; a chain has 1 to
+//! [`MAX_STAGES`] stages; `when` is checked like a rule (plus `mark`, a `u32`). Errors
+//! name the file, the tenant, the stage (`chain[1].when.dst_port`). Whether a stage's
+//! policy suits its NF is checked when the NFs are loaded ([`crate::chain`]). A tenant's
+//! own single NF (`nf` on the tenant) is reserved: rejected with "not supported yet"; a
+//! one-stage chain says the same.
 //! This module does not read clocks, admit tenants or know which NF a run uses.
 
 use std::collections::BTreeMap;
@@ -49,8 +65,9 @@ use buffet_sdk::TenantId;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::chain::{Guard, MAX_STAGES};
 use crate::isolation::Isolation;
-use crate::registry::NfSpec;
+use crate::registry::{EbpfEngine, NfSpec};
 
 /// Priority of a rule that does not give one.
 pub const DEFAULT_PRIORITY: u32 = 100;
@@ -133,15 +150,28 @@ impl Policy {
     }
 }
 
-/// One stage of a per-tenant chain. Reserved: files that give `chain` are rejected for
-/// now, so this is never built by [`load`]; a `when` guard will join the fields.
+/// One stage of a tenant's chain (`[[tenant.chain]]`), validated.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct StageConfig {
-    /// The stage's NF.
+    /// The stage's NF (`nf`, `nf_lib = "x.so"` as `c:x.so`, `nf_ebpf = "x.o"` as
+    /// `ebpf:x.o`).
     pub nf: NfSpec,
     /// The stage's policy.
     pub policy: Policy,
+    /// The stage runs only for packets this guard matches (`when`); `None`: every packet.
+    pub when: Option<Guard>,
+}
+
+impl StageConfig {
+    /// A stage running `nf` with `policy` for every packet.
+    pub fn new(nf: NfSpec, policy: Policy) -> StageConfig {
+        StageConfig {
+            nf,
+            policy,
+            when: None,
+        }
+    }
 }
 
 /// One tenant, validated; the policy is still NF-agnostic.
@@ -164,8 +194,8 @@ pub struct TenantConfig {
     pub policy: Policy,
     /// The tenant's own NF instead of the run's. Reserved: always `None` for now.
     pub nf: Option<NfSpec>,
-    /// The tenant's chain of NFs. Reserved: always empty for now (the run's NF is the
-    /// one-stage default).
+    /// The tenant's chain of NFs (1 to [`MAX_STAGES`] stages); empty: the run's NF, with
+    /// [`policy`](Self::policy), is the tenant's one-stage chain.
     pub chain: Vec<StageConfig>,
 }
 
@@ -346,6 +376,111 @@ struct RawTenant<V> {
     chain: Option<V>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(bound = "V: DeserializeOwned")]
+struct RawStage<V> {
+    nf: Option<String>,
+    nf_lib: Option<PathBuf>,
+    nf_ebpf: Option<PathBuf>,
+    #[serde(default = "Option::default")]
+    policy: Option<V>,
+    #[serde(default = "Option::default")]
+    when: Option<V>,
+}
+
+/// A stage's `when`: a rule's match fields without `priority`, plus the packet's mark.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawGuard {
+    in_port: Option<u16>,
+    src_mac: Option<String>,
+    dst_mac: Option<String>,
+    vlan: Option<u16>,
+    src_ip: Option<String>,
+    dst_ip: Option<String>,
+    protocol: Option<NumOrName>,
+    src_port: Option<NumOrName>,
+    dst_port: Option<NumOrName>,
+    dscp: Option<u8>,
+    mark: Option<u32>,
+}
+
+fn build_stage<V: Doc>(raw: V) -> Result<StageConfig, (String, String)> {
+    let raw: RawStage<V> = raw.decode().map_err(|e| (String::new(), e))?;
+    let nf = match (raw.nf, raw.nf_lib, raw.nf_ebpf) {
+        (Some(nf), None, None) => nf
+            .parse::<NfSpec>()
+            .map_err(|e| ("nf".to_owned(), e.to_string()))?,
+        (None, Some(lib), None) => NfSpec::C(lib),
+        (None, None, Some(obj)) => NfSpec::Ebpf {
+            path: obj,
+            engine: EbpfEngine::Interpreter,
+        },
+        (None, None, None) => {
+            return Err((
+                "nf".to_owned(),
+                "a stage names its NF: nf, nf_lib or nf_ebpf".to_owned(),
+            ))
+        }
+        (nf, lib, _) => {
+            let field = if nf.is_some() && lib.is_some() {
+                "nf_lib"
+            } else {
+                "nf_ebpf"
+            };
+            return Err((
+                field.to_owned(),
+                "a stage names one NF: give only one of nf, nf_lib and nf_ebpf".to_owned(),
+            ));
+        }
+    };
+    let policy = match raw.policy {
+        Some(p) => p.into_policy().map_err(|e| ("policy".to_owned(), e))?,
+        None => Policy::new(),
+    };
+    let when = match raw.when {
+        Some(w) => {
+            let json: serde_json::Value = w.decode().map_err(|e| ("when".to_owned(), e))?;
+            Some(guard_from_json(json).map_err(|(f, m)| (format!("when{f}"), m))?)
+        }
+        None => None,
+    };
+    Ok(StageConfig { nf, policy, when })
+}
+
+/// Parses a `when` guard from its JSON form (the tenants file's, after TOML maps to
+/// JSON, and a chain policy's); the error's field is `""` or `.dst_port`-like.
+pub(crate) fn guard_from_json(value: serde_json::Value) -> Result<Guard, (String, String)> {
+    let g: RawGuard = serde_json::from_value(value).map_err(|e| (String::new(), e.to_string()))?;
+    let rule = RawRule {
+        priority: None,
+        in_port: g.in_port,
+        src_mac: g.src_mac,
+        dst_mac: g.dst_mac,
+        vlan: g.vlan,
+        src_ip: g.src_ip,
+        dst_ip: g.dst_ip,
+        protocol: g.protocol,
+        src_port: g.src_port,
+        dst_port: g.dst_port,
+        dscp: g.dscp,
+    };
+    let m = match build_rule(rule) {
+        Ok((_, m)) => m,
+        // Only the mark: every header matches.
+        Err(("(rule)", _)) if g.mark.is_some() => Match::default(),
+        Err(("(rule)", _)) => {
+            return Err((
+                String::new(),
+                "a guard must match at least one field (a rule field or mark)".to_owned(),
+            ))
+        }
+        Err((f, m)) => return Err((format!(".{f}"), m)),
+    };
+    Ok(Guard::new(m, g.mark))
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawRule {
@@ -422,12 +557,39 @@ fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, T
                 "a tenant's own NF is not supported yet: every tenant runs the run's NF".into(),
             ));
         }
-        if t.chain.is_some() {
-            return Err(field_err(
-                "chain",
-                "per-tenant NF chains are not supported yet: every tenant runs the run's NF".into(),
-            ));
-        }
+        let chain = match t.chain {
+            None => Vec::new(),
+            Some(c) => {
+                let stages: Vec<V> = c.decode().map_err(|e| field_err("chain", e))?;
+                if stages.is_empty() || stages.len() > MAX_STAGES {
+                    return Err(field_err(
+                        "chain",
+                        format!(
+                            "{} stages: a chain has 1 to {MAX_STAGES} stages",
+                            stages.len()
+                        ),
+                    ));
+                }
+                if t.policy.is_some() {
+                    return Err(field_err(
+                        "policy",
+                        "a tenant with a chain gives each stage its policy \
+                         ([[tenant.chain]] policy = { ... }), not the tenant"
+                            .into(),
+                    ));
+                }
+                let mut out = Vec::with_capacity(stages.len());
+                for (k, stage) in stages.into_iter().enumerate() {
+                    out.push(build_stage(stage).map_err(|(f, m)| {
+                        field_err(
+                            &format!("chain[{k}]{}{f}", if f.is_empty() { "" } else { "." }),
+                            m,
+                        )
+                    })?);
+                }
+                out
+            }
+        };
         let mut rules = Vec::with_capacity(t.rules.len());
         for (r, rule) in t.rules.into_iter().enumerate() {
             let at = |f: &str| format!("rules[{r}]{}{f}", if f.is_empty() { "" } else { "." });
@@ -456,6 +618,7 @@ fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, T
         };
         tenant.isolation = t.isolation;
         tenant.policy = policy;
+        tenant.chain = chain;
         out.push(tenant);
     }
     Ok(out)
@@ -834,8 +997,16 @@ rules = [ { action = "allow", proto = "udp", dst_port = 53 },
                 r#"{"tenant":[{"id":7,"rules":[{"dst_ip":"10.0.0.0/8"}],"nf":"firewall"}]}"#,
             ),
             (
-                "[[tenant]]\nid = 7\nname = \"a\"\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n[[tenant.chain]]\nnf = \"firewall\"\n",
-                r#"{"tenant":[{"id":7,"name":"a","rules":[{"dst_ip":"10.0.0.0/8"}],"chain":[{"nf":"firewall"}]}]}"#,
+                "[[tenant]]\nid = 7\nname = \"a\"\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n[[tenant.chain]]\nnf = \"walls\"\n",
+                r#"{"tenant":[{"id":7,"name":"a","rules":[{"dst_ip":"10.0.0.0/8"}],"chain":[{"nf":"walls"}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n[[tenant.chain]]\nnf = \"monitor\"\n[[tenant.chain]]\nnf = \"dpi\"\nwhen = { protocol = \"udp\", dst_port = \"90-80\" }\n",
+                r#"{"tenant":[{"id":7,"rules":[{"dst_ip":"10.0.0.0/8"}],"chain":[{"nf":"monitor"},{"nf":"dpi","when":{"protocol":"udp","dst_port":"90-80"}}]}]}"#,
+            ),
+            (
+                "[[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n[[tenant.chain]]\nnf_lib = \"a.so\"\nnf_ebpf = \"a.o\"\n",
+                r#"{"tenant":[{"id":7,"rules":[{"dst_ip":"10.0.0.0/8"}],"chain":[{"nf_lib":"a.so","nf_ebpf":"a.o"}]}]}"#,
             ),
         ];
         for (t, j) in cases {
@@ -858,17 +1029,127 @@ rules = [ { action = "allow", proto = "udp", dst_port = 53 },
     }
 
     #[test]
-    fn chains_and_own_nfs_are_reserved() {
-        let e = err("[[tenant]]\nid = 7\nrules = [ { vlan = 1 } ]\n[[tenant.chain]]\nnf = \"firewall\"\n[tenant.chain.policy]\ndefault = \"deny\"\n");
-        assert!(
-            e.contains("tenant 7: chain: per-tenant NF chains are not supported yet"),
-            "{e}"
-        );
+    fn own_nfs_are_reserved() {
         let e = err("[[tenant]]\nid = 7\nnf = \"monitor\"\nrules = [ { vlan = 1 } ]\n");
         assert!(
             e.contains("tenant 7: nf: a tenant's own NF is not supported yet"),
             "{e}"
         );
+    }
+
+    const CHAIN_TOML: &str = r#"
+[[tenant]]
+id = 7
+rules = [ { dst_ip = "10.7.0.0/16" } ]
+[[tenant.chain]]
+nf = "firewall"
+policy = { default = "allow", rules = [ { action = "deny", proto = "tcp", dst_port = 80 } ] }
+[[tenant.chain]]
+nf = "dpi"
+when = { protocol = "tcp", dst_port = 443 }   # this stage runs only for matching packets
+[[tenant.chain]]
+nf = "monitor"
+[[tenant.chain]]
+nf_ebpf = "x.o"
+when = { mark = 7 }
+[[tenant.chain]]
+nf_lib = "x.so"
+policy = { k = 1 }
+
+[[tenant]]
+id = 8
+rules = [ { dst_ip = "10.8.0.0/16" } ]
+"#;
+
+    const CHAIN_JSON: &str = r#"{ "tenant": [
+  { "id": 7, "rules": [ { "dst_ip": "10.7.0.0/16" } ],
+    "chain": [
+      { "nf": "firewall",
+        "policy": { "default": "allow", "rules": [ { "action": "deny", "proto": "tcp", "dst_port": 80 } ] } },
+      { "nf": "dpi", "when": { "protocol": "tcp", "dst_port": 443 } },
+      { "nf": "monitor" },
+      { "nf_ebpf": "x.o", "when": { "mark": 7 } },
+      { "nf_lib": "x.so", "policy": { "k": 1 } } ] },
+  { "id": 8, "rules": [ { "dst_ip": "10.8.0.0/16" } ] } ] }"#;
+
+    #[test]
+    fn chains_parse_as_the_issue_writes_them() {
+        let t = toml(CHAIN_TOML).unwrap();
+        assert_eq!(t, json(CHAIN_JSON).unwrap());
+        let c = &t[0].chain;
+        assert_eq!(c.len(), 5);
+        assert_eq!(c[0].nf.to_string(), "firewall");
+        assert_eq!(
+            c[0].policy.as_value()["rules"][0]["dst_port"],
+            serde_json::json!(80)
+        );
+        assert_eq!(c[0].when, None);
+        let w = c[1].when.as_ref().unwrap();
+        assert_eq!(w.rule().protocol, Some(6));
+        assert_eq!(w.rule().dst_port, Some(PortRange::single(443)));
+        assert_eq!(w.mark(), None);
+        assert_eq!(c[2].policy, Policy::new());
+        assert_eq!(c[3].nf.to_string(), "ebpf:x.o");
+        assert_eq!(c[3].when.as_ref().unwrap().mark(), Some(7));
+        assert_eq!(c[3].when.as_ref().unwrap().rule(), &Match::default());
+        assert_eq!(c[4].nf.to_string(), "c:x.so");
+        assert!(t[1].chain.is_empty());
+    }
+
+    #[test]
+    fn bad_chains_name_the_tenant_the_stage_and_the_field() {
+        let stage = |body: &str| {
+            err(&format!(
+                "[[tenant]]\nid = 7\nname = \"a\"\nrules = [ {{ vlan = 1 }} ]\n\
+                 [[tenant.chain]]\nnf = \"monitor\"\n[[tenant.chain]]\n{body}\n"
+            ))
+        };
+        let e = stage("nf = \"walls\"");
+        assert!(
+            e.starts_with("t.toml: tenant 7 (\"a\"): chain[1].nf: unknown NF \"walls\""),
+            "{e}"
+        );
+        let e = stage("nf_lib = \"a.so\"\nnf_ebpf = \"a.o\"");
+        assert!(
+            e.contains("tenant 7 (\"a\"): chain[1].nf_ebpf: a stage names one NF"),
+            "{e}"
+        );
+        let e = stage("nf = \"dpi\"\nnf_lib = \"a.so\"");
+        assert!(e.contains("chain[1].nf_lib: a stage names one NF"), "{e}");
+        let e = stage("policy = { a = 1 }");
+        assert!(e.contains("chain[1].nf: a stage names its NF"), "{e}");
+        let e = stage("nf = \"dpi\"\nwhen = { dst_port = 443 }");
+        assert!(e.contains("chain[1].when.protocol: port rules need"), "{e}");
+        let e = stage("nf = \"dpi\"\nwhen = { dst_ip = \"10.0.0.0/33\" }");
+        assert!(e.contains("chain[1].when.dst_ip: invalid prefix"), "{e}");
+        let e = stage("nf = \"dpi\"\nwhen = { priority = 3, vlan = 1 }");
+        assert!(e.contains("chain[1].when: unknown field `priority`"), "{e}");
+        let e = stage("nf = \"dpi\"\nwhen = {}");
+        assert!(
+            e.contains("chain[1].when: a guard must match at least one field"),
+            "{e}"
+        );
+        let e = stage("nf = \"dpi\"\nwhen = { mark = -1 }");
+        assert!(e.contains("chain[1].when"), "{e}");
+        let e = stage("nf = \"dpi\"\ncolour = 1");
+        assert!(e.contains("chain[1]: unknown field `colour`"), "{e}");
+        let e = stage("nf = \"dpi\"\npolicy = 3");
+        assert!(e.contains("chain[1].policy: a policy is a table"), "{e}");
+        // Over the limit, and empty.
+        let mut long = "[[tenant]]\nid = 7\nrules = [ { vlan = 1 } ]\n".to_owned();
+        for _ in 0..=MAX_STAGES {
+            long.push_str("[[tenant.chain]]\nnf = \"monitor\"\n");
+        }
+        let e = err(&long);
+        assert!(
+            e.contains("tenant 7: chain: 9 stages: a chain has 1 to 8 stages"),
+            "{e}"
+        );
+        let e = json_err(r#"{"tenant":[{"id":7,"rules":[{"vlan":1}],"chain":[]}]}"#);
+        assert!(e.contains("tenant 7: chain: 0 stages"), "{e}");
+        // A tenant's policy beside a chain would be ignored: refused.
+        let e = err("[[tenant]]\nid = 7\nrules = [ { vlan = 1 } ]\n[tenant.policy]\na = 1\n[[tenant.chain]]\nnf = \"monitor\"\n");
+        assert!(e.contains("tenant 7: policy: a tenant with a chain"), "{e}");
     }
 
     #[test]

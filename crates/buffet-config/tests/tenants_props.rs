@@ -1,8 +1,9 @@
 //! Property tests (proptest): a tenants file says the same thing in TOML and in JSON. Any
 //! set of tenants — names, MAX_NB, rules with priorities, prefixes, protocols by name or
 //! number, ports or port ranges, DSCP, and NF policies with nested tables, arrays,
-//! integers at both ends of their range, floats, booleans and strings — written in both
-//! formats parses to the same validated tenants, with what was written.
+//! integers at both ends of their range, floats, booleans and strings, and chains of
+//! stages with their own policies and `when` guards — written in both formats parses to
+//! the same validated tenants, with what was written.
 
 use std::path::Path;
 
@@ -68,6 +69,42 @@ fn rule() -> impl Strategy<Value = Value> {
         })
 }
 
+/// A chain stage: a reference NF, an optional policy, an optional `when` guard.
+fn stage() -> impl Strategy<Value = Value> {
+    (
+        prop_oneof![Just("firewall"), Just("monitor"), Just("dpi"), Just("ids")],
+        proptest::option::of(proptest::collection::btree_map(
+            "[a-z][a-z0-9_]{0,6}",
+            policy_value(),
+            0..3,
+        )),
+        proptest::option::of((
+            prop_oneof![Just(json!("udp")), Just(json!("tcp")), Just(json!(6))],
+            proptest::option::of(1u16..=65535),
+            proptest::option::of(any::<u32>()),
+        )),
+    )
+        .prop_map(|(nf, policy, when)| {
+            let mut s = Map::new();
+            s.insert("nf".into(), json!(nf));
+            if let Some(p) = policy {
+                s.insert("policy".into(), Value::Object(p.into_iter().collect()));
+            }
+            if let Some((protocol, port, mark)) = when {
+                let mut w = Map::new();
+                w.insert("protocol".into(), protocol);
+                if let Some(p) = port {
+                    w.insert("dst_port".into(), json!(p));
+                }
+                if let Some(m) = mark {
+                    w.insert("mark".into(), json!(m));
+                }
+                s.insert("when".into(), Value::Object(w));
+            }
+            Value::Object(s)
+        })
+}
+
 fn tenant(id: u32) -> impl Strategy<Value = Value> {
     (
         proptest::option::of("[A-Za-z][A-Za-z0-9 _-]{0,10}"),
@@ -78,8 +115,9 @@ fn tenant(id: u32) -> impl Strategy<Value = Value> {
             policy_value(),
             0..5,
         )),
+        proptest::option::of(proptest::collection::vec(stage(), 1..4)),
     )
-        .prop_map(move |(name, max_nb, rules, policy)| {
+        .prop_map(move |(name, max_nb, rules, policy, chain)| {
             let mut t = Map::new();
             t.insert("id".into(), json!(id));
             if let Some(n) = name {
@@ -89,8 +127,15 @@ fn tenant(id: u32) -> impl Strategy<Value = Value> {
                 t.insert("max_nb".into(), json!(m));
             }
             t.insert("rules".into(), Value::Array(rules));
-            if let Some(p) = policy {
-                t.insert("policy".into(), Value::Object(p.into_iter().collect()));
+            match (chain, policy) {
+                // A tenant with a chain gives its policies per stage.
+                (Some(c), _) => {
+                    t.insert("chain".into(), Value::Array(c));
+                }
+                (None, Some(p)) => {
+                    t.insert("policy".into(), Value::Object(p.into_iter().collect()));
+                }
+                (None, None) => {}
             }
             Value::Object(t)
         })
@@ -133,6 +178,15 @@ proptest! {
             }
             let policy = raw.get("policy").cloned().unwrap_or_else(|| json!({}));
             prop_assert_eq!(t.policy.as_value(), &policy);
+            let stages = raw.get("chain").and_then(Value::as_array).cloned().unwrap_or_default();
+            prop_assert_eq!(t.chain.len(), stages.len());
+            for (s, raw) in t.chain.iter().zip(&stages) {
+                prop_assert_eq!(s.nf.to_string(), raw["nf"].as_str().unwrap());
+                let policy = raw.get("policy").cloned().unwrap_or_else(|| json!({}));
+                prop_assert_eq!(s.policy.as_value(), &policy);
+                let mark = raw.get("when").and_then(|w| w.get("mark")).and_then(Value::as_u64);
+                prop_assert_eq!(s.when.as_ref().and_then(|w| w.mark()).map(u64::from), mark);
+            }
         }
     }
 }

@@ -25,6 +25,13 @@
 //! that a resize exposes are zeroed first: a buffer reused across packets never shows an
 //! NF another packet's bytes. After rewriting headers, [`Packet::reparse`] refreshes the
 //! offsets the accessors use.
+//!
+//! **Written headers and the mark.** [`Packet::data_mut`] and [`Packet::resize`] may
+//! change headers, so they set a flag ([`Packet::headers_written`]) that
+//! [`Packet::reparse`] clears: a framework running several NFs over one packet (a
+//! tenant's chain) walks the headers again only after an NF may have changed them. The
+//! 32-bit [`Packet::mark`] travels with the packet from one NF of a chain to the next
+//! (0 when the packet arrives); an NF sets it to steer later stages.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -261,6 +268,8 @@ pub struct Packet<'a> {
     len: usize,
     meta: PacketMeta,
     layout: Layout,
+    mark: u32,
+    written: bool,
 }
 
 impl<'a> Packet<'a> {
@@ -289,6 +298,8 @@ impl<'a> Packet<'a> {
             len,
             meta,
             layout,
+            mark: 0,
+            written: false,
         })
     }
 
@@ -318,6 +329,8 @@ impl<'a> Packet<'a> {
             len,
             meta,
             layout,
+            mark: 0,
+            written: false,
         })
     }
 
@@ -335,7 +348,27 @@ impl<'a> Packet<'a> {
     /// The whole frame, writable. Rewriting headers is the NF's business; the offsets
     /// found at parse time stay as they were until [`reparse`](Self::reparse).
     pub fn data_mut(&mut self) -> &mut [u8] {
+        self.written = true;
         &mut self.buf[..self.len]
+    }
+
+    /// True once [`data_mut`](Self::data_mut) or [`resize`](Self::resize) handed out or
+    /// changed the frame since the last parse: the header offsets may be stale. Cleared
+    /// by a successful [`reparse`](Self::reparse).
+    pub fn headers_written(&self) -> bool {
+        self.written
+    }
+
+    /// The packet's mark: 32 bits an NF sets ([`set_mark`](Self::set_mark)) for the NFs
+    /// after it in the tenant's chain (a chain stage's `when` guard can match it). 0 when
+    /// the packet arrives; never part of the frame.
+    pub fn mark(&self) -> u32 {
+        self.mark
+    }
+
+    /// Sets the packet's [`mark`](Self::mark).
+    pub fn set_mark(&mut self, mark: u32) {
+        self.mark = mark;
     }
 
     /// Bytes the frame may grow to: the length of the buffer it was parsed in.
@@ -358,6 +391,7 @@ impl<'a> Packet<'a> {
         )?;
         grown.fill(0);
         self.len = new_len;
+        self.written = true;
         Ok(())
     }
 
@@ -366,6 +400,7 @@ impl<'a> Packet<'a> {
     /// frame is not a packet this SDK can parse; the NF should drop it.
     pub fn reparse(&mut self) -> Result<(), ParseError> {
         self.layout = parse_layout(&self.buf[..self.len])?;
+        self.written = false;
         Ok(())
     }
 

@@ -1,0 +1,1084 @@
+//! Per-tenant service chains: a tenant's own ordered NFs, run to completion in one
+//! worker pass (docs/chains.md; FastPaas's service graphs).
+//!
+//! A [`Chain`] is itself a [`NetworkFunction`], so the data plane runs it like any NF:
+//! one Tenant Table, one Packet Buffer per tenant, one `handle_group` call per group. Its
+//! per-tenant policy ([`ChainPolicy`]) is the tenant's list of stages; its per-tenant
+//! state ([`ChainState`]) holds each stage's own state and counters. The NFs the stages
+//! name (reference, C and eBPF NFs, or an author's own) are loaded once per run and held
+//! behind a small object-safe trait, so one chain serves stages of different types with
+//! one dynamic call per stage per *group*, never per packet.
+//!
+//! What a group does ([`Chain::handle_group`]):
+//!
+//! * it passes the stages in order, as a vector: the packets a stage's `when`
+//!   ([`Guard`]) selects are gathered (a stable partition by swaps, undone afterwards,
+//!   so the order within the tenant is kept) and handed to the stage in one call;
+//! * a `Drop` ends the chain for that packet and is counted at the stage that said it; a
+//!   `Fault` (or a panic) ends it for that packet and every later one of the group, and
+//!   the tenant is quarantined by the worker as for any NF: packets before it keep going;
+//! * a passing verdict moves the packet on; `Forward`/`Tx` is remembered as its egress
+//!   (the last one named wins; none: `Pass`);
+//! * a stage that may have rewritten headers ([`Packet::headers_written`]) makes the
+//!   chain walk the headers again before the next stage — only then; a frame that no
+//!   longer parses is dropped as malformed at that stage;
+//! * [`Packet::mark`] travels from stage to stage and a later `when` can match it.
+//!
+//! Memory: the chain's [`register`](NetworkFunction::register) covers [`MAX_STAGES`]
+//! stages of the largest stage region of the run, each page-aligned; a stage gets its own
+//! disjoint part of the tenant's region through `init_in_region` (a C stage's memory is
+//! there; an eBPF stage's memory is its own sandboxed buffer; a Rust stage's typed state
+//! is owned by the chain state). This module does not switch protection keys between
+//! stages (the region has one key), does not charge the DRR by chain cost and does not
+//! pre-split groups in the dispatcher: docs/chains.md says what each would need.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use buffet_dispatch::Match;
+use buffet_sdk::{
+    DropCause, InitError, MemorySpec, NetworkFunction, Packet, Verdict, WorkerThreadError,
+    GROUP_CHUNK,
+};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::isolation::{Isolation, IsolationError};
+use crate::registry::{LoadedNf, NfKind, NfSpec, NfVisitor, RegisteredNf, RegistryError};
+use crate::tenants::{guard_from_json, Policy, TenantConfig, TenantsError};
+
+/// Most stages a chain has.
+pub const MAX_STAGES: usize = 8;
+
+/// The page size stage regions are aligned to.
+pub const PAGE: usize = 4096;
+
+/// The key of the run's default NF in a [`Chain`]: the one-stage chain of a tenant that
+/// names none. Never a valid stage NF name, so it cannot collide with one.
+pub const DEFAULT_KEY: &str = "default";
+
+const _: () = assert!(GROUP_CHUNK <= 64, "groups are tracked in a u64 bitmask");
+
+/// A stage's `when`: header fields (a classifier rule without priority) and the packet's
+/// mark. A stage with a guard runs only for the packets it matches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Guard {
+    rule: Match,
+    any_field: bool,
+    mark: Option<u32>,
+    source: serde_json::Value,
+}
+
+impl Guard {
+    /// A guard on these header fields and, if given, this mark.
+    pub fn new(rule: Match, mark: Option<u32>) -> Guard {
+        let source = guard_json(&rule, mark);
+        Guard {
+            any_field: rule != Match::default(),
+            rule,
+            mark,
+            source,
+        }
+    }
+
+    /// The header fields.
+    pub fn rule(&self) -> &Match {
+        &self.rule
+    }
+
+    /// The mark a packet must carry, if any.
+    pub fn mark(&self) -> Option<u32> {
+        self.mark
+    }
+
+    /// Whether `pkt` passes the guard. No allocation.
+    #[inline]
+    pub fn matches(&self, pkt: &Packet<'_>) -> bool {
+        self.mark.is_none_or(|m| m == pkt.mark()) && (!self.any_field || self.rule.matches(pkt))
+    }
+}
+
+/// The guard in its written form (the JSON `when`), for serializing a [`ChainPolicy`].
+fn guard_json(m: &Match, mark: Option<u32>) -> serde_json::Value {
+    let mut o = serde_json::Map::new();
+    let mac = |a: [u8; 6]| {
+        a.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let range = |r: buffet_dispatch::PortRange| {
+        if r.lo == r.hi {
+            serde_json::json!(r.lo)
+        } else {
+            serde_json::json!(format!("{}-{}", r.lo, r.hi))
+        }
+    };
+    let mut put = |k: &str, v: Option<serde_json::Value>| {
+        if let Some(v) = v {
+            o.insert(k.to_owned(), v);
+        }
+    };
+    put("in_port", m.in_port.map(Into::into));
+    put("src_mac", m.src_mac.map(|a| mac(a).into()));
+    put("dst_mac", m.dst_mac.map(|a| mac(a).into()));
+    put("vlan", m.vlan.map(Into::into));
+    put("src_ip", m.src_ip.map(|p| p.to_string().into()));
+    put("dst_ip", m.dst_ip.map(|p| p.to_string().into()));
+    put("protocol", m.protocol.map(Into::into));
+    put("src_port", m.src_port.map(range));
+    put("dst_port", m.dst_port.map(range));
+    put("dscp", m.dscp.map(Into::into));
+    put("mark", mark.map(Into::into));
+    serde_json::Value::Object(o)
+}
+
+impl Serialize for Guard {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.source.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Guard {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Guard, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        guard_from_json(v).map_err(|(f, m)| serde::de::Error::custom(format!("when{f}: {m}")))
+    }
+}
+
+/// One stage of a [`ChainPolicy`]: which NF of the run (its key in the [`Chain`]), its
+/// policy and its guard.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StagePolicy {
+    /// The NF's key in the chain: its spec as written (`firewall`, `c:x.so`,
+    /// `ebpf:x.o`) or [`DEFAULT_KEY`].
+    pub nf: String,
+    /// The stage's policy, decoded by its NF.
+    #[serde(default)]
+    pub policy: Policy,
+    /// The stage's guard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<Guard>,
+}
+
+/// A tenant's chain: the [`Chain`]'s per-tenant policy. In JSON:
+/// `{"stages": [{"nf": "firewall", "policy": {…}, "when": {…}}, …]}`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainPolicy {
+    /// The stages, in order (1 to [`MAX_STAGES`]).
+    pub stages: Vec<StagePolicy>,
+}
+
+impl ChainPolicy {
+    /// The chain a tenant of the tenants file runs: its `[[tenant.chain]]` stages, or,
+    /// without any, the run's default NF with the tenant's policy.
+    pub fn of_tenant(t: &TenantConfig) -> ChainPolicy {
+        if t.chain.is_empty() {
+            return ChainPolicy {
+                stages: vec![StagePolicy {
+                    nf: DEFAULT_KEY.to_owned(),
+                    policy: t.policy.clone(),
+                    when: None,
+                }],
+            };
+        }
+        ChainPolicy {
+            stages: t
+                .chain
+                .iter()
+                .map(|s| StagePolicy {
+                    nf: s.nf.to_string(),
+                    policy: s.policy.clone(),
+                    when: s.when.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Whether any tenant names a chain (then the run's NF is a [`Chain`]).
+pub fn any_chain(tenants: &[TenantConfig]) -> bool {
+    tenants.iter().any(|t| !t.chain.is_empty())
+}
+
+/// The tenants with their policy replaced by their [`ChainPolicy`] (as JSON), so that
+/// `TenantConfig::policy_as::<ChainPolicy>` gives each its chain.
+pub fn chained_tenants(tenants: &[TenantConfig]) -> Vec<TenantConfig> {
+    tenants
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            let json = serde_json::to_value(ChainPolicy::of_tenant(&t))
+                .expect("a chain policy is plain JSON");
+            t.policy = match json {
+                serde_json::Value::Object(m) => Policy::from_map(m),
+                _ => unreachable!("a chain policy is an object"),
+            };
+            t
+        })
+        .collect()
+}
+
+/// The NFs the tenants' stages name, each once, in order of first appearance.
+pub fn stage_specs(tenants: &[TenantConfig]) -> Vec<NfSpec> {
+    let mut out: Vec<NfSpec> = Vec::new();
+    for s in tenants.iter().flat_map(|t| &t.chain) {
+        if !out.contains(&s.nf) {
+            out.push(s.nf.clone());
+        }
+    }
+    out
+}
+
+/// Why a chained run cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    /// A stage's NF could not be loaded.
+    #[error("{}: chain stage NF {spec}: {source}", file.display())]
+    Load {
+        /// The tenants file.
+        file: std::path::PathBuf,
+        /// The NF.
+        spec: NfSpec,
+        /// Why.
+        source: Box<RegistryError>,
+    },
+    /// A stage's NF cannot run at the run's isolation level.
+    #[error(
+        "{}: tenant {tenant}: chain[{stage}].nf: the C NF {spec} cannot run at isolation \
+         {level}; use --isolation mpk (or trusted-native)",
+        file.display()
+    )]
+    Level {
+        /// The tenants file.
+        file: std::path::PathBuf,
+        /// The tenant, `7 ("acme")`.
+        tenant: String,
+        /// The stage index.
+        stage: usize,
+        /// The NF.
+        spec: NfSpec,
+        /// The run's level.
+        level: Isolation,
+    },
+    /// A tenant asks for another level than the run's.
+    #[error(transparent)]
+    Isolation(#[from] IsolationError),
+    /// A tenant's chain is not valid for the NFs of the run.
+    #[error(transparent)]
+    Tenants(#[from] TenantsError),
+}
+
+/// The isolation level of a chained run. Reference and eBPF stages run at every level
+/// (their isolation is the type system and the verifier); a C stage needs `mpk` or
+/// `trusted-native`. Default: the level every tenant names, else `mpk` when any stage
+/// (or the default NF) is C, else `ebpf` when the default NF is eBPF, else `safe`.
+pub fn resolve_level(
+    requested: Option<Isolation>,
+    default: Option<&NfSpec>,
+    tenants: &[TenantConfig],
+    file: &Path,
+) -> Result<Isolation, ChainError> {
+    let named: Vec<Isolation> = tenants.iter().filter_map(|t| t.isolation).collect();
+    let has_c = default.is_some_and(|s| s.kind() == NfKind::C)
+        || tenants
+            .iter()
+            .flat_map(|t| &t.chain)
+            .any(|s| s.nf.kind() == NfKind::C);
+    let level = requested.unwrap_or_else(|| match named.first() {
+        Some(&first) if named.len() == tenants.len() && named.iter().all(|&l| l == first) => first,
+        _ if has_c => Isolation::Mpk,
+        _ if default.is_some_and(|s| s.kind() == NfKind::Ebpf) => Isolation::Ebpf,
+        _ => Isolation::Safe,
+    });
+    if let Some(t) = tenants
+        .iter()
+        .find(|t| t.isolation.is_some_and(|l| l != level))
+    {
+        return Err(IsolationError::TenantLevel {
+            file: file.to_owned(),
+            tenant: t.id,
+            name: t.name.clone(),
+            asked: t.isolation.unwrap_or(level),
+            level,
+        }
+        .into());
+    }
+    let native_ok = matches!(level, Isolation::Mpk | Isolation::TrustedNative);
+    for t in tenants {
+        for (k, s) in t.chain.iter().enumerate() {
+            if s.nf.kind() == NfKind::C && !native_ok {
+                return Err(ChainError::Level {
+                    file: file.to_owned(),
+                    tenant: format!("{} ({:?})", t.id, t.name),
+                    stage: k,
+                    spec: s.nf.clone(),
+                    level,
+                });
+            }
+        }
+    }
+    Ok(level)
+}
+
+/// One stage's counters, per tenant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StageCounters {
+    /// Packets the stage handled.
+    pub packets: u64,
+    /// Packets it passed on (Pass, Forward, Tx).
+    pub passed: u64,
+    /// Packets it dropped, by [`DropCause::index`] (a frame that no longer parses after
+    /// the stage rewrote it counts as `malformed` here).
+    pub drops: [u64; DropCause::ALL.len()],
+    /// Faults (or panics) of the stage.
+    pub faults: u64,
+    /// Wall-clock nanoseconds spent in the stage (when the chain is timed).
+    pub ns: u64,
+}
+
+/// A stage's NF with its type erased: what the chain needs of it.
+trait ChainNf: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn kind(&self) -> NfKind;
+    fn region_bytes(&self) -> usize;
+    fn build(&self, policy: &Policy, region: &mut [u8]) -> Result<Box<dyn StageRun>, InitError>;
+    fn prepare_worker_thread(&self) -> Result<(), WorkerThreadError>;
+    fn contained_faults(&self) -> Vec<String>;
+}
+
+/// One tenant's stage: its NF and its state.
+trait StageRun: Send {
+    fn run(&mut self, pkts: &mut [Packet<'_>], verdicts: &mut [Verdict]);
+    fn summary(&self) -> Vec<(&'static str, u64)>;
+    fn fault_reason(&self) -> Option<String>;
+}
+
+struct Entry<N> {
+    nf: Arc<N>,
+    kind: NfKind,
+}
+
+struct Running<N: NetworkFunction> {
+    nf: Arc<N>,
+    state: N::State,
+}
+
+impl<N: RegisteredNf> ChainNf for Entry<N> {
+    fn name(&self) -> &'static str {
+        self.nf.name()
+    }
+
+    fn kind(&self) -> NfKind {
+        self.kind
+    }
+
+    fn region_bytes(&self) -> usize {
+        self.nf.register().bytes
+    }
+
+    fn build(&self, policy: &Policy, region: &mut [u8]) -> Result<Box<dyn StageRun>, InitError> {
+        let p: N::Policy = policy
+            .decode()
+            .map_err(|m| InitError::invalid("policy", m.trim().to_owned()))?;
+        let mut state = N::State::default();
+        self.nf.init_in_region(&p, &mut state, region)?;
+        Ok(Box::new(Running {
+            nf: Arc::clone(&self.nf),
+            state,
+        }))
+    }
+
+    fn prepare_worker_thread(&self) -> Result<(), WorkerThreadError> {
+        self.nf.prepare_worker_thread()
+    }
+
+    fn contained_faults(&self) -> Vec<String> {
+        self.nf.contained_faults()
+    }
+}
+
+impl<N: RegisteredNf> StageRun for Running<N> {
+    #[inline]
+    fn run(&mut self, pkts: &mut [Packet<'_>], verdicts: &mut [Verdict]) {
+        self.nf.handle_group(pkts, &mut self.state, verdicts);
+    }
+
+    fn summary(&self) -> Vec<(&'static str, u64)> {
+        self.nf.summary(&self.state)
+    }
+
+    fn fault_reason(&self) -> Option<String> {
+        self.nf.fault_reason(&self.state)
+    }
+}
+
+/// One stage of a tenant's chain, built.
+struct Stage {
+    name: &'static str,
+    run: Box<dyn StageRun>,
+    when: Option<Guard>,
+    counters: StageCounters,
+}
+
+/// A tenant's chain state: each stage's state and counters, and the last fault.
+#[derive(Default)]
+pub struct ChainState {
+    stages: Vec<Stage>,
+    fault: Option<String>,
+}
+
+impl fmt::Debug for ChainState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChainState")
+            .field(
+                "stages",
+                &self
+                    .stages
+                    .iter()
+                    .map(|s| (s.name, s.counters))
+                    .collect::<Vec<_>>(),
+            )
+            .field("fault", &self.fault)
+            .finish()
+    }
+}
+
+impl ChainState {
+    /// Each stage's NF name and counters, in chain order.
+    pub fn stages(&self) -> impl Iterator<Item = (&'static str, &StageCounters)> {
+        self.stages.iter().map(|s| (s.name, &s.counters))
+    }
+
+    /// Stage `i`'s own summary (its NF's counters for this tenant).
+    pub fn stage_summary(&self, i: usize) -> Vec<(&'static str, u64)> {
+        self.stages
+            .get(i)
+            .map(|s| s.run.summary())
+            .unwrap_or_default()
+    }
+}
+
+/// A multi-stage NF: runs each tenant's own chain of the NFs it was given.
+pub struct Chain {
+    entries: Vec<(String, Box<dyn ChainNf>)>,
+    timed: bool,
+}
+
+impl fmt::Debug for Chain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Chain")
+            .field(
+                "nfs",
+                &self
+                    .entries
+                    .iter()
+                    .map(|(k, e)| (k.as_str(), e.name()))
+                    .collect::<Vec<_>>(),
+            )
+            .field("timed", &self.timed)
+            .finish()
+    }
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Chain::new()
+    }
+}
+
+impl Chain {
+    /// A chain with no NFs yet; stages are timed.
+    pub fn new() -> Chain {
+        Chain {
+            entries: Vec::new(),
+            timed: true,
+        }
+    }
+
+    /// Whether each stage's wall-clock time is measured (one clock read per stage per
+    /// group). On by default.
+    pub fn timed(mut self, on: bool) -> Chain {
+        self.timed = on;
+        self
+    }
+
+    /// Adds a safe Rust NF (a reference NF or an author's own) under `key`.
+    pub fn with_nf<N: RegisteredNf>(self, key: impl Into<String>, nf: N) -> Chain {
+        self.with_kind(key, nf, NfKind::Reference)
+    }
+
+    /// Adds `nf` of `kind` under `key`; a later NF with the same key replaces it.
+    pub fn with_kind<N: RegisteredNf>(
+        mut self,
+        key: impl Into<String>,
+        nf: N,
+        kind: NfKind,
+    ) -> Chain {
+        let key = key.into();
+        self.entries.retain(|(k, _)| *k != key);
+        self.entries.push((
+            key,
+            Box::new(Entry {
+                nf: Arc::new(nf),
+                kind,
+            }),
+        ));
+        self
+    }
+
+    /// Adds a loaded NF under its spec's text (`firewall`, `c:x.so`, `ebpf:x.o`).
+    pub fn with_loaded(self, spec: &NfSpec, nf: LoadedNf) -> Chain {
+        struct Add<'a>(Chain, &'a NfSpec);
+        impl NfVisitor for Add<'_> {
+            type Output = Chain;
+            fn visit<N: RegisteredNf>(self, nf: N) -> Chain {
+                self.0.with_kind(self.1.to_string(), nf, self.1.kind())
+            }
+        }
+        nf.visit(Add(self, spec))
+    }
+
+    /// Loads every NF the tenants' stages name, at `level`, and adds it.
+    pub fn load_stages(
+        mut self,
+        tenants: &[TenantConfig],
+        level: Isolation,
+        file: &Path,
+    ) -> Result<Chain, ChainError> {
+        for spec in stage_specs(tenants) {
+            let nf = spec.load_at(level).map_err(|source| ChainError::Load {
+                file: file.to_owned(),
+                spec: spec.clone(),
+                source: Box::new(source),
+            })?;
+            self = self.with_loaded(&spec, nf);
+        }
+        Ok(self)
+    }
+
+    /// The keys of the NFs the chain holds.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(k, _)| k.as_str())
+    }
+
+    fn entry(&self, key: &str) -> Option<&dyn ChainNf> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, e)| &**e)
+    }
+
+    /// Bytes of one stage's part of a tenant region: the largest NF's, in whole pages.
+    pub fn stage_region(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|(_, e)| e.region_bytes().next_multiple_of(PAGE))
+            .max()
+            .unwrap_or(0)
+            .max(PAGE)
+    }
+
+    /// Checks every tenant's chain against the NFs of the run before any is admitted:
+    /// each stage's NF is loaded, and each stage's policy builds that NF's state (C
+    /// stages: their policy is only checked to be an object, their init runs at
+    /// admission, in the tenant's region). The error names the file, the tenant, the
+    /// stage and the field.
+    pub fn check_tenants(&self, tenants: &[TenantConfig], file: &Path) -> Result<(), TenantsError> {
+        for t in tenants {
+            let label = format!("{} ({:?})", t.id, t.name);
+            let err = |field: String, message: String| TenantsError::Field {
+                path: file.to_owned(),
+                tenant: label.clone(),
+                field,
+                message,
+            };
+            let chain = ChainPolicy::of_tenant(t);
+            for (k, stage) in chain.stages.iter().enumerate() {
+                let (nf_field, policy_field) = if t.chain.is_empty() {
+                    ("nf".to_owned(), "policy".to_owned())
+                } else {
+                    (format!("chain[{k}].nf"), format!("chain[{k}].policy"))
+                };
+                let Some(entry) = self.entry(&stage.nf) else {
+                    return Err(err(
+                        nf_field,
+                        if stage.nf == DEFAULT_KEY {
+                            "the tenant names no chain and the run names no NF \
+                             (give --nf, --nf-lib or --nf-ebpf)"
+                                .to_owned()
+                        } else {
+                            format!("{} is not loaded in this run", stage.nf)
+                        },
+                    ));
+                };
+                if entry.kind() == NfKind::C {
+                    continue;
+                }
+                let mut scratch = vec![0u8; entry.region_bytes().min(1 << 24)];
+                if let Err(e) = entry.build(&stage.policy, &mut scratch) {
+                    return Err(err(policy_field, init_message(&e)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn build(
+        &self,
+        policy: &ChainPolicy,
+        state: &mut ChainState,
+        mut region: Option<&mut [u8]>,
+    ) -> Result<(), InitError> {
+        let n = policy.stages.len();
+        if n == 0 || n > MAX_STAGES {
+            return Err(InitError::invalid(
+                "stages",
+                format!("{n} stages: a chain has 1 to {MAX_STAGES} stages"),
+            ));
+        }
+        let part = self.stage_region();
+        // Page-align the first part: the region after the chain's own state.
+        let mut rest: &mut [u8] = match region.take() {
+            Some(r) => {
+                let addr = r.as_ptr() as usize;
+                let skip = addr.next_multiple_of(PAGE) - addr;
+                let available = r.len();
+                r.get_mut(skip..).ok_or(InitError::OutOfMemory {
+                    needed: skip + n * part,
+                    available,
+                })?
+            }
+            None => &mut [],
+        };
+        let carve = !rest.is_empty();
+        let mut stages = Vec::with_capacity(n);
+        for (k, sp) in policy.stages.iter().enumerate() {
+            let entry = self.entry(&sp.nf).ok_or_else(|| {
+                InitError::invalid(
+                    format!("stages[{k}].nf"),
+                    format!("{} is not loaded in this run", sp.nf),
+                )
+            })?;
+            let own: &mut [u8] = if carve {
+                let available = rest.len();
+                if available < part {
+                    return Err(InitError::OutOfMemory {
+                        needed: part * n,
+                        available,
+                    });
+                }
+                let (own, tail) = std::mem::take(&mut rest).split_at_mut(part);
+                rest = tail;
+                own
+            } else {
+                &mut []
+            };
+            let run = entry.build(&sp.policy, own).map_err(|e| match e {
+                InitError::InvalidPolicy { field, message } => InitError::InvalidPolicy {
+                    field: format!("stages[{k}].{field}"),
+                    message,
+                },
+                other => other,
+            })?;
+            stages.push(Stage {
+                name: entry.name(),
+                run,
+                when: sp.when.clone(),
+                counters: StageCounters::default(),
+            });
+        }
+        *state = ChainState {
+            stages,
+            fault: None,
+        };
+        Ok(())
+    }
+
+    /// One chunk of at most [`GROUP_CHUNK`] packets; false after a fault.
+    fn run_chunk(
+        &self,
+        pkts: &mut [Packet<'_>],
+        state: &mut ChainState,
+        verdicts: &mut [Verdict],
+    ) -> bool {
+        let n = pkts.len().min(verdicts.len());
+        debug_assert!(n <= GROUP_CHUNK);
+        let all = low_bits(n);
+        let mut alive = all;
+        let mut fault_at = n;
+        let mut outcome = [Verdict::Pass; GROUP_CHUNK];
+        let last = state.stages.len().saturating_sub(1);
+        let mut clock = self.timed.then(Instant::now);
+        for (s, stage) in state.stages.iter_mut().enumerate() {
+            if alive == 0 {
+                break;
+            }
+            let sel = match &stage.when {
+                None => alive,
+                Some(g) => {
+                    let mut m = 0u64;
+                    let mut bits = alive;
+                    while bits != 0 {
+                        let i = bits.trailing_zeros() as usize;
+                        bits &= bits - 1;
+                        if g.matches(&pkts[i]) {
+                            m |= 1 << i;
+                        }
+                    }
+                    m
+                }
+            };
+            if sel == 0 {
+                continue;
+            }
+            let k = sel.count_ones() as usize;
+            let mut pos = [0u8; GROUP_CHUNK];
+            let mut bits = sel;
+            for p in pos.iter_mut().take(k) {
+                *p = bits.trailing_zeros() as u8;
+                bits &= bits - 1;
+            }
+            let lo = pos[0] as usize;
+            let mut sv = [Verdict::Fault; GROUP_CHUNK];
+            let run = &mut stage.run;
+            let panicked = if sel == low_bits(k) << lo {
+                // Contiguous: hand the slice over as it is.
+                call(run, &mut pkts[lo..lo + k], &mut sv[..k])
+            } else {
+                // A stable partition of the selected packets to the front, by swaps,
+                // undone afterwards: the tenant's order is kept.
+                for (w, &p) in pos[..k].iter().enumerate() {
+                    pkts.swap(w, p as usize);
+                }
+                let r = call(run, &mut pkts[..k], &mut sv[..k]);
+                for (w, &p) in pos[..k].iter().enumerate().rev() {
+                    pkts.swap(w, p as usize);
+                }
+                r
+            };
+            let c = &mut stage.counters;
+            for j in 0..k {
+                let i = pos[j] as usize;
+                c.packets += 1;
+                match sv[j] {
+                    Verdict::Fault => {
+                        c.faults += 1;
+                        fault_at = i;
+                        alive &= low_bits(i);
+                        let why = match &panicked {
+                            Some(m) => format!("panicked: {m}"),
+                            None => stage
+                                .run
+                                .fault_reason()
+                                .unwrap_or_else(|| "reported a fault".to_owned()),
+                        };
+                        state.fault = Some(format!("chain stage {s} ({}): {why}", stage.name));
+                        break;
+                    }
+                    Verdict::Drop(cause) => {
+                        c.drops[cause.index()] += 1;
+                        alive &= !(1 << i);
+                        outcome[i] = Verdict::Drop(cause);
+                    }
+                    v => {
+                        if matches!(v, Verdict::Forward(_) | Verdict::Tx) {
+                            outcome[i] = v;
+                        }
+                        // A fresh parse for the next stage, only after a rewrite.
+                        if s < last && pkts[i].headers_written() && pkts[i].reparse().is_err() {
+                            c.drops[DropCause::Malformed.index()] += 1;
+                            alive &= !(1 << i);
+                            outcome[i] = Verdict::Drop(DropCause::Malformed);
+                        } else {
+                            c.passed += 1;
+                        }
+                    }
+                }
+            }
+            if let Some(t0) = clock {
+                let t1 = Instant::now();
+                c.ns += u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+                clock = Some(t1);
+            }
+        }
+        for (i, v) in verdicts[..n].iter_mut().enumerate() {
+            *v = if i >= fault_at {
+                Verdict::Fault
+            } else {
+                outcome[i]
+            };
+        }
+        fault_at == n
+    }
+}
+
+/// The `n` low bits set.
+#[inline]
+fn low_bits(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+/// Runs one stage over a sub-group; a panic becomes a fault at the first packet whose
+/// verdict was not written (the verdicts are pre-filled with `Fault`), with its message.
+#[inline]
+fn call(
+    run: &mut Box<dyn StageRun>,
+    pkts: &mut [Packet<'_>],
+    verdicts: &mut [Verdict],
+) -> Option<String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.run(pkts, verdicts)))
+        .err()
+        .map(|p| {
+            p.downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_owned())
+        })
+}
+
+fn init_message(e: &InitError) -> String {
+    match e {
+        InitError::InvalidPolicy { field, message } if field == "policy" => message.clone(),
+        InitError::InvalidPolicy { field, message } => format!("{field}: {message}"),
+        other => other.to_string(),
+    }
+}
+
+/// A `&'static str` for a summary key built at run time (the stage's index and NF name):
+/// each distinct key is leaked once per process, off the hot path, so the set is bounded
+/// by [`MAX_STAGES`] times the keys of the run's NFs.
+fn intern(key: String) -> &'static str {
+    static KEYS: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut set = KEYS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = set.get(key.as_str()) {
+        return k;
+    }
+    let k: &'static str = Box::leak(key.into_boxed_str());
+    set.insert(k);
+    k
+}
+
+/// The prefix of stage `i`'s summary keys: `chain.<i>.<nf>.` (dots in the NF's name
+/// become `_`).
+pub fn stage_key(i: usize, nf: &str, counter: &str) -> String {
+    format!("chain.{i}.{}.{counter}", nf.replace('.', "_"))
+}
+
+impl NetworkFunction for Chain {
+    type State = ChainState;
+    type Policy = ChainPolicy;
+
+    fn name(&self) -> &'static str {
+        "chain"
+    }
+
+    fn register(&self) -> MemorySpec {
+        MemorySpec {
+            bytes: std::mem::size_of::<ChainState>() + PAGE + MAX_STAGES * self.stage_region(),
+        }
+    }
+
+    fn init(&self, policy: &ChainPolicy, state: &mut ChainState) -> Result<(), InitError> {
+        self.build(policy, state, None)
+    }
+
+    fn init_in_region(
+        &self,
+        policy: &ChainPolicy,
+        state: &mut ChainState,
+        region: &mut [u8],
+    ) -> Result<(), InitError> {
+        self.build(policy, state, Some(region))
+    }
+
+    fn handle(&self, pkt: &mut Packet<'_>, state: &mut ChainState) -> Verdict {
+        let mut v = [Verdict::Fault];
+        self.run_chunk(std::slice::from_mut(pkt), state, &mut v);
+        v[0]
+    }
+
+    fn handle_group(
+        &self,
+        pkts: &mut [Packet<'_>],
+        state: &mut ChainState,
+        verdicts: &mut [Verdict],
+    ) {
+        let n = pkts.len().min(verdicts.len());
+        let mut start = 0;
+        while start < n {
+            let end = (start + GROUP_CHUNK).min(n);
+            if !self.run_chunk(&mut pkts[start..end], state, &mut verdicts[start..end]) {
+                verdicts[end..n].fill(Verdict::Fault);
+                return;
+            }
+            start = end;
+        }
+    }
+
+    fn prepare_worker_thread(&self) -> Result<(), WorkerThreadError> {
+        self.entries
+            .iter()
+            .try_for_each(|(_, e)| e.prepare_worker_thread())
+    }
+
+    fn fault_reason(&self, state: &ChainState) -> Option<String> {
+        state.fault.clone()
+    }
+
+    fn summary(&self, state: &ChainState) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        for (i, s) in state.stages.iter().enumerate() {
+            let c = &s.counters;
+            let key = |counter: &str| intern(stage_key(i, s.name, counter));
+            out.push((key("packets"), c.packets));
+            out.push((key("passed"), c.passed));
+            for cause in DropCause::ALL {
+                let n = c.drops[cause.index()];
+                if n != 0 {
+                    out.push((key(&format!("drop.{}", cause.name())), n));
+                }
+            }
+            if c.faults != 0 {
+                out.push((key("faults"), c.faults));
+            }
+            if self.timed {
+                out.push((key("ns"), c.ns));
+            }
+            for (k, v) in s.run.summary() {
+                out.push((key(&format!("nf.{k}")), v));
+            }
+        }
+        out
+    }
+}
+
+impl RegisteredNf for Chain {
+    fn contained_faults(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .flat_map(|(_, e)| e.contained_faults())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenants::{parse, Format};
+
+    const FILE: &str = r#"
+[[tenant]]
+id = 1
+rules = [ { vlan = 1 } ]
+[[tenant.chain]]
+nf = "firewall"
+policy = { default = "deny" }
+[[tenant.chain]]
+nf = "monitor"
+when = { protocol = "udp", dst_port = "53-54", mark = 3 }
+[[tenant.chain]]
+nf = "firewall"
+
+[[tenant]]
+id = 2
+rules = [ { vlan = 2 } ]
+[tenant.policy]
+flow_capacity = 8
+"#;
+
+    fn tenants() -> Vec<TenantConfig> {
+        parse(Format::Toml, Path::new("t.toml"), FILE).unwrap()
+    }
+
+    #[test]
+    fn a_tenant_file_becomes_chain_policies() {
+        let t = tenants();
+        assert!(any_chain(&t));
+        assert_eq!(
+            stage_specs(&t)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["firewall", "monitor"]
+        );
+        let chained = chained_tenants(&t);
+        let p: ChainPolicy = chained[0].policy_as(Path::new("t.toml")).unwrap();
+        assert_eq!(p, ChainPolicy::of_tenant(&t[0]));
+        assert_eq!(p.stages.len(), 3);
+        assert_eq!(p.stages[1].when, t[0].chain[1].when);
+        // A tenant without a chain: the run's NF with the tenant's policy.
+        let p: ChainPolicy = chained[1].policy_as(Path::new("t.toml")).unwrap();
+        assert_eq!(p.stages.len(), 1);
+        assert_eq!(p.stages[0].nf, DEFAULT_KEY);
+        assert_eq!(p.stages[0].policy, t[1].policy);
+    }
+
+    #[test]
+    fn the_level_follows_the_stages() {
+        let t = tenants();
+        let f = Path::new("t.toml");
+        assert_eq!(resolve_level(None, None, &t, f).unwrap(), Isolation::Safe);
+        let c: NfSpec = "c:x.so".parse().unwrap();
+        assert_eq!(
+            resolve_level(None, Some(&c), &t, f).unwrap(),
+            Isolation::Mpk
+        );
+        let mut with_c = t.clone();
+        with_c[0].chain[2].nf = c.clone();
+        let e = resolve_level(Some(Isolation::Safe), None, &with_c, f)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tenant 1 (\"tenant-1\"): chain[2].nf: the C NF c:x.so cannot run at isolation safe"),
+            "{e}"
+        );
+        assert_eq!(
+            resolve_level(Some(Isolation::TrustedNative), None, &with_c, f).unwrap(),
+            Isolation::TrustedNative
+        );
+        let mut asks = t.clone();
+        asks[1].isolation = Some(Isolation::Ebpf);
+        assert!(resolve_level(None, None, &asks, f).is_err());
+    }
+
+    #[test]
+    fn check_tenants_names_the_stage_and_needs_a_default() {
+        let chain = Chain::new()
+            .with_nf("firewall", buffet_nfs::Firewall::default())
+            .with_nf("monitor", buffet_nfs::Monitor::default());
+        let t = tenants();
+        let f = Path::new("t.toml");
+        let e = chain.check_tenants(&t, f).unwrap_err().to_string();
+        assert!(
+            e.starts_with("t.toml: tenant 2 (\"tenant-2\"): nf: the tenant names no chain"),
+            "{e}"
+        );
+        let chain = chain.with_nf(DEFAULT_KEY, buffet_nfs::Monitor::default());
+        chain.check_tenants(&t, f).unwrap();
+        let mut bad = t.clone();
+        bad[0].chain[2].policy = Policy::from_map(
+            serde_json::json!({ "default": "maybe" })
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let e = chain.check_tenants(&bad, f).unwrap_err().to_string();
+        assert!(
+            e.starts_with("t.toml: tenant 1 (\"tenant-1\"): chain[2].policy: "),
+            "{e}"
+        );
+        assert!(e.contains("maybe"), "{e}");
+    }
+}

@@ -1,0 +1,260 @@
+//! Chained runs: when a tenant of the tenants file names its own chain
+//! (`[[tenant.chain]]`, docs/chains.md), `replay`, `run` and `demo` run a
+//! [`Chain`] — the run's `--nf` (if any) is the one-stage chain of the tenants that name
+//! none — and print each tenant's per-stage counters under its row.
+//!
+//! Without any chain nothing here runs: the run's NF is handed to the pipeline directly.
+//! This module loads nothing itself beyond what [`Chain::load_stages`] loads, and decides
+//! no isolation beyond [`chain::resolve_level`].
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use buffet_config::chain::{self, Chain, DEFAULT_KEY};
+use buffet_config::isolation::{self, Isolation};
+use buffet_config::registry::{NfKind, NfSpec, NfVisitor, RegisteredNf};
+use buffet_config::TenantConfig;
+
+use super::registry::{Registry, Visit};
+use super::replay::{self, Chosen};
+
+/// What a chained run needs besides the command's own visitor: the tenants as the file
+/// gives them (their stages), the run's level and the file (for errors).
+#[derive(Clone, Copy)]
+pub(crate) struct ChainRun<'a> {
+    pub tenants: &'a [TenantConfig],
+    pub level: Isolation,
+    pub file: &'a Path,
+}
+
+/// Builds the [`Chain`] around the run's NF, then hands it to the command.
+pub(crate) struct Chained<'a, V> {
+    pub inner: V,
+    pub run: ChainRun<'a>,
+    pub kind: NfKind,
+}
+
+impl<V: NfVisitor<Output = anyhow::Result<()>>> NfVisitor for Chained<'_, V> {
+    type Output = anyhow::Result<()>;
+
+    fn visit<N: RegisteredNf>(self, nf: N) -> anyhow::Result<()> {
+        finish(
+            Chain::new().with_kind(DEFAULT_KEY, nf, self.kind),
+            self.run,
+            self.inner,
+        )
+    }
+}
+
+/// Loads the stages' NFs, checks every tenant's chain against them (nothing is admitted
+/// before all pass), and runs the command with the chain.
+fn finish<V: NfVisitor<Output = anyhow::Result<()>>>(
+    chain: Chain,
+    run: ChainRun<'_>,
+    inner: V,
+) -> anyhow::Result<()> {
+    let native = chain::stage_specs(run.tenants)
+        .iter()
+        .any(|s| s.kind() == NfKind::C);
+    if native && run.level == Isolation::TrustedNative {
+        eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
+    }
+    let chain = chain.load_stages(run.tenants, run.level, run.file)?;
+    chain.check_tenants(run.tenants, run.file)?;
+    let stages = run.tenants.iter().map(|t| t.chain.len().max(1)).max();
+    eprintln!(
+        "chains: {} tenants, {} of them with their own chain (up to {} stages)",
+        run.tenants.len(),
+        run.tenants.iter().filter(|t| !t.chain.is_empty()).count(),
+        stages.unwrap_or(1)
+    );
+    inner.visit(chain)
+}
+
+/// The isolation level of a chained run (see [`chain::resolve_level`]), saying on
+/// stderr how many protection keys MPK has.
+pub(crate) fn level(
+    requested: Option<Isolation>,
+    chosen: &Chosen,
+    tenants: &[TenantConfig],
+    file: &Path,
+) -> anyhow::Result<Isolation> {
+    let default = match chosen {
+        Chosen::Spec(spec) => Some(spec.clone()),
+        Chosen::Registered(_) => Some(NfSpec::Reference(buffet_config::registry::NfName::Monitor)),
+        Chosen::Nothing => None,
+    };
+    let level = chain::resolve_level(requested, default.as_ref(), tenants, file)?;
+    if level == Isolation::Mpk {
+        let mpk = isolation::mpk()?;
+        eprintln!(
+            "isolation: mpk ({} protection keys cache tenant regions)",
+            mpk.cache_keys()
+        );
+    }
+    Ok(level)
+}
+
+/// Runs the command's `visitor` with a [`Chain`] around `chosen` (or around no default
+/// NF when every tenant names a chain).
+pub(crate) fn visit<'v, V>(
+    chosen: Chosen,
+    run: ChainRun<'v>,
+    registry: &Registry,
+    visitor: V,
+    wrap: impl FnOnce(V) -> Visit<'v>,
+) -> anyhow::Result<()>
+where
+    V: NfVisitor<Output = anyhow::Result<()>>,
+{
+    let kind = match &chosen {
+        Chosen::Spec(spec) => spec.kind(),
+        Chosen::Registered(_) => NfKind::Reference,
+        Chosen::Nothing => return finish(Chain::new(), run, visitor),
+    };
+    replay::load_and_visit(
+        chosen,
+        run.level,
+        registry,
+        Chained {
+            inner: visitor,
+            run,
+            kind,
+        },
+        move |c| {
+            Visit::Chained(Box::new(Chained {
+                inner: wrap(c.inner),
+                run: c.run,
+                kind: c.kind,
+            }))
+        },
+    )
+}
+
+/// One stage's counters, read back from a tenant's NF summary (`chain.<i>.<nf>.<counter>`).
+#[derive(Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct StageRow {
+    pub stage: usize,
+    pub nf: String,
+    pub packets: u64,
+    pub passed: u64,
+    pub drops: BTreeMap<String, u64>,
+    pub faults: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ns: Option<u64>,
+    /// The stage NF's own counters for this tenant.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// The stages of a tenant's summary, in chain order; empty for an NF that is not a chain.
+pub(crate) fn stages_of(nf: &BTreeMap<&'static str, u64>) -> Vec<StageRow> {
+    let mut rows: BTreeMap<usize, StageRow> = BTreeMap::new();
+    for (&key, &v) in nf {
+        let mut parts = key.splitn(4, '.');
+        let (Some("chain"), Some(i), Some(name), Some(counter)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Ok(i) = i.parse::<usize>() else {
+            continue;
+        };
+        let row = rows.entry(i).or_insert_with(|| StageRow {
+            stage: i,
+            nf: name.to_owned(),
+            ..StageRow::default()
+        });
+        match counter {
+            "packets" => row.packets = v,
+            "passed" => row.passed = v,
+            "faults" => row.faults = v,
+            "ns" => row.ns = Some(v),
+            c => {
+                if let Some(cause) = c.strip_prefix("drop.") {
+                    row.drops.insert(cause.to_owned(), v);
+                } else if let Some(own) = c.strip_prefix("nf.") {
+                    row.counters.insert(own.to_owned(), v);
+                }
+            }
+        }
+    }
+    rows.into_values().collect()
+}
+
+/// Prints a tenant's stage lines when its chain has more than one stage (a one-stage
+/// chain is the tenant's row itself; `--stats-json` has every chain). No timings: the
+/// text output stays the same from run to run.
+pub(crate) fn print_stages(
+    out: &mut dyn Write,
+    nf: &BTreeMap<&'static str, u64>,
+) -> std::io::Result<()> {
+    let stages = stages_of(nf);
+    if stages.len() < 2 {
+        return Ok(());
+    }
+    for s in stages {
+        let drops = if s.drops.is_empty() {
+            "-".to_owned()
+        } else {
+            s.drops
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        writeln!(
+            out,
+            "{:>6} stage {} {:<10} {:>10} in {:>10} passed {:>8} dropped  {}{}",
+            "",
+            s.stage,
+            s.nf,
+            s.packets,
+            s.passed,
+            s.drops.values().sum::<u64>(),
+            drops,
+            if s.faults > 0 {
+                format!(" faults={}", s.faults)
+            } else {
+                String::new()
+            }
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_rows_come_back_from_the_summary_keys() {
+        let nf: BTreeMap<&'static str, u64> = [
+            ("chain.0.firewall.packets", 10),
+            ("chain.0.firewall.passed", 7),
+            ("chain.0.firewall.drop.policy", 3),
+            ("chain.0.firewall.ns", 99),
+            ("chain.0.firewall.nf.denied", 3),
+            ("chain.1.monitor.packets", 7),
+            ("chain.1.monitor.passed", 7),
+            ("flows", 1),
+        ]
+        .into_iter()
+        .collect();
+        let rows = stages_of(&nf);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].nf, "firewall");
+        assert_eq!((rows[0].packets, rows[0].passed), (10, 7));
+        assert_eq!(rows[0].drops["policy"], 3);
+        assert_eq!(rows[0].ns, Some(99));
+        assert_eq!(rows[0].counters["denied"], 3);
+        assert_eq!((rows[1].stage, rows[1].packets), (1, 7));
+        let mut text = Vec::new();
+        print_stages(&mut text, &nf).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains("stage 0 firewall"), "{text}");
+        assert!(text.contains("policy=3"), "{text}");
+        assert!(!text.contains("99"), "no timings in text: {text}");
+        assert!(stages_of(&BTreeMap::from([("flows", 1)])).is_empty());
+    }
+}
