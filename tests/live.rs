@@ -1620,3 +1620,146 @@ fn xdp_dispatch_refuses_a_rule_it_cannot_express_before_attaching() {
     assert!(!stats.exists(), "nothing ran, nothing written");
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");
 }
+
+/// buffetd on a live interface: a `kind = "af_packet"` port in its config, inside
+/// namespace A; tenants admitted through the `buffet` client (run in A too, where the
+/// API listens); frames sent from B are counted per tenant exactly and passed frames come
+/// back out of the interface.
+#[test]
+fn buffetd_serves_a_live_af_packet_port() {
+    if !privileged("live::buffetd_serves_a_live_af_packet_port") {
+        return;
+    }
+    let ns = NsPair::new();
+    ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
+    let dir = tempfile::tempdir().unwrap();
+    let token = "admin-token-for-the-live-daemon-test";
+    let api = "http://127.0.0.1:7979";
+    let cfg = dir.path().join("buffet.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:7979\"\n[nf]\nname = \"firewall\"\n\
+             [dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 16\n\
+             [[port]]\nkind = \"af_packet\"\niface = \"{iface}\"\n",
+            d = dir.path().display(),
+            iface = ns.va
+        ),
+    )
+    .unwrap();
+    let mut daemon = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.a,
+            env!("CARGO_BIN_EXE_buffetd"),
+            "--config",
+        ])
+        .arg(&cfg)
+        .env("BUFFETD_ADMIN_TOKEN", token)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = |args: &[&str]| -> (bool, serde_json::Value, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.a, env!("CARGO_BIN_EXE_buffet")])
+            .args(args)
+            .arg("--json")
+            .env("BUFFET_API", api)
+            .env("BUFFET_TOKEN", token)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let t0 = Instant::now();
+    while !client(&["workers", "ls"]).0 {
+        if let Some(status) = daemon.try_wait().unwrap() {
+            let mut err = String::new();
+            daemon
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("buffetd ended ({status}): {err}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "buffetd did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Tenant 1 passes everything, tenant 2 denies UDP to port 53.
+    for (id, policy) in [
+        (1, r#"{"default":"allow"}"#),
+        (
+            2,
+            r#"{"default":"allow","rules":[{"action":"deny","proto":"udp","dst_port":53}]}"#,
+        ),
+    ] {
+        let rule = format!("dst_ip=10.{id}.0.0/16");
+        let id = id.to_string();
+        let (ok, _, err) = client(&[
+            "tenant", "add", "--id", &id, "--rule", &rule, "--policy", policy,
+        ]);
+        assert!(ok, "{err}");
+    }
+    let mut frames = Vec::new();
+    for seq in 0..600u32 {
+        let (id, dport) = match seq % 3 {
+            0 => (1, 80),
+            1 => (2, 80),
+            _ => (2, 53),
+        };
+        frames.push(udp4([172, 16, 0, 1], [10, id, 0, 1], 40000, dport, seq));
+    }
+    let pcap = dir.path().join("send.pcap");
+    write_pcap(&pcap, &frames);
+    // Tenant 1's 200 and tenant 2's 200 to port 80 pass and come back.
+    let (sent, back) = send_from_b(&ns, &pcap, 400, &dir.path().join("sender.txt"));
+    assert_eq!(sent, 600);
+    let t0 = Instant::now();
+    let stats = loop {
+        let (ok, v, err) = client(&["stats"]);
+        assert!(ok, "{err}");
+        let packets = |id: u64| {
+            v["tenants"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["id"].as_u64() == Some(id))
+                .and_then(|t| t["packets"].as_u64())
+        };
+        if packets(1) == Some(200) && packets(2) == Some(400) {
+            break v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let tenant = |id: u64| {
+        stats["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"].as_u64() == Some(id))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(tenant(1)["passed"].as_u64(), Some(200), "{stats}");
+    assert_eq!(tenant(2)["passed"].as_u64(), Some(200), "{stats}");
+    assert_eq!(back, 400, "passed frames went back out of the interface");
+    // SIGTERM: drains and exits 0.
+    // (`ip netns exec` executes buffetd in its own process: the child is the daemon.)
+    let ok = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert!(daemon.wait().unwrap().success());
+}

@@ -14,12 +14,13 @@
 //! `CHURN`, `API_SECONDS`, `RATE_PPS`).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use buffet_daemon::{Daemon, DaemonConfig};
 use serde_json::{json, Value};
+
+#[path = "../tests/common/gaps.rs"]
+mod gaps;
 
 const ADMIN: &str = "admin-token-for-measurements-01234";
 
@@ -49,23 +50,11 @@ fn call(agent: &ureq::Agent, base: &str, method: &str, path: &str, body: Option<
     }
 }
 
+/// The 8 running tenants.
+const RUNNING: [u64; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+
 fn packets(agent: &ureq::Agent, base: &str) -> Vec<u64> {
-    let v: Value = agent
-        .get(&format!("{base}/v1/stats"))
-        .set("Authorization", &format!("Bearer {ADMIN}"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
-    let mut rows: Vec<(u64, u64)> = v["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["id"].as_u64().is_some_and(|id| (1..=8).contains(&id)))
-        .map(|t| (t["id"].as_u64().unwrap(), t["packets"].as_u64().unwrap()))
-        .collect();
-    rows.sort_unstable();
-    rows.into_iter().map(|(_, p)| p).collect()
+    gaps::packets(agent, base, ADMIN, &RUNNING)
 }
 
 /// Tenant `id` (>= 100) on a prefix no generated packet goes to.
@@ -80,40 +69,6 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
-}
-
-/// Polls the 8 running tenants' packet counters while `work` runs; returns the longest
-/// interval in which one of them did not advance, the samples, the slowest sample and
-/// what `work` returned.
-fn sample_gaps(base: &str, work: impl FnOnce() -> Duration) -> (Duration, u64, Duration, Duration) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (stop, base) = (stop.clone(), base.to_owned());
-        std::thread::spawn(move || {
-            let agent = ureq::AgentBuilder::new().build();
-            let mut last = packets(&agent, &base);
-            let mut since = vec![Instant::now(); last.len()];
-            let (mut worst, mut samples, mut worst_poll) = (Duration::ZERO, 0u64, Duration::ZERO);
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let now = packets(&agent, &base);
-                worst_poll = worst_poll.max(t.elapsed());
-                samples += 1;
-                for (i, (&n, &l)) in now.iter().zip(&last).enumerate() {
-                    if n > l {
-                        worst = worst.max(since[i].elapsed());
-                        since[i] = Instant::now();
-                    }
-                }
-                last = now;
-            }
-            (worst, samples, worst_poll)
-        })
-    };
-    let took = work();
-    stop.store(true, Ordering::Relaxed);
-    let (worst, samples, worst_poll) = sampler.join().unwrap();
-    (worst, samples, worst_poll, took)
 }
 
 fn main() {
@@ -176,7 +131,7 @@ fn main() {
     // 2. Largest traffic gap during admissions and removals of other tenants, against
     // the same sampler over the same time with no control traffic (the baseline: what
     // the sampler and this machine's scheduling alone show).
-    let (gap, samples, worst_poll, churn_took) = sample_gaps(&base, || {
+    let churn_gaps = gaps::sample_gaps(&base, ADMIN, &RUNNING, || {
         let t0 = Instant::now();
         for k in 0..churn / 2 {
             let id = 100 + (k % 256);
@@ -191,10 +146,18 @@ fn main() {
         }
         t0.elapsed()
     });
-    let (base_gap, base_samples, base_poll, _) = sample_gaps(&base, || {
+    let (gap, samples, worst_poll, churn_took) = (
+        churn_gaps.worst,
+        churn_gaps.samples,
+        churn_gaps.worst_poll,
+        churn_gaps.took,
+    );
+    let baseline = gaps::sample_gaps(&base, ADMIN, &RUNNING, || {
         std::thread::sleep(churn_took);
         churn_took
     });
+    let (base_gap, base_samples, base_poll) =
+        (baseline.worst, baseline.samples, baseline.worst_poll);
     println!(
         "traffic gap: {churn} admissions+removals in {:.3} s; largest interval without progress \
          of any of the 8 running tenants: {:.2} ms ({samples} samples, slowest sample {:.2} ms); \

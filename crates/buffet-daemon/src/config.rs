@@ -272,6 +272,55 @@ pub enum PortConfig {
     Generator(GeneratorPort),
     /// A pcap file, replayed once at its own pace (then the port is idle).
     Pcap(PcapPort),
+    /// A live interface through an AF_PACKET socket (CAP_NET_RAW): frames received
+    /// there are processed, passed frames sent back out of it.
+    #[serde(rename = "af_packet")]
+    AfPacket(AfPacketPortConfig),
+    /// A live interface queue through an AF_XDP socket and its redirect program
+    /// (CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW); passed frames go back out of it.
+    #[serde(rename = "af_xdp")]
+    AfXdp(AfXdpPortConfig),
+}
+
+/// `kind = "af_packet"`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AfPacketPortConfig {
+    /// The interface (`eth0`).
+    pub iface: String,
+    /// Put it in promiscuous mode while the port is open.
+    #[serde(default)]
+    pub promisc: bool,
+}
+
+/// `kind = "af_xdp"`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AfXdpPortConfig {
+    /// The interface.
+    pub iface: String,
+    /// The queue the socket binds (0).
+    #[serde(default)]
+    pub queue: u32,
+    /// Where the redirect program attaches: `auto` (native, else generic), `native`,
+    /// `generic`.
+    #[serde(default = "default_xdp_mode")]
+    pub xdp_mode: String,
+}
+
+/// Why `name` cannot be an interface name (Linux: 1 to 15 bytes, no `/`, no blank).
+fn iface_problem(name: &str) -> Option<String> {
+    if name.is_empty() || name.len() > 15 {
+        return Some(format!("{name:?} is not an interface name (1 to 15 bytes)"));
+    }
+    if name.contains('/') || name.contains(char::is_whitespace) || name == "." || name == ".." {
+        return Some(format!("{name:?} is not an interface name"));
+    }
+    None
+}
+
+fn default_xdp_mode() -> String {
+    "auto".into()
 }
 
 /// `kind = "generator"`.
@@ -436,6 +485,25 @@ impl DaemonConfig {
                         return bad(
                             &format!("port[{i}].path"),
                             format!("{} is not a readable file", p.path.display()),
+                        );
+                    }
+                }
+                PortConfig::AfPacket(AfPacketPortConfig { iface, .. }) => {
+                    if let Some(why) = iface_problem(iface) {
+                        return bad(&format!("port[{i}].iface"), why);
+                    }
+                }
+                PortConfig::AfXdp(x) => {
+                    if let Some(why) = iface_problem(&x.iface) {
+                        return bad(&format!("port[{i}].iface"), why);
+                    }
+                    if !["auto", "native", "generic"].contains(&x.xdp_mode.as_str()) {
+                        return bad(
+                            &format!("port[{i}].xdp_mode"),
+                            format!(
+                                "must be \"auto\", \"native\" or \"generic\", got {:?}",
+                                x.xdp_mode
+                            ),
                         );
                     }
                 }

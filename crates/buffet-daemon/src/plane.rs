@@ -17,6 +17,8 @@ use buffet_config::isolation::{self, Isolation};
 use buffet_config::registry::{NfSpec, NfVisitor, RegisteredNf};
 use buffet_config::TenantConfig;
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig, WorkerId};
+use buffet_io::afpacket::{AfPacketConfig, AfPacketPort};
+use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
 use buffet_io::gen::{GenConfig, Generator};
 use buffet_io::pcap::PcapReader;
 use buffet_io::{Port, SourcePort};
@@ -272,6 +274,32 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
                     reader,
                 ))
             }
+            PortConfig::AfPacket(ap) => Box::new(
+                AfPacketPort::open(AfPacketConfig {
+                    promisc: ap.promisc,
+                    ..AfPacketConfig::new(&ap.iface, id)
+                })
+                .map_err(|e| StartError::Port {
+                    index,
+                    message: e.to_string(),
+                })?,
+            ),
+            PortConfig::AfXdp(x) => Box::new(
+                AfXdpPort::open(AfXdpConfig {
+                    queue: x.queue,
+                    redirect: Some(match x.xdp_mode.as_str() {
+                        "native" => XdpMode::Native,
+                        "generic" => XdpMode::Generic,
+                        // Checked when the config was read.
+                        _ => XdpMode::Auto,
+                    }),
+                    ..AfXdpConfig::new(&x.iface, id)
+                })
+                .map_err(|e| StartError::Port {
+                    index,
+                    message: e.to_string(),
+                })?,
+            ),
         });
     }
     if level == Isolation::TrustedNative {

@@ -747,3 +747,62 @@ fn a_reload_changes_what_may_change_and_refuses_the_rest() {
     assert_eq!(d.reload(next).unwrap(), Vec::<&str>::new());
     d.stop().unwrap();
 }
+
+#[path = "common/gaps.rs"]
+mod gaps;
+
+/// Control requests are applied between bursts: during 1,000 admissions and removals of
+/// other tenants, no running tenant's traffic pauses for longer than the sampler itself
+/// explains. The bound: the largest interval without progress stays within twice the
+/// same sampler's largest one over as long a time with no requests, plus twice its
+/// slowest poll, plus 50 ms — a data plane that stopped for an admission (a lock held
+/// across the bursts, a state built on the data-plane thread) would exceed it.
+#[test]
+fn admissions_and_removals_never_pause_the_running_tenants_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), "");
+    cfg.dataplane.tenant_slots = 64;
+    let d = Daemon::start(cfg, Path::new("test.toml")).unwrap();
+    for i in 0..4u32 {
+        let (s, v) = admin(
+            &d,
+            "POST",
+            "/v1/tenants",
+            Some(&tenant(i + 1, i, allow_all())),
+        );
+        assert_eq!(s, 201, "{v}");
+    }
+    for id in 1..=4 {
+        wait_for_packets(&d, id, 0);
+    }
+    let base = format!("http://{}", d.addr());
+    let running = [1u64, 2, 3, 4];
+    let churn = gaps::sample_gaps(&base, ADMIN, &running, || {
+        let t0 = Instant::now();
+        for k in 0..500u32 {
+            let id = 100 + k % 32;
+            let t = json!({ "id": id, "rules": [ { "dst_ip": format!("10.9.{}.0/24", k % 32) } ],
+                            "policy": allow_all() });
+            let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&t));
+            assert_eq!(s, 201, "{v}");
+            let (s, v) = admin(&d, "DELETE", &format!("/v1/tenants/{id}"), None);
+            assert_eq!(s, 204, "{v}");
+        }
+        t0.elapsed()
+    });
+    let quiet = gaps::sample_gaps(&base, ADMIN, &running, || {
+        std::thread::sleep(churn.took);
+        churn.took
+    });
+    let bound =
+        2 * quiet.worst + 2 * churn.worst_poll.max(quiet.worst_poll) + Duration::from_millis(50);
+    println!("during 1,000 admissions and removals: {churn:?}; quiet: {quiet:?}; bound {bound:?}");
+    assert!(churn.samples > 10, "{churn:?}");
+    assert!(
+        churn.worst <= bound,
+        "a running tenant's traffic paused for {:?} during the admissions (quiet: {:?}, bound {bound:?})",
+        churn.worst,
+        quiet.worst
+    );
+    d.stop().unwrap();
+}
