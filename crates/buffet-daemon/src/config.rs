@@ -65,6 +65,10 @@ pub struct DaemonConfig {
     /// Where traffic comes from; port `i` of the data plane is `port[i]`.
     #[serde(default, rename = "port")]
     pub ports: Vec<PortConfig>,
+    /// Agent mode: one server of a cluster placed through etcd (docs/cluster.md);
+    /// absent, a single server that never touches etcd.
+    #[serde(default)]
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 /// `[api]`.
@@ -374,6 +378,9 @@ impl DaemonConfig {
         }
         if self.api.request_timeout_ms == 0 {
             return bad("api.request_timeout_ms", "must be at least 1".into());
+        }
+        if let Some(Err((field, message))) = self.cluster.as_ref().map(|c| c.check()) {
+            return bad(&format!("cluster.{field}"), message);
         }
         for (i, p) in self.ports.iter().enumerate() {
             match p {

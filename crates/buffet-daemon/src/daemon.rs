@@ -144,6 +144,9 @@ fn run(
             .iter()
             .map(|(h, id)| (*h, buffet_sdk::TenantId(*id))),
     );
+    let cluster = cfg.cluster.clone().map(|c| {
+        crate::cluster::Hook::new(c, &token, plane.clone(), refusing.clone(), &cfg.dataplane)
+    });
     drop(token);
     let state = Arc::new(AppState::new(Parts {
         plane: plane.clone(),
@@ -208,15 +211,21 @@ fn run(
         state.set_ready(true);
         eprintln!("buffetd: API on http://{addr}");
         let _ = ready.send(addr);
+        let agent = cluster.map(|h| h.spawn(app.clone(), addr, shutdown_tx.subscribe()));
         let st = state.clone();
-        axum::serve(listener, app)
+        let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stop.await;
                 st.set_ready(false);
                 let _ = shutdown_tx.send(true);
             })
             .await
-            .map_err(|e| DaemonError::Runtime(format!("API server: {e}")))
+            .map_err(|e| DaemonError::Runtime(format!("API server: {e}")));
+        if let Some(a) = agent {
+            // The cluster Agent revokes its lease on the way out.
+            let _ = tokio::time::timeout(Duration::from_secs(3), a).await;
+        }
+        served
     });
     rt.shutdown_timeout(Duration::from_secs(5));
     let report = finish(&plane, dataplane)?;
