@@ -94,7 +94,10 @@ impl ClusterConfig {
             ));
         }
         if !(1..=3600).contains(&self.lease_ttl_s) {
-            return Err(("lease_ttl_s", format!("must be 1..=3600, got {}", self.lease_ttl_s)));
+            return Err((
+                "lease_ttl_s",
+                format!("must be 1..=3600, got {}", self.lease_ttl_s),
+            ));
         }
         if self.report_interval_ms < 50 || self.report_interval_ms > self.lease_ttl_s * 1000 {
             return Err((
@@ -254,7 +257,9 @@ impl Agent {
             .await;
         if s.is_success() {
             self.local.clear();
-            self.log(format!("fenced: removed {n} tenants until registered again"));
+            self.log(format!(
+                "fenced: removed {n} tenants until registered again"
+            ));
         } else {
             self.log(format!("cannot remove tenants while fenced: {s} {v}"));
         }
@@ -289,10 +294,16 @@ impl Agent {
         self.log(format!("registered (lease {lease_id:x})"));
         let prefix = schema::placements_of(&self.cfg.server_id);
         let rev = self.reconcile(client).await?;
-        let mut w = timed(client.watch(
-            prefix.as_bytes(),
-            Some(WatchOptions::new().with_prefix().with_start_revision(rev + 1)),
-        ))
+        let mut w = timed(
+            client.watch(
+                prefix.as_bytes(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(rev + 1),
+                ),
+            ),
+        )
         .await?;
         let mut tick = tokio::time::interval(Duration::from_millis(self.cfg.report_interval_ms));
         let mut stop = self.shutdown.clone();
@@ -386,7 +397,9 @@ impl Agent {
                 self.local.insert(id, Local { rev: prev });
                 self.status(client, id, prev, State::Live, None).await;
             } else {
-                let reason = v["error"].as_str().map_or_else(|| v.to_string(), str::to_owned);
+                let reason = v["error"]
+                    .as_str()
+                    .map_or_else(|| v.to_string(), str::to_owned);
                 self.log(format!("tenant {id} refused: {s} {reason}"));
                 self.failed.insert(id, prev);
                 self.status(client, id, prev, State::Failed, Some((s.as_u16(), reason)))
@@ -489,7 +502,12 @@ impl Agent {
         l.tenant_pps = r
             .tenants
             .iter()
-            .map(|t| (t.id.0, rate(t.packets, pt.and_then(|p| p.get(&t.id.0).copied()))))
+            .map(|t| {
+                (
+                    t.id.0,
+                    rate(t.packets, pt.and_then(|p| p.get(&t.id.0).copied())),
+                )
+            })
             .collect();
         l.pps = l.tenant_pps.values().sum();
         l.tenants = r.tenants.len() as u32;
@@ -513,6 +531,9 @@ impl Agent {
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await
             .unwrap_or_default();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 }

@@ -185,18 +185,21 @@ fn view(id: u32, r: &TenantRecord, st: Option<&Status>) -> Value {
 
 async fn list(State(s): State<Arc<Shared>>) -> Result<Json<Value>, ApiError> {
     let all = tenants(&s).await?;
-    Ok(Json(json!({ "tenant": all.into_values().collect::<Vec<_>>() })))
+    Ok(Json(
+        json!({ "tenant": all.into_values().collect::<Vec<_>>() }),
+    ))
 }
 
 async fn one(
     State(s): State<Arc<Shared>>,
     UrlPath(id): UrlPath<u32>,
 ) -> Result<Json<Value>, ApiError> {
-    tenants(&s)
-        .await?
-        .remove(&id)
-        .map(Json)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("tenant {id} is not in the cluster")))
+    tenants(&s).await?.remove(&id).map(Json).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("tenant {id} is not in the cluster"),
+        )
+    })
 }
 
 async fn remove(
@@ -220,12 +223,15 @@ fn parse_admission(body: &[u8], default_pps: f64) -> Result<(u32, Value, f64), A
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "a tenant is a JSON object"))?;
     let pps = match obj.remove("expected_pps") {
         None => default_pps,
-        Some(x) => x.as_f64().filter(|p| p.is_finite() && *p >= 0.0).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                format!("expected_pps: a number of packets per second >= 0, got {x}"),
-            )
-        })?,
+        Some(x) => x
+            .as_f64()
+            .filter(|p| p.is_finite() && *p >= 0.0)
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("expected_pps: a number of packets per second >= 0, got {x}"),
+                )
+            })?,
     };
     let text = json!({ "tenant": [v.clone()] }).to_string();
     let cfg = tenants::parse(Format::Json, Path::new("request"), &text)

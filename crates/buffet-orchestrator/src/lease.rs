@@ -66,7 +66,11 @@ pub enum LeaseState {
 
 /// Keeps lease `id` (of `ttl`) alive until the returned receiver's state turns
 /// [`LeaseState::Lost`] (then the task ends) or the task is aborted.
-pub fn hold(client: Client, id: i64, ttl: Duration) -> (watch::Receiver<LeaseState>, tokio::task::JoinHandle<()>) {
+pub fn hold(
+    client: Client,
+    id: i64,
+    ttl: Duration,
+) -> (watch::Receiver<LeaseState>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(LeaseState::Held);
     let task = tokio::spawn(async move {
         keep(client, id, ttl).await;
@@ -77,7 +81,7 @@ pub fn hold(client: Client, id: i64, ttl: Duration) -> (watch::Receiver<LeaseSta
 
 async fn keep(mut client: Client, id: i64, ttl: Duration) {
     let margin = ttl * 3 / 4;
-    let every = (ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    let every = (ttl / 6).clamp(Duration::from_millis(100), Duration::from_secs(5));
     let mut last_ok = Instant::now();
     let mut stream = None;
     loop {

@@ -32,7 +32,9 @@ pub struct LocalEtcd {
 }
 
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// The etcd binary: `$ETCD_BIN`, else `etcd` on `PATH`.

@@ -404,10 +404,7 @@ impl Shared {
             .map(|(id, (r, _))| {
                 (
                     *id,
-                    load.tenant_pps
-                        .get(id)
-                        .copied()
-                        .unwrap_or(r.expected_pps),
+                    load.tenant_pps.get(id).copied().unwrap_or(r.expected_pps),
                 )
             })
             .collect();
@@ -532,8 +529,11 @@ impl Shared {
             if Instant::now() >= next_poll {
                 next_poll = Instant::now() + Duration::from_millis(1000);
                 let mut c = self.client.clone();
-                if let Ok(Ok(g)) =
-                    tokio::time::timeout(Duration::from_secs(1), c.get(schema::status_key(id), None)).await
+                if let Ok(Ok(g)) = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    c.get(schema::status_key(id), None),
+                )
+                .await
                 {
                     if let Some(st) = g
                         .kvs()
@@ -656,7 +656,9 @@ impl Orchestrator {
             ));
         }
         if cfg.lease_ttl < Duration::from_secs(1) {
-            return Err(StartError::Config("--lease-ttl must be at least 1 s".into()));
+            return Err(StartError::Config(
+                "--lease-ttl must be at least 1 s".into(),
+            ));
         }
         let client = lease::connect(&cfg.etcd, cfg.connect_timeout).await?;
         let listener = tokio::net::TcpListener::bind(cfg.listen)
@@ -767,9 +769,15 @@ async fn campaign_once(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Res
         return Ok(());
     };
     eprintln!("buffet-orchestrator: leading ({})", shared.me);
-    *shared.leader.write().unwrap_or_else(PoisonError::into_inner) = Some(key);
+    *shared
+        .leader
+        .write()
+        .unwrap_or_else(PoisonError::into_inner) = Some(key);
     let r = lead(shared, &mut held, stop).await;
-    *shared.leader.write().unwrap_or_else(PoisonError::into_inner) = None;
+    *shared
+        .leader
+        .write()
+        .unwrap_or_else(PoisonError::into_inner) = None;
     keeper.abort();
     // Resign by revoking the lease: the election key goes with it.
     let _ = tokio::time::timeout(Duration::from_secs(2), c.lease_revoke(lease_id)).await;
