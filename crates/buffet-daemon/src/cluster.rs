@@ -199,6 +199,9 @@ async fn timed<T>(
         .map_err(AgentError::from)
 }
 
+/// Packet counters at one moment: when, per worker, per tenant.
+type Sample = (Instant, HashMap<u16, u64>, HashMap<u32, u64>);
+
 struct Agent {
     cfg: ClusterConfig,
     token: String,
@@ -212,7 +215,7 @@ struct Agent {
     /// Placements that failed here, by the revision that failed (not retried).
     failed: HashMap<u32, i64>,
     /// The previous load sample: when, per worker and per tenant packets.
-    last: Option<(Instant, HashMap<u16, u64>, HashMap<u32, u64>)>,
+    last: Option<Sample>,
     seq: u64,
 }
 
