@@ -90,13 +90,14 @@ async fn main() -> anyhow::Result<()> {
     let etcd = LocalEtcd::start()?;
     let url = etcd.url();
     let client = lease::connect(std::slice::from_ref(&url), Duration::from_secs(5)).await?;
+    let mut sims = Vec::new();
     for s in 0..servers {
         let c = client.clone();
-        tokio::spawn(async move {
+        sims.push(tokio::spawn(async move {
             if let Err(e) = sim_server(c, format!("sim{s}")).await {
                 eprintln!("sim{s}: {e}");
             }
-        });
+        }));
     }
     let orch = Orchestrator::start(Config::new(vec![url], "127.0.0.1:0".parse()?)).await?;
     let api = format!("http://{}", orch.addr());
@@ -170,5 +171,8 @@ async fn main() -> anyhow::Result<()> {
         (rev1 - rev0) as f64 / f64::from(tenants),
     );
     orch.stop().await;
+    for s in sims {
+        s.abort();
+    }
     Ok(())
 }
