@@ -31,7 +31,10 @@ pub enum ConnectError {
     },
 }
 
-/// Connects to etcd and checks that it answers (a `Status` call) within `timeout`.
+/// Connects to etcd and checks that it answers (a `Status` call) within `timeout`. No
+/// per-request timeout is set on the client (a campaign blocks until elected); HTTP/2
+/// keep-alive pings (every 2 s) break calls on a dead connection, and callers bound
+/// their own calls where they must.
 pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Client, ConnectError> {
     if endpoints.is_empty() {
         return Err(ConnectError::NoEndpoint);
@@ -42,7 +45,6 @@ pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Client, 
     };
     let opts = ConnectOptions::new()
         .with_connect_timeout(timeout)
-        .with_timeout(timeout)
         .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
     let mut client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
         .await
