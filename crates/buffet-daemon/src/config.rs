@@ -65,6 +65,10 @@ pub struct DaemonConfig {
     /// Where traffic comes from; port `i` of the data plane is `port[i]`.
     #[serde(default, rename = "port")]
     pub ports: Vec<PortConfig>,
+    /// Agent mode: one server of a cluster placed through etcd (docs/cluster.md);
+    /// absent, a single server that never touches etcd.
+    #[serde(default)]
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 /// `[api]`.
@@ -446,6 +450,9 @@ impl DaemonConfig {
                 "api.max_connections",
                 format!("must be 1..=1048576, got {}", self.api.max_connections),
             );
+        }
+        if let Some(Err((field, message))) = self.cluster.as_ref().map(|c| c.check()) {
+            return bad(&format!("cluster.{field}"), message);
         }
         for (i, p) in self.ports.iter().enumerate() {
             match p {

@@ -315,6 +315,9 @@ fn run(
             .iter()
             .map(|(h, id)| (*h, buffet_sdk::TenantId(*id))),
     );
+    let cluster = cfg.cluster.clone().map(|c| {
+        crate::cluster::Hook::new(c, &token, plane.clone(), refusing.clone(), &cfg.dataplane)
+    });
     drop(token);
     let state = Arc::new(AppState::new(Parts {
         plane: plane.clone(),
@@ -386,6 +389,12 @@ fn run(
         state.set_ready(true);
         eprintln!("buffetd: API on http://{addr}");
         let _ = ready.send((addr, live));
+        // The cluster Agent admits placed tenants through the API's own routes, as set up
+        // at start (a reload's new request limits apply to clients, not to it).
+        let agent = cluster.map(|h| {
+            let router = setup_rx.borrow().router.clone();
+            h.spawn(router, addr, shutdown_tx.subscribe())
+        });
         let st = state.clone();
         serve::serve(listener, setup_rx, max_connections, async move {
             let _ = stop.await;
@@ -393,6 +402,10 @@ fn run(
             let _ = shutdown_tx.send(true);
         })
         .await;
+        if let Some(a) = agent {
+            // The cluster Agent revokes its lease on the way out.
+            let _ = tokio::time::timeout(Duration::from_secs(3), a).await;
+        }
         Ok::<(), DaemonError>(())
     });
     rt.shutdown_timeout(Duration::from_secs(5));

@@ -12,7 +12,8 @@
 //! * [`auth`] — tokens, hashed, compared in constant time;
 //! * [`store`] — redb;
 //! * [`metrics`] — the Prometheus exposition;
-//! * [`daemon`] — start, the Agent, config reload, stop.
+//! * [`daemon`] — start, the Agent, config reload, stop;
+//! * [`cluster`] — agent mode: registration, load reports and placements through etcd.
 //!
 //! tokio lives here only: the data plane is driven by its own thread and reached through
 //! the pipeline's control handle. Not here yet: live ports (AF_PACKET/AF_XDP/XDP), TLS
@@ -21,6 +22,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod metrics;

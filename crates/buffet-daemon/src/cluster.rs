@@ -1,0 +1,542 @@
+//! Agent mode: this buffetd is one server of a cluster placed by buffet-orchestrator,
+//! through etcd (`[cluster]` in buffet.toml; without it the daemon is a single server
+//! and never touches etcd).
+//!
+//! The Agent
+//! * registers `/buffet/servers/<server_id>` under a lease it keeps alive, and rewrites
+//!   it every `report_interval_ms` with the server's load (packets per slot per worker,
+//!   live/max workers, tenants and their rates, the overload flag the local Agent raises
+//!   when it can launch no more workers);
+//! * watches `/buffet/placements/<server_id>/` and makes the server's tenant set equal
+//!   to it: a placed tenant is admitted, an unplaced one removed, through this daemon's
+//!   own API router (the very handlers, validation, store and auth of `POST` and
+//!   `DELETE /v1/tenants`), and the outcome of each admission (`live`, or `failed` with
+//!   buffetd's status and reason) goes to `/buffet/status/<tenant>`, in a transaction
+//!   that writes it only while that placement is current.
+//!
+//! **Fencing.** In cluster mode the Agent owns the server's tenant set, and it serves
+//! tenants only while it holds its lease. When the lease counts as lost (no keep-alive
+//! acknowledged for 3/4 of `lease_ttl_s`, counted from when the last acknowledged one
+//! was sent; see `buffet_orchestrator::lease`), it removes every tenant before the lease
+//! can have expired in etcd, so before the Orchestrator can place them elsewhere; then it
+//! registers again with a new lease and admits what is placed on it then. The same holds
+//! at start: tenants restored from the store keep serving only if the first
+//! registration succeeds and they are still placed here; otherwise they are removed. On
+//! SIGTERM the Agent revokes its lease, so its tenants are re-placed at once.
+//!
+//! This module does not place anything (the Orchestrator does) and does not change how
+//! a tenant is admitted (the API does).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use buffet_orchestrator::lease::{self, LeaseState};
+use buffet_orchestrator::schema::{self, ServerLoad, State, Status, WorkerLoad};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, TxnOp, WatchOptions};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use crate::config::DataplaneConfig;
+use crate::plane::Plane;
+
+/// `[cluster]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// etcd client URLs.
+    pub etcd: Vec<String>,
+    /// This server's id in the cluster (`[A-Za-z0-9._-]`, at most 64 bytes).
+    pub server_id: String,
+    /// TTL of the server's lease, seconds: a dead server's tenants are re-placed after it.
+    #[serde(default = "default_ttl")]
+    pub lease_ttl_s: u64,
+    /// How often the load is published, ms.
+    #[serde(default = "default_report")]
+    pub report_interval_ms: u64,
+}
+
+fn default_ttl() -> u64 {
+    10
+}
+
+fn default_report() -> u64 {
+    1000
+}
+
+impl ClusterConfig {
+    /// The first problem: `(field, message)`.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.etcd.is_empty() {
+            return Err(("etcd", "give at least one etcd URL".into()));
+        }
+        if let Some(u) = self
+            .etcd
+            .iter()
+            .find(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+        {
+            return Err(("etcd", format!("{u:?} is not an http:// URL")));
+        }
+        if !schema::valid_server_id(&self.server_id) {
+            return Err((
+                "server_id",
+                format!(
+                    "{:?}: 1 to 64 of [A-Za-z0-9._-] (it is a path segment of etcd keys)",
+                    self.server_id
+                ),
+            ));
+        }
+        if !(1..=3600).contains(&self.lease_ttl_s) {
+            return Err((
+                "lease_ttl_s",
+                format!("must be 1..=3600, got {}", self.lease_ttl_s),
+            ));
+        }
+        if self.report_interval_ms < 50 || self.report_interval_ms > self.lease_ttl_s * 1000 {
+            return Err((
+                "report_interval_ms",
+                format!(
+                    "must be 50..=lease_ttl_s*1000, got {}",
+                    self.report_interval_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the daemon hands the Agent at start.
+pub struct Hook {
+    cfg: ClusterConfig,
+    token: String,
+    plane: Arc<dyn Plane>,
+    refusing: Arc<Mutex<Option<String>>>,
+    dataplane: DataplaneConfig,
+}
+
+impl Hook {
+    /// Captures what the Agent needs before the daemon's token is dropped.
+    pub fn new(
+        cfg: ClusterConfig,
+        admin_token: &str,
+        plane: Arc<dyn Plane>,
+        refusing: Arc<Mutex<Option<String>>>,
+        dataplane: &DataplaneConfig,
+    ) -> Hook {
+        Hook {
+            cfg,
+            token: admin_token.to_owned(),
+            plane,
+            refusing,
+            dataplane: dataplane.clone(),
+        }
+    }
+
+    /// Starts the Agent on the current runtime; it ends (revoking its lease) once
+    /// `shutdown` turns true.
+    pub fn spawn(
+        self,
+        api: Router,
+        addr: SocketAddr,
+        shutdown: watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let agent = Agent {
+            cfg: self.cfg,
+            token: self.token,
+            plane: self.plane,
+            refusing: self.refusing,
+            dataplane: self.dataplane,
+            api,
+            addr,
+            shutdown,
+            local: BTreeMap::new(),
+            failed: HashMap::new(),
+            last: None,
+            seq: 0,
+        };
+        tokio::spawn(agent.run())
+    }
+}
+
+/// A tenant this Agent admitted: the placement revision it answers (0 = restored from
+/// the store at start, not yet matched to a placement).
+struct Local {
+    rev: i64,
+}
+
+/// Why a session ended.
+enum End {
+    Stop,
+    Lost,
+}
+
+/// Why a session failed.
+#[derive(Debug, thiserror::Error)]
+enum AgentError {
+    #[error(transparent)]
+    Connect(#[from] lease::ConnectError),
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error("etcd: no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
+
+async fn timed<T>(
+    f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, AgentError> {
+    tokio::time::timeout(ETCD_TIMEOUT, f)
+        .await
+        .map_err(|_| AgentError::Timeout(ETCD_TIMEOUT))?
+        .map_err(AgentError::from)
+}
+
+/// Packet counters at one moment: when, per worker, per tenant.
+type Sample = (Instant, HashMap<u16, u64>, HashMap<u32, u64>);
+
+struct Agent {
+    cfg: ClusterConfig,
+    token: String,
+    plane: Arc<dyn Plane>,
+    refusing: Arc<Mutex<Option<String>>>,
+    dataplane: DataplaneConfig,
+    api: Router,
+    addr: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+    local: BTreeMap<u32, Local>,
+    /// Placements that failed here, by the revision that failed (not retried).
+    failed: HashMap<u32, i64>,
+    /// The previous load sample: when, per worker and per tenant packets.
+    last: Option<Sample>,
+    seq: u64,
+}
+
+impl Agent {
+    fn log(&self, msg: impl std::fmt::Display) {
+        eprintln!("buffetd: cluster agent {}: {msg}", self.cfg.server_id);
+    }
+
+    async fn run(mut self) {
+        let (_, list) = self.call(Method::GET, "/v1/tenants", None).await;
+        for t in list["tenant"].as_array().into_iter().flatten() {
+            if let Some(id) = t["id"].as_u64().and_then(|i| u32::try_from(i).ok()) {
+                self.local.insert(id, Local { rev: 0 });
+            }
+        }
+        loop {
+            if *self.shutdown.borrow() {
+                return;
+            }
+            match self.session().await {
+                Ok(End::Stop) => return,
+                Ok(End::Lost) => self.log("lease lost: fencing"),
+                Err(e) => self.log(format!("not registered: {e}")),
+            }
+            self.fence().await;
+            let mut stop = self.shutdown.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = lease::raised(&mut stop) => return,
+            }
+        }
+    }
+
+    /// Removes every tenant (the server serves nothing without its lease).
+    async fn fence(&mut self) {
+        if self.local.is_empty() {
+            return;
+        }
+        let n = self.local.len();
+        let (s, v) = self
+            .call(Method::PUT, "/v1/tenants", Some(json!({ "tenant": [] })))
+            .await;
+        if s.is_success() {
+            self.local.clear();
+            self.log(format!(
+                "fenced: removed {n} tenants until registered again"
+            ));
+        } else {
+            self.log(format!("cannot remove tenants while fenced: {s} {v}"));
+        }
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(self.cfg.lease_ttl_s)
+    }
+
+    async fn session(&mut self) -> Result<End, AgentError> {
+        let mut client = lease::connect(&self.cfg.etcd, ETCD_TIMEOUT).await?;
+        let lease_id = timed(client.lease_grant(self.cfg.lease_ttl_s as i64, None))
+            .await?
+            .id();
+        self.publish(&mut client, lease_id).await?;
+        let (mut held, keeper) = lease::hold(client.clone(), lease_id, self.ttl());
+        let end = self.serve(&mut client, lease_id, &mut held).await;
+        keeper.abort();
+        if matches!(end, Ok(End::Stop)) {
+            let _ = timed(client.lease_revoke(lease_id)).await;
+            self.log("stopped: lease revoked");
+        }
+        end
+    }
+
+    async fn serve(
+        &mut self,
+        client: &mut Client,
+        lease_id: i64,
+        held: &mut watch::Receiver<LeaseState>,
+    ) -> Result<End, AgentError> {
+        self.log(format!("registered (lease {lease_id:x})"));
+        let prefix = schema::placements_of(&self.cfg.server_id);
+        let rev = self.reconcile(client).await?;
+        let mut w = timed(
+            client.watch(
+                prefix.as_bytes(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(rev + 1),
+                ),
+            ),
+        )
+        .await?;
+        let mut tick = tokio::time::interval(Duration::from_millis(self.cfg.report_interval_ms));
+        let mut stop = self.shutdown.clone();
+        loop {
+            tokio::select! {
+                m = w.message() => match m {
+                    Ok(Some(r)) if !r.canceled() => {
+                        if !r.events().is_empty() {
+                            let _ = self.reconcile(client).await;
+                        }
+                    }
+                    _ => loop {
+                        // The watch broke (an etcd restart): reconcile and watch again
+                        // while the lease holds.
+                        if *held.borrow() == LeaseState::Lost {
+                            return Ok(End::Lost);
+                        }
+                        if *stop.borrow() {
+                            return Ok(End::Stop);
+                        }
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                        let Ok(rev) = self.reconcile(client).await else { continue };
+                        if let Ok(nw) = timed(client.watch(
+                            prefix.as_bytes(),
+                            Some(WatchOptions::new().with_prefix().with_start_revision(rev + 1)),
+                        ))
+                        .await
+                        {
+                            w = nw;
+                            break;
+                        }
+                    },
+                },
+                _ = tick.tick() => {
+                    if let Err(e) = self.publish(client, lease_id).await {
+                        self.log(format!("load report: {e}"));
+                    }
+                }
+                _ = lease::lost(held) => return Ok(End::Lost),
+                _ = lease::raised(&mut stop) => return Ok(End::Stop),
+            }
+        }
+    }
+
+    /// Makes the tenant set equal to the placements; returns the revision read.
+    async fn reconcile(&mut self, client: &mut Client) -> Result<i64, AgentError> {
+        let prefix = schema::placements_of(&self.cfg.server_id);
+        let g = timed(client.get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()))).await?;
+        let rev = g.header().map_or(0, |h| h.revision());
+        let wanted: BTreeMap<u32, (Value, i64)> = g
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let id = schema::tenant_of(kv.key(), schema::PLACEMENTS)?;
+                let doc = serde_json::from_slice(kv.value()).ok()?;
+                Some((id, (doc, kv.mod_revision())))
+            })
+            .collect();
+        let gone: Vec<u32> = self
+            .local
+            .keys()
+            .filter(|id| !wanted.contains_key(id))
+            .copied()
+            .collect();
+        for id in gone {
+            let (s, v) = self
+                .call(Method::DELETE, &format!("/v1/tenants/{id}"), None)
+                .await;
+            if s.is_success() || s == StatusCode::NOT_FOUND {
+                self.local.remove(&id);
+            } else {
+                self.log(format!("cannot remove tenant {id}: {s} {v}"));
+            }
+        }
+        self.failed.retain(|id, _| wanted.contains_key(id));
+        for (id, (doc, prev)) in wanted {
+            if let Some(l) = self.local.get_mut(&id) {
+                if l.rev == prev {
+                    continue;
+                }
+                // Restored from the store, or placed here again: it serves already.
+                l.rev = prev;
+                self.status(client, id, prev, State::Live, None).await;
+                continue;
+            }
+            if self.failed.get(&id) == Some(&prev) {
+                continue;
+            }
+            let (s, v) = self.call(Method::POST, "/v1/tenants", Some(doc)).await;
+            if s.is_success() {
+                self.local.insert(id, Local { rev: prev });
+                self.status(client, id, prev, State::Live, None).await;
+            } else {
+                let reason = v["error"]
+                    .as_str()
+                    .map_or_else(|| v.to_string(), str::to_owned);
+                self.log(format!("tenant {id} refused: {s} {reason}"));
+                self.failed.insert(id, prev);
+                self.status(client, id, prev, State::Failed, Some((s.as_u16(), reason)))
+                    .await;
+            }
+        }
+        Ok(rev)
+    }
+
+    /// Writes a tenant's status while its placement (revision `prev`) is current.
+    async fn status(
+        &self,
+        client: &mut Client,
+        id: u32,
+        prev: i64,
+        state: State,
+        failure: Option<(u16, String)>,
+    ) {
+        let st = Status {
+            server: self.cfg.server_id.clone(),
+            state,
+            placement_rev: prev,
+            code: failure.as_ref().map(|f| f.0),
+            reason: failure.map(|f| f.1),
+        };
+        let txn = etcd_client::Txn::new()
+            .when(vec![Compare::mod_revision(
+                schema::placement_key(&self.cfg.server_id, id),
+                CompareOp::Equal,
+                prev,
+            )])
+            .and_then(vec![TxnOp::put(
+                schema::status_key(id),
+                serde_json::to_vec(&st).unwrap_or_default(),
+                None,
+            )]);
+        if let Err(e) = timed(client.txn(txn)).await {
+            self.log(format!("status of tenant {id}: {e}"));
+        }
+    }
+
+    /// Writes the server's key (under the lease) with its current load.
+    async fn publish(&mut self, client: &mut Client, lease_id: i64) -> Result<(), AgentError> {
+        let load = self.load().await;
+        timed(client.put(
+            schema::server_key(&self.cfg.server_id),
+            serde_json::to_vec(&load).unwrap_or_default(),
+            Some(PutOptions::new().with_lease(lease_id)),
+        ))
+        .await?;
+        Ok(())
+    }
+
+    async fn load(&mut self) -> ServerLoad {
+        let d = &self.dataplane;
+        let slot_ns = 1u64 << d.shift.min(63);
+        let mut l = ServerLoad {
+            server: self.cfg.server_id.clone(),
+            api: Some(format!("http://{}", self.addr)),
+            slot_ns,
+            worker_max_nb: d.worker_max_nb,
+            max_workers: d.max_workers,
+            tenant_slots: d.tenant_slots,
+            overloaded: self
+                .refusing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+            seq: self.seq,
+            ..ServerLoad::default()
+        };
+        self.seq += 1;
+        let plane = self.plane.clone();
+        let Ok(Ok(r)) = tokio::task::spawn_blocking(move || plane.report()).await else {
+            return l;
+        };
+        let now = Instant::now();
+        let workers: HashMap<u16, u64> = r.workers.iter().map(|w| (w.id, w.packets)).collect();
+        let tenants: HashMap<u32, u64> = r.tenants.iter().map(|t| (t.id.0, t.packets)).collect();
+        let (dt, pw, pt) = match &self.last {
+            Some((t, pw, pt)) => (now.duration_since(*t).as_secs_f64(), Some(pw), Some(pt)),
+            None => (0.0, None, None),
+        };
+        let rate = |now: u64, before: Option<u64>| match before {
+            Some(b) if dt > 0.0 => now.saturating_sub(b) as f64 / dt,
+            _ => 0.0,
+        };
+        l.live_workers = r.workers.iter().filter(|w| w.live).count() as u16;
+        l.workers = r
+            .workers
+            .iter()
+            .map(|w| WorkerLoad {
+                id: w.id,
+                live: w.live,
+                pkts_per_slot: rate(w.packets, pw.and_then(|p| p.get(&w.id).copied()))
+                    * slot_ns as f64
+                    / 1e9,
+            })
+            .collect();
+        l.tenant_pps = r
+            .tenants
+            .iter()
+            .map(|t| {
+                (
+                    t.id.0,
+                    rate(t.packets, pt.and_then(|p| p.get(&t.id.0).copied())),
+                )
+            })
+            .collect();
+        l.pps = l.tenant_pps.values().sum();
+        l.tenants = r.tenants.len() as u32;
+        self.last = Some((now, workers, tenants));
+        l
+    }
+
+    /// A request to this daemon's own API router, as the admin.
+    async fn call(&self, method: Method, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.map(|b| b.to_string()).unwrap_or_default()));
+        let Ok(req) = req else {
+            return (StatusCode::INTERNAL_SERVER_ERROR, Value::Null);
+        };
+        let Ok(resp) = self.api.clone().oneshot(req).await;
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+}

@@ -1,0 +1,135 @@
+//! Connecting to etcd and holding a lease: the one piece the Orchestrator and the
+//! Agents share at run time.
+//!
+//! [`connect`] fails with a clear [`ConnectError`] when no endpoint answers. [`hold`]
+//! keeps a lease alive and says when it must be taken as lost: when no keep-alive has
+//! been acknowledged for three quarters of the TTL, counted from the moment the last
+//! acknowledged request was *sent* (etcd refreshed the lease after that moment, so the
+//! lease cannot have expired earlier than TTL after it). Losing it early by that margin
+//! is what lets a holder stop acting before anybody else can see the lease expire.
+//! Broken keep-alive streams (an etcd restart) are re-opened until then.
+
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Why etcd cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// No endpoint given.
+    #[error("no etcd endpoint given")]
+    NoEndpoint,
+    /// The endpoints did not answer.
+    #[error("etcd at {endpoints} is unreachable: {message}")]
+    Unreachable {
+        /// The endpoints, comma-separated.
+        endpoints: String,
+        /// The client's error.
+        message: String,
+    },
+}
+
+/// Connects to etcd and checks that it answers (a `Status` call) within `timeout`. No
+/// per-request timeout is set on the client (a campaign blocks until elected); HTTP/2
+/// keep-alive pings (every 2 s) break calls on a dead connection, and callers bound
+/// their own calls where they must.
+pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Client, ConnectError> {
+    if endpoints.is_empty() {
+        return Err(ConnectError::NoEndpoint);
+    }
+    let unreachable = |message: String| ConnectError::Unreachable {
+        endpoints: endpoints.join(","),
+        message,
+    };
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+    let mut client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
+        .await
+        .map_err(|_| unreachable(format!("no answer within {timeout:?}")))?
+        .map_err(|e| unreachable(e.to_string()))?;
+    tokio::time::timeout(timeout, client.status())
+        .await
+        .map_err(|_| unreachable(format!("no answer within {timeout:?}")))?
+        .map_err(|e| unreachable(e.to_string()))?;
+    Ok(client)
+}
+
+/// Whether a held lease still counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Held: acknowledged recently enough.
+    Held,
+    /// Lost: not acknowledged for 3/4 of the TTL, or etcd said it no longer exists.
+    Lost,
+}
+
+/// Keeps lease `id` (of `ttl`) alive until the returned receiver's state turns
+/// [`LeaseState::Lost`] (then the task ends) or the task is aborted.
+pub fn hold(
+    client: Client,
+    id: i64,
+    ttl: Duration,
+) -> (watch::Receiver<LeaseState>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(LeaseState::Held);
+    let task = tokio::spawn(async move {
+        keep(client, id, ttl).await;
+        let _ = tx.send(LeaseState::Lost);
+    });
+    (rx, task)
+}
+
+async fn keep(mut client: Client, id: i64, ttl: Duration) {
+    let margin = ttl * 3 / 4;
+    let every = (ttl / 6).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    let mut last_ok = Instant::now();
+    let mut stream = None;
+    loop {
+        let deadline = last_ok + margin;
+        if Instant::now() >= deadline {
+            return;
+        }
+        if stream.is_none() {
+            match tokio::time::timeout_at(deadline, client.lease_keep_alive(id)).await {
+                Ok(Ok(s)) => stream = Some(s),
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            }
+        }
+        let Some((keeper, replies)) = stream.as_mut() else {
+            continue;
+        };
+        let sent = Instant::now();
+        let ok = tokio::time::timeout_at(deadline, async {
+            keeper.keep_alive().await?;
+            replies.message().await
+        })
+        .await;
+        match ok {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                last_ok = sent;
+                tokio::time::sleep(every).await;
+            }
+            // The lease is gone (expired or revoked).
+            Ok(Ok(Some(_))) => return,
+            _ => {
+                stream = None;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Resolves once `held` turns [`LeaseState::Lost`] (or its sender is gone).
+pub async fn lost(held: &mut watch::Receiver<LeaseState>) {
+    let _ = held.wait_for(|s| *s == LeaseState::Lost).await;
+}
+
+/// Resolves once `flag` turns true (or its sender is gone).
+pub async fn raised(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|s| *s).await;
+}

@@ -1,0 +1,104 @@
+//! The Buffet Orchestrator: places tenants on many buffetd servers, through etcd.
+//!
+//! Every server runs buffetd with a `[cluster]` table: its Agent registers under a lease,
+//! publishes its load, and admits the tenants placed on it. The Orchestrator (two or more
+//! may run; etcd's election picks the one that writes) admits a tenant on the server
+//! with the most headroom that fits, answers once the tenant is live there (or failed,
+//! with the reason), re-places a dead server's tenants on the others, and moves tenants
+//! off a server that reports overload. A single server needs none of this.
+//!
+//! * [`schema`] — the etcd key layout and values (shared with buffetd's Agent);
+//! * [`placement`] — the placement policy, sans I/O;
+//! * [`lease`] — connecting to etcd, holding a lease and knowing when it is lost;
+//! * [`orchestrator`] — election, the leader's view, placement writes;
+//! * [`api`] — the HTTP/JSON API;
+//! * [`local_etcd`] — an etcd child process on loopback for tests and trials.
+//!
+//! Not here: authentication of the Orchestrator's API (keep it on a private network),
+//! moving a live tenant's state between servers (a moved tenant starts afresh), TLS to
+//! etcd. See docs/cluster.md.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod lease;
+pub mod local_etcd;
+pub mod orchestrator;
+pub mod placement;
+pub mod schema;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+pub use orchestrator::{Config, Orchestrator, StartError};
+
+/// `buffet-orchestrator` command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "buffet-orchestrator",
+    version,
+    about = "Buffet's Orchestrator: places tenants on buffetd servers through etcd"
+)]
+pub struct Args {
+    /// etcd client URLs, comma-separated.
+    #[arg(long, value_name = "URL[,URL]", value_delimiter = ',', required = true)]
+    pub etcd: Vec<String>,
+    /// The API's address.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7900")]
+    pub listen: SocketAddr,
+    /// The URL followers name as the leader's (default http://<listen>).
+    #[arg(long, value_name = "URL")]
+    pub advertise: Option<String>,
+    /// Election lease TTL, seconds: a dead leader is replaced within it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub lease_ttl: u64,
+    /// Seconds an admission may take to become live before 504.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub admit_timeout: f64,
+    /// Expected rate of a tenant admitted without `expected_pps`, packets per second.
+    #[arg(long, value_name = "PPS", default_value_t = 10.0)]
+    pub default_expected_pps: f64,
+}
+
+/// The `buffet-orchestrator` binary: runs until SIGTERM or SIGINT, then resigns.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("buffet-orchestrator: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let mut cfg = Config::new(args.etcd, args.listen);
+    cfg.advertise = args.advertise;
+    cfg.lease_ttl = Duration::from_secs(args.lease_ttl);
+    if !(args.admit_timeout.is_finite() && args.admit_timeout > 0.0) {
+        anyhow::bail!("--admit-timeout must be > 0");
+    }
+    cfg.admit_timeout = Duration::from_secs_f64(args.admit_timeout);
+    cfg.default_expected_pps = args.default_expected_pps;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let o = Orchestrator::start(cfg).await?;
+        eprintln!("buffet-orchestrator: API on http://{}", o.addr());
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        eprintln!("buffet-orchestrator: stopping: resigning");
+        o.stop().await;
+        Ok(())
+    })
+}

@@ -1,0 +1,868 @@
+//! The Orchestrator's life: connect to etcd, campaign in the election, and while leader,
+//! keep the placements right — admit tenants on the server the policy picks
+//! ([`crate::placement`]), re-place the tenants of a server whose lease expired, move
+//! tenants off a server that reports overload, and clean up admissions that failed.
+//!
+//! Only the leader writes, and every write is one etcd transaction that also compares
+//! the leader key's create revision: an Orchestrator that lost the election (its lease
+//! expired while it was cut off) cannot change anything, even before it notices. The
+//! leader's view of servers and tenants is loaded from etcd when it wins and after every
+//! broken watch (an etcd restart), then kept by one watch over `/buffet/`.
+//!
+//! This module does not serve HTTP ([`crate::api`]) and does not admit tenants on a
+//! server (each server's Agent does, in buffetd).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, LeaderKey, TxnOp, WatchOptions,
+};
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+use crate::lease::{self, ConnectError, LeaseState};
+use crate::placement::{self, Candidate, PlaceError};
+use crate::schema::{self, ServerLoad, State as Outcome, Status, TenantRecord};
+
+/// How the Orchestrator runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// etcd client URLs.
+    pub etcd: Vec<String>,
+    /// The API's address.
+    pub listen: SocketAddr,
+    /// The URL other Orchestrators give clients when this one leads (default
+    /// `http://<listen>`).
+    pub advertise: Option<String>,
+    /// TTL of the election lease: a dead leader is replaced after at most this.
+    pub lease_ttl: Duration,
+    /// An admission not live or failed after this gets 504.
+    pub admit_timeout: Duration,
+    /// The expected rate of a tenant whose admission gives none, packets per second.
+    pub default_expected_pps: f64,
+    /// How long to wait for etcd at start.
+    pub connect_timeout: Duration,
+    /// After moving tenants off an overloaded server, leave it alone this long.
+    pub overload_cooldown: Duration,
+}
+
+impl Config {
+    /// Defaults around `etcd` and `listen`.
+    pub fn new(etcd: Vec<String>, listen: SocketAddr) -> Config {
+        Config {
+            etcd,
+            listen,
+            advertise: None,
+            lease_ttl: Duration::from_secs(10),
+            admit_timeout: Duration::from_secs(10),
+            default_expected_pps: 10.0,
+            connect_timeout: Duration::from_secs(3),
+            overload_cooldown: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the Orchestrator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// etcd.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// The API address.
+    #[error("--listen {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A value of the configuration.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Why a leader's operation did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum LeadError {
+    /// This Orchestrator does not lead (any more).
+    #[error("this orchestrator is not the leader")]
+    NotLeader,
+    /// etcd failed.
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// Somebody changed the record meanwhile.
+    #[error("the tenant changed meanwhile")]
+    Conflict,
+}
+
+/// One re-placement of a dead server's tenants.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Replacement {
+    /// The dead server.
+    pub server: String,
+    /// Tenants re-placed on others.
+    pub replaced: usize,
+    /// Tenants that fit nowhere (kept unplaced).
+    pub unplaced: usize,
+    /// From the deletion of its key (seen by the watch) to the last placement written.
+    pub millis: f64,
+}
+
+/// The leader's view.
+#[derive(Default)]
+pub(crate) struct View {
+    pub(crate) servers: BTreeMap<String, ServerLoad>,
+    /// Record and its mod revision.
+    pub(crate) tenants: BTreeMap<u32, (TenantRecord, i64)>,
+    /// Set while an overload cannot be cleared: new admissions get 503.
+    pub(crate) refusing: Option<String>,
+    last_relief: HashMap<String, Instant>,
+}
+
+impl View {
+    pub(crate) fn candidates(&self) -> Vec<Candidate> {
+        let mut booked: HashMap<&str, (f64, u32)> = HashMap::new();
+        for (r, _) in self.tenants.values() {
+            if let Some(s) = &r.server {
+                let e = booked.entry(s.as_str()).or_default();
+                e.0 += r.expected_pps;
+                e.1 += 1;
+            }
+        }
+        self.servers
+            .iter()
+            .map(|(id, l)| {
+                let (expected, n) = booked.get(id.as_str()).copied().unwrap_or_default();
+                Candidate {
+                    id: id.clone(),
+                    capacity_pps: l.capacity_pps(),
+                    reserved_pps: l.pps.max(expected),
+                    tenants: n,
+                    tenant_slots: l.tenant_slots,
+                    refusing: l.overloaded.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// What the API and the leader task share.
+pub struct Shared {
+    pub(crate) client: Client,
+    pub(crate) me: String,
+    pub(crate) cfg: Config,
+    leader: RwLock<Option<LeaderKey>>,
+    pub(crate) view: tokio::sync::Mutex<View>,
+    pub(crate) statuses: broadcast::Sender<(u32, Status)>,
+    pub(crate) replacements: Mutex<Vec<Replacement>>,
+}
+
+impl Shared {
+    pub(crate) fn is_leader(&self) -> bool {
+        self.leader
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    fn leader_key(&self) -> Option<LeaderKey> {
+        self.leader
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The current leader's advertised URL, from etcd.
+    pub(crate) async fn leader_url(&self) -> Option<String> {
+        let mut c = self.client.clone();
+        let r = tokio::time::timeout(Duration::from_secs(2), c.leader(schema::ELECTION))
+            .await
+            .ok()?
+            .ok()?;
+        r.kv().and_then(|kv| kv.value_str().ok().map(str::to_owned))
+    }
+
+    /// Commits `ops` if this Orchestrator still leads and `compares` hold. `Ok(rev)` is
+    /// the revision of the write.
+    pub(crate) async fn commit(
+        &self,
+        compares: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<i64, LeadError> {
+        let key = self.leader_key().ok_or(LeadError::NotLeader)?;
+        let mut all = vec![Compare::create_revision(
+            key.key(),
+            CompareOp::Equal,
+            key.rev(),
+        )];
+        all.extend(compares);
+        let mut c = self.client.clone();
+        let r = c
+            .txn(etcd_client::Txn::new().when(all).and_then(ops))
+            .await?;
+        if r.succeeded() {
+            return Ok(r.header().map_or(0, |h| h.revision()));
+        }
+        let g = c.get(key.key(), None).await?;
+        match g.kvs().first() {
+            Some(kv) if kv.create_revision() == key.rev() => Err(LeadError::Conflict),
+            _ => {
+                *self.leader.write().unwrap_or_else(PoisonError::into_inner) = None;
+                Err(LeadError::NotLeader)
+            }
+        }
+    }
+
+    /// The ops that put `rec` for `id` and move its placement from `old` to its server.
+    fn move_ops(id: u32, old: Option<&str>, rec: &TenantRecord) -> Vec<TxnOp> {
+        let mut ops = vec![TxnOp::put(
+            schema::tenant_key(id),
+            serde_json::to_vec(rec).unwrap_or_default(),
+            None,
+        )];
+        if let Some(o) = old {
+            if rec.server.as_deref() != Some(o) {
+                ops.push(TxnOp::delete(schema::placement_key(o, id), None));
+            }
+        }
+        if let Some(s) = &rec.server {
+            if old != Some(s.as_str()) {
+                ops.push(TxnOp::put(
+                    schema::placement_key(s, id),
+                    serde_json::to_vec(&rec.doc).unwrap_or_default(),
+                    None,
+                ));
+                ops.push(TxnOp::delete(schema::status_key(id), None));
+            }
+        }
+        ops
+    }
+
+    /// Moves `moves` (tenant, new record) in transactions of up to 24 tenants; updates
+    /// the view. Returns how many moved.
+    async fn apply_moves(
+        &self,
+        view: &mut View,
+        moves: Vec<(u32, TenantRecord)>,
+    ) -> Result<usize, LeadError> {
+        let mut done = 0;
+        for chunk in moves.chunks(24) {
+            let mut compares = Vec::new();
+            let mut ops = Vec::new();
+            for (id, rec) in chunk {
+                let Some((old, rev)) = view.tenants.get(id) else {
+                    continue;
+                };
+                compares.push(Compare::mod_revision(
+                    schema::tenant_key(*id),
+                    CompareOp::Equal,
+                    *rev,
+                ));
+                ops.extend(Self::move_ops(*id, old.server.as_deref(), rec));
+            }
+            let rev = match self.commit(compares, ops).await {
+                Ok(r) => r,
+                Err(LeadError::Conflict) => {
+                    // The view is stale: reload it from etcd.
+                    self.load(view).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for (id, rec) in chunk {
+                view.tenants.insert(*id, (rec.clone(), rev));
+                done += 1;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Reads servers, tenants and statuses from etcd into `view`; returns the revision
+    /// read at. Failed admissions found are cleaned up, statuses are announced.
+    pub(crate) async fn load(&self, view: &mut View) -> Result<i64, LeadError> {
+        let mut c = self.client.clone();
+        let servers = c
+            .get(schema::SERVERS, Some(GetOptions::new().with_prefix()))
+            .await?;
+        let rev = servers.header().map_or(0, |h| h.revision());
+        let opts = || Some(GetOptions::new().with_prefix().with_revision(rev));
+        let tenants = c.get(schema::TENANTS, opts()).await?;
+        let statuses = c.get(schema::STATUS, opts()).await?;
+        view.servers = servers
+            .kvs()
+            .iter()
+            .filter_map(|kv| serde_json::from_slice::<ServerLoad>(kv.value()).ok())
+            .map(|l| (l.server.clone(), l))
+            .collect();
+        view.tenants = tenants
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let id = schema::tenant_of(kv.key(), schema::TENANTS)?;
+                let r = serde_json::from_slice::<TenantRecord>(kv.value()).ok()?;
+                Some((id, (r, kv.mod_revision())))
+            })
+            .collect();
+        for kv in statuses.kvs() {
+            if let (Some(id), Ok(st)) = (
+                schema::tenant_of(kv.key(), schema::STATUS),
+                serde_json::from_slice::<Status>(kv.value()),
+            ) {
+                let _ = self.statuses.send((id, st));
+            }
+        }
+        Ok(rev)
+    }
+
+    /// Re-places every tenant whose server is gone, and tries the unplaced ones.
+    async fn place_orphans(&self, view: &mut View, dead: Option<&str>) -> Result<(), LeadError> {
+        let t0 = Instant::now();
+        let orphans: Vec<u32> = view
+            .tenants
+            .iter()
+            .filter(|(_, (r, _))| match &r.server {
+                Some(s) => !view.servers.contains_key(s),
+                None => true,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if orphans.is_empty() {
+            return Ok(());
+        }
+        let mut cands = view.candidates();
+        let mut moves = Vec::new();
+        let mut unplaced = 0;
+        for id in &orphans {
+            let (rec, _) = &view.tenants[id];
+            let mut new = rec.clone();
+            match placement::choose(&cands, rec.expected_pps) {
+                Ok(i) => {
+                    placement::book(&mut cands[i], rec.expected_pps);
+                    new.server = Some(cands[i].id.clone());
+                    new.reason = None;
+                }
+                Err(e) => {
+                    unplaced += 1;
+                    new.server = None;
+                    new.reason = Some(e.to_string());
+                    if rec.server.is_none() && rec.reason == new.reason {
+                        continue;
+                    }
+                }
+            }
+            moves.push((*id, new));
+        }
+        let n = self.apply_moves(view, moves).await?;
+        if let Some(d) = dead {
+            let r = Replacement {
+                server: d.to_owned(),
+                replaced: n.saturating_sub(unplaced),
+                unplaced,
+                millis: t0.elapsed().as_secs_f64() * 1e3,
+            };
+            eprintln!(
+                "buffet-orchestrator: server {d} is gone: re-placed {} tenants in {:.1} ms ({} fit nowhere)",
+                r.replaced, r.millis, r.unplaced
+            );
+            self.replacements
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(r);
+        }
+        Ok(())
+    }
+
+    /// Moves the fewest tenants off `server` that clear its overload, or refuses new
+    /// admissions when that cannot be done.
+    async fn relieve(&self, view: &mut View, server: &str) -> Result<(), LeadError> {
+        let Some(load) = view.servers.get(server).cloned() else {
+            return Ok(());
+        };
+        let Some(reason) = load.overloaded.clone() else {
+            return Ok(());
+        };
+        if view
+            .last_relief
+            .get(server)
+            .is_some_and(|t| t.elapsed() < self.cfg.overload_cooldown)
+        {
+            return Ok(());
+        }
+        view.last_relief.insert(server.to_owned(), Instant::now());
+        let mut cands = view.candidates();
+        let Some(from) = cands.iter().position(|c| c.id == server) else {
+            return Ok(());
+        };
+        let rates: Vec<(u32, f64)> = view
+            .tenants
+            .iter()
+            .filter(|(_, (r, _))| r.server.as_deref() == Some(server))
+            .map(|(id, (r, _))| {
+                (
+                    *id,
+                    load.tenant_pps.get(id).copied().unwrap_or(r.expected_pps),
+                )
+            })
+            .collect();
+        let excess = overload_excess(&load);
+        match placement::relieve(&mut cands, from, &rates, excess) {
+            Some(plan) => {
+                let moves: Vec<(u32, TenantRecord)> = plan
+                    .iter()
+                    .map(|(id, target)| {
+                        let mut r = view.tenants[id].0.clone();
+                        r.server = Some(cands[*target].id.clone());
+                        (*id, r)
+                    })
+                    .collect();
+                let n = self.apply_moves(view, moves).await?;
+                eprintln!(
+                    "buffet-orchestrator: server {server} overloaded ({reason}): moved {n} tenants ({excess:.0} packets/s to clear)"
+                );
+            }
+            None => {
+                let why = format!(
+                    "server {server} is overloaded ({reason}) and no other server has room \
+                     for the {excess:.0} packets/s it must shed"
+                );
+                eprintln!("buffet-orchestrator: refusing new tenants: {why}");
+                view.refusing = Some(why);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a tenant whose admission failed on the server it is placed on.
+    async fn drop_failed(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
+        let Some((rec, rev)) = view.tenants.get(&id).cloned() else {
+            return Ok(());
+        };
+        if rec.server.as_deref() != Some(st.server.as_str()) {
+            return Ok(());
+        }
+        self.commit(
+            vec![Compare::mod_revision(
+                schema::tenant_key(id),
+                CompareOp::Equal,
+                rev,
+            )],
+            vec![
+                TxnOp::delete(schema::tenant_key(id), None),
+                TxnOp::delete(schema::placement_key(&st.server, id), None),
+            ],
+        )
+        .await?;
+        view.tenants.remove(&id);
+        eprintln!(
+            "buffet-orchestrator: tenant {id} failed on {}: {}",
+            st.server,
+            st.reason.as_deref().unwrap_or("no reason given")
+        );
+        Ok(())
+    }
+
+    /// Admission (the leader's part): validates against the view, picks the server,
+    /// writes record and placement in one transaction. Returns the server and the
+    /// placement's revision.
+    pub(crate) async fn place(
+        &self,
+        id: u32,
+        doc: Value,
+        expected_pps: f64,
+    ) -> Result<(String, i64), AdmitError> {
+        let mut view = self.view.lock().await;
+        if !self.is_leader() {
+            return Err(AdmitError::NotLeader);
+        }
+        if let Some((rec, rev)) = view.tenants.get(&id) {
+            return if rec.doc == doc && rec.expected_pps == expected_pps {
+                match &rec.server {
+                    Some(s) => Err(AdmitError::Exists(s.clone(), *rev)),
+                    None => Err(AdmitError::Duplicate(id)),
+                }
+            } else {
+                Err(AdmitError::Duplicate(id))
+            };
+        }
+        if let Some(r) = &view.refusing {
+            return Err(AdmitError::Refusing(r.clone()));
+        }
+        let cands = view.candidates();
+        let i = placement::choose(&cands, expected_pps)?;
+        let server = cands[i].id.clone();
+        let rec = TenantRecord {
+            doc,
+            expected_pps,
+            server: Some(server.clone()),
+            reason: None,
+        };
+        let rev = self
+            .commit(
+                vec![Compare::version(
+                    schema::tenant_key(id),
+                    CompareOp::Equal,
+                    0,
+                )],
+                Self::move_ops(id, None, &rec),
+            )
+            .await
+            .map_err(|e| match e {
+                LeadError::Conflict => AdmitError::Duplicate(id),
+                LeadError::NotLeader => AdmitError::NotLeader,
+                LeadError::Etcd(e) => AdmitError::Etcd(e.to_string()),
+            })?;
+        view.tenants.insert(id, (rec, rev));
+        Ok((server, rev))
+    }
+
+    /// Waits until the Agent of `server` answers the placement of revision `rev`.
+    pub(crate) async fn wait_status(&self, id: u32, server: &str, rev: i64) -> Option<Status> {
+        let mut rx = self.statuses.subscribe();
+        let deadline = Instant::now() + self.cfg.admit_timeout;
+        let matches = |st: &Status| st.server == server && st.placement_rev >= rev;
+        let mut next_poll = Instant::now();
+        loop {
+            if Instant::now() >= next_poll {
+                next_poll = Instant::now() + Duration::from_millis(1000);
+                let mut c = self.client.clone();
+                if let Ok(Ok(g)) = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    c.get(schema::status_key(id), None),
+                )
+                .await
+                {
+                    if let Some(st) = g
+                        .kvs()
+                        .first()
+                        .and_then(|kv| serde_json::from_slice::<Status>(kv.value()).ok())
+                    {
+                        if matches(&st) {
+                            return Some(st);
+                        }
+                    }
+                }
+            }
+            let until = next_poll.min(deadline);
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Ok((t, st))) if t == id && matches(&st) => return Some(st),
+                Ok(Ok(_)) => {}
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => next_poll = Instant::now(),
+                Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+                Err(_) if Instant::now() >= deadline => return None,
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Cleans up after a failed admission (the waiter's side of [`Self::drop_failed`]).
+    pub(crate) async fn forget_failed(&self, id: u32, st: &Status) {
+        let mut view = self.view.lock().await;
+        let _ = self.drop_failed(&mut view, id, st).await;
+    }
+
+    /// Removes a tenant from the cluster.
+    pub(crate) async fn remove(&self, id: u32) -> Result<(), AdmitError> {
+        let mut view = self.view.lock().await;
+        if !self.is_leader() {
+            return Err(AdmitError::NotLeader);
+        }
+        let Some((rec, rev)) = view.tenants.get(&id).cloned() else {
+            return Err(AdmitError::Unknown(id));
+        };
+        let mut ops = vec![
+            TxnOp::delete(schema::tenant_key(id), None),
+            TxnOp::delete(schema::status_key(id), None),
+        ];
+        if let Some(s) = &rec.server {
+            ops.push(TxnOp::delete(schema::placement_key(s, id), None));
+        }
+        self.commit(
+            vec![Compare::mod_revision(
+                schema::tenant_key(id),
+                CompareOp::Equal,
+                rev,
+            )],
+            ops,
+        )
+        .await
+        .map_err(|e| match e {
+            LeadError::NotLeader => AdmitError::NotLeader,
+            e => AdmitError::Etcd(e.to_string()),
+        })?;
+        view.tenants.remove(&id);
+        Ok(())
+    }
+}
+
+/// What must leave an overloaded server, packets per second: its rate above 80 % of its
+/// capacity, or the largest live worker's rate above its MAX_NB, whichever is larger
+/// (at least one tenant moves).
+pub fn overload_excess(l: &ServerLoad) -> f64 {
+    let total = l.capacity_pps().map_or(0.0, |c| l.pps - 0.8 * c);
+    let worker = l
+        .workers
+        .iter()
+        .filter(|w| w.live)
+        .map(|w| l.per_slot_to_pps(w.pkts_per_slot - l.worker_max_nb as f64))
+        .fold(0.0, f64::max);
+    total.max(worker).max(f64::MIN_POSITIVE)
+}
+
+/// Why an admission was not placed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    /// Not the leader.
+    #[error("this orchestrator is not the leader")]
+    NotLeader,
+    /// Another tenant (or another document) has this id.
+    #[error("tenant {0} exists in the cluster with another document")]
+    Duplicate(u32),
+    /// The same document is already placed (a retried request).
+    #[error("tenant already placed on {0}")]
+    Exists(String, i64),
+    /// Unknown tenant.
+    #[error("tenant {0} is not in the cluster")]
+    Unknown(u32),
+    /// The cluster refuses new tenants (overload).
+    #[error("not admitting new tenants: {0}")]
+    Refusing(String),
+    /// No server fits.
+    #[error(transparent)]
+    Place(#[from] PlaceError),
+    /// etcd failed.
+    #[error("etcd: {0}")]
+    Etcd(String),
+}
+
+/// A running Orchestrator.
+pub struct Orchestrator {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Orchestrator {
+    /// Connects to etcd (a clear error when unreachable), binds the API and starts
+    /// campaigning. Call inside a tokio runtime.
+    pub async fn start(cfg: Config) -> Result<Orchestrator, StartError> {
+        if !(cfg.default_expected_pps.is_finite() && cfg.default_expected_pps >= 0.0) {
+            return Err(StartError::Config(
+                "--default-expected-pps must be a finite number >= 0".into(),
+            ));
+        }
+        if cfg.lease_ttl < Duration::from_secs(1) {
+            return Err(StartError::Config(
+                "--lease-ttl must be at least 1 s".into(),
+            ));
+        }
+        let client = lease::connect(&cfg.etcd, cfg.connect_timeout).await?;
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: cfg.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
+        let me = cfg
+            .advertise
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}"));
+        let (statuses, _) = broadcast::channel(16384);
+        let shared = Arc::new(Shared {
+            client,
+            me,
+            cfg,
+            leader: RwLock::new(None),
+            view: tokio::sync::Mutex::new(View::default()),
+            statuses,
+            replacements: Mutex::new(Vec::new()),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let app = crate::api::router(shared.clone());
+        let mut srv_stop = stop_rx.clone();
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = srv_stop.wait_for(|s| *s).await;
+                })
+                .await;
+        });
+        let leader = tokio::spawn(campaign(shared.clone(), stop_rx));
+        Ok(Orchestrator {
+            addr,
+            shared,
+            stop,
+            tasks: vec![server, leader],
+        })
+    }
+
+    /// The API's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Whether this one leads now.
+    pub fn is_leader(&self) -> bool {
+        self.shared.is_leader()
+    }
+
+    /// Re-placements done while leading.
+    pub fn replacements(&self) -> Vec<Replacement> {
+        self.shared
+            .replacements
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops: resigns (the other Orchestrator takes over at once) and ends the API.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+async fn campaign(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if let Err(e) = campaign_once(&shared, &mut stop).await {
+            eprintln!("buffet-orchestrator: election: {e}");
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+}
+
+async fn campaign_once(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<(), LeadError> {
+    let mut c = shared.client.clone();
+    let ttl = shared.cfg.lease_ttl;
+    let lease_id = c.lease_grant(ttl.as_secs() as i64, None).await?.id();
+    let (mut held, keeper) = lease::hold(c.clone(), lease_id, ttl);
+    let won = tokio::select! {
+        r = c.campaign(schema::ELECTION, shared.me.clone(), lease_id) => Some(r),
+        _ = lease::lost(&mut held) => None,
+        _ = lease::raised(stop) => None,
+    };
+    let key = match won {
+        Some(Ok(r)) => r.leader().cloned(),
+        Some(Err(e)) => {
+            keeper.abort();
+            let _ = c.lease_revoke(lease_id).await;
+            return Err(e.into());
+        }
+        None => None,
+    };
+    let Some(key) = key else {
+        keeper.abort();
+        let _ = c.lease_revoke(lease_id).await;
+        return Ok(());
+    };
+    eprintln!("buffet-orchestrator: leading ({})", shared.me);
+    *shared
+        .leader
+        .write()
+        .unwrap_or_else(PoisonError::into_inner) = Some(key);
+    let r = lead(shared, &mut held, stop).await;
+    *shared
+        .leader
+        .write()
+        .unwrap_or_else(PoisonError::into_inner) = None;
+    keeper.abort();
+    // Resign by revoking the lease: the election key goes with it.
+    let _ = tokio::time::timeout(Duration::from_secs(2), c.lease_revoke(lease_id)).await;
+    eprintln!("buffet-orchestrator: no longer leading");
+    r
+}
+
+async fn lead(
+    shared: &Shared,
+    held: &mut watch::Receiver<LeaseState>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), LeadError> {
+    let mut c = shared.client.clone();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let rev = {
+            let mut view = shared.view.lock().await;
+            let rev = shared.load(&mut view).await?;
+            shared.place_orphans(&mut view, None).await?;
+            rev
+        };
+        let mut w = c
+            .watch(
+                schema::ROOT,
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(rev + 1),
+                ),
+            )
+            .await?;
+        loop {
+            tokio::select! {
+                m = w.message() => {
+                    let resp = match m {
+                        Ok(Some(r)) if !r.canceled() => r,
+                        _ => break,
+                    };
+                    let mut view = shared.view.lock().await;
+                    for ev in resp.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        let key = kv.key();
+                        if let Some(server) = schema::server_of(key) {
+                            let server = server.to_owned();
+                            if ev.event_type() == EventType::Delete {
+                                view.servers.remove(&server);
+                                shared.place_orphans(&mut view, Some(&server)).await?;
+                            } else if let Ok(l) = serde_json::from_slice::<ServerLoad>(kv.value()) {
+                                let new = !view.servers.contains_key(&server);
+                                view.servers.insert(server.clone(), l);
+                                if new {
+                                    shared.place_orphans(&mut view, None).await?;
+                                }
+                                if view.servers.values().all(|s| s.overloaded.is_none()) {
+                                    view.refusing = None;
+                                }
+                                shared.relieve(&mut view, &server).await?;
+                            }
+                        } else if key.starts_with(schema::STATUS.as_bytes())
+                            && ev.event_type() == EventType::Put
+                        {
+                            if let (Some(id), Ok(st)) = (
+                                schema::tenant_of(key, schema::STATUS),
+                                serde_json::from_slice::<Status>(kv.value()),
+                            ) {
+                                let _ = shared.statuses.send((id, st.clone()));
+                                if st.state == Outcome::Failed {
+                                    shared.drop_failed(&mut view, id, &st).await?;
+                                }
+                            }
+                        }
+                    }
+                }
+                _ = tick.tick() => {
+                    let mut view = shared.view.lock().await;
+                    shared.place_orphans(&mut view, None).await?;
+                }
+                _ = lease::lost(held) => return Ok(()),
+                _ = lease::raised(stop) => return Ok(()),
+            }
+            if !shared.is_leader() {
+                return Ok(());
+            }
+        }
+        // The watch broke (etcd restarted, or compaction): reload and watch again.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

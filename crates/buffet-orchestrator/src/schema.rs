@@ -1,0 +1,223 @@
+//! What the Orchestrator and the Agents write to etcd: the key layout and the JSON value
+//! of every key. Both sides use this module, so that the layout is written down once.
+//!
+//! ```text
+//! /buffet/servers/<server>               ServerLoad   under the Agent's lease
+//! /buffet/placements/<server>/<tenant>   tenant doc   written by the leader
+//! /buffet/tenants/<tenant>               TenantRecord written by the leader
+//! /buffet/status/<tenant>                Status       written by the Agent it is placed on
+//! /buffet/orchestrator/leader            etcd election name (keys under it are etcd's)
+//! ```
+//!
+//! This module talks to nobody: it names keys and (de)serialises values.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Every key of a cluster starts with this.
+pub const ROOT: &str = "/buffet/";
+/// Prefix of the servers' registrations.
+pub const SERVERS: &str = "/buffet/servers/";
+/// Prefix of every placement.
+pub const PLACEMENTS: &str = "/buffet/placements/";
+/// Prefix of the Orchestrator's tenant records.
+pub const TENANTS: &str = "/buffet/tenants/";
+/// Prefix of the Agents' admission outcomes.
+pub const STATUS: &str = "/buffet/status/";
+/// The etcd election the Orchestrators campaign in.
+pub const ELECTION: &str = "/buffet/orchestrator/leader";
+
+/// `/buffet/servers/<server>`.
+pub fn server_key(server: &str) -> String {
+    format!("{SERVERS}{server}")
+}
+
+/// `/buffet/placements/<server>/` (a server's placements).
+pub fn placements_of(server: &str) -> String {
+    format!("{PLACEMENTS}{server}/")
+}
+
+/// `/buffet/placements/<server>/<tenant>`.
+pub fn placement_key(server: &str, tenant: u32) -> String {
+    format!("{PLACEMENTS}{server}/{tenant}")
+}
+
+/// `/buffet/tenants/<tenant>`.
+pub fn tenant_key(tenant: u32) -> String {
+    format!("{TENANTS}{tenant}")
+}
+
+/// `/buffet/status/<tenant>`.
+pub fn status_key(tenant: u32) -> String {
+    format!("{STATUS}{tenant}")
+}
+
+/// The last path segment of `key` after `prefix`, as a tenant id.
+pub fn tenant_of(key: &[u8], prefix: &str) -> Option<u32> {
+    std::str::from_utf8(key)
+        .ok()?
+        .strip_prefix(prefix)?
+        .rsplit('/')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The server id of a `/buffet/servers/<server>` key.
+pub fn server_of(key: &[u8]) -> Option<&str> {
+    std::str::from_utf8(key).ok()?.strip_prefix(SERVERS)
+}
+
+/// A server id is a non-empty `[A-Za-z0-9._-]` word of at most 64 bytes (it is a
+/// path segment of the keys).
+pub fn valid_server_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// One worker's load, as an Agent publishes it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerLoad {
+    /// Worker id.
+    pub id: u16,
+    /// Live (not terminated).
+    pub live: bool,
+    /// Packets it processed per timeslot over the last report interval.
+    pub pkts_per_slot: f64,
+}
+
+/// The value of `/buffet/servers/<server>`: the registration and the last load report.
+/// Rates are packets per second of wall-clock time; per-slot figures use the server's
+/// timeslot.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerLoad {
+    /// The server id (the key's last segment).
+    pub server: String,
+    /// buffetd's API address, for operators.
+    #[serde(default)]
+    pub api: Option<String>,
+    /// Length of a timeslot, ns (`1 << dataplane.shift`).
+    pub slot_ns: u64,
+    /// A worker's MAX_NB per timeslot; 0 = unlimited.
+    pub worker_max_nb: u64,
+    /// Live workers now.
+    pub live_workers: u16,
+    /// Most workers the Agent may launch (`dataplane.max_workers`).
+    pub max_workers: u16,
+    /// Per worker.
+    pub workers: Vec<WorkerLoad>,
+    /// Tenants admitted now.
+    pub tenants: u32,
+    /// Tenant Table slots.
+    pub tenant_slots: u32,
+    /// Packets per second the server's tenants received, in total.
+    pub pps: f64,
+    /// Per tenant: packets per second.
+    #[serde(default)]
+    pub tenant_pps: BTreeMap<u32, f64>,
+    /// Set while the server reports sustained overload it cannot fix itself (no worker
+    /// left to launch): the reason.
+    #[serde(default)]
+    pub overloaded: Option<String>,
+    /// Report counter (0 = registration).
+    #[serde(default)]
+    pub seq: u64,
+}
+
+impl ServerLoad {
+    /// What the server can carry at most, packets per second: every worker it may
+    /// launch at its MAX_NB. `None` when MAX_NB is unlimited.
+    pub fn capacity_pps(&self) -> Option<f64> {
+        if self.worker_max_nb == 0 || self.slot_ns == 0 {
+            return None;
+        }
+        let per_worker = self.worker_max_nb as f64 * 1e9 / self.slot_ns as f64;
+        Some(per_worker * f64::from(self.max_workers.max(1)))
+    }
+
+    /// Converts packets per timeslot to packets per second.
+    pub fn per_slot_to_pps(&self, per_slot: f64) -> f64 {
+        if self.slot_ns == 0 {
+            0.0
+        } else {
+            per_slot * 1e9 / self.slot_ns as f64
+        }
+    }
+}
+
+/// The value of `/buffet/tenants/<tenant>`: what the Orchestrator admitted and where.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    /// The admission document (buffetd's tenants-file schema, as JSON).
+    pub doc: Value,
+    /// The tenant's expected rate, packets per second.
+    pub expected_pps: f64,
+    /// The server it is placed on; `None` while it fits nowhere.
+    pub server: Option<String>,
+    /// Why it is not placed.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// An admission's outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Admitted: its traffic flows on `server`.
+    Live,
+    /// The server refused it.
+    Failed,
+}
+
+/// The value of `/buffet/status/<tenant>`, written by the Agent of `server` only while
+/// the placement it answers is current (a transaction compares its revision).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// The server that admitted (or refused) it.
+    pub server: String,
+    /// The outcome.
+    pub state: State,
+    /// The mod revision of the placement this answers.
+    pub placement_rev: i64,
+    /// Why it failed.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// buffetd's HTTP status for a refusal (409, 422, 503...).
+    #[serde(default)]
+    pub code: Option<u16>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        assert_eq!(placement_key("s1", 7), "/buffet/placements/s1/7");
+        assert_eq!(tenant_of(b"/buffet/placements/s1/7", PLACEMENTS), Some(7));
+        assert_eq!(tenant_of(b"/buffet/status/12", STATUS), Some(12));
+        assert_eq!(tenant_of(b"/buffet/status/x", STATUS), None);
+        assert_eq!(server_of(b"/buffet/servers/a-1"), Some("a-1"));
+        assert!(valid_server_id("node-3.rack_2"));
+        assert!(!valid_server_id("a/b"));
+        assert!(!valid_server_id(""));
+    }
+
+    #[test]
+    fn capacity_is_every_worker_at_max_nb() {
+        let l = ServerLoad {
+            slot_ns: 1 << 30,
+            worker_max_nb: 1 << 20,
+            max_workers: 4,
+            ..ServerLoad::default()
+        };
+        let c = l.capacity_pps().unwrap();
+        assert!((c - 4.0 * 1e9 / 1024.0).abs() < 1e-6, "{c}");
+        assert_eq!(ServerLoad::default().capacity_pps(), None);
+    }
+}
