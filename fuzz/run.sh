@@ -12,7 +12,7 @@ seconds=${1:-30}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(packet_classify nf_handle tenants_config ebpf_load)
+  targets=(packet_classify nf_handle tenants_config ebpf_load api_requests)
 fi
 # cargo-fuzz keeps its own target directory (the instrumented build shares nothing
 # with the workspace's); an inherited CARGO_TARGET_DIR would mix the two.

@@ -91,6 +91,19 @@ for nf in range(9):
 with open(os.path.join(root, "examples/tenants.toml"), "rb") as f:
     tenants = f.read()
 put("tenants_config", b"\0" + tenants)
+# api_requests: ([method][route][id][auth][u16 body length][body])*, the API's own
+# request shapes: admit, update, stats, a tenant token, remove, a dry-run set.
+def req(m, r, n, a, body=b""):
+    return bytes([m, r, n, a]) + struct.pack("!H", len(body)) + body
+adm = json.dumps({"id": 5, "rules": [{"dst_ip": "10.5.0.0/16"}],
+                  "policy": {"default": "allow"}}).encode()
+upd = json.dumps({"id": 5, "rules": [{"dst_ip": "10.5.0.0/16"}],
+                  "policy": {"default": "deny"}}).encode()
+put("api_requests", req(1, 0, 5, 1, adm) + req(2, 2, 5, 1, upd) + req(0, 3, 5, 1)
+    + req(1, 4, 5, 1) + req(3, 2, 5, 1))
+put("api_requests", req(2, 1, 0, 1, b"[" + adm + b"]") + req(0, 6, 0, 1) + req(0, 7, 0, 1))
+put("api_requests", req(1, 0, 0, 0, adm) + req(1, 0, 0, 2, adm) + req(0, 10, 0, 0))
+
 if tomllib is not None:
     put("tenants_config", b"\1" + json.dumps(tomllib.loads(tenants.decode())).encode())
 # The documented policies (docs/nfs.md, docs/ipsec.md) under one tenant each.

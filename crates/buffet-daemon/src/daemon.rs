@@ -122,6 +122,13 @@ impl Daemon {
         self.addr
     }
 
+    /// The API's routes with their layers (body limit, request timeout), as served now:
+    /// for callers in this process that send requests without a socket (the API's fuzz
+    /// target). Auth and validation are the routes' own, as over HTTP.
+    pub fn router(&self) -> axum::Router {
+        self.live.setup.borrow().router.clone()
+    }
+
     /// Applies what of `new` can change while running, all or nothing, and returns the
     /// fields it changed. Reloadable: `api.admin_token_file` (and the token it holds,
     /// read again), `api.max_body_bytes`, `api.request_timeout_ms`,

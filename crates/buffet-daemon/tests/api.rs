@@ -806,3 +806,52 @@ fn admissions_and_removals_never_pause_the_running_tenants_traffic() {
     );
     d.stop().unwrap();
 }
+
+/// More tenants than the Tenant Table's slots, a region larger than the whole arena (the
+/// firewall's is 4.5 MB), and an arena that cannot hold another region: each a 409
+/// naming the limit, nothing changed, the admitted tenants still served.
+#[test]
+fn capacity_limits_are_a_4xx_naming_the_limit_and_change_nothing() {
+    for (slots, arena_mib, needle, want) in [
+        (3u32, 64u64, "all 3 slots are in use", Some(3)),
+        (64, 1, "exceeds the largest possible region", Some(0)),
+        (64, 16, "arena exhausted", None),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), "");
+        cfg.dataplane.tenant_slots = slots;
+        cfg.dataplane.arena_mib = arena_mib;
+        let d = Daemon::start(cfg, Path::new("test.toml")).unwrap();
+        let mut admitted = 0u32;
+        let refusal = loop {
+            let id = admitted + 1;
+            let (s, v) = admin(
+                &d,
+                "POST",
+                "/v1/tenants",
+                Some(&tenant(id, admitted, allow_all())),
+            );
+            if s != 201 {
+                break (id, s, v);
+            }
+            admitted += 1;
+            assert!(admitted <= slots, "admitted past {slots} slots");
+        };
+        let (id, s, v) = refusal;
+        match want {
+            Some(n) => assert_eq!(admitted, n, "{v}"),
+            None => assert!(admitted >= 1, "{v}"),
+        }
+        assert_eq!(s, 409, "tenant {id}: {v}");
+        let msg = v["error"].as_str().unwrap_or_default();
+        assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
+        let listed: Vec<u64> = ids(&d);
+        assert_eq!(listed, (1..=u64::from(admitted)).collect::<Vec<_>>());
+        // The admitted tenants' traffic still flows (generator tenants 0..4).
+        if admitted >= 1 {
+            let n = packets(&d, 1);
+            wait_for_packets(&d, 1, n);
+        }
+        d.stop().unwrap();
+    }
+}

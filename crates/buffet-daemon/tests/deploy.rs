@@ -1,10 +1,10 @@
 //! deploy/ against the daemon: every metric the Grafana dashboard queries is one that
 //! `/metrics` exports (scraped from a running daemon); the systemd unit keeps to its
 //! capabilities and hardening and writes only the data directory of its config; the
-//! Kubernetes manifests are well-formed YAML documents whose ConfigMap is a valid
-//! buffetd config and whose DaemonSet mounts the config, the token Secret and the data
-//! directory where that config says. (No YAML parser is in the dependency tree: the
-//! checks are structural.)
+//! Kubernetes manifests parse as YAML (yaml-rust2, a YAML 1.2 parser): buffetd's
+//! ConfigMap is a valid buffetd config and its DaemonSet mounts the config, the token
+//! Secret and the data directory where that config says, with the four capabilities
+//! only; the orchestrator's Deployment and Service agree on its port.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use buffet_daemon::{Daemon, DaemonConfig};
 use serde_json::{json, Value};
+use yaml_rust2::{Yaml, YamlLoader};
 
 const ADMIN: &str = "admin-token-for-deploy-tests-0123";
 
@@ -197,153 +198,143 @@ fn the_systemd_unit_parses_and_keeps_to_its_capabilities() {
     assert!(cfg.api.listen.ip().is_loopback());
 }
 
-/// One YAML document: `(indent, key, value)` per mapping line; list items are read as
-/// the mapping they start. Enough to check structure, not a YAML parser.
-type Yaml = Vec<(usize, String, String)>;
-
-fn yaml_docs(text: &str) -> Vec<(Yaml, String)> {
-    let mut docs = Vec::new();
-    for raw in text.split("\n---\n").skip(1) {
-        let mut doc = Vec::new();
-        let mut block: Option<usize> = None;
-        for line in raw.lines() {
-            let indent = line.len() - line.trim_start().len();
-            let t = line.trim();
-            if let Some(b) = block {
-                if t.is_empty() || indent > b {
-                    continue;
-                }
-                block = None;
-            }
-            if t.is_empty() || t.starts_with('#') {
-                continue;
-            }
-            assert!(!line.contains('\t'), "a tab in YAML: {line:?}");
-            let (indent, t) = match t.strip_prefix("- ") {
-                Some(rest) => (indent + 2, rest),
-                None => (indent, t),
-            };
-            let (k, v) = t
-                .split_once(':')
-                .unwrap_or_else(|| panic!("not `key: value`: {line:?}"));
-            let v = v.trim().to_owned();
-            if v == "|" {
-                block = Some(indent);
-            }
-            doc.push((indent, k.trim().to_owned(), v));
-        }
-        docs.push((doc, raw.to_owned()));
-    }
-    docs
+/// Every document of a YAML file, parsed by a YAML 1.2 parser.
+fn yaml_docs(path: &str) -> Vec<Yaml> {
+    let text = std::fs::read_to_string(repo(path)).unwrap();
+    YamlLoader::load_from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-fn get<'a>(doc: &'a Yaml, key: &str) -> Vec<&'a str> {
-    doc.iter()
-        .filter(|(_, k, _)| k == key)
-        .map(|(_, _, v)| v.trim_matches('"'))
-        .collect()
+fn text<'a>(y: &'a Yaml, what: &str) -> &'a str {
+    y.as_str()
+        .unwrap_or_else(|| panic!("{what}: not a string: {y:?}"))
 }
 
-/// The literal block under `key: |`.
-fn block(raw: &str, key: &str) -> String {
-    let mut lines = raw.lines().skip_while(|l| l.trim() != format!("{key}: |"));
-    let head = lines.next().unwrap();
-    let base = head.len() - head.trim_start().len();
-    let body: Vec<&str> = lines
-        .take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > base)
-        .collect();
-    let indent = body
-        .iter()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| l.len() - l.trim_start().len())
-        .min()
-        .unwrap();
-    body.iter()
-        .map(|l| l.get(indent..).unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n")
+fn list<'a>(y: &'a Yaml, what: &str) -> &'a [Yaml] {
+    y.as_vec()
+        .unwrap_or_else(|| panic!("{what}: not a list: {y:?}"))
 }
 
 #[test]
 fn the_kubernetes_manifests_hold_a_valid_config_and_mount_what_it_reads() {
-    let text = std::fs::read_to_string(repo("deploy/kubernetes/buffetd.yaml")).unwrap();
-    let docs = yaml_docs(&text);
+    let docs = yaml_docs("deploy/kubernetes/buffetd.yaml");
     let kind = |k: &str| {
         docs.iter()
-            .find(|(d, _)| get(d, "kind").first() == Some(&k))
+            .find(|d| d["kind"].as_str() == Some(k))
             .unwrap_or_else(|| panic!("no {k}"))
     };
-    for (d, _) in &docs {
-        assert_eq!(get(d, "apiVersion").len(), 1);
-        assert!(!get(d, "name").is_empty());
-        assert_eq!(get(d, "namespace").first(), Some(&"buffet"));
+    for d in &docs {
+        assert!(d["apiVersion"].as_str().is_some(), "{d:?}");
+        assert!(d["metadata"]["name"].as_str().is_some(), "{d:?}");
+        assert_eq!(d["metadata"]["namespace"].as_str(), Some("buffet"));
     }
-    let (cm, cm_raw) = kind("ConfigMap");
-    let (secret, _) = kind("Secret");
-    let (ds, ds_raw) = kind("DaemonSet");
-    assert_eq!(get(ds, "apiVersion"), ["apps/v1"]);
-    assert_eq!(get(ds, "hostNetwork"), ["true"]);
+    let (cm, secret, ds) = (kind("ConfigMap"), kind("Secret"), kind("DaemonSet"));
+    assert_eq!(ds["apiVersion"].as_str(), Some("apps/v1"));
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"].as_bool(), Some(true));
     // The config: valid, as the daemon reads it.
-    let cfg =
-        DaemonConfig::parse(Path::new("buffetd-config"), &block(cm_raw, "buffet.toml")).unwrap();
-    let cm_name = get(cm, "name")[0];
-    let secret_name = get(secret, "name")[0];
+    let cfg = DaemonConfig::parse(
+        Path::new("buffetd-config"),
+        text(&cm["data"]["buffet.toml"], "ConfigMap data buffet.toml"),
+    )
+    .unwrap();
+    let containers = list(&pod["containers"], "containers");
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
     // The container's --config is the ConfigMap's key under its mount.
-    let args = ds_raw
-        .lines()
-        .find(|l| l.trim_start().starts_with("args:"))
-        .unwrap();
-    let config_path = args
-        .split('"')
-        .skip_while(|a| *a != "--config")
-        .nth(2)
-        .unwrap();
-    let mounts: BTreeMap<&str, &str> = {
-        let names: Vec<&str> = ds
+    let args: Vec<&str> = list(&c["args"], "args")
+        .iter()
+        .map(|a| text(a, "arg"))
+        .collect();
+    let at = args.iter().position(|a| *a == "--config").unwrap();
+    let config_path = Path::new(args[at + 1]);
+    let mounts: BTreeMap<&str, &str> = list(&c["volumeMounts"], "volumeMounts")
+        .iter()
+        .map(|m| {
+            (
+                text(&m["name"], "mount name"),
+                text(&m["mountPath"], "mountPath"),
+            )
+        })
+        .collect();
+    let volumes = list(&pod["volumes"], "volumes");
+    let volume_of = |source: &str, key: &str, name: &str| -> &str {
+        volumes
             .iter()
-            .skip_while(|(_, k, _)| k != "volumeMounts")
-            .skip(1)
-            .take_while(|(_, k, _)| k != "volumes")
-            .filter(|(_, k, _)| k == "name")
-            .map(|(_, _, v)| v.as_str())
-            .collect();
-        let paths = get(ds, "mountPath");
-        names.into_iter().zip(paths).collect()
+            .find(|v| v[source][key].as_str() == Some(name))
+            .map(|v| text(&v["name"], "volume name"))
+            .unwrap_or_else(|| panic!("no volume from {source} {name}"))
     };
-    let volume_of = |source_key: &str, name: &str| -> String {
-        // `- name: X` then `<kind>:` then `<source_key>: name`.
-        let vols: Vec<&(usize, String, String)> =
-            ds.iter().skip_while(|(_, k, _)| k != "volumes").collect();
-        let at = vols
-            .iter()
-            .position(|(_, k, v)| k == source_key && v == name)
-            .unwrap_or_else(|| panic!("no volume from {source_key} {name}"));
-        vols[..at]
-            .iter()
-            .rev()
-            .find(|(_, k, _)| k == "name")
-            .map(|(_, _, v)| v.clone())
-            .unwrap()
-    };
-    let config_mount = mounts[volume_of("name", cm_name).as_str()];
-    assert_eq!(
-        Path::new(config_path),
-        Path::new(config_mount).join("buffet.toml")
-    );
-    let token_mount = mounts[volume_of("secretName", secret_name).as_str()];
+    let cm_name = text(&cm["metadata"]["name"], "ConfigMap name");
+    let config_mount = mounts[volume_of("configMap", "name", cm_name)];
+    assert_eq!(config_path, Path::new(config_mount).join("buffet.toml"));
+    let secret_name = text(&secret["metadata"]["name"], "Secret name");
+    let token_mount = mounts[volume_of("secret", "secretName", secret_name)];
     let token_file = cfg.api.admin_token_file.as_ref().unwrap();
     assert_eq!(token_file.parent().unwrap(), Path::new(token_mount));
     let key = token_file.file_name().unwrap().to_str().unwrap();
-    assert_eq!(get(secret, key).len(), 1, "the Secret has no key {key}");
+    assert!(
+        secret["stringData"][key].as_str().is_some(),
+        "the Secret has no key {key}"
+    );
     assert!(mounts.values().any(|m| Path::new(m) == cfg.data_dir));
-    // Capabilities: the four, nothing else.
-    let add = ds_raw
-        .lines()
-        .find(|l| l.trim_start().starts_with("add:"))
-        .unwrap();
-    for c in ["NET_ADMIN", "BPF", "NET_RAW", "IPC_LOCK"] {
-        assert!(add.contains(&format!("\"{c}\"")), "{add}");
+    // Capabilities: all dropped, then the four, nothing else.
+    let caps = &c["securityContext"]["capabilities"];
+    let names = |y: &Yaml| -> Vec<String> {
+        list(y, "capabilities")
+            .iter()
+            .map(|c| text(c, "capability").to_owned())
+            .collect()
+    };
+    assert_eq!(names(&caps["drop"]), ["ALL"]);
+    assert_eq!(
+        names(&caps["add"]),
+        ["NET_ADMIN", "BPF", "NET_RAW", "IPC_LOCK"]
+    );
+    assert_eq!(
+        c["securityContext"]["allowPrivilegeEscalation"].as_bool(),
+        Some(false)
+    );
+    // The probes ask the API's own health routes on the configured port.
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(c[probe]["httpGet"]["path"].as_str(), Some(path));
+        assert_eq!(
+            c[probe]["httpGet"]["port"].as_i64(),
+            Some(i64::from(cfg.api.listen.port()))
+        );
     }
-    assert_eq!(add.matches('"').count(), 8, "{add}");
-    assert_eq!(get(ds, "allowPrivilegeEscalation"), ["false"]);
+}
+
+#[test]
+fn the_orchestrator_deployment_and_its_service_agree() {
+    let docs = yaml_docs("deploy/orchestrator.yaml");
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"].as_str() == Some(k))
+            .unwrap_or_else(|| panic!("no {k}"))
+    };
+    let (dep, svc) = (kind("Deployment"), kind("Service"));
+    assert_eq!(dep["apiVersion"].as_str(), Some("apps/v1"));
+    // Two replicas: the etcd election picks the leader.
+    assert!(dep["spec"]["replicas"].as_i64().is_some_and(|r| r >= 2));
+    let c = &list(&dep["spec"]["template"]["spec"]["containers"], "containers")[0];
+    let args: Vec<&str> = list(&c["args"], "args")
+        .iter()
+        .map(|a| text(a, "arg"))
+        .collect();
+    assert!(args.iter().any(|a| a.starts_with("--etcd=")), "{args:?}");
+    let listen = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--listen="))
+        .expect("--listen");
+    let port: i64 = listen.rsplit(':').next().unwrap().parse().unwrap();
+    let ports = list(&c["ports"], "ports");
+    assert_eq!(ports[0]["containerPort"].as_i64(), Some(port));
+    let port_name = text(&ports[0]["name"], "port name");
+    // The Service selects the Deployment's pods and targets that port.
+    assert_eq!(
+        svc["spec"]["selector"]["app"],
+        dep["spec"]["template"]["metadata"]["labels"]["app"]
+    );
+    let sp = &list(&svc["spec"]["ports"], "service ports")[0];
+    assert_eq!(sp["targetPort"].as_str(), Some(port_name));
 }
