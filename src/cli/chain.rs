@@ -86,13 +86,7 @@ pub(crate) fn level(
         Chosen::Nothing => None,
     };
     let level = chain::resolve_level(requested, default.as_ref(), tenants, file)?;
-    if level == Isolation::Mpk {
-        let mpk = isolation::mpk()?;
-        eprintln!(
-            "isolation: mpk ({} protection keys cache tenant regions)",
-            mpk.cache_keys()
-        );
-    }
+    replay::announce_mpk(level)?;
     Ok(level)
 }
 
@@ -194,15 +188,7 @@ pub(crate) fn print_stages(
         return Ok(());
     }
     for s in stages {
-        let drops = if s.drops.is_empty() {
-            "-".to_owned()
-        } else {
-            s.drops
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let drops = super::run::drops_text(&s.drops);
         writeln!(
             out,
             "{:>6} stage {} {:<10} {:>10} in {:>10} passed {:>8} dropped  {}{}",

@@ -220,6 +220,13 @@ pub(crate) fn isolation_level(
         Chosen::Nothing => anyhow::bail!(NO_NF),
     };
     let level = isolation::resolve(requested, &kind_of, tenants, file)?;
+    announce_mpk(level)?;
+    Ok(level)
+}
+
+/// At the `mpk` level: checks the CPU's protection keys and says how many cache tenant
+/// regions.
+pub(crate) fn announce_mpk(level: Isolation) -> anyhow::Result<()> {
     if level == Isolation::Mpk {
         let mpk = isolation::mpk()?;
         eprintln!(
@@ -227,7 +234,7 @@ pub(crate) fn isolation_level(
             mpk.cache_keys()
         );
     }
-    Ok(level)
+    Ok(())
 }
 
 /// Loads `chosen` at `level` and hands it, as its own type, to `visitor` (a registered

@@ -137,6 +137,20 @@ pub fn drive<N: NetworkFunction>(
 }
 
 /// Prints the per-tenant table.
+/// Drops by reason as the tables print them: `reason=n` separated by spaces, `-` for none.
+pub(crate) fn drops_text<K: std::fmt::Display, V: std::fmt::Display>(
+    drops: &std::collections::BTreeMap<K, V>,
+) -> String {
+    if drops.is_empty() {
+        return "-".to_owned();
+    }
+    drops
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub fn print_tenants(out: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     writeln!(
         out,
@@ -144,15 +158,7 @@ pub fn print_tenants(out: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         "tenant", "name", "worker", "packets", "bytes", "passed", "dropped", "migr"
     )?;
     for t in &r.tenants {
-        let drops = if t.drops.is_empty() {
-            "-".to_owned()
-        } else {
-            t.drops
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let drops = drops_text(&t.drops);
         writeln!(
             out,
             "{:>6} {:<12} {:>6} {:>10} {:>12} {:>10} {:>8} {:>5}  {}{}",
