@@ -283,31 +283,19 @@ pub fn resolve_level(
     tenants: &[TenantConfig],
     file: &Path,
 ) -> Result<Isolation, ChainError> {
-    let named: Vec<Isolation> = tenants.iter().filter_map(|t| t.isolation).collect();
     let has_c = default.is_some_and(|s| s.kind() == NfKind::C)
         || tenants
             .iter()
             .flat_map(|t| &t.chain)
             .any(|s| s.nf.kind() == NfKind::C);
-    let level = requested.unwrap_or_else(|| match named.first() {
-        Some(&first) if named.len() == tenants.len() && named.iter().all(|&l| l == first) => first,
-        _ if has_c => Isolation::Mpk,
-        _ if default.is_some_and(|s| s.kind() == NfKind::Ebpf) => Isolation::Ebpf,
-        _ => Isolation::Safe,
-    });
-    if let Some(t) = tenants
-        .iter()
-        .find(|t| t.isolation.is_some_and(|l| l != level))
-    {
-        return Err(IsolationError::TenantLevel {
-            file: file.to_owned(),
-            tenant: t.id,
-            name: t.name.clone(),
-            asked: t.isolation.unwrap_or(level),
-            level,
-        }
-        .into());
-    }
+    let fallback = if has_c {
+        Isolation::Mpk
+    } else if default.is_some_and(|s| s.kind() == NfKind::Ebpf) {
+        Isolation::Ebpf
+    } else {
+        Isolation::Safe
+    };
+    let level = crate::isolation::run_level(requested, fallback, tenants, file)?;
     let native_ok = matches!(level, Isolation::Mpk | Isolation::TrustedNative);
     for t in tenants {
         for (k, s) in t.chain.iter().enumerate() {

@@ -166,6 +166,34 @@ pub enum IsolationError {
     MpkUnavailable(MpkError),
 }
 
+/// The run's level, before any check of what runs at it: `requested`, else the one every
+/// tenant names, else `default`. Fails when a tenant names another level than that.
+pub fn run_level(
+    requested: Option<Isolation>,
+    default: Isolation,
+    tenants: &[TenantConfig],
+    file: &Path,
+) -> Result<Isolation, IsolationError> {
+    let named: Vec<Isolation> = tenants.iter().filter_map(|t| t.isolation).collect();
+    let level = requested.unwrap_or(match named.first() {
+        Some(&first) if named.len() == tenants.len() && named.iter().all(|&l| l == first) => first,
+        _ => default,
+    });
+    match tenants
+        .iter()
+        .find(|t| t.isolation.is_some_and(|l| l != level))
+    {
+        Some(t) => Err(IsolationError::TenantLevel {
+            file: file.to_owned(),
+            tenant: t.id,
+            name: t.name.clone(),
+            asked: t.isolation.unwrap_or(level),
+            level,
+        }),
+        None => Ok(level),
+    }
+}
+
 /// The run's isolation level: `requested`, else the one every tenant names, else the
 /// default for the kind of NF (`mpk` for a C NF, `ebpf` for an eBPF NF, `safe` for a
 /// reference NF). Fails when a tenant names another level than the run's (`file` names
@@ -179,27 +207,12 @@ pub fn resolve(
     tenants: &[TenantConfig],
     file: &Path,
 ) -> Result<Isolation, IsolationError> {
-    let named: Vec<Isolation> = tenants.iter().filter_map(|t| t.isolation).collect();
-    let level = requested.unwrap_or_else(|| match named.first() {
-        Some(&first) if named.len() == tenants.len() && named.iter().all(|&l| l == first) => first,
-        _ => match nf {
-            NfSpec::C(_) => Isolation::Mpk,
-            NfSpec::Ebpf { .. } => Isolation::Ebpf,
-            NfSpec::Reference(_) => Isolation::Safe,
-        },
-    });
-    if let Some(t) = tenants
-        .iter()
-        .find(|t| t.isolation.is_some_and(|l| l != level))
-    {
-        return Err(IsolationError::TenantLevel {
-            file: file.to_owned(),
-            tenant: t.id,
-            name: t.name.clone(),
-            asked: t.isolation.unwrap_or(level),
-            level,
-        });
-    }
+    let default = match nf {
+        NfSpec::C(_) => Isolation::Mpk,
+        NfSpec::Ebpf { .. } => Isolation::Ebpf,
+        NfSpec::Reference(_) => Isolation::Safe,
+    };
+    let level = run_level(requested, default, tenants, file)?;
     match (level, nf) {
         (Isolation::Ebpf, NfSpec::C(lib)) => Err(IsolationError::EbpfRunsNoC { lib: lib.clone() }),
         (Isolation::Ebpf, NfSpec::Reference(_)) => Err(IsolationError::EbpfNeedsProgram),
