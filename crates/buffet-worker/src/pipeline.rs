@@ -1399,11 +1399,13 @@ impl<N: NetworkFunction> Dataplane<N> {
                     };
                     // Blocked counts only inside a handler (a tenant's state is locked): a
                     // worker waiting for a hand-over's gate sleeps between its checks.
-                    let blocked = w
-                        .tid
-                        .and_then(crate::sys::thread_state)
-                        .is_some_and(|s| s.is_blocked());
-                    if ran || (blocked && !self.locked_tenants(wi).is_empty()) {
+                    // /proc is read only when the CPU clock did not already decide.
+                    let tid = w.tid;
+                    let blocked = || {
+                        tid.and_then(crate::sys::thread_state)
+                            .is_some_and(|s| s.is_blocked())
+                    };
+                    if ran || (blocked() && !self.locked_tenants(wi).is_empty()) {
                         self.worker_stuck(wi);
                     }
                 }
