@@ -6,13 +6,16 @@
     /usr/bin/python3 scripts/results.py                 # write from the last runs' data
 
 Reads criterion's JSON (target/criterion/<group>/<function>/<value>/new/) and the CSV
-files the bench binaries and `buffet sim` write under target/results/, and writes a
-Markdown report (default docs/results/generated.md) with, per suite: our figure, the
-baseline measured in the same run, the ratio, the paper's figure, the machine (CPU
-model, cores, kernel, rustc) and the exact command; plus one PNG plot per suite
-(docs/results/<suite>.png; matplotlib from Debian's python3-matplotlib, so run it with
-/usr/bin/python3). With --notes FILE, that file's hand-written prose is appended
-unchanged, so regenerating loses nothing.
+files the bench binaries and `buffet sim` write under target/results/, and writes
+docs/RESULTS.md with, per suite: our figure, the baseline measured in the same run, the
+ratio, the paper's figure, the machine (CPU model, cores, kernel, rustc) and the exact
+command; plus one PNG plot per suite (docs/results/<suite>.png; matplotlib from
+Debian's python3-matplotlib, so run it with /usr/bin/python3). Suites the last runs
+left no data for are listed once, with their commands, instead of a table.
+
+The hand-written prose (setups, readings, measurements taken by hand, numbers from
+other machines) lives in docs/results/notes.md; it is included unchanged after the
+generated part, so regenerating loses nothing. Edit that file, never RESULTS.md.
 
 Absolute numbers on a 2-core VM mean little; the ratios are the result.
 """
@@ -87,9 +90,15 @@ def machine():
             f"written {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
 
 
+def stamp(mtime):
+    return f"{datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+
+
 def criterion_rates():
-    """{(group, function, value): elements per second} from the latest runs."""
+    """{(group, function, value): elements per second} from the latest runs, and
+    {group: modification time of its newest estimate}."""
     out = {}
+    when = {}
     for dirpath, _dirs, files in os.walk(CRITERION):
         if os.path.basename(dirpath) != "new" or "estimates.json" not in files:
             continue
@@ -101,7 +110,9 @@ def criterion_rates():
         thr = meta.get("throughput") or {}
         elements = thr.get("Elements") or thr.get("Bytes") or 1
         out[(meta["group_id"], meta["function_id"], meta.get("value_str") or "")] = elements / ns * 1e9
-    return out
+        t = os.path.getmtime(os.path.join(dirpath, "estimates.json"))
+        when[meta["group_id"]] = max(when.get(meta["group_id"], 0), t)
+    return out, when
 
 
 def value_key(v):
@@ -115,10 +126,15 @@ def fmt_rate(r):
     return f"{r / 1e6:.2f}" if r is not None else "—"
 
 
-def criterion_section(suite, rates, plots_dir, plt):
+def criterion_section(suite, measured, plots_dir, link, plt):
+    """The suite's Markdown lines, or None when the last runs left no data for it."""
+    rates, when = measured
     key, title, bench, filt, groups, base, ours, paper = suite
     cmd = f"cargo bench --bench {bench}" + (f" -- '{filt}'" if filt else "")
-    lines = [f"## {title}", "", f"Command: `{cmd}`. Paper: {paper}.", ""]
+    times = [when[g] for g in groups if g in when]
+    ran = f" Measured {stamp(min(times))}" + (
+        f" to {stamp(max(times))}." if max(times) - min(times) > 60 else ".") if times else ""
+    lines = [f"## {title}", "", f"Command: `{cmd}`. Paper: {paper}.{ran}", ""]
     series = {}
     any_row = False
     for g in groups:
@@ -142,8 +158,7 @@ def criterion_section(suite, rates, plots_dir, plt):
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     if not any_row:
-        lines += [f"No data: run `{cmd}` (or `scripts/results.py --run`).", ""]
-        return lines
+        return None
     if plt is not None and series:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for label, pts in series.items():
@@ -159,20 +174,22 @@ def criterion_section(suite, rates, plots_dir, plt):
         png = os.path.join(plots_dir, f"{key}.png")
         fig.savefig(png, dpi=110)
         plt.close(fig)
-        lines += [f"![{title}]({key}.png)", ""]
+        lines += [f"![{title}]({link(key)})", ""]
     return lines
 
 
-def csv_section(suite, plots_dir, plt):
+def csv_section(suite, plots_dir, link, plt):
+    """The suite's Markdown lines, or None when its CSV is missing or empty."""
     key, title, name, cmd, paper = suite
     path = os.path.join(RESULTS, name)
-    lines = [f"## {title}", "", f"Command: `{cmd}`. Paper: {paper}.", ""]
     if not os.path.exists(path):
-        return lines + [f"No data: `{path}` is missing.", ""]
+        return None
+    ran = f" Measured {stamp(os.path.getmtime(path))}."
+    lines = [f"## {title}", "", f"Command: `{cmd}`. Paper: {paper}.{ran}", ""]
     with open(path) as f:
         rows = list(csv.DictReader(f))
     if not rows:
-        return lines + ["No rows.", ""]
+        return None
     cols = list(rows[0].keys())
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(r[c] for c in cols) + " |" for r in rows]
@@ -206,7 +223,7 @@ def csv_section(suite, plots_dir, plt):
         fig.tight_layout()
         fig.savefig(os.path.join(plots_dir, f"{key}.png"), dpi=110)
         plt.close(fig)
-        lines += [f"![{title}]({key}.png)", ""]
+        lines += [f"![{title}]({link(key)})", ""]
     return lines
 
 
@@ -237,8 +254,11 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", action="store_true", help="run every suite first")
     ap.add_argument("--quick", action="store_true", help="with --run: shorter criterion runs")
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "generated.md"))
-    ap.add_argument("--notes", help="hand-written prose appended unchanged")
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "RESULTS.md"))
+    ap.add_argument("--plots", default=os.path.join(ROOT, "docs", "results"),
+                    help="directory for the PNG plots (linked relative to --out)")
+    ap.add_argument("--notes", default=os.path.join(ROOT, "docs", "results", "notes.md"),
+                    help="hand-written prose included unchanged ('' for none)")
     ap.add_argument("--no-plots", action="store_true")
     a = ap.parse_args(argv)
     if a.run:
@@ -253,19 +273,37 @@ def main(argv):
             print("results: no matplotlib (install python3-matplotlib and use /usr/bin/python3); "
                   "writing tables only", file=sys.stderr)
     out_dir = os.path.dirname(os.path.abspath(a.out))
-    os.makedirs(out_dir, exist_ok=True)
-    rates = criterion_rates()
+    plots_dir = os.path.abspath(a.plots)
+    os.makedirs(plots_dir, exist_ok=True)
+    link = lambda key: os.path.relpath(os.path.join(plots_dir, f"{key}.png"), out_dir)
+    measured = criterion_rates()
     lines = ["# Measured results", "",
-             "Generated by `scripts/results.py` from the last benchmark runs; do not edit by "
-             "hand (hand-written prose lives in the notes file it includes). Rates are "
-             "criterion point estimates in million packets per second; ratios compare two "
-             "arms of the same group measured in the same run. On a 2-core VM the ratios "
-             "are the result, not the absolute numbers.", "",
-             f"Machine: {machine()}.", ""]
+             "<!-- Generated by scripts/results.py; edit docs/results/notes.md instead. -->", "",
+             "The first part is generated by `/usr/bin/python3 scripts/results.py` from the "
+             "last benchmark runs (`--run` runs every suite first, `--quick` shortens the "
+             "criterion runs). Rates are criterion point estimates in million packets per "
+             "second; ratios compare two arms of the same group measured in the same run. "
+             "On a 2-core VM the ratios are the result, not the absolute numbers. The second "
+             "part is hand-written: setups, readings, and measurements taken by hand, each "
+             "with its command.", "",
+             f"Machine of the generated part: {machine()}.", ""]
+    missing = []
     for s in CRITERION_SUITES:
-        lines += criterion_section(s, rates, out_dir, plt)
+        sec = criterion_section(s, measured, plots_dir, link, plt)
+        if sec is None:
+            missing.append((s[1], f"cargo bench --bench {s[2]}" + (f" -- '{s[3]}'" if s[3] else "")))
+        else:
+            lines += sec
     for s in CSV_SUITES:
-        lines += csv_section(s, out_dir, plt)
+        sec = csv_section(s, plots_dir, link, plt)
+        if sec is None:
+            missing.append((s[1], s[3]))
+        else:
+            lines += sec
+    if missing:
+        lines += ["## Suites without data in the last runs", ""]
+        lines += [f"- {title}: `{cmd}`" for title, cmd in missing]
+        lines.append("")
     if a.notes:
         with open(a.notes) as f:
             lines += ["---", "", f.read()]
