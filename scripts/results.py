@@ -161,12 +161,26 @@ def criterion_section(suite, measured, plots_dir, link, plt):
         return None
     if plt is not None and series:
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        for label, pts in series.items():
-            xs = [p[0] for p in pts]
-            ax.plot(range(len(xs)), [p[1] for p in pts], marker="o", label=label)
-            ax.set_xticks(range(len(xs)), xs)
+        if all(len(pts) == 1 for pts in series.values()):
+            # One tenant count per group (the isolation levels, the eBPF DPI): grouped
+            # bars, one group per benchmark group, one bar per arm.
+            present = [g for g in groups if any(l.startswith(g + " ") for l in series)]
+            arms = [a for a in ours if any(f"{g} {a}" in series for g in present)]
+            width = 0.8 / len(arms)
+            for i, a in enumerate(arms):
+                xs = [x for x, g in enumerate(present) if f"{g} {a}" in series]
+                ys = [series[f"{present[x]} {a}"][0][1] for x in xs]
+                if xs:
+                    ax.bar([x + i * width for x in xs], ys, width=width, label=a)
+            ax.set_xticks([x + (len(arms) - 1) * width / 2 for x in range(len(present))],
+                          present, fontsize="small")
+        else:
+            for label, pts in series.items():
+                xs = [p[0] for p in pts]
+                ax.plot(range(len(xs)), [p[1] for p in pts], marker="o", label=label)
+                ax.set_xticks(range(len(xs)), xs)
+            ax.set_xlabel("tenants")
         ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set_xlabel("tenants")
         ax.set_ylabel(f"rate / {'buffet at 1 tenant' if base == 'buffet@1' else base}")
         ax.set_title(title)
         ax.legend(fontsize="x-small", ncol=2)
@@ -197,12 +211,23 @@ def csv_section(suite, plots_dir, link, plt):
     if plt is not None:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         if key == "sim":
+            # Fig. 7 (overloaded cases) beside Fig. 8 (compute time per case, log).
+            plt.close(fig)
+            fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
             for pol in sorted({r["policy"] for r in rows}):
-                pts = [(r["tenants"], float(r["overload_pct"])) for r in rows if r["policy"] == pol]
-                ax.plot(range(len(pts)), [p[1] for p in pts], marker="o", label=pol)
-                ax.set_xticks(range(len(pts)), [p[0] for p in pts])
+                pts = [r for r in rows if r["policy"] == pol]
+                xs = [r["tenants"] for r in pts]
+                ax.plot(range(len(xs)), [float(r["overload_pct"]) for r in pts], marker="o",
+                        label=pol)
+                ax2.plot(range(len(xs)), [max(float(r["mean_us"]), 1e-3) for r in pts],
+                         marker="o", label=pol)
+                ax.set_xticks(range(len(xs)), xs)
+                ax2.set_xticks(range(len(xs)), xs)
             ax.set_xlabel("tenants")
             ax.set_ylabel("cases overloaded after scheduling (%)")
+            ax2.set_xlabel("tenants")
+            ax2.set_ylabel("mean compute time per case (µs, log)")
+            ax2.set_yscale("log")
         elif key == "dispatch_latency":
             nfs = sorted({r["nf"] for r in rows})
             for i, mode in enumerate(["software", "xdp"]):
@@ -212,12 +237,33 @@ def csv_section(suite, plots_dir, link, plt):
             ax.set_xticks([x + 0.2 for x in range(len(nfs))], nfs)
             ax.set_ylabel("latency p50 (µs)")
         elif key == "procs":
-            for (nf, arm) in sorted({(r["nf"], r["arm"]) for r in rows}):
-                pts = [(r["tenants"], float(r["kpps"])) for r in rows if r["nf"] == nf and r["arm"] == arm]
-                ax.plot(range(len(pts)), [p[1] for p in pts], marker="o", label=f"{nf} {arm}")
-                ax.set_xticks(range(len(pts)), [p[0] for p in pts])
-            ax.set_xlabel("tenants")
-            ax.set_ylabel("aggregate throughput (kpps)")
+            # One column per NF: aggregate throughput on top, p99 latency (log) below,
+            # one line per arm, as the paper's Fig. 6 puts Buffet beside containers/VMs.
+            plt.close(fig)
+            nfs = sorted({r["nf"] for r in rows})
+            arms = sorted({r["arm"] for r in rows})
+            fig, axes = plt.subplots(2, len(nfs), figsize=(3.2 * len(nfs), 6), squeeze=False)
+            for c, nf in enumerate(nfs):
+                for arm in arms:
+                    pts = [r for r in rows if r["nf"] == nf and r["arm"] == arm]
+                    xs = [r["tenants"] for r in pts]
+                    axes[0][c].plot(range(len(xs)), [float(r["kpps"]) for r in pts], marker="o",
+                                    label=arm)
+                    axes[1][c].plot(range(len(xs)), [float(r["p99_us"]) for r in pts],
+                                    marker="o", label=arm)
+                    for ax_ in (axes[0][c], axes[1][c]):
+                        ax_.set_xticks(range(len(xs)), xs)
+                axes[0][c].set_title(nf)
+                axes[1][c].set_yscale("log")
+                axes[1][c].set_xlabel("tenants")
+            axes[0][0].set_ylabel("aggregate throughput (kpps)")
+            axes[1][0].set_ylabel("p99 latency (µs, log)")
+            axes[0][0].legend(fontsize="x-small")
+            fig.suptitle(title)
+            fig.tight_layout()
+            fig.savefig(os.path.join(plots_dir, f"{key}.png"), dpi=110)
+            plt.close(fig)
+            return lines + [f"![{title}]({link(key)})", ""]
         ax.set_title(title)
         ax.legend(fontsize="x-small", ncol=2)
         fig.tight_layout()
