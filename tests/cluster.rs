@@ -16,7 +16,12 @@ use std::time::{Duration, Instant};
 use buffet_orchestrator::local_etcd::{LocalEtcd, LocalEtcdError};
 use serde_json::{json, Value};
 
+/// buffetd's admin token (every agent's).
 const ADMIN: &str = "cluster-test-admin-token-0123456789";
+/// The Orchestrators' admin token.
+const ORCH: &str = "cluster-test-orchestrator-token-42";
+/// The Orchestrators' reader token (GET only).
+const READER: &str = "cluster-test-reader-token-0042";
 
 fn etcd_or_skip(test: &str) -> Option<LocalEtcd> {
     match LocalEtcd::start() {
@@ -119,6 +124,8 @@ fn orchestrator(dir: &Path, name: &str, etcd: &str) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_buffet-orchestrator"))
         .args(["--etcd", etcd, "--listen", &format!("127.0.0.1:{port}")])
         .args(["--lease-ttl", "5", "--admit-timeout", "30"])
+        .env("BUFFET_ORCHESTRATOR_ADMIN_TOKEN", ORCH)
+        .env("BUFFET_ORCHESTRATOR_READER_TOKEN", READER)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
@@ -158,8 +165,9 @@ fn try_call(
     Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
 }
 
+/// A request to an Orchestrator, with its admin token.
 fn call(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
-    try_call(method, url, None, body).unwrap_or_else(|| panic!("{method} {url}: no answer"))
+    try_call(method, url, Some(ORCH), body).unwrap_or_else(|| panic!("{method} {url}: no answer"))
 }
 
 fn tenant(i: u32) -> Value {
@@ -187,6 +195,20 @@ fn served(a: &Proc) -> BTreeMap<u32, u64> {
             )
         })
         .collect()
+}
+
+/// Tenant `id`'s packets its NF did not pass, on buffetd `a`.
+fn served_drops(a: &Proc, id: u32) -> u64 {
+    let (s, v) = try_call(
+        "GET",
+        &format!("{}/v1/tenants/{id}/stats", a.url),
+        Some(ADMIN),
+        None,
+    )
+    .unwrap_or((0, Value::Null));
+    assert_eq!(s, 200, "{}: {v}", a.name);
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    n("packets") - n("passed")
 }
 
 /// The orchestrator's list: id -> (server, state).
@@ -226,7 +248,9 @@ fn leader_of(orchs: &[&Proc]) -> usize {
     let t0 = Instant::now();
     loop {
         for (i, o) in orchs.iter().enumerate() {
-            if let Some((200, v)) = try_call("GET", &format!("{}/v1/leader", o.url), None, None) {
+            if let Some((200, v)) =
+                try_call("GET", &format!("{}/v1/leader", o.url), Some(ORCH), None)
+            {
                 if v["is_leader"] == true {
                     return i;
                 }
@@ -349,7 +373,7 @@ fn three_agents_two_orchestrators_place_survive_etcd_restart_leader_and_agent_de
     std::thread::sleep(Duration::from_secs(3));
     let t0 = Instant::now();
     let after_list = loop {
-        if let Some((200, _)) = try_call("GET", &format!("{leader}/v1/tenants"), None, None) {
+        if let Some((200, _)) = try_call("GET", &format!("{leader}/v1/tenants"), Some(ORCH), None) {
             break listed(&orchs[li]);
         }
         assert!(
@@ -394,7 +418,7 @@ fn three_agents_two_orchestrators_place_survive_etcd_restart_leader_and_agent_de
                     try_call(
                         "POST",
                         &format!("{leader}/v1/tenants"),
-                        None,
+                        Some(ORCH),
                         Some(&tenant(i)),
                     )
                 })
@@ -472,16 +496,41 @@ fn three_agents_two_orchestrators_place_survive_etcd_restart_leader_and_agent_de
 #[test]
 fn bad_input_gets_clear_errors() {
     let test = "bad_input_gets_clear_errors";
-    // etcd unreachable at start: one clear line, exit 1.
+    // No admin token: one clear line, exit 1, before anything else.
     let port = free_port();
-    let out = Command::new(env!("CARGO_BIN_EXE_buffet-orchestrator"))
-        .args([
+    let orch_cmd = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_buffet-orchestrator"));
+        c.args([
             "--etcd",
             &format!("http://127.0.0.1:{port}"),
             "--listen",
             "127.0.0.1:0",
         ])
-        .stdout(Stdio::null())
+        .env_remove("BUFFET_ORCHESTRATOR_ADMIN_TOKEN")
+        .env_remove("BUFFET_ORCHESTRATOR_READER_TOKEN")
+        .stdout(Stdio::null());
+        c
+    };
+    let out = orch_cmd().output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "no admin token: give --admin-token-file PATH or set BUFFET_ORCHESTRATOR_ADMIN_TOKEN"
+        ),
+        "{err}"
+    );
+    let out = orch_cmd()
+        .env("BUFFET_ORCHESTRATOR_ADMIN_TOKEN", "short")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at least 16 characters"), "{err}");
+    assert!(!err.contains("short"), "a token is never printed: {err}");
+    // etcd unreachable at start: one clear line, exit 1.
+    let out = orch_cmd()
+        .env("BUFFET_ORCHESTRATOR_ADMIN_TOKEN", ORCH)
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -497,6 +546,32 @@ fn bad_input_gets_clear_errors() {
     let o = orchestrator(dir.path(), "orch", &etcd.url());
     leader_of(&[&o]);
     let post = |body: &Value| call("POST", &format!("{}/v1/tenants", o.url), Some(body));
+    // Auth: no token or a wrong one is 401 on reads and writes; the reader token reads
+    // and gets 403 on writes; /healthz needs none.
+    let tenants_url = format!("{}/v1/tenants", o.url);
+    for (method, body) in [("GET", None), ("POST", Some(&tenant(1)))] {
+        for token in [None, Some("cluster-test-wrong-token-000000")] {
+            let (s, v) = try_call(method, &tenants_url, token, body).unwrap();
+            assert_eq!(s, 401, "{method} with {token:?}: {v}");
+            assert!(v["error"].as_str().unwrap().contains("Bearer"), "{v}");
+        }
+    }
+    for path in ["/v1/servers", "/v1/leader", "/v1/tenants/1"] {
+        let (s, _) = try_call("GET", &format!("{}{path}", o.url), None, None).unwrap();
+        assert_eq!(s, 401, "GET {path} without a token");
+    }
+    let (s, v) = try_call("GET", &tenants_url, Some(READER), None).unwrap();
+    assert_eq!(s, 200, "{v}");
+    for (method, url) in [
+        ("POST", tenants_url.clone()),
+        ("PUT", format!("{tenants_url}/1")),
+        ("DELETE", format!("{tenants_url}/1")),
+    ] {
+        let (s, v) = try_call(method, &url, Some(READER), Some(&tenant(1))).unwrap();
+        assert_eq!(s, 403, "{method} with the reader token: {v}");
+    }
+    let (s, _) = try_call("GET", &format!("{}/healthz", o.url), None, None).unwrap();
+    assert_eq!(s, 200);
     // No server registered.
     let (s, v) = post(&tenant(1));
     assert_eq!(s, 503, "{v}");
@@ -508,7 +583,7 @@ fn bad_input_gets_clear_errors() {
         "{v}"
     );
     // One small server: MAX_NB 1000 per ~1.07 s slot, 2 workers.
-    let _a = agent(dir.path(), "small", &etcd.url(), 1000);
+    let small = agent(dir.path(), "small", &etcd.url(), 1000);
     let t0 = Instant::now();
     while call("GET", &format!("{}/v1/servers", o.url), None).1["servers"]
         .as_array()
@@ -551,6 +626,75 @@ fn bad_input_gets_clear_errors() {
     assert_eq!(s, 404);
     let (s, v) = post(&tenant(1));
     assert_eq!(s, 201, "a retried admission answers like the first: {v}");
+    // An update through the Orchestrator: applied by the server's own update path, answered
+    // once applied.
+    let put =
+        |id: u32, body: &Value| call("PUT", &format!("{}/v1/tenants/{id}", o.url), Some(body));
+    let on_server = |id: u32| {
+        let (s, v) = try_call(
+            "GET",
+            &format!("{}/v1/tenants/{id}", small.url),
+            Some(ADMIN),
+            None,
+        )
+        .unwrap();
+        assert_eq!(s, 200, "{v}");
+        v
+    };
+    let mut deny = tenant(1);
+    deny["policy"] = json!({ "default": "deny" });
+    let (s, v) = put(1, &deny);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["state"], "live", "{v}");
+    assert_eq!(on_server(1)["policy"]["default"], "deny");
+    let (_, v) = call("GET", &format!("{}/v1/tenants/1", o.url), None);
+    assert_eq!(v["doc"]["policy"]["default"], "deny", "{v}");
+    // The denied tenant's packets are now dropped on its server.
+    let drops = || served_drops(&small, 1);
+    let d0 = drops();
+    let t0 = Instant::now();
+    while drops() <= d0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no drops after deny"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // An update the server refuses (a policy the firewall cannot decode): its status and
+    // reason; the tenant keeps the document it had, on the server and in the cluster.
+    let mut bogus = tenant(1);
+    bogus["policy"] = json!({ "default": "sometimes" });
+    let (s, v) = put(1, &bogus);
+    assert_eq!(s, 422, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("keeps its previous document"),
+        "{v}"
+    );
+    assert_eq!(on_server(1)["policy"]["default"], "deny");
+    let t0 = Instant::now();
+    loop {
+        let (_, v) = call("GET", &format!("{}/v1/tenants/1", o.url), None);
+        if v["doc"]["policy"]["default"] == "deny" && v["state"] == "live" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "not put back: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Bad updates change nothing: another id in the body, an unknown tenant, bad JSON.
+    let (s, v) = put(1, &tenant(2));
+    assert_eq!(s, 422, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("not the path's 1"),
+        "{v}"
+    );
+    let (s, v) = put(77, &tenant(77));
+    assert_eq!(s, 404, "{v}");
+    let (s, v) = call("PUT", &format!("{}/v1/tenants/1", o.url), None);
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(on_server(1)["policy"]["default"], "deny");
     let (s, _) = call("DELETE", &format!("{}/v1/tenants/1", o.url), None);
     assert_eq!(s, 204);
     let (s, _) = call("DELETE", &format!("{}/v1/tenants/1", o.url), None);
@@ -570,4 +714,407 @@ fn bad_input_gets_clear_errors() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cluster.server_id"), "{err}");
+}
+
+/// buffetd in agent mode with its own `[dataplane]` and generator lines (one worker that
+/// may not grow, timeslots of 2^29 ns ≈ 0.54 s).
+fn agent_with(dir: &Path, id: &str, etcd: &str, worker_max_nb: u64, generator: &str) -> Proc {
+    let port = free_port();
+    let d = dir.join(id);
+    std::fs::create_dir_all(&d).unwrap();
+    let cfg = d.join("buffet.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\nname = \"firewall\"\n\
+             [dataplane]\nworkers = 1\nmax_workers = 1\nworker_max_nb = {worker_max_nb}\nshift = 29\n\
+             arena_mib = 512\ntenant_slots = 64\n\
+             [[port]]\nkind = \"generator\"\n{generator}\n\
+             [cluster]\netcd = [\"{etcd}\"]\nserver_id = \"{id}\"\nlease_ttl_s = 6\n\
+             report_interval_ms = 300\n",
+            d = d.display()
+        ),
+    )
+    .unwrap();
+    let log = d.join("buffetd.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_buffetd"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("BUFFETD_ADMIN_TOKEN", ADMIN)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut p = Proc {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        name: format!("buffetd {id}"),
+    };
+    wait_ready(&mut p, "/readyz", &log);
+    p
+}
+
+/// A tenant on the generator's address plan: tenant `i` (1-based) is the generator's
+/// tenant `i - 1`.
+fn gen_tenant(i: u32, expected_pps: f64) -> Value {
+    let mut t = tenant(i);
+    t["expected_pps"] = json!(expected_pps);
+    t
+}
+
+/// Waits until `cond` holds, polling every 100 ms; panics with `what` after `limit`.
+fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "{what} (after {limit:?})");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    t0.elapsed()
+}
+
+/// The registered servers' load reports, by id.
+fn server_loads(o: &Proc) -> BTreeMap<String, Value> {
+    let (s, v) = call("GET", &format!("{}/v1/servers", o.url), None);
+    assert_eq!(s, 200, "{v}");
+    v["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["server"].as_str().unwrap().to_owned(), l.clone()))
+        .collect()
+}
+
+#[test]
+fn an_overloaded_server_sheds_its_fewest_tenants_and_a_full_cluster_refuses_with_a_reason() {
+    let test =
+        "an_overloaded_server_sheds_its_fewest_tenants_and_a_full_cluster_refuses_with_a_reason";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    // The generator's plan (constant rates, log-normal weights): pick a seed whose
+    // heaviest tenant, with the lightest ones beside it, makes a set where it carries 60
+    // to 67 % of the packets. Moving it alone then clears an overload of the whole set,
+    // and nothing smaller does.
+    const GEN_TENANTS: u32 = 8;
+    let plan = |seed: u64| -> Vec<f64> {
+        let g = buffet_io::gen::Generator::new(buffet_io::gen::GenConfig {
+            seed,
+            tenants: GEN_TENANTS,
+            flows_per_tenant: 64,
+            duration_ns: u64::MAX,
+            mean_rate_pps: 1.0,
+            peak_factor: 1.0,
+            ..buffet_io::gen::GenConfig::default()
+        })
+        .unwrap();
+        (0..GEN_TENANTS)
+            .map(|i| g.tenant_mean_pps(i).unwrap())
+            .collect()
+    };
+    let (seed, shares, set) = (1..200u64)
+        .find_map(|seed| {
+            let w = plan(seed);
+            let mut order: Vec<u32> = (0..GEN_TENANTS).collect();
+            order.sort_by(|a, b| w[*b as usize].total_cmp(&w[*a as usize]));
+            let big = order[0];
+            let mut set = vec![big];
+            let mut sum = w[big as usize];
+            for &i in order[1..].iter().rev() {
+                if w[big as usize] / (sum + w[i as usize]) >= 0.6 {
+                    set.push(i);
+                    sum += w[i as usize];
+                }
+            }
+            let share = w[big as usize] / sum;
+            (set.len() >= 3 && share <= 0.67).then_some((seed, w, set))
+        })
+        .expect("a seed with a dominant tenant");
+    let big = set[0];
+    // Scale: the set sends 2400 packets/s; the hot server's one worker carries 75 % of
+    // that (its MAX_NB per ~0.54 s slot), the cool server's twice as much.
+    let set_share: f64 = set.iter().map(|i| shares[*i as usize]).sum();
+    let rate = 2400.0 / set_share;
+    let slot_s = (1u64 << 29) as f64 / 1e9;
+    let hot_max_nb = (0.75 * 2400.0 * slot_s) as u64;
+    let generator =
+        format!("tenants = {GEN_TENANTS}\nrate_pps = {rate:.1}\nseed = {seed}\npeak_factor = 1.0\nflows_per_tenant = 64");
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let hot = agent_with(dir.path(), "hot", &url, hot_max_nb, &generator);
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "hot not registered", || {
+        server_loads(&o).contains_key("hot")
+    });
+    // Admitted with a small expected rate, the set fits on paper; its real traffic does not.
+    let ids: Vec<u32> = set.iter().map(|i| i + 1).collect();
+    for id in &ids {
+        let (s, v) = call(
+            "POST",
+            &format!("{}/v1/tenants", o.url),
+            Some(&gen_tenant(*id, 1.0)),
+        );
+        assert_eq!(s, 201, "tenant {id}: {v}");
+    }
+    // The hot server's worker overloads (Load Monitor reports; no worker left to launch),
+    // its Agent publishes the flag, and with no other server the cluster refuses.
+    let t_overload = wait_for(
+        Duration::from_secs(20),
+        "hot never reported overload",
+        || server_loads(&o)["hot"]["overloaded"].is_string(),
+    );
+    let refused = |v: &Value| {
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("overloaded") && e.contains("hot"))
+    };
+    let extra = gen_tenant(200, 1.0);
+    let mut refusal = Value::Null;
+    wait_for(Duration::from_secs(5), "no 503 while overloaded", || {
+        let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&extra));
+        assert!(
+            s == 503,
+            "admitted while the only server is overloaded: {s} {v}"
+        );
+        refusal = v;
+        refused(&refusal)
+    });
+    let (s, _) = call("GET", &format!("{}/v1/tenants/200", o.url), None);
+    assert_eq!(s, 404, "a refused admission leaves nothing behind");
+    assert_eq!(
+        served(&hot).keys().copied().collect::<Vec<_>>(),
+        {
+            let mut v = ids.clone();
+            v.sort_unstable();
+            v
+        },
+        "nothing moved while no server had room"
+    );
+    // A roomier server joins: the heaviest tenant alone moves there.
+    let cool = agent_with(dir.path(), "cool", &url, 2 * hot_max_nb, &generator);
+    let moved_after = wait_for(Duration::from_secs(20), "nothing moved to cool", || {
+        listed(&o)
+            .values()
+            .any(|(srv, st)| srv.as_deref() == Some("cool") && st == "live")
+    });
+    // Let the orchestrator's cooldown show that no second move follows.
+    std::thread::sleep(Duration::from_secs(3));
+    let placed = listed(&o);
+    assert_eq!(placed.len(), ids.len(), "{placed:?}");
+    for id in &ids {
+        let (srv, st) = &placed[id];
+        assert_eq!(st, "live", "tenant {id}: {placed:?}");
+        let want = if *id == big + 1 { "cool" } else { "hot" };
+        assert_eq!(
+            srv.as_deref(),
+            Some(want),
+            "tenant {id} (the heaviest is {}): {placed:?}; orchestrator log: {}",
+            big + 1,
+            std::fs::read_to_string(dir.path().join("orch.log")).unwrap_or_default()
+        );
+    }
+    // Every tenant on exactly one server, the one its placement names; the moved one's
+    // traffic flows on the new server only.
+    let at = disjoint(&[&hot, &cool]);
+    assert_eq!(at.len(), ids.len());
+    assert_eq!(at[&(big + 1)], "buffetd cool");
+    let before = served(&cool)[&(big + 1)];
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(served(&cool)[&(big + 1)] > before, "no traffic on cool");
+    assert!(!served(&hot).contains_key(&(big + 1)));
+    // The hot server settles (its flag clears once its worker is under MAX_NB) and the
+    // cluster admits again.
+    let settled = wait_for(Duration::from_secs(15), "hot stays overloaded", || {
+        server_loads(&o)["hot"]["overloaded"].is_null()
+    });
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&extra));
+    assert_eq!(s, 201, "{v}");
+    eprintln!(
+        "cluster overload: seed {seed}, tenants {ids:?} (heaviest {}: {:.0} % of {:.0} packets/s), \
+         hot MAX_NB {hot_max_nb}/slot: overload published {:.2} s after admission; refused with \
+         {refusal}; moved 1 tenant {:.2} s after cool started; hot settled {:.2} s later",
+        big + 1,
+        100.0 * shares[big as usize] / set_share,
+        2400.0,
+        t_overload.as_secs_f64(),
+        moved_after.as_secs_f64(),
+        settled.as_secs_f64(),
+    );
+}
+
+/// A TCP proxy on loopback in front of etcd, for one agent: [`Partition::cut`] closes
+/// every connection through it and black-holes new ones (accepted, never answered) until
+/// [`Partition::heal`]. The agent keeps running; it just cannot reach etcd.
+struct Partition {
+    url: String,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Partition {
+    fn new(upstream: &str) -> Partition {
+        use std::io::copy;
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::Ordering;
+        let target = upstream.trim_start_matches("http://").to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>> = Default::default();
+        let (c, k) = (cut.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                // Black-holed while cut: kept open, never forwarded; closed on heal.
+                k.lock().unwrap().push(client.try_clone().unwrap());
+                if c.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&target) else {
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    continue;
+                };
+                k.lock().unwrap().push(server.try_clone().unwrap());
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = copy(&mut c_in, &mut s_out);
+                    let _ = s_out.shutdown(std::net::Shutdown::Both);
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                std::thread::spawn(move || {
+                    let _ = copy(&mut s_in, &mut c_out);
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Partition { url, cut, conns }
+    }
+
+    fn close_all(&self) {
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.close_all();
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.close_all();
+    }
+}
+
+#[test]
+fn an_agent_cut_off_from_etcd_stops_serving_before_its_tenants_are_placed_elsewhere() {
+    let test = "an_agent_cut_off_from_etcd_stops_serving_before_its_tenants_are_placed_elsewhere";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let proxy = Partition::new(&url);
+    // s1 reaches etcd only through the proxy; s2 and the orchestrator directly.
+    let s1 = agent(dir.path(), "s1", &proxy.url, 100_000);
+    let s2 = agent(dir.path(), "s2", &url, 100_000);
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "servers not registered", || {
+        server_loads(&o).len() == 2
+    });
+    for i in 1..=20u32 {
+        let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(i)));
+        assert_eq!(s, 201, "tenant {i}: {v}");
+    }
+    let on_s1: Vec<u32> = listed(&o)
+        .into_iter()
+        .filter(|(_, (srv, _))| srv.as_deref() == Some("s1"))
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(on_s1.len(), 10, "the policy spreads 20 equal tenants 10/10");
+    wait_for(Duration::from_secs(10), "no traffic on s1", || {
+        served(&s1).values().all(|n| *n > 0)
+    });
+
+    // Cut s1 off. It keeps running and serving until it counts its lease as lost.
+    proxy.cut();
+    let t_cut = Instant::now();
+    let (mut fenced, mut elsewhere) = (None, None);
+    let mut last_s1 = served(&s1);
+    while fenced.is_none() || elsewhere.is_none() {
+        let now_s1 = served(&s1);
+        let now_s2 = served(&s2);
+        let t = t_cut.elapsed();
+        // Never on two servers at once (both APIs read within a few ms of each other).
+        for id in now_s1.keys() {
+            assert!(
+                !now_s2.contains_key(id),
+                "tenant {id} served by s1 and s2 at {t:?} after the cut"
+            );
+        }
+        if fenced.is_none() && on_s1.iter().all(|id| !now_s1.contains_key(id)) {
+            fenced = Some(t);
+        }
+        if elsewhere.is_none() && on_s1.iter().all(|id| now_s2.contains_key(id)) {
+            elsewhere = Some(t);
+        }
+        // s1 serves only (some of) its own tenants until fenced, and nothing after.
+        assert!(now_s1.keys().all(|id| on_s1.contains(id)), "{now_s1:?}");
+        if fenced.is_some() {
+            assert!(now_s1.is_empty(), "s1 serves {now_s1:?} after fencing");
+        }
+        last_s1 = now_s1;
+        assert!(
+            t < Duration::from_secs(30),
+            "fenced {fenced:?}, re-placed {elsewhere:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(last_s1.is_empty());
+    let (fenced, elsewhere) = (fenced.unwrap(), elsewhere.unwrap());
+    // The lease TTL is 6 s: s1 fences at 3/4 of it after its last acknowledged keep-alive
+    // was sent; etcd expires the lease no earlier than 6 s after that.
+    assert!(
+        fenced < elsewhere,
+        "s1 fenced at {fenced:?}, its tenants served elsewhere at {elsewhere:?}"
+    );
+    assert!(
+        fenced <= Duration::from_millis(4500 + 1000),
+        "fenced late: {fenced:?}"
+    );
+    let all = listed(&o);
+    assert!(
+        on_s1
+            .iter()
+            .all(|id| all[id] == (Some("s2".to_owned()), "live".to_owned())),
+        "{all:?}"
+    );
+    wait_for(Duration::from_secs(10), "no traffic on s2", || {
+        let now = served(&s2);
+        on_s1.iter().all(|id| now.get(id).is_some_and(|n| *n > 0))
+    });
+
+    // Heal: s1 registers again with a new lease and serves only what is placed on it.
+    proxy.heal();
+    let back = wait_for(Duration::from_secs(20), "s1 not registered again", || {
+        server_loads(&o).contains_key("s1")
+    });
+    assert!(served(&s1).is_empty(), "s1 serves tenants placed elsewhere");
+    // The emptiest server gets the next tenant: s1, and only that one.
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(21)));
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["server"], "s1", "{v}");
+    assert_eq!(served(&s1).keys().copied().collect::<Vec<_>>(), vec![21]);
+    assert_eq!(disjoint(&[&s1, &s2]).len(), 21);
+    eprintln!(
+        "cluster partition (lease TTL 6 s): s1 fenced its 10 tenants {:.2} s after the cut; \
+         they served on s2 from {:.2} s (gap {:.2} s with neither, never both); s1 registered \
+         again {:.2} s after the heal",
+        fenced.as_secs_f64(),
+        elsewhere.as_secs_f64(),
+        (elsewhere - fenced).as_secs_f64(),
+        back.as_secs_f64()
+    );
 }

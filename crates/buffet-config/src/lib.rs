@@ -12,6 +12,8 @@
 //! * [`registry`] — naming an NF ([`NfSpec`]: a reference NF, a C
 //!   shared object, an eBPF object and its engine), loading it, and running one generic
 //!   function over whichever NF it is ([`NfVisitor`]);
+//! * [`auth`] — bearer tokens (admin and tenant-scoped), kept hashed and compared in
+//!   constant time: buffetd's and buffet-orchestrator's APIs both use it;
 //! * [`trace`] — the timeslot scheduler alone over a `ts_ns,tenant_id` trace, the
 //!   yardstick every scheduler implementation is checked against.
 //!
@@ -22,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod chain;
 pub mod isolation;
 pub mod registry;

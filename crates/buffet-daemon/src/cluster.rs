@@ -12,7 +12,14 @@
 //!   own API router (the very handlers, validation, store and auth of `POST` and
 //!   `DELETE /v1/tenants`), and the outcome of each admission (`live`, or `failed` with
 //!   buffetd's status and reason) goes to `/buffet/status/<tenant>`, in a transaction
-//!   that writes it only while that placement is current.
+//!   that writes it only while that placement is current;
+//! * applies a placement whose document changed (an update through the Orchestrator's
+//!   `PUT /v1/tenants/{id}`) through buffetd's own `PUT /v1/tenants/{id}` (one swap between
+//!   bursts; a refused update changes nothing), and answers it the same way, marked as an
+//!   update so that the Orchestrator puts the previous document back on a refusal;
+//! * clears the local overload flag (which buffetd's Agent raises on the scheduler's
+//!   overload reports when it can launch no worker) once no live worker has carried its
+//!   MAX_NB for two timeslots, so that the flag it publishes describes the server now.
 //!
 //! **Fencing.** In cluster mode the Agent owns the server's tenant set, and it serves
 //! tenants only while it holds its lease. When the lease counts as lost (no keep-alive
@@ -159,6 +166,7 @@ impl Hook {
             local: BTreeMap::new(),
             failed: HashMap::new(),
             last: None,
+            calm_since: None,
             seq: 0,
         };
         tokio::spawn(agent.run())
@@ -166,9 +174,11 @@ impl Hook {
 }
 
 /// A tenant this Agent admitted: the placement revision it answers (0 = restored from
-/// the store at start, not yet matched to a placement).
+/// the store at start, not yet matched to a placement) and the placement document it
+/// serves (`None` when restored from the store).
 struct Local {
     rev: i64,
+    doc: Option<Value>,
 }
 
 /// Why a session ended.
@@ -216,6 +226,8 @@ struct Agent {
     failed: HashMap<u32, i64>,
     /// The previous load sample: when, per worker and per tenant packets.
     last: Option<Sample>,
+    /// Since when no live worker has been measured at its MAX_NB.
+    calm_since: Option<Instant>,
     seq: u64,
 }
 
@@ -228,7 +240,7 @@ impl Agent {
         let (_, list) = self.call(Method::GET, "/v1/tenants", None).await;
         for t in list["tenant"].as_array().into_iter().flatten() {
             if let Some(id) = t["id"].as_u64().and_then(|i| u32::try_from(i).ok()) {
-                self.local.insert(id, Local { rev: 0 });
+                self.local.insert(id, Local { rev: 0, doc: None });
             }
         }
         loop {
@@ -383,33 +395,85 @@ impl Agent {
         }
         self.failed.retain(|id, _| wanted.contains_key(id));
         for (id, (doc, prev)) in wanted {
-            if let Some(l) = self.local.get_mut(&id) {
+            if let Some(l) = self.local.get(&id) {
                 if l.rev == prev {
                     continue;
                 }
-                // Restored from the store, or placed here again: it serves already.
+                if l.doc.as_ref() == Some(&doc) {
+                    // Placed here again with the document it serves.
+                    if let Some(l) = self.local.get_mut(&id) {
+                        l.rev = prev;
+                    }
+                    self.status(client, id, prev, State::Live, None, false)
+                        .await;
+                    continue;
+                }
+                // The placement's document changed (an update through the Orchestrator),
+                // or the tenant was restored from the store: apply the placed document
+                // through buffetd's own update path (one swap between bursts; a refused
+                // update changes nothing).
+                let (s, v) = self
+                    .call(Method::PUT, &format!("/v1/tenants/{id}"), Some(doc.clone()))
+                    .await;
+                let l = self.local.entry(id).or_insert(Local { rev: 0, doc: None });
                 l.rev = prev;
-                self.status(client, id, prev, State::Live, None).await;
+                if s.is_success() {
+                    l.doc = Some(doc);
+                    self.status(client, id, prev, State::Live, None, true).await;
+                } else {
+                    let reason = Self::reason(&v);
+                    self.log(format!("update of tenant {id} refused: {s} {reason}"));
+                    self.status(
+                        client,
+                        id,
+                        prev,
+                        State::Failed,
+                        Some((s.as_u16(), reason)),
+                        true,
+                    )
+                    .await;
+                }
                 continue;
             }
             if self.failed.get(&id) == Some(&prev) {
                 continue;
             }
-            let (s, v) = self.call(Method::POST, "/v1/tenants", Some(doc)).await;
+            let (s, v) = self
+                .call(Method::POST, "/v1/tenants", Some(doc.clone()))
+                .await;
             if s.is_success() {
-                self.local.insert(id, Local { rev: prev });
-                self.status(client, id, prev, State::Live, None).await;
+                self.local.insert(
+                    id,
+                    Local {
+                        rev: prev,
+                        doc: Some(doc),
+                    },
+                );
+                self.status(client, id, prev, State::Live, None, false)
+                    .await;
             } else {
-                let reason = v["error"]
-                    .as_str()
-                    .map_or_else(|| v.to_string(), str::to_owned);
+                let reason = Self::reason(&v);
                 self.log(format!("tenant {id} refused: {s} {reason}"));
                 self.failed.insert(id, prev);
-                self.status(client, id, prev, State::Failed, Some((s.as_u16(), reason)))
-                    .await;
+                self.status(
+                    client,
+                    id,
+                    prev,
+                    State::Failed,
+                    Some((s.as_u16(), reason)),
+                    false,
+                )
+                .await;
             }
         }
         Ok(rev)
+    }
+
+    /// The `error` of buffetd's answer, else the whole answer.
+    fn reason(v: &Value) -> String {
+        v["error"]
+            .as_str()
+            .map_or_else(|| v.to_string(), str::to_owned)
     }
 
     /// Writes a tenant's status while its placement (revision `prev`) is current.
@@ -420,6 +484,7 @@ impl Agent {
         prev: i64,
         state: State,
         failure: Option<(u16, String)>,
+        update: bool,
     ) {
         let st = Status {
             server: self.cfg.server_id.clone(),
@@ -427,6 +492,7 @@ impl Agent {
             placement_rev: prev,
             code: failure.as_ref().map(|f| f.0),
             reason: failure.map(|f| f.1),
+            update,
         };
         let txn = etcd_client::Txn::new()
             .when(vec![Compare::mod_revision(
@@ -466,11 +532,7 @@ impl Agent {
             worker_max_nb: d.worker_max_nb,
             max_workers: d.max_workers,
             tenant_slots: d.tenant_slots,
-            overloaded: self
-                .refusing
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
+            overloaded: self.overload_flag(),
             seq: self.seq,
             ..ServerLoad::default()
         };
@@ -514,8 +576,49 @@ impl Agent {
             .collect();
         l.pps = l.tenant_pps.values().sum();
         l.tenants = r.tenants.len() as u32;
+        let measured = self.last.is_some();
         self.last = Some((now, workers, tenants));
+        if measured {
+            self.settle_overload(&l, now);
+            l.overloaded = self.overload_flag();
+        }
         l
+    }
+
+    fn overload_flag(&self) -> Option<String> {
+        self.refusing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Clears the local overload flag once no live worker has carried its MAX_NB for two
+    /// timeslots, as measured between reports. buffetd's own Agent raises the flag on the
+    /// scheduler's overload reports and clears it only when a worker is launched or a
+    /// tenant is removed through the API; but after the Orchestrator moved tenants away,
+    /// the scheduler's report for the slot before the removal can raise it again, and in
+    /// a cluster the flag is what the Orchestrator acts on.
+    fn settle_overload(&mut self, l: &ServerLoad, now: Instant) {
+        let max_nb = l.worker_max_nb as f64;
+        let busy = l.worker_max_nb > 0
+            && l.workers
+                .iter()
+                .any(|w| w.live && w.pkts_per_slot >= max_nb);
+        if busy {
+            self.calm_since = None;
+            return;
+        }
+        let since = *self.calm_since.get_or_insert(now);
+        if now.duration_since(since) < Duration::from_nanos(l.slot_ns.saturating_mul(2)) {
+            return;
+        }
+        let mut flag = self.refusing.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(reason) = flag.take() {
+            self.log(format!(
+                "overload over (every live worker under its MAX_NB for two timeslots): \
+                 admitting again; it was: {reason}"
+            ));
+        }
     }
 
     /// A request to this daemon's own API router, as the admin.

@@ -337,4 +337,31 @@ fn the_orchestrator_deployment_and_its_service_agree() {
     );
     let sp = &list(&svc["spec"]["ports"], "service ports")[0];
     assert_eq!(sp["targetPort"].as_str(), Some(port_name));
+    // The admin token comes from the Secret, mounted read-only where --admin-token-file
+    // points; the probes ask /healthz, the one route without a token.
+    let secret = kind("Secret");
+    let token_file = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--admin-token-file="))
+        .expect("--admin-token-file");
+    let mounts = list(&c["volumeMounts"], "volumeMounts");
+    let mount = mounts
+        .iter()
+        .find(|m| token_file.starts_with(&format!("{}/", text(&m["mountPath"], "mountPath"))))
+        .unwrap_or_else(|| panic!("{token_file} is on no volume mount"));
+    assert_eq!(mount["readOnly"].as_bool(), Some(true));
+    let key = token_file.rsplit('/').next().unwrap();
+    let volumes = list(&dep["spec"]["template"]["spec"]["volumes"], "volumes");
+    let vol = volumes
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    assert_eq!(vol["secret"]["secretName"], secret["metadata"]["name"]);
+    assert!(
+        !secret["stringData"][key].is_badvalue(),
+        "the Secret has no {key}"
+    );
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["path"].as_str(), Some("/healthz"));
+    }
 }

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use buffet_orchestrator::local_etcd::LocalEtcd;
 use buffet_orchestrator::schema::{self, ServerLoad, State, Status};
-use buffet_orchestrator::{lease, Config, Orchestrator};
+use buffet_orchestrator::{lease, Config, Orchestrator, Token};
+
+/// The API's admin token for this run.
+const ADMIN: &str = "scale-example-admin-token";
 use etcd_client::{Client, Compare, CompareOp, EventType, PutOptions, TxnOp, WatchOptions};
 use serde_json::json;
 
@@ -62,6 +65,7 @@ async fn sim_server(mut c: Client, id: String) -> anyhow::Result<()> {
                 placement_rev: kv.mod_revision(),
                 reason: None,
                 code: None,
+                update: false,
             };
             c.txn(
                 etcd_client::Txn::new()
@@ -99,7 +103,12 @@ async fn main() -> anyhow::Result<()> {
             }
         }));
     }
-    let orch = Orchestrator::start(Config::new(vec![url], "127.0.0.1:0".parse()?)).await?;
+    let orch = Orchestrator::start(Config::new(
+        vec![url],
+        "127.0.0.1:0".parse()?,
+        Token::new(ADMIN.into()),
+    ))
+    .await?;
     let api = format!("http://{}", orch.addr());
     let t0 = Instant::now();
     while !orch.is_leader() {
@@ -109,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
     let a = api.clone();
     tokio::task::spawn_blocking(move || loop {
         let v: serde_json::Value = ureq::get(&format!("{a}/v1/servers"))
+            .set("Authorization", &format!("Bearer {ADMIN}"))
             .call()
             .ok()
             .and_then(|r| r.into_json().ok())
@@ -140,7 +150,9 @@ async fn main() -> anyhow::Result<()> {
                     "expected_pps": 100,
                 });
                 let t = Instant::now();
-                let r = ureq::post(&format!("{api}/v1/tenants")).send_json(body);
+                let r = ureq::post(&format!("{api}/v1/tenants"))
+                    .set("Authorization", &format!("Bearer {ADMIN}"))
+                    .send_json(body);
                 assert!(r.is_ok(), "tenant {i}: {r:?}");
                 lat.push(t.elapsed().as_secs_f64() * 1e3);
             }

@@ -5,11 +5,17 @@
 //! | method and path | what |
 //! |---|---|
 //! | `POST /v1/tenants` | admit: buffetd's admission document plus optional `expected_pps`; answers once the tenant is live (201) or failed (the server's status and reason), 504 after `--admit-timeout` |
+//! | `PUT /v1/tenants/{id}` | update a placed tenant's document (policy, rules, MAX_NB...; optional `expected_pps`): its server applies it through buffetd's update path; answers once applied (200) or refused (the server's status and reason; the previous document stays) |
 //! | `GET /v1/tenants`, `GET /v1/tenants/{id}` | tenants with their server and state (`live`, `failed`, `pending`, `unplaced`) |
 //! | `DELETE /v1/tenants/{id}` | remove from the cluster (204) |
 //! | `GET /v1/servers` | registered servers with their last load report and headroom |
 //! | `GET /v1/leader` | the leader's URL, and whether this one leads |
-//! | `GET /healthz` | liveness |
+//! | `GET /healthz` | liveness (the only route without a token) |
+//!
+//! Every route but `/healthz` needs `Authorization: Bearer <token>`: the admin token for
+//! anything, the reader token (if configured) for `GET` only. No token or an unknown one
+//! is 401; the reader token on a write is 403. Tokens are compared as SHA-256 hashes in
+//! constant time (`buffet_config::auth`, buffetd's code) and never logged.
 //!
 //! [`ApiError`] maps every failure to its status in one place.
 
@@ -19,11 +25,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, State};
-use axum::http::StatusCode;
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use buffet_config::auth::Principal;
 use buffet_config::tenants::{self, Format};
 use etcd_client::GetOptions;
 use serde_json::{json, Value};
@@ -68,7 +76,10 @@ impl From<AdmitError> for ApiError {
     fn from(e: AdmitError) -> ApiError {
         let status = match &e {
             AdmitError::NotLeader | AdmitError::Refusing(_) => StatusCode::SERVICE_UNAVAILABLE,
-            AdmitError::Duplicate(_) | AdmitError::Exists(..) => StatusCode::CONFLICT,
+            AdmitError::Duplicate(_)
+            | AdmitError::Exists(..)
+            | AdmitError::Unplaced(..)
+            | AdmitError::Changed(_) => StatusCode::CONFLICT,
             AdmitError::Unknown(_) => StatusCode::NOT_FOUND,
             AdmitError::Place(PlaceError::TooLarge { .. }) => StatusCode::UNPROCESSABLE_ENTITY,
             AdmitError::Place(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -91,10 +102,49 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/leader", get(leader))
         .route("/v1/servers", get(servers))
         .route("/v1/tenants", get(list).post(admit))
-        .route("/v1/tenants/{id}", get(one).delete(remove))
+        .route("/v1/tenants/{id}", get(one).put(update).delete(remove))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
+        .layer(middleware::from_fn_with_state(shared.clone(), authorize))
         .with_state(shared)
+}
+
+/// Lets a request through when its bearer token allows it (see the module doc).
+async fn authorize(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if req.uri().path() == "/healthz" {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if s.admin.identify(presented) == Ok(Principal::Admin) {
+        return next.run(req).await;
+    }
+    let reader = s
+        .reader
+        .as_ref()
+        .is_some_and(|r| r.identify(presented) == Ok(Principal::Admin));
+    if reader {
+        if req.method() == Method::GET {
+            return next.run(req).await;
+        }
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "the reader token may only read (GET); this needs the admin token",
+        )
+        .into_response();
+    }
+    let mut r = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "a valid token is required: Authorization: Bearer <token>",
+    )
+    .into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    r
 }
 
 async fn not_leader(s: &Shared) -> ApiError {
@@ -180,6 +230,7 @@ fn view(id: u32, r: &TenantRecord, st: Option<&Status>) -> Value {
         "state": state,
         "reason": reason,
         "expected_pps": r.expected_pps,
+        "doc": r.doc,
     })
 }
 
@@ -216,13 +267,35 @@ async fn remove(
 /// Splits an admission body into buffetd's document (validated with the tenants-file
 /// code) and the expected rate.
 fn parse_admission(body: &[u8], default_pps: f64) -> Result<(u32, Value, f64), ApiError> {
+    let (id, doc, pps) = parse_doc(body, None)?;
+    Ok((id, doc, pps.unwrap_or(default_pps)))
+}
+
+/// Splits a tenant body into buffetd's document (validated with the tenants-file code)
+/// and the expected rate if given. With `path_id` (an update), a missing `id` is that one
+/// and another one is refused.
+fn parse_doc(body: &[u8], path_id: Option<u32>) -> Result<(u32, Value, Option<f64>), ApiError> {
     let mut v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed JSON: {e}")))?;
     let obj = v
         .as_object_mut()
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "a tenant is a JSON object"))?;
+    if let Some(id) = path_id {
+        match obj.get("id") {
+            None => {
+                obj.insert("id".into(), json!(id));
+            }
+            Some(x) if x.as_u64() == Some(u64::from(id)) => {}
+            Some(x) => {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("id: the body's id {x} is not the path's {id}"),
+                ))
+            }
+        }
+    }
     let pps = match obj.remove("expected_pps") {
-        None => default_pps,
+        None => None,
         Some(x) => x
             .as_f64()
             .filter(|p| p.is_finite() && *p >= 0.0)
@@ -231,7 +304,8 @@ fn parse_admission(body: &[u8], default_pps: f64) -> Result<(u32, Value, f64), A
                     StatusCode::UNPROCESSABLE_ENTITY,
                     format!("expected_pps: a number of packets per second >= 0, got {x}"),
                 )
-            })?,
+            })
+            .map(Some)?,
     };
     let text = json!({ "tenant": [v.clone()] }).to_string();
     let cfg = tenants::parse(Format::Json, Path::new("request"), &text)
@@ -271,13 +345,8 @@ async fn admit(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, Ap
             .into_response()),
         Outcome::Failed => {
             s.forget_failed(id, &st).await;
-            let status = st
-                .code
-                .and_then(|c| StatusCode::from_u16(c).ok())
-                .filter(|c| c.is_client_error() || *c == StatusCode::SERVICE_UNAVAILABLE)
-                .unwrap_or(StatusCode::BAD_GATEWAY);
             Err(ApiError::new(
-                status,
+                refusal_status(&st),
                 format!(
                     "tenant {id} failed on {server}: {}",
                     st.reason.as_deref().unwrap_or("no reason given")
@@ -285,4 +354,56 @@ async fn admit(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, Ap
             ))
         }
     }
+}
+
+async fn update(
+    State(s): State<Arc<Shared>>,
+    UrlPath(id): UrlPath<u32>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let t0 = Instant::now();
+    let (_, doc, pps) = parse_doc(&body, Some(id))?;
+    let (server, rev) = match s.update(id, doc, pps).await {
+        Ok(x) => x,
+        Err(AdmitError::NotLeader) => return Err(not_leader(&s).await),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(st) = s.wait_status(id, &server, rev).await else {
+        return Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "the update of tenant {id} is written for {server} but not applied after {:?} \
+                 (GET /v1/tenants/{id} shows when it is)",
+                s.cfg.admit_timeout
+            ),
+        ));
+    };
+    match st.state {
+        Outcome::Live => Ok((
+            StatusCode::OK,
+            Json(json!({
+                "id": id, "server": server, "state": "live",
+                "update_ms": t0.elapsed().as_secs_f64() * 1e3,
+            })),
+        )
+            .into_response()),
+        Outcome::Failed => {
+            s.forget_failed(id, &st).await;
+            Err(ApiError::new(
+                refusal_status(&st),
+                format!(
+                    "the update of tenant {id} was refused by {server}: {}; it keeps its previous document",
+                    st.reason.as_deref().unwrap_or("no reason given")
+                ),
+            ))
+        }
+    }
+}
+
+/// The status a server's refusal maps to: its own client error or 503, else 502.
+fn refusal_status(st: &Status) -> StatusCode {
+    st.code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .filter(|c| c.is_client_error() || *c == StatusCode::SERVICE_UNAVAILABLE)
+        .unwrap_or(StatusCode::BAD_GATEWAY)
 }

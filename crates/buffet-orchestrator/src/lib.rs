@@ -14,9 +14,11 @@
 //! * [`api`] — the HTTP/JSON API;
 //! * [`local_etcd`] — an etcd child process on loopback for tests and trials.
 //!
-//! Not here: authentication of the Orchestrator's API (keep it on a private network),
-//! moving a live tenant's state between servers (a moved tenant starts afresh), TLS to
-//! etcd. See docs/cluster.md.
+//! The API takes bearer tokens (`buffet_config::auth`, the code buffetd uses): the admin
+//! token for everything, an optional reader token for reads only.
+//!
+//! Not here: moving a live tenant's state between servers (a moved tenant starts afresh),
+//! TLS to etcd or on the API. See docs/cluster.md.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -27,12 +29,19 @@ pub mod placement;
 pub mod schema;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use buffet_config::auth::{self, TokenError};
 use clap::Parser;
 
-pub use orchestrator::{Config, Orchestrator, StartError};
+pub use orchestrator::{Config, Orchestrator, StartError, Token};
+
+/// Environment variable holding the admin token when `--admin-token-file` is not given.
+pub const ADMIN_TOKEN_ENV: &str = "BUFFET_ORCHESTRATOR_ADMIN_TOKEN";
+/// Environment variable holding the reader token when `--reader-token-file` is not given.
+pub const READER_TOKEN_ENV: &str = "BUFFET_ORCHESTRATOR_READER_TOKEN";
 
 /// `buffet-orchestrator` command line.
 #[derive(Parser, Debug)]
@@ -60,6 +69,14 @@ pub struct Args {
     /// Expected rate of a tenant admitted without `expected_pps`, packets per second.
     #[arg(long, value_name = "PPS", default_value_t = 10.0)]
     pub default_expected_pps: f64,
+    /// File whose first line is the admin token (every request); else
+    /// `BUFFET_ORCHESTRATOR_ADMIN_TOKEN`. One of the two is required.
+    #[arg(long, value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+    /// File whose first line is a reader token (GET requests only); else
+    /// `BUFFET_ORCHESTRATOR_READER_TOKEN`; else none.
+    #[arg(long, value_name = "PATH")]
+    pub reader_token_file: Option<PathBuf>,
 }
 
 /// The `buffet-orchestrator` binary: runs until SIGTERM or SIGINT, then resigns.
@@ -75,7 +92,25 @@ pub fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    let mut cfg = Config::new(args.etcd, args.listen);
+    let (admin, origin) = auth::token_from(
+        args.admin_token_file.as_deref(),
+        "--admin-token-file",
+        ADMIN_TOKEN_ENV,
+    )?
+    .ok_or_else(|| TokenError::Missing {
+        hint: format!("give --admin-token-file PATH or set {ADMIN_TOKEN_ENV}"),
+    })?;
+    eprintln!("buffet-orchestrator: admin token from {origin}");
+    let reader = auth::token_from(
+        args.reader_token_file.as_deref(),
+        "--reader-token-file",
+        READER_TOKEN_ENV,
+    )?;
+    let mut cfg = Config::new(args.etcd, args.listen, Token::new(admin));
+    if let Some((r, origin)) = reader {
+        eprintln!("buffet-orchestrator: reader token from {origin}");
+        cfg.reader_token = Some(Token::new(r));
+    }
     cfg.advertise = args.advertise;
     cfg.lease_ttl = Duration::from_secs(args.lease_ttl);
     if !(args.admit_timeout.is_finite() && args.admit_timeout > 0.0) {

@@ -24,9 +24,32 @@ use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
+use buffet_config::auth::Auth;
+
 use crate::lease::{self, ConnectError, LeaseState};
 use crate::placement::{self, Candidate, PlaceError};
 use crate::schema::{self, ServerLoad, State as Outcome, Status, TenantRecord};
+
+/// A bearer token the API accepts. Its `Debug` never shows it.
+#[derive(Clone)]
+pub struct Token(String);
+
+impl Token {
+    /// Wraps a token (checked for length by `buffet_config::auth::token_from`).
+    pub fn new(token: String) -> Token {
+        Token(token)
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
 
 /// How the Orchestrator runs.
 #[derive(Clone, Debug)]
@@ -48,14 +71,20 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// After moving tenants off an overloaded server, leave it alone this long.
     pub overload_cooldown: Duration,
+    /// The admin token: every request but `/healthz` may present it.
+    pub admin_token: Token,
+    /// A token that may only read (`GET`), if any.
+    pub reader_token: Option<Token>,
 }
 
 impl Config {
-    /// Defaults around `etcd` and `listen`.
-    pub fn new(etcd: Vec<String>, listen: SocketAddr) -> Config {
+    /// Defaults around `etcd`, `listen` and the admin token.
+    pub fn new(etcd: Vec<String>, listen: SocketAddr, admin_token: Token) -> Config {
         Config {
             etcd,
             listen,
+            admin_token,
+            reader_token: None,
             advertise: None,
             lease_ttl: Duration::from_secs(10),
             admit_timeout: Duration::from_secs(10),
@@ -159,6 +188,10 @@ pub struct Shared {
     pub(crate) view: tokio::sync::Mutex<View>,
     pub(crate) statuses: broadcast::Sender<(u32, Status)>,
     pub(crate) replacements: Mutex<Vec<Replacement>>,
+    /// The admin token's hash.
+    pub(crate) admin: Auth,
+    /// The reader token's hash, if one is configured.
+    pub(crate) reader: Option<Auth>,
 }
 
 impl Shared {
@@ -344,11 +377,13 @@ impl Shared {
                     placement::book(&mut cands[i], rec.expected_pps);
                     new.server = Some(cands[i].id.clone());
                     new.reason = None;
+                    new.previous = None;
                 }
                 Err(e) => {
                     unplaced += 1;
                     new.server = None;
                     new.reason = Some(e.to_string());
+                    new.previous = None;
                     if rec.server.is_none() && rec.reason == new.reason {
                         continue;
                     }
@@ -392,7 +427,6 @@ impl Shared {
         {
             return Ok(());
         }
-        view.last_relief.insert(server.to_owned(), Instant::now());
         let mut cands = view.candidates();
         let Some(from) = cands.iter().position(|c| c.id == server) else {
             return Ok(());
@@ -416,20 +450,29 @@ impl Shared {
                     .map(|(id, target)| {
                         let mut r = view.tenants[id].0.clone();
                         r.server = Some(cands[*target].id.clone());
+                        r.previous = None;
                         (*id, r)
                     })
                     .collect();
+                let ids: Vec<u32> = moves.iter().map(|(id, _)| *id).collect();
                 let n = self.apply_moves(view, moves).await?;
+                // Left alone for the cooldown: the server's next reports still show the
+                // load it had before its Agent removed the moved tenants.
+                view.last_relief.insert(server.to_owned(), Instant::now());
+                view.refusing = None;
                 eprintln!(
-                    "buffet-orchestrator: server {server} overloaded ({reason}): moved {n} tenants ({excess:.0} packets/s to clear)"
+                    "buffet-orchestrator: server {server} overloaded ({reason}): moved {n} tenants {ids:?} ({excess:.0} packets/s to clear)"
                 );
             }
             None => {
+                // Tried again at the server's next report: a server may join or free room.
                 let why = format!(
                     "server {server} is overloaded ({reason}) and no other server has room \
                      for the {excess:.0} packets/s it must shed"
                 );
-                eprintln!("buffet-orchestrator: refusing new tenants: {why}");
+                if view.refusing.is_none() {
+                    eprintln!("buffet-orchestrator: refusing new tenants: {why}");
+                }
                 view.refusing = Some(why);
             }
         }
@@ -499,6 +542,7 @@ impl Shared {
             expected_pps,
             server: Some(server.clone()),
             reason: None,
+            previous: None,
         };
         let rev = self
             .commit(
@@ -558,10 +602,133 @@ impl Shared {
         }
     }
 
-    /// Cleans up after a failed admission (the waiter's side of [`Self::drop_failed`]).
+    /// Cleans up after a failed admission or update (the waiter's side of
+    /// [`Self::drop_failed`] and [`Self::revert_update`]).
     pub(crate) async fn forget_failed(&self, id: u32, st: &Status) {
         let mut view = self.view.lock().await;
-        let _ = self.drop_failed(&mut view, id, st).await;
+        let _ = if st.update {
+            self.revert_update(&mut view, id, st).await
+        } else {
+            self.drop_failed(&mut view, id, st).await
+        };
+    }
+
+    /// Puts back the document a server refused to update to (it still serves that one).
+    /// Does nothing unless the refused placement is still the tenant's current one.
+    async fn revert_update(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
+        let Some((rec, rev)) = view.tenants.get(&id).cloned() else {
+            return Ok(());
+        };
+        if rec.server.as_deref() != Some(st.server.as_str()) || rev != st.placement_rev {
+            return Ok(());
+        }
+        let Some(prev) = rec.previous.clone() else {
+            return Ok(());
+        };
+        let back = TenantRecord {
+            doc: prev,
+            previous: None,
+            ..rec
+        };
+        let new_rev = self
+            .commit(
+                vec![Compare::mod_revision(
+                    schema::tenant_key(id),
+                    CompareOp::Equal,
+                    rev,
+                )],
+                vec![
+                    TxnOp::put(
+                        schema::tenant_key(id),
+                        serde_json::to_vec(&back).unwrap_or_default(),
+                        None,
+                    ),
+                    TxnOp::put(
+                        schema::placement_key(&st.server, id),
+                        serde_json::to_vec(&back.doc).unwrap_or_default(),
+                        None,
+                    ),
+                ],
+            )
+            .await;
+        match new_rev {
+            Ok(r) => {
+                view.tenants.insert(id, (back, r));
+                eprintln!(
+                    "buffet-orchestrator: update of tenant {id} refused by {}: {}; its previous document stays",
+                    st.server,
+                    st.reason.as_deref().unwrap_or("no reason given")
+                );
+                Ok(())
+            }
+            Err(LeadError::Conflict) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Update (the leader's part): replaces a placed tenant's document (and expected rate,
+    /// when given) in its record and its placement, in one transaction; the server's
+    /// Agent applies it through buffetd's update path. Returns the server and the
+    /// placement's revision to wait for.
+    pub(crate) async fn update(
+        &self,
+        id: u32,
+        doc: Value,
+        expected_pps: Option<f64>,
+    ) -> Result<(String, i64), AdmitError> {
+        let mut view = self.view.lock().await;
+        if !self.is_leader() {
+            return Err(AdmitError::NotLeader);
+        }
+        let (rec, rev) = view
+            .tenants
+            .get(&id)
+            .cloned()
+            .ok_or(AdmitError::Unknown(id))?;
+        let Some(server) = rec.server.clone() else {
+            return Err(AdmitError::Unplaced(
+                id,
+                rec.reason.unwrap_or_else(|| "no reason recorded".into()),
+            ));
+        };
+        let expected_pps = expected_pps.unwrap_or(rec.expected_pps);
+        if rec.doc == doc && rec.expected_pps == expected_pps {
+            return Ok((server, rev));
+        }
+        let new = TenantRecord {
+            previous: Some(rec.doc.clone()),
+            doc,
+            expected_pps,
+            ..rec
+        };
+        let new_rev = self
+            .commit(
+                vec![Compare::mod_revision(
+                    schema::tenant_key(id),
+                    CompareOp::Equal,
+                    rev,
+                )],
+                vec![
+                    TxnOp::put(
+                        schema::tenant_key(id),
+                        serde_json::to_vec(&new).unwrap_or_default(),
+                        None,
+                    ),
+                    TxnOp::put(
+                        schema::placement_key(&server, id),
+                        serde_json::to_vec(&new.doc).unwrap_or_default(),
+                        None,
+                    ),
+                ],
+            )
+            .await
+            .map_err(|e| match e {
+                LeadError::Conflict => AdmitError::Changed(id),
+                LeadError::NotLeader => AdmitError::NotLeader,
+                LeadError::Etcd(e) => AdmitError::Etcd(e.to_string()),
+            })?;
+        view.tenants.insert(id, (new, new_rev));
+        Ok((server, new_rev))
     }
 
     /// Removes a tenant from the cluster.
@@ -627,6 +794,12 @@ pub enum AdmitError {
     /// Unknown tenant.
     #[error("tenant {0} is not in the cluster")]
     Unknown(u32),
+    /// The tenant is recorded but placed on no server, so nothing can apply an update.
+    #[error("tenant {0} is placed on no server now ({1}): nothing can apply an update")]
+    Unplaced(u32, String),
+    /// The tenant's record changed while the update was written (moved, or another update).
+    #[error("tenant {0} changed meanwhile (moved or updated): retry")]
+    Changed(u32),
     /// The cluster refuses new tenants (overload).
     #[error("not admitting new tenants: {0}")]
     Refusing(String),
@@ -655,6 +828,17 @@ impl Orchestrator {
                 "--default-expected-pps must be a finite number >= 0".into(),
             ));
         }
+        if cfg.admin_token.expose().len() < buffet_config::auth::MIN_TOKEN_LEN
+            || cfg
+                .reader_token
+                .as_ref()
+                .is_some_and(|r| r.expose().len() < buffet_config::auth::MIN_TOKEN_LEN)
+        {
+            return Err(StartError::Config(format!(
+                "a token must be at least {} characters",
+                buffet_config::auth::MIN_TOKEN_LEN
+            )));
+        }
         if cfg.lease_ttl < Duration::from_secs(1) {
             return Err(StartError::Config(
                 "--lease-ttl must be at least 1 s".into(),
@@ -676,6 +860,7 @@ impl Orchestrator {
             .clone()
             .unwrap_or_else(|| format!("http://{addr}"));
         let (statuses, _) = broadcast::channel(16384);
+        let (cfg_admin, cfg_reader) = (cfg.admin_token.clone(), cfg.reader_token.clone());
         let shared = Arc::new(Shared {
             client,
             me,
@@ -684,6 +869,8 @@ impl Orchestrator {
             view: tokio::sync::Mutex::new(View::default()),
             statuses,
             replacements: Mutex::new(Vec::new()),
+            admin: Auth::new(cfg_admin.expose(), []),
+            reader: cfg_reader.map(|r| Auth::new(r.expose(), [])),
         });
         let (stop, stop_rx) = watch::channel(false);
         let app = crate::api::router(shared.clone());
@@ -845,7 +1032,11 @@ async fn lead(
                             ) {
                                 let _ = shared.statuses.send((id, st.clone()));
                                 if st.state == Outcome::Failed {
-                                    shared.drop_failed(&mut view, id, &st).await?;
+                                    if st.update {
+                                        shared.revert_update(&mut view, id, &st).await?;
+                                    } else {
+                                        shared.drop_failed(&mut view, id, &st).await?;
+                                    }
                                 }
                             }
                         }

@@ -162,6 +162,10 @@ pub struct TenantRecord {
     /// Why it is not placed.
     #[serde(default)]
     pub reason: Option<String>,
+    /// While an update of the document is being applied: the document before it, put back
+    /// if the server refuses the update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Value>,
 }
 
 /// An admission's outcome.
@@ -190,6 +194,11 @@ pub struct Status {
     /// buffetd's HTTP status for a refusal (409, 422, 503...).
     #[serde(default)]
     pub code: Option<u16>,
+    /// The placement changed the document of a tenant the server already served (an
+    /// update through buffetd's own update path), rather than admitting it. A refused
+    /// update leaves the tenant serving its previous document.
+    #[serde(default)]
+    pub update: bool,
 }
 
 #[cfg(test)]
