@@ -74,9 +74,9 @@ use buffet::sdk::{
 };
 use buffet::worker::{BufferConfig, ClockSource, Outcome, PacketBuf, VirtualClock, Worker};
 use buffet_testkit::{Rng, Zipf};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use etherparse::PacketBuilder;
 use serde_json::json;
 
@@ -310,7 +310,9 @@ fn lookups<N: RegisteredNf>(
                 .map(|p| PipeStage::new(key, nf(), p))
                 .collect();
             let segments: Vec<usize> = if per_thread {
-                std::iter::once(0).chain(std::iter::repeat_n(1, k)).collect()
+                std::iter::once(0)
+                    .chain(std::iter::repeat_n(1, k))
+                    .collect()
             } else {
                 vec![k / 2, k - k / 2]
             };
@@ -353,7 +355,6 @@ fn flowfwd(c: &mut Criterion) {
         flowfwd_policy,
     );
 }
-
 
 // ---------------------------------------------------------------------------------------
 // FastPaas Fig. 1: the same stages across threads
@@ -406,8 +407,7 @@ impl PipeStage {
             if b.verdicts[i].is_pass() {
                 idx[pkts.len()] = i as u8;
                 pkts.push(
-                    Packet::from_layout(f, b.lens[i], PacketMeta::default(), b.layouts[i])
-                        .unwrap(),
+                    Packet::from_layout(f, b.lens[i], PacketMeta::default(), b.layouts[i]).unwrap(),
                 );
             }
         }
@@ -917,7 +917,12 @@ impl Batching {
             let mut state = ChainState::default();
             chain.init(&policy, &mut state).expect("chain");
             table
-                .admit(TenantSlot(s), TenantId(s + 1), chain.register().bytes, state)
+                .admit(
+                    TenantSlot(s),
+                    TenantId(s + 1),
+                    chain.register().bytes,
+                    state,
+                )
                 .expect("admit");
         }
         let worker = Worker::new(Arc::new(chain), table);

@@ -26,9 +26,9 @@
 pub mod alloc;
 pub mod gate;
 pub mod rng;
-pub mod zipf;
 #[allow(unsafe_code)]
 mod sys;
+pub mod zipf;
 
 pub use alloc::{allocations_during, CountingAllocator};
 pub use gate::{

@@ -22,7 +22,10 @@ impl Zipf {
     /// When `n` is 0 or `s` is negative or not finite: a trace needs at least one rank.
     pub fn new(n: u32, s: f64) -> Zipf {
         assert!(n > 0, "Zipf over 0 ranks");
-        assert!(s.is_finite() && s >= 0.0, "Zipf exponent {s} is not a finite s >= 0");
+        assert!(
+            s.is_finite() && s >= 0.0,
+            "Zipf exponent {s} is not a finite s >= 0"
+        );
         let mut acc = 0.0;
         let mut cdf: Vec<f64> = (1..=n)
             .map(|k| {
@@ -79,7 +82,10 @@ mod tests {
         for k in [0u32, 1, 9] {
             let want = z.probability(k);
             let got = f64::from(hits[k as usize]) / f64::from(draws);
-            assert!((got - want).abs() < 0.05 * want, "rank {k}: {got} vs {want}");
+            assert!(
+                (got - want).abs() < 0.05 * want,
+                "rank {k}: {got} vs {want}"
+            );
         }
         assert!((z.probability(0) - 1.0 / 7.4855).abs() < 1e-4);
         // The tail is reached: most ranks are drawn at least once.
