@@ -456,7 +456,10 @@ struct Pipeline {
     head: Vec<PipeStage>,
     first: Ring,
     back: Ring,
+    /// Boxed: a batch moves between threads by pointer (the rings hold boxes).
+    #[allow(clippy::vec_box)]
     free: Vec<Box<Batch>>,
+    #[allow(clippy::vec_box)]
     done: Vec<Box<Batch>>,
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
