@@ -54,6 +54,15 @@ CRITERION_SUITES = [
     ("scale", "Scale to 16,384 tenants (REEdge Fig. 5 / Table 2)", "nfs", "scale-",
      ["scale-l2fwd-64B", "scale-l2fwd-1500B", "scale-flowfwd-64B", "scale-flowfwd-1500B"],
      "buffet@1", ["buffet"], "REEdge: throughput flat up to 4,096 ports"),
+    ("chains", "Service chains: k stages vs one hand-fused NF, run to completion vs across "
+     "threads (FastPaas Fig. 1)", "chains", "chains-f", ["chains-firewall", "chains-flowfwd"],
+     "fused", ["chain", "pipelined", "pipelined-2t"],
+     "FastPaas Fig. 1: run to completion ahead at every chain length (goal: chain-4 >= 0.95 "
+     "of fused-4)"),
+    ("chains-batching", "Service chains: path pre-splitting, per burst and with Packet "
+     "Buffers (FastPaas Fig. 2)", "chains", "chains-batching", ["chains-batching"], "in-chain",
+     ["presplit"], "FastPaas Fig. 2: small per-tenant groups per 128-packet batch; NIC "
+     "pre-splitting proposed"),
 ]
 
 # CSV suites written by bench binaries: (key, title, file, producer command, paper).
@@ -69,6 +78,13 @@ CSV_SUITES = [
     ("procs", "Processes per tenant vs Buffet (Buffet Fig. 6)", "procs.csv",
      "BUFFET_PROCS_CSV=target/results/procs.csv cargo bench --bench procs",
      "Buffet up to 3x the throughput and 172x lower latency than a container or VM per tenant"),
+    ("chains-latency", "Service chains: latency per packet, run to completion vs across threads "
+     "(FastPaas Fig. 1)", "chains.csv", "cargo bench --bench chains -- chains-f",
+     "FastPaas Fig. 1: the gap grows with the chain's length"),
+    ("chains-fragmentation", "Service chains: packets per tenant group on a Zipf 1,000-tenant "
+     "trace (FastPaas Fig. 2)", "chains_batching.csv",
+     "cargo bench --bench chains -- chains-batching",
+     "FastPaas Fig. 2: few packets per AS in each 128-packet batch"),
 ]
 
 
@@ -282,6 +298,7 @@ def run_all(quick):
         (["cargo", "bench", "--bench", "nfs", "--"] + crit, env),
         (["cargo", "bench", "--bench", "isolation", "--"] + crit, env),
         (["cargo", "bench", "--bench", "ebpf", "--"] + crit, env),
+        (["cargo", "bench", "--bench", "chains", "--"] + crit, env),
         (["cargo", "bench", "--bench", "dispatch_latency"],
          dict(env, BUFFET_FIG9_CSV=os.path.join(RESULTS, "dispatch_latency.csv"))),
         (["cargo", "bench", "--bench", "procs"],

@@ -12,6 +12,8 @@
 //!   "the packet path does not allocate" tests.
 //! * [`rng`]: a small seeded generator (xorshift64\*, seeded through splitmix64), so
 //!   random inputs in tests and benchmarks are the same on every run.
+//! * [`zipf`]: a Zipf-skewed choice of rank (tenant, flow) over that generator, for
+//!   skewed multi-tenant traces.
 //!
 //! What it does not do: build NFs, frames or pipelines (each test crate keeps its own
 //! fixtures), or depend on any Buffet crate — a crate's own unit tests can use it without
@@ -26,6 +28,7 @@ pub mod gate;
 pub mod rng;
 #[allow(unsafe_code)]
 mod sys;
+pub mod zipf;
 
 pub use alloc::{allocations_during, CountingAllocator};
 pub use gate::{
@@ -33,3 +36,4 @@ pub use gate::{
     skip_privileged,
 };
 pub use rng::Rng;
+pub use zipf::Zipf;
