@@ -65,6 +65,9 @@ CRITERION_SUITES = [
      "pre-splitting proposed"),
 ]
 
+# What the value of a criterion suite's benchmark ids counts, where it is not tenants.
+X_LABELS = {"chains": "stages in the chain", "chains-batching": "Packet Buffers"}
+
 # CSV suites written by bench binaries: (key, title, file, producer command, paper).
 CSV_SUITES = [
     ("sim", "Scheduling simulation (Buffet Figs. 7-8)", "sim.csv",
@@ -190,15 +193,26 @@ def criterion_section(suite, measured, plots_dir, link, plt):
                     ax.bar([x + i * width for x in xs], ys, width=width, label=a)
             ax.set_xticks([x + (len(arms) - 1) * width / 2 for x in range(len(present))],
                           present, fontsize="small")
+        elif any(value_key(p[0])[0] for pts in series.values() for p in pts):
+            # Named cases rather than counts (e.g. per burst / with Packet Buffers): bars.
+            values = sorted({p[0] for pts in series.values() for p in pts}, key=value_key)
+            width = 0.8 / len(series)
+            for i, (label, pts) in enumerate(series.items()):
+                ax.bar([values.index(p[0]) + i * width for p in pts], [p[1] for p in pts],
+                       width=width, label=label)
+            ax.set_xticks([x + (len(series) - 1) * width / 2 for x in range(len(values))],
+                          values)
+            ax.set_xlabel(X_LABELS.get(key, ""))
         else:
+            values = sorted({p[0] for pts in series.values() for p in pts}, key=value_key)
             for label, pts in series.items():
-                xs = [p[0] for p in pts]
-                ax.plot(range(len(xs)), [p[1] for p in pts], marker="o", label=label)
-                ax.set_xticks(range(len(xs)), xs)
-            ax.set_xlabel("tenants")
+                ax.plot([values.index(p[0]) for p in pts], [p[1] for p in pts], marker="o",
+                        label=label)
+            ax.set_xticks(range(len(values)), values)
+            ax.set_xlabel(X_LABELS.get(key, "tenants"))
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_ylabel(f"rate / {'buffet at 1 tenant' if base == 'buffet@1' else base}")
-        ax.set_title(title)
+        ax.set_title(title, fontsize="medium")
         ax.legend(fontsize="x-small", ncol=2)
         fig.tight_layout()
         png = os.path.join(plots_dir, f"{key}.png")
@@ -252,6 +266,26 @@ def csv_section(suite, plots_dir, link, plt):
                 ax.bar([x + i * 0.4 for x in range(len(nfs))], ys, width=0.4, label=f"{mode} p50")
             ax.set_xticks([x + 0.2 for x in range(len(nfs))], nfs)
             ax.set_ylabel("latency p50 (µs)")
+        elif key == "chains-latency":
+            # Fig. 1's latency: p99 per packet against the chain's length, per NF and arm.
+            for (nf, arm) in sorted({(r["nf"], r["arm"]) for r in rows}):
+                pts = [r for r in rows if r["nf"] == nf and r["arm"] == arm]
+                ax.plot([int(r["stages"]) for r in pts], [float(r["p99_ns"]) / 1e3 for r in pts],
+                        marker="o", label=f"{nf} {arm}")
+            ax.set_xticks(sorted({int(r["stages"]) for r in rows}))
+            ax.set_xlabel("stages in the chain")
+            ax.set_ylabel("p99 latency per packet (µs, log)")
+            ax.set_yscale("log")
+        elif key == "chains-fragmentation":
+            # Fig. 2: mean packets per group of the first stage, per buffering and split.
+            pts = [r for r in rows if r["what"] == "stage0-groups"]
+            for i, split in enumerate(["no", "yes"]):
+                sel = [r for r in pts if r["presplit"] == split]
+                ax.bar([x + i * 0.4 for x in range(len(sel))], [float(r["mean"]) for r in sel],
+                       width=0.4, label="pre-split" if split == "yes" else "split in the chain")
+                ax.set_xticks([x + 0.2 for x in range(len(sel))], [r["buffers"] for r in sel])
+            ax.set_xlabel("Packet Buffers' latency bound (none: groups cut per 128-packet burst)")
+            ax.set_ylabel("mean packets per group (first stage)")
         elif key == "procs":
             # One column per NF: aggregate throughput on top, p99 latency (log) below,
             # one line per arm, as the paper's Fig. 6 puts Buffet beside containers/VMs.
@@ -280,7 +314,7 @@ def csv_section(suite, plots_dir, link, plt):
             fig.savefig(os.path.join(plots_dir, f"{key}.png"), dpi=110)
             plt.close(fig)
             return lines + [f"![{title}]({link(key)})", ""]
-        ax.set_title(title)
+        ax.set_title(title, fontsize="medium")
         ax.legend(fontsize="x-small", ncol=2)
         fig.tight_layout()
         fig.savefig(os.path.join(plots_dir, f"{key}.png"), dpi=110)
