@@ -66,6 +66,9 @@ CSV_SUITES = [
     ("procs", "Processes per tenant vs Buffet (Buffet Fig. 6)", "procs.csv",
      "BUFFET_PROCS_CSV=target/results/procs.csv cargo bench --bench procs",
      "Buffet up to 3x the throughput and 172x lower latency than a container or VM per tenant"),
+    ("noisy", "Noisy neighbours: well-behaved tenants alone and beside noisy ones", "noisy.csv",
+     "BUFFET_NOISY_CSV=target/results/noisy.csv cargo bench --bench noisy",
+     "Issue 10: the well-behaved keep >= 95 % of their throughput alone and their p99 within 2x"),
 ]
 
 
@@ -201,6 +204,12 @@ def csv_section(suite, plots_dir, plt):
                 ax.set_xticks(range(len(pts)), [p[0] for p in pts])
             ax.set_xlabel("tenants")
             ax.set_ylabel("aggregate throughput (kpps)")
+        elif key == "noisy":
+            for arm in ["alone", "crowd"]:
+                pts = [float(r["p99_us"]) for r in rows if r["arm"] == arm]
+                ax.plot(range(1, len(pts) + 1), pts, marker="o", label=f"{arm} p99")
+            ax.set_xlabel("round")
+            ax.set_ylabel("well-behaved latency p99 (µs)")
         ax.set_title(title)
         ax.legend(fontsize="x-small", ncol=2)
         fig.tight_layout()
@@ -223,6 +232,8 @@ def run_all(quick):
          dict(env, BUFFET_FIG9_CSV=os.path.join(RESULTS, "dispatch_latency.csv"))),
         (["cargo", "bench", "--bench", "procs"],
          dict(env, BUFFET_PROCS_CSV=os.path.join(RESULTS, "procs.csv"))),
+        (["cargo", "bench", "--bench", "noisy"],
+         dict(env, BUFFET_NOISY_CSV=os.path.join(RESULTS, "noisy.csv"))),
     ]
     for i, (cmd, e) in enumerate(steps, 1):
         print(f"results: [{i}/{len(steps) + 1}] {' '.join(cmd)}", file=sys.stderr, flush=True)
