@@ -247,8 +247,11 @@ fn queued(
 ) -> Pipeline<Chain> {
     let mut p = Pipeline::new(chain, config(clock)).unwrap();
     for g in 0..2u32 {
-        p.admit(spec(g + 1, json!([{ "nf": "gate", "policy": { "gate": g } }])))
-            .unwrap();
+        p.admit(spec(
+            g + 1,
+            json!([{ "nf": "gate", "policy": { "gate": g } }]),
+        ))
+        .unwrap();
     }
     for t in 3..=8u32 {
         let stages = if t == 3 || t == 4 { long } else { short };
@@ -256,7 +259,11 @@ fn queued(
     }
     p.set_weight(TenantId(4), 2).unwrap();
     for (w, t) in [0u32, 1].into_iter().zip([1u32, 2]) {
-        assert_eq!(p.report().tenants[w as usize].worker, w as u16, "gate of worker {w}");
+        assert_eq!(
+            p.report().tenants[w as usize].worker,
+            w as u16,
+            "gate of worker {w}"
+        );
         p.push(0, 0, &frame(t, 0, 64));
     }
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -384,7 +391,12 @@ fn charges_virtual_time_of_every_stage() {
         0.03,
     );
     let s1 = shares(&stamps, &WORKER1, start1);
-    check("weights 2:1:1", &s1, &[(4, 0.5), (6, 0.25), (8, 0.25)], 0.03);
+    check(
+        "weights 2:1:1",
+        &s1,
+        &[(4, 0.5), (6, 0.25), (8, 0.25)],
+        0.03,
+    );
 
     // Not vacuous: the long chains really cost four times as much per packet, every
     // packet ran every stage, and all packets were served in the end.

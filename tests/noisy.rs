@@ -89,11 +89,18 @@ fn well_behaved_tenants_keep_their_throughput_and_latency() {
         "flooder: {policed} of {offered} packets policed"
     );
     assert!(flood.passed > 0 && flood.passed + policed <= offered);
-    let well_cycles =
-        WELL.iter().map(|&t| crowd.cycles_per_packet(t)).sum::<f64>() / WELL.len() as f64;
+    let well_cycles = WELL
+        .iter()
+        .map(|&t| crowd.cycles_per_packet(t))
+        .sum::<f64>()
+        / WELL.len() as f64;
     for t in [IDS, EBPF] {
         let r = crowd.tenant(t);
-        assert!(!r.quarantined, "tenant {t} was quarantined: {:?}", crowd.report.events);
+        assert!(
+            !r.quarantined,
+            "tenant {t} was quarantined: {:?}",
+            crowd.report.events
+        );
         assert!(
             r.passed as f64 >= 0.9 * crowd.offered[&t] as f64,
             "tenant {t}: {} of {} passed",

@@ -284,10 +284,7 @@ pub fn run(setup: &Setup, noisy: bool, secs: f64) -> Outcome {
     let chained = chain::chained_tenants(&tenants);
     let mut p = Pipeline::new(c, config()).unwrap();
     buffet::cli::run::admit_all(&mut p, &chained, &setup.file).unwrap();
-    let mut flows: Vec<Flow> = WELL
-        .iter()
-        .map(|&t| Flow::new(t, WELL_PPS))
-        .collect();
+    let mut flows: Vec<Flow> = WELL.iter().map(|&t| Flow::new(t, WELL_PPS)).collect();
     if noisy {
         flows.push(Flow::new(FLOOD, flood_pps()));
         flows.push(Flow::new(IDS, IDS_PPS));
@@ -402,7 +399,11 @@ impl Port for Paced {
         })
     }
 
-    fn tx_burst(&mut self, pkts: &mut Vec<PacketBuf>, pool: &mut HeapPool) -> Result<(), PortError> {
+    fn tx_burst(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        pool: &mut HeapPool,
+    ) -> Result<(), PortError> {
         let now = self.origin.elapsed().as_nanos() as u64;
         let mut tally = self.tally.lock().unwrap();
         for m in pkts.drain(..) {
