@@ -19,6 +19,8 @@
 
 #[path = "../tests/common/noisy.rs"]
 mod noisy;
+// Only `env_or` is used here.
+#[allow(dead_code)]
 #[path = "common/report.rs"]
 mod report;
 
