@@ -88,6 +88,9 @@ CSV_SUITES = [
      "trace (FastPaas Fig. 2)", "chains_batching.csv",
      "cargo bench --bench chains -- chains-batching",
      "FastPaas Fig. 2: few packets per AS in each 128-packet batch"),
+    ("noisy", "Noisy neighbours: well-behaved tenants alone and beside noisy ones", "noisy.csv",
+     "BUFFET_NOISY_CSV=target/results/noisy.csv cargo bench --bench noisy",
+     "Issue 10: the well-behaved keep >= 95 % of their throughput alone and their p99 within 2x"),
 ]
 
 
@@ -314,6 +317,12 @@ def csv_section(suite, plots_dir, link, plt):
             fig.savefig(os.path.join(plots_dir, f"{key}.png"), dpi=110)
             plt.close(fig)
             return lines + [f"![{title}]({link(key)})", ""]
+        elif key == "noisy":
+            for arm in ["alone", "crowd"]:
+                pts = [float(r["p99_us"]) for r in rows if r["arm"] == arm]
+                ax.plot(range(1, len(pts) + 1), pts, marker="o", label=f"{arm} p99")
+            ax.set_xlabel("round")
+            ax.set_ylabel("well-behaved latency p99 (µs)")
         ax.set_title(title, fontsize="medium")
         ax.legend(fontsize="x-small", ncol=2)
         fig.tight_layout()
@@ -337,6 +346,8 @@ def run_all(quick):
          dict(env, BUFFET_FIG9_CSV=os.path.join(RESULTS, "dispatch_latency.csv"))),
         (["cargo", "bench", "--bench", "procs"],
          dict(env, BUFFET_PROCS_CSV=os.path.join(RESULTS, "procs.csv"))),
+        (["cargo", "bench", "--bench", "noisy"],
+         dict(env, BUFFET_NOISY_CSV=os.path.join(RESULTS, "noisy.csv"))),
     ]
     for i, (cmd, e) in enumerate(steps, 1):
         print(f"results: [{i}/{len(steps) + 1}] {' '.join(cmd)}", file=sys.stderr, flush=True)
