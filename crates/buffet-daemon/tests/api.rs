@@ -1026,11 +1026,11 @@ fn the_api_reloads_the_config_file_admin_only_all_or_nothing() {
     let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(3, 2, allow_all())));
     assert_eq!((s, v["max_nb"].clone()), (201, json!(77)), "{v}");
     // An invalid file: 422 naming the field; nothing changed.
-    write("default_tenant_max_nb = 5\nworkers = 0\n");
+    write("default_tenant_max_nb = 5\nshift = 64\n");
     let (s, v) = admin(&d, "POST", "/v1/reload", None);
     assert_eq!(s, 422, "{v}");
     let msg = v["error"].as_str().unwrap();
-    assert!(msg.contains("dataplane.workers: must be 1..=256"), "{msg}");
+    assert!(msg.contains("dataplane.shift: must be below 64"), "{msg}");
     // A field that needs a restart, beside a reloadable one: 409 naming it; nothing changed.
     write("default_tenant_max_nb = 5\nshift = 20\n");
     let (s, v) = admin(&d, "POST", "/v1/reload", None);
