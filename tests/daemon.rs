@@ -283,6 +283,58 @@ fn sighup_reloads_what_may_change_and_refuses_the_rest() {
     d.child.wait().unwrap();
 }
 
+#[test]
+fn buffet_reload_applies_what_may_change_and_names_what_needs_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let log = dir.path().join("buffetd.log");
+    let mut d = start_with(dir.path(), port, "max_workers = 1", Some(&log));
+    let (ok, v, err) = buffet(&d, &["reload"]);
+    assert!(ok, "{err}");
+    assert_eq!(v, serde_json::json!({ "changed": [] }));
+    assert_eq!(http(&d.api, "POST", "/v1/workers", None).unwrap().0, 409);
+    let cfg = dir.path().join("buffet.toml");
+    std::fs::write(&cfg, config_text(dir.path(), port, "max_workers = 2")).unwrap();
+    let (ok, v, err) = buffet(&d, &["reload"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        v,
+        serde_json::json!({ "changed": ["dataplane.max_workers"] })
+    );
+    assert_eq!(http(&d.api, "POST", "/v1/workers", None).unwrap().0, 201);
+    // A field that needs a restart: the command fails naming it, nothing changed.
+    std::fs::write(
+        &cfg,
+        config_text(dir.path(), port, "max_workers = 3\nshift = 20"),
+    )
+    .unwrap();
+    let (ok, _, err) = buffet(&d, &["reload"]);
+    assert!(!ok);
+    assert!(
+        err.contains("409") && err.contains("dataplane.shift cannot change without a restart"),
+        "{err}"
+    );
+    assert_eq!(http(&d.api, "POST", "/v1/workers", None).unwrap().0, 409);
+    // The human form.
+    std::fs::write(&cfg, config_text(dir.path(), port, "max_workers = 2")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_buffet"))
+        .arg("reload")
+        .env("BUFFET_API", &d.api)
+        .env("BUFFET_TOKEN", ADMIN)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "config reloaded: nothing changed\n"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("API: reload refused"), "{text}");
+    assert!(!text.contains(ADMIN), "a token in the log");
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+}
+
 /// What the client knows of one tenant: its last acknowledged document (`None`:
 /// absent) and, while a request is in flight, the document that request leaves
 /// (`Some(None)`: a removal). A request in flight when the daemon dies may or may not

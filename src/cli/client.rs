@@ -1,5 +1,5 @@
 //! The client of `buffetd`: `buffet tenant add|update|rm|ls|show|apply|token`,
-//! `buffet stats`, `buffet workers ls|add|rm`, `buffet events --follow`.
+//! `buffet stats`, `buffet workers ls|add|rm`, `buffet events --follow`, `buffet reload`.
 //!
 //! The daemon's address and token come from `--api URL` / `--token T` or the
 //! environment variables `BUFFET_API` / `BUFFET_TOKEN`. Output is a human table by
@@ -155,6 +155,14 @@ pub struct EventsArgs {
     /// Keep printing events as they come (the only mode: the stream has no history).
     #[arg(long)]
     pub follow: bool,
+}
+
+/// `buffet reload`.
+#[derive(Args, Debug)]
+pub struct ReloadArgs {
+    /// The daemon.
+    #[command(flatten)]
+    pub api: ApiArgs,
 }
 
 /// A request to the daemon that failed.
@@ -519,6 +527,30 @@ pub fn workers(a: &WorkersArgs) -> anyhow::Result<()> {
                 writeln!(out, "terminated worker {id}")?;
             }
         }
+    }
+    Ok(())
+}
+
+/// Runs `buffet reload`: the daemon reads its config again and applies, all or nothing,
+/// what may change while running; prints the fields that changed.
+pub fn reload(a: &ReloadArgs) -> anyhow::Result<()> {
+    let api = &a.api;
+    let v = api.send("POST", "/v1/reload", None)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if api.json {
+        return api.print(&mut out, &v);
+    }
+    let changed: Vec<&str> = v["changed"]
+        .as_array()
+        .map_or(&[][..], |a| a)
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if changed.is_empty() {
+        writeln!(out, "config reloaded: nothing changed")?;
+    } else {
+        writeln!(out, "config reloaded: {}", changed.join(", "))?;
     }
     Ok(())
 }

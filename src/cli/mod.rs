@@ -68,6 +68,8 @@ pub enum Command {
     Workers(client::WorkersArgs),
     /// Scheduler events of a running buffetd (migrations, overload reports, quarantines).
     Events(client::EventsArgs),
+    /// Make a running buffetd read its config again and apply what may change (as SIGHUP).
+    Reload(client::ReloadArgs),
 }
 
 /// The `buffet` command with the reference NFs only.
@@ -152,6 +154,7 @@ pub fn run_command(command: &Command, registry: &Registry) -> anyhow::Result<()>
         Command::Stats(a) => client::stats(a),
         Command::Workers(a) => client::workers(a),
         Command::Events(a) => client::events(a),
+        Command::Reload(a) => client::reload(a),
     }
 }
 

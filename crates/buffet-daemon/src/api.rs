@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -46,6 +46,7 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
 use crate::auth::{self, Auth, Denied, Principal};
+use crate::daemon::ReloadError;
 use crate::metrics::Metrics;
 use crate::plane::{Plane, PlaneError};
 use crate::store::{Batch, Store, StoreError};
@@ -111,7 +112,7 @@ impl From<PlaneError> for ApiError {
     fn from(e: PlaneError) -> ApiError {
         let message = e.to_string();
         let status = match &e {
-            PlaneError::Policy(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            PlaneError::Policy(_) | PlaneError::Chain(_) => StatusCode::UNPROCESSABLE_ENTITY,
             PlaneError::Pipeline(p) => match p {
                 PipelineError::Duplicate(_)
                 | PipelineError::TooMany(_)
@@ -128,6 +129,17 @@ impl From<PlaneError> for ApiError {
             },
         };
         ApiError::new(status, message)
+    }
+}
+
+impl From<ReloadError> for ApiError {
+    fn from(e: ReloadError) -> ApiError {
+        let status = match &e {
+            ReloadError::Fixed { .. } => StatusCode::CONFLICT,
+            ReloadError::Config(_) | ReloadError::Token(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ReloadError::Stopping => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError::new(status, format!("reload refused, nothing changed: {e}"))
     }
 }
 
@@ -163,7 +175,13 @@ pub struct AppState {
     /// Set by the Agent when overloaded with no worker left to launch: admissions get 503.
     refusing: Arc<Mutex<Option<String>>>,
     ready: AtomicBool,
+    /// `POST /v1/reload` (set once the daemon is up).
+    reloader: OnceLock<Reloader>,
 }
+
+/// What `POST /v1/reload` calls: reads the config again and applies its mutable parts
+/// (the daemon's SIGHUP path, [`crate::Daemon::reload_config`]).
+pub type Reloader = Arc<dyn Fn() -> Result<Vec<&'static str>, ReloadError> + Send + Sync>;
 
 /// What [`AppState::new`] needs.
 pub struct Parts {
@@ -213,7 +231,13 @@ impl AppState {
             max_workers: AtomicU16::new(p.max_workers),
             refusing: p.refusing,
             ready: AtomicBool::new(false),
+            reloader: OnceLock::new(),
         }
+    }
+
+    /// Sets what `POST /v1/reload` calls (once; later calls are ignored).
+    pub fn set_reloader(&self, reloader: Reloader) {
+        let _ = self.reloader.set(reloader);
     }
 
     /// Re-admits the stored tenants (blocking; before serving).
@@ -422,6 +446,7 @@ fn table() -> Vec<(Method, &'static str, Handler)> {
         (Method::POST, "/v1/workers", post(launch_worker)),
         (Method::DELETE, "/v1/workers/{id}", delete(terminate_worker)),
         (Method::GET, "/v1/events", get(events)),
+        (Method::POST, "/v1/reload", post(reload)),
     ]
 }
 
@@ -526,9 +551,13 @@ async fn tenant_stats(
         .iter()
         .find(|t| t.id.0 == id)
         .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
-    serde_json::to_value(t)
-        .map(Json)
-        .map_err(|e| ApiError::internal(e.to_string()))
+    let mut v = serde_json::to_value(t).map_err(|e| ApiError::internal(e.to_string()))?;
+    // With chains: the per-stage counters, one object per stage in chain order.
+    let stages = crate::metrics::stages(&t.nf);
+    if let (Some(o), false) = (v.as_object_mut(), stages.is_empty()) {
+        o.insert("chain".into(), json!(stages));
+    }
+    Ok(Json(v))
 }
 
 async fn stats(
@@ -901,6 +930,38 @@ async fn terminate_worker(
     let plane = s.plane.clone();
     blocking(move || Ok(plane.terminate_worker(id)?)).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Reads the config again and applies its mutable parts, all or nothing (as SIGHUP
+/// does): 200 with the fields that changed, or a 4xx naming why nothing did (409: the
+/// first field that needs a restart; 422: the config cannot be read or is invalid).
+async fn reload(
+    State(s): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    s.admin(&headers)?;
+    let reloader = s
+        .reloader
+        .get()
+        .cloned()
+        .ok_or_else(|| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not ready"))?;
+    let _one = s.writes.lock().await;
+    let changed = blocking(move || {
+        reloader().map_err(|e| {
+            eprintln!("buffetd: API: reload refused, nothing changed: {e}");
+            ApiError::from(e)
+        })
+    })
+    .await?;
+    eprintln!(
+        "buffetd: API: config reloaded: {}",
+        if changed.is_empty() {
+            "nothing changed".to_owned()
+        } else {
+            changed.join(", ")
+        }
+    );
+    Ok(Json(json!({ "changed": changed })))
 }
 
 fn event_name(e: &WorkerEvent) -> &'static str {

@@ -148,6 +148,12 @@ pub struct NfConfig {
     /// `ebpf` for an eBPF NF.
     #[serde(default)]
     pub isolation: Option<Isolation>,
+    /// The NFs a tenant's own chain may name as stages (`"firewall"`, `"c:x.so"`,
+    /// `"ebpf:x.o"`), loaded at start. Empty (the default): no chains, every tenant runs
+    /// this table's NF. Not empty: the data plane runs a chain per tenant, and this
+    /// table's NF is the one-stage chain of a tenant that names none (docs/chains.md).
+    #[serde(default)]
+    pub offered: Vec<String>,
 }
 
 impl NfConfig {
@@ -165,6 +171,25 @@ impl NfConfig {
             }),
             _ => Err("give exactly one of name, nf_lib, nf_ebpf".into()),
         }
+    }
+
+    /// The NFs of `offered`, each once; the error names the entry (`nf.offered[1]`).
+    pub fn offered_specs(&self) -> Result<Vec<NfSpec>, (String, String)> {
+        let mut out: Vec<NfSpec> = Vec::new();
+        for (i, text) in self.offered.iter().enumerate() {
+            let field = format!("nf.offered[{i}]");
+            let spec: NfSpec = text
+                .parse()
+                .map_err(|e: buffet_config::RegistryError| (field.clone(), e.to_string()))?;
+            if out.contains(&spec) {
+                return Err((field, format!("{text:?} is offered twice")));
+            }
+            out.push(spec);
+        }
+        if out.len() > 64 {
+            return Err(("nf.offered".into(), "at most 64 NFs".into()));
+        }
+        Ok(out)
     }
 }
 
@@ -396,6 +421,9 @@ impl DaemonConfig {
         if let Err(e) = self.nf.spec() {
             return bad("nf", e);
         }
+        if let Err((field, e)) = self.nf.offered_specs() {
+            return bad(&field, e);
+        }
         let d = &self.dataplane;
         if d.workers == 0 || d.workers > 256 {
             return bad(
@@ -576,6 +604,23 @@ mod tests {
         assert!(
             e.to_string().starts_with("b.toml: nf: unknown NF \"nope\""),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn offered_chain_nfs_are_checked_and_named() {
+        let c = parse(&format!("{MINIMAL}offered = [\"firewall\", \"dpi\"]\n")).unwrap();
+        assert_eq!(c.nf.offered_specs().unwrap().len(), 2);
+        let e = parse(&format!("{MINIMAL}offered = [\"firewall\", \"nope\"]\n")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("b.toml: nf.offered[1]: unknown NF \"nope\""),
+            "{e}"
+        );
+        let e = parse(&format!("{MINIMAL}offered = [\"dpi\", \"dpi\"]\n")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "b.toml: nf.offered[1]: \"dpi\" is offered twice"
         );
     }
 

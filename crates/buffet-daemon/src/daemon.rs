@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::api::{self, AppState, Parts, RestoreError};
 use crate::auth::{self, Auth, TokenError};
-use crate::config::DaemonConfig;
+use crate::config::{ConfigError, DaemonConfig};
 use crate::metrics::Metrics;
 use crate::plane::{self, Plane, StartError};
 use crate::serve::{self, ConnSetup};
@@ -67,7 +67,14 @@ pub enum ReloadError {
     /// The daemon is stopping.
     #[error("the daemon is stopping")]
     Stopping,
+    /// The config could not be read again, or is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
+
+/// Where a reload reads the config from: by default the file the daemon started with;
+/// the binary's source also applies its command-line overrides.
+pub type ConfigSource = Arc<dyn Fn() -> Result<DaemonConfig, ConfigError> + Send + Sync>;
 
 /// What a config reload can reach in a running daemon.
 struct Live {
@@ -75,6 +82,7 @@ struct Live {
     agent: Arc<AgentPolicy>,
     setup: watch::Sender<ConnSetup>,
     config: Mutex<DaemonConfig>,
+    source: Mutex<ConfigSource>,
 }
 
 /// The Agent's settings, changed by a reload.
@@ -93,7 +101,8 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts everything `cfg` says and returns once the API accepts requests (every
-    /// stored tenant re-admitted). `config_path` only names the config in errors.
+    /// stored tenant re-admitted). `config_path` names the config in errors and is what
+    /// a reload reads again (see [`set_config_source`](Self::set_config_source)).
     pub fn start(cfg: DaemonConfig, config_path: &Path) -> Result<Daemon, DaemonError> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
@@ -137,7 +146,63 @@ impl Daemon {
     /// other field that differs from the running config refuses the whole reload,
     /// naming the first such field.
     pub fn reload(&self, new: DaemonConfig) -> Result<Vec<&'static str>, ReloadError> {
-        let live = &self.live;
+        self.live.reload(new)
+    }
+
+    /// Reads the config again from its source (see [`set_config_source`](Self::set_config_source))
+    /// and [`reload`](Self::reload)s it: what SIGHUP and `POST /v1/reload` both do.
+    pub fn reload_config(&self) -> Result<Vec<&'static str>, ReloadError> {
+        self.live.reload_config()
+    }
+
+    /// Replaces where [`reload_config`](Self::reload_config) reads the config (by
+    /// default: the file the daemon was started with, without overrides).
+    pub fn set_config_source(&self, source: ConfigSource) {
+        *self
+            .live
+            .source
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = source;
+    }
+
+    /// Stops intake (the API), drains the data plane and returns its final report.
+    pub fn stop(mut self) -> Result<Report, DaemonError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<Report, DaemonError> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(DaemonError::Runtime("the daemon panicked".into()))),
+            None => Err(DaemonError::Runtime("already stopped".into())),
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+impl Live {
+    /// See [`Daemon::reload_config`]. One reload at a time: the source's lock is held
+    /// from reading the config to applying it, so two reloads never apply out of order.
+    fn reload_config(&self) -> Result<Vec<&'static str>, ReloadError> {
+        let source = self.source.lock().unwrap_or_else(PoisonError::into_inner);
+        let new = source()?;
+        self.reload(new)
+    }
+
+    /// See [`Daemon::reload`].
+    fn reload(&self, new: DaemonConfig) -> Result<Vec<&'static str>, ReloadError> {
+        let live = self;
         let mut cur = live.config.lock().unwrap_or_else(PoisonError::into_inner);
         fixed_change(&cur, &new).map_or(Ok(()), |field| Err(ReloadError::Fixed { field }))?;
         let token = if new.api.admin_token_file != cur.api.admin_token_file
@@ -193,31 +258,6 @@ impl Daemon {
             .store(e.max_workers, Ordering::Release);
         *cur = new;
         Ok(changed)
-    }
-
-    /// Stops intake (the API), drains the data plane and returns its final report.
-    pub fn stop(mut self) -> Result<Report, DaemonError> {
-        self.shutdown()
-    }
-
-    fn shutdown(&mut self) -> Result<Report, DaemonError> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        match self.thread.take() {
-            Some(t) => t
-                .join()
-                .unwrap_or_else(|_| Err(DaemonError::Runtime("the daemon panicked".into()))),
-            None => Err(DaemonError::Runtime("already stopped".into())),
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.thread.is_some() {
-            let _ = self.shutdown();
-        }
     }
 }
 
@@ -374,12 +414,21 @@ fn run(
     let (setup, setup_rx) = watch::channel(conn_setup(&state, &cfg));
     let max_connections = cfg.api.max_connections;
     let listen = cfg.api.listen;
+    let file = config_path;
     let live = Arc::new(Live {
         state: state.clone(),
         agent: policy,
         setup,
         config: Mutex::new(cfg),
+        source: Mutex::new(Arc::new(move || DaemonConfig::load(&file))),
     });
+    // `POST /v1/reload`: the same path as SIGHUP. Weak: the state must not keep alive
+    // what holds it.
+    let weak: Weak<Live> = Arc::downgrade(&live);
+    state.set_reloader(Arc::new(move || match weak.upgrade() {
+        Some(l) => l.reload_config(),
+        None => Err(ReloadError::Stopping),
+    }));
     let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen)
             .await

@@ -37,10 +37,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 pub use config::DaemonConfig;
-pub use daemon::{Daemon, DaemonError, ReloadError};
+pub use daemon::{ConfigSource, Daemon, DaemonError, ReloadError};
 
 /// `buffetd` command line.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "buffetd",
     version,
@@ -85,7 +85,10 @@ fn load(args: &Args) -> Result<DaemonConfig, config::ConfigError> {
 
 fn run(args: &Args) -> anyhow::Result<()> {
     let daemon = Daemon::start(load(args)?, &args.config)?;
-    wait_for_signal(|| reload(args, &daemon))?;
+    // SIGHUP and `POST /v1/reload` read the file again with the same overrides.
+    let again = args.clone();
+    daemon.set_config_source(std::sync::Arc::new(move || load(&again)));
+    wait_for_signal(|| reload(&daemon))?;
     eprintln!("buffetd: stopping: no new requests, draining the data plane");
     let report = daemon.stop()?;
     eprintln!(
@@ -96,13 +99,10 @@ fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SIGHUP: reads the config again and applies what can change while running; one line
-/// on stderr either way (never a token).
-fn reload(args: &Args, daemon: &Daemon) {
-    let outcome = load(args)
-        .map_err(|e| e.to_string())
-        .and_then(|cfg| daemon.reload(cfg).map_err(|e| e.to_string()));
-    match outcome {
+/// SIGHUP: reads the config again and applies what can change while running (the path
+/// `POST /v1/reload` takes too); one line on stderr either way (never a token).
+fn reload(daemon: &Daemon) {
+    match daemon.reload_config() {
         Ok(changed) if changed.is_empty() => {
             eprintln!("buffetd: SIGHUP: config reloaded: nothing changed");
         }

@@ -2,13 +2,16 @@
 //! prometheus-client.
 //!
 //! Per tenant (label `tenant`, the tenant id): packets, bytes, drops by reason
-//! (label `reason`), CPU cycles, migrations, quarantined. Per worker (label `worker`):
+//! (label `reason`), CPU cycles, migrations, quarantined; with chains, per stage of the
+//! tenant's chain (labels `stage`, the index, and `nf`): packets in, passed, drops by
+//! cause. Per worker (label `worker`):
 //! packets, busy cycles, live. Server-wide: scheduler events seen (migrations, overload
 //! reports, faults), events dropped, unmatched packets, admitted tenants, and the
 //! admission latency histogram. Counters of the report are encoded at scrape time from one
 //! snapshot ([`Snapshot`], a prometheus-client `Collector`); the daemon's own counters
 //! and the histogram live here. Nothing is hand-formatted.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use buffet_worker::Report;
@@ -85,6 +88,57 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &reg)?;
         Ok(out)
     }
+}
+
+/// One stage of a tenant's chain, read back from the tenant's NF counters
+/// (`chain.<i>.<nf>.<counter>`, the chain's summary).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StageRow {
+    /// Its index in the chain.
+    pub stage: usize,
+    /// Its NF.
+    pub nf: String,
+    /// Packets it handled.
+    pub packets: u64,
+    /// Packets it passed on.
+    pub passed: u64,
+    /// Packets it dropped, by cause.
+    pub drops: BTreeMap<String, u64>,
+    /// Faults (or panics) it raised.
+    pub faults: u64,
+}
+
+/// The stages of a tenant's NF counters, in chain order; empty when the data plane runs
+/// no chains.
+pub fn stages(nf: &BTreeMap<&'static str, u64>) -> Vec<StageRow> {
+    let mut rows: BTreeMap<usize, StageRow> = BTreeMap::new();
+    for (&key, &v) in nf {
+        let mut parts = key.splitn(4, '.');
+        let (Some("chain"), Some(i), Some(name), Some(counter)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Ok(i) = i.parse::<usize>() else {
+            continue;
+        };
+        let row = rows.entry(i).or_insert_with(|| StageRow {
+            stage: i,
+            nf: name.to_owned(),
+            ..StageRow::default()
+        });
+        match counter {
+            "packets" => row.packets = v,
+            "passed" => row.passed = v,
+            "faults" => row.faults = v,
+            c => {
+                if let Some(cause) = c.strip_prefix("drop.") {
+                    row.drops.insert(cause.to_owned(), v);
+                }
+            }
+        }
+    }
+    rows.into_values().collect()
 }
 
 /// One report, encoded as const metrics at scrape time.
@@ -201,6 +255,40 @@ impl Collector for Snapshot {
             "buffet_tenant_migrations",
             "Times the scheduler moved the tenant",
             t.iter().map(|x| (tenant(x.id), x.migrations)),
+        )?;
+        let staged: Vec<(buffet_sdk::TenantId, StageRow)> = t
+            .iter()
+            .flat_map(|x| stages(&x.nf).into_iter().map(move |s| (x.id, s)))
+            .collect();
+        let stage = |id: buffet_sdk::TenantId, s: &StageRow| {
+            let mut l = tenant(id);
+            l.push(("stage", s.stage.to_string()));
+            l.push(("nf", s.nf.clone()));
+            l
+        };
+        counters(
+            &mut enc,
+            "buffet_tenant_stage_packets",
+            "Packets a stage of the tenant's chain handled",
+            staged.iter().map(|(id, s)| (stage(*id, s), s.packets)),
+        )?;
+        counters(
+            &mut enc,
+            "buffet_tenant_stage_passed_packets",
+            "Packets a stage of the tenant's chain passed on",
+            staged.iter().map(|(id, s)| (stage(*id, s), s.passed)),
+        )?;
+        counters(
+            &mut enc,
+            "buffet_tenant_stage_drops",
+            "Packets a stage of the tenant's chain dropped, by cause",
+            staged.iter().flat_map(|(id, s)| {
+                s.drops.iter().map(move |(cause, n)| {
+                    let mut l = stage(*id, s);
+                    l.push(("reason", cause.clone()));
+                    (l, *n)
+                })
+            }),
         )?;
         gauges(
             &mut enc,

@@ -1,6 +1,9 @@
 //! The data plane as the daemon sees it: the NF chosen in the config is loaded, its
 //! pipeline built ([`buffet_worker::build`]) and its [`Dataplane`] driven on a thread of
-//! its own; the API reaches it only through the pipeline's [`Control`] handle, behind the
+//! its own. With `nf.offered` in the config the pipeline's NF is a [`Chain`] holding the
+//! configured NF (the one-stage chain of a tenant that names none) and every offered
+//! stage NF, loaded at start, so that the Memory Manager's regions cover them all and a
+//! tenant's own chain is its policy; without it, the configured NF itself; the API reaches it only through the pipeline's [`Control`] handle, behind the
 //! NF-independent [`Plane`] trait object. Control requests become the pipeline's
 //! `Command`s, applied between bursts: other tenants' traffic never waits for tokio.
 //!
@@ -8,11 +11,13 @@
 //! daemon on a machine without a NIC carries traffic at a configured rate forever.
 //! This module does not parse requests, persist anything or authenticate.
 
+use std::any::Any;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use buffet_config::chain::{self, Chain, DEFAULT_KEY};
 use buffet_config::isolation::{self, Isolation};
 use buffet_config::registry::{NfSpec, NfVisitor, RegisteredNf};
 use buffet_config::TenantConfig;
@@ -35,6 +40,10 @@ pub enum PlaneError {
     /// The tenant's policy is not one the NF understands.
     #[error("policy: {0}")]
     Policy(String),
+    /// The tenant's chain names an NF this server does not offer, or a stage's policy
+    /// or guard is invalid (the message names the tenant, the stage and the field).
+    #[error("{0}")]
+    Chain(String),
     /// The pipeline refused.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
@@ -80,9 +89,11 @@ pub trait Plane: Send + Sync {
     fn admit(&self, t: &TenantConfig) -> Result<(), PlaneError>;
     /// Replaces a tenant's policy: the old state serves until the new one is built.
     fn update_policy(&self, t: &TenantConfig) -> Result<(), PlaneError>;
-    /// Changes tenant `new.id` from `old` to `new` in place: the policy first (the old
-    /// state serves until the new one is built), then name, classifier rules, MAX_NB
-    /// and weight in one swap between bursts. On error the policy is put back and
+    /// Changes tenant `new.id` from `old` to `new` in place, in one data-plane step: the
+    /// new policy's state is built while the old state and rules serve, then the packets
+    /// already dispatched finish on the old state and the new rules and state are
+    /// installed together between bursts (the pipeline's `Control::update`), so no packet
+    /// meets the new rules with the old policy or the reverse; then the weight. On error
     /// nothing changed. Overlap with other tenants' rules is the caller's check.
     fn update(&self, old: &TenantConfig, new: &TenantConfig) -> Result<(), PlaneError>;
     /// Removes a tenant; its region is zeroed and returned.
@@ -105,13 +116,56 @@ struct Typed<N: RegisteredNf> {
     control: Control<N>,
     nf: String,
     level: Isolation,
+    /// Chains: the keys of the offered stage NFs (`None`: one NF for every tenant).
+    offered: Option<Vec<String>>,
 }
 
 impl<N: RegisteredNf> Typed<N> {
+    /// The tenant's policy as the pipeline's NF takes it: its NF policy, or with chains
+    /// its chain (its own stages, or the configured NF with its policy).
     fn policy(&self, t: &TenantConfig) -> Result<N::Policy, PlaneError> {
-        t.policy
-            .decode::<N::Policy>()
-            .map_err(|m| PlaneError::Policy(m.trim().to_owned()))
+        let decode = |p: &buffet_config::tenants::Policy| {
+            p.decode::<N::Policy>()
+                .map_err(|m| PlaneError::Policy(m.trim().to_owned()))
+        };
+        if self.offered.is_none() {
+            if !t.chain.is_empty() {
+                return Err(PlaneError::Chain(format!(
+                    "tenant {}: chain: this server runs one NF ({}) for every tenant; \
+                     a tenant's own chain needs nf.offered in the server's config",
+                    t.id, self.nf
+                )));
+            }
+            return decode(&t.policy);
+        }
+        let chained = chain::chained_tenants(std::slice::from_ref(t));
+        decode(&chained[0].policy)
+    }
+
+    /// With chains: every stage names an offered NF, and every stage's policy and guard
+    /// build (the tenants file's own check, [`Chain::check_tenants`]).
+    fn check_chain(&self, t: &TenantConfig) -> Result<(), PlaneError> {
+        let Some(offered) = &self.offered else {
+            return Ok(());
+        };
+        for (k, s) in t.chain.iter().enumerate() {
+            let key = s.nf.to_string();
+            if !offered.contains(&key) {
+                return Err(PlaneError::Chain(format!(
+                    "tenant {}: chain[{k}].nf: {key} is not offered by this server \
+                     (nf.offered: {})",
+                    t.id,
+                    offered.join(", ")
+                )));
+            }
+        }
+        let nf: &dyn Any = self.control.nf();
+        if let Some(chain) = nf.downcast_ref::<Chain>() {
+            chain
+                .check_tenants(std::slice::from_ref(t), Path::new("request"))
+                .map_err(|e| PlaneError::Chain(e.to_string()))?;
+        }
+        Ok(())
     }
 }
 
@@ -125,6 +179,7 @@ impl<N: RegisteredNf> Plane for Typed<N> {
     }
 
     fn check_policy(&self, t: &TenantConfig) -> Result<(), PlaneError> {
+        self.check_chain(t)?;
         self.policy(t).map(drop)
     }
 
@@ -150,21 +205,20 @@ impl<N: RegisteredNf> Plane for Typed<N> {
     }
 
     fn update(&self, old: &TenantConfig, new: &TenantConfig) -> Result<(), PlaneError> {
-        let policy_changed = old.policy != new.policy;
-        if policy_changed {
-            self.update_policy(new)?;
-        }
+        let policy = if (&old.policy, &old.chain) != (&new.policy, &new.chain) {
+            Some(self.policy(new)?)
+        } else {
+            None
+        };
         let classified = (&old.name, &old.rules, old.max_nb) != (&new.name, &new.rules, new.max_nb);
-        if classified {
-            if let Err(e) =
-                self.control
-                    .reconfigure(new.id, new.name.clone(), new.rules.clone(), new.max_nb)
-            {
-                if policy_changed {
-                    let _ = self.update_policy(old);
-                }
-                return Err(e.into());
-            }
+        if policy.is_some() || classified {
+            self.control.update(
+                new.id,
+                new.name.clone(),
+                new.rules.clone(),
+                new.max_nb,
+                policy.as_ref(),
+            )?;
         }
         if old.weight != new.weight {
             self.control.set_weight(new.id, new.weight)?;
@@ -308,12 +362,46 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
     let nf = spec
         .load_at(level)
         .map_err(|e| StartError::Nf(e.to_string()))?;
-    nf.visit(Build {
+    let offered = cfg
+        .nf
+        .offered_specs()
+        .map_err(|(field, e)| StartError::Nf(format!("{field}: {e}")))?;
+    if offered.is_empty() {
+        return nf.visit(Build {
+            spec,
+            level,
+            pipeline,
+            ports,
+            offered: None,
+        });
+    }
+    // Chains: the configured NF under the default key, then every offered stage NF.
+    let mut chain = nf.visit(AsDefault(spec.kind()));
+    for (i, s) in offered.iter().enumerate() {
+        let loaded = s
+            .load_at(level)
+            .map_err(|e| StartError::Nf(format!("nf.offered[{i}]: {s}: {e}")))?;
+        chain = chain.with_loaded(s, loaded);
+    }
+    Build {
         spec,
         level,
         pipeline,
         ports,
-    })
+        offered: Some(offered.iter().map(ToString::to_string).collect()),
+    }
+    .visit(chain)
+}
+
+/// A [`Chain`] holding the configured NF as the default stage.
+struct AsDefault(buffet_config::registry::NfKind);
+
+impl NfVisitor for AsDefault {
+    type Output = Chain;
+
+    fn visit<N: RegisteredNf>(self, nf: N) -> Chain {
+        Chain::new().with_kind(DEFAULT_KEY, nf, self.0)
+    }
 }
 
 struct Build {
@@ -321,6 +409,7 @@ struct Build {
     level: Isolation,
     pipeline: PipelineConfig,
     ports: Vec<Box<dyn Port>>,
+    offered: Option<Vec<String>>,
 }
 
 impl NfVisitor for Build {
@@ -364,6 +453,7 @@ impl NfVisitor for Build {
             control,
             nf: self.spec.to_string(),
             level: self.level,
+            offered: self.offered,
         };
         Ok(Started {
             plane: Arc::new(plane),

@@ -11,8 +11,13 @@ use serde_json::{json, Value};
 const ADMIN: &str = "admin-token-for-tests-0123456789";
 
 fn config(dir: &Path, extra: &str) -> DaemonConfig {
+    DaemonConfig::parse(Path::new("test.toml"), &config_text(dir, extra)).unwrap()
+}
+
+/// The text of [`config`] (and the admin token file it names, written).
+fn config_text(dir: &Path, extra: &str) -> String {
     std::fs::write(dir.join("admin.token"), format!("{ADMIN}\n")).unwrap();
-    let text = format!(
+    format!(
         r#"
 data_dir = "{d}/data"
 [api]
@@ -33,8 +38,7 @@ rate_pps = 20000
 {extra}
 "#,
         d = dir.display()
-    );
-    DaemonConfig::parse(Path::new("test.toml"), &text).unwrap()
+    )
 }
 
 trait WithApi {
@@ -745,6 +749,303 @@ fn a_reload_changes_what_may_change_and_refuses_the_rest() {
         "nf cannot change without a restart"
     );
     assert_eq!(d.reload(next).unwrap(), Vec::<&str>::new());
+    d.stop().unwrap();
+}
+
+/// A daemon whose tenants may name their own chains of the offered NFs (monitor is the
+/// default stage).
+fn chain_config(dir: &Path) -> DaemonConfig {
+    let text = config_text(dir, "")
+        .replace(
+            "name = \"firewall\"\n",
+            "name = \"monitor\"\noffered = [\"firewall\", \"monitor\"]\n",
+        )
+        .replace("arena_mib = 64", "arena_mib = 1024");
+    DaemonConfig::parse(Path::new("test.toml"), &text).unwrap()
+}
+
+/// Tenant `id` on generator prefix `i` with the chain firewall(`fw`) -> monitor.
+fn chained(id: u32, i: u32, fw: Value) -> Value {
+    json!({ "id": id, "name": format!("t{id}"), "rules": [ { "dst_ip": format!("10.0.{i}.0/24") } ],
+            "chain": [ { "nf": "firewall", "policy": fw }, { "nf": "monitor" } ] })
+}
+
+fn stats_of(d: &Daemon, id: u32) -> Value {
+    let (s, v) = admin(d, "GET", &format!("/v1/tenants/{id}/stats"), None);
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+/// Issue 16 through the API: a tenant admitted with its own chain (the tenants-file
+/// schema as JSON) runs it, with per-stage counters in its stats and in /metrics; a
+/// chain naming an NF the server does not offer, or a stage policy its NF rejects, is a
+/// 422 naming the tenant, the stage and the field, and changes nothing; a chain update
+/// is one step (the new chain's firewall denies everything: its monitor stage never sees
+/// a packet); the chain survives a restart. A server without `nf.offered` refuses chains.
+#[test]
+fn tenants_run_their_own_chains_admitted_updated_and_kept_through_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(chain_config(dir.path()), Path::new("test.toml")).unwrap();
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&chained(1, 0, allow_all())));
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["chain"][0]["nf"], "firewall");
+    // A tenant naming no chain runs the configured NF alone.
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(2, 1, json!({}))));
+    assert_eq!(s, 201, "{v}");
+    wait_for_packets(&d, 1, 0);
+    wait_for_packets(&d, 2, 0);
+    let t0 = Instant::now();
+    let st = loop {
+        let st = stats_of(&d, 1);
+        if st["chain"][1]["packets"].as_u64().unwrap_or(0) > 0 {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{st}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stages = st["chain"].as_array().unwrap();
+    assert_eq!(stages.len(), 2, "{st}");
+    assert_eq!(
+        (stages[0]["stage"].clone(), stages[0]["nf"].clone()),
+        (json!(0), json!("firewall"))
+    );
+    assert_eq!(
+        (stages[1]["stage"].clone(), stages[1]["nf"].clone()),
+        (json!(1), json!("monitor"))
+    );
+    assert!(stages[0]["passed"].as_u64().unwrap() > 0, "{st}");
+    assert_eq!(stats_of(&d, 2)["chain"].as_array().map(Vec::len), Some(1));
+
+    // Not offered: 422 naming tenant, stage index and field; nothing admitted.
+    let mut bad = chained(3, 2, allow_all());
+    bad["chain"][1]["nf"] = json!("dpi");
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&bad));
+    assert_eq!(s, 422, "{v}");
+    let msg = v["error"].as_str().unwrap();
+    assert!(
+        msg.contains("tenant 3")
+            && msg.contains("chain[1].nf")
+            && msg.contains("dpi is not offered"),
+        "{msg}"
+    );
+    assert_eq!(ids(&d), vec![1, 2]);
+    // A stage policy its NF rejects: 422 naming chain[0].policy; tenant 1 unchanged.
+    let (s, v) = admin(
+        &d,
+        "PUT",
+        "/v1/tenants/1",
+        Some(&chained(1, 0, json!({ "default": "maybe" }))),
+    );
+    assert_eq!(s, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("tenant 1"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("chain[0].policy"),
+        "{v}"
+    );
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/1", None).1["chain"][0]["policy"],
+        allow_all()
+    );
+
+    // The chain's update: the new chain's firewall denies everything, in one step with
+    // its new state, so its monitor stage never sees a packet.
+    let (s, v) = admin(
+        &d,
+        "PUT",
+        "/v1/tenants/1",
+        Some(&chained(1, 0, json!({ "default": "deny" }))),
+    );
+    assert_eq!(s, 200, "{v}");
+    let n = packets(&d, 1);
+    wait_for_packets(&d, 1, n + 50);
+    let st = stats_of(&d, 1);
+    assert!(
+        st["chain"][0]["drops"]["policy"].as_u64().unwrap_or(0) > 0,
+        "{st}"
+    );
+    assert_eq!(st["chain"][1]["packets"], 0, "{st}");
+
+    // /metrics: per-stage families with tenant, stage and nf labels.
+    let text = ureq::get(&format!("http://{}/metrics", d.addr()))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let has = |name: &str, labels: &[&str]| {
+        lines
+            .iter()
+            .any(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+    };
+    assert!(
+        has(
+            "buffet_tenant_stage_packets_total{",
+            &["tenant=\"1\"", "stage=\"0\"", "nf=\"firewall\""]
+        ),
+        "{text}"
+    );
+    assert!(
+        has(
+            "buffet_tenant_stage_drops_total{",
+            &["tenant=\"1\"", "stage=\"0\"", "reason=\"policy\""]
+        ),
+        "{text}"
+    );
+    let parsed = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    assert!(parsed
+        .samples
+        .iter()
+        .any(|s| s.metric == "buffet_tenant_stage_passed_packets_total"));
+
+    // A restart re-admits tenant 1 with its chain as last acknowledged.
+    d.stop().unwrap();
+    let d = Daemon::start(chain_config(dir.path()), Path::new("test.toml")).unwrap();
+    let (_, v) = admin(&d, "GET", "/v1/tenants/1", None);
+    assert_eq!(v["chain"][0]["policy"], json!({ "default": "deny" }));
+    let t0 = Instant::now();
+    loop {
+        let st = stats_of(&d, 1);
+        if st["chain"][0]["drops"]["policy"].as_u64().unwrap_or(0) > 0 {
+            assert_eq!(st["chain"][1]["packets"], 0, "{st}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.stop().unwrap();
+
+    // Without nf.offered a chain is refused, naming why.
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&chained(1, 0, allow_all())));
+    assert_eq!(s, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("nf.offered"), "{v}");
+    assert!(ids(&d).is_empty());
+    d.stop().unwrap();
+}
+
+/// A policy and a rules change to one tenant are one data-plane step. Tenant 1 flips,
+/// 100 times while the generator's traffic flows, between generator prefix 0 with a
+/// firewall policy that allows only prefix 0, and prefix 1 with one that allows only
+/// prefix 1 (both deny the rest). A packet classified under the new rules but handled
+/// with the old policy, or the reverse, is denied by the firewall and counted as a
+/// `policy` drop: there must be none, while the tenant's packets keep passing.
+#[test]
+fn a_policy_and_rules_change_is_one_step_no_packet_meets_half_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let only = |i: u32| {
+        tenant(
+            1,
+            i,
+            json!({ "default": "deny", "rules": [ { "action": "allow", "dst": format!("10.0.{i}.0/24") } ] }),
+        )
+    };
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&only(0)));
+    assert_eq!(s, 201, "{v}");
+    // A neighbour whose traffic must flow on throughout.
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(2, 2, allow_all()))).0,
+        201
+    );
+    wait_for_packets(&d, 1, 0);
+    let n2 = wait_for_packets(&d, 2, 0);
+    let policy_drops = |d: &Daemon| {
+        let (s, st) = admin(d, "GET", "/v1/tenants/1/stats", None);
+        assert_eq!(s, 200, "{st}");
+        (
+            st["drops"]["policy"].as_u64().unwrap_or(0),
+            st["passed"].as_u64().unwrap(),
+        )
+    };
+    let (_, passed0) = policy_drops(&d);
+    for k in 0..100u32 {
+        let (s, v) = admin(&d, "PUT", "/v1/tenants/1", Some(&only((k + 1) % 2)));
+        assert_eq!(s, 200, "{v}");
+        // Let some packets of the new prefix arrive before the next flip.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    wait_for_packets(&d, 1, packets(&d, 1));
+    let (drops, passed) = policy_drops(&d);
+    assert_eq!(
+        drops, 0,
+        "packets met the new rules with the old policy or the reverse"
+    );
+    assert!(passed > passed0, "tenant 1 stopped passing packets");
+    wait_for_packets(&d, 2, n2);
+    // The last document is the one served and stored.
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants/1", None).1["rules"][0]["dst_ip"],
+        "10.0.0.0/24"
+    );
+    d.stop().unwrap();
+}
+
+/// `POST /v1/reload` reads the daemon's config file again through the SIGHUP path: the
+/// admin token only; a reloadable change applies and is named; an invalid file or a
+/// field that needs a restart is a 4xx naming the field, and nothing changes.
+#[test]
+fn the_api_reloads_the_config_file_admin_only_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("buffet.toml");
+    let write = |dataplane: &str| {
+        let text = config_text(dir.path(), "").replace(
+            "max_workers = 3\n",
+            &format!("max_workers = 3\n{dataplane}"),
+        );
+        std::fs::write(&file, text).unwrap();
+    };
+    write("");
+    let d = Daemon::start(DaemonConfig::load(&file).unwrap(), &file).unwrap();
+    assert_eq!(
+        admin(&d, "POST", "/v1/tenants", Some(&tenant(1, 0, allow_all()))).0,
+        201
+    );
+    let (_, tok) = admin(&d, "POST", "/v1/tenants/1/tokens", None);
+    let tenant_token = tok["token"].as_str().unwrap().to_owned();
+    // Nothing in the file changed yet.
+    let (s, v) = admin(&d, "POST", "/v1/reload", None);
+    assert_eq!((s, v), (200, json!({ "changed": [] })));
+    // No token, a tenant's token: refused.
+    assert_eq!(call(&d, "POST", "/v1/reload", None, None).0, 401);
+    write("default_tenant_max_nb = 77\n");
+    let (s, v) = call(&d, "POST", "/v1/reload", Some(&tenant_token), None);
+    assert_eq!(s, 403, "{v}");
+    // ... and the refused request changed nothing: an admission still gets MAX_NB 0.
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(2, 1, allow_all())));
+    assert_eq!((s, v["max_nb"].clone()), (201, json!(0)), "{v}");
+    // The admin's reload applies it and names it.
+    let (s, v) = admin(&d, "POST", "/v1/reload", None);
+    assert_eq!(
+        (s, v),
+        (
+            200,
+            json!({ "changed": ["dataplane.default_tenant_max_nb"] })
+        )
+    );
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(3, 2, allow_all())));
+    assert_eq!((s, v["max_nb"].clone()), (201, json!(77)), "{v}");
+    // An invalid file: 422 naming the field; nothing changed.
+    write("default_tenant_max_nb = 5\nshift = 64\n");
+    let (s, v) = admin(&d, "POST", "/v1/reload", None);
+    assert_eq!(s, 422, "{v}");
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.contains("dataplane.shift: must be below 64"), "{msg}");
+    // A field that needs a restart, beside a reloadable one: 409 naming it; nothing changed.
+    write("default_tenant_max_nb = 5\nshift = 20\n");
+    let (s, v) = admin(&d, "POST", "/v1/reload", None);
+    assert_eq!(s, 409, "{v}");
+    assert_eq!(
+        v["error"],
+        "reload refused, nothing changed: dataplane.shift cannot change without a restart"
+    );
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(4, 3, allow_all())));
+    assert_eq!((s, v["max_nb"].clone()), (201, json!(77)), "{v}");
+    // A file that is gone: 422 naming it.
+    std::fs::remove_file(&file).unwrap();
+    let (s, v) = admin(&d, "POST", "/v1/reload", None);
+    assert_eq!(s, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("buffet.toml"), "{v}");
     d.stop().unwrap();
 }
 

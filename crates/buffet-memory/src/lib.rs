@@ -75,7 +75,9 @@ pub use storage::{AllocError, ArenaConfig, ArenaError, MemoryStorage, Region, St
 pub use sys::{
     current_pkru, in_tenant_arena, pku_supported, tail_offset as region_tail_offset, SysError,
 };
-pub use table::{AdmitWithError, MemoryError, StateGuard, TenantEntry, TenantRef, TenantTable};
+pub use table::{
+    AdmitWithError, MemoryError, Replacement, StateGuard, TenantEntry, TenantRef, TenantTable,
+};
 
 #[cfg(test)]
 mod tests;

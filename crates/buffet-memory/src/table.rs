@@ -244,6 +244,16 @@ impl<S> fmt::Debug for TenantRef<S> {
     }
 }
 
+/// A tenant's new entry, built and initialised but not yet published (see
+/// [`TenantTable::prepare_replacement`]).
+pub struct Replacement<S>(Arc<TenantEntry<S>>);
+
+impl<S> fmt::Debug for Replacement<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Replacement").field(&self.0.id).finish()
+    }
+}
+
 /// The Tenant Table: a fixed number of slots, each empty or holding one [`TenantEntry`].
 pub struct TenantTable<S> {
     slots: Box<[ArcSwapOption<TenantEntry<S>>]>,
@@ -373,6 +383,43 @@ impl<S: Send + 'static> TenantTable<S> {
         let old = self.slots[slot.index()]
             .swap(Some(entry))
             .expect("the registry and the slots change together under its lock");
+        self.bump(slot);
+        drop(registry);
+        Ok(old)
+    }
+
+    /// The first half of [`replace_with`](Self::replace_with), for a caller that must
+    /// publish the new entry at a moment of its choosing (a policy and a rules change in
+    /// one data-plane step): builds and initialises tenant `id`'s new entry in a new
+    /// region while the old one keeps serving, and returns it unpublished. Dropping the
+    /// [`Replacement`] frees its region; [`publish`](Self::publish) swaps it in.
+    pub fn prepare_replacement<E>(
+        &self,
+        id: TenantId,
+        bytes: usize,
+        state: S,
+        init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
+    ) -> Result<Replacement<S>, AdmitWithError<E>> {
+        let slot = self
+            .registry()
+            .slot_of(id)
+            .ok_or(MemoryError::from(RegistryError::Unknown(id)))?;
+        Ok(Replacement(self.build_entry(slot, id, bytes, state, init)?))
+    }
+
+    /// Publishes a [`Replacement`] in place of its tenant's entry with one atomic swap (as
+    /// [`replace_with`](Self::replace_with) does) and returns the old entry. Refused, the
+    /// replacement dropped, when the tenant no longer holds the slot it was built for.
+    pub fn publish(&self, r: Replacement<S>) -> Result<Arc<TenantEntry<S>>, MemoryError> {
+        let Replacement(entry) = r;
+        let registry = self.registry();
+        let (id, slot) = (entry.id, entry.slot);
+        if registry.id_of(slot) != Some(id) {
+            return Err(RegistryError::Unknown(id).into());
+        }
+        let old = self.slots[slot.index()]
+            .swap(Some(entry))
+            .ok_or(MemoryError::from(RegistryError::Unknown(id)))?;
         self.bump(slot);
         drop(registry);
         Ok(old)

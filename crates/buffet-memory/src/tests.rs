@@ -575,3 +575,56 @@ fn replace_publishes_a_new_entry_only_when_its_init_succeeds() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_prepared_replacement_serves_nothing_until_published() {
+    let table = TenantTable::<u64>::new(storage(4), 4);
+    table.admit(TenantSlot(1), TenantId(7), 64, 5).unwrap();
+    let gen = table.generation(TenantSlot(1));
+    let before = table.storage().stats();
+    // Built and initialised, not published: the old entry serves; dropping it frees it.
+    let r = table
+        .prepare_replacement(TenantId(7), 64, 9, |s, _| {
+            *s += 1;
+            Ok::<(), &str>(())
+        })
+        .unwrap();
+    assert_eq!(*table.get(TenantSlot(1)).entry().unwrap().lock(), 5);
+    assert_eq!(table.generation(TenantSlot(1)), gen);
+    drop(r);
+    assert_eq!(table.storage().stats(), before);
+    // A rejected init builds nothing.
+    let e = table.prepare_replacement(TenantId(7), 64, 9, |_, _| Err("bad policy"));
+    assert!(
+        matches!(e, Err(AdmitWithError::Init("bad policy"))),
+        "{e:?}"
+    );
+    assert!(matches!(
+        table.prepare_replacement(TenantId(8), 64, 9, |_, _| Ok::<(), &str>(())),
+        Err(AdmitWithError::Memory(MemoryError::Registry(
+            RegistryError::Unknown(TenantId(8))
+        )))
+    ));
+    // Published: one swap, same slot and id, the new state.
+    let r = table
+        .prepare_replacement(TenantId(7), 64, 9, |s, _| {
+            *s += 1;
+            Ok::<(), &str>(())
+        })
+        .unwrap();
+    let old = table.publish(r).unwrap();
+    assert_eq!(*old.lock(), 5);
+    assert_ne!(table.generation(TenantSlot(1)), gen);
+    let now = table.get_arc(TenantSlot(1)).unwrap();
+    assert_eq!(
+        (now.id(), now.slot(), *now.lock()),
+        (TenantId(7), TenantSlot(1), 10)
+    );
+    // The tenant left its slot before the replacement was published: refused.
+    let r = table
+        .prepare_replacement(TenantId(7), 64, 3, |_, _| Ok::<(), &str>(()))
+        .unwrap();
+    table.remove(TenantSlot(1)).unwrap();
+    assert!(table.publish(r).is_err());
+    assert!(table.get(TenantSlot(1)).entry().is_none());
+}

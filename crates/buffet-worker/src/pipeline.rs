@@ -362,6 +362,22 @@ pub enum Command {
         /// The answer.
         reply: Sender<Result<(), DispatchError>>,
     },
+    /// Swap an admitted tenant's name, classifier rules, MAX_NB and (optionally) NF state
+    /// in one data-plane step (see [`Control::update`]).
+    Update {
+        /// The tenant's slot.
+        slot: TenantSlot,
+        /// Its new name.
+        name: String,
+        /// Its new classifier rules.
+        rules: Vec<(u32, Match)>,
+        /// Its new MAX_NB per timeslot.
+        max_nb: u64,
+        /// Publishes the tenant's new state, already built (`None`: the state stays).
+        publish: Option<Box<dyn FnOnce() -> Result<(), PipelineError> + Send>>,
+        /// The answer.
+        reply: Sender<Result<(), PipelineError>>,
+    },
     /// Start one more worker.
     LaunchWorker {
         /// The answer.
@@ -568,6 +584,70 @@ impl<N: NetworkFunction> Control<N> {
             Ok(r) => r.map_err(|source| PipelineError::Dispatch { tenant: id, source }),
             Err(_) => Err(PipelineError::Stopped),
         }
+    }
+
+    /// Replaces tenant `id`'s name, classifier rules, MAX_NB and — given a `policy` — its
+    /// NF state in one data-plane step, so that no packet meets the new rules with the
+    /// old state or the old rules with the new state. First, on this thread and while
+    /// the old state and rules serve, `init` builds the new state from `policy` in a new
+    /// region (as [`update_policy`](Self::update_policy) does); then the data plane,
+    /// between bursts, lets every packet already dispatched finish on the old state (it
+    /// asks the workers to flush their Packet Buffers and waits for their answer, a pause
+    /// of the dispatcher that is one flush round trip long), installs the new rules and
+    /// publishes the new state before it dispatches the next packet. The rules are
+    /// validated first; on any error nothing changed (the new state is dropped unused).
+    /// Workers fed by their own source (the XDP Packet Dispatcher) are not ordered with
+    /// this data plane's dispatcher: there the two halves are still two steps.
+    pub fn update(
+        &self,
+        id: TenantId,
+        name: String,
+        rules: Vec<(u32, Match)>,
+        max_nb: u64,
+        policy: Option<&N::Policy>,
+    ) -> Result<(), PipelineError> {
+        if self.core.stopped.load(Ordering::Acquire) {
+            return Err(PipelineError::Stopped);
+        }
+        let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
+        let publish = match policy {
+            None => None,
+            Some(policy) => {
+                let shared = &self.core.shared;
+                let nf = &shared.nf;
+                let prepared = shared
+                    .table
+                    .prepare_replacement(
+                        id,
+                        nf.register().bytes,
+                        N::State::default(),
+                        |state, region| nf.init_in_region(policy, state, region),
+                    )
+                    .map_err(|e| tenant_error(id, e))?;
+                let core = self.core.clone();
+                let publish: Box<dyn FnOnce() -> Result<(), PipelineError> + Send> =
+                    Box::new(move || {
+                        // The old state goes when the last worker holding it lets go.
+                        core.shared
+                            .table
+                            .publish(prepared)
+                            .map(drop)
+                            .map_err(|source| PipelineError::Memory { tenant: id, source })
+                    });
+                Some(publish)
+            }
+        };
+        let rx = self
+            .ask(|reply| Command::Update {
+                slot,
+                name,
+                rules,
+                max_nb,
+                publish,
+                reply,
+            })
+            .ok_or(PipelineError::Stopped)?;
+        rx.recv().unwrap_or(Err(PipelineError::Stopped))
     }
 
     /// Sets tenant `id`'s weight in the weighted deficit round robin that serves the
@@ -1088,6 +1168,16 @@ impl<N: NetworkFunction> Dataplane<N> {
                 }
                 let _ = reply.send(r);
             }
+            Command::Update {
+                slot,
+                name,
+                rules,
+                max_nb,
+                publish,
+                reply,
+            } => {
+                let _ = reply.send(self.update(slot, name, rules, max_nb, publish));
+            }
             Command::LaunchWorker { reply } => {
                 let _ = reply.send(self.launch_worker());
             }
@@ -1106,6 +1196,74 @@ impl<N: NetworkFunction> Dataplane<N> {
                 }
             }
             Command::Stop => self.stopping = true,
+        }
+    }
+
+    /// [`Command::Update`]: the rules validated, every packet dispatched so far run on the
+    /// tenant's old state, then the new rules and state installed before the next packet
+    /// is dispatched.
+    fn update(
+        &mut self,
+        slot: TenantSlot,
+        name: String,
+        rules: Vec<(u32, Match)>,
+        max_nb: u64,
+        publish: Option<Box<dyn FnOnce() -> Result<(), PipelineError> + Send>>,
+    ) -> Result<(), PipelineError> {
+        let tenant = self
+            .core
+            .shared
+            .table
+            .published_id(slot)
+            .unwrap_or_default();
+        let dispatch = |source| PipelineError::Dispatch { tenant, source };
+        if !self.dispatcher.has_tenant(slot) {
+            return Err(dispatch(DispatchError::UnknownTenant(slot)));
+        }
+        for (index, (_, m)) in rules.iter().enumerate() {
+            m.validate()
+                .map_err(|source| dispatch(DispatchError::InvalidRule { index, source }))?;
+        }
+        if publish.is_some() {
+            self.wait_handover(slot);
+            self.quiesce();
+        }
+        self.dispatcher
+            .replace_rules(slot, rules, max_nb)
+            .map_err(dispatch)?;
+        if let Some(publish) = publish {
+            // Cannot fail here in practice (removals are applied on this thread too); if
+            // it does, the tenant keeps its old state under the new rules, and says so.
+            publish()?;
+        }
+        self.core
+            .names
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)[slot.index()] = Some(name);
+        Ok(())
+    }
+
+    /// Waits, taking completions back, until every packet dispatched so far has been run
+    /// by its worker (each live worker asked to flush its Packet Buffers); lost workers
+    /// are not waited for. Other tenants' packets wait in the ports meanwhile.
+    fn quiesce(&mut self) {
+        let snapshot: Vec<u64> = self.workers.iter().map(|w| w.dispatched).collect();
+        for (w, &d) in self.workers.iter().zip(&snapshot) {
+            w.flush.until.fetch_max(d, Ordering::AcqRel);
+        }
+        let backoff = Backoff::new();
+        loop {
+            let drained = self
+                .workers
+                .iter()
+                .zip(&snapshot)
+                .all(|(w, &d)| w.lost || w.flush.done.load(Ordering::Acquire) >= d);
+            if drained {
+                return;
+            }
+            self.poll_completions();
+            self.flush_tx();
+            backoff.snooze();
         }
     }
 
