@@ -200,6 +200,19 @@ enum AgentError {
 
 const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Runs `work` unless the lease counts as lost first (then `None`, and `work` is dropped:
+/// the caller fences, which undoes whatever half of it ran).
+async fn or_lost<T>(
+    held: &mut watch::Receiver<LeaseState>,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        _ = lease::lost(held) => None,
+        r = work => Some(r),
+    }
+}
+
 async fn timed<T>(
     f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, AgentError> {
@@ -323,11 +336,19 @@ impl Agent {
         let mut tick = tokio::time::interval(Duration::from_millis(self.cfg.report_interval_ms));
         let mut stop = self.shutdown.clone();
         loop {
+            // The lease's verdict comes first, and every etcd call below races it: on a
+            // partition an etcd call hangs until its timeout, and the fencing deadline
+            // must not wait for it.
             tokio::select! {
+                biased;
+                _ = lease::lost(held) => return Ok(End::Lost),
+                _ = lease::raised(&mut stop) => return Ok(End::Stop),
                 m = w.message() => match m {
                     Ok(Some(r)) if !r.canceled() => {
-                        if !r.events().is_empty() {
-                            let _ = self.reconcile(client).await;
+                        if !r.events().is_empty()
+                            && or_lost(held, self.reconcile(client)).await.is_none()
+                        {
+                            return Ok(End::Lost);
                         }
                     }
                     _ => loop {
@@ -340,25 +361,33 @@ impl Agent {
                             return Ok(End::Stop);
                         }
                         tokio::time::sleep(Duration::from_millis(250)).await;
-                        let Ok(rev) = self.reconcile(client).await else { continue };
-                        if let Ok(nw) = timed(client.watch(
-                            prefix.as_bytes(),
-                            Some(WatchOptions::new().with_prefix().with_start_revision(rev + 1)),
-                        ))
-                        .await
-                        {
-                            w = nw;
-                            break;
+                        let Some(reconciled) = or_lost(held, self.reconcile(client)).await else {
+                            return Ok(End::Lost);
+                        };
+                        let Ok(rev) = reconciled else { continue };
+                        let watched = or_lost(
+                            held,
+                            timed(client.watch(
+                                prefix.as_bytes(),
+                                Some(WatchOptions::new().with_prefix().with_start_revision(rev + 1)),
+                            )),
+                        )
+                        .await;
+                        match watched {
+                            None => return Ok(End::Lost),
+                            Some(Ok(nw)) => {
+                                w = nw;
+                                break;
+                            }
+                            Some(Err(_)) => {}
                         }
                     },
                 },
-                _ = tick.tick() => {
-                    if let Err(e) = self.publish(client, lease_id).await {
-                        self.log(format!("load report: {e}"));
-                    }
-                }
-                _ = lease::lost(held) => return Ok(End::Lost),
-                _ = lease::raised(&mut stop) => return Ok(End::Stop),
+                _ = tick.tick() => match or_lost(held, self.publish(client, lease_id)).await {
+                    None => return Ok(End::Lost),
+                    Some(Err(e)) => self.log(format!("load report: {e}")),
+                    Some(Ok(())) => {}
+                },
             }
         }
     }

@@ -534,7 +534,16 @@ impl Shared {
         if let Some(r) = &view.refusing {
             return Err(AdmitError::Refusing(r.clone()));
         }
-        let cands = view.candidates();
+        let mut cands = view.candidates();
+        if cands.is_empty() {
+            // A server that registered a moment ago may not have reached the view through
+            // the watch yet: read etcd itself before answering that there is none.
+            self.load(&mut view).await.map_err(|e| match e {
+                LeadError::NotLeader => AdmitError::NotLeader,
+                e => AdmitError::Etcd(e.to_string()),
+            })?;
+            cands = view.candidates();
+        }
         let i = placement::choose(&cands, expected_pps)?;
         let server = cands[i].id.clone();
         let rec = TenantRecord {
@@ -613,6 +622,37 @@ impl Shared {
         };
     }
 
+    /// Writes tenant `id`'s record and its document in `server`'s placement in one
+    /// transaction, if the record is still at revision `rev`; returns the new revision.
+    async fn put_document(
+        &self,
+        id: u32,
+        rev: i64,
+        server: &str,
+        rec: &TenantRecord,
+    ) -> Result<i64, LeadError> {
+        self.commit(
+            vec![Compare::mod_revision(
+                schema::tenant_key(id),
+                CompareOp::Equal,
+                rev,
+            )],
+            vec![
+                TxnOp::put(
+                    schema::tenant_key(id),
+                    serde_json::to_vec(rec).unwrap_or_default(),
+                    None,
+                ),
+                TxnOp::put(
+                    schema::placement_key(server, id),
+                    serde_json::to_vec(&rec.doc).unwrap_or_default(),
+                    None,
+                ),
+            ],
+        )
+        .await
+    }
+
     /// Puts back the document a server refused to update to (it still serves that one).
     /// Does nothing unless the refused placement is still the tenant's current one.
     async fn revert_update(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
@@ -630,27 +670,7 @@ impl Shared {
             previous: None,
             ..rec
         };
-        let new_rev = self
-            .commit(
-                vec![Compare::mod_revision(
-                    schema::tenant_key(id),
-                    CompareOp::Equal,
-                    rev,
-                )],
-                vec![
-                    TxnOp::put(
-                        schema::tenant_key(id),
-                        serde_json::to_vec(&back).unwrap_or_default(),
-                        None,
-                    ),
-                    TxnOp::put(
-                        schema::placement_key(&st.server, id),
-                        serde_json::to_vec(&back.doc).unwrap_or_default(),
-                        None,
-                    ),
-                ],
-            )
-            .await;
+        let new_rev = self.put_document(id, rev, &st.server, &back).await;
         match new_rev {
             Ok(r) => {
                 view.tenants.insert(id, (back, r));
@@ -702,25 +722,7 @@ impl Shared {
             ..rec
         };
         let new_rev = self
-            .commit(
-                vec![Compare::mod_revision(
-                    schema::tenant_key(id),
-                    CompareOp::Equal,
-                    rev,
-                )],
-                vec![
-                    TxnOp::put(
-                        schema::tenant_key(id),
-                        serde_json::to_vec(&new).unwrap_or_default(),
-                        None,
-                    ),
-                    TxnOp::put(
-                        schema::placement_key(&server, id),
-                        serde_json::to_vec(&new.doc).unwrap_or_default(),
-                        None,
-                    ),
-                ],
-            )
+            .put_document(id, rev, &server, &new)
             .await
             .map_err(|e| match e {
                 LeadError::Conflict => AdmitError::Changed(id),
