@@ -81,43 +81,6 @@ fn wait_ready(p: &mut Proc, path: &str, log: &Path) {
     }
 }
 
-/// buffetd in agent mode: firewall NF, a generator for 320 tenants' prefixes.
-fn agent(dir: &Path, id: &str, etcd: &str, worker_max_nb: u64) -> Proc {
-    let port = free_port();
-    let d = dir.join(id);
-    std::fs::create_dir_all(&d).unwrap();
-    let cfg = d.join("buffet.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\nname = \"firewall\"\n\
-             [dataplane]\nworkers = 1\nmax_workers = 2\nworker_max_nb = {worker_max_nb}\n\
-             arena_mib = 2048\ntenant_slots = 400\n\
-             [[port]]\nkind = \"generator\"\ntenants = 320\nrate_pps = 3000\npeak_factor = 1.0\n\
-             flows_per_tenant = 2\n\
-             [cluster]\netcd = [\"{etcd}\"]\nserver_id = \"{id}\"\nlease_ttl_s = 6\n\
-             report_interval_ms = 300\n",
-            d = d.display()
-        ),
-    )
-    .unwrap();
-    let log = d.join("buffetd.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_buffetd"))
-        .arg("--config")
-        .arg(&cfg)
-        .env("BUFFETD_ADMIN_TOKEN", ADMIN)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut p = Proc {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        name: format!("buffetd {id}"),
-    };
-    wait_ready(&mut p, "/readyz", &log);
-    p
-}
-
 fn orchestrator(dir: &Path, name: &str, etcd: &str) -> Proc {
     let port = free_port();
     let log = dir.join(format!("{name}.log"));
@@ -716,9 +679,39 @@ fn bad_input_gets_clear_errors() {
     assert!(err.contains("cluster.server_id"), "{err}");
 }
 
+/// buffetd in agent mode: firewall NF, a generator for 320 tenants' prefixes.
+fn agent(dir: &Path, id: &str, etcd: &str, worker_max_nb: u64) -> Proc {
+    spawn_agent(
+        dir,
+        id,
+        &format!(
+            "[dataplane]\nworkers = 1\nmax_workers = 2\nworker_max_nb = {worker_max_nb}\n\
+             arena_mib = 2048\ntenant_slots = 400\n\
+             [[port]]\nkind = \"generator\"\ntenants = 320\nrate_pps = 3000\npeak_factor = 1.0\n\
+             flows_per_tenant = 2\n"
+        ),
+        etcd,
+    )
+}
+
 /// buffetd in agent mode with its own `[dataplane]` and generator lines (one worker that
 /// may not grow, timeslots of 2^29 ns ≈ 0.54 s).
 fn agent_with(dir: &Path, id: &str, etcd: &str, worker_max_nb: u64, generator: &str) -> Proc {
+    spawn_agent(
+        dir,
+        id,
+        &format!(
+            "[dataplane]\nworkers = 1\nmax_workers = 1\nworker_max_nb = {worker_max_nb}\nshift = 29\n\
+             arena_mib = 512\ntenant_slots = 64\n\
+             [[port]]\nkind = \"generator\"\n{generator}\n"
+        ),
+        etcd,
+    )
+}
+
+/// Starts buffetd `id` in agent mode (firewall NF, a 6 s lease, load reports every
+/// 300 ms) with these `[dataplane]` and `[[port]]` lines, and waits until it is ready.
+fn spawn_agent(dir: &Path, id: &str, dataplane_and_port: &str, etcd: &str) -> Proc {
     let port = free_port();
     let d = dir.join(id);
     std::fs::create_dir_all(&d).unwrap();
@@ -727,9 +720,7 @@ fn agent_with(dir: &Path, id: &str, etcd: &str, worker_max_nb: u64, generator: &
         &cfg,
         format!(
             "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\nname = \"firewall\"\n\
-             [dataplane]\nworkers = 1\nmax_workers = 1\nworker_max_nb = {worker_max_nb}\nshift = 29\n\
-             arena_mib = 512\ntenant_slots = 64\n\
-             [[port]]\nkind = \"generator\"\n{generator}\n\
+             {dataplane_and_port}\
              [cluster]\netcd = [\"{etcd}\"]\nserver_id = \"{id}\"\nlease_ttl_s = 6\n\
              report_interval_ms = 300\n",
             d = d.display()
@@ -753,7 +744,6 @@ fn agent_with(dir: &Path, id: &str, etcd: &str, worker_max_nb: u64, generator: &
     p
 }
 
-/// A tenant on the generator's address plan: tenant `i` (1-based) is the generator's
 /// tenant `i - 1`.
 fn gen_tenant(i: u32, expected_pps: f64) -> Value {
     let mut t = tenant(i);

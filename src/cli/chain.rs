@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-use buffet_config::chain::{self, Chain, DEFAULT_KEY};
+use buffet_config::chain::{self, stage_rows, Chain, DEFAULT_KEY};
 use buffet_config::isolation::{self, Isolation};
 use buffet_config::registry::{NfKind, NfSpec, NfVisitor, RegisteredNf};
 use buffet_config::TenantConfig;
@@ -126,56 +126,6 @@ where
     )
 }
 
-/// One stage's counters, read back from a tenant's NF summary (`chain.<i>.<nf>.<counter>`).
-#[derive(Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct StageRow {
-    pub stage: usize,
-    pub nf: String,
-    pub packets: u64,
-    pub passed: u64,
-    pub drops: BTreeMap<String, u64>,
-    pub faults: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ns: Option<u64>,
-    /// The stage NF's own counters for this tenant.
-    pub counters: BTreeMap<String, u64>,
-}
-
-/// The stages of a tenant's summary, in chain order; empty for an NF that is not a chain.
-pub(crate) fn stages_of(nf: &BTreeMap<&'static str, u64>) -> Vec<StageRow> {
-    let mut rows: BTreeMap<usize, StageRow> = BTreeMap::new();
-    for (&key, &v) in nf {
-        let mut parts = key.splitn(4, '.');
-        let (Some("chain"), Some(i), Some(name), Some(counter)) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        let Ok(i) = i.parse::<usize>() else {
-            continue;
-        };
-        let row = rows.entry(i).or_insert_with(|| StageRow {
-            stage: i,
-            nf: name.to_owned(),
-            ..StageRow::default()
-        });
-        match counter {
-            "packets" => row.packets = v,
-            "passed" => row.passed = v,
-            "faults" => row.faults = v,
-            "ns" => row.ns = Some(v),
-            c => {
-                if let Some(cause) = c.strip_prefix("drop.") {
-                    row.drops.insert(cause.to_owned(), v);
-                } else if let Some(own) = c.strip_prefix("nf.") {
-                    row.counters.insert(own.to_owned(), v);
-                }
-            }
-        }
-    }
-    rows.into_values().collect()
-}
-
 /// Prints a tenant's stage lines when its chain has more than one stage (a one-stage
 /// chain is the tenant's row itself; `--stats-json` has every chain). No timings: the
 /// text output stays the same from run to run.
@@ -183,7 +133,7 @@ pub(crate) fn print_stages(
     out: &mut dyn Write,
     nf: &BTreeMap<&'static str, u64>,
 ) -> std::io::Result<()> {
-    let stages = stages_of(nf);
+    let stages = stage_rows(nf);
     if stages.len() < 2 {
         return Ok(());
     }
@@ -227,7 +177,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let rows = stages_of(&nf);
+        let rows = stage_rows(&nf);
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].nf, "firewall");
         assert_eq!((rows[0].packets, rows[0].passed), (10, 7));
@@ -241,6 +191,6 @@ mod tests {
         assert!(text.contains("stage 0 firewall"), "{text}");
         assert!(text.contains("policy=3"), "{text}");
         assert!(!text.contains("99"), "no timings in text: {text}");
-        assert!(stages_of(&BTreeMap::from([("flows", 1)])).is_empty());
+        assert!(stage_rows(&BTreeMap::from([("flows", 1)])).is_empty());
     }
 }

@@ -470,7 +470,7 @@ pub(crate) fn write_stats(
     // Each chained tenant's stages, in chain order (additive: `nf` keeps the flat keys).
     if let Some(rows) = json.get_mut("tenants").and_then(|t| t.as_array_mut()) {
         for (row, t) in rows.iter_mut().zip(&report.tenants) {
-            let stages = cli_chain::stages_of(&t.nf);
+            let stages = chain::stage_rows(&t.nf);
             if let (false, Some(obj)) = (stages.is_empty(), row.as_object_mut()) {
                 obj.insert("chain".to_owned(), serde_json::to_value(stages)?);
             }

@@ -32,7 +32,7 @@
 //! stages (the region has one key), does not charge the DRR by chain cost and does not
 //! pre-split groups in the dispatcher: docs/chains.md says what each would need.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -862,6 +862,66 @@ fn intern(key: String) -> &'static str {
 /// become `_`).
 pub fn stage_key(i: usize, nf: &str, counter: &str) -> String {
     format!("chain.{i}.{}.{counter}", nf.replace('.', "_"))
+}
+
+/// One stage's counters, read back from a tenant's NF summary (the keys
+/// [`stage_key`] writes: `chain.<i>.<nf>.<counter>`), for the CLI's tables and
+/// `--stats-json`, and the daemon's stats and metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StageRow {
+    /// Its index in the chain.
+    pub stage: usize,
+    /// Its NF.
+    pub nf: String,
+    /// Packets it handled.
+    pub packets: u64,
+    /// Packets it passed on.
+    pub passed: u64,
+    /// Packets it dropped, by cause.
+    pub drops: BTreeMap<String, u64>,
+    /// Faults (or panics) it raised.
+    pub faults: u64,
+    /// Nanoseconds spent in it, when the chain is timed ([`Chain::timed`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ns: Option<u64>,
+    /// The stage NF's own counters for this tenant.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// The stages in a tenant's NF summary, in chain order; empty for an NF that is not a
+/// chain.
+pub fn stage_rows(nf: &BTreeMap<&'static str, u64>) -> Vec<StageRow> {
+    let mut rows: BTreeMap<usize, StageRow> = Default::default();
+    for (&key, &v) in nf {
+        let mut parts = key.splitn(4, '.');
+        let (Some("chain"), Some(i), Some(name), Some(counter)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Ok(i) = i.parse::<usize>() else {
+            continue;
+        };
+        let row = rows.entry(i).or_insert_with(|| StageRow {
+            stage: i,
+            nf: name.to_owned(),
+            ..StageRow::default()
+        });
+        match counter {
+            "packets" => row.packets = v,
+            "passed" => row.passed = v,
+            "faults" => row.faults = v,
+            "ns" => row.ns = Some(v),
+            c => {
+                if let Some(cause) = c.strip_prefix("drop.") {
+                    row.drops.insert(cause.to_owned(), v);
+                } else if let Some(own) = c.strip_prefix("nf.") {
+                    row.counters.insert(own.to_owned(), v);
+                }
+            }
+        }
+    }
+    rows.into_values().collect()
 }
 
 impl NetworkFunction for Chain {

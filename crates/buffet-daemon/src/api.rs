@@ -553,7 +553,7 @@ async fn tenant_stats(
         .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
     let mut v = serde_json::to_value(t).map_err(|e| ApiError::internal(e.to_string()))?;
     // With chains: the per-stage counters, one object per stage in chain order.
-    let stages = crate::metrics::stages(&t.nf);
+    let stages = buffet_config::chain::stage_rows(&t.nf);
     if let (Some(o), false) = (v.as_object_mut(), stages.is_empty()) {
         o.insert("chain".into(), json!(stages));
     }

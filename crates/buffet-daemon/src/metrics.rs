@@ -11,9 +11,9 @@
 //! snapshot ([`Snapshot`], a prometheus-client `Collector`); the daemon's own counters
 //! and the histogram live here. Nothing is hand-formatted.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use buffet_config::chain::{stage_rows, StageRow};
 use buffet_worker::Report;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -88,57 +88,6 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &reg)?;
         Ok(out)
     }
-}
-
-/// One stage of a tenant's chain, read back from the tenant's NF counters
-/// (`chain.<i>.<nf>.<counter>`, the chain's summary).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct StageRow {
-    /// Its index in the chain.
-    pub stage: usize,
-    /// Its NF.
-    pub nf: String,
-    /// Packets it handled.
-    pub packets: u64,
-    /// Packets it passed on.
-    pub passed: u64,
-    /// Packets it dropped, by cause.
-    pub drops: BTreeMap<String, u64>,
-    /// Faults (or panics) it raised.
-    pub faults: u64,
-}
-
-/// The stages of a tenant's NF counters, in chain order; empty when the data plane runs
-/// no chains.
-pub fn stages(nf: &BTreeMap<&'static str, u64>) -> Vec<StageRow> {
-    let mut rows: BTreeMap<usize, StageRow> = BTreeMap::new();
-    for (&key, &v) in nf {
-        let mut parts = key.splitn(4, '.');
-        let (Some("chain"), Some(i), Some(name), Some(counter)) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        let Ok(i) = i.parse::<usize>() else {
-            continue;
-        };
-        let row = rows.entry(i).or_insert_with(|| StageRow {
-            stage: i,
-            nf: name.to_owned(),
-            ..StageRow::default()
-        });
-        match counter {
-            "packets" => row.packets = v,
-            "passed" => row.passed = v,
-            "faults" => row.faults = v,
-            c => {
-                if let Some(cause) = c.strip_prefix("drop.") {
-                    row.drops.insert(cause.to_owned(), v);
-                }
-            }
-        }
-    }
-    rows.into_values().collect()
 }
 
 /// One report, encoded as const metrics at scrape time.
@@ -258,7 +207,7 @@ impl Collector for Snapshot {
         )?;
         let staged: Vec<(buffet_sdk::TenantId, StageRow)> = t
             .iter()
-            .flat_map(|x| stages(&x.nf).into_iter().map(move |s| (x.id, s)))
+            .flat_map(|x| stage_rows(&x.nf).into_iter().map(move |s| (x.id, s)))
             .collect();
         let stage = |id: buffet_sdk::TenantId, s: &StageRow| {
             let mut l = tenant(id);

@@ -324,36 +324,7 @@ async fn admit(State(s): State<Arc<Shared>>, body: Bytes) -> Result<Response, Ap
         Err(AdmitError::NotLeader) => return Err(not_leader(&s).await),
         Err(e) => return Err(e.into()),
     };
-    let Some(st) = s.wait_status(id, &server, rev).await else {
-        return Err(ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!(
-                "tenant {id} is placed on {server} but not live after {:?}; it stays placed \
-                 (GET /v1/tenants/{id} shows when it is)",
-                s.cfg.admit_timeout
-            ),
-        ));
-    };
-    match st.state {
-        Outcome::Live => Ok((
-            StatusCode::CREATED,
-            Json(json!({
-                "id": id, "server": server, "state": "live",
-                "placement_ms": t0.elapsed().as_secs_f64() * 1e3,
-            })),
-        )
-            .into_response()),
-        Outcome::Failed => {
-            s.forget_failed(id, &st).await;
-            Err(ApiError::new(
-                refusal_status(&st),
-                format!(
-                    "tenant {id} failed on {server}: {}",
-                    st.reason.as_deref().unwrap_or("no reason given")
-                ),
-            ))
-        }
-    }
+    answer(&s, id, &server, rev, Written::Admission, t0).await
 }
 
 async fn update(
@@ -368,33 +339,68 @@ async fn update(
         Err(AdmitError::NotLeader) => return Err(not_leader(&s).await),
         Err(e) => return Err(e.into()),
     };
-    let Some(st) = s.wait_status(id, &server, rev).await else {
+    answer(&s, id, &server, rev, Written::Update, t0).await
+}
+
+/// What an admission or update handler wrote to etcd, for its answer's wording.
+#[derive(Clone, Copy)]
+enum Written {
+    Admission,
+    Update,
+}
+
+/// Waits until the placed Agent has applied what was written at `rev` for tenant `id`
+/// on `server`, and answers: 201 (admission) or 200 (update) with the time it took once
+/// the tenant is live with it; the server's refusal (its status and reason) when it
+/// failed; 504 when it was not applied within the admission timeout.
+async fn answer(
+    s: &Arc<Shared>,
+    id: u32,
+    server: &str,
+    rev: i64,
+    written: Written,
+    t0: Instant,
+) -> Result<Response, ApiError> {
+    let Some(st) = s.wait_status(id, server, rev).await else {
+        let timeout = s.cfg.admit_timeout;
         return Err(ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
-            format!(
-                "the update of tenant {id} is written for {server} but not applied after {:?} \
-                 (GET /v1/tenants/{id} shows when it is)",
-                s.cfg.admit_timeout
-            ),
+            match written {
+                Written::Admission => format!(
+                    "tenant {id} is placed on {server} but not live after {timeout:?}; it stays \
+                     placed (GET /v1/tenants/{id} shows when it is)"
+                ),
+                Written::Update => format!(
+                    "the update of tenant {id} is written for {server} but not applied after \
+                     {timeout:?} (GET /v1/tenants/{id} shows when it is)"
+                ),
+            },
         ));
     };
-    match st.state {
-        Outcome::Live => Ok((
-            StatusCode::OK,
-            Json(json!({
-                "id": id, "server": server, "state": "live",
-                "update_ms": t0.elapsed().as_secs_f64() * 1e3,
-            })),
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    match (st.state, written) {
+        (Outcome::Live, Written::Admission) => Ok((
+            StatusCode::CREATED,
+            Json(json!({ "id": id, "server": server, "state": "live", "placement_ms": ms })),
         )
             .into_response()),
-        Outcome::Failed => {
+        (Outcome::Live, Written::Update) => Ok((
+            StatusCode::OK,
+            Json(json!({ "id": id, "server": server, "state": "live", "update_ms": ms })),
+        )
+            .into_response()),
+        (Outcome::Failed, _) => {
             s.forget_failed(id, &st).await;
+            let reason = st.reason.as_deref().unwrap_or("no reason given");
             Err(ApiError::new(
                 refusal_status(&st),
-                format!(
-                    "the update of tenant {id} was refused by {server}: {}; it keeps its previous document",
-                    st.reason.as_deref().unwrap_or("no reason given")
-                ),
+                match written {
+                    Written::Admission => format!("tenant {id} failed on {server}: {reason}"),
+                    Written::Update => format!(
+                        "the update of tenant {id} was refused by {server}: {reason}; it keeps \
+                         its previous document"
+                    ),
+                },
             ))
         }
     }

@@ -26,7 +26,8 @@ use buffet_dispatch::{
 };
 use buffet_io::{HeapPool, Outcome, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_memory::{
-    AdmitWithError, ArenaConfig, Domain, MemoryError, MemoryStorage, Mpk, MpkError, TenantTable,
+    AdmitWithError, ArenaConfig, Domain, MemoryError, MemoryStorage, Mpk, MpkError, Replacement,
+    TenantTable,
 };
 use buffet_sdk::{InitError, NetworkFunction, PortId, RegistryError, TenantId, Verdict};
 use crossbeam::channel::{self, Receiver, Sender};
@@ -521,20 +522,36 @@ impl<N: NetworkFunction> Control<N> {
         if self.core.stopped.load(Ordering::Acquire) {
             return Err(PipelineError::Stopped);
         }
+        let new = self.build_state(id, policy)?;
+        let old = self
+            .core
+            .shared
+            .table
+            .publish(new)
+            .map_err(|source| PipelineError::Memory { tenant: id, source })?;
+        // The old state and region go when the last worker holding them lets go.
+        drop(old);
+        Ok(())
+    }
+
+    /// Builds tenant `id`'s new NF state from `policy` in a new region, on this thread,
+    /// while its old state keeps serving; unpublished (dropping it frees the region).
+    fn build_state(
+        &self,
+        id: TenantId,
+        policy: &N::Policy,
+    ) -> Result<Replacement<N::State>, PipelineError> {
         let shared = &self.core.shared;
         let nf = &shared.nf;
-        let old = shared
+        shared
             .table
-            .replace_with(
+            .prepare_replacement(
                 id,
                 nf.register().bytes,
                 N::State::default(),
                 |state, region| nf.init_in_region(policy, state, region),
             )
-            .map_err(|e| tenant_error(id, e))?;
-        // The old state and region go when the last worker holding them lets go.
-        drop(old);
-        Ok(())
+            .map_err(|e| tenant_error(id, e))
     }
 
     /// Removes a tenant at run time. Its queued packets are dropped (counted in the
@@ -613,17 +630,7 @@ impl<N: NetworkFunction> Control<N> {
         let publish = match policy {
             None => None,
             Some(policy) => {
-                let shared = &self.core.shared;
-                let nf = &shared.nf;
-                let prepared = shared
-                    .table
-                    .prepare_replacement(
-                        id,
-                        nf.register().bytes,
-                        N::State::default(),
-                        |state, region| nf.init_in_region(policy, state, region),
-                    )
-                    .map_err(|e| tenant_error(id, e))?;
+                let prepared = self.build_state(id, policy)?;
                 let core = self.core.clone();
                 let publish: Box<dyn FnOnce() -> Result<(), PipelineError> + Send> =
                     Box::new(move || {
