@@ -349,22 +349,8 @@ pub enum Command {
         /// The answer.
         reply: Sender<Result<(), DispatchError>>,
     },
-    /// Swap an admitted tenant's name, classifier rules and MAX_NB at once (see
-    /// [`Control::reconfigure`]).
-    Reconfigure {
-        /// The tenant's slot.
-        slot: TenantSlot,
-        /// Its new name.
-        name: String,
-        /// Its new classifier rules.
-        rules: Vec<(u32, Match)>,
-        /// Its new MAX_NB per timeslot.
-        max_nb: u64,
-        /// The answer.
-        reply: Sender<Result<(), DispatchError>>,
-    },
     /// Swap an admitted tenant's name, classifier rules, MAX_NB and (optionally) NF state
-    /// in one data-plane step (see [`Control::update`]).
+    /// in one data-plane step (see [`Control::update`] and [`Control::reconfigure`]).
     Update {
         /// The tenant's slot.
         slot: TenantSlot,
@@ -584,23 +570,7 @@ impl<N: NetworkFunction> Control<N> {
         rules: Vec<(u32, Match)>,
         max_nb: u64,
     ) -> Result<(), PipelineError> {
-        if self.core.stopped.load(Ordering::Acquire) {
-            return Err(PipelineError::Stopped);
-        }
-        let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
-        let rx = self
-            .ask(|reply| Command::Reconfigure {
-                slot,
-                name,
-                rules,
-                max_nb,
-                reply,
-            })
-            .ok_or(PipelineError::Stopped)?;
-        match rx.recv() {
-            Ok(r) => r.map_err(|source| PipelineError::Dispatch { tenant: id, source }),
-            Err(_) => Err(PipelineError::Stopped),
-        }
+        self.update(id, name, rules, max_nb, None)
     }
 
     /// Replaces tenant `id`'s name, classifier rules, MAX_NB and — given a `policy` — its
@@ -1156,22 +1126,6 @@ impl<N: NetworkFunction> Dataplane<N> {
                         w.flush.until.fetch_max(d, Ordering::AcqRel);
                     }
                     self.retiring.push((slot, snapshot));
-                }
-                let _ = reply.send(r);
-            }
-            Command::Reconfigure {
-                slot,
-                name,
-                rules,
-                max_nb,
-                reply,
-            } => {
-                let r = self.dispatcher.replace_rules(slot, rules, max_nb);
-                if r.is_ok() {
-                    self.core
-                        .names
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)[slot.index()] = Some(name);
                 }
                 let _ = reply.send(r);
             }
