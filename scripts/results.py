@@ -148,11 +148,17 @@ def fmt_rate(r):
     return f"{r / 1e6:.2f}" if r is not None else "—"
 
 
+def criterion_command(suite):
+    """The command that measures a criterion suite."""
+    _key, _title, bench, filt = suite[:4]
+    return f"cargo bench --bench {bench}" + (f" -- '{filt}'" if filt else "")
+
+
 def criterion_section(suite, measured, plots_dir, link, plt):
     """The suite's Markdown lines, or None when the last runs left no data for it."""
     rates, when = measured
     key, title, bench, filt, groups, base, ours, paper = suite
-    cmd = f"cargo bench --bench {bench}" + (f" -- '{filt}'" if filt else "")
+    cmd = criterion_command(suite)
     times = [when[g] for g in groups if g in when]
     ran = f" Measured {stamp(min(times))}" + (
         f" to {stamp(max(times))}." if max(times) - min(times) > 60 else ".") if times else ""
@@ -399,7 +405,7 @@ def main(argv):
     for s in CRITERION_SUITES:
         sec = criterion_section(s, measured, plots_dir, link, plt)
         if sec is None:
-            missing.append((s[1], f"cargo bench --bench {s[2]}" + (f" -- '{s[3]}'" if s[3] else "")))
+            missing.append((s[1], criterion_command(s)))
         else:
             lines += sec
     for s in CSV_SUITES:
