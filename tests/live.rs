@@ -1970,7 +1970,10 @@ fn multiqueue_receiver_helper() {
         ..AfXdpConfig::new(&iface, 0)
     })
     .unwrap();
-    assert_eq!(port.program().unwrap().is_generic(), mode == XdpMode::Generic);
+    assert_eq!(
+        port.program().unwrap().is_generic(),
+        mode == XdpMode::Generic
+    );
     assert_eq!(port.name(), format!("af_xdp:{iface}:0,1,2,3"));
     println!("MQ-READY");
     let mut pool = HeapPool::new(64);
@@ -2076,7 +2079,11 @@ fn af_xdp_port_reads_every_queue_it_is_given() {
             "{mode}: frames arrived on more than one queue"
         );
         assert_eq!(got[4], 100, "{mode}: the port received every frame");
-        assert_eq!(xdp_attached(&ns.a, &va), None, "{mode}: detached when dropped");
+        assert_eq!(
+            xdp_attached(&ns.a, &va),
+            None,
+            "{mode}: detached when dropped"
+        );
     }
 }
 
@@ -2100,8 +2107,16 @@ fn af_xdp_run_on_four_queues_counts_every_tenant_exactly() {
     let o = run_output(
         Some(&ns.a),
         &[
-            "--iface", &va, "--port", "af-xdp", "--queues", "0-4", "--nf", "monitor",
-            "--tenants", t,
+            "--iface",
+            &va,
+            "--port",
+            "af-xdp",
+            "--queues",
+            "0-4",
+            "--nf",
+            "monitor",
+            "--tenants",
+            t,
         ],
     );
     let e = String::from_utf8_lossy(&o.stderr);
@@ -2163,7 +2178,10 @@ fn af_xdp_run_on_four_queues_counts_every_tenant_exactly() {
     );
     let total = traffic.frames.len() as u64;
     assert_eq!(sent[1..].iter().sum::<u64>(), total, "sent: {sent:?}");
-    assert!(sent[1..].iter().all(|&n| n > 0), "every queue sent: {sent:?}");
+    assert!(
+        sent[1..].iter().all(|&n| n > 0),
+        "every queue sent: {sent:?}"
+    );
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     let by_id: Vec<(u64, u64, u64)> = json["tenants"]
         .as_array()

@@ -322,7 +322,13 @@ fn buffetd_serves_a_dpdk_port() {
     let tenants = dir.path().join("tenants.toml");
     std::fs::write(&tenants, TENANTS).unwrap();
     let mut daemon = Command::new("ip")
-        .args(["netns", "exec", &ns.a, env!("CARGO_BIN_EXE_buffetd"), "--config"])
+        .args([
+            "netns",
+            "exec",
+            &ns.a,
+            env!("CARGO_BIN_EXE_buffetd"),
+            "--config",
+        ])
         .arg(&cfg)
         .env("BUFFETD_ADMIN_TOKEN", token)
         .stdout(Stdio::null())

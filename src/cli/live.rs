@@ -395,7 +395,9 @@ fn parse_queues(s: &str) -> Result<QueueList, String> {
             None => (num(part)?, num(part)?),
         };
         if lo > hi || hi - lo >= 1024 {
-            return Err(format!("{part:?}: a range runs from low to high, at most 1024 queues"));
+            return Err(format!(
+                "{part:?}: a range runs from low to high, at most 1024 queues"
+            ));
         }
         for q in lo..=hi {
             if out.contains(&q) {

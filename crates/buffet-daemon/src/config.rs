@@ -584,9 +584,11 @@ impl DaemonConfig {
                         if qs.is_empty() {
                             return bad(&field, "must name at least one queue".into());
                         }
-                        if let Some(q) = qs.iter().enumerate().find_map(|(k, q)| {
-                            qs[..k].contains(q).then_some(q)
-                        }) {
+                        if let Some(q) = qs
+                            .iter()
+                            .enumerate()
+                            .find_map(|(k, q)| qs[..k].contains(q).then_some(q))
+                        {
                             return bad(&field, format!("queue {q} is named twice"));
                         }
                         if !qs.contains(&x.tx_queue()) {

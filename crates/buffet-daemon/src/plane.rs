@@ -389,10 +389,9 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
                     message: e.to_string(),
                 })?,
             ),
-            PortConfig::Dpdk(d) => open_dpdk(d, id).map_err(|message| StartError::Port {
-                index,
-                message,
-            })?,
+            PortConfig::Dpdk(d) => {
+                open_dpdk(d, id).map_err(|message| StartError::Port { index, message })?
+            }
         });
     }
     if level == Isolation::TrustedNative {

@@ -760,13 +760,8 @@ impl AfXdpPort {
         port.refill();
         if let Some(mode) = port.cfg.redirect {
             let entries = wanted.iter().max().map_or(1, |&q| q + 1);
-            let program = RedirectProgram::attach_cleared(
-                &port.cfg.iface,
-                ifindex,
-                mode,
-                entries,
-                replaced,
-            )?;
+            let program =
+                RedirectProgram::attach_cleared(&port.cfg.iface, ifindex, mode, entries, replaced)?;
             // The program is detached (dropped) before the sockets close.
             program.insert(port.cfg.queue, port.socket_fd())?;
             for rxq in &port.queues {
@@ -1493,8 +1488,9 @@ mod tests {
         assert_eq!(lo(1, vec![]).receive_queues(), [1]);
         let e = AfXdpPort::open(lo(0, vec![1, 2])).unwrap_err();
         assert!(
-            e.to_string()
-                .contains("frames are sent on queue 0, which is not among the receive queues [1, 2]"),
+            e.to_string().contains(
+                "frames are sent on queue 0, which is not among the receive queues [1, 2]"
+            ),
             "{e}"
         );
         let e = AfXdpPort::open(lo(0, vec![0, 1, 0])).unwrap_err();
