@@ -9,6 +9,12 @@
 //! a killed run's program is replaced and a live run's is not; and the AF_XDP socket
 //! inserted into a caller's own XSKMAP, echoing UMEM frames back without a copy.
 //!
+//! Several queues: on a veth pair with four queues a side, a peer sends on each of its
+//! four transmit queues (one AF_XDP socket per queue, run as the ignored test
+//! `multiqueue_sender_helper`); one AF_XDP port on queues 0-3 receives every frame, on
+//! more than one queue, in native and in generic mode; `buffet run --port af-xdp
+//! --queues 0-3` counts every tenant exactly; a queue the interface lacks is refused.
+//!
 //! `--dispatch xdp --xdp-mode generic`: the XDP Packet Dispatcher redirects each frame to
 //! its worker's own socket (all on the veth's single queue, sharing one UMEM); the
 //! per-tenant counts of the sender, the XDP maps and the workers agree exactly, passed
@@ -1762,4 +1768,450 @@ fn buffetd_serves_a_live_af_packet_port() {
         .success();
     assert!(ok);
     assert!(daemon.wait().unwrap().success());
+}
+
+/// A second veth pair between `ns`'s namespaces with `queues` transmit and receive
+/// queues on each end; returns (A side, B side).
+fn multiqueue_pair(ns: &NsPair, queues: u32) -> (String, String) {
+    let (va, vb) = (format!("{}q", ns.va), format!("{}q", ns.vb));
+    let n = queues.to_string();
+    ip(&[
+        "link",
+        "add",
+        &va,
+        "netns",
+        &ns.a,
+        "numtxqueues",
+        &n,
+        "numrxqueues",
+        &n,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &vb,
+        "netns",
+        &ns.b,
+        "numtxqueues",
+        &n,
+        "numrxqueues",
+        &n,
+    ]);
+    ip(&["-n", &ns.a, "link", "set", &va, "up"]);
+    ip(&["-n", &ns.b, "link", "set", &vb, "up"]);
+    (va, vb)
+}
+
+/// Runs in namespace B (see `af_xdp_port_reads_every_queue_it_is_given`): sends the pcap
+/// in `BUFFET_MQ_SEND` out of `BUFFET_MQ_IFACE` on its `BUFFET_MQ_QUEUES` transmit
+/// queues, through one AF_XDP socket per queue (copy mode: the kernel transmits each
+/// frame on the socket's own queue, and veth hands it to the peer's receive queue of
+/// that number). Frame `i` goes on queue `i % queues`, or, with `BUFFET_MQ_COUNTS`
+/// (`10,20,30,40`), the first 10 frames on queue 0, the next 20 on queue 1, and so on.
+/// Then counts marked frames coming back (an AF_PACKET socket on the interface) until
+/// `BUFFET_MQ_EXPECT` arrived or 5 s passed, and writes `back sent_on_0 sent_on_1 …` to
+/// `BUFFET_MQ_OUT`.
+#[test]
+#[ignore = "helper: run by the multi-queue AF_XDP tests inside a network namespace"]
+fn multiqueue_sender_helper() {
+    use buffet::io::afpacket::{AfPacketConfig, AfPacketPort};
+    use buffet::io::afxdp::{AfXdpConfig, AfXdpPort, CopyMode};
+    use buffet::io::pcap::PcapReader;
+    use buffet::io::PacketSource;
+    let Ok(pcap) = std::env::var("BUFFET_MQ_SEND") else {
+        return;
+    };
+    let iface = std::env::var("BUFFET_MQ_IFACE").unwrap();
+    let queues: u32 = std::env::var("BUFFET_MQ_QUEUES").unwrap().parse().unwrap();
+    let expect: u64 = std::env::var("BUFFET_MQ_EXPECT").unwrap().parse().unwrap();
+    let counts: Option<Vec<u64>> = std::env::var("BUFFET_MQ_COUNTS")
+        .ok()
+        .map(|c| c.split(',').map(|x| x.parse().unwrap()).collect());
+    let mut back_port = AfPacketPort::open(AfPacketConfig::new(&iface, 99)).unwrap();
+    let mut ports: Vec<AfXdpPort> = (0..queues)
+        .map(|q| {
+            AfXdpPort::open(AfXdpConfig {
+                queue: q,
+                redirect: None,
+                copy: CopyMode::Copy,
+                frames: 512,
+                ring_size: 256,
+                ..AfXdpConfig::new(&iface, q as u16)
+            })
+            .unwrap()
+        })
+        .collect();
+    let queue_of = |i: u64| -> usize {
+        match &counts {
+            None => (i % u64::from(queues)) as usize,
+            Some(c) => {
+                let mut left = i;
+                for (q, &k) in c.iter().enumerate() {
+                    if left < k {
+                        return q;
+                    }
+                    left -= k;
+                }
+                panic!("frame {i} is beyond BUFFET_MQ_COUNTS")
+            }
+        }
+    };
+    let mut pool = HeapPool::new(1024);
+    let mut reader = PcapReader::open(Path::new(&pcap)).unwrap();
+    let mut bursts: Vec<Vec<_>> = (0..queues).map(|_| Vec::new()).collect();
+    let mut i = 0u64;
+    let mut rx = Vec::new();
+    loop {
+        let pkt = reader.next_packet().unwrap();
+        let done = pkt.is_none();
+        if let Some(p) = pkt {
+            let mut b = pool.take().unwrap();
+            assert!(b.fill(p.data));
+            bursts[queue_of(i)].push(b);
+            i += 1;
+        }
+        if done || i % 16 == 0 {
+            for (port, burst) in ports.iter_mut().zip(&mut bursts) {
+                port.tx_burst(burst, &mut pool).unwrap();
+                // Completions back to the port's free frames.
+                port.rx_burst(&mut pool, &mut rx, 64).unwrap();
+                for b in rx.drain(..) {
+                    port.recycle(b);
+                }
+            }
+            // Paced: the receiving rings are never the limit in this test.
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        if done {
+            break;
+        }
+    }
+    let mut back = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut until = if expect == 0 {
+        Instant::now() + Duration::from_millis(300)
+    } else {
+        deadline
+    };
+    while Instant::now() < until {
+        back_port.rx_burst(&mut pool, &mut rx, 64).unwrap();
+        for b in rx.drain(..) {
+            if b.data().windows(MARK.len()).any(|w| w == MARK) {
+                back += 1;
+            }
+            pool.give(b);
+        }
+        if expect > 0 && back >= expect && until == deadline {
+            until = Instant::now() + Duration::from_millis(300);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut line = back.to_string();
+    for p in &ports {
+        let s = p.stats();
+        assert_eq!(s.tx_dropped, 0, "{s:?}");
+        line.push_str(&format!(" {}", s.tx));
+    }
+    std::fs::write(std::env::var("BUFFET_MQ_OUT").unwrap(), line + "\n").unwrap();
+}
+
+/// Runs `multiqueue_sender_helper` in namespace B with `env`; returns its numbers:
+/// frames back, then frames sent on each queue.
+fn send_on_queues(ns: &NsPair, env: &[(&str, String)]) -> Vec<u64> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mq.txt");
+    let sender = Command::new("ip")
+        .args(["netns", "exec", &ns.b])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "multiqueue_sender_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("BUFFET_MQ_OUT", &out)
+        .output()
+        .unwrap();
+    assert!(
+        sender.status.success(),
+        "sender: {}{}",
+        String::from_utf8_lossy(&sender.stdout),
+        String::from_utf8_lossy(&sender.stderr)
+    );
+    std::fs::read_to_string(&out)
+        .unwrap()
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect()
+}
+
+/// Runs in namespace A (see `af_xdp_port_reads_every_queue_it_is_given`): one AF_XDP
+/// port on queues 0-3 of `BUFFET_MQR_IFACE`, its redirect program in mode
+/// `BUFFET_MQR_MODE`; receives until `BUFFET_MQR_EXPECT` marked frames arrived or 10 s
+/// passed, and writes `received_on_0 received_on_1 … port_rx` to `BUFFET_MQR_OUT`.
+#[test]
+#[ignore = "helper: run by af_xdp_port_reads_every_queue_it_is_given inside a network namespace"]
+fn multiqueue_receiver_helper() {
+    use buffet::io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
+    let Ok(iface) = std::env::var("BUFFET_MQR_IFACE") else {
+        return;
+    };
+    let mode = match std::env::var("BUFFET_MQR_MODE").unwrap().as_str() {
+        "native" => XdpMode::Native,
+        _ => XdpMode::Generic,
+    };
+    let expect: u64 = std::env::var("BUFFET_MQR_EXPECT").unwrap().parse().unwrap();
+    let mut port = AfXdpPort::open(AfXdpConfig {
+        queues: vec![0, 1, 2, 3],
+        redirect: Some(mode),
+        ..AfXdpConfig::new(&iface, 0)
+    })
+    .unwrap();
+    assert_eq!(
+        port.program().unwrap().is_generic(),
+        mode == XdpMode::Generic
+    );
+    assert_eq!(port.name(), format!("af_xdp:{iface}:0,1,2,3"));
+    println!("MQ-READY");
+    let mut pool = HeapPool::new(64);
+    let mut rx = Vec::new();
+    let mut marked = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while marked < expect && Instant::now() < deadline {
+        port.rx_burst(&mut pool, &mut rx, 64).unwrap();
+        for b in rx.drain(..) {
+            if b.data().windows(MARK.len()).any(|w| w == MARK) {
+                marked += 1;
+            }
+            port.recycle(b);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut line = String::new();
+    for (q, n) in port.received_per_queue() {
+        assert_eq!(q as usize, line.split_whitespace().count(), "queue order");
+        line.push_str(&format!("{n} "));
+    }
+    let s = port.stats();
+    assert_eq!(s.rx_dropped, 0, "{s:?}");
+    line.push_str(&s.rx.to_string());
+    std::fs::write(std::env::var("BUFFET_MQR_OUT").unwrap(), line + "\n").unwrap();
+}
+
+/// One AF_XDP port on all four queues of a four-queue veth: a peer sending 10, 20, 30
+/// and 40 frames on its transmit queues 0-3 (one AF_XDP socket each: the kernel keeps a
+/// frame on its socket's queue) reaches the port on several receive queues, and the port
+/// receives every frame, with its redirect program in native and in generic mode. How
+/// the queues map is the kernel's (see docs/ports.md): in native mode veth hands a frame
+/// sent on queue q to the peer's receive queue q; in generic mode the frame keeps the
+/// sender's queue mapping, which the receive path reads as queue q - 1 (queue 0 for q = 0).
+#[test]
+fn af_xdp_port_reads_every_queue_it_is_given() {
+    if !privileged("live::af_xdp_port_reads_every_queue_it_is_given") {
+        return;
+    }
+    for (mode, want) in [("native", [10, 20, 30, 40]), ("generic", [30, 30, 40, 0])] {
+        let ns = NsPair::new();
+        let (va, vb) = multiqueue_pair(&ns, 4);
+        let dir = tempfile::tempdir().unwrap();
+        let frames: Vec<Vec<u8>> = (0..100u32)
+            .map(|i| udp4([172, 16, 0, 1], [10, 1, 0, (i % 200) as u8], 40000, 80, i))
+            .collect();
+        let pcap = dir.path().join("send.pcap");
+        write_pcap(&pcap, &frames);
+        let out = dir.path().join("mqr.txt");
+        let mut helper = Command::new("ip")
+            .args(["netns", "exec", &ns.a])
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "multiqueue_receiver_helper",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("BUFFET_MQR_IFACE", &va)
+            .env("BUFFET_MQR_MODE", mode)
+            .env("BUFFET_MQR_EXPECT", "100")
+            .env("BUFFET_MQR_OUT", &out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(helper.stdout.take().unwrap());
+        let mut seen = String::new();
+        while !seen.contains("MQ-READY") {
+            if lines.read_line(&mut seen).unwrap() == 0 {
+                let out = helper.wait_with_output().unwrap();
+                panic!("{mode}: {seen}{}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+        let sent = send_on_queues(
+            &ns,
+            &[
+                ("BUFFET_MQ_SEND", pcap.display().to_string()),
+                ("BUFFET_MQ_IFACE", vb.clone()),
+                ("BUFFET_MQ_QUEUES", "4".into()),
+                ("BUFFET_MQ_COUNTS", "10,20,30,40".into()),
+                ("BUFFET_MQ_EXPECT", "0".into()),
+            ],
+        );
+        assert_eq!(sent, [0, 10, 20, 30, 40], "{mode}: back, sent per queue");
+        let _ = lines.read_to_string(&mut seen);
+        let o = helper.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "{mode}: {seen}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got: Vec<u64> = std::fs::read_to_string(&out)
+            .unwrap()
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(got[..4], want, "{mode}: received per queue 0-3");
+        assert!(
+            got[..4].iter().filter(|&&n| n > 0).count() > 1,
+            "{mode}: frames arrived on more than one queue"
+        );
+        assert_eq!(got[4], 100, "{mode}: the port received every frame");
+        assert_eq!(
+            xdp_attached(&ns.a, &va),
+            None,
+            "{mode}: detached when dropped"
+        );
+    }
+}
+
+/// `buffet run --port af-xdp --queues 0-3` on a four-queue veth: the traffic of the
+/// ten-tenant test, sent round robin on the peer's four transmit queues, is counted per
+/// tenant exactly, the port received every frame (on all four queues, in native mode),
+/// and every passed frame comes back out of the first queue. A queue the interface does
+/// not have is refused first, with the interface's queue count, and leaves nothing
+/// attached.
+#[test]
+fn af_xdp_run_on_four_queues_counts_every_tenant_exactly() {
+    if !privileged("live::af_xdp_run_on_four_queues_counts_every_tenant_exactly") {
+        return;
+    }
+    let ns = NsPair::new();
+    let (va, vb) = multiqueue_pair(&ns, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let t = tenants.to_str().unwrap();
+    let o = run_output(
+        Some(&ns.a),
+        &[
+            "--iface",
+            &va,
+            "--port",
+            "af-xdp",
+            "--queues",
+            "0-4",
+            "--nf",
+            "monitor",
+            "--tenants",
+            t,
+        ],
+    );
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains(&format!(
+            "af_xdp on {va}: queue 4 does not exist: the interface has 4 receive queue(s)"
+        )),
+        "{e}"
+    );
+    assert_eq!(xdp_attached(&ns.a, &va), None, "nothing left attached");
+
+    let traffic = traffic();
+    let pcap = dir.path().join("send.pcap");
+    write_pcap(&pcap, &traffic.frames);
+    let stats = dir.path().join("stats.json");
+    let args: Vec<&std::ffi::OsStr> = [
+        "--iface",
+        va.as_str(),
+        "--port",
+        "af-xdp",
+        "--queues",
+        "0-3",
+        "--xdp-mode",
+        "native",
+        "--nf",
+        "monitor",
+        "--workers",
+        "2",
+        "--no-pin",
+        "--duration",
+        "6",
+        "--tenants",
+        t,
+        "--stats-json",
+        stats.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| std::ffi::OsStr::new(*s))
+    .collect();
+    let (child, stderr) = start_run(&ns.a, &args);
+    let packets: u64 = traffic.per_tenant.iter().map(|(_, k)| k).sum();
+    let sent = send_on_queues(
+        &ns,
+        &[
+            ("BUFFET_MQ_SEND", pcap.display().to_string()),
+            ("BUFFET_MQ_IFACE", vb.clone()),
+            ("BUFFET_MQ_QUEUES", "4".into()),
+            ("BUFFET_MQ_EXPECT", packets.to_string()),
+        ],
+    );
+    let out = child.wait_with_output().unwrap();
+    let err = stderr.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "buffet run: {err}{stdout}");
+    assert!(
+        err.contains(&format!("af_xdp on {va} queues 0,1,2,3: copy mode")),
+        "{err}"
+    );
+    let total = traffic.frames.len() as u64;
+    assert_eq!(sent[1..].iter().sum::<u64>(), total, "sent: {sent:?}");
+    assert!(
+        sent[1..].iter().all(|&n| n > 0),
+        "every queue sent: {sent:?}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let by_id: Vec<(u64, u64, u64)> = json["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["id"].as_u64().unwrap(),
+                x["packets"].as_u64().unwrap(),
+                x["passed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64, u64)> = traffic
+        .per_tenant
+        .iter()
+        .map(|&(id, k)| (u64::from(id), k, k))
+        .collect();
+    assert_eq!(by_id, want, "per tenant (id, packets, passed)\n{stdout}");
+    let g = &json["global"];
+    assert_eq!(g["input_packets"].as_u64(), Some(total), "{stdout}");
+    assert_eq!(g["unmatched"].as_u64(), Some(traffic.unmatched), "{stdout}");
+    let port = &json["input"]["ports"][0];
+    assert_eq!(
+        port["name"].as_str(),
+        Some(format!("af_xdp:{va}:0,1,2,3").as_str())
+    );
+    assert_eq!(port["rx"].as_u64(), Some(total), "{port}");
+    assert_eq!(port["rx_dropped"].as_u64(), Some(0), "{port}");
+    assert_eq!(port["tx"].as_u64(), Some(packets), "{port}");
+    assert_eq!(sent[0], packets, "every passed frame came back out, once");
+    assert_eq!(xdp_attached(&ns.a, &va), None, "detached at the end");
 }

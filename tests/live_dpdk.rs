@@ -6,7 +6,9 @@
 //! counters against what was sent, and the frames the NF passes are counted back in B —
 //! on the same link, or with `--tx-iface` on a second veth pair (mbufs copied into the
 //! AF_PACKET transmit port's heap frames). Also: an interface that does not exist is
-//! refused before the EAL starts.
+//! refused before the EAL starts; and buffetd with a `kind = "dpdk"` port in its config
+//! (the same vdev), tenants applied through the `buffet` client, counts each tenant's
+//! frames exactly and sends the passed ones back.
 //!
 //! The sender is this test binary itself, re-run inside namespace B (`ip netns exec`)
 //! as the ignored test `dpdk_sender_helper`, which sends a pcap through buffet's own
@@ -16,7 +18,9 @@
 //! `BUFFET_REQUIRE_PRIVILEGED=1` (or CI) that skip is a failure.
 #![cfg(feature = "io-dpdk")]
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use buffet::io::pcap::PcapWriter;
 
@@ -285,4 +289,173 @@ fn dpdk_on_a_missing_interface_is_refused_before_the_eal_starts() {
     );
     assert!(!err.contains("running on"), "nothing ran: {err}");
     assert!(!err.contains("EAL: "), "the EAL never started: {err}");
+}
+
+/// buffetd started from a config with a `kind = "dpdk"` port (EAL arguments in the
+/// config, as `buffet run --eal` takes them) in namespace A; tenants applied with the
+/// `buffet` client (run in A too, where the API listens); the frames sent from B are
+/// counted per tenant exactly, the unmatched ones not at all, and the passed ones come
+/// back out of the interface. SIGTERM ends it with status 0.
+#[test]
+fn buffetd_serves_a_dpdk_port() {
+    if !privileged("live_dpdk::buffetd_serves_a_dpdk_port") {
+        return;
+    }
+    let ns = NsPair::new();
+    ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
+    let dir = tempfile::tempdir().unwrap();
+    let token = "admin-token-for-the-dpdk-daemon-test";
+    let api = "http://127.0.0.1:7980";
+    let cfg = dir.path().join("buffet.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:7980\"\n[nf]\nname = \"monitor\"\n\
+             [dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 16\npin = false\n\
+             [[port]]\nkind = \"dpdk\"\niface = \"{iface}\"\n\
+             eal = [\"--no-huge --no-pci\", \"--vdev net_af_packet0,iface={iface}\"]\n",
+            d = dir.path().display(),
+            iface = ns.va
+        ),
+    )
+    .unwrap();
+    let tenants = dir.path().join("tenants.toml");
+    // The daemon refuses overlapping rules at one priority: gamma's source prefix could
+    // overlap the others' destinations, so it gets its own (its frames match it alone).
+    let src_rule = r#"{ src_ip = "192.168.3.0/24" }"#;
+    assert!(TENANTS.contains(src_rule));
+    let daemon_tenants =
+        TENANTS.replace(src_rule, r#"{ src_ip = "192.168.3.0/24", priority = 50 }"#);
+    std::fs::write(&tenants, daemon_tenants).unwrap();
+    let mut daemon = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.a,
+            env!("CARGO_BIN_EXE_buffetd"),
+            "--config",
+        ])
+        .arg(&cfg)
+        .env("BUFFETD_ADMIN_TOKEN", token)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = |args: &[&std::ffi::OsStr]| -> (bool, serde_json::Value, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.a, BUFFET])
+            .args(args)
+            .arg("--json")
+            .env("BUFFET_API", api)
+            .env("BUFFET_TOKEN", token)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let t0 = Instant::now();
+    while !client(&["workers".as_ref(), "ls".as_ref()]).0 {
+        if let Some(status) = daemon.try_wait().unwrap() {
+            let mut err = String::new();
+            let _ = daemon.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("buffetd ended ({status}): {err}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "buffetd did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, _, err) = client(&["tenant".as_ref(), "apply".as_ref(), tenants.as_os_str()]);
+    assert!(ok, "{err}");
+    let (frames, per_tenant, _unmatched) = traffic();
+    let pcap = dir.path().join("send.pcap");
+    let mut w = PcapWriter::create(&pcap).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        w.write(i as u64 * 1000, f).unwrap();
+    }
+    w.flush().unwrap();
+    let passed: u64 = per_tenant.iter().map(|(_, k)| k).sum();
+    let result = dir.path().join("sender.txt");
+    let sender = Command::new("ip")
+        .args(["netns", "exec", &ns.b])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "dpdk_sender_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("BUFFET_LIVE_SEND", &pcap)
+        .env("BUFFET_LIVE_IFACE", &ns.vb)
+        .env("BUFFET_LIVE_EXPECT", passed.to_string())
+        .env("BUFFET_LIVE_OUT", &result)
+        .output()
+        .unwrap();
+    assert!(
+        sender.status.success(),
+        "sender: {}{}",
+        String::from_utf8_lossy(&sender.stdout),
+        String::from_utf8_lossy(&sender.stderr)
+    );
+    let r = std::fs::read_to_string(&result).unwrap();
+    let n: Vec<u64> = r.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert_eq!(n[0], frames.len() as u64, "sent");
+    let counts = |v: &serde_json::Value| -> Vec<(u64, u64, u64)> {
+        let mut c: Vec<(u64, u64, u64)> = v["tenants"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|t| {
+                        (
+                            t["id"].as_u64().unwrap_or(0),
+                            t["packets"].as_u64().unwrap_or(0),
+                            t["passed"].as_u64().unwrap_or(0),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        c.sort_unstable();
+        c
+    };
+    let want: Vec<(u64, u64, u64)> = per_tenant.iter().map(|&(id, k)| (id, k, k)).collect();
+    let t0 = Instant::now();
+    loop {
+        let (ok, v, err) = client(&["stats".as_ref()]);
+        assert!(ok, "{err}");
+        if counts(&v) == want {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "per tenant (id, packets, passed): daemon {:?}, sender {want:?}\n{v}",
+            counts(&v)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(n[1], passed, "every passed frame came back out, once");
+    let ok = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let status = daemon.wait().unwrap();
+    let mut err = String::new();
+    let _ = daemon.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "EAL arguments: --no-shconf --no-telemetry --no-huge --no-pci --vdev \
+             net_af_packet0,iface={}",
+            ns.va
+        )),
+        "buffetd says which EAL arguments it used: {err}"
+    );
 }

@@ -1,6 +1,7 @@
 //! `buffet run`: the whole pipeline on a live interface — the software Packet Dispatcher
-//! reads an AF_PACKET port (or, with `--port af-xdp`, an AF_XDP socket on one queue,
-//! whose UMEM frames the workers process in place) and feeds the workers, which run an NF chosen exactly as
+//! reads an AF_PACKET port (or, with `--port af-xdp`, an AF_XDP socket on one queue —
+//! with `--queues`, one socket per queue over one UMEM, read round robin — whose UMEM
+//! frames the workers process in place) and feeds the workers, which run an NF chosen exactly as
 //! `replay` chooses it (`--nf`, `--nf-lib`, `--nf-ebpf`, `--isolation`). Frames the NF
 //! passes leave through the same interface, or through `--tx-iface`. Runs until SIGINT
 //! or SIGTERM (a second one ends the process at once) or `--duration` seconds, then
@@ -116,6 +117,11 @@ pub struct RunArgs {
     /// The interface queue the AF_XDP socket (every worker's, with --dispatch xdp) reads.
     #[arg(long, default_value_t = 0)]
     pub queue: u32,
+    /// Several receive queues for --port af-xdp, one socket each over one UMEM, read
+    /// round robin: a range and/or list (`0-3`, `0,2`, `0-1,4`). Passed frames leave
+    /// through the first.
+    #[arg(long, value_name = "LIST", conflicts_with = "queue", value_parser = parse_queues)]
+    pub queues: Option<QueueList>,
     /// More DPDK EAL arguments for --port dpdk, whitespace-separated (repeatable), after
     /// those derived from --iface: e.g. --eal "--no-huge -l 0" or, to use a NIC bound to
     /// a DPDK driver instead of the net_af_packet vdev, --eal "-a 0000:3b:00.0".
@@ -159,6 +165,12 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     let xdp = a.dispatch == DispatchMode::Xdp;
     if !xdp && a.port != PortKind::AfXdp && (a.xdp_mode.is_some() || a.queue != 0) {
         anyhow::bail!("--xdp-mode and --queue apply to --port af-xdp or --dispatch xdp only");
+    }
+    if a.queues.is_some() && (xdp || a.port != PortKind::AfXdp) {
+        anyhow::bail!(
+            "--queues applies to --port af-xdp with --dispatch software only (the XDP \
+             Packet Dispatcher's workers read one queue, --queue)"
+        );
     }
     if xdp && a.promisc {
         anyhow::bail!(
@@ -218,20 +230,29 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
                 !a.promisc,
                 "--promisc applies to --port af-packet only (an XDP program sees every frame)"
             );
+            let queues = a.queues.clone().map(|q| q.0).unwrap_or_default();
             let port = AfXdpPort::open(AfXdpConfig {
-                queue: a.queue,
+                queue: queues.first().copied().unwrap_or(a.queue),
                 redirect: Some(match a.xdp_mode {
                     None => XdpMode::Auto,
                     Some(XdpModeArg::Native) => XdpMode::Native,
                     Some(XdpModeArg::Generic) => XdpMode::Generic,
                 }),
+                queues,
                 ..AfXdpConfig::new(&a.iface, 0)
             })?;
             if let Some(p) = port.program() {
+                let on: Vec<String> = port
+                    .config()
+                    .receive_queues()
+                    .iter()
+                    .map(u32::to_string)
+                    .collect();
                 eprintln!(
-                    "af_xdp on {} queue {}: {} mode, redirect program in {} mode{}",
+                    "af_xdp on {} queue{} {}: {} mode, redirect program in {} mode{}",
                     a.iface,
-                    a.queue,
+                    if on.len() > 1 { "s" } else { "" },
+                    on.join(","),
                     if port.is_zero_copy() {
                         "zero-copy"
                     } else {
@@ -353,6 +374,39 @@ fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
             dispatcher_tag_dscp: false,
         },
     ))
+}
+
+/// `--queues`: the receive queues, in the order given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueList(pub Vec<u32>);
+
+/// `--queues`: queue numbers and ranges separated by commas (`0-3`, `0,2`, `0-1,4`), each
+/// queue once.
+fn parse_queues(s: &str) -> Result<QueueList, String> {
+    let mut out: Vec<u32> = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let num = |x: &str| {
+            x.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{x:?} is not a queue number (in {s:?})"))
+        };
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (num(lo)?, num(hi)?),
+            None => (num(part)?, num(part)?),
+        };
+        if lo > hi || hi - lo >= 1024 {
+            return Err(format!(
+                "{part:?}: a range runs from low to high, at most 1024 queues"
+            ));
+        }
+        for q in lo..=hi {
+            if out.contains(&q) {
+                return Err(format!("queue {q} is named twice in {s:?}"));
+            }
+            out.push(q);
+        }
+    }
+    Ok(QueueList(out))
 }
 
 /// Opens the DPDK port of `--port dpdk` (see the module docs).
@@ -767,4 +821,27 @@ fn xdp_json<N: RegisteredNf>(
         "events_lost": s.events_lost,
         "tenants": rows,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_queues, QueueList};
+
+    fn parse(s: &str) -> Result<Vec<u32>, String> {
+        parse_queues(s).map(|QueueList(q)| q)
+    }
+
+    #[test]
+    fn queues_are_ranges_and_lists_each_queue_once() {
+        assert_eq!(parse("0-3"), Ok(vec![0, 1, 2, 3]));
+        assert_eq!(parse("2"), Ok(vec![2]));
+        assert_eq!(parse("0-1, 4"), Ok(vec![0, 1, 4]));
+        let e = parse("0-2,1").unwrap_err();
+        assert!(e.contains("queue 1 is named twice"), "{e}");
+        let e = parse("3-1").unwrap_err();
+        assert!(e.contains("from low to high"), "{e}");
+        let e = parse("0-x").unwrap_err();
+        assert!(e.contains("\"x\" is not a queue number"), "{e}");
+        assert!(parse("").is_err());
+    }
 }

@@ -305,10 +305,43 @@ pub enum PortConfig {
     /// there are processed, passed frames sent back out of it.
     #[serde(rename = "af_packet")]
     AfPacket(AfPacketPortConfig),
-    /// A live interface queue through an AF_XDP socket and its redirect program
-    /// (CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW); passed frames go back out of it.
+    /// Live interface queues through AF_XDP sockets (one per queue, one UMEM) and their
+    /// redirect program (CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW); passed frames go back
+    /// out of the first queue.
     #[serde(rename = "af_xdp")]
     AfXdp(AfXdpPortConfig),
+    /// A DPDK ethdev, as `buffet run --port dpdk` opens it (root; a buffetd built with
+    /// the cargo feature `io-dpdk`, which validation checks); passed frames go back out
+    /// of it. One per process: DPDK's EAL starts once.
+    #[serde(rename = "dpdk")]
+    Dpdk(DpdkPortConfig),
+}
+
+/// `kind = "dpdk"`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpdkPortConfig {
+    /// The kernel interface behind DPDK's `net_af_packet` vdev (`buffet run --iface`),
+    /// unless `eal` chooses devices itself.
+    pub iface: String,
+    /// More EAL arguments after those derived from `iface`, each split at whitespace
+    /// (`buffet run --eal`): `["--no-huge -l 0"]`, or `["-a 0000:3b:00.0"]` for a NIC
+    /// bound to a DPDK driver instead of the vdev.
+    #[serde(default)]
+    pub eal: Vec<String>,
+    /// Put the device in promiscuous mode.
+    #[serde(default)]
+    pub promisc: bool,
+}
+
+impl DpdkPortConfig {
+    /// `eal` split at whitespace, as `buffet run --eal` splits its values.
+    pub fn eal_args(&self) -> Vec<String> {
+        self.eal
+            .iter()
+            .flat_map(|s| s.split_whitespace().map(str::to_owned))
+            .collect()
+    }
 }
 
 /// `kind = "af_packet"`.
@@ -328,9 +361,14 @@ pub struct AfPacketPortConfig {
 pub struct AfXdpPortConfig {
     /// The interface.
     pub iface: String,
-    /// The queue the socket binds (0).
+    /// The queue passed frames are sent on (and, without `queues`, the one queue read):
+    /// 0, or the first of `queues`.
     #[serde(default)]
-    pub queue: u32,
+    pub queue: Option<u32>,
+    /// The receive queues, one socket each over one UMEM, read round robin (`[0, 1, 2,
+    /// 3]`); `queue` must be among them. Absent: `queue` alone.
+    #[serde(default)]
+    pub queues: Option<Vec<u32>>,
     /// Where the redirect program attaches: `auto` (native, else generic), `native`,
     /// `generic`.
     #[serde(default = "default_xdp_mode")]
@@ -350,6 +388,15 @@ fn iface_problem(name: &str) -> Option<String> {
 
 fn default_xdp_mode() -> String {
     "auto".into()
+}
+
+impl AfXdpPortConfig {
+    /// The queue passed frames are sent on.
+    pub fn tx_queue(&self) -> u32 {
+        self.queue
+            .or_else(|| self.queues.as_ref().and_then(|q| q.first().copied()))
+            .unwrap_or(0)
+    }
 }
 
 /// `kind = "generator"`.
@@ -532,12 +579,62 @@ impl DaemonConfig {
                     if let Some(why) = iface_problem(&x.iface) {
                         return bad(&format!("port[{i}].iface"), why);
                     }
+                    if let Some(qs) = &x.queues {
+                        let field = format!("port[{i}].queues");
+                        if qs.is_empty() {
+                            return bad(&field, "must name at least one queue".into());
+                        }
+                        if let Some(q) = qs
+                            .iter()
+                            .enumerate()
+                            .find_map(|(k, q)| qs[..k].contains(q).then_some(q))
+                        {
+                            return bad(&field, format!("queue {q} is named twice"));
+                        }
+                        if !qs.contains(&x.tx_queue()) {
+                            return bad(
+                                &format!("port[{i}].queue"),
+                                format!(
+                                    "{} is not among port[{i}].queues {qs:?} (passed frames \
+                                     leave through one of the queues read)",
+                                    x.tx_queue()
+                                ),
+                            );
+                        }
+                    }
                     if !["auto", "native", "generic"].contains(&x.xdp_mode.as_str()) {
                         return bad(
                             &format!("port[{i}].xdp_mode"),
                             format!(
                                 "must be \"auto\", \"native\" or \"generic\", got {:?}",
                                 x.xdp_mode
+                            ),
+                        );
+                    }
+                }
+                PortConfig::Dpdk(d) => {
+                    if !cfg!(feature = "io-dpdk") {
+                        return bad(
+                            &format!("port[{i}].kind"),
+                            "\"dpdk\": this buffetd was built without the io-dpdk feature; \
+                             build it with `cargo build --release --features io-dpdk` \
+                             (needs Debian's dpdk-dev 22.11, see docs/ports.md)"
+                                .into(),
+                        );
+                    }
+                    if let Some(why) = iface_problem(&d.iface) {
+                        return bad(&format!("port[{i}].iface"), why);
+                    }
+                    let first = self
+                        .ports
+                        .iter()
+                        .position(|p| matches!(p, PortConfig::Dpdk(_)));
+                    if let Some(j) = first.filter(|&j| j < i) {
+                        return bad(
+                            &format!("port[{i}].kind"),
+                            format!(
+                                "\"dpdk\" again: port[{j}] is DPDK already, and DPDK's EAL \
+                                 starts once per process (one DPDK port per buffetd)"
                             ),
                         );
                     }
@@ -622,6 +719,74 @@ mod tests {
             e.to_string(),
             "b.toml: nf.offered[1]: \"dpi\" is offered twice"
         );
+    }
+
+    const AF_XDP: &str = "[[port]]\nkind = \"af_xdp\"\niface = \"eth0\"\n";
+
+    #[test]
+    fn af_xdp_queues_are_a_set_holding_the_transmit_queue() {
+        let c = parse(&format!("{MINIMAL}{AF_XDP}queues = [2, 3]\n")).unwrap();
+        let PortConfig::AfXdp(x) = &c.ports[0] else {
+            panic!("{:?}", c.ports)
+        };
+        assert_eq!((x.tx_queue(), x.queues.as_deref()), (2, Some(&[2, 3][..])));
+        let c = parse(&format!("{MINIMAL}{AF_XDP}queue = 1\n")).unwrap();
+        let PortConfig::AfXdp(x) = &c.ports[0] else {
+            panic!("{:?}", c.ports)
+        };
+        assert_eq!((x.tx_queue(), x.queues.as_deref()), (1, None));
+        let e = parse(&format!("{MINIMAL}{AF_XDP}queues = [0, 1, 0]\n")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "b.toml: port[0].queues: queue 0 is named twice"
+        );
+        let e = parse(&format!("{MINIMAL}{AF_XDP}queues = []\n")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "b.toml: port[0].queues: must name at least one queue"
+        );
+        let e = parse(&format!("{MINIMAL}{AF_XDP}queue = 5\nqueues = [0, 1]\n")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("b.toml: port[0].queue: 5 is not among port[0].queues [0, 1]"),
+            "{e}"
+        );
+    }
+
+    const DPDK: &str = "[[port]]\nkind = \"dpdk\"\niface = \"veth0\"\neal = [\"--no-huge -l 0\"]\n";
+
+    #[cfg(not(feature = "io-dpdk"))]
+    #[test]
+    fn a_dpdk_port_needs_a_build_with_io_dpdk() {
+        let e = parse(&format!("{MINIMAL}{DPDK}")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "b.toml: port[0].kind: \"dpdk\": this buffetd was built without the io-dpdk \
+             feature; build it with `cargo build --release --features io-dpdk` (needs \
+             Debian's dpdk-dev 22.11, see docs/ports.md)"
+        );
+    }
+
+    #[cfg(feature = "io-dpdk")]
+    #[test]
+    fn a_dpdk_port_takes_eal_arguments_once_per_process() {
+        let c = parse(&format!("{MINIMAL}{DPDK}")).unwrap();
+        let PortConfig::Dpdk(d) = &c.ports[0] else {
+            panic!("{:?}", c.ports)
+        };
+        assert_eq!(d.iface, "veth0");
+        assert_eq!(d.eal_args(), ["--no-huge", "-l", "0"]);
+        let e = parse(&format!("{MINIMAL}{DPDK}{DPDK}")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("b.toml: port[1].kind: \"dpdk\" again: port[0] is DPDK already"),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "{MINIMAL}[[port]]\nkind = \"dpdk\"\niface = \"a b\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().starts_with("b.toml: port[0].iface:"), "{e}");
     }
 
     #[test]

@@ -34,6 +34,40 @@ use crossbeam::channel::Receiver;
 
 use crate::config::{DaemonConfig, PortConfig};
 
+/// Opens a `kind = "dpdk"` port as `buffet run --port dpdk` does (the EAL arguments
+/// derived from the interface, then the config's `eal`), saying on stderr which EAL
+/// arguments it uses and which device it took.
+#[cfg(feature = "io-dpdk")]
+fn open_dpdk(d: &crate::config::DpdkPortConfig, id: PortId) -> Result<Box<dyn Port>, String> {
+    use buffet_io::dpdk::{DpdkConfig, DpdkPort, DPDK_VERSION};
+    let cfg = DpdkConfig {
+        promisc: d.promisc,
+        ..DpdkConfig::for_iface(&d.iface, &d.eal_args(), id)
+    };
+    eprintln!(
+        "buffetd: dpdk {DPDK_VERSION} on {}: EAL arguments: {}",
+        d.iface,
+        cfg.eal_args.join(" ")
+    );
+    let port = DpdkPort::open(cfg).map_err(|e| e.to_string())?;
+    eprintln!(
+        "buffetd: dpdk on {}: port {} ({})",
+        d.iface,
+        port.port_id(),
+        port.device()
+    );
+    Ok(Box::new(port))
+}
+
+/// A `kind = "dpdk"` port in a build without DPDK (validation refuses it first).
+#[cfg(not(feature = "io-dpdk"))]
+fn open_dpdk(d: &crate::config::DpdkPortConfig, _id: PortId) -> Result<Box<dyn Port>, String> {
+    Err(format!(
+        "dpdk on {}: this buffetd was built without the io-dpdk feature",
+        d.iface
+    ))
+}
+
 /// Why a data-plane operation failed. When a control call returns it, nothing changed.
 #[derive(Debug, thiserror::Error)]
 pub enum PlaneError {
@@ -340,7 +374,8 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
             ),
             PortConfig::AfXdp(x) => Box::new(
                 AfXdpPort::open(AfXdpConfig {
-                    queue: x.queue,
+                    queue: x.tx_queue(),
+                    queues: x.queues.clone().unwrap_or_default(),
                     redirect: Some(match x.xdp_mode.as_str() {
                         "native" => XdpMode::Native,
                         "generic" => XdpMode::Generic,
@@ -354,6 +389,9 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
                     message: e.to_string(),
                 })?,
             ),
+            PortConfig::Dpdk(d) => {
+                open_dpdk(d, id).map_err(|message| StartError::Port { index, message })?
+            }
         });
     }
     if level == Isolation::TrustedNative {

@@ -1,10 +1,13 @@
 //! The AF_XDP port: a live Linux interface through an XDP socket whose frames are the
 //! data plane's packet buffers.
 //!
-//! One [`AfXdpPort`] is one socket bound to one queue of one interface, with its own
-//! UMEM (a region of `frames × frame_size` bytes this process maps and registers with
-//! the kernel) and the four rings shared with the kernel: fill (frames the kernel may
-//! receive into), receive, transmit and completion (frames the kernel has sent).
+//! One [`AfXdpPort`] is one socket bound to one queue of one interface
+//! ([`AfXdpConfig::queue`]), or one socket per queue of several
+//! ([`AfXdpConfig::queues`]), with one UMEM (a region of `frames × frame_size` bytes
+//! this process maps and registers with the kernel) and the rings shared with the
+//! kernel: per socket a fill ring (frames the kernel may receive into) and a receive
+//! ring; on the first queue's socket also the transmit and completion (frames the kernel
+//! has sent) rings.
 //!
 //! * Receive: [`rx_burst`](Port::rx_burst) reads descriptors off the receive ring and
 //!   hands each frame out as a port-owned [`PacketBuf`] over the UMEM — no copy between
@@ -38,6 +41,23 @@
 //! namespace and is up, the queue exists, the sizes are usable, the process may open an
 //! XDP socket and load and attach a program (`CAP_NET_ADMIN`, `CAP_NET_RAW`,
 //! `CAP_BPF`); each failure is its own [`AfXdpError`].
+//!
+//! Several queues ([`AfXdpConfig::queues`]): a NIC spreads what it receives over its
+//! queues (RSS), and a socket sees only its own queue's share. The sockets after the
+//! first bind their own queue with the first socket's UMEM (`XDP_SHARED_UMEM` across
+//! queues, Linux 5.10 and later), for which the kernel wants each to have its own fill
+//! and completion rings. One UMEM rather than one per queue: a frame received on any
+//! queue leaves through the transmit queue without a copy, and a frame coming back needs
+//! no lookup of whose memory it is. Each fill ring holds at most its share of half the
+//! UMEM (`frames / (2 × queues)`, capped at its ring size), so that no queue takes every
+//! free frame. [`rx_burst`](Port::rx_burst) reads the queues round robin: each burst
+//! starts one queue further, and every queue may take its share of the burst (`max /
+//! queues`, rounded up) before any takes more, so a busy queue never starves another.
+//! Frames are sent on the first queue only ([`AfXdpConfig::queue`]). The redirect
+//! program's XSKMAP has an entry per queue. A [`PacketBuf`] has no field for the queue
+//! it came on: [`AfXdpPort::received_per_queue`] counts per queue instead. A queue the
+//! interface lacks is [`AfXdpError::QueueOutOfRange`] naming it and the interface's
+//! queue count, before anything is opened.
 //!
 //! Several sockets on one queue ([`AfXdpPort::shared_receiver`], `XDP_SHARED_UMEM`):
 //! the kernel delivers an XSKMAP redirect only to a socket bound to the frame's own
@@ -110,8 +130,11 @@ pub struct AfXdpConfig {
     pub iface: String,
     /// The port id its received frames carry (and its frames' [`FrameOwner::port`]).
     pub id: PortId,
-    /// The interface queue the socket binds to.
+    /// The interface queue the (first) socket binds to and frames are sent on.
     pub queue: u32,
+    /// The receive queues, one socket each over the one UMEM (see the module docs);
+    /// `queue` must be among them. Empty: `queue` alone.
+    pub queues: Vec<u32>,
     /// Frames in the UMEM (at least twice `ring_size`).
     pub frames: u32,
     /// Bytes per frame: 2048 or 4096.
@@ -137,6 +160,7 @@ impl AfXdpConfig {
             iface: iface.into(),
             id,
             queue: 0,
+            queues: Vec::new(),
             frames: 4096,
             frame_size: 2048,
             ring_size: 2048,
@@ -144,6 +168,14 @@ impl AfXdpConfig {
             redirect: Some(XdpMode::Auto),
             metadata: false,
         }
+    }
+
+    /// The receive queues in the order the port's sockets are opened and read: `queue`
+    /// first, then the others of [`queues`](Self::queues) as listed.
+    pub fn receive_queues(&self) -> Vec<u32> {
+        let mut v = vec![self.queue];
+        v.extend(self.queues.iter().copied().filter(|&q| q != self.queue));
+        v
     }
 }
 
@@ -533,14 +565,31 @@ struct Bound {
     tx: sys::Ring<libc::xdp_desc>,
 }
 
-/// A live interface queue as a [`Port`] over an XDP socket. See the module docs.
+/// One receive queue of an [`AfXdpPort`]: its socket's fill and receive rings.
+struct RxQueue {
+    /// The interface queue.
+    queue: u32,
+    fill: sys::Ring<u64>,
+    rx: sys::Ring<libc::xdp_desc>,
+    /// Frames taken off its receive ring.
+    received: u64,
+    /// For a queue after the first: the completion ring the kernel requires of a socket
+    /// with its own fill ring (it stays empty: the port sends on its first queue only)
+    /// and the socket, dropped in that order. `None` for the first queue, whose socket
+    /// is the port's.
+    own: Option<(sys::Ring<u64>, sys::XskSocket)>,
+}
+
+/// Live interface queues as a [`Port`] over XDP sockets. See the module docs.
 pub struct AfXdpPort {
     cfg: AfXdpConfig,
-    // Dropped in this order: the program, the rings, the socket, then the UMEM.
+    // Dropped in this order: the program, the receive queues (rings, then the sockets of
+    // the queues after the first), the first socket's other rings, its socket, then the
+    // UMEM.
     program: Option<RedirectProgram>,
-    fill: sys::Ring<u64>,
+    /// The first is `cfg.queue`, the one frames are sent on.
+    queues: Vec<RxQueue>,
     comp: sys::Ring<u64>,
-    rx: sys::Ring<libc::xdp_desc>,
     tx: sys::Ring<libc::xdp_desc>,
     socket: sys::XskSocket,
     umem: Arc<sys::Umem>,
@@ -554,6 +603,11 @@ pub struct AfXdpPort {
     stats: PortStats,
     /// The receivers' counters, once a shared receiver exists.
     shared: Option<Arc<SharedCounters>>,
+    /// Frames each fill ring holds at most: its size on one queue, a share of the UMEM
+    /// on several (so that no queue takes every free frame).
+    fill_target: u32,
+    /// The queue the next burst reads (and refills) first: round robin.
+    next: usize,
 }
 
 impl std::fmt::Debug for AfXdpPort {
@@ -568,24 +622,37 @@ impl std::fmt::Debug for AfXdpPort {
 }
 
 impl AfXdpPort {
-    /// Opens the port: checks the interface, queue and sizes, sets up the UMEM and the
-    /// rings, binds, then (with [`AfXdpConfig::redirect`]) attaches the redirect
-    /// program. Nothing stays attached if any step fails.
+    /// Opens the port: checks the interface, queues and sizes, sets up the UMEM and the
+    /// rings, binds a socket per queue, then (with [`AfXdpConfig::redirect`]) attaches
+    /// the redirect program. Nothing stays attached if any step fails.
     pub fn open(cfg: AfXdpConfig) -> Result<AfXdpPort, AfXdpError> {
         let iface = cfg.iface.as_str();
         let ifindex = usable_interface(iface)?;
         let queues = rx_queues(iface);
-        if let Some(q) = queues.filter(|&q| cfg.queue >= q) {
-            return Err(AfXdpError::QueueOutOfRange {
-                iface: iface.to_owned(),
-                queue: cfg.queue,
-                queues: q,
-            });
-        }
         let config = |why: String| AfXdpError::Config {
             iface: iface.to_owned(),
             why,
         };
+        let wanted = cfg.receive_queues();
+        if !cfg.queues.is_empty() {
+            if !cfg.queues.contains(&cfg.queue) {
+                return Err(config(format!(
+                    "frames are sent on queue {}, which is not among the receive queues {:?}",
+                    cfg.queue, cfg.queues
+                )));
+            }
+            if wanted.len() != cfg.queues.len() {
+                return Err(config(format!(
+                    "receive queues {:?}: a queue is named twice",
+                    cfg.queues
+                )));
+            }
+            if cfg.metadata && wanted.len() > 1 {
+                return Err(config(
+                    "frames with XDP metadata come from one queue only".to_owned(),
+                ));
+            }
+        }
         if !matches!(cfg.frame_size, 2048 | 4096) {
             return Err(config(format!(
                 "frames of {} bytes: 2048 or 4096",
@@ -605,6 +672,25 @@ impl AfXdpPort {
                 "{} frames: at least twice the ring size ({}), at most 1 GiB in all",
                 cfg.frames, cfg.ring_size
             )));
+        }
+        // On several queues each fill ring holds its share of half the UMEM: the other
+        // half is in flight (lent, in a receive or transmit ring).
+        let n_queues = wanted.len() as u32;
+        let fill_target = cfg.ring_size.min(cfg.frames / (2 * n_queues));
+        if fill_target < 64 {
+            return Err(config(format!(
+                "{} frames for {n_queues} queues: at least 128 per queue",
+                cfg.frames
+            )));
+        }
+        if let Some(q) = queues {
+            if let Some(&bad) = wanted.iter().find(|&&w| w >= q) {
+                return Err(AfXdpError::QueueOutOfRange {
+                    iface: iface.to_owned(),
+                    queue: bad,
+                    queues: q,
+                });
+            }
         }
         let socket = sys::XskSocket::open().map_err(|e| sys_error(iface, "socket(AF_XDP)", e))?;
         // A live run's program is refused (and a dead one's removed) before binding: a
@@ -646,9 +732,14 @@ impl AfXdpPort {
             .collect();
         let mut port = AfXdpPort {
             program: None,
-            fill,
+            queues: vec![RxQueue {
+                queue: cfg.queue,
+                fill,
+                rx,
+                received: 0,
+                own: None,
+            }],
             comp,
-            rx,
             tx,
             socket,
             umem: Arc::new(umem),
@@ -658,22 +749,86 @@ impl AfXdpPort {
             zero_copy,
             stats: PortStats::default(),
             shared: None,
+            fill_target,
+            next: 0,
             cfg,
         };
+        for &q in &wanted[1..] {
+            let rxq = port.open_queue(q)?;
+            port.queues.push(rxq);
+        }
         port.refill();
         if let Some(mode) = port.cfg.redirect {
-            let program = RedirectProgram::attach_cleared(
-                &port.cfg.iface,
-                ifindex,
-                mode,
-                port.cfg.queue + 1,
-                replaced,
-            )?;
-            // The program is detached (dropped) before the socket closes.
+            let entries = wanted.iter().max().map_or(1, |&q| q + 1);
+            let program =
+                RedirectProgram::attach_cleared(&port.cfg.iface, ifindex, mode, entries, replaced)?;
+            // The program is detached (dropped) before the sockets close.
             program.insert(port.cfg.queue, port.socket_fd())?;
+            for rxq in &port.queues {
+                if let Some((_, socket)) = &rxq.own {
+                    program.insert(rxq.queue, socket.borrowed())?;
+                }
+            }
             port.program = Some(program);
         }
         Ok(port)
+    }
+
+    /// Opens the socket of receive queue `queue` after the first: it shares the first
+    /// socket's UMEM (`XDP_SHARED_UMEM` on another queue, which the kernel allows only
+    /// with the socket's own fill and completion rings) and has a receive ring. A queue
+    /// still held by a killed run's socket is tried again for up to a second.
+    fn open_queue(&self, queue: u32) -> Result<RxQueue, AfXdpError> {
+        let iface = self.cfg.iface.as_str();
+        let n = self.cfg.ring_size;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            let socket =
+                sys::XskSocket::open().map_err(|e| sys_error(iface, "socket(AF_XDP)", e))?;
+            for (kind, call) in [
+                (sys::RingKind::Fill, "setsockopt(XDP_UMEM_FILL_RING)"),
+                (
+                    sys::RingKind::Completion,
+                    "setsockopt(XDP_UMEM_COMPLETION_RING)",
+                ),
+                (sys::RingKind::Rx, "setsockopt(XDP_RX_RING)"),
+            ] {
+                socket
+                    .set_ring_size(kind, n)
+                    .map_err(|e| sys_error(iface, call, e))?;
+            }
+            let map = |e| sys_error(iface, "mmap(XDP ring)", e);
+            let fill = socket.map_ring(sys::RingKind::Fill, n).map_err(map)?;
+            let comp = socket.map_ring(sys::RingKind::Completion, n).map_err(map)?;
+            let rx = socket.map_ring(sys::RingKind::Rx, n).map_err(map)?;
+            match socket.bind_shared(self.ifindex, queue, &self.socket) {
+                Ok(()) => {
+                    return Ok(RxQueue {
+                        queue,
+                        fill,
+                        rx,
+                        received: 0,
+                        own: Some((comp, socket)),
+                    })
+                }
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EBUSY)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    return Err(AfXdpError::Config {
+                        iface: iface.to_owned(),
+                        why: format!(
+                            "queue {queue} is in use by another AF_XDP socket (another run \
+                             on this interface?)"
+                        ),
+                    })
+                }
+                Err(e) => return Err(sys_error(iface, "bind(AF_XDP, XDP_SHARED_UMEM)", e)),
+            }
+        }
     }
 
     /// Sets up the UMEM and rings of `socket` and binds it. The error says whether the
@@ -775,6 +930,12 @@ impl AfXdpPort {
     /// program redirects to [`XskReceiver::socket_fd`].
     pub fn shared_receiver(&mut self) -> Result<XskReceiver, AfXdpError> {
         let iface = self.cfg.iface.as_str();
+        if self.queues.len() > 1 {
+            return Err(AfXdpError::Config {
+                iface: iface.to_owned(),
+                why: "sockets sharing a queue need a port on that one queue".to_owned(),
+            });
+        }
         let socket = sys::XskSocket::open().map_err(|e| sys_error(iface, "socket(AF_XDP)", e))?;
         let n = self.cfg.ring_size;
         socket
@@ -808,6 +969,12 @@ impl AfXdpPort {
         self.socket.borrowed()
     }
 
+    /// Frames received on each queue so far, as `(queue, frames)` in the order the
+    /// sockets are read (the first is the queue frames are sent on).
+    pub fn received_per_queue(&self) -> Vec<(u32, u64)> {
+        self.queues.iter().map(|q| (q.queue, q.received)).collect()
+    }
+
     /// True when the kernel runs the socket in zero-copy mode.
     pub fn is_zero_copy(&self) -> bool {
         self.zero_copy
@@ -818,22 +985,94 @@ impl AfXdpPort {
         self.program.as_ref()
     }
 
-    /// Gives free frames to the kernel's fill ring.
+    /// Gives free frames to the kernel's fill rings, each up to its target, starting at
+    /// the queue the next burst reads first.
     fn refill(&mut self) {
-        let prod = self.fill.producer().load(Ordering::Relaxed);
-        let cons = self.fill.consumer().load(Ordering::Acquire);
-        let k = ring_room(prod, cons, self.fill.size()).min(self.free.len() as u32);
-        for i in 0..k {
-            let Some(addr) = self.free.pop() else { break };
-            if self.cfg.metadata {
-                // The frame is free (ours): mark its metadata word as not written.
-                self.umem.write(addr + META_AT, &NO_META.to_ne_bytes());
+        let n = self.queues.len();
+        for i in 0..n {
+            let q = &mut self.queues[(self.next + i) % n];
+            let prod = q.fill.producer().load(Ordering::Relaxed);
+            let cons = q.fill.consumer().load(Ordering::Acquire);
+            let k = self
+                .fill_target
+                .saturating_sub(ring_ready(prod, cons))
+                .min(ring_room(prod, cons, q.fill.size()))
+                .min(self.free.len() as u32);
+            for j in 0..k {
+                let Some(addr) = self.free.pop() else { break };
+                if self.cfg.metadata {
+                    // The frame is free (ours): mark its metadata word as not written.
+                    self.umem.write(addr + META_AT, &NO_META.to_ne_bytes());
+                }
+                q.fill.write(prod.wrapping_add(j), addr);
             }
-            self.fill.write(prod.wrapping_add(i), addr);
+            q.fill
+                .producer()
+                .store(prod.wrapping_add(k), Ordering::Release);
         }
-        self.fill
-            .producer()
-            .store(prod.wrapping_add(k), Ordering::Release);
+    }
+
+    /// Takes up to `max` frames off the receive ring of `self.queues[qi]` into `out`;
+    /// `ts` is the burst's arrival time, read at its first frame. Returns (descriptors
+    /// consumed, frames handed out).
+    fn take(
+        &mut self,
+        qi: usize,
+        out: &mut Vec<PacketBuf>,
+        max: u32,
+        ts: &mut Option<u64>,
+    ) -> (u32, usize) {
+        let q = &mut self.queues[qi];
+        let prod = q.rx.producer().load(Ordering::Acquire);
+        let cons = q.rx.consumer().load(Ordering::Relaxed);
+        let k = ring_ready(prod, cons).min(max);
+        if k == 0 {
+            return (0, 0);
+        }
+        let ts_ns = *ts.get_or_insert_with(sys::realtime_ns);
+        let mut n = 0;
+        for i in 0..k {
+            let d = q.rx.read(cons.wrapping_add(i));
+            let (base, off) = frame_of(d.addr, self.cfg.frame_size);
+            let capacity = (u64::from(self.cfg.frame_size) - off) as usize;
+            let owner = FrameOwner {
+                port: self.cfg.id,
+                frame: base,
+            };
+            self.stats.rx += 1;
+            let tenant = if self.cfg.metadata {
+                match metadata_tenant(&self.umem, d.addr, self.cfg.frame_size) {
+                    Some(t) => t,
+                    None => {
+                        self.stats.rx_dropped += 1;
+                        self.free.push(base);
+                        continue;
+                    }
+                }
+            } else {
+                TenantSlot(0)
+            };
+            match self.umem.lend(d.addr, capacity, d.len as usize, owner) {
+                Some(mut b) => {
+                    b.ts_ns = ts_ns;
+                    b.in_port = self.cfg.id;
+                    b.tenant = tenant;
+                    b.outcome = Outcome::Pending;
+                    b.layout = None;
+                    out.push(b);
+                    self.lent = self.lent.wrapping_add(1);
+                    n += 1;
+                }
+                None => {
+                    self.stats.rx_dropped += 1;
+                    self.free.push(base);
+                }
+            }
+        }
+        q.rx.consumer()
+            .store(cons.wrapping_add(k), Ordering::Release);
+        q.received += u64::from(k);
+        (k, n)
     }
 
     /// Takes frames the kernel has sent back to the free list.
@@ -882,7 +1121,8 @@ impl std::os::fd::AsFd for AfXdpPort {
 
 impl Port for AfXdpPort {
     fn name(&self) -> String {
-        format!("af_xdp:{}:{}", self.cfg.iface, self.cfg.queue)
+        let queues: Vec<String> = self.queues.iter().map(|q| q.queue.to_string()).collect();
+        format!("af_xdp:{}:{}", self.cfg.iface, queues.join(","))
     }
 
     fn rx_burst(
@@ -894,55 +1134,28 @@ impl Port for AfXdpPort {
         self.reap();
         self.refill();
         self.kick(0);
-        let prod = self.rx.producer().load(Ordering::Acquire);
-        let cons = self.rx.consumer().load(Ordering::Relaxed);
-        let k = ring_ready(prod, cons).min(u32::try_from(max).unwrap_or(u32::MAX));
-        if k == 0 {
-            return Ok(Rx::Idle);
-        }
-        let ts_ns = sys::realtime_ns();
-        let mut n = 0;
-        for i in 0..k {
-            let d = self.rx.read(cons.wrapping_add(i));
-            let (base, off) = frame_of(d.addr, self.cfg.frame_size);
-            let capacity = (u64::from(self.cfg.frame_size) - off) as usize;
-            let owner = FrameOwner {
-                port: self.cfg.id,
-                frame: base,
-            };
-            self.stats.rx += 1;
-            let tenant = if self.cfg.metadata {
-                match metadata_tenant(&self.umem, d.addr, self.cfg.frame_size) {
-                    Some(t) => t,
-                    None => {
-                        self.stats.rx_dropped += 1;
-                        self.free.push(base);
-                        continue;
-                    }
+        let max = u32::try_from(max).unwrap_or(u32::MAX);
+        let queues = self.queues.len();
+        // Round robin: each burst starts one queue further, and every queue may take its
+        // share of the burst before any takes more, so a busy queue never starves another.
+        let start = self.next;
+        self.next = (start + 1) % queues;
+        let share = max.div_ceil(queues as u32);
+        let (mut budget, mut n, mut ts) = (max, 0usize, None);
+        for pass in 0..2 {
+            for i in 0..queues {
+                if budget == 0 {
+                    break;
                 }
-            } else {
-                TenantSlot(0)
-            };
-            match self.umem.lend(d.addr, capacity, d.len as usize, owner) {
-                Some(mut b) => {
-                    b.ts_ns = ts_ns;
-                    b.in_port = self.cfg.id;
-                    b.tenant = tenant;
-                    b.outcome = Outcome::Pending;
-                    b.layout = None;
-                    out.push(b);
-                    self.lent = self.lent.wrapping_add(1);
-                    n += 1;
-                }
-                None => {
-                    self.stats.rx_dropped += 1;
-                    self.free.push(base);
-                }
+                let quota = if pass == 0 { share.min(budget) } else { budget };
+                let (k, m) = self.take((start + i) % queues, out, quota, &mut ts);
+                budget -= k;
+                n += m;
+            }
+            if queues == 1 {
+                break;
             }
         }
-        self.rx
-            .consumer()
-            .store(cons.wrapping_add(k), Ordering::Release);
         self.refill();
         Ok(if n == 0 { Rx::Idle } else { Rx::Packets(n) })
     }
@@ -1041,10 +1254,13 @@ impl Port for AfXdpPort {
             s.rx += c.rx.load(Ordering::Relaxed);
             s.rx_dropped += c.rx_dropped.load(Ordering::Relaxed);
         }
-        if let Ok(k) = self.socket.statistics() {
-            s.rx_dropped += k.rx_dropped + k.rx_ring_full + k.rx_invalid_descs;
-            s.tx_dropped += k.tx_invalid_descs;
-            s.tx = s.tx.saturating_sub(k.tx_invalid_descs);
+        let others = self.queues.iter().filter_map(|q| q.own.as_ref());
+        for socket in std::iter::once(&self.socket).chain(others.map(|(_, s)| s)) {
+            if let Ok(k) = socket.statistics() {
+                s.rx_dropped += k.rx_dropped + k.rx_ring_full + k.rx_invalid_descs;
+                s.tx_dropped += k.tx_invalid_descs;
+                s.tx = s.tx.saturating_sub(k.tx_invalid_descs);
+            }
         }
         s
     }
@@ -1259,5 +1475,50 @@ mod tests {
         .unwrap_err();
         assert!(matches!(e, AfXdpError::QueueOutOfRange { .. }), "{e}");
         assert!(e.to_string().contains("queue 4096 does not exist"), "{e}");
+    }
+
+    #[test]
+    fn a_queue_set_is_checked_before_anything_is_opened() {
+        let lo = |queue: u32, queues: Vec<u32>| AfXdpConfig {
+            queue,
+            queues,
+            ..AfXdpConfig::new("lo", 0)
+        };
+        assert_eq!(lo(2, vec![0, 2, 3]).receive_queues(), [2, 0, 3]);
+        assert_eq!(lo(1, vec![]).receive_queues(), [1]);
+        let e = AfXdpPort::open(lo(0, vec![1, 2])).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "frames are sent on queue 0, which is not among the receive queues [1, 2]"
+            ),
+            "{e}"
+        );
+        let e = AfXdpPort::open(lo(0, vec![0, 1, 0])).unwrap_err();
+        assert!(e.to_string().contains("a queue is named twice"), "{e}");
+        let e = AfXdpPort::open(AfXdpConfig {
+            metadata: true,
+            ..lo(0, vec![0, 1])
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("from one queue only"), "{e}");
+        let e = AfXdpPort::open(AfXdpConfig {
+            frames: 128,
+            ring_size: 64,
+            ..lo(0, vec![0, 1])
+        })
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("128 frames for 2 queues: at least 128 per queue"),
+            "{e}"
+        );
+        // `lo` has one receive queue: the first queue it lacks is named, with the count.
+        let e = AfXdpPort::open(lo(0, vec![0, 1, 2])).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "af_xdp on lo: queue 1 does not exist: the interface has 1 receive queue(s)"
+            ),
+            "{e}"
+        );
     }
 }
