@@ -250,6 +250,39 @@ fn layout(maps: &[MapDef]) -> Result<(Vec<MapSlot>, usize), ProgramError> {
     Ok((slots, offset as usize))
 }
 
+/// The helpers the JIT emits inline instead of calling: `buffet_counter_add` and
+/// `buffet_map_lookup`, the calls every small NF makes per packet. The inline code does
+/// what [`helpers::counter_add`] and [`helpers::map_lookup`] do, checks included (the
+/// counter index and the element index against the layout, the map index against the
+/// program's maps, [`HELPER_CALL_COST`](helpers::HELPER_CALL_COST) charged to the meter
+/// first, nothing done once the budget is spent), on the tenant region the run was given:
+/// [`Program::begin_group`] only runs a region of this program's length, which holds
+/// every counter and map. The interpreter keeps calling the helpers.
+fn inline_helpers(maps: &[MapSlot]) -> Vec<(u32, rbpf::ebpf::InlineHelper)> {
+    let cost = helpers::HELPER_CALL_COST as u32;
+    let arrays = maps
+        .iter()
+        .map(|s| {
+            // Offsets and sizes are below MAX_REGION_BYTES (64 MiB) by `layout`.
+            (!s.strset).then_some((s.offset as u32, s.elem as u32, s.entries as u32))
+        })
+        .collect();
+    vec![
+        (
+            abi::helper::COUNTER_ADD as u32,
+            rbpf::ebpf::InlineHelper::MbuffCounterAdd {
+                base: abi::COUNTERS_OFFSET as u32,
+                count: abi::MAX_COUNTERS as u32,
+                cost,
+            },
+        ),
+        (
+            abi::helper::MAP_LOOKUP as u32,
+            rbpf::ebpf::InlineHelper::MbuffArrayLookup { arrays, cost },
+        ),
+    ]
+}
+
 /// The bytecode of every program ever made runnable, one copy per distinct program: rbpf's
 /// VM borrows its code for `'static`. Bounded by the number of distinct programs loaded.
 fn intern(code: &[u8]) -> &'static [u8] {
@@ -322,7 +355,8 @@ impl Program {
                     message: "rbpf's JIT emits x86-64 code only".into(),
                 });
             }
-            vm.jit_compile_metered().map_err(vm_err)?;
+            vm.jit_compile_metered_inline(&inline_helpers(&maps))
+                .map_err(vm_err)?;
         }
         let scratch = image
             .maps

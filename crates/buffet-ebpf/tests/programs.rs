@@ -380,3 +380,91 @@ fn map_layouts_are_checked() {
     };
     assert!(bad(strset).contains("key_size"));
 }
+
+/// Under the JIT `buffet_counter_add` and `buffet_map_lookup` are inline code, under the
+/// interpreter helper calls: at every cost budget, from one that stops the first call to
+/// one that lets every call work, both engines leave the same counters and maps and give
+/// the same verdict (a fault once the budget is crossed).
+#[test]
+fn inline_counters_and_lookups_match_the_helpers_at_every_budget() {
+    const ADD64_REG: u8 = 0x0f;
+    const MUL64_IMM: u8 = 0x27;
+    let mut code = vec![ins(MOV64_IMM, 6, 0, 0, 0)];
+    // Counter indices in and out of range (16 counters), deltas 1..=6.
+    for (i, idx) in [0, 3, 16, 15, 17, 1].into_iter().enumerate() {
+        code.push(ins(MOV64_IMM, 1, 0, 0, idx));
+        code.push(ins(MOV64_IMM, 2, 0, 0, i as i32 + 1));
+        code.push(ins(CALL, 0, 0, 0, helper::COUNTER_ADD));
+        code.push(ins(MUL64_IMM, 6, 0, 0, 3));
+        code.push(ins(ADD64_REG, 6, 0, 0, 0));
+    }
+    // Elements of `state` (4 entries) in and out of range, read when found.
+    for idx in [2, 4, 0] {
+        code.push(ins(LDDW, 1, 1, 0, 0));
+        code.push(ins(0, 0, 0, 0, 0));
+        code.push(ins(MOV64_IMM, 2, 0, 0, idx));
+        code.push(ins(CALL, 0, 0, 0, helper::MAP_LOOKUP));
+        code.push(ins(MUL64_IMM, 6, 0, 0, 3));
+        code.push(ins(JEQ_IMM, 0, 0, 2, 0));
+        code.push(ins(LDXDW, 0, 0, 0, 0));
+        code.push(ins(ADD64_REG, 6, 0, 0, 0));
+    }
+    // out[0] = what the calls returned.
+    code.push(ins(LDDW, 1, 1, 0, 1));
+    code.push(ins(0, 0, 0, 0, 0));
+    code.push(ins(MOV64_IMM, 2, 0, 0, 0));
+    code.push(ins(CALL, 0, 0, 0, helper::MAP_LOOKUP));
+    code.push(ins(JEQ_IMM, 0, 0, 1, 0));
+    code.push(ins(STXDW, 0, 6, 0, 0));
+    code.push(ins(MOV64_IMM, 0, 0, 0, 0));
+    code.push(ins(EXIT, 0, 0, 0, 0));
+    let maps = || vec![array("state", 8, 4), array("out", 8, 1)];
+    let engines = engines();
+    let nfs: Vec<EbpfNf> = engines.iter().map(|&e| nf(&code, maps(), e)).collect();
+    // Ten calls of 16 units each.
+    for budget in 1..=170u64 {
+        let mut seen = vec![];
+        for nf in &nfs {
+            let mut st = EbpfState::default();
+            let policy = EbpfPolicy {
+                maps: [(
+                    "state".to_owned(),
+                    MapInit {
+                        u64: Some(vec![11, 22, 33, 44]),
+                        ..MapInit::default()
+                    },
+                )]
+                .into(),
+                cost_budget: Some(budget),
+                ..EbpfPolicy::default()
+            };
+            nf.init(&policy, &mut st).unwrap();
+            let verdict = run(nf, &mut st, &udp());
+            // Everything after the context (whose packet addresses differ per run).
+            let after_ctx = st.region()[buffet_ebpf::abi::COUNTERS_OFFSET..].to_vec();
+            seen.push((verdict, after_ctx, st.faults()));
+        }
+        for (engine, s) in engines.iter().zip(&seen) {
+            assert_eq!(s, &seen[0], "budget {budget}: {engine:?} differs");
+        }
+        let (verdict, _, _) = &seen[0];
+        assert_eq!(
+            *verdict == Verdict::Pass,
+            budget >= 160,
+            "budget {budget}: {verdict:?}"
+        );
+    }
+    // With every call done: counters 0, 3, 15 and 1 got 1, 2, 4 and 6.
+    let mut st = EbpfState::default();
+    nfs.last()
+        .unwrap()
+        .init(&EbpfPolicy::default(), &mut st)
+        .unwrap();
+    assert_eq!(run(nfs.last().unwrap(), &mut st, &udp()), Verdict::Pass);
+    let counters: Vec<u64> = (0..16).map(|i| st.counter(i)).collect();
+    assert_eq!(
+        counters,
+        [1, 6, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4],
+        "{counters:?}"
+    );
+}

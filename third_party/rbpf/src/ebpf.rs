@@ -434,6 +434,37 @@ pub const BPF_ALU_OP_MASK : u8 = 0xf0;
 /// Prototype of an eBPF helper function.
 pub type Helper = fn (u64, u64, u64, u64, u64) -> u64;
 
+/// Buffet: a helper the metered x86-64 JIT emits inline instead of calling
+/// (`EbpfVmMbuff::jit_compile_metered_inline`). The interpreter still calls the helper
+/// registered under the same id; the inline code must give exactly its results (return
+/// value, memory written, meter charged). Both kinds work on the `mbuff` of the run and
+/// charge the meter like a helper that starts with `charge(cost)`: nothing is done and
+/// the result is the failure value when the meter is already negative or goes negative
+/// with this charge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InlineHelper {
+    /// `r0 = 0` after adding `r2` (wrapping) to the little-endian u64 at
+    /// `mbuff + base + 8 * (r1 as u32)` when `(r1 as u32) < count`; else `r0 = -1`.
+    MbuffCounterAdd {
+        /// Offset of counter 0 in `mbuff`.
+        base: u32,
+        /// Number of counters.
+        count: u32,
+        /// Meter units charged per call.
+        cost: u32,
+    },
+    /// `r0 = mbuff + offset + (r2 as u32) * elem` when `r1` (all 64 bits) is the index of
+    /// an array in `arrays` that is `Some((offset, elem, entries))` and
+    /// `(r2 as u32) < entries`; else `r0 = 0`.
+    MbuffArrayLookup {
+        /// Per map index: `(offset, element size, entries)`, or `None` for a map this
+        /// helper always answers 0 for.
+        arrays: Vec<Option<(u32, u32, u32)>>,
+        /// Meter units charged per call.
+        cost: u32,
+    },
+}
+
 /// An eBPF instruction.
 ///
 /// See <https://www.kernel.org/doc/Documentation/networking/filter.txt> for the Linux kernel

@@ -32,6 +32,26 @@ const NUM_PAGES: usize = 1;
 const MAX_INSN_BYTES: usize = 64;
 const PROLOGUE_EPILOGUE_BYTES: usize = 256;
 
+// Buffet: an upper bound on the machine code of an inline helper (`emit_inline_helper`):
+// 32 bytes of meter charge and result, at most 64 for a counter add, 48 per array.
+fn inline_helper_bytes(h: &ebpf::InlineHelper) -> usize {
+    match h {
+        ebpf::InlineHelper::MbuffCounterAdd { .. } => 96,
+        ebpf::InlineHelper::MbuffArrayLookup { arrays, .. } => 64 + 48 * arrays.len(),
+    }
+}
+
+// Buffet: the inline helper a `call imm` of metered code becomes, if any.
+fn inline_for<'h>(
+    inline: &'h [(u32, ebpf::InlineHelper)],
+    insn: &ebpf::Insn,
+) -> Option<&'h ebpf::InlineHelper> {
+    if insn.opc != ebpf::CALL || insn.src != 0 {
+        return None;
+    }
+    inline.iter().find(|(id, _)| *id == insn.imm as u32).map(|(_, h)| h)
+}
+
 // Buffet: bytes of host stack reserved for the eBPF stack. The program's frame is the top
 // `ebpf::STACK_SIZE` bytes; each bpf-to-bpf call moves the frame pointer down by
 // `LOCAL_FUNCTION_STACK_SIZE`, as the interpreter does, and the reserve covers the deepest
@@ -66,7 +86,8 @@ const R8: u8 = 8;
 const R9: u8 = 9;
 const R10: u8 = 10;
 const R11: u8 = 11;
-//const R12: u8 = 12;
+// Buffet: R12 keeps `mbuff` for the inline helpers of metered code.
+const R12: u8 = 12;
 const R13: u8 = 13;
 const R14: u8 = 14;
 const R15: u8 = 15;
@@ -119,6 +140,8 @@ struct JitCompiler {
     jumps: Vec<Jump>,
     // Buffet: emit the instruction meter (R11 points at [meter, saved RSP]).
     metered: bool,
+    // Buffet: helpers emitted inline (metered code only; R12 holds `mbuff`).
+    inline: Vec<(u32, ebpf::InlineHelper)>,
 }
 
 impl JitCompiler {
@@ -128,7 +151,139 @@ impl JitCompiler {
             jumps: vec![],
             special_targets: HashMap::new(),
             metered: false,
+            inline: vec![],
         }
+    }
+
+    // Buffet: a forward rel32 `jcc` (`code`) or, with `code == 0`, `jmp` whose target is
+    // not known yet; returns where its offset goes, for `patch_forward`.
+    fn emit_forward(&self, mem: &mut JitMemory, code: u8) -> usize {
+        if code == 0 {
+            self.emit1(mem, 0xe9);
+        } else {
+            self.emit1(mem, 0x0f);
+            self.emit1(mem, code);
+        }
+        let loc = mem.offset;
+        self.emit4(mem, 0);
+        loc
+    }
+
+    // Buffet: points the forward jump whose offset is at `loc` here.
+    fn patch_forward(&self, mem: &mut JitMemory, loc: usize) {
+        let rel = (mem.offset - (loc + 4)) as u32;
+        mem.contents[loc..loc + 4].copy_from_slice(&rel.to_le_bytes());
+    }
+
+    // Buffet: a helper's `charge(cost)` on the meter, inline: `cmp qword [r11], 0;
+    // js fail; sub qword [r11], cost; js fail`. Returns the two jumps to patch to the
+    // failure path.
+    fn emit_inline_charge(&self, mem: &mut JitMemory, cost: u32) -> [usize; 2] {
+        self.emit1(mem, 0x49); // REX.W + REX.B (r11)
+        self.emit1(mem, 0x83); // cmp r/m64, imm8
+        self.emit1(mem, 0x3b); // mod 00, /7, rm = r11
+        self.emit1(mem, 0);
+        let spent = self.emit_forward(mem, 0x88); // js
+        self.emit1(mem, 0x49);
+        self.emit1(mem, 0x81); // sub r/m64, imm32
+        self.emit1(mem, 0x2b); // mod 00, /5, rm = r11
+        self.emit4(mem, cost);
+        let crossed = self.emit_forward(mem, 0x88); // js
+        [spent, crossed]
+    }
+
+    // Buffet: an `InlineHelper` in place of its call. r1 is RDI, r2 RSI, r0 RAX; only
+    // RAX (the result) is written besides the meter and the counter, so no host address
+    // is left in a register except the array element's address the helper returns.
+    fn emit_inline_helper(
+        &self,
+        mem: &mut JitMemory,
+        helper: &ebpf::InlineHelper,
+    ) -> Result<(), Error> {
+        let fits = |v: u64| -> Result<u32, Error> {
+            if v <= i32::MAX as u64 {
+                Ok(v as u32)
+            } else {
+                Err(Error::other(format!(
+                    "[JIT] Error: inline helper offset {v:#x} does not fit a displacement"
+                )))
+            }
+        };
+        match helper {
+            ebpf::InlineHelper::MbuffCounterAdd { base, count, cost } => {
+                fits(u64::from(*base) + 8 * u64::from(*count))?;
+                let mut fail = self.emit_inline_charge(mem, *cost).to_vec();
+                // cmp edi, count; jae fail
+                self.emit1(mem, 0x81);
+                self.emit1(mem, 0xff);
+                self.emit4(mem, *count);
+                fail.push(self.emit_forward(mem, 0x83));
+                // mov eax, edi (the index, zero-extended)
+                self.emit1(mem, 0x89);
+                self.emit1(mem, 0xf8);
+                // add [r12 + rax * 8 + base], rsi
+                self.emit1(mem, 0x49);
+                self.emit1(mem, 0x01);
+                self.emit1(mem, 0xb4);
+                self.emit1(mem, 0xc4);
+                self.emit4(mem, *base);
+                // xor eax, eax; jmp done
+                self.emit1(mem, 0x31);
+                self.emit1(mem, 0xc0);
+                let done = self.emit_forward(mem, 0);
+                for f in fail {
+                    self.patch_forward(mem, f);
+                }
+                // mov rax, -1
+                self.emit_load_imm(mem, RAX, -1);
+                self.patch_forward(mem, done);
+            }
+            ebpf::InlineHelper::MbuffArrayLookup { arrays, cost } => {
+                let mut fail = self.emit_inline_charge(mem, *cost).to_vec();
+                let mut done = vec![];
+                for (i, a) in arrays.iter().enumerate() {
+                    let Some((offset, elem, entries)) = *a else {
+                        continue;
+                    };
+                    fits(u64::from(offset) + u64::from(elem) * u64::from(entries))?;
+                    // cmp rdi, i; jne next
+                    self.emit1(mem, 0x48);
+                    self.emit1(mem, 0x81);
+                    self.emit1(mem, 0xff);
+                    self.emit4(mem, fits(i as u64)?);
+                    let next = self.emit_forward(mem, 0x85);
+                    // cmp esi, entries; jae fail
+                    self.emit1(mem, 0x81);
+                    self.emit1(mem, 0xfe);
+                    self.emit4(mem, entries);
+                    fail.push(self.emit_forward(mem, 0x83));
+                    // mov eax, esi; imul rax, rax, elem; lea rax, [r12 + rax + offset]
+                    self.emit1(mem, 0x89);
+                    self.emit1(mem, 0xf0);
+                    self.emit1(mem, 0x48);
+                    self.emit1(mem, 0x69);
+                    self.emit1(mem, 0xc0);
+                    self.emit4(mem, elem);
+                    self.emit1(mem, 0x49);
+                    self.emit1(mem, 0x8d);
+                    self.emit1(mem, 0x84);
+                    self.emit1(mem, 0x04);
+                    self.emit4(mem, offset);
+                    done.push(self.emit_forward(mem, 0));
+                    self.patch_forward(mem, next);
+                }
+                for f in fail {
+                    self.patch_forward(mem, f);
+                }
+                // xor eax, eax
+                self.emit1(mem, 0x31);
+                self.emit1(mem, 0xc0);
+                for d in done {
+                    self.patch_forward(mem, d);
+                }
+            }
+        }
+        Ok(())
     }
 
     // Buffet: `sub qword [r11], cost; js meter_abort` (the interpreter charges the same).
@@ -539,6 +694,12 @@ impl JitCompiler {
         self.emit_push(mem, R13);
         self.emit_push(mem, R14);
         self.emit_push(mem, R15);
+        // Buffet: metered code keeps `mbuff` in R12 (callee-saved, unmapped) for the
+        // inline helpers.
+        if self.metered {
+            self.emit_push(mem, R12);
+            self.emit_mov(mem, RDI, R12);
+        }
 
         // RDI: mbuff
         // RSI: mbuff_len
@@ -614,7 +775,13 @@ impl JitCompiler {
 
             self.pc_locs[insn_ptr] = mem.offset;
             // Buffet: an error, never a panic, if the buffer could overflow.
-            if mem.offset + MAX_INSN_BYTES + PROLOGUE_EPILOGUE_BYTES > mem.contents.len() {
+            let inline_bytes = match self.metered {
+                true => inline_for(&self.inline, &insn).map_or(0, inline_helper_bytes),
+                false => 0,
+            };
+            if mem.offset + MAX_INSN_BYTES + inline_bytes + PROLOGUE_EPILOGUE_BYTES
+                > mem.contents.len()
+            {
                 Err(Error::other(format!(
                     "[JIT] Error: code buffer too small at insn #{insn_ptr:?}"
                 )))?;
@@ -996,6 +1163,10 @@ impl JitCompiler {
 
                 ebpf::CALL       => {
                     match insn.src {
+                        0x0 if self.metered && inline_for(&self.inline, &insn).is_some() => {
+                            let h = inline_for(&self.inline, &insn).cloned().expect("checked");
+                            self.emit_inline_helper(mem, &h)?;
+                        }
                         0x0 => {
                             // For JIT, helpers in use MUST be registered at compile time. They can be
                             // updated later, but not created after compiling (we need the address of the
@@ -1074,6 +1245,9 @@ impl JitCompiler {
         // Deallocate stack space
         self.emit_alu64_imm32(mem, 0x81, 0, RSP, JIT_STACK_RESERVE as i32);
 
+        if self.metered {
+            self.emit_pop(mem, R12);
+        }
         self.emit_pop(mem, R15);
         self.emit_pop(mem, R14);
         self.emit_pop(mem, R13);
@@ -1124,7 +1298,7 @@ impl<'a> JitMemory<'a> {
         use_mbuff: bool,
         update_data_ptr: bool,
     ) -> Result<JitMemory<'a>, Error> {
-        Self::new_with(prog, helpers, use_mbuff, update_data_ptr, false)
+        Self::new_with(prog, helpers, use_mbuff, update_data_ptr, false, &[])
     }
 
     /// Buffet: an `EbpfVmMbuff` program with the instruction meter (`jit_compile_metered`).
@@ -1132,8 +1306,9 @@ impl<'a> JitMemory<'a> {
     pub fn new_metered(
         prog: &[u8],
         helpers: &HashMap<u32, ebpf::Helper>,
+        inline: &[(u32, ebpf::InlineHelper)],
     ) -> Result<JitMemory<'a>, Error> {
-        Self::new_with(prog, helpers, true, false, true)
+        Self::new_with(prog, helpers, true, false, true, inline)
     }
 
     #[cfg(feature = "std")]
@@ -1143,9 +1318,20 @@ impl<'a> JitMemory<'a> {
         use_mbuff: bool,
         update_data_ptr: bool,
         metered: bool,
+        inline: &[(u32, ebpf::InlineHelper)],
     ) -> Result<JitMemory<'a>, Error> {
         let insns = prog.len() / ebpf::INSN_SIZE + 1;
-        let size = (insns * MAX_INSN_BYTES + 2 * PROLOGUE_EPILOGUE_BYTES).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        // Buffet: room for the inline helpers too.
+        let inline_bytes: usize = match metered {
+            true => (0..prog.len() / ebpf::INSN_SIZE)
+                .filter_map(|i| inline_for(inline, &ebpf::get_insn(prog, i)))
+                .map(inline_helper_bytes)
+                .sum(),
+            false => 0,
+        };
+        let size = (insns * MAX_INSN_BYTES + inline_bytes + 2 * PROLOGUE_EPILOGUE_BYTES)
+            .div_ceil(PAGE_SIZE)
+            * PAGE_SIZE;
 
         // SAFETY: a fresh private anonymous mapping; the result is checked.
         let ptr = unsafe {
@@ -1172,6 +1358,7 @@ impl<'a> JitMemory<'a> {
 
         let mut jit = JitCompiler::new();
         jit.metered = metered;
+        jit.inline = inline.to_vec();
         jit.jit_compile(&mut mem, prog, use_mbuff, update_data_ptr, helpers)?;
         jit.resolve_jumps(&mut mem)?;
 

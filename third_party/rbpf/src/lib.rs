@@ -529,7 +529,28 @@ impl<'a> EbpfVmMbuff<'a> {
                 "Error: No program set, call prog_set() to load one",
             ))?,
         };
-        self.jit = Some(jit::JitMemory::new_metered(prog, &self.helpers)?);
+        self.jit = Some(jit::JitMemory::new_metered(prog, &self.helpers, &[])?);
+        Ok(())
+    }
+
+    /// Buffet: `jit_compile_metered`, with the helpers of `inline` emitted inline instead
+    /// of called (see `ebpf::InlineHelper`). The interpreter keeps calling the registered
+    /// helpers, which must compute what the inline code does. The inline code reaches
+    /// `mbuff` through the pointer the run was given: a counter's or an array element's
+    /// place is checked against the `count`/`entries` given here only, so the caller
+    /// must pass an `mbuff` that holds them all.
+    #[cfg(all(not(windows), feature = "std"))]
+    pub fn jit_compile_metered_inline(
+        &mut self,
+        inline: &[(u32, ebpf::InlineHelper)],
+    ) -> Result<(), Error> {
+        let prog = match self.prog {
+            Some(prog) => prog,
+            None => Err(Error::other(
+                "Error: No program set, call prog_set() to load one",
+            ))?,
+        };
+        self.jit = Some(jit::JitMemory::new_metered(prog, &self.helpers, inline)?);
         Ok(())
     }
 
