@@ -12,10 +12,15 @@
 //! * in a pipeline, a tenant whose chain faults is quarantined and the others lose
 //!   nothing; a hostile eBPF stage after the provider's firewall leaves the firewall's
 //!   state and the other tenants' counters as they were, and one that reaches past its
-//!   memory is refused at admission.
+//!   memory is refused at admission;
+//! * under MPK with per-stage keys (needs a CPU with `pku`; a hardware skip without it), a
+//!   C stage that reads and writes the previous C stage's part of the same tenant faults
+//!   and quarantines its tenant, the victim stage's state and the other tenants' traffic
+//!   untouched — and, in the same test, without per-stage keys the same attack succeeds.
 
 #[path = "build.rs"]
 mod build;
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -902,6 +907,105 @@ fn a_hostile_ebpf_stage_cannot_touch_the_firewall_or_other_tenants() {
     assert!(by_id[&5].quarantined);
     assert!(!by_id.contains_key(&6));
     assert_eq!(report.global.unmatched, n(6));
+}
+
+/// Per-stage protection keys, on the hardware: tenant 1's chain is a C victim stage, then
+/// a C stage that, after 40 packets, reads and overwrites the victim stage's counter
+/// (`examples/c-nf/stage_attack.c`); tenants 2 and 3 run the victim stage and the monitor
+/// and keep sending throughout. With [`Chain::stage_keys`] the attack faults, tenant 1 is
+/// quarantined and its victim stage's counter equals what the chain handed that stage;
+/// without, the same chain reads and overwrites it (the control: the keys are what stop it).
+#[test]
+fn a_c_stage_cannot_touch_the_previous_c_stage_of_its_tenant_under_mpk() {
+    let test = "a_c_stage_cannot_touch_the_previous_c_stage_of_its_tenant_under_mpk";
+    let Some(mpk) = buffet_testkit::require_mpk(test, buffet::memory::Mpk::get) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let so = common::cnf::build_nf(dir.path(), "stage_attack");
+    let key = format!("c:{}", so.display());
+    let run = |stage_keys: bool| {
+        let nf = buffet::cnf::CNf::load_with(&so, buffet::cnf::Containment::Guarded).unwrap();
+        let mut c = Chain::new()
+            .with_nf("monitor", Monitor::default())
+            .with_kind(key.clone(), nf, NfKind::C);
+        if stage_keys {
+            c = c.stage_keys(mpk);
+        }
+        let cfg = PipelineConfig {
+            domain: buffet::memory::Domain::Mpk,
+            ..pipeline_cfg()
+        };
+        let mut p = Pipeline::new(c, cfg).unwrap();
+        let victim = |canary: u32| json!({ "nf": key, "policy": { "canary": canary } });
+        p.admit(spec(
+            1,
+            json!([victim(11), { "nf": key,
+                "policy": { "attack": "read-write", "attack_after": 40 } }]),
+        ))
+        .unwrap();
+        for t in 2..=3 {
+            p.admit(spec(t, json!([victim(11 * t), { "nf": "monitor" }])))
+                .unwrap();
+        }
+        let mut sent = [0u64; 4];
+        for round in 0..20u32 {
+            for t in 1..=3u32 {
+                for k in 0..8 {
+                    p.push(
+                        u64::from(round * 100 + k),
+                        0,
+                        &frame(t, round * 8 + k, 5000),
+                    );
+                    sent[t as usize] += 1;
+                }
+            }
+        }
+        (p.finish(), sent)
+    };
+    let victim_packets = "chain.0.stage_attack.nf.packets";
+    let handed = "chain.0.stage_attack.packets";
+
+    let (report, sent) = run(true);
+    let by_id: BTreeMap<u32, _> = report.tenants.iter().map(|t| (t.id.0, t)).collect();
+    for t in 2..=3u32 {
+        let r = by_id[&t];
+        assert!(!r.quarantined, "tenant {t}");
+        assert_eq!(r.passed, sent[t as usize], "tenant {t} lost a packet");
+        assert_eq!(r.nf[victim_packets], sent[t as usize], "tenant {t}");
+        assert_eq!(r.nf["chain.0.stage_attack.nf.canary"], u64::from(11 * t));
+        assert_eq!(r.nf["chain.1.monitor.packets"], sent[t as usize]);
+    }
+    let r1 = by_id[&1];
+    assert!(r1.quarantined);
+    // The victim stage's own counter is exactly what the chain handed it: never read
+    // (stolen stays 0) nor overwritten.
+    assert_eq!(r1.nf[victim_packets], r1.nf[handed], "{:?}", r1.nf);
+    assert!(r1.nf[handed] > 40, "{:?}", r1.nf);
+    assert_eq!(r1.nf["chain.0.stage_attack.nf.canary"], 11);
+    assert_eq!(r1.nf["chain.1.stage_attack.nf.stolen"], 0);
+    assert_eq!(r1.nf["chain.1.stage_attack.faults"], 1);
+    let fault = report
+        .events
+        .iter()
+        .find_map(|e| match e {
+            WorkerEvent::Fault {
+                tenant: TenantId(1),
+                message,
+                ..
+            } => Some(message.clone()),
+            _ => None,
+        })
+        .expect("a fault event for tenant 1");
+    assert!(fault.contains("chain stage 1 (stage_attack)"), "{fault}");
+
+    // The control: one key for the whole tenant, as without per-stage keys.
+    let (report, sent) = run(false);
+    let r1 = report.tenants.iter().find(|t| t.id.0 == 1).unwrap();
+    assert!(!r1.quarantined, "{:?}", r1.nf);
+    assert_eq!(r1.passed, sent[1]);
+    assert_ne!(r1.nf["chain.1.stage_attack.nf.stolen"], 0, "{:?}", r1.nf);
+    assert_ne!(r1.nf[victim_packets], r1.nf[handed], "{:?}", r1.nf);
 }
 
 /// Compiles `examples/ebpf/<name>.c` (not one of the shared examples) into `dir`.

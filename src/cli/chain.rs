@@ -1,7 +1,9 @@
 //! Chained runs: when a tenant of the tenants file names its own chain
 //! (`[[tenant.chain]]`, docs/chains.md), `replay`, `run` and `demo` run a
 //! [`Chain`] — the run's `--nf` (if any) is the one-stage chain of the tenants that name
-//! none — and print each tenant's per-stage counters under its row.
+//! none — and print each tenant's per-stage counters under its row. A stage may name a
+//! reference NF, a C or eBPF object, or an NF the program registered ([`Registry`]):
+//! [`load_tenants`] parses the tenants file with the registered names in scope.
 //!
 //! Without any chain nothing here runs: the run's NF is handed to the pipeline directly.
 //! This module loads nothing itself beyond what [`Chain::load_stages`] loads, and decides
@@ -20,12 +22,14 @@ use super::registry::{Registry, Visit};
 use super::replay::{self, Chosen};
 
 /// What a chained run needs besides the command's own visitor: the tenants as the file
-/// gives them (their stages), the run's level and the file (for errors).
+/// gives them (their stages), the run's level, the file (for errors) and the registry
+/// (the author's NFs a stage may name).
 #[derive(Clone, Copy)]
 pub(crate) struct ChainRun<'a> {
     pub tenants: &'a [TenantConfig],
     pub level: Isolation,
     pub file: &'a Path,
+    pub registry: &'a Registry,
 }
 
 /// Builds the [`Chain`] around the run's NF, then hands it to the command.
@@ -60,7 +64,11 @@ fn finish<V: NfVisitor<Output = anyhow::Result<()>>>(
     if native && run.level == Isolation::TrustedNative {
         eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
     }
-    let chain = chain.load_stages(run.tenants, run.level, run.file)?;
+    let mut chain = chain.load_stages_with(run.tenants, run.level, run.file, run.registry)?;
+    if run.level == Isolation::Mpk {
+        // Each C stage's part of a tenant's region under its own protection key.
+        chain = chain.stage_keys(isolation::mpk()?);
+    }
     chain.check_tenants(run.tenants, run.file)?;
     let stages = run.tenants.iter().map(|t| t.chain.len().max(1)).max();
     eprintln!(
@@ -70,6 +78,16 @@ fn finish<V: NfVisitor<Output = anyhow::Result<()>>>(
         stages.unwrap_or(1)
     );
     inner.visit(chain)
+}
+
+/// Reads the tenants file with the registry's NFs accepted as stage names
+/// (`[[tenant.chain]] nf = "my-nf"`); any other unknown name is the file's usual error.
+pub(crate) fn load_tenants(path: &Path, registry: &Registry) -> anyhow::Result<Vec<TenantConfig>> {
+    let names = registry.registered_names();
+    Ok(buffet_config::registry::with_registered_names(
+        &names,
+        || buffet_config::tenants::load(path),
+    )?)
 }
 
 /// The isolation level of a chained run (see [`chain::resolve_level`]), saying on
@@ -95,7 +113,7 @@ pub(crate) fn level(
 pub(crate) fn visit<'v, V>(
     chosen: Chosen,
     run: ChainRun<'v>,
-    registry: &Registry,
+    registry: &'v Registry,
     visitor: V,
     wrap: impl FnOnce(V) -> Visit<'v>,
 ) -> anyhow::Result<()>

@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use buffet_config::registry::{NfVisitor, RegisteredNf};
-use buffet_config::{tenants, TenantConfig};
+use buffet_config::TenantConfig;
 use buffet_io::afpacket::{self, AfPacketConfig, AfPacketPort};
 use buffet_io::afxdp::XskReceiver;
 use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
@@ -278,7 +278,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         })?),
         None => None,
     };
-    let tenants = tenants::load(&a.choice.tenants)?;
+    let tenants = super::chain::load_tenants(&a.choice.tenants, registry)?;
     let stats = a
         .stats_json
         .as_deref()

@@ -9,11 +9,18 @@
 //! the command being run (`replay`, `demo`) — the same [`NfVisitor`] that the built-in
 //! NFs are handed to by [`LoadedNf::visit`](buffet_config::LoadedNf::visit).
 //!
+//! A registered NF is also a stage name of a tenants file's chains
+//! (`[[tenant.chain]] nf = "my-nf"`): the command parses the file inside
+//! [`with_registered_names`](buffet_config::registry::with_registered_names) with
+//! [`Registry::registered_names`], and the registry builds the stage NF for the
+//! [`Chain`] ([`RegisteredStages`]).
+//!
 //! This module does not load C or eBPF objects (`--nf-lib`, `--nf-ebpf` do that) and
 //! decides nothing about isolation.
 
 use std::fmt;
 
+use buffet_config::chain::{Chain, RegisteredStages, DEFAULT_KEY};
 use buffet_config::registry::{NfName, NfVisitor, RegisteredNf};
 
 use super::{chain, demo, live, replay};
@@ -27,6 +34,9 @@ pub enum RegisterError {
     /// A reference NF or an earlier registration has the name.
     #[error("cannot register NF {0:?}: the name is taken")]
     Taken(String),
+    /// The name a chain gives the run's default NF (`default`).
+    #[error("cannot register NF {0:?}: the name is reserved for the run's default chain stage")]
+    Reserved(String),
 }
 
 /// What `--nf NAME` selected.
@@ -63,6 +73,8 @@ impl NfVisitor for Visit<'_> {
 pub(crate) trait ErasedNf {
     /// Hands the NF, as its own type, to the command.
     fn run(self: Box<Self>, visit: Visit<'_>) -> anyhow::Result<()>;
+    /// Adds the NF to `chain` under `key`, as a stage NF.
+    fn into_stage(self: Box<Self>, key: &str, chain: Chain) -> Chain;
 }
 
 struct Typed<N>(N);
@@ -70,6 +82,10 @@ struct Typed<N>(N);
 impl<N: RegisteredNf> ErasedNf for Typed<N> {
     fn run(self: Box<Self>, visit: Visit<'_>) -> anyhow::Result<()> {
         visit.visit(self.0)
+    }
+
+    fn into_stage(self: Box<Self>, key: &str, chain: Chain) -> Chain {
+        chain.with_nf(key, self.0)
     }
 }
 
@@ -121,6 +137,8 @@ impl Registry {
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
         if !valid {
             self.errors.push(RegisterError::BadName(name.to_owned()));
+        } else if name == DEFAULT_KEY {
+            self.errors.push(RegisterError::Reserved(name.to_owned()));
         } else if self.names().iter().any(|n| n == name) {
             self.errors.push(RegisterError::Taken(name.to_owned()));
         } else {
@@ -146,6 +164,12 @@ impl Registry {
         &self.errors
     }
 
+    /// The registered NFs' names (not the reference NFs'), in order of registration: what
+    /// a tenants file's stages may name besides the reference NFs.
+    pub fn registered_names(&self) -> Vec<String> {
+        self.added.iter().map(|(n, _)| n.clone()).collect()
+    }
+
     /// Whether `name` is a registered (not a reference) NF.
     pub fn is_registered(&self, name: &str) -> bool {
         self.added.iter().any(|(n, _)| n == name)
@@ -163,6 +187,15 @@ impl Registry {
     }
 }
 
+impl RegisteredStages for Registry {
+    fn add_stage(&self, name: &str, chain: Chain) -> Result<Chain, Chain> {
+        match self.added.iter().find(|(n, _)| n == name) {
+            Some((_, make)) => Ok(make().into_stage(name, chain)),
+            None => Err(chain),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,7 +207,8 @@ mod tests {
             .add::<buffet_nfs::Monitor>("monitor")
             .add::<buffet_nfs::Monitor>("my-monitor")
             .add::<buffet_nfs::Monitor>("Bad Name")
-            .add::<buffet_nfs::Monitor>("");
+            .add::<buffet_nfs::Monitor>("")
+            .add::<buffet_nfs::Monitor>("default");
         assert_eq!(r.names().last().unwrap(), "my-monitor");
         assert_eq!(r.names().len(), NfName::ALL.len() + 1);
         assert_eq!(
@@ -184,8 +218,10 @@ mod tests {
                 RegisterError::Taken("my-monitor".into()),
                 RegisterError::BadName("Bad Name".into()),
                 RegisterError::BadName(String::new()),
+                RegisterError::Reserved("default".into()),
             ]
         );
+        assert_eq!(r.registered_names(), ["my-monitor"]);
         assert!(r.is_registered("my-monitor") && !r.is_registered("monitor"));
         assert!(matches!(
             r.select("firewall"),
@@ -196,5 +232,9 @@ mod tests {
             Some(Selected::Registered(_))
         ));
         assert!(r.select("nope").is_none());
+        // As a chain's stage NF: added under its name; an unknown name gives the chain back.
+        let chain = r.add_stage("my-monitor", Chain::new()).ok().unwrap();
+        assert_eq!(chain.keys().collect::<Vec<_>>(), ["my-monitor"]);
+        assert!(r.add_stage("nope", chain).is_err());
     }
 }

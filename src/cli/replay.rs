@@ -16,7 +16,7 @@ use anyhow::Context;
 use buffet_config::chain;
 use buffet_config::isolation::{self, Isolation};
 use buffet_config::registry::{EbpfEngine, LoadedNf, NfName, NfSpec, NfVisitor, RegisteredNf};
-use buffet_config::{tenants, TenantConfig};
+use buffet_config::TenantConfig;
 use buffet_dispatch::{DispatcherConfig, Planner, SchedulerConfig};
 use buffet_io::pcap::{PcapCounters, PcapReader, PcapWriter};
 use buffet_io::{PacketSource, SourcePort};
@@ -299,7 +299,7 @@ pub(crate) fn visit_run<'v, V>(
     chosen: Chosen,
     level: Isolation,
     chain: Option<(&'v [TenantConfig], &'v Path)>,
-    registry: &Registry,
+    registry: &'v Registry,
     visitor: V,
     wrap: impl FnOnce(V) -> Visit<'v>,
 ) -> anyhow::Result<()>
@@ -312,6 +312,7 @@ where
                 tenants,
                 level,
                 file,
+                registry,
             };
             cli_chain::visit(chosen, run, registry, visitor, wrap)
         }
@@ -339,7 +340,7 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
             .map(|p| OutputFile::create("--stats-json", p))
             .transpose()?,
     };
-    let tenants = tenants::load(&a.choice.tenants)?;
+    let tenants = cli_chain::load_tenants(&a.choice.tenants, registry)?;
     let (level, chained) = plan(a.choice.isolation, &chosen, &tenants, &a.choice.tenants)?;
     let mut source = PcapReader::open(&a.input)?;
     if source.is_at_end()? {

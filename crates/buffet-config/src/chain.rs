@@ -5,7 +5,8 @@
 //! one Tenant Table, one Packet Buffer per tenant, one `handle_group` call per group. Its
 //! per-tenant policy ([`ChainPolicy`]) is the tenant's list of stages; its per-tenant
 //! state ([`ChainState`]) holds each stage's own state and counters. The NFs the stages
-//! name (reference, C and eBPF NFs, or an author's own) are loaded once per run and held
+//! name (reference, C and eBPF NFs, or an author's own registered NF, [`RegisteredStages`])
+//! are loaded once per run and held
 //! behind a small object-safe trait, so one chain serves stages of different types with
 //! one dynamic call per stage per *group*, never per packet.
 //!
@@ -28,9 +29,12 @@
 //! stages of the largest stage region of the run, each page-aligned; a stage gets its own
 //! disjoint part of the tenant's region through `init_in_region` (a C stage's memory is
 //! there; an eBPF stage's memory is its own sandboxed buffer; a Rust stage's typed state
-//! is owned by the chain state). This module does not switch protection keys between
-//! stages (the region has one key), does not charge the DRR by chain cost and does not
-//! pre-split groups in the dispatcher: docs/chains.md says what each would need.
+//! is owned by the chain state). With [`Chain::stage_keys`] (a run at `mpk`), each C
+//! stage's part also gets its own protection key ([`PartKey`]), opened only around that
+//! stage's call, so a C stage reaches neither the chain's state nor another stage's part
+//! of the same tenant. This module does not charge the DRR by chain cost (the worker's
+//! cycle count around the whole chain does) and does not pre-split groups in the
+//! dispatcher: docs/chains.md says why.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -39,6 +43,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use buffet_dispatch::Match;
+use buffet_memory::{Mpk, PartKey};
 use buffet_sdk::{
     DropCause, InitError, MemorySpec, NetworkFunction, Packet, Verdict, WorkerThreadError,
     GROUP_CHUNK,
@@ -56,7 +61,8 @@ pub const MAX_STAGES: usize = 8;
 pub const PAGE: usize = 4096;
 
 /// The key of the run's default NF in a [`Chain`]: the one-stage chain of a tenant that
-/// names none. Never a valid stage NF name, so it cannot collide with one.
+/// names none. Never a valid stage NF name, so it cannot collide with one (the `buffet`
+/// command refuses to register an NF under it).
 pub const DEFAULT_KEY: &str = "default";
 
 const _: () = assert!(GROUP_CHUNK <= 64, "groups are tracked in a u64 bitmask");
@@ -154,7 +160,7 @@ impl<'de> Deserialize<'de> for Guard {
 #[serde(deny_unknown_fields)]
 pub struct StagePolicy {
     /// The NF's key in the chain: its spec as written (`firewall`, `c:x.so`,
-    /// `ebpf:x.o`) or [`DEFAULT_KEY`].
+    /// `ebpf:x.o`, a registered NF's name) or [`DEFAULT_KEY`].
     pub nf: String,
     /// The stage's policy, decoded by its NF.
     #[serde(default)]
@@ -232,6 +238,21 @@ pub fn stage_specs(tenants: &[TenantConfig]) -> Vec<NfSpec> {
         }
     }
     out
+}
+
+/// Builds, for a chain's stages, the NFs a program registered by name
+/// ([`NfSpec::Registered`]): the `buffet` command's NF registry implements it for the NFs
+/// an author added (`nf_main!`, `main_with`). `()` registers none.
+pub trait RegisteredStages {
+    /// Adds the NF registered as `name` to `chain`, under `name` ([`Chain::with_nf`]);
+    /// gives `chain` back unchanged when no NF has that name.
+    fn add_stage(&self, name: &str, chain: Chain) -> Result<Chain, Chain>;
+}
+
+impl RegisteredStages for () {
+    fn add_stage(&self, _name: &str, chain: Chain) -> Result<Chain, Chain> {
+        Err(chain)
+    }
 }
 
 /// Why a chained run cannot start.
@@ -411,6 +432,17 @@ struct Stage {
     run: Box<dyn StageRun>,
     when: Option<Guard>,
     counters: StageCounters,
+    /// A native stage's own protection key, under [`Chain::stage_keys`]. Declared after
+    /// `run`: the stage's state is dropped before its part goes back to the region.
+    key: Option<PartKey>,
+}
+
+impl Stage {
+    /// The stage NF's own counters, read with its key open (a C NF reads its part).
+    fn summary(&self) -> Vec<(&'static str, u64)> {
+        let _open = self.key.as_ref().map(PartKey::open);
+        self.run.summary()
+    }
 }
 
 /// A tenant's chain state: each stage's state and counters, and the last fault.
@@ -444,10 +476,7 @@ impl ChainState {
 
     /// Stage `i`'s own summary (its NF's counters for this tenant).
     pub fn stage_summary(&self, i: usize) -> Vec<(&'static str, u64)> {
-        self.stages
-            .get(i)
-            .map(|s| s.run.summary())
-            .unwrap_or_default()
+        self.stages.get(i).map(Stage::summary).unwrap_or_default()
     }
 }
 
@@ -455,6 +484,7 @@ impl ChainState {
 pub struct Chain {
     entries: Vec<(String, Box<dyn ChainNf>)>,
     timed: bool,
+    keys: Option<&'static Mpk>,
 }
 
 impl fmt::Debug for Chain {
@@ -469,6 +499,7 @@ impl fmt::Debug for Chain {
                     .collect::<Vec<_>>(),
             )
             .field("timed", &self.timed)
+            .field("stage_keys", &self.keys.is_some())
             .finish()
     }
 }
@@ -485,7 +516,19 @@ impl Chain {
         Chain {
             entries: Vec::new(),
             timed: true,
+            keys: None,
         }
+    }
+
+    /// Gives every native (C) stage's part of a tenant's region its own protection key
+    /// of `mpk`, opened only while that stage runs (a run at `mpk`, whose Tenant Table
+    /// regions are under `mpk`). A tenant whose chain has more C stages than the cache
+    /// can hold with the tenant's own key is refused at admission
+    /// ([`Mpk::check_parts`]). Off by default: then a C stage's part is under its
+    /// tenant's key, with the chain's state and the other stages' parts.
+    pub fn stage_keys(mut self, mpk: &'static Mpk) -> Chain {
+        self.keys = Some(mpk);
+        self
     }
 
     /// Whether each stage's wall-clock time is measured (one clock read per stage per
@@ -531,19 +574,39 @@ impl Chain {
         nf.visit(Add(self, spec))
     }
 
-    /// Loads every NF the tenants' stages name, at `level`, and adds it.
+    /// Loads every NF the tenants' stages name, at `level`, and adds it. A stage naming a
+    /// registered NF ([`NfSpec::Registered`]) needs [`load_stages_with`](Self::load_stages_with).
     pub fn load_stages(
-        mut self,
+        self,
         tenants: &[TenantConfig],
         level: Isolation,
         file: &Path,
     ) -> Result<Chain, ChainError> {
+        self.load_stages_with(tenants, level, file, &())
+    }
+
+    /// [`load_stages`](Self::load_stages), with the NFs `registered` builds for the
+    /// stages that name a registered NF (each added under its name, as a safe Rust NF).
+    pub fn load_stages_with(
+        mut self,
+        tenants: &[TenantConfig],
+        level: Isolation,
+        file: &Path,
+        registered: &dyn RegisteredStages,
+    ) -> Result<Chain, ChainError> {
         for spec in stage_specs(tenants) {
-            let nf = spec.load_at(level).map_err(|source| ChainError::Load {
+            let load_err = |source| ChainError::Load {
                 file: file.to_owned(),
                 spec: spec.clone(),
                 source: Box::new(source),
-            })?;
+            };
+            if let NfSpec::Registered(name) = &spec {
+                self = registered
+                    .add_stage(name, self)
+                    .map_err(|_| load_err(RegistryError::NotLoadable(name.clone())))?;
+                continue;
+            }
+            let nf = spec.load_at(level).map_err(load_err)?;
             self = self.with_loaded(&spec, nf);
         }
         Ok(self)
@@ -644,6 +707,16 @@ impl Chain {
             None => &mut [],
         };
         let carve = !rest.is_empty();
+        let keys = self.keys.filter(|_| carve);
+        if let Some(mpk) = keys {
+            let native = policy
+                .stages
+                .iter()
+                .filter(|sp| self.entry(&sp.nf).is_some_and(|e| e.kind() == NfKind::C))
+                .count();
+            mpk.check_parts(native)
+                .map_err(|e| InitError::invalid("stages", e.to_string()))?;
+        }
         let mut stages = Vec::with_capacity(n);
         for (k, sp) in policy.stages.iter().enumerate() {
             let entry = self.entry(&sp.nf).ok_or_else(|| {
@@ -666,18 +739,27 @@ impl Chain {
             } else {
                 &mut []
             };
-            let run = entry.build(&sp.policy, own).map_err(|e| match e {
+            let run = entry.build(&sp.policy, &mut *own).map_err(|e| match e {
                 InitError::InvalidPolicy { field, message } => InitError::InvalidPolicy {
                     field: format!("stages[{k}].{field}"),
                     message,
                 },
                 other => other,
             })?;
+            // The stage built its state in its part; from now on only its key opens it.
+            let key = match keys {
+                Some(mpk) if entry.kind() == NfKind::C => Some(
+                    mpk.carve_part(own)
+                        .map_err(|e| InitError::invalid(format!("stages[{k}]"), e.to_string()))?,
+                ),
+                _ => None,
+            };
             stages.push(Stage {
                 name: entry.name(),
                 run,
                 when: sp.when.clone(),
                 counters: StageCounters::default(),
+                key,
             });
         }
         *state = ChainState {
@@ -734,6 +816,8 @@ impl Chain {
             let lo = pos[0] as usize;
             let mut sv = [Verdict::Fault; GROUP_CHUNK];
             let run = &mut stage.run;
+            // A native stage's own key: open for its call only, the tenant's closed.
+            let open = stage.key.as_ref().map(PartKey::open);
             let panicked = if sel == low_bits(k) << lo {
                 // Contiguous: hand the slice over as it is.
                 call(run, &mut pkts[lo..lo + k], &mut sv[..k])
@@ -749,6 +833,7 @@ impl Chain {
                 }
                 r
             };
+            drop(open);
             let c = &mut stage.counters;
             for j in 0..k {
                 let i = pos[j] as usize;
@@ -1004,7 +1089,7 @@ impl NetworkFunction for Chain {
             if self.timed {
                 out.push((key("ns"), c.ns));
             }
-            for (k, v) in s.run.summary() {
+            for (k, v) in s.summary() {
                 out.push((key(&format!("nf.{k}")), v));
             }
         }

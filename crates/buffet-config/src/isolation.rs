@@ -210,16 +210,18 @@ pub fn resolve(
     let default = match nf {
         NfSpec::C(_) => Isolation::Mpk,
         NfSpec::Ebpf { .. } => Isolation::Ebpf,
-        NfSpec::Reference(_) => Isolation::Safe,
+        NfSpec::Reference(_) | NfSpec::Registered(_) => Isolation::Safe,
     };
     let level = run_level(requested, default, tenants, file)?;
     match (level, nf) {
         (Isolation::Ebpf, NfSpec::C(lib)) => Err(IsolationError::EbpfRunsNoC { lib: lib.clone() }),
-        (Isolation::Ebpf, NfSpec::Reference(_)) => Err(IsolationError::EbpfNeedsProgram),
+        (Isolation::Ebpf, NfSpec::Reference(_) | NfSpec::Registered(_)) => {
+            Err(IsolationError::EbpfNeedsProgram)
+        }
         (Isolation::Ebpf, NfSpec::Ebpf { .. }) => Ok(level),
         (_, NfSpec::Ebpf { .. }) => Err(IsolationError::ProgramNeedsEbpf { level }),
         (Isolation::Safe, NfSpec::C(lib)) => Err(IsolationError::SafeRunsNoC { lib: lib.clone() }),
-        (Isolation::Safe, NfSpec::Reference(_))
+        (Isolation::Safe, NfSpec::Reference(_) | NfSpec::Registered(_))
         | (Isolation::Mpk, _)
         | (Isolation::TrustedNative, _) => Ok(level),
     }

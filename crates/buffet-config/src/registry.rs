@@ -1,18 +1,26 @@
 //! The NF registry: naming an NF, loading it, and running one generic function over it.
 //!
-//! An [`NfSpec`] names one of three kinds of NF: a reference NF of buffet-nfs by name
+//! An [`NfSpec`] names one of four kinds of NF: a reference NF of buffet-nfs by name
 //! (`monitor`), a C NF as a shared object implementing `include/buffet.h` (`c:nf.so`,
-//! run by buffet-cnf), or an eBPF NF as a `clang -target bpf` object with the engine
-//! that runs it (`ebpf:nf.o`, `ebpf+jit:nf.o`, run by buffet-ebpf). [`NfSpec::load`]
-//! builds the NF ([`LoadedNf`]); [`LoadedNf::visit`] hands it, as its concrete type, to
-//! an [`NfVisitor`], so that one generic function (`fn run<N: RegisteredNf>(nf: N)`)
-//! serves every NF. An author's own NF implements [`RegisteredNf`] and is passed to the
-//! same visitor directly.
+//! run by buffet-cnf), an eBPF NF as a `clang -target bpf` object with the engine
+//! that runs it (`ebpf:nf.o`, `ebpf+jit:nf.o`, run by buffet-ebpf), or an author's own
+//! Rust NF by the name the program that runs it registered (`my-nf`). [`NfSpec::load`]
+//! builds the first three ([`LoadedNf`]); [`LoadedNf::visit`] hands it, as its concrete
+//! type, to an [`NfVisitor`], so that one generic function
+//! (`fn run<N: RegisteredNf>(nf: N)`) serves every NF. An author's own NF implements
+//! [`RegisteredNf`]; the program that registered it builds it and passes it to the same
+//! visitor directly.
+//!
+//! A registered name is known only to the program that registered it, so
+//! [`NfSpec`]'s parser accepts one only inside [`with_registered_names`] (the command
+//! parses its tenants file there); everywhere else, `my-nf` is an unknown NF, with the
+//! same error as any misspelt name.
 //!
 //! Loading a C object maps it into the process; loading an eBPF object verifies it. This
 //! module decides nothing about isolation (see [`crate::isolation`]); [`NfSpec::load_at`]
 //! only follows the level decided there (which faults a C NF's calls contain).
 
+use std::cell::RefCell;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -142,7 +150,7 @@ impl FromStr for EbpfEngine {
 /// The kind of NF a spec names, which decides the isolation levels it can run at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NfKind {
-    /// A reference NF: safe Rust.
+    /// Safe Rust: a reference NF, or an author's own registered NF.
     Reference,
     /// A C shared object.
     C,
@@ -153,8 +161,9 @@ pub enum NfKind {
 /// Which NF to run.
 ///
 /// Written `monitor` (any [`NfName`]), `c:PATH` (a C shared object), `ebpf:PATH` or
-/// `ebpf+ENGINE:PATH` (an eBPF object, `ENGINE` `interpreter` — the default — or `jit`).
-/// Serialized as that text.
+/// `ebpf+ENGINE:PATH` (an eBPF object, `ENGINE` `interpreter` — the default — or `jit`),
+/// or the name of an NF the running program registered (parsed only inside
+/// [`with_registered_names`]). Serialized as that text.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum NfSpec {
     /// A reference NF of buffet-nfs, default-configured.
@@ -168,13 +177,16 @@ pub enum NfSpec {
         /// How it runs.
         engine: EbpfEngine,
     },
+    /// An author's own Rust NF, by the name the running program registered it under. Only
+    /// that program can build it: [`NfSpec::load`] refuses it.
+    Registered(String),
 }
 
 impl NfSpec {
-    /// The kind of NF.
+    /// The kind of NF (a registered NF is safe Rust: [`NfKind::Reference`]).
     pub fn kind(&self) -> NfKind {
         match self {
-            NfSpec::Reference(_) => NfKind::Reference,
+            NfSpec::Reference(_) | NfSpec::Registered(_) => NfKind::Reference,
             NfSpec::C(_) => NfKind::C,
             NfSpec::Ebpf { .. } => NfKind::Ebpf,
         }
@@ -183,13 +195,15 @@ impl NfSpec {
     /// The object file, for C and eBPF NFs.
     pub fn path(&self) -> Option<&Path> {
         match self {
-            NfSpec::Reference(_) => None,
+            NfSpec::Reference(_) | NfSpec::Registered(_) => None,
             NfSpec::C(p) | NfSpec::Ebpf { path: p, .. } => Some(p),
         }
     }
 
     /// Builds the NF: a reference NF's default instance, a loaded C object, or a loaded
-    /// and verified eBPF object. Errors are the loaders' own, naming the file.
+    /// and verified eBPF object. Errors are the loaders' own, naming the file. A
+    /// registered NF is refused ([`RegistryError::NotLoadable`]): the program that
+    /// registered it builds it.
     pub fn load(&self) -> Result<LoadedNf, RegistryError> {
         self.load_at(Isolation::Mpk)
     }
@@ -223,6 +237,7 @@ impl NfSpec {
                 };
                 LoadedNf::Ebpf(EbpfNf::from_file(path, opts)?)
             }
+            NfSpec::Registered(name) => return Err(RegistryError::NotLoadable(name.clone())),
         })
     }
 }
@@ -237,6 +252,7 @@ impl fmt::Display for NfSpec {
                 engine: EbpfEngine::Interpreter,
             } => write!(f, "ebpf:{}", path.display()),
             NfSpec::Ebpf { path, engine } => write!(f, "ebpf+{}:{}", engine.name(), path.display()),
+            NfSpec::Registered(name) => f.write_str(name),
         }
     }
 }
@@ -246,7 +262,11 @@ impl FromStr for NfSpec {
 
     fn from_str(s: &str) -> Result<NfSpec, RegistryError> {
         let Some((kind, path)) = s.split_once(':') else {
-            return s.parse().map(NfSpec::Reference);
+            return match s.parse() {
+                Ok(name) => Ok(NfSpec::Reference(name)),
+                Err(_) if is_registered_name(s) => Ok(NfSpec::Registered(s.to_owned())),
+                Err(e) => Err(e),
+            };
         };
         let (kind, engine) = match kind.split_once('+') {
             Some((k, e)) => (k, Some(e.parse::<EbpfEngine>()?)),
@@ -281,6 +301,34 @@ impl<'de> Deserialize<'de> for NfSpec {
         let s = String::deserialize(d)?;
         s.parse().map_err(serde::de::Error::custom)
     }
+}
+
+thread_local! {
+    /// The names [`with_registered_names`] put in scope on this thread.
+    static REGISTERED: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether `name` is in scope as a registered NF on this thread.
+fn is_registered_name(name: &str) -> bool {
+    REGISTERED.with(|r| r.borrow().iter().any(|n| n == name))
+}
+
+/// Runs `f` with `names` — the NFs the running program registered — accepted by
+/// [`NfSpec`]'s parser as [`NfSpec::Registered`] (a tenants file's
+/// `[[tenant.chain]] nf = "my-nf"`). Outside, and for any other name, the parser answers
+/// as always: unknown NF. Scopes nest; the previous names come back when `f` returns or
+/// panics. Only the calling thread is affected.
+pub fn with_registered_names<R>(names: &[String], f: impl FnOnce() -> R) -> R {
+    struct Restore(Vec<String>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = std::mem::take(&mut self.0);
+            REGISTERED.with(|r| *r.borrow_mut() = old);
+        }
+    }
+    let old = REGISTERED.with(|r| std::mem::replace(&mut *r.borrow_mut(), names.to_vec()));
+    let _restore = Restore(old);
+    f()
 }
 
 /// An NF that can be named in a configuration and run by any [`NfVisitor`]: a
@@ -385,6 +433,11 @@ pub enum RegistryError {
     /// `ebpf+ENGINE:` with an unknown engine.
     #[error("unknown eBPF engine {0:?} (interpreter or jit)")]
     UnknownEngine(String),
+    /// A registered NF asked to be loaded from its spec alone.
+    #[error(
+        "NF {0:?} is registered by the program that runs it and only that program can build it"
+    )]
+    NotLoadable(String),
     /// The C object could not be loaded.
     #[error(transparent)]
     C(#[from] buffet_cnf::CNfLoadError),
@@ -477,6 +530,44 @@ mod tests {
         assert_eq!(serde_json::to_string(&EbpfEngine::Jit).unwrap(), "\"jit\"");
         assert_eq!("jit".parse::<EbpfEngine>().unwrap(), EbpfEngine::Jit);
         assert_eq!(Engine::from(EbpfEngine::Jit), Engine::Jit);
+    }
+
+    #[test]
+    fn registered_names_parse_only_in_their_scope() {
+        let names = ["my-nf".to_owned(), "edge_2".to_owned()];
+        let err = |s: &str| s.parse::<NfSpec>().unwrap_err().to_string();
+        // Outside the scope: an unknown NF, exactly as any misspelt name.
+        assert!(err("my-nf").starts_with("unknown NF \"my-nf\": give a reference NF"));
+        let spec = with_registered_names(&names, || {
+            // Reference NFs and objects parse as always; a name not registered is unknown.
+            assert_eq!(
+                "firewall".parse::<NfSpec>().unwrap(),
+                NfSpec::Reference(NfName::Firewall)
+            );
+            assert_eq!(
+                "c:x.so".parse::<NfSpec>().unwrap(),
+                NfSpec::C("x.so".into())
+            );
+            assert!(err("walls").starts_with("unknown NF \"walls\": give a reference NF"));
+            // Nested scopes see only their own names, and give the outer ones back.
+            with_registered_names(&[], || assert!(err("my-nf").starts_with("unknown NF")));
+            "my-nf".parse::<NfSpec>().unwrap()
+        });
+        assert_eq!(spec, NfSpec::Registered("my-nf".into()));
+        assert_eq!(spec.to_string(), "my-nf");
+        assert_eq!(spec.kind(), NfKind::Reference);
+        assert_eq!(spec.path(), None);
+        assert!(err("my-nf").starts_with("unknown NF"), "the scope ended");
+        // A panic inside the scope still ends it.
+        let r = std::panic::catch_unwind(|| with_registered_names(&names, || panic!("boom")));
+        assert!(r.is_err());
+        assert!(err("edge_2").starts_with("unknown NF"));
+        // Only the program that registered it can build it.
+        assert_eq!(
+            spec.load().unwrap_err().to_string(),
+            "NF \"my-nf\" is registered by the program that runs it and only that program \
+             can build it"
+        );
     }
 
     /// Reports which type it was handed and what that NF registers.

@@ -70,7 +70,10 @@ mod sys;
 mod table;
 
 pub use domain::{Domain, RegionExtent};
-pub use mpk::{Mpk, MpkError, MpkStats, DISABLE_ENV as MPK_DISABLE_ENV, MAX_CACHE_KEYS};
+pub use mpk::{
+    Mpk, MpkError, MpkStats, PartKey, PartKeyError, PartOpen, DISABLE_ENV as MPK_DISABLE_ENV,
+    MAX_CACHE_KEYS,
+};
 pub use storage::{AllocError, ArenaConfig, ArenaError, MemoryStorage, Region, StorageStats};
 pub use sys::{
     current_pkru, in_tenant_arena, pku_supported, tail_offset as region_tail_offset, SysError,

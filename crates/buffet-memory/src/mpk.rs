@@ -30,13 +30,32 @@
 //! While the number of tenants that run concurrently or in quick succession — across all
 //! workers — stays at or below the number of cache keys, every group is a hit.
 //!
+//! # Part keys (per-stage keys of a chain)
+//!
+//! A tenant region can hand whole pages of itself to their own virtual key: a **part**
+//! ([`Mpk::carve_part`], [`PartKey`]). A chain gives each native stage's part one, so
+//! that while that stage runs ([`PartKey::open`], inside the tenant's guard) PKRU opens
+//! the part's key and closes every other managed key — the tenant's own, which its
+//! other stages' parts and the chain's state carry, included. A part is a virtual key
+//! like a region's, in the same cache: it hits, misses, is evicted to the parking key
+//! and counted the same way, so the cache holds (tenant, stage) parts and tenants side
+//! by side. The region's own key re-tags the region *except* its parts (its holes), so
+//! loading or evicting the tenant never changes a part's key, and the reverse. A part
+//! dropped while its region lives goes back to the region's key; a region released
+//! first takes its parts' cache keys away and gives all its pages key 0.
+//!
+//! A stage runs with two keys pinned (its tenant's and its part's), so a tenant whose
+//! chain has `n` native stages runs hit-only with `n + 1` cache keys free, and
+//! [`Mpk::check_parts`] refuses a chain that could never have them.
+//!
 //! What this does not do: protect anything but tenant regions (a tenant's heap data, if
 //! its state keeps any, is key 0 like everything else), or stop native code that executes
 //! `WRPKRU` or `pkey_mprotect` itself — MPK contains stray accesses of buggy native NFs,
 //! not deliberately malicious machine code (that is what the eBPF level is for).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Instant;
 
 use crate::sys::{self, RegionTag, SysError};
@@ -77,11 +96,51 @@ pub enum MpkError {
     },
 }
 
+/// Why a part of a region cannot get its own key ([`Mpk::carve_part`],
+/// [`Mpk::check_parts`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PartKeyError {
+    /// The bytes are not whole pages inside one live region of this key cache.
+    #[error("a part of {len} bytes at {addr:#x} is not whole pages inside one region under MPK")]
+    NotInRegion {
+        /// Its first address.
+        addr: usize,
+        /// Its length.
+        len: usize,
+    },
+    /// The pages overlap a part that already has its own key.
+    #[error("a part of {len} bytes at {addr:#x} overlaps another part of its region")]
+    Overlaps {
+        /// Its first address.
+        addr: usize,
+        /// Its length.
+        len: usize,
+    },
+    /// More parts with their own key than the cache can ever hold with their region's.
+    #[error(
+        "{parts} native stages need {needed} protection keys at once (one each and the \
+         tenant's), and this process has {cache_keys} cache keys"
+    )]
+    TooManyParts {
+        /// The parts asked for.
+        parts: usize,
+        /// Keys they need at once (`parts + 1`).
+        needed: usize,
+        /// Cache keys there are.
+        cache_keys: usize,
+    },
+    /// The part's pages could not be tagged.
+    #[error("cannot tag a part with its protection key: {0}")]
+    Tag(SysError),
+}
+
 /// Counters of the key cache (since the process started).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MpkStats {
     /// Cache keys (tenants that can be loaded at once).
     pub cache_keys: usize,
+    /// Parts of regions with their own virtual key right now ([`PartKey`]).
+    pub parts: usize,
     /// Domain entries whose region already had its key.
     pub hits: u64,
     /// Domain entries that had to re-tag regions.
@@ -104,6 +163,13 @@ pub struct Mpk {
     misses: AtomicU64,
     miss_ns: AtomicU64,
     next_id: AtomicU64,
+    /// Live region keys by first address, to find the region of a part. Lock order:
+    /// `owners`, then `live`, then a key's `holes`.
+    live: Mutex<BTreeMap<usize, Weak<VKeyShared>>>,
+    parts: AtomicUsize,
+    /// Tests: PKRU and page keys simulated in memory instead of the hardware's.
+    #[cfg(test)]
+    sim: Option<Arc<sim::SimMemory>>,
 }
 
 /// One cache key. Aligned to a cache line: the running worker writes it once per group.
@@ -144,11 +210,71 @@ impl Slot {
     }
 }
 
-/// A tenant region's virtual key: which cache key it holds, if any.
+/// A tenant region's (or a part's) virtual key: which cache key it holds, if any.
 pub(crate) struct VKeyShared {
     id: u64,
     slot: AtomicU32,
-    tag: RegionTag,
+    tag: Tag,
+    /// A region's parts with their own key (sorted `(addr, len)`): its re-tags skip them.
+    holes: Mutex<Vec<(usize, usize)>>,
+    /// A part's region.
+    parent: Option<Arc<VKeyShared>>,
+    /// A region that was unregistered (its pages carry key 0 until released).
+    gone: AtomicBool,
+}
+
+/// The pages a virtual key re-tags.
+pub(crate) enum Tag {
+    /// Real pages of a [`MemoryStorage`](crate::MemoryStorage) region.
+    Hw(RegionTag),
+    /// Tests: pages whose keys [`sim::SimMemory`] keeps.
+    #[cfg(test)]
+    Sim(sim::SimTag),
+}
+
+impl Tag {
+    fn addr(&self) -> usize {
+        match self {
+            Tag::Hw(t) => t.addr(),
+            #[cfg(test)]
+            Tag::Sim(t) => t.addr,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Tag::Hw(t) => t.len(),
+            #[cfg(test)]
+            Tag::Sim(t) => t.len,
+        }
+    }
+
+    fn part(&self, addr: usize, len: usize) -> Option<Tag> {
+        match self {
+            Tag::Hw(t) => t.part(addr, len).map(Tag::Hw),
+            #[cfg(test)]
+            Tag::Sim(t) => t.part(addr, len).map(Tag::Sim),
+        }
+    }
+
+    fn set_pkey_except(&self, key: i32, holes: &[(usize, usize)]) -> Result<(), SysError> {
+        match self {
+            Tag::Hw(t) => t.set_pkey_except(key, holes),
+            #[cfg(test)]
+            Tag::Sim(t) => {
+                t.set_pkey_except(key, holes);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl VKeyShared {
+    /// Tags this key's pages, but not its parts', with `key`.
+    fn retag(&self, key: i32) -> Result<(), SysError> {
+        let holes = self.holes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.tag.set_pkey_except(key, &holes)
+    }
 }
 
 /// What [`Mpk::enter`] hands back for [`Mpk::leave`].
@@ -244,6 +370,10 @@ impl Mpk {
             misses: AtomicU64::new(0),
             miss_ns: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
+            live: Mutex::new(BTreeMap::new()),
+            parts: AtomicUsize::new(0),
+            #[cfg(test)]
+            sim: None,
         })
     }
 
@@ -268,39 +398,102 @@ impl Mpk {
                 .sum(),
             misses: self.misses.load(Ordering::Relaxed),
             miss_ns: self.miss_ns.load(Ordering::Relaxed),
+            parts: self.parts.load(Ordering::Relaxed),
         }
     }
 
-    /// The PKRU value of a thread that has every key of this cache closed, starting from
-    /// the calling thread's current PKRU.
-    pub fn closed_pkru(&self) -> u32 {
-        sys::rdpkru() | self.mask
+    /// Refuses a tenant whose chain would give `parts` native stages their own key when
+    /// the cache can never hold them and the tenant's key together (`parts + 1` keys).
+    pub fn check_parts(&self, parts: usize) -> Result<(), PartKeyError> {
+        let needed = parts + 1;
+        if parts > 0 && needed > self.slots.len() {
+            return Err(PartKeyError::TooManyParts {
+                parts,
+                needed,
+                cache_keys: self.slots.len(),
+            });
+        }
+        Ok(())
     }
 
-    /// This thread's PKRU (for tests and diagnostics).
-    pub fn current_pkru(&self) -> u32 {
-        sys::rdpkru()
+    /// Gives `part` — whole pages inside a live region of this cache, not already a part
+    /// — its own virtual key ([`PartKey`]); from now on only [`PartKey::open`] opens it,
+    /// and the region's own key no longer covers it. The pages carry the parking key
+    /// until the part first runs: whoever built state in them must be done with them.
+    pub fn carve_part(&'static self, part: &mut [u8]) -> Result<PartKey, PartKeyError> {
+        let v = self.carve(part.as_ptr() as usize, part.len())?;
+        Ok(PartKey { mpk: self, v })
     }
 
-    /// A virtual key for a freshly placed region, which is tagged with the parking key.
-    pub(crate) fn register(&self, tag: RegionTag) -> Result<Arc<VKeyShared>, SysError> {
-        tag.set_pkey(self.parking)?;
+    fn carve(&self, addr: usize, len: usize) -> Result<Arc<VKeyShared>, PartKeyError> {
+        let not_in = PartKeyError::NotInRegion { addr, len };
+        let owners = self.owners();
+        let region = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .range(..=addr)
+            .next_back()
+            .and_then(|(_, w)| w.upgrade())
+            .ok_or_else(|| not_in.clone())?;
+        let tag = region.tag.part(addr, len).ok_or(not_in)?;
+        let mut holes = region.holes.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = holes.partition_point(|&(h, _)| h < addr);
+        let overlaps = holes.get(at).is_some_and(|&(h, _)| h < addr + len)
+            || at
+                .checked_sub(1)
+                .is_some_and(|i| holes[i].0 + holes[i].1 > addr);
+        if overlaps {
+            return Err(PartKeyError::Overlaps { addr, len });
+        }
+        tag.set_pkey_except(self.parking, &[])
+            .map_err(PartKeyError::Tag)?;
+        holes.insert(at, (addr, len));
+        drop(holes);
+        drop(owners);
+        self.parts.fetch_add(1, Ordering::Relaxed);
         Ok(Arc::new(VKeyShared {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             slot: AtomicU32::new(PARKED),
             tag,
+            holes: Mutex::new(Vec::new()),
+            parent: Some(region),
+            gone: AtomicBool::new(false),
         }))
     }
 
-    /// Drops a virtual key before its region is released: gives up its cache key (it is
-    /// unpinned: no guard of it is alive) and tags the region with key 0 again so that the
-    /// state can be dropped in place and the region scrubbed from any thread.
-    pub(crate) fn unregister(&self, v: &Arc<VKeyShared>) {
-        let mut owners = self.owners();
+    /// Gives up a part's cache key and gives its pages back to its region: the region's
+    /// current key, or key 0 once the region was unregistered.
+    fn drop_part(&self, v: &Arc<VKeyShared>) {
+        let owners = self.owners();
+        let owners = self.free_slot(owners, v);
+        let region = v.parent.as_ref().expect("a part has a region");
+        let mut holes = region.holes.lock().unwrap_or_else(PoisonError::into_inner);
+        holes.retain(|&(h, _)| h != v.tag.addr());
+        drop(holes);
+        self.parts.fetch_sub(1, Ordering::Relaxed);
+        if region.gone.load(Ordering::Acquire) {
+            // Already key 0 with the rest of the region (see `unregister`).
+            return;
+        }
+        let key = region.pkey(self);
+        if let Err(e) = v.tag.set_pkey_except(key, &[]) {
+            // Fail closed, as for any re-tag that cannot be done.
+            panic!("buffet-memory: cannot give a part back its region's key: {e}");
+        }
+        drop(owners);
+    }
+
+    /// Takes `v`'s cache key away, if it holds one (it is unpinned: no guard of it is
+    /// alive, only a stale prober can hold a transient pin), under the miss lock.
+    fn free_slot<'a>(
+        &'a self,
+        mut owners: MutexGuard<'a, Box<[Option<Arc<VKeyShared>>]>>,
+        v: &VKeyShared,
+    ) -> MutexGuard<'a, Box<[Option<Arc<VKeyShared>>]>> {
         let s = v.slot.load(Ordering::Acquire);
         if s != PARKED {
             let slot = &self.slots[s as usize];
-            // Only a stale prober (a tenant that lost this key) can hold a transient pin.
             while slot
                 .pins
                 .compare_exchange(0, EVICTING, Ordering::Acquire, Ordering::Relaxed)
@@ -313,8 +506,89 @@ impl Mpk {
             v.slot.store(PARKED, Ordering::Release);
             slot.pins.store(0, Ordering::Release);
         }
+        owners
+    }
+
+    #[inline]
+    fn rdpkru(&self) -> u32 {
+        #[cfg(test)]
+        if self.sim.is_some() {
+            return sim::rdpkru();
+        }
+        sys::rdpkru()
+    }
+
+    #[inline]
+    fn wrpkru(&self, value: u32) {
+        #[cfg(test)]
+        if self.sim.is_some() {
+            return sim::wrpkru(value);
+        }
+        sys::wrpkru(value)
+    }
+
+    /// The PKRU value of a thread that has every key of this cache closed, starting from
+    /// the calling thread's current PKRU.
+    pub fn closed_pkru(&self) -> u32 {
+        self.rdpkru() | self.mask
+    }
+
+    /// This thread's PKRU (for tests and diagnostics).
+    pub fn current_pkru(&self) -> u32 {
+        self.rdpkru()
+    }
+
+    /// A virtual key for a freshly placed region, which is tagged with the parking key.
+    pub(crate) fn register(&self, tag: RegionTag) -> Result<Arc<VKeyShared>, SysError> {
+        self.register_tag(Tag::Hw(tag))
+    }
+
+    fn register_tag(&self, tag: Tag) -> Result<Arc<VKeyShared>, SysError> {
+        tag.set_pkey_except(self.parking, &[])?;
+        let v = Arc::new(VKeyShared {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            slot: AtomicU32::new(PARKED),
+            tag,
+            holes: Mutex::new(Vec::new()),
+            parent: None,
+            gone: AtomicBool::new(false),
+        });
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(v.tag.addr(), Arc::downgrade(&v));
+        Ok(v)
+    }
+
+    /// Drops a region's virtual key before the region is released: gives up its cache
+    /// key and its parts' (they are unpinned: no guard of the region is alive) and tags
+    /// the whole region, parts included, with key 0 again so that the state can be
+    /// dropped in place and the region scrubbed from any thread.
+    pub(crate) fn unregister(&self, v: &Arc<VKeyShared>) {
+        let mut owners = self.free_slot(self.owners(), v);
+        // Its parts' keys: an eviction must never re-tag a part of a released region.
+        for i in 0..owners.len() {
+            let part = owners[i]
+                .as_ref()
+                .filter(|o| o.parent.as_ref().is_some_and(|p| Arc::ptr_eq(p, v)))
+                .map(Arc::clone);
+            if let Some(part) = part {
+                owners = self.free_slot(owners, &part);
+            }
+        }
+        v.gone.store(true, Ordering::Release);
+        {
+            let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+            let addr = v.tag.addr();
+            if live
+                .get(&addr)
+                .is_some_and(|w| w.ptr_eq(&Arc::downgrade(v)))
+            {
+                live.remove(&addr);
+            }
+        }
         drop(owners);
-        if let Err(e) = v.tag.set_pkey(0) {
+        if let Err(e) = v.tag.set_pkey_except(0, &[]) {
             // Fail closed: the region keeps a closed key; dropping the state in place would
             // fault, so stop here with the reason.
             panic!("buffet-memory: cannot give a released region back key 0: {e}");
@@ -331,15 +605,15 @@ impl Mpk {
         if s.last_used.load(Ordering::Relaxed) != now {
             s.last_used.store(now, Ordering::Relaxed);
         }
-        let saved_pkru = sys::rdpkru();
-        sys::wrpkru((saved_pkru | self.mask) & !key_bits(s.pkey));
+        let saved_pkru = self.rdpkru();
+        self.wrpkru((saved_pkru | self.mask) & !key_bits(s.pkey));
         Entered { slot, saved_pkru }
     }
 
     /// Restores the PKRU [`enter`](Self::enter) found and unpins the key.
     #[inline]
     pub(crate) fn leave(&self, e: Entered) {
-        sys::wrpkru(e.saved_pkru);
+        self.wrpkru(e.saved_pkru);
         self.slots[e.slot as usize].unpin();
     }
 
@@ -398,13 +672,13 @@ impl Mpk {
             }
             if let Some(old) = owners[i].take() {
                 // Fail closed: if the victim cannot be parked it must not keep a key that
-                // is about to open for someone else.
-                if let Err(e) = old.tag.set_pkey(self.parking) {
+                // is about to open for someone else. (A region's parts keep theirs.)
+                if let Err(e) = old.retag(self.parking) {
                     panic!("buffet-memory: MPK eviction cannot re-tag a region: {e}");
                 }
                 old.slot.store(PARKED, Ordering::Release);
             }
-            if let Err(e) = v.tag.set_pkey(slot.pkey) {
+            if let Err(e) = v.retag(slot.pkey) {
                 panic!("buffet-memory: MPK cannot tag a region with its key: {e}");
             }
             owners[i] = Some(Arc::clone(v));
@@ -441,9 +715,74 @@ impl VKeyShared {
     }
 }
 
-/// AD and WD bits of `key` in PKRU.
+/// AD and WD bits of `key` in PKRU: bit `2 * key` is access-disable, bit `2 * key + 1`
+/// write-disable (Intel SDM vol. 3A, 4.6.2).
 const fn key_bits(key: i32) -> u32 {
     0b11 << (2 * key as u32)
+}
+
+/// A part of a tenant region with its own protection key ([`Mpk::carve_part`]): while
+/// [`open`](Self::open) holds, this thread reaches the part's pages and no other page
+/// under a managed key. Dropping it gives the pages back to the region's key.
+pub struct PartKey {
+    mpk: &'static Mpk,
+    v: Arc<VKeyShared>,
+}
+
+impl PartKey {
+    /// Loads the part's key (a hit, or a miss that re-tags) and makes it the only managed
+    /// key open on this thread — closing the tenant's own key until the guard drops, which
+    /// writes the PKRU it found back. Call it inside the tenant's state guard.
+    #[inline]
+    pub fn open(&self) -> PartOpen<'_> {
+        PartOpen {
+            mpk: self.mpk,
+            entered: Some(self.mpk.enter(&self.v)),
+        }
+    }
+
+    /// The hardware key the part carries right now (the parking key or a cache key).
+    pub fn pkey(&self) -> i32 {
+        self.v.pkey(self.mpk)
+    }
+
+    /// First address and length of the part.
+    pub fn extent(&self) -> (usize, usize) {
+        (self.v.tag.addr(), self.v.tag.len())
+    }
+}
+
+impl Drop for PartKey {
+    fn drop(&mut self) {
+        self.mpk.drop_part(&self.v);
+    }
+}
+
+impl std::fmt::Debug for PartKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (addr, len) = self.extent();
+        f.debug_struct("PartKey")
+            .field("addr", &format_args!("{addr:#x}"))
+            .field("len", &len)
+            .field("pkey", &self.pkey())
+            .finish()
+    }
+}
+
+/// A part's key open on this thread ([`PartKey::open`]); dropping it restores PKRU.
+#[must_use = "the part closes again when this guard drops"]
+pub struct PartOpen<'a> {
+    mpk: &'a Mpk,
+    entered: Option<Entered>,
+}
+
+impl Drop for PartOpen<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(e) = self.entered.take() {
+            self.mpk.leave(e);
+        }
+    }
 }
 
 impl std::fmt::Debug for Mpk {
@@ -456,6 +795,346 @@ impl std::fmt::Debug for Mpk {
             )
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+/// Tests without the hardware: the key cache's own code, with PKRU and the pages' keys
+/// kept in memory. `wrpkru`/`rdpkru` act on a per-thread value and `pkey_mprotect` on a
+/// map of page -> key; everything else — pinning, misses, eviction, parts and their
+/// holes — is the code the hardware runs.
+#[cfg(test)]
+pub(crate) mod sim {
+    use std::cell::Cell;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
+    use std::sync::{Arc, Mutex};
+
+    use super::{key_bits, Mpk, Slot, Tag, VKeyShared};
+    use crate::sys::{runs_between, SysError};
+
+    pub(crate) const PAGE: usize = 4096;
+
+    thread_local! {
+        static PKRU: Cell<u32> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn rdpkru() -> u32 {
+        PKRU.with(Cell::get)
+    }
+
+    pub(crate) fn wrpkru(v: u32) {
+        assert!(v & 0b11 == 0, "PKRU {v:#x} would close protection key 0");
+        PKRU.with(|p| p.set(v));
+    }
+
+    /// The protection key of every simulated page.
+    #[derive(Default)]
+    pub(crate) struct SimMemory {
+        keys: Mutex<BTreeMap<usize, i32>>,
+    }
+
+    impl SimMemory {
+        /// The key of the page holding `addr`.
+        pub(crate) fn key(&self, addr: usize) -> i32 {
+            self.keys.lock().unwrap()[&(addr / PAGE * PAGE)]
+        }
+
+        /// Whether this thread's simulated PKRU lets it read `addr`.
+        pub(crate) fn readable(&self, addr: usize) -> bool {
+            rdpkru() & (1 << (2 * self.key(addr))) == 0
+        }
+    }
+
+    /// A simulated region's (or part's) pages.
+    pub(crate) struct SimTag {
+        pub(crate) mem: Arc<SimMemory>,
+        pub(crate) addr: usize,
+        pub(crate) len: usize,
+    }
+
+    impl SimTag {
+        pub(crate) fn part(&self, addr: usize, len: usize) -> Option<SimTag> {
+            let inside = addr >= self.addr
+                && len > 0
+                && addr % PAGE == 0
+                && len % PAGE == 0
+                && addr + len <= self.addr + self.len;
+            inside.then(|| SimTag {
+                mem: Arc::clone(&self.mem),
+                addr,
+                len,
+            })
+        }
+
+        pub(crate) fn set_pkey_except(&self, key: i32, holes: &[(usize, usize)]) {
+            let mut keys = self.mem.keys.lock().unwrap();
+            for (a, l) in runs_between(self.addr, self.len, holes) {
+                for page in (a..a + l).step_by(PAGE) {
+                    keys.insert(page, key);
+                }
+            }
+        }
+    }
+
+    impl Mpk {
+        /// A key cache over simulated keys: parking key 1, cache keys 2, 3, …
+        pub(crate) fn simulated(cache_keys: usize) -> (&'static Mpk, Arc<SimMemory>) {
+            assert!((1..=super::MAX_CACHE_KEYS).contains(&cache_keys));
+            let mem = Arc::new(SimMemory::default());
+            let keys: Vec<i32> = (1..=cache_keys as i32 + 1).collect();
+            let slots = keys[1..]
+                .iter()
+                .map(|&pkey| Slot {
+                    pkey,
+                    pins: AtomicU32::new(0),
+                    owner: AtomicU64::new(0),
+                    last_used: AtomicU64::new(0),
+                    hits: AtomicU64::new(0),
+                })
+                .collect();
+            let mpk = Mpk {
+                parking: 1,
+                mask: keys.iter().fold(0, |m, &k| m | key_bits(k)),
+                slots,
+                owners: Mutex::new((0..cache_keys).map(|_| None).collect()),
+                clock: AtomicU64::new(1),
+                misses: AtomicU64::new(0),
+                miss_ns: AtomicU64::new(0),
+                next_id: AtomicU64::new(1),
+                live: Mutex::new(BTreeMap::new()),
+                parts: AtomicUsize::new(0),
+                sim: Some(Arc::clone(&mem)),
+            };
+            // Threads start with every managed key closed, as `pkey_alloc` leaves them.
+            wrpkru(mpk.mask);
+            (Box::leak(Box::new(mpk)), mem)
+        }
+
+        /// A region of `pages` simulated pages at `addr`.
+        pub(crate) fn sim_region(
+            &self,
+            mem: &Arc<SimMemory>,
+            addr: usize,
+            pages: usize,
+        ) -> Result<Arc<VKeyShared>, SysError> {
+            self.register_tag(Tag::Sim(SimTag {
+                mem: Arc::clone(mem),
+                addr,
+                len: pages * PAGE,
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod part_tests {
+    //! The part-key logic without the hardware ([`sim`]): distinct keys per native stage,
+    //! eviction accounting, the budget, and no (tenant, stage) part ever under another's
+    //! key.
+    use super::sim::{SimMemory, PAGE};
+    use super::*;
+
+    /// A region (the chain's state page, then `parts` one-page stage parts) at `base`.
+    fn region(
+        mpk: &'static Mpk,
+        mem: &Arc<SimMemory>,
+        base: usize,
+        parts: usize,
+    ) -> (Arc<VKeyShared>, Vec<PartKey>) {
+        let r = mpk.sim_region(mem, base, 1 + parts).unwrap();
+        let keys = (0..parts)
+            .map(|i| PartKey {
+                mpk,
+                v: mpk.carve(base + (1 + i) * PAGE, PAGE).unwrap(),
+            })
+            .collect();
+        (r, keys)
+    }
+
+    /// Every virtual key holding a cache key holds a different one, and every page of
+    /// every key carries the key that key believes it holds.
+    fn consistent(mpk: &Mpk, mem: &SimMemory, keys: &[&Arc<VKeyShared>]) {
+        let mut held = Vec::new();
+        for v in keys {
+            let k = v.pkey(mpk);
+            if k != mpk.parking {
+                assert!(!held.contains(&k), "two parts under key {k}");
+                held.push(k);
+            }
+            let holes = v.holes.lock().unwrap().clone();
+            for (a, l) in crate::sys::runs_between(v.tag.addr(), v.tag.len(), &holes) {
+                for page in (a..a + l).step_by(PAGE) {
+                    assert_eq!(mem.key(page), k, "page {page:#x} of key {}", v.id);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_native_stage_runs_under_its_own_key_and_sees_only_its_part() {
+        let (mpk, mem) = Mpk::simulated(14);
+        let base = 0x10_0000;
+        let (r, parts) = region(mpk, &mem, base, 3);
+        let header = base;
+        let entered = mpk.enter(&r);
+        // The tenant's guard: its state page and (not yet carved ones aside) nothing else.
+        assert!(mem.readable(header));
+        assert!(parts.iter().all(|p| !mem.readable(p.extent().0)));
+        let mut seen = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            let open = p.open();
+            let k = p.pkey();
+            assert_ne!(k, r.pkey(mpk), "stage {i} shares the tenant's key");
+            assert!(
+                !seen.contains(&k),
+                "stage {i} shares a key with an earlier stage"
+            );
+            seen.push(k);
+            assert!(
+                mem.readable(p.extent().0),
+                "stage {i} cannot reach its part"
+            );
+            assert!(!mem.readable(header), "stage {i} reaches the chain's state");
+            for (j, q) in parts.iter().enumerate() {
+                if j != i {
+                    assert!(!mem.readable(q.extent().0), "stage {i} reaches stage {j}");
+                }
+            }
+            drop(open);
+            // Back in the tenant's guard: the chain's state again, no part.
+            assert!(mem.readable(header) && !mem.readable(p.extent().0));
+        }
+        mpk.leave(entered);
+        assert!(!mem.readable(header));
+        consistent(mpk, &mem, &[&r, &parts[0].v, &parts[1].v, &parts[2].v]);
+        assert_eq!(mpk.stats().parts, 3);
+        assert_eq!(mpk.stats().misses, 4, "one miss per key, then hits");
+    }
+
+    #[test]
+    fn parts_and_tenants_share_the_cache_and_never_each_others_keys() {
+        // 5 cache keys, 3 tenants with 2 native stages each: 9 virtual keys.
+        let (mpk, mem) = Mpk::simulated(5);
+        let tenants: Vec<_> = (0..3)
+            .map(|t| region(mpk, &mem, 0x100_0000 * (t + 1), 2))
+            .collect();
+        let all: Vec<&Arc<VKeyShared>> = tenants
+            .iter()
+            .flat_map(|(r, p)| std::iter::once(r).chain(p.iter().map(|k| &k.v)))
+            .collect();
+        let mut expected_misses = 0;
+        // A deterministic walk: tenant t runs its chain; each step checks every key.
+        let mut x = 0x2545_f491_u32;
+        for _ in 0..400 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let (r, parts) = &tenants[x as usize % 3];
+            let before = mpk.stats().misses;
+            let had = r.slot.load(Ordering::Relaxed) != PARKED;
+            let e = mpk.enter(r);
+            expected_misses += u64::from(!had);
+            assert_eq!(mpk.stats().misses - before, u64::from(!had));
+            for p in parts {
+                let had = p.v.slot.load(Ordering::Relaxed) != PARKED;
+                let open = p.open();
+                expected_misses += u64::from(!had);
+                assert!(mem.readable(p.extent().0));
+                assert!(!mem.readable(r.tag.addr()));
+                for (other, oparts) in &tenants {
+                    assert!(!mem.readable(other.tag.addr()));
+                    for q in oparts.iter().filter(|q| !Arc::ptr_eq(&q.v, &p.v)) {
+                        assert!(!mem.readable(q.extent().0));
+                    }
+                }
+                drop(open);
+                consistent(mpk, &mem, &all);
+            }
+            mpk.leave(e);
+        }
+        let stats = mpk.stats();
+        assert_eq!(stats.misses, expected_misses);
+        assert!(stats.misses > 5, "9 keys over 5 slots must miss: {stats:?}");
+        assert_eq!(stats.hits + stats.misses, 400 * 3);
+    }
+
+    #[test]
+    fn a_chain_with_more_native_stages_than_keys_is_refused() {
+        let (mpk, _) = Mpk::simulated(4);
+        mpk.check_parts(0).unwrap();
+        mpk.check_parts(3).unwrap();
+        assert_eq!(
+            mpk.check_parts(4).unwrap_err().to_string(),
+            "4 native stages need 5 protection keys at once (one each and the tenant's), \
+             and this process has 4 cache keys"
+        );
+        let (mpk, _) = Mpk::simulated(MAX_CACHE_KEYS);
+        mpk.check_parts(8).unwrap();
+    }
+
+    #[test]
+    fn bad_parts_are_refused_and_change_nothing() {
+        let (mpk, mem) = Mpk::simulated(4);
+        let base = 0x40_0000;
+        let r = mpk.sim_region(&mem, base, 4).unwrap();
+        let p = mpk.carve(base + PAGE, PAGE).unwrap();
+        let err = |addr: usize, len: usize| mpk.carve(addr, len).map(drop).unwrap_err();
+        assert_eq!(
+            err(base + PAGE, PAGE),
+            PartKeyError::Overlaps {
+                addr: base + PAGE,
+                len: PAGE
+            }
+        );
+        assert!(matches!(err(base, 2 * PAGE), PartKeyError::Overlaps { .. }));
+        assert!(matches!(
+            err(base + 100, PAGE),
+            PartKeyError::NotInRegion { .. }
+        ));
+        assert!(matches!(
+            err(base + 3 * PAGE, 2 * PAGE),
+            PartKeyError::NotInRegion { .. }
+        ));
+        assert!(matches!(
+            err(0x1000, PAGE),
+            PartKeyError::NotInRegion { .. }
+        ));
+        assert_eq!(*r.holes.lock().unwrap(), [(base + PAGE, PAGE)]);
+        assert_eq!(mpk.stats().parts, 1);
+        drop(p);
+    }
+
+    #[test]
+    fn a_dropped_part_rejoins_its_region_and_a_released_region_takes_its_parts_keys() {
+        let (mpk, mem) = Mpk::simulated(4);
+        let base = 0x80_0000;
+        let (r, mut parts) = region(mpk, &mem, base, 2);
+        let e = mpk.enter(&r);
+        drop(parts[0].open());
+        let k = r.pkey(mpk);
+        // Dropped while the region lives (a failed admission): back under its key.
+        let first = parts.remove(0);
+        let addr = first.extent().0;
+        drop(first);
+        assert_eq!(mem.key(addr), k);
+        assert!(mem.readable(addr));
+        mpk.leave(e);
+        consistent(mpk, &mem, &[&r, &parts[0].v]);
+        // Released: the region and its remaining part are key 0, the part's cache key is
+        // free again, and dropping the part afterwards changes nothing.
+        let e = mpk.enter(&r);
+        drop(parts[0].open());
+        mpk.leave(e);
+        assert_ne!(parts[0].pkey(), mpk.parking);
+        mpk.unregister(&r);
+        assert_eq!(parts[0].pkey(), mpk.parking);
+        assert!(mpk.owners().iter().all(Option::is_none));
+        for page in (base..base + 3 * PAGE).step_by(PAGE) {
+            assert_eq!(mem.key(page), 0);
+        }
+        drop(parts);
+        assert_eq!(mem.key(base + 2 * PAGE), 0);
+        assert_eq!(mpk.stats().parts, 0);
     }
 }
 

@@ -385,6 +385,8 @@ impl OpenSpan {
     pub(crate) fn tag(&self) -> RegionTag {
         RegionTag {
             map: Arc::clone(&self.map),
+            claim_off: self.off,
+            claim_len: self.len,
             off: self.off,
             len: self.len,
         }
@@ -669,7 +671,7 @@ pub(crate) fn pkey_free(key: i32) {
     let _ = key;
 }
 
-/// `pkey_mprotect` of an address range: not exposed; [`RegionTag::set_pkey`] and
+/// `pkey_mprotect` of an address range: not exposed; [`RegionTag::set_pkey_except`] and
 /// [`Mapping::seal_and_unclaim`] call it on ranges they own.
 fn pkey_mprotect_raw(
     addr: *mut u8,
@@ -709,42 +711,117 @@ fn pkey_mprotect_raw(
     }
 }
 
-/// The capability to change the protection key of one live region: held by the region's
-/// MPK virtual key, used by whichever thread loads or evicts that key.
+/// The capability to change the protection key of one live region, or of whole pages
+/// inside it (a part, [`RegionTag::part`]): held by the MPK virtual key of that region or
+/// part, used by whichever thread loads or evicts that key.
 pub(crate) struct RegionTag {
     map: Arc<Mapping>,
+    /// The region's claim, which must still be live for any re-tag.
+    claim_off: usize,
+    claim_len: usize,
+    /// The pages this tag re-tags: the whole claim, or a part of it.
     off: usize,
     len: usize,
 }
 
 impl RegionTag {
-    /// Tags the region's pages with protection key `key` (they stay readable and
-    /// writable; the thread's PKRU decides who may touch them).
+    /// First address of the pages this tag covers.
+    pub(crate) fn addr(&self) -> usize {
+        self.map.at(self.off) as usize
+    }
+
+    /// Bytes this tag covers (whole pages).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A tag for `[addr, addr + len)`, whole pages inside this tag's range, or `None`
+    /// when the range is empty, not page-aligned or not inside.
+    pub(crate) fn part(&self, addr: usize, len: usize) -> Option<RegionTag> {
+        let page = self.map.page;
+        let start = self.addr();
+        let inside = addr >= start
+            && len > 0
+            && addr % page == 0
+            && len % page == 0
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= start + self.len);
+        inside.then(|| RegionTag {
+            map: Arc::clone(&self.map),
+            claim_off: self.claim_off,
+            claim_len: self.claim_len,
+            off: self.off + (addr - start),
+            len,
+        })
+    }
+
+    /// Tags the pages with protection key `key` (they stay readable and writable; the
+    /// thread's PKRU decides who may touch them), except `holes` (sorted, disjoint
+    /// `(addr, len)` page ranges inside the range, which keep the key they carry): one
+    /// `pkey_mprotect` per run of pages between holes.
     ///
-    /// Refuses (`EINVAL`) if the range is no longer a live claim, so a stale tag can never
-    /// reopen a released range or a guard page. The claims lock is held across the call:
+    /// Refuses (`EINVAL`) if the region is no longer a live claim, so a stale tag can never
+    /// reopen a released range or a guard page. The claims lock is held across the calls:
     /// the region cannot be sealed in between.
-    pub(crate) fn set_pkey(&self, key: i32) -> Result<(), SysError> {
+    pub(crate) fn set_pkey_except(
+        &self,
+        key: i32,
+        holes: &[(usize, usize)],
+    ) -> Result<(), SysError> {
         let claims = self
             .map
             .claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if claims.get(&self.off) != Some(&self.len) {
+        if claims.get(&self.claim_off) != Some(&self.claim_len) {
             return Err(SysError {
                 call: "pkey_mprotect",
                 errno: libc::EINVAL,
             });
         }
-        let r = pkey_mprotect_raw(
-            self.map.at(self.off),
-            self.len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            key,
-        );
+        let r = runs_between(self.addr(), self.len, holes).try_for_each(|(addr, len)| {
+            pkey_mprotect_raw(
+                self.map.at(self.off + (addr - self.addr())),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                key,
+            )
+        });
         drop(claims);
         r
     }
+}
+
+/// The runs of `[start, start + len)` outside `holes` (sorted, disjoint ranges inside
+/// it), in order; empty runs are skipped.
+pub(crate) fn runs_between(
+    start: usize,
+    len: usize,
+    holes: &[(usize, usize)],
+) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let end = start + len;
+    let mut at = start;
+    let mut holes = holes.iter();
+    let mut done = false;
+    std::iter::from_fn(move || loop {
+        if done {
+            return None;
+        }
+        match holes.next() {
+            Some(&(h, hl)) => {
+                let run = (at, h.saturating_sub(at));
+                at = h + hl;
+                if run.1 > 0 {
+                    return Some(run);
+                }
+            }
+            None => {
+                done = true;
+                return (at < end).then_some((at, end - at));
+            }
+        }
+    })
 }
 
 /// Reads this thread's PKRU register.

@@ -173,3 +173,122 @@ fn a_bad_policy_names_the_tenant_and_field() {
         "{err}"
     );
 }
+
+/// `examples/my-nf/chains.toml`: tenant 1 runs the firewall, then `my-nf`; tenant 2 runs
+/// `my-nf` for DNS only, then the monitor. No `--nf`: every tenant names its chain.
+#[test]
+fn a_tenants_chain_names_my_nf_next_to_reference_nfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    let mut frames = Vec::new();
+    for i in 0..30 {
+        // Tenant 1: 10 each to 53 (my-nf drops), 443 (the firewall drops) and 123.
+        frames.push(udp([10, 1, 0, 1], [53, 443, 123][i % 3]));
+        // Tenant 2: 15 to 53 (my-nf's guard selects them), 15 to 80.
+        frames.push(udp([10, 2, 0, 1], if i % 2 == 0 { 53 } else { 80 }));
+    }
+    write_pcap(&input, &frames);
+    let tenants = Path::new(env!("CARGO_MANIFEST_DIR")).join("chains.toml");
+    let stats = dir.path().join("stats.json");
+    let out = my_nf()
+        .args(["replay", "--no-pin", "--tenants"])
+        .arg(&tenants)
+        .arg("--input")
+        .arg(&input)
+        .arg("--stats-json")
+        .arg(&stats)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("stage 0 firewall") && stdout.contains("stage 1 my-nf"),
+        "{stdout}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let tenant = |id: u64| {
+        json["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let t1 = tenant(1);
+    assert_eq!(t1["passed"], 10, "{t1}");
+    let (fw, mine) = (&t1["chain"][0], &t1["chain"][1]);
+    assert_eq!(fw["nf"], "firewall");
+    assert_eq!((&fw["packets"], &fw["passed"]), (&30.into(), &20.into()));
+    assert_eq!(fw["drops"]["policy"], 10);
+    // my-nf saw only what the firewall passed, with its own policy and counters.
+    assert_eq!(mine["nf"], "my-nf");
+    assert_eq!(
+        (&mine["packets"], &mine["passed"]),
+        (&20.into(), &10.into())
+    );
+    assert_eq!(mine["drops"]["policy"], 10);
+    assert_eq!(mine["counters"]["blocked"], 10);
+    assert_eq!(mine["counters"]["udp"], 20);
+    let t2 = tenant(2);
+    assert_eq!(t2["passed"], 30, "{t2}");
+    let (mine, mon) = (&t2["chain"][0], &t2["chain"][1]);
+    // Its guard gave my-nf the DNS packets only; its default policy blocks nothing.
+    assert_eq!(
+        (&mine["nf"], &mine["packets"]),
+        (&"my-nf".into(), &15.into())
+    );
+    assert_eq!(mine["counters"]["blocked"], 0);
+    assert_eq!(
+        (&mon["nf"], &mon["packets"]),
+        (&"monitor".into(), &30.into())
+    );
+}
+
+/// A stage naming a misspelt NF, or giving `my-nf` a policy it refuses, is one error
+/// naming the file, the tenant, the stage and the field; nothing runs.
+#[test]
+fn bad_my_nf_stages_name_the_tenant_and_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pcap");
+    write_pcap(&input, &[udp([10, 1, 0, 1], 53)]);
+    let tenants = dir.path().join("t.toml");
+    let run = |stage: &str| {
+        std::fs::write(
+            &tenants,
+            format!(
+                "[[tenant]]\nid = 7\nname = \"a\"\nrules = [ {{ dst_ip = \"10.1.0.0/16\" }} ]\n\
+                 [[tenant.chain]]\nnf = \"firewall\"\n[[tenant.chain]]\n{stage}\n"
+            ),
+        )
+        .unwrap();
+        let out = my_nf()
+            .args(["replay", "--no-pin", "--tenants"])
+            .arg(&tenants)
+            .arg("--input")
+            .arg(&input)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = run("nf = \"my-nff\"");
+    assert!(
+        e.contains("tenant 7 (\"a\"): chain[1].nf: unknown NF \"my-nff\": give a reference NF"),
+        "{e}"
+    );
+    let e = run("nf = \"my-nf\"\npolicy = { block_udp_ports = [0] }");
+    assert!(
+        e.contains("tenant 7 (\"a\"): chain[1].policy: block_udp_ports: port 0 cannot be blocked"),
+        "{e}"
+    );
+    let e = run("nf = \"my-nf\"\npolicy = { block_tcp = true }");
+    assert!(
+        e.contains("tenant 7 (\"a\"): chain[1].policy: unknown field `block_tcp`"),
+        "{e}"
+    );
+}
