@@ -49,8 +49,8 @@ use crate::auth::{self, Auth, Denied, Principal};
 use crate::daemon::ReloadError;
 use crate::metrics::Metrics;
 use crate::plane::{Plane, PlaneError};
-use crate::xdp::XdpChangeError;
 use crate::store::{Batch, Store, StoreError};
+use crate::xdp::XdpChangeError;
 
 /// A request that failed: its status and the message of `{"error": ...}`.
 #[derive(Debug, thiserror::Error)]

@@ -254,7 +254,10 @@ impl<N: RegisteredNf> Plane for Typed<N> {
                 policy.as_ref(),
             )?;
         }
-        if let (Some(x), true) = (&self.xdp, (&old.rules, old.max_nb) != (&new.rules, new.max_nb)) {
+        if let (Some(x), true) = (
+            &self.xdp,
+            (&old.rules, old.max_nb) != (&new.rules, new.max_nb),
+        ) {
             // The new state is published; now the program's rules (docs/daemon.md).
             let slot = self
                 .control
@@ -631,8 +634,7 @@ impl NfVisitor for Build {
             Some(x) => {
                 // Each worker polls its own socket; the data plane owns the port (fill,
                 // completion and transmit rings: passed frames leave through it).
-                let (c, mut d) =
-                    buffet_worker::build_with_sources(nf, self.pipeline, x.sources)?;
+                let (c, mut d) = buffet_worker::build_with_sources(nf, self.pipeline, x.sources)?;
                 d.add_port(Box::new(x.port));
                 (c, d, Some((x.side, x.iface, x.mode)))
             }

@@ -258,9 +258,8 @@ impl XdpSide {
     ) -> Result<(), XdpStartError> {
         {
             let mut d = lock(&self.d);
-            d.attach(iface, mode).map_err(|e| {
-                XdpStartError::Program(format!("attaching to {iface}: {e}"))
-            })?;
+            d.attach(iface, mode)
+                .map_err(|e| XdpStartError::Program(format!("attaching to {iface}: {e}")))?;
             eprintln!(
                 "buffetd: XDP Packet Dispatcher attached to {iface} in {} mode, {} workers{}",
                 match mode {

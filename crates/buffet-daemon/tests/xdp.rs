@@ -294,7 +294,7 @@ fn tenants_and_workers_change_at_run_time_and_every_frame_is_counted() {
     // A rule the XDP classifier cannot express: 422 naming it, nothing changed.
     let wide = json!({ "id": 99, "rules": [
         { "dst_ip": "10.99.0.0/16" },
-        { "src_port": "1-65534", "dst_port": "1-65534" } ], "policy": {} });
+        { "protocol": "udp", "src_port": "1-65534", "dst_port": "1-65534" } ], "policy": {} });
     let (s, v) = call(&d, "POST", "/v1/tenants", Some(&wide));
     assert_eq!(s, 422, "{v}");
     let msg = v["error"].as_str().unwrap();
@@ -318,7 +318,11 @@ fn tenants_and_workers_change_at_run_time_and_every_frame_is_counted() {
     let workers: Vec<u64> = (1..=4)
         .map(|id| row(&v, id).unwrap()["worker"].as_u64().unwrap())
         .collect();
-    assert_eq!(workers, vec![0, 1, 0, 1], "the live worker with the fewest tenants");
+    assert_eq!(
+        workers,
+        vec![0, 1, 0, 1],
+        "the live worker with the fewest tenants"
+    );
     let dst = |id: u8| [10, id, 0, 1];
     let u0 = unmatched(&v);
     tx.each(&[dst(1), dst(2), dst(3), dst(4), [10, 50, 0, 1]], 100);
@@ -425,7 +429,9 @@ fn a_stuck_worker_loses_its_other_tenants_to_live_workers_within_a_timeslot() {
     let stuck = worker_of(&v, 1);
     let dst = |id: u8| [10, id, 0, 1];
     tx.each(&[dst(1), dst(2), dst(3), dst(4)], 20);
-    wait_stats(&d, "before the stall", |v| (1..=4).all(|id| seen(v, id) == 20));
+    wait_stats(&d, "before the stall", |v| {
+        (1..=4).all(|id| seen(v, id) == 20)
+    });
 
     // The stall, then the victims' frames every 10 ms until tenant 3 (on the stuck
     // worker) counts again.
@@ -460,9 +466,7 @@ fn a_stuck_worker_loses_its_other_tenants_to_live_workers_within_a_timeslot() {
     let before: Vec<u64> = (2..=4).map(|id| seen(&v, id)).collect();
     tx.each(&[dst(2), dst(3), dst(4)], 50);
     wait_stats(&d, "the victims after the move", |v| {
-        (2..=4u64)
-            .zip(&before)
-            .all(|(id, b)| seen(v, id) >= b + 50)
+        (2..=4u64).zip(&before).all(|(id, b)| seen(v, id) >= b + 50)
     });
     let v = stats(&d);
     for (id, b) in (2..=4u64).zip(&before) {

@@ -746,6 +746,28 @@ impl<N: NetworkFunction> Control<N> {
     }
 }
 
+/// How long a report waits for a tenant's state that a worker holds (see
+/// `Dataplane::report`).
+const REPORT_LOCK_WAIT: Duration = Duration::from_millis(5);
+
+/// The tenant's state, once no worker holds it, or `None` after `wait`.
+fn lock_within<S: Send>(
+    entry: &buffet_memory::TenantEntry<S>,
+    wait: Duration,
+) -> Option<buffet_memory::StateGuard<'_, S>> {
+    let t0 = Instant::now();
+    let backoff = Backoff::new();
+    loop {
+        if let Some(g) = entry.try_lock() {
+            return Some(g);
+        }
+        if t0.elapsed() >= wait {
+            return None;
+        }
+        backoff.snooze();
+    }
+}
+
 /// A Memory Manager refusal (or the NF's, from `init`) as the pipeline's error.
 fn tenant_error(id: TenantId, e: AdmitWithError<InitError>) -> PipelineError {
     match e {
@@ -1989,8 +2011,13 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
             if let Some(entry) = &*self.core.shared.table.get(slot) {
                 if !r.quarantined {
-                    let state = entry.lock();
-                    r.nf = self.core.shared.nf.summary(&state).into_iter().collect();
+                    // Never wait on a handler for long: one that does not return (a stuck
+                    // worker) would stop this thread, and with it the supervision that
+                    // finds the worker stuck. A state held past REPORT_LOCK_WAIT leaves
+                    // this snapshot without the tenant's NF counters.
+                    if let Some(state) = lock_within(entry, REPORT_LOCK_WAIT) {
+                        r.nf = self.core.shared.nf.summary(&state).into_iter().collect();
+                    }
                 }
             }
             tenants.push(r);
@@ -2216,12 +2243,10 @@ impl<N: NetworkFunction> Pipeline<N> {
 
     /// Launches one more worker.
     pub fn launch_worker(&mut self) -> Result<WorkerId, PipelineError> {
-        let rx = self
-            .control
-            .ask_pipeline(|reply| Command::LaunchWorker {
-                source: None,
-                reply,
-            })?;
+        let rx = self.control.ask_pipeline(|reply| Command::LaunchWorker {
+            source: None,
+            reply,
+        })?;
         self.apply_and_answer(rx)
     }
 

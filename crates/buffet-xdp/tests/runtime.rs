@@ -8,8 +8,7 @@
 use buffet_dispatch::{Match, TenantSlot, WorkerId};
 use buffet_testkit::gate::{self, Capability};
 use buffet_xdp::{
-    AdmitError, RuleCheckError, WorkerTableError, XdpConfig, XdpDecision, XdpDispatcher,
-    MAX_TUPLES,
+    AdmitError, RuleCheckError, WorkerTableError, XdpConfig, XdpDecision, XdpDispatcher, MAX_TUPLES,
 };
 use etherparse::PacketBuilder;
 
@@ -108,7 +107,11 @@ fn replace_rules_swaps_classification_and_keeps_the_row() {
         XdpDecision::Policed(t)
     );
     assert_eq!(x.policed(t).unwrap(), 1);
-    assert_eq!(tenant_of(&mut x, ts, &others), Some(4), "other tenant untouched");
+    assert_eq!(
+        tenant_of(&mut x, ts, &others),
+        Some(4),
+        "other tenant untouched"
+    );
     // The next timeslot: under MAX_NB again.
     assert_eq!(tenant_of(&mut x, ts + (1 << 30), &new_only), Some(3));
     // Removing it takes the new rules out too.
