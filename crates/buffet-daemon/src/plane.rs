@@ -530,9 +530,12 @@ fn pipeline_config(cfg: &DaemonConfig, level: Isolation) -> PipelineConfig {
     }
 }
 
+/// The ports a config opens, and the XDP Packet Dispatcher's part when it runs.
+type Opened = (Vec<Box<dyn Port>>, Option<XdpStart>);
+
 /// Opens the configured ports, or with `dispatch.mode = "xdp"` the XDP Packet
 /// Dispatcher's port, program and sockets.
-fn open_ports(cfg: &DaemonConfig) -> Result<(Vec<Box<dyn Port>>, Option<XdpStart>), StartError> {
+fn open_ports(cfg: &DaemonConfig) -> Result<Opened, StartError> {
     let mut ports: Vec<Box<dyn Port>> = Vec::new();
     // `dispatch.mode = "xdp"`: the one af_xdp port (checked when the config was read)
     // and the program, instead of the ports below.

@@ -222,6 +222,9 @@ impl Drop for XdpSource {
     }
 }
 
+/// A tenant's classifier rules and MAX_NB, as last put into the maps.
+type KeptRules = (Vec<(u32, Match)>, u64);
+
 /// The program and the sockets, shared by the data plane's control surface and the
 /// event thread. Every map change is made under its lock, one at a time.
 pub struct XdpSide {
@@ -234,7 +237,7 @@ pub struct XdpSide {
     ring_size: u32,
     /// Per admitted slot: its rules and MAX_NB (to put it back if a removal fails half
     /// way).
-    admitted: Mutex<std::collections::HashMap<u32, (Vec<(u32, Match)>, u64)>>,
+    admitted: Mutex<std::collections::HashMap<u32, KeptRules>>,
     stop: AtomicBool,
     pump: Mutex<Option<JoinHandle<()>>>,
 }
