@@ -2214,4 +2214,212 @@ fn af_xdp_run_on_four_queues_counts_every_tenant_exactly() {
     assert_eq!(port["tx"].as_u64(), Some(packets), "{port}");
     assert_eq!(sent[0], packets, "every passed frame came back out, once");
     assert_eq!(xdp_attached(&ns.a, &va), None, "detached at the end");
+/// buffetd with `[dispatch] mode = "xdp"` on the veth's end in namespace A, a sender in
+/// B: four tenants admitted through the HTTP API (the `buffet` client), then two more
+/// while traffic flows, one removed mid-run (its later frames are the program's
+/// unmatched), one worker launched and one terminated while traffic flows. Every frame is
+/// accounted for exactly: per tenant, what the workers ran plus its counted drops is what
+/// was sent; frames of a tenant not yet admitted or removed are unmatched; none is lost
+/// at a worker's termination and none reaches a dead worker.
+#[test]
+fn buffetd_runs_the_xdp_dispatcher_with_tenants_and_workers_changing_under_traffic() {
+    let test =
+        "live::buffetd_runs_the_xdp_dispatcher_with_tenants_and_workers_changing_under_traffic";
+    if !privileged(test) {
+        return;
+    }
+    if let Some(why) = buffet_xdp::UNAVAILABLE {
+        gate::skip_privileged(test, format_args!("xdp engine unavailable: {why}"));
+        return;
+    }
+    let ns = NsPair::new();
+    ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
+    let dir = tempfile::tempdir().unwrap();
+    let token = "admin-token-for-the-live-xdp-daemon-test";
+    let api = "http://127.0.0.1:7980";
+    let cfg = dir.path().join("buffet.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:7980\"\n[nf]\nname = \"monitor\"\n\
+             [dataplane]\nworkers = 2\nmax_workers = 3\narena_mib = 64\ntenant_slots = 16\n\
+             [dispatch]\nmode = \"xdp\"\n\
+             [[port]]\nkind = \"af_xdp\"\niface = \"{iface}\"\nxdp_mode = \"generic\"\n",
+            d = dir.path().display(),
+            iface = ns.va
+        ),
+    )
+    .unwrap();
+    let mut daemon = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.a,
+            env!("CARGO_BIN_EXE_buffetd"),
+            "--config",
+        ])
+        .arg(&cfg)
+        .env("BUFFETD_ADMIN_TOKEN", token)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = |args: &[&str]| -> (bool, serde_json::Value, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.a, env!("CARGO_BIN_EXE_buffet")])
+            .args(args)
+            .arg("--json")
+            .env("BUFFET_API", api)
+            .env("BUFFET_TOKEN", token)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let t0 = Instant::now();
+    while !client(&["workers", "ls"]).0 {
+        if let Some(status) = daemon.try_wait().unwrap() {
+            let mut err = String::new();
+            daemon
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("buffetd ended ({status}): {err}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "buffetd did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        xdp_attached(&ns.a, &ns.va).is_some(),
+        "the XDP Packet Dispatcher is attached"
+    );
+    let add = |id: u32| {
+        let rule = format!("dst_ip=10.{id}.0.0/16");
+        let (ok, _, err) = client(&["tenant", "add", "--id", &id.to_string(), "--rule", &rule]);
+        assert!(ok, "tenant {id}: {err}");
+    };
+    for id in 1..=4 {
+        add(id);
+    }
+    let stats = || {
+        let (ok, v, err) = client(&["stats"]);
+        assert!(ok, "{err}");
+        v
+    };
+    // Everything the program sent tenant `id`'s way: the packets its workers ran (any
+    // verdict or drop reason there) plus the frames the program policed, which never
+    // reach a worker.
+    let seen = |v: &serde_json::Value, id: u64| -> Option<u64> {
+        let t = v["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"].as_u64() == Some(id))?;
+        Some(t["packets"].as_u64().unwrap() + t["drops"]["policed"].as_u64().unwrap_or(0))
+    };
+    let unmatched = |v: &serde_json::Value| v["global"]["unmatched"].as_u64().unwrap();
+    let wait = |what: &str, check: &dyn Fn(&serde_json::Value) -> bool| {
+        let t0 = Instant::now();
+        loop {
+            let v = stats();
+            if check(&v) {
+                return v;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(15), "{what}: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // `n` frames to each tenant prefix of `ids`, interleaved.
+    let pcap_for = |name: &str, ids: &[u8], n: u32| -> PathBuf {
+        let mut frames = Vec::new();
+        for seq in 0..n {
+            for &id in ids {
+                frames.push(udp4([172, 16, 0, 1], [10, id, 0, 1], 40000, 80, seq));
+            }
+        }
+        let p = dir.path().join(name);
+        write_pcap(&p, &frames);
+        p
+    };
+
+    // Phase 1: 1500 frames to each of tenants 1..6 while 5 and 6 are admitted.
+    let before = stats();
+    let u0 = unmatched(&before);
+    let p1 = pcap_for("p1.pcap", &[1, 2, 3, 4, 5, 6], 1500);
+    std::thread::scope(|s| {
+        let sender = s.spawn(|| send_from_b(&ns, &p1, 0, &dir.path().join("p1.txt")));
+        std::thread::sleep(Duration::from_millis(100));
+        add(5);
+        add(6);
+        assert_eq!(sender.join().unwrap().0, 9000);
+    });
+    let v = wait("phase 1", &|v| {
+        (1..=4).all(|id| seen(v, id) == Some(1500))
+            && seen(v, 5).unwrap_or(0) + seen(v, 6).unwrap_or(0) + unmatched(v) - u0 == 3000
+    });
+    assert!(
+        seen(&v, 5).unwrap() + seen(&v, 6).unwrap() > 0,
+        "admitted while traffic flowed: {v}"
+    );
+    let counted5 = seen(&v, 5).unwrap();
+    let counted6 = seen(&v, 6).unwrap();
+
+    // Phase 2: tenant 3 removed; its later frames are unmatched by the program.
+    let (ok, _, err) = client(&["tenant", "rm", "3"]);
+    assert!(ok, "{err}");
+    let u1 = unmatched(&stats());
+    let p2 = pcap_for("p2.pcap", &[1, 2, 3, 4, 5, 6], 200);
+    assert_eq!(
+        send_from_b(&ns, &p2, 1000, &dir.path().join("p2.txt")).0,
+        1200
+    );
+    let v = wait("phase 2", &|v| {
+        [1, 2, 4].iter().all(|&id| seen(v, id) == Some(1700))
+            && seen(v, 5) == Some(counted5 + 200)
+            && seen(v, 6) == Some(counted6 + 200)
+    });
+    assert_eq!(unmatched(&v), u1 + 200, "tenant 3's frames: {v}");
+    assert_eq!(seen(&v, 3), None, "tenant 3 is gone: {v}");
+
+    // Phase 3: a worker launched and worker 0 terminated while traffic flows.
+    let p3 = pcap_for("p3.pcap", &[1, 2, 4, 5, 6], 1500);
+    std::thread::scope(|s| {
+        let sender = s.spawn(|| send_from_b(&ns, &p3, 7500, &dir.path().join("p3.txt")));
+        std::thread::sleep(Duration::from_millis(100));
+        let (ok, w, err) = client(&["workers", "add"]);
+        assert!(ok, "{err}");
+        assert_eq!(w["id"].as_u64(), Some(2), "{w}");
+        let (ok, _, err) = client(&["workers", "rm", "0"]);
+        assert!(ok, "{err}");
+        assert_eq!(sender.join().unwrap().0, 7500);
+    });
+    let v = wait("phase 3", &|v| {
+        [1, 2, 4].iter().all(|&id| seen(v, id) == Some(3200))
+            && seen(v, 5) == Some(counted5 + 1700)
+            && seen(v, 6) == Some(counted6 + 1700)
+    });
+    assert_eq!(v["global"]["no_live_worker"].as_u64(), Some(0), "{v}");
+    let workers = v["workers"].as_array().unwrap();
+    assert_eq!(workers[0]["live"], serde_json::json!(false), "{v}");
+    assert!(workers[2]["packets"].as_u64().unwrap() > 0, "{v}");
+    for t in v["tenants"].as_array().unwrap() {
+        assert_ne!(t["worker"].as_u64(), Some(0), "{v}");
+    }
+    // SIGTERM: detaches the program, drains, exits 0.
+    let ok = Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert!(daemon.wait().unwrap().success());
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached on SIGTERM");
 }

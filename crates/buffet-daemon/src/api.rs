@@ -50,6 +50,7 @@ use crate::daemon::ReloadError;
 use crate::metrics::Metrics;
 use crate::plane::{Plane, PlaneError};
 use crate::store::{Batch, Store, StoreError};
+use crate::xdp::XdpChangeError;
 
 /// A request that failed: its status and the message of `{"error": ...}`.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +114,14 @@ impl From<PlaneError> for ApiError {
         let message = e.to_string();
         let status = match &e {
             PlaneError::Policy(_) | PlaneError::Chain(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            PlaneError::Xdp(x) => match x {
+                XdpChangeError::Rules { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+                XdpChangeError::Worker(buffet_xdp::WorkerTableError::NotLive(_)) => {
+                    StatusCode::NOT_FOUND
+                }
+                XdpChangeError::Worker(_) | XdpChangeError::Capacity(_) => StatusCode::CONFLICT,
+                XdpChangeError::Map(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
             PlaneError::Pipeline(p) => match p {
                 PipelineError::Duplicate(_)
                 | PipelineError::TooMany(_)

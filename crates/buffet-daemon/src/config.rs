@@ -69,6 +69,9 @@ pub struct DaemonConfig {
     /// absent, a single server that never touches etcd.
     #[serde(default)]
     pub cluster: Option<crate::cluster::ClusterConfig>,
+    /// Where the Packet Dispatcher runs (software thread, or the XDP program).
+    #[serde(default)]
+    pub dispatch: DispatchConfig,
 }
 
 /// `[api]`.
@@ -526,6 +529,9 @@ impl DaemonConfig {
                 format!("must be 1..=1048576, got {}", self.api.max_connections),
             );
         }
+        if let Err((field, message)) = self.dispatch.check(self) {
+            return bad(&field, message);
+        }
         if let Some(Err((field, message))) = self.cluster.as_ref().map(|c| c.check()) {
             return bad(&format!("cluster.{field}"), message);
         }
@@ -642,6 +648,129 @@ impl DaemonConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// `[dispatch]`: where the Packet Dispatcher runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatchConfig {
+    /// `software` (the default: a dispatcher thread reads the ports and feeds the
+    /// workers) or `xdp` (the XDP Packet Dispatcher classifies, schedules and tags in the
+    /// NIC path and redirects each frame to its worker's own AF_XDP socket).
+    #[serde(default)]
+    pub mode: DispatchMode,
+}
+
+/// `dispatch.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DispatchMode {
+    /// A dispatcher thread in the data plane.
+    #[default]
+    Software,
+    /// The XDP program (nic-firmware/xdp/dispatcher.bpf.c) on the one `af_xdp` port.
+    Xdp,
+}
+
+impl DispatchConfig {
+    /// Whether the XDP Packet Dispatcher runs.
+    pub fn is_xdp(&self) -> bool {
+        self.mode == DispatchMode::Xdp
+    }
+
+    /// The combinations `dispatch.mode = "xdp"` needs: exactly one port, of kind
+    /// `af_xdp` (its `queue` is where every worker's socket binds, its `xdp_mode` where
+    /// the program attaches, `auto` meaning generic); the Greedy planner (the program runs
+    /// Algorithm 1 only); a Worker Table and Tenant Table the program's maps hold. The
+    /// error is (field, message).
+    pub fn check(&self, cfg: &DaemonConfig) -> Result<(), (String, String)> {
+        if !self.is_xdp() {
+            return Ok(());
+        }
+        match cfg.ports.as_slice() {
+            [PortConfig::AfXdp(x)] => {
+                if x.queues.as_ref().is_some_and(|q| q.len() > 1) {
+                    return Err((
+                        "port[0].queues".into(),
+                        "dispatch.mode = \"xdp\" serves one queue (every worker's socket \
+                         binds it); name it with `queue`"
+                            .into(),
+                    ));
+                }
+            }
+            [] => {
+                return Err((
+                    "dispatch.mode".into(),
+                    "\"xdp\" needs one [[port]] of kind \"af_xdp\", the interface the \
+                     program attaches to; there is none"
+                        .into(),
+                ))
+            }
+            [other] => {
+                return Err((
+                    "port[0].kind".into(),
+                    format!(
+                        "dispatch.mode = \"xdp\" needs kind \"af_xdp\" (the program feeds \
+                         AF_XDP sockets), got \"{}\"",
+                        port_kind(other)
+                    ),
+                ))
+            }
+            more => {
+                return Err((
+                    "port".into(),
+                    format!(
+                        "dispatch.mode = \"xdp\" serves exactly one af_xdp port, got {}",
+                        more.len()
+                    ),
+                ))
+            }
+        }
+        let d = &cfg.dataplane;
+        if d.planner != "greedy" {
+            return Err((
+                "dataplane.planner".into(),
+                format!(
+                    "dispatch.mode = \"xdp\" runs Algorithm 1 in the program: only \
+                     \"greedy\", got {:?}",
+                    d.planner
+                ),
+            ));
+        }
+        let max = buffet_xdp::MAX_WORKERS;
+        if d.max_workers > max {
+            return Err((
+                "dataplane.max_workers".into(),
+                format!(
+                    "dispatch.mode = \"xdp\": the program's Worker Table holds {max} \
+                     workers, got {}",
+                    d.max_workers
+                ),
+            ));
+        }
+        if d.tenant_slots > buffet_xdp::MAX_TENANTS {
+            return Err((
+                "dataplane.tenant_slots".into(),
+                format!(
+                    "dispatch.mode = \"xdp\": the program's Tenant Table holds {} \
+                     tenants, got {}",
+                    buffet_xdp::MAX_TENANTS,
+                    d.tenant_slots
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn port_kind(p: &PortConfig) -> &'static str {
+    match p {
+        PortConfig::Generator(_) => "generator",
+        PortConfig::Pcap(_) => "pcap",
+        PortConfig::AfPacket(_) => "af_packet",
+        PortConfig::AfXdp(_) => "af_xdp",
+        PortConfig::Dpdk(_) => "dpdk",
     }
 }
 
@@ -787,6 +916,77 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().starts_with("b.toml: port[0].iface:"), "{e}");
+    }
+
+    const XDP: &str = "[dispatch]\nmode = \"xdp\"\n";
+
+    #[test]
+    fn xdp_dispatch_takes_one_af_xdp_port() {
+        let c = parse(&format!("{MINIMAL}{XDP}{AF_XDP}")).unwrap();
+        assert!(c.dispatch.is_xdp());
+        assert!(!parse(MINIMAL).unwrap().dispatch.is_xdp());
+        let e = parse(&format!("{MINIMAL}{XDP}")).unwrap_err();
+        assert!(e.to_string().starts_with("b.toml: dispatch.mode:"), "{e}");
+        let e = parse(&format!(
+            "{MINIMAL}{XDP}[[port]]\nkind = \"generator\"\ntenants = 2\nrate_pps = 10.0\n"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "b.toml: port[0].kind: dispatch.mode = \"xdp\" needs kind \"af_xdp\" (the \
+             program feeds AF_XDP sockets), got \"generator\""
+        );
+        let e = parse(&format!(
+            "{MINIMAL}{XDP}[[port]]\nkind = \"af_packet\"\niface = \"eth0\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("got \"af_packet\""), "{e}");
+        let e = parse(&format!("{MINIMAL}{XDP}{AF_XDP}{AF_XDP}")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("b.toml: port: dispatch.mode = \"xdp\" serves exactly one"),
+            "{e}"
+        );
+        let e = parse(&format!("{MINIMAL}{XDP}{AF_XDP}queues = [0, 1]\n")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("b.toml: port[0].queues: dispatch.mode = \"xdp\" serves one queue"),
+            "{e}"
+        );
+        parse(&format!("{MINIMAL}{XDP}{AF_XDP}queues = [1]\n")).unwrap();
+        let e = parse(&format!("{MINIMAL}[dispatch]\nmode = \"nic\"\n")).unwrap_err();
+        assert!(e.to_string().contains("unknown variant `nic`"), "{e}");
+    }
+
+    #[test]
+    fn xdp_dispatch_refuses_what_the_program_cannot_run() {
+        let e = parse(&format!(
+            "{MINIMAL}{XDP}{AF_XDP}[dataplane]\nplanner = \"ours\"\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with("b.toml: dataplane.planner:"),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "{MINIMAL}{XDP}{AF_XDP}[dataplane]\ntenant_slots = 20000\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("b.toml: dataplane.tenant_slots: dispatch.mode = \"xdp\""),
+            "{e}"
+        );
+        // The software dispatcher takes them.
+        parse(&format!(
+            "{MINIMAL}{AF_XDP}[dataplane]\nplanner = \"ours\"\ntenant_slots = 20000\n"
+        ))
+        .unwrap();
+        // The Worker Table check itself (the [dataplane] check already caps at 256).
+        let mut c = parse(&format!("{MINIMAL}{XDP}{AF_XDP}")).unwrap();
+        c.dataplane.max_workers = buffet_xdp::MAX_WORKERS + 1;
+        let (field, _) = c.dispatch.check(&c).unwrap_err();
+        assert_eq!(field, "dataplane.max_workers");
     }
 
     #[test]

@@ -76,6 +76,10 @@ pub enum ReloadError {
 /// the binary's source also applies its command-line overrides.
 pub type ConfigSource = Arc<dyn Fn() -> Result<DaemonConfig, ConfigError> + Send + Sync>;
 
+/// Builds and starts the data plane from the config (and the config's path, for errors).
+pub type PlaneStarter =
+    Box<dyn FnOnce(&DaemonConfig, &Path) -> Result<plane::Started, StartError> + Send>;
+
 /// What a config reload can reach in a running daemon.
 struct Live {
     state: Arc<AppState>,
@@ -104,12 +108,23 @@ impl Daemon {
     /// stored tenant re-admitted). `config_path` names the config in errors and is what
     /// a reload reads again (see [`set_config_source`](Self::set_config_source)).
     pub fn start(cfg: DaemonConfig, config_path: &Path) -> Result<Daemon, DaemonError> {
+        Self::start_with(cfg, config_path, Box::new(plane::start))
+    }
+
+    /// [`start`](Self::start) with the data plane `starter` builds from the config
+    /// instead of the one the config names: an embedder's own NF
+    /// ([`plane::start_nf`]).
+    pub fn start_with(
+        cfg: DaemonConfig,
+        config_path: &Path,
+        starter: PlaneStarter,
+    ) -> Result<Daemon, DaemonError> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let path = config_path.to_owned();
         let thread = std::thread::Builder::new()
             .name("buffetd-api".into())
-            .spawn(move || run(cfg, path, ready_tx, stop_rx))
+            .spawn(move || run(cfg, path, starter, ready_tx, stop_rx))
             .map_err(|e| DaemonError::Runtime(format!("cannot start the API thread: {e}")))?;
         match ready_rx.recv() {
             Ok((addr, live)) => Ok(Daemon {
@@ -275,7 +290,7 @@ fn fixed_change(cur: &DaemonConfig, new: &DaemonConfig) -> Option<String> {
     probe.dataplane.default_tenant_max_nb = cur.dataplane.default_tenant_max_nb;
     probe.agent = cur.agent.clone();
     let (p, c) = (&probe, cur);
-    let fields: [(&str, bool); 14] = [
+    let fields: [(&str, bool); 15] = [
         ("data_dir", p.data_dir != c.data_dir),
         ("api.listen", p.api.listen != c.api.listen),
         (
@@ -310,6 +325,7 @@ fn fixed_change(cur: &DaemonConfig, new: &DaemonConfig) -> Option<String> {
         ),
         ("dataplane.pin", p.dataplane.pin != c.dataplane.pin),
         ("port", p.ports != c.ports),
+        ("dispatch", p.dispatch != c.dispatch),
         ("dataplane", p.dataplane != c.dataplane),
     ];
     if let Some((f, _)) = fields.iter().find(|(_, differs)| *differs) {
@@ -335,6 +351,7 @@ fn conn_setup(state: &Arc<AppState>, cfg: &DaemonConfig) -> ConnSetup {
 fn run(
     cfg: DaemonConfig,
     config_path: PathBuf,
+    starter: PlaneStarter,
     ready: std::sync::mpsc::Sender<(SocketAddr, Arc<Live>)>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Report, DaemonError> {
@@ -342,7 +359,7 @@ fn run(
     eprintln!("buffetd: admin token from {origin}");
     let store = Arc::new(Store::open(&cfg.data_dir)?);
     let contents = store.load()?;
-    let started = plane::start(&cfg, &config_path)?;
+    let started = starter(&cfg, &config_path)?;
     let plane = started.plane.clone();
     let dataplane = started.thread;
     let finish = |plane: &Arc<dyn Plane>, dataplane: JoinHandle<Report>| {
@@ -493,6 +510,8 @@ impl Agent {
             let Ok(e) = rx.recv_timeout(Duration::from_millis(100)) else {
                 continue;
             };
+            // The data plane's own reaction first (the XDP program's Worker Table).
+            self.plane.on_event(&e);
             match &e {
                 WorkerEvent::Migration { .. } => {
                     self.metrics.migrations.inc();

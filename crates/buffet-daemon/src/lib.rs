@@ -13,11 +13,12 @@
 //! * [`store`] — redb;
 //! * [`metrics`] — the Prometheus exposition;
 //! * [`daemon`] — start, the Agent, config reload, stop;
-//! * [`cluster`] — agent mode: registration, load reports and placements through etcd.
+//! * [`cluster`] — agent mode: registration, load reports and placements through etcd;
+//! * [`xdp`] — `[dispatch] mode = "xdp"`: the XDP Packet Dispatcher on the `af_xdp`
+//!   port, its maps kept in step with admissions, removals, updates and workers.
 //!
 //! tokio lives here only: the data plane is driven by its own thread and reached through
-//! the pipeline's control handle. Not here yet: live ports (AF_PACKET/AF_XDP/XDP), TLS
-//! (see docs/daemon.md).
+//! the pipeline's control handle. Not here yet: TLS (see docs/daemon.md).
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod plane;
 pub mod serve;
 pub mod store;
+pub mod xdp;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,7 +39,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 pub use config::DaemonConfig;
-pub use daemon::{ConfigSource, Daemon, DaemonError, ReloadError};
+pub use daemon::{ConfigSource, Daemon, DaemonError, PlaneStarter, ReloadError};
 
 /// `buffetd` command line.
 #[derive(Parser, Debug, Clone)]

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use buffet_config::chain::{self, Chain, DEFAULT_KEY};
 use buffet_config::isolation::{self, Isolation};
-use buffet_config::registry::{NfSpec, NfVisitor, RegisteredNf};
+use buffet_config::registry::{NfVisitor, RegisteredNf};
 use buffet_config::TenantConfig;
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig, WorkerId};
 use buffet_io::afpacket::{AfPacketConfig, AfPacketPort};
@@ -33,6 +33,7 @@ use buffet_worker::{Control, PipelineConfig, PipelineError, Report, TenantSpec, 
 use crossbeam::channel::Receiver;
 
 use crate::config::{DaemonConfig, PortConfig};
+use crate::xdp::{XdpChangeError, XdpSide, XdpStart, XdpStartError};
 
 /// Opens a `kind = "dpdk"` port as `buffet run --port dpdk` does (the EAL arguments
 /// derived from the interface, then the config's `eal`), saying on stderr which EAL
@@ -81,6 +82,10 @@ pub enum PlaneError {
     /// The pipeline refused.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    /// The XDP Packet Dispatcher's maps refused (a rule it cannot express, no worker
+    /// left to launch).
+    #[error(transparent)]
+    Xdp(#[from] XdpChangeError),
 }
 
 /// Why the data plane could not start.
@@ -106,6 +111,9 @@ pub enum StartError {
     /// The data plane thread could not be started.
     #[error("cannot start the data plane thread: {0}")]
     Spawn(std::io::Error),
+    /// The XDP Packet Dispatcher could not be set up.
+    #[error(transparent)]
+    Xdp(#[from] XdpStartError),
 }
 
 /// The data plane's control surface, whatever the NF: every call blocks until the data
@@ -142,6 +150,10 @@ pub trait Plane: Send + Sync {
     fn release(&self, id: u32) -> Result<(), PlaneError>;
     /// The events channel (migrations, overload reports, faults, worker changes).
     fn events(&self) -> Receiver<WorkerEvent>;
+    /// Told every event read from [`events`](Self::events), before anyone else: with the
+    /// XDP Packet Dispatcher, a worker found stuck or dead has its Worker Table row
+    /// closed and its tenants' rows moved to live workers.
+    fn on_event(&self, _e: &WorkerEvent) {}
     /// Asks the data plane to finish what is in flight and stop.
     fn stop(&self);
 }
@@ -152,6 +164,8 @@ struct Typed<N: RegisteredNf> {
     level: Isolation,
     /// Chains: the keys of the offered stage NFs (`None`: one NF for every tenant).
     offered: Option<Vec<String>>,
+    /// `dispatch.mode = "xdp"`: the program and the workers' sockets.
+    xdp: Option<Arc<XdpSide>>,
 }
 
 impl<N: RegisteredNf> Typed<N> {
@@ -214,20 +228,40 @@ impl<N: RegisteredNf> Plane for Typed<N> {
 
     fn check_policy(&self, t: &TenantConfig) -> Result<(), PlaneError> {
         self.check_chain(t)?;
-        self.policy(t).map(drop)
+        self.policy(t)?;
+        if let Some(x) = &self.xdp {
+            x.check_rules(t.id.0, &t.rules)?;
+        }
+        Ok(())
     }
 
     fn admit(&self, t: &TenantConfig) -> Result<(), PlaneError> {
         let policy = self.policy(t)?;
-        self.control.admit(TenantSpec {
+        if let Some(x) = &self.xdp {
+            // Before the state is built: a rule the program cannot express changes nothing.
+            x.check_rules(t.id.0, &t.rules)?;
+        }
+        let slot = self.control.admit(TenantSpec {
             id: t.id,
             name: t.name.clone(),
             rules: t.rules.clone(),
             max_nb: t.max_nb,
             policy,
         })?;
+        let undo = |e: PlaneError| {
+            let _ = self.control.remove(t.id);
+            Err(e)
+        };
         if t.weight > 1 {
-            self.control.set_weight(t.id, t.weight)?;
+            if let Err(e) = self.control.set_weight(t.id, t.weight) {
+                return undo(e.into());
+            }
+        }
+        if let Some(x) = &self.xdp {
+            // Then the program's maps: its frames reach it from here on.
+            if let Err(e) = x.admit(t.id.0, slot, &t.rules, t.max_nb) {
+                return undo(e.into());
+            }
         }
         Ok(())
     }
@@ -254,6 +288,29 @@ impl<N: RegisteredNf> Plane for Typed<N> {
                 policy.as_ref(),
             )?;
         }
+        if let (Some(x), true) = (
+            &self.xdp,
+            (&old.rules, old.max_nb) != (&new.rules, new.max_nb),
+        ) {
+            // The new state is published; now the program's rules (docs/daemon.md).
+            let slot = self
+                .control
+                .slot_of(new.id)
+                .ok_or(PipelineError::Unknown(new.id))?;
+            if let Err(e) = x.update(new.id.0, slot, &new.rules, new.max_nb) {
+                // Back to the old state and rules in the data plane too.
+                let back = (&old.policy, &old.chain) != (&new.policy, &new.chain);
+                let old_policy = if back { self.policy(old).ok() } else { None };
+                let _ = self.control.update(
+                    old.id,
+                    old.name.clone(),
+                    old.rules.clone(),
+                    old.max_nb,
+                    old_policy.as_ref(),
+                );
+                return Err(e.into());
+            }
+        }
         if old.weight != new.weight {
             self.control.set_weight(new.id, new.weight)?;
         }
@@ -261,19 +318,94 @@ impl<N: RegisteredNf> Plane for Typed<N> {
     }
 
     fn remove(&self, id: TenantId) -> Result<(), PlaneError> {
-        Ok(self.control.remove(id)?)
+        let Some(x) = &self.xdp else {
+            return Ok(self.control.remove(id)?);
+        };
+        let slot = self.control.slot_of(id).ok_or(PipelineError::Unknown(id))?;
+        // Out of the program's maps first, then the frames already redirected drain,
+        // then the state goes (its region zeroed).
+        x.remove(slot)?;
+        let stuck = x.drain(|w| self.control.worker_progress(w));
+        if !stuck.is_empty() {
+            eprintln!(
+                "buffetd: removing tenant {id}: workers {stuck:?} did not empty their \
+                 sockets within {:?}; their frames of it, if any, stay there",
+                crate::xdp::DRAIN_TIMEOUT
+            );
+        }
+        match self.control.remove(id) {
+            Ok(()) => {
+                x.forget(slot);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = x.restore(id.0, slot);
+                Err(e.into())
+            }
+        }
     }
 
     fn report(&self) -> Result<Report, PlaneError> {
-        Ok(self.control.report()?)
+        let mut r = self.control.report()?;
+        if let Some(x) = &self.xdp {
+            xdp_report(x, &self.control, &mut r);
+        }
+        Ok(r)
     }
 
     fn launch_worker(&self) -> Result<u16, PlaneError> {
-        Ok(self.control.launch_worker()?.0)
+        let Some(x) = &self.xdp else {
+            return Ok(self.control.launch_worker()?.0);
+        };
+        let (source, fd) = x.take_socket()?;
+        // The worker polls its socket from the start; then the socket goes into the
+        // XSKMAP and its row opens, so the program sends it nothing before it runs.
+        let w = self.control.launch_worker_with(source)?;
+        if let Err(e) = x.open_worker(w, fd) {
+            let _ = self.control.terminate_worker(w);
+            return Err(e.into());
+        }
+        Ok(w.0)
     }
 
     fn terminate_worker(&self, id: u16) -> Result<(), PlaneError> {
-        Ok(self.control.terminate_worker(WorkerId(id))?)
+        let w = WorkerId(id);
+        if let Some(x) = &self.xdp {
+            // The program stops choosing it first; then the data plane stops it, and it
+            // runs everything in its socket before its thread ends.
+            if x.is_live(w) {
+                x.close_worker(w).map_err(|e| match e {
+                    XdpChangeError::Worker(buffet_xdp::WorkerTableError::LastWorker(w)) => {
+                        PlaneError::Pipeline(PipelineError::LastWorker(w))
+                    }
+                    other => other.into(),
+                })?;
+            }
+        }
+        Ok(self.control.terminate_worker(w)?)
+    }
+
+    fn on_event(&self, e: &WorkerEvent) {
+        let Some(x) = &self.xdp else {
+            return;
+        };
+        let w = match e {
+            WorkerEvent::WorkerStuck { worker, .. } | WorkerEvent::WorkerDied { worker, .. } => {
+                WorkerId(*worker)
+            }
+            _ => return,
+        };
+        if !x.is_live(w) {
+            return;
+        }
+        match x.close_worker(w) {
+            Ok(moved) => eprintln!(
+                "buffetd: xdp: worker {} lost: its Worker Table row closed, {moved} tenants \
+                 moved to live workers",
+                w.0
+            ),
+            Err(e) => eprintln!("buffetd: xdp: worker {} lost: {e}", w.0),
+        }
     }
 
     fn release(&self, id: u32) -> Result<(), PlaneError> {
@@ -285,7 +417,45 @@ impl<N: RegisteredNf> Plane for Typed<N> {
     }
 
     fn stop(&self) {
+        if let Some(x) = &self.xdp {
+            // Nothing new arrives; the workers then empty their sockets as they stop.
+            let control = self.control.clone();
+            if let Err(e) = x.detach(move |ev| control.dispatcher_events(ev)) {
+                eprintln!("buffetd: detaching the XDP Packet Dispatcher: {e}");
+            }
+        }
         self.control.stop();
+    }
+}
+
+/// The report of a data plane fed by the XDP program: each tenant's worker is the
+/// program's Tenant Table row (the program migrates tenants itself), the frames it
+/// policed are the tenant's `policed` drops, and the program's input, unmatched and
+/// no-live-worker counts are the global ones (the data plane's own dispatcher sees no
+/// frame).
+fn xdp_report<N: RegisteredNf>(x: &XdpSide, control: &Control<N>, r: &mut Report) {
+    let slots: Vec<Option<buffet_dispatch::TenantSlot>> =
+        r.tenants.iter().map(|t| control.slot_of(t.id)).collect();
+    let known: Vec<buffet_dispatch::TenantSlot> = slots.iter().flatten().copied().collect();
+    let (stats, rows) = x.snapshot(&known);
+    let mut rows = rows.into_iter();
+    for (t, slot) in r.tenants.iter_mut().zip(&slots) {
+        if slot.is_none() {
+            continue;
+        }
+        if let Some(Some((w, policed))) = rows.next() {
+            t.worker = w.0;
+            if policed > 0 {
+                *t.drops.entry("policed").or_default() += policed;
+            }
+        }
+    }
+    let g = &mut r.global;
+    g.input_packets += stats.packets;
+    g.unmatched += stats.unmatched;
+    g.no_live_worker += stats.no_live_worker;
+    if stats.malformed > 0 {
+        *g.malformed.entry("xdp").or_default() += stats.malformed;
     }
 }
 
@@ -306,8 +476,69 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
     if level == Isolation::Mpk {
         isolation::mpk()?;
     }
+    let pipeline = pipeline_config(cfg, level);
+    let (ports, xdp) = open_ports(cfg)?;
+    if level == Isolation::TrustedNative {
+        eprintln!("buffetd: {}", isolation::TRUSTED_NATIVE_WARNING);
+    }
+    let nf = spec
+        .load_at(level)
+        .map_err(|e| StartError::Nf(e.to_string()))?;
+    let offered = cfg
+        .nf
+        .offered_specs()
+        .map_err(|(field, e)| StartError::Nf(format!("{field}: {e}")))?;
+    if offered.is_empty() {
+        return nf.visit(Build {
+            name: spec.to_string(),
+            level,
+            pipeline,
+            ports,
+            offered: None,
+            xdp,
+        });
+    }
+    // Chains: the configured NF under the default key, then every offered stage NF.
+    let mut chain = nf.visit(AsDefault(spec.kind()));
+    for (i, s) in offered.iter().enumerate() {
+        let loaded = s
+            .load_at(level)
+            .map_err(|e| StartError::Nf(format!("nf.offered[{i}]: {s}: {e}")))?;
+        chain = chain.with_loaded(s, loaded);
+    }
+    Build {
+        name: spec.to_string(),
+        level,
+        pipeline,
+        ports,
+        offered: Some(offered.iter().map(ToString::to_string).collect()),
+        xdp,
+    }
+    .visit(chain)
+}
+
+/// [`start`] with an NF the caller built (an NF author's own, which no config can
+/// name), run at the `safe` level for every tenant; the config's `[nf]` table is not
+/// used. Ports, data plane and dispatch as [`start`].
+pub fn start_nf<N: RegisteredNf>(cfg: &DaemonConfig, nf: N) -> Result<Started, StartError> {
+    let level = Isolation::Safe;
+    let pipeline = pipeline_config(cfg, level);
+    let (ports, xdp) = open_ports(cfg)?;
+    Build {
+        name: nf.name().to_owned(),
+        level,
+        pipeline,
+        ports,
+        offered: None,
+        xdp,
+    }
+    .visit(nf)
+}
+
+/// The pipeline's shape from `[dataplane]`.
+fn pipeline_config(cfg: &DaemonConfig, level: Isolation) -> PipelineConfig {
     let d = &cfg.dataplane;
-    let pipeline = PipelineConfig {
+    PipelineConfig {
         workers: d.workers,
         worker_max_nb: if d.worker_max_nb == 0 {
             u64::MAX
@@ -330,9 +561,23 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
         pin: d.pin,
         domain: level.domain(),
         ..PipelineConfig::default()
-    };
+    }
+}
+
+/// The ports a config opens, and the XDP Packet Dispatcher's part when it runs.
+type Opened = (Vec<Box<dyn Port>>, Option<XdpStart>);
+
+/// Opens the configured ports, or with `dispatch.mode = "xdp"` the XDP Packet
+/// Dispatcher's port, program and sockets.
+fn open_ports(cfg: &DaemonConfig) -> Result<Opened, StartError> {
     let mut ports: Vec<Box<dyn Port>> = Vec::new();
-    for (index, p) in cfg.ports.iter().enumerate() {
+    // `dispatch.mode = "xdp"`: the one af_xdp port (checked when the config was read)
+    // and the program, instead of the ports below.
+    let xdp = match (cfg.dispatch.is_xdp(), cfg.ports.as_slice()) {
+        (true, [PortConfig::AfXdp(x)]) => Some(crate::xdp::open(cfg, x)?),
+        _ => None,
+    };
+    for (index, p) in cfg.ports.iter().enumerate().filter(|_| xdp.is_none()) {
         let id = index as PortId;
         ports.push(match p {
             PortConfig::Generator(g) => {
@@ -394,41 +639,7 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
             }
         });
     }
-    if level == Isolation::TrustedNative {
-        eprintln!("buffetd: {}", isolation::TRUSTED_NATIVE_WARNING);
-    }
-    let nf = spec
-        .load_at(level)
-        .map_err(|e| StartError::Nf(e.to_string()))?;
-    let offered = cfg
-        .nf
-        .offered_specs()
-        .map_err(|(field, e)| StartError::Nf(format!("{field}: {e}")))?;
-    if offered.is_empty() {
-        return nf.visit(Build {
-            spec,
-            level,
-            pipeline,
-            ports,
-            offered: None,
-        });
-    }
-    // Chains: the configured NF under the default key, then every offered stage NF.
-    let mut chain = nf.visit(AsDefault(spec.kind()));
-    for (i, s) in offered.iter().enumerate() {
-        let loaded = s
-            .load_at(level)
-            .map_err(|e| StartError::Nf(format!("nf.offered[{i}]: {s}: {e}")))?;
-        chain = chain.with_loaded(s, loaded);
-    }
-    Build {
-        spec,
-        level,
-        pipeline,
-        ports,
-        offered: Some(offered.iter().map(ToString::to_string).collect()),
-    }
-    .visit(chain)
+    Ok((ports, xdp))
 }
 
 /// A [`Chain`] holding the configured NF as the default stage.
@@ -443,18 +654,32 @@ impl NfVisitor for AsDefault {
 }
 
 struct Build {
-    spec: NfSpec,
+    /// The NF as reports name it.
+    name: String,
     level: Isolation,
     pipeline: PipelineConfig,
     ports: Vec<Box<dyn Port>>,
     offered: Option<Vec<String>>,
+    xdp: Option<XdpStart>,
 }
 
 impl NfVisitor for Build {
     type Output = Result<Started, StartError>;
 
     fn visit<N: RegisteredNf>(self, nf: N) -> Self::Output {
-        let (control, mut dataplane) = buffet_worker::build(nf, self.pipeline)?;
+        let (control, mut dataplane, xdp) = match self.xdp {
+            None => {
+                let (c, d) = buffet_worker::build(nf, self.pipeline)?;
+                (c, d, None)
+            }
+            Some(x) => {
+                // Each worker polls its own socket; the data plane owns the port (fill,
+                // completion and transmit rings: passed frames leave through it).
+                let (c, mut d) = buffet_worker::build_with_sources(nf, self.pipeline, x.sources)?;
+                d.add_port(Box::new(x.port));
+                (c, d, Some((x.side, x.iface, x.mode)))
+            }
+        };
         for p in self.ports {
             dataplane.add_port(p);
         }
@@ -487,11 +712,24 @@ impl NfVisitor for Build {
                 dataplane.finish()
             })
             .map_err(StartError::Spawn)?;
+        let side = match xdp {
+            None => None,
+            Some((side, iface, mode)) => {
+                let sink = control.clone();
+                if let Err(e) = side.attach(&iface, mode, move |ev| sink.dispatcher_events(ev)) {
+                    control.stop();
+                    let _ = thread.join();
+                    return Err(e.into());
+                }
+                Some(side)
+            }
+        };
         let plane = Typed {
             control,
-            nf: self.spec.to_string(),
+            nf: self.name,
             level: self.level,
             offered: self.offered,
+            xdp: side,
         };
         Ok(Started {
             plane: Arc::new(plane),

@@ -367,6 +367,8 @@ pub enum Command {
     },
     /// Start one more worker.
     LaunchWorker {
+        /// Its own packet source (`None`: fed by this data plane's dispatcher).
+        source: Option<Box<dyn WorkerSource>>,
         /// The answer.
         reply: Sender<Result<WorkerId, PipelineError>>,
     },
@@ -406,6 +408,8 @@ pub(crate) struct Core<N: NetworkFunction> {
     stopped: AtomicBool,
     /// [`QUARANTINE_BACKOFF`] or what the operator set, in nanoseconds.
     backoff_ns: AtomicU64,
+    /// Every worker's counters, by worker id (read by [`Control::worker_progress`]).
+    counters: Mutex<Vec<Arc<WorkerCounters>>>,
 }
 
 /// The control handle: `Send + Sync + Clone`, usable from any thread (a daemon's API
@@ -638,9 +642,45 @@ impl<N: NetworkFunction> Control<N> {
 
     /// Launches one more worker.
     pub fn launch_worker(&self) -> Result<WorkerId, PipelineError> {
-        self.ask_pipeline(|reply| Command::LaunchWorker { reply })?
-            .recv()
-            .unwrap_or(Err(PipelineError::Stopped))
+        self.ask_pipeline(|reply| Command::LaunchWorker {
+            source: None,
+            reply,
+        })?
+        .recv()
+        .unwrap_or(Err(PipelineError::Stopped))
+    }
+
+    /// Launches one more worker that polls its own `source` (the Packet Dispatcher runs
+    /// outside the data plane, e.g. a new AF_XDP socket the XDP program redirects to).
+    pub fn launch_worker_with(
+        &self,
+        source: Box<dyn WorkerSource>,
+    ) -> Result<WorkerId, PipelineError> {
+        self.ask_pipeline(|reply| Command::LaunchWorker {
+            source: Some(source),
+            reply,
+        })?
+        .recv()
+        .unwrap_or(Err(PipelineError::Stopped))
+    }
+
+    /// Worker `w`'s progress through its input, for a caller that must know when the
+    /// frames in it at some moment have all been run: (passes of its thread that found
+    /// its input empty with nothing held back, frames it took from its own source). Once
+    /// the first count moved past a value read earlier, everything in its input then has
+    /// been run and handed back. `None` for a worker that does not exist.
+    pub fn worker_progress(&self, w: WorkerId) -> Option<(u64, u64)> {
+        let counters = self
+            .core
+            .counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        counters.get(usize::from(w.0)).map(|c| {
+            (
+                c.idle.load(Ordering::Acquire),
+                c.received.load(Ordering::Acquire),
+            )
+        })
     }
 
     /// Terminates a worker: its tenants are reassigned to live workers, and the packets
@@ -703,6 +743,28 @@ impl<N: NetworkFunction> Control<N> {
     /// [`Dataplane::run`].
     pub fn stop(&self) {
         let _ = self.commands.send(Command::Stop);
+    }
+}
+
+/// How long a report waits for a tenant's state that a worker holds (see
+/// `Dataplane::report`).
+const REPORT_LOCK_WAIT: Duration = Duration::from_millis(5);
+
+/// The tenant's state, once no worker holds it, or `None` after `wait`.
+fn lock_within<S: Send>(
+    entry: &buffet_memory::TenantEntry<S>,
+    wait: Duration,
+) -> Option<buffet_memory::StateGuard<'_, S>> {
+    let t0 = Instant::now();
+    let backoff = Backoff::new();
+    loop {
+        if let Some(g) = entry.try_lock() {
+            return Some(g);
+        }
+        if t0.elapsed() >= wait {
+            return None;
+        }
+        backoff.snooze();
     }
 }
 
@@ -911,6 +973,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         events_dropped: AtomicU64::new(0),
         stopped: AtomicBool::new(false),
         backoff_ns: AtomicU64::new(QUARANTINE_BACKOFF.as_nanos() as u64),
+        counters: Mutex::new(Vec::new()),
     });
     let (cmd_tx, cmd_rx) = channel::unbounded();
     let (ev_tx, ev_rx) = channel::bounded(EVENT_CAPACITY);
@@ -1032,6 +1095,11 @@ impl<N: NetworkFunction> Dataplane<N> {
         };
         let added = self.dispatcher.add_worker(self.cfg.worker_max_nb);
         debug_assert_eq!(added, id);
+        self.core
+            .counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(slot.counters.clone());
         self.workers.push(WorkerSlot {
             thread: Some(handle),
             tid,
@@ -1042,12 +1110,15 @@ impl<N: NetworkFunction> Dataplane<N> {
         Ok(id)
     }
 
-    fn launch_worker(&mut self) -> Result<WorkerId, PipelineError> {
+    fn launch_worker(
+        &mut self,
+        source: Option<Box<dyn WorkerSource>>,
+    ) -> Result<WorkerId, PipelineError> {
         if self.cfg.domain == Domain::Mpk {
             let live = self.workers.iter().filter(|w| w.live).count();
             check_mpk_workers(Mpk::get()?, live as u16 + 1)?;
         }
-        let id = self.spawn_worker(None)?;
+        let id = self.spawn_worker(source)?;
         self.emit(WorkerEvent::WorkerLaunched { worker: id.0 });
         Ok(id)
     }
@@ -1139,8 +1210,8 @@ impl<N: NetworkFunction> Dataplane<N> {
             } => {
                 let _ = reply.send(self.update(slot, name, rules, max_nb, publish));
             }
-            Command::LaunchWorker { reply } => {
-                let _ = reply.send(self.launch_worker());
+            Command::LaunchWorker { source, reply } => {
+                let _ = reply.send(self.launch_worker(source));
             }
             Command::TerminateWorker { worker, reply } => {
                 let _ = reply.send(self.terminate_worker(worker));
@@ -1496,7 +1567,13 @@ impl<N: NetworkFunction> Dataplane<N> {
                 continue;
             }
             let bursts = w.counters.bursts.load(Ordering::Relaxed);
-            let busy = w.dispatched != w.completed && !w.sourced;
+            // A worker fed by its own source is busy while it holds frames it took in
+            // and has not handed back.
+            let busy = if w.sourced {
+                w.counters.received.load(Ordering::Acquire) > w.completed
+            } else {
+                w.dispatched != w.completed
+            };
             if bursts != w.progress.0 || !busy {
                 w.progress = (bursts, None);
                 continue;
@@ -1633,7 +1710,15 @@ impl<N: NetworkFunction> Dataplane<N> {
         let (reassigned, requeued) = self.evacuate(wi);
         let slot = &mut self.workers[wi];
         slot.stuck = true;
-        let stuck = slot.dispatched - slot.completed;
+        let stuck = if slot.sourced {
+            // What it took from its own source and never handed back.
+            slot.counters
+                .received
+                .load(Ordering::Acquire)
+                .saturating_sub(slot.completed)
+        } else {
+            slot.dispatched - slot.completed
+        };
         self.global.stuck_in_worker += stuck;
         self.emit(WorkerEvent::WorkerStuck {
             worker: wi as u16,
@@ -1926,8 +2011,13 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
             if let Some(entry) = &*self.core.shared.table.get(slot) {
                 if !r.quarantined {
-                    let state = entry.lock();
-                    r.nf = self.core.shared.nf.summary(&state).into_iter().collect();
+                    // Never wait on a handler for long: one that does not return (a stuck
+                    // worker) would stop this thread, and with it the supervision that
+                    // finds the worker stuck. A state held past REPORT_LOCK_WAIT leaves
+                    // this snapshot without the tenant's NF counters.
+                    if let Some(state) = lock_within(entry, REPORT_LOCK_WAIT) {
+                        r.nf = self.core.shared.nf.summary(&state).into_iter().collect();
+                    }
                 }
             }
             tenants.push(r);
@@ -2153,9 +2243,10 @@ impl<N: NetworkFunction> Pipeline<N> {
 
     /// Launches one more worker.
     pub fn launch_worker(&mut self) -> Result<WorkerId, PipelineError> {
-        let rx = self
-            .control
-            .ask_pipeline(|reply| Command::LaunchWorker { reply })?;
+        let rx = self.control.ask_pipeline(|reply| Command::LaunchWorker {
+            source: None,
+            reply,
+        })?;
         self.apply_and_answer(rx)
     }
 

@@ -120,6 +120,10 @@ pub(crate) struct WorkerCounters {
     pub packets: AtomicU64,
     pub bursts: AtomicU64,
     pub busy_cycles: AtomicU64,
+    /// Frames a worker fed by its own source took from it (rejected ones included).
+    pub received: AtomicU64,
+    /// Passes of its thread that found its input empty and nothing held back.
+    pub idle: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -129,6 +133,8 @@ impl WorkerCounters {
             packets: AtomicU64::new(0),
             bursts: AtomicU64::new(0),
             busy_cycles: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            idle: AtomicU64::new(0),
         }
     }
 }

@@ -183,7 +183,10 @@ impl<N: NetworkFunction> WorkerThread<N> {
                     }
                 }
                 Some(source) => {
-                    source.receive(burst, &mut rejected, self.burst);
+                    let n = source.receive(burst, &mut rejected, self.burst) + rejected.len();
+                    if n > 0 {
+                        bump(&self.engine.counters.received, n as u64);
+                    }
                     for m in rejected.drain(..) {
                         push_done(&self.done, m);
                     }
@@ -209,6 +212,11 @@ impl<N: NetworkFunction> WorkerThread<N> {
             if acked < self.engine.settled() {
                 acked = self.engine.settled();
                 self.flush.done.store(acked, Ordering::Release);
+            }
+            if self.engine.held() == 0 {
+                // Published after the frames it handed back (see
+                // `Control::worker_progress`).
+                self.engine.counters.idle.fetch_add(1, Ordering::Release);
             }
             if self.stop.load(Ordering::Acquire) && self.rx.is_empty() && self.engine.held() == 0 {
                 self.flush.done.store(u64::MAX, Ordering::Release);

@@ -197,9 +197,96 @@ pub enum AdmitError {
         /// [`MAX_RULE_ENTRIES`].
         capacity: u32,
     },
+    /// [`XdpDispatcher::replace_rules`] of a slot that is not admitted.
+    #[error("{0} is not admitted to the XDP dispatcher")]
+    NotAdmitted(TenantSlot),
     /// Writing a map failed.
     #[error("writing the XDP dispatcher's maps: {0}")]
     Map(#[source] MapError),
+}
+
+/// Why a tenant's rules cannot go into the XDP classifier (a dry run: see
+/// [`XdpDispatcher::check_rules`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RuleCheckError {
+    /// A rule is invalid for any classifier.
+    #[error("rules[{index}]: {source}")]
+    InvalidRule {
+        /// Position of the rule in its list.
+        index: usize,
+        /// What is wrong with it.
+        source: RuleError,
+    },
+    /// The rule's expansion needs more distinct masks than the program probes.
+    #[error(
+        "rules[{index}]: the XDP classifier cannot express it: it needs {needed} distinct \
+         masks in all and the program probes at most {capacity} (narrow its port ranges)"
+    )]
+    TooManyMasks {
+        /// Position of the rule in its list.
+        index: usize,
+        /// Masks in use with this rule added.
+        needed: usize,
+        /// [`MAX_TUPLES`].
+        capacity: u32,
+    },
+    /// The rules map would be full.
+    #[error(
+        "rules[{index}]: the XDP classifier cannot express it: {needed} (mask, value) \
+         entries in all, the map holds {capacity}"
+    )]
+    TooManyEntries {
+        /// Position of the rule in its list.
+        index: usize,
+        /// Entries with this rule added.
+        needed: usize,
+        /// [`MAX_RULE_ENTRIES`].
+        capacity: u32,
+    },
+}
+
+impl RuleCheckError {
+    /// The same refusal for tenant `slot`'s admission.
+    fn for_tenant(self, slot: TenantSlot) -> AdmitError {
+        match self {
+            RuleCheckError::InvalidRule { index, source } => AdmitError::InvalidRule {
+                tenant: slot,
+                index,
+                source,
+            },
+            RuleCheckError::TooManyMasks {
+                index,
+                needed,
+                capacity,
+            } => AdmitError::TooManyMasks {
+                tenant: slot,
+                index,
+                needed,
+                capacity,
+            },
+            RuleCheckError::TooManyEntries {
+                index,
+                needed,
+                capacity,
+            } => AdmitError::TooManyEntries {
+                tenant: slot,
+                index,
+                needed,
+                capacity,
+            },
+        }
+    }
+}
+
+/// Why a Worker Table change was refused; nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerTableError {
+    /// No such worker, or its row is already closed.
+    #[error("worker {0} is not live in the XDP dispatcher's Worker Table")]
+    NotLive(u16),
+    /// Closing it would leave the program no live worker.
+    #[error("worker {0} is the XDP dispatcher's last live worker")]
+    LastWorker(u16),
 }
 
 /// Running a frame through the program failed.
@@ -536,16 +623,41 @@ impl XdpDispatcher {
             });
         }
         // Plan every entry first: nothing is written unless all of it fits.
+        let planned = self.plan(rules).map_err(|e| e.for_tenant(slot))?;
+        // Its policed count starts from nothing (the slot may have served a tenant before).
+        self.reset_policed(slot).map_err(AdmitError::Map)?;
+        // The row first, so a packet classified to the tenant always finds it.
+        self.state.set_tenant(
+            slot.0,
+            TenantRow {
+                max_nb,
+                worker: worker.0,
+                present: 1,
+                ..TenantRow::default()
+            },
+        );
+        let mine = self.write_entries(slot, planned).map_err(AdmitError::Map)?;
+        self.by_tenant.insert(slot.0, mine);
+        Ok(())
+    }
+
+    /// Checks that the XDP classifier can express `rules` next to every rule it holds
+    /// now (a dry run of [`admit`](Self::admit)'s planning: nothing is written). An
+    /// update ([`replace_rules`](Self::replace_rules)) holds a tenant's old and new rules
+    /// at once for a moment, so this check counts the old ones as still there.
+    pub fn check_rules(&self, rules: &[(u32, Match)]) -> Result<(), RuleCheckError> {
+        self.plan(rules).map(drop)
+    }
+
+    /// Every (priority, key pairs) of `rules`, checked against the maps' capacity.
+    fn plan(&self, rules: &[(u32, Match)]) -> Result<Vec<(u32, Vec<KeyPair>)>, RuleCheckError> {
         let mut new_masks: Vec<[u64; KEY_WORDS]> = Vec::new();
-        let mut planned: Vec<(Entry, Vec<KeyPair>)> = Vec::new();
+        let mut planned: Vec<(u32, Vec<KeyPair>)> = Vec::new();
         let mut entries = self.buckets.len();
         let mut new_buckets: BTreeSet<([u64; KEY_WORDS], [u64; KEY_WORDS])> = BTreeSet::new();
         for (index, (priority, m)) in rules.iter().enumerate() {
-            m.validate().map_err(|source| AdmitError::InvalidRule {
-                tenant: slot,
-                index,
-                source,
-            })?;
+            m.validate()
+                .map_err(|source| RuleCheckError::InvalidRule { index, source })?;
             let pairs = m.key_pairs();
             for (mask, val) in &pairs {
                 if !self.tuples.contains_key(mask) && !new_masks.contains(mask) {
@@ -561,69 +673,63 @@ impl XdpDispatcher {
             }
             let needed = self.tuples.len() + new_masks.len();
             if needed > MAX_TUPLES as usize {
-                return Err(AdmitError::TooManyMasks {
-                    tenant: slot,
+                return Err(RuleCheckError::TooManyMasks {
                     index,
                     needed,
                     capacity: MAX_TUPLES,
                 });
             }
             if entries > MAX_RULE_ENTRIES as usize {
-                return Err(AdmitError::TooManyEntries {
-                    tenant: slot,
+                return Err(RuleCheckError::TooManyEntries {
                     index,
                     needed: entries,
                     capacity: MAX_RULE_ENTRIES,
                 });
             }
+            planned.push((*priority, pairs));
+        }
+        Ok(planned)
+    }
+
+    /// Writes planned rules of tenant `slot` into the rules map (each key's best entry
+    /// is what the map holds) and returns them as recorded for removal.
+    fn write_entries(
+        &mut self,
+        slot: TenantSlot,
+        planned: Vec<(u32, Vec<KeyPair>)>,
+    ) -> Result<Vec<(Entry, Vec<RuleKey>)>, MapError> {
+        let base = self.next_seq;
+        self.next_seq += planned.len() as u64;
+        let mut mine = Vec::with_capacity(planned.len());
+        for (index, (priority, pairs)) in planned.into_iter().enumerate() {
             let entry = Entry {
-                priority: *priority,
-                seq: self.next_seq + index as u64,
+                priority,
+                seq: base + index as u64,
                 tenant: slot.0,
             };
-            planned.push((entry, pairs));
-        }
-        // Its policed count starts from nothing (the slot may have served a tenant before).
-        self.reset_policed(slot).map_err(AdmitError::Map)?;
-        // The row first, so a packet classified to the tenant always finds it.
-        self.state.set_tenant(
-            slot.0,
-            TenantRow {
-                max_nb,
-                worker: worker.0,
-                present: 1,
-                ..TenantRow::default()
-            },
-        );
-        self.next_seq += rules.len() as u64;
-        let mut mine = Vec::with_capacity(planned.len());
-        for (entry, pairs) in planned {
             let mut keys = Vec::with_capacity(pairs.len());
             for (mask, val) in pairs {
-                let t = self.tuple_for(mask).map_err(AdmitError::Map)?;
+                let t = self.tuple_for(mask)?;
                 let key = rule_key(t, &val);
                 let set = self.buckets.entry(key).or_default();
                 if set.insert(entry) {
                     self.tuple_use[t as usize] += 1;
                 }
                 let best = *set.first().expect("just inserted");
-                self.rules_map
-                    .insert(
-                        key,
-                        RuleVal {
-                            priority: best.priority,
-                            tenant: best.tenant,
-                            seq: best.seq,
-                        },
-                        0,
-                    )
-                    .map_err(AdmitError::Map)?;
+                self.rules_map.insert(
+                    key,
+                    RuleVal {
+                        priority: best.priority,
+                        tenant: best.tenant,
+                        seq: best.seq,
+                    },
+                    0,
+                )?;
                 keys.push(key);
             }
             mine.push((entry, keys));
         }
-        self.by_tenant.insert(slot.0, mine);
-        Ok(())
+        Ok(mine)
     }
 
     /// The tuple index of `mask`, adding it (mask written before the count grows).
@@ -651,6 +757,134 @@ impl XdpDispatcher {
         let Some(rules) = self.by_tenant.remove(&slot.0) else {
             return Ok(false);
         };
+        self.remove_entries(rules)?;
+        self.state.set_tenant(slot.0, TenantRow::default());
+        Ok(true)
+    }
+
+    /// Replaces the classifier rules and MAX_NB of admitted tenant `slot` in place (its
+    /// row, worker and counters stay). The new rules' entries are written before the old
+    /// ones are taken out, one map entry at a time: a packet classified meanwhile sees
+    /// each entry either before or after the change, so it matches the tenant when its
+    /// old or its new rules match it (never neither when both do), and no other tenant
+    /// changes. Refused, changing nothing, when the maps cannot hold the old and new
+    /// rules at once.
+    pub fn replace_rules(
+        &mut self,
+        slot: TenantSlot,
+        rules: &[(u32, Match)],
+        max_nb: u64,
+    ) -> Result<(), AdmitError> {
+        if slot.0 >= MAX_TENANTS || !self.by_tenant.contains_key(&slot.0) {
+            return Err(AdmitError::NotAdmitted(slot));
+        }
+        let planned = self.plan(rules).map_err(|e| e.for_tenant(slot))?;
+        let mine = self.write_entries(slot, planned).map_err(AdmitError::Map)?;
+        let old = self.by_tenant.insert(slot.0, mine).unwrap_or_default();
+        self.remove_entries(old).map_err(AdmitError::Map)?;
+        self.state.set_tenant_max_nb(slot.0, max_nb);
+        Ok(())
+    }
+
+    /// The live workers, lowest id first.
+    pub fn live_workers(&self) -> Vec<WorkerId> {
+        (0..self.n_workers)
+            .filter(|&w| self.state.worker(w).live != 0)
+            .map(WorkerId)
+            .collect()
+    }
+
+    /// Tenants per worker (index: worker id), from the Tenant Table rows.
+    fn tenants_per_worker(&self) -> Vec<usize> {
+        let mut n = vec![0usize; usize::from(self.n_workers)];
+        for &slot in self.by_tenant.keys() {
+            let r = self.state.tenant(slot);
+            if let Some(c) = n.get_mut(usize::from(r.worker)) {
+                *c += 1;
+            }
+        }
+        n
+    }
+
+    /// The live worker with the fewest tenants (ties: the lowest id), other than
+    /// `except`: where a new tenant starts, and where an evacuated worker's tenants go.
+    pub fn least_loaded_worker(&self, except: Option<WorkerId>) -> Option<WorkerId> {
+        let per = self.tenants_per_worker();
+        self.live_workers()
+            .into_iter()
+            .filter(|w| Some(*w) != except)
+            .min_by_key(|w| (per[usize::from(w.0)], w.0))
+    }
+
+    /// Closes worker `w`'s Worker Table row after moving every tenant whose row names it
+    /// to the live worker with the fewest tenants (only the rows' worker fields are
+    /// written, so the program's counters are kept): from then on the program neither
+    /// sends it packets nor migrates tenants to it. Its XSKMAP entry stays until
+    /// [`clear_worker_socket`](Self::clear_worker_socket), so a frame a program run
+    /// already headed there still arrives. A program run that read the row as live just
+    /// before it closed can still migrate a tenant to it: call
+    /// [`resettle`](Self::resettle) again after a grace period. Returns the moves.
+    pub fn close_worker(
+        &mut self,
+        w: WorkerId,
+    ) -> Result<Vec<(TenantSlot, WorkerId)>, WorkerTableError> {
+        if w.0 >= self.n_workers || self.state.worker(w.0).live == 0 {
+            return Err(WorkerTableError::NotLive(w.0));
+        }
+        if self.least_loaded_worker(Some(w)).is_none() {
+            return Err(WorkerTableError::LastWorker(w.0));
+        }
+        let moves = self.resettle(w);
+        self.state.set_worker_live(w.0, false);
+        Ok(moves)
+    }
+
+    /// Moves every tenant whose row names worker `w` to the live worker with the fewest
+    /// tenants (`w` excluded); returns the moves (none when no other worker is live).
+    pub fn resettle(&mut self, w: WorkerId) -> Vec<(TenantSlot, WorkerId)> {
+        let mut moves = Vec::new();
+        let mut per = self.tenants_per_worker();
+        let live: Vec<WorkerId> = self
+            .live_workers()
+            .into_iter()
+            .filter(|&x| x != w)
+            .collect();
+        let slots: Vec<u32> = self.by_tenant.keys().copied().collect();
+        for slot in slots {
+            if self.state.tenant(slot).worker != w.0 {
+                continue;
+            }
+            let Some(&to) = live.iter().min_by_key(|x| (per[usize::from(x.0)], x.0)) else {
+                break;
+            };
+            self.state.set_tenant_worker(slot, to.0);
+            per[usize::from(to.0)] += 1;
+            moves.push((TenantSlot(slot), to));
+        }
+        moves
+    }
+
+    /// Takes worker `w`'s socket out of the XSKMAP (nothing can be redirected to it any
+    /// more).
+    pub fn clear_worker_socket(&mut self, w: WorkerId) -> Result<(), MapError> {
+        match self.xsks.unset(u32::from(w.0)) {
+            Ok(()) => Ok(()),
+            // Already gone (its socket was closed, which empties its entries).
+            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether tenant slot `slot` is admitted.
+    pub fn is_admitted(&self, slot: TenantSlot) -> bool {
+        self.by_tenant.contains_key(&slot.0)
+    }
+
+    /// Takes a tenant's recorded entries out of the rules map (each key then holds its
+    /// next best entry, or nothing).
+    fn remove_entries(&mut self, rules: Vec<(Entry, Vec<RuleKey>)>) -> Result<(), MapError> {
         for (entry, keys) in rules {
             for key in keys {
                 let Some(set) = self.buckets.get_mut(&key) else {
@@ -686,8 +920,7 @@ impl XdpDispatcher {
         for m in unused {
             self.tuples.remove(&m);
         }
-        self.state.set_tenant(slot.0, TenantRow::default());
-        Ok(true)
+        Ok(())
     }
 
     /// Runs one frame through the program at `ts_ns` (test mode only): the decision,

@@ -92,6 +92,40 @@ impl StateMapping {
     }
 }
 
+impl StateMapping {
+    /// Writes only tenant row `i`'s worker field: the program's own updates of the row's
+    /// counters (`cur_slot`, `pkt_nb`) are not overwritten by a stale copy.
+    pub(crate) fn set_tenant_worker(&mut self, i: u32, worker: u16) {
+        assert!(i < MAX_TENANTS);
+        // SAFETY: in bounds (checked above), live, writable shared mapping; a plain
+        // aligned 16-bit store into the row's `worker` field.
+        unsafe {
+            std::ptr::addr_of_mut!((*self.base.as_ptr()).tenants[i as usize].worker)
+                .write_volatile(worker)
+        }
+    }
+
+    /// Writes only tenant row `i`'s MAX_NB.
+    pub(crate) fn set_tenant_max_nb(&mut self, i: u32, max_nb: u64) {
+        assert!(i < MAX_TENANTS);
+        // SAFETY: as in `set_tenant_worker`, for the aligned 64-bit `max_nb` field.
+        unsafe {
+            std::ptr::addr_of_mut!((*self.base.as_ptr()).tenants[i as usize].max_nb)
+                .write_volatile(max_nb)
+        }
+    }
+
+    /// Writes only worker row `i`'s `live` flag.
+    pub(crate) fn set_worker_live(&mut self, i: u16, live: bool) {
+        assert!(i < MAX_WORKERS);
+        // SAFETY: as in `set_tenant_worker`, for the worker array's one-byte `live` field.
+        unsafe {
+            std::ptr::addr_of_mut!((*self.base.as_ptr()).workers[i as usize].live)
+                .write_volatile(u8::from(live))
+        }
+    }
+}
+
 impl Drop for StateMapping {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the region `new` mapped; no row reference outlives it

@@ -1,0 +1,477 @@
+//! The daemon with `[dispatch] mode = "xdp"` in-process, on one end of a veth pair,
+//! driven by a real HTTP client while frames are sent into the other end through an
+//! AF_PACKET socket: tenants admitted, refused (a rule the XDP classifier cannot
+//! express), updated and removed at run time, workers launched and terminated, a
+//! restart that puts the stored tenants back into the program's maps, and a worker stuck
+//! in a safe Rust handler whose other tenants move to live workers. The NF is this
+//! file's own (`Stallable`: counts, and never returns for a tenant whose policy says so
+//! when a frame asks), run through `Daemon::start_with` and `plane::start_nf`.
+//!
+//! Needs root (BPF, XDP, veth) and `ip`; skipped otherwise, a failure under
+//! `BUFFET_REQUIRE_PRIVILEGED=1` or CI.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use buffet_config::registry::RegisteredNf;
+use buffet_daemon::{Daemon, DaemonConfig};
+use buffet_io::afpacket::{AfPacketConfig, AfPacketPort};
+use buffet_io::{HeapPool, Port};
+use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, Verdict};
+use buffet_testkit::gate;
+use etherparse::PacketBuilder;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-for-the-xdp-daemon-tests";
+
+/// Counts its packets and passes them; with `stall` in its policy, never returns from a
+/// frame whose payload is `STALL` (a safe Rust handler that cannot be interrupted).
+struct Stallable;
+
+#[derive(Default)]
+struct StallState {
+    stall: bool,
+    seen: u64,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct StallPolicy {
+    #[serde(default)]
+    stall: bool,
+}
+
+impl NetworkFunction for Stallable {
+    type State = StallState;
+    type Policy = StallPolicy;
+    fn name(&self) -> &'static str {
+        "stallable"
+    }
+    fn register(&self) -> MemorySpec {
+        MemorySpec::of::<StallState>()
+    }
+    fn init(&self, p: &StallPolicy, state: &mut StallState) -> Result<(), InitError> {
+        state.stall = p.stall;
+        Ok(())
+    }
+    fn handle(&self, pkt: &mut Packet<'_>, state: &mut StallState) -> Verdict {
+        state.seen += 1;
+        if state.stall && pkt.payload() == b"STALL" {
+            loop {
+                std::hint::spin_loop();
+            }
+        }
+        Verdict::Pass
+    }
+}
+
+impl RegisteredNf for Stallable {}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn ready(test: &str) -> bool {
+    if let Some(why) = buffet_xdp::UNAVAILABLE {
+        return gate::skip_privileged(test, format_args!("xdp engine unavailable: {why}"));
+    }
+    gate::require_root(test)
+        && gate::require_tool(
+            test,
+            "ip (iproute2)",
+            Command::new("ip").arg("-V"),
+            "install iproute2",
+        )
+}
+
+/// A veth pair in this namespace (`a` gets the program, frames are sent into `b`);
+/// deleted on drop.
+struct Veth {
+    a: String,
+    b: String,
+}
+
+impl Veth {
+    fn new() -> Veth {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let tag = format!(
+            "{}{}",
+            std::process::id() % 100_000,
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let v = Veth {
+            a: format!("bxd{tag}"),
+            b: format!("bxe{tag}"),
+        };
+        let _ = Command::new("ip").args(["link", "del", &v.a]).output();
+        ip(&["link", "add", &v.a, "type", "veth", "peer", "name", &v.b]);
+        for i in [&v.a, &v.b] {
+            // No IPv6 on the link: no router solicitations or MLD reports to count.
+            let _ = Command::new("sysctl")
+                .args(["-qw", &format!("net.ipv6.conf.{i}.disable_ipv6=1")])
+                .output();
+            ip(&["link", "set", i, "up"]);
+        }
+        v
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.a]).output();
+    }
+}
+
+fn config(dir: &Path, iface: &str, extra: &str) -> DaemonConfig {
+    std::fs::write(dir.join("admin.token"), format!("{ADMIN}\n")).unwrap();
+    let text = format!(
+        r#"
+data_dir = "{d}/data"
+[api]
+listen = "127.0.0.1:0"
+admin_token_file = "{d}/admin.token"
+[nf]
+name = "monitor"
+[dataplane]
+workers = 2
+max_workers = 3
+tenant_slots = 32
+arena_mib = 64
+{extra}
+[dispatch]
+mode = "xdp"
+[[port]]
+kind = "af_xdp"
+iface = "{iface}"
+xdp_mode = "generic"
+"#,
+        d = dir.display()
+    );
+    DaemonConfig::parse(Path::new("xdp.toml"), &text).unwrap()
+}
+
+fn start(cfg: DaemonConfig) -> Daemon {
+    Daemon::start_with(
+        cfg,
+        Path::new("xdp.toml"),
+        Box::new(|cfg, _| buffet_daemon::plane::start_nf(cfg, Stallable)),
+    )
+    .unwrap()
+}
+
+fn call(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let req = ureq::request(method, &format!("http://{}{path}", d.addr()))
+        .timeout(Duration::from_secs(20))
+        .set("Authorization", &format!("Bearer {ADMIN}"));
+    let res = match body {
+        Some(b) => req
+            .set("Content-Type", "application/json")
+            .send_string(&b.to_string()),
+        None => req.call(),
+    };
+    let resp = match res {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {path}: {e}"),
+    };
+    let status = resp.status();
+    let text = resp.into_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn tenant(id: u32, prefix: &str, policy: Value) -> Value {
+    json!({ "id": id, "rules": [ { "dst_ip": prefix } ], "policy": policy })
+}
+
+/// One UDP frame to `dst` carrying `payload`.
+fn frame(dst: [u8; 4], payload: &[u8]) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv4([172, 16, 0, 1], dst, 64)
+        .udp(4000, 80);
+    let mut out = Vec::new();
+    b.write(&mut out, payload).unwrap();
+    out
+}
+
+/// Sends frames into the veth's other end, paced (the receiving sockets are never the
+/// limit).
+struct Sender {
+    port: AfPacketPort,
+    pool: HeapPool,
+}
+
+impl Sender {
+    fn new(iface: &str) -> Sender {
+        Sender {
+            port: AfPacketPort::open(AfPacketConfig {
+                rx: false,
+                ..AfPacketConfig::new(iface, 0)
+            })
+            .unwrap(),
+            pool: HeapPool::new(256),
+        }
+    }
+
+    fn send(&mut self, frames: &[Vec<u8>]) {
+        for chunk in frames.chunks(8) {
+            let mut burst = Vec::new();
+            for f in chunk {
+                let mut b = self.pool.take().unwrap();
+                assert!(b.fill(f));
+                burst.push(b);
+            }
+            self.port.tx_burst(&mut burst, &mut self.pool).unwrap();
+            std::thread::sleep(Duration::from_micros(400));
+        }
+    }
+
+    /// `n` frames to each of `dsts`, interleaved.
+    fn each(&mut self, dsts: &[[u8; 4]], n: usize) {
+        let frames: Vec<Vec<u8>> = (0..n)
+            .flat_map(|_| dsts.iter().map(|d| frame(*d, b"data")))
+            .collect();
+        self.send(&frames);
+    }
+}
+
+fn stats(d: &Daemon) -> Value {
+    let (s, v) = call(d, "GET", "/v1/stats", None);
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+fn row(v: &Value, id: u64) -> Option<Value> {
+    v["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"].as_u64() == Some(id))
+        .cloned()
+}
+
+/// Everything the program sent tenant `id`'s way: the packets its worker ran (whatever
+/// their verdict or drop reason there) plus the frames the program policed (which never
+/// reach a worker).
+fn seen(v: &Value, id: u64) -> u64 {
+    let Some(t) = row(v, id) else { return 0 };
+    t["packets"].as_u64().unwrap() + t["drops"]["policed"].as_u64().unwrap_or(0)
+}
+
+/// Waits until `check` holds on the stats, or fails with the last stats.
+fn wait_stats(d: &Daemon, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let v = stats(d);
+        if check(&v) {
+            return v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "{what}: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn unmatched(v: &Value) -> u64 {
+    v["global"]["unmatched"].as_u64().unwrap()
+}
+
+#[test]
+fn tenants_and_workers_change_at_run_time_and_every_frame_is_counted() {
+    let test = "xdp::tenants_and_workers_change_at_run_time_and_every_frame_is_counted";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::new();
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(config(dir.path(), &veth.a, ""));
+    let mut tx = Sender::new(&veth.b);
+
+    // A rule the XDP classifier cannot express: 422 naming it, nothing changed.
+    let wide = json!({ "id": 99, "rules": [
+        { "dst_ip": "10.99.0.0/16" },
+        { "protocol": "udp", "src_port": "1-65534", "dst_port": "1-65534" } ], "policy": {} });
+    let (s, v) = call(&d, "POST", "/v1/tenants", Some(&wide));
+    assert_eq!(s, 422, "{v}");
+    let msg = v["error"].as_str().unwrap();
+    assert!(
+        msg.contains("tenant 99") && msg.contains("rules[1]") && msg.contains("cannot express"),
+        "{msg}"
+    );
+    assert_eq!(call(&d, "GET", "/v1/tenants", None).1["tenant"], json!([]));
+
+    // Four tenants, spread over the two workers.
+    for id in 1..=4u32 {
+        let (s, v) = call(
+            &d,
+            "POST",
+            "/v1/tenants",
+            Some(&tenant(id, &format!("10.{id}.0.0/16"), json!({}))),
+        );
+        assert_eq!(s, 201, "{v}");
+    }
+    let v = stats(&d);
+    let workers: Vec<u64> = (1..=4)
+        .map(|id| row(&v, id).unwrap()["worker"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        workers,
+        vec![0, 1, 0, 1],
+        "the live worker with the fewest tenants"
+    );
+    let dst = |id: u8| [10, id, 0, 1];
+    let u0 = unmatched(&v);
+    tx.each(&[dst(1), dst(2), dst(3), dst(4), [10, 50, 0, 1]], 100);
+    let v = wait_stats(&d, "100 frames each", |v| {
+        (1..=4).all(|id| seen(v, id) == 100) && unmatched(v) >= u0 + 100
+    });
+    for id in 1..=4 {
+        assert_eq!(row(&v, id).unwrap()["packets"].as_u64(), Some(100), "{v}");
+    }
+
+    // Update tenant 2's rules: 10.2/16 -> 10.22/16. Its old prefix is unmatched from the
+    // answer on, the new one is its own.
+    let (s, v) = call(
+        &d,
+        "PUT",
+        "/v1/tenants/2",
+        Some(&tenant(2, "10.22.0.0/16", json!({}))),
+    );
+    assert_eq!(s, 200, "{v}");
+    let u1 = unmatched(&stats(&d));
+    tx.each(&[dst(2), dst(22)], 50);
+    let v = wait_stats(&d, "tenant 2 under its new rule", |v| seen(v, 2) == 150);
+    assert_eq!(unmatched(&v), u1 + 50, "the old prefix is unmatched: {v}");
+
+    // Remove tenant 3: out of the maps, its later frames unmatched, its row gone.
+    let (s, _) = call(&d, "DELETE", "/v1/tenants/3", None);
+    assert_eq!(s, 204);
+    let u2 = unmatched(&stats(&d));
+    tx.each(&[dst(3), dst(1)], 40);
+    let v = wait_stats(&d, "tenant 1 after the removal", |v| seen(v, 1) == 140);
+    assert_eq!(unmatched(&v), u2 + 40, "{v}");
+    assert!(row(&v, 3).is_none(), "{v}");
+
+    // Launch worker 2, then terminate worker 0: its tenants go to live workers.
+    let (s, v) = call(&d, "POST", "/v1/workers", None);
+    assert_eq!((s, v["id"].as_u64()), (201, Some(2)), "{v}");
+    let (s, v) = call(&d, "DELETE", "/v1/workers/0", None);
+    assert_eq!(s, 204, "{v}");
+    let v = stats(&d);
+    for id in [1u64, 2, 4] {
+        assert_ne!(row(&v, id).unwrap()["worker"].as_u64(), Some(0), "{v}");
+    }
+    // The launched worker took tenant 1 (it had none): it runs frames.
+    assert_eq!(row(&v, 1).unwrap()["worker"].as_u64(), Some(2), "{v}");
+    tx.each(&[dst(1), dst(22), dst(4)], 60);
+    let v = wait_stats(&d, "after the worker changes", |v| {
+        seen(v, 1) == 200 && seen(v, 2) == 210 && seen(v, 4) == 160
+    });
+    let w = &v["workers"];
+    assert_eq!(w[0]["live"], json!(false), "{v}");
+    assert!(w[2]["packets"].as_u64().unwrap() >= 60, "{v}");
+    // Nothing went to a dead worker's socket or was lost on the way.
+    assert_eq!(v["global"]["no_live_worker"].as_u64(), Some(0), "{v}");
+
+    // A second worker launch reuses worker 0's socket (back when its thread ended).
+    let (s, v) = call(&d, "POST", "/v1/workers", None);
+    assert_eq!((s, v["id"].as_u64()), (201, Some(3)), "{v}");
+    let (s, v) = call(&d, "DELETE", "/v1/workers/1", None);
+    assert_eq!(s, 204, "{v}");
+
+    // Restart: the stored tenants go back into the maps.
+    d.stop().unwrap();
+    let d = start(config(dir.path(), &veth.a, ""));
+    let ids: Vec<u64> = call(&d, "GET", "/v1/tenants", None).1["tenant"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![1, 2, 4]);
+    tx.each(&[dst(1), dst(22), dst(4), dst(3)], 30);
+    let v = wait_stats(&d, "after the restart", |v| {
+        [1, 2, 4].iter().all(|&id| seen(v, id) == 30) && unmatched(v) >= 30
+    });
+    assert!(row(&v, 3).is_none());
+    d.stop().unwrap();
+}
+
+#[test]
+fn a_stuck_worker_loses_its_other_tenants_to_live_workers_within_a_timeslot() {
+    let test = "xdp::a_stuck_worker_loses_its_other_tenants_to_live_workers_within_a_timeslot";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::new();
+    let dir = tempfile::tempdir().unwrap();
+    // Timeslots of 2^30 ns (1.07 s): a worker is stuck after half of one.
+    let d = start(config(dir.path(), &veth.a, "shift = 30"));
+    let mut tx = Sender::new(&veth.b);
+    // Tenant 1 stalls on a STALL frame; 2, 3, 4 are its victims (3 on its worker).
+    for id in 1..=4u32 {
+        let policy = json!({ "stall": id == 1 });
+        let (s, v) = call(
+            &d,
+            "POST",
+            "/v1/tenants",
+            Some(&tenant(id, &format!("10.{id}.0.0/16"), policy)),
+        );
+        assert_eq!(s, 201, "{v}");
+    }
+    let v = stats(&d);
+    let worker_of = |v: &Value, id: u64| row(v, id).unwrap()["worker"].as_u64().unwrap();
+    assert_eq!(worker_of(&v, 1), worker_of(&v, 3), "{v}");
+    let stuck = worker_of(&v, 1);
+    let dst = |id: u8| [10, id, 0, 1];
+    tx.each(&[dst(1), dst(2), dst(3), dst(4)], 20);
+    wait_stats(&d, "before the stall", |v| {
+        (1..=4).all(|id| seen(v, id) == 20)
+    });
+
+    // The stall, then the victims' frames every 10 ms until tenant 3 (on the stuck
+    // worker) counts again.
+    tx.send(&[frame(dst(1), b"STALL")]);
+    let t0 = Instant::now();
+    let mut sent_after = 0u64;
+    let moved_after = loop {
+        tx.each(&[dst(2), dst(3), dst(4)], 1);
+        sent_after += 1;
+        std::thread::sleep(Duration::from_millis(10));
+        let v = stats(&d);
+        if seen(&v, 3) > 20 {
+            break t0.elapsed();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "never moved: {v}");
+    };
+    let timeslot = Duration::from_nanos(1 << 30);
+    assert!(
+        moved_after < timeslot,
+        "tenant 3 reached a live worker again {moved_after:?} after the stall"
+    );
+    let v = stats(&d);
+    assert_eq!(v["workers"][stuck as usize]["live"], json!(false), "{v}");
+    assert_eq!(row(&v, 1).unwrap()["quarantined"], json!(true), "{v}");
+    assert_ne!(worker_of(&v, 3), stuck);
+    // Tenant 2 or 4, on the live worker, lost nothing meanwhile.
+    let other = if worker_of(&v, 2) != stuck { 2 } else { 4 };
+    wait_stats(&d, "the live worker's victim", |v| {
+        seen(v, other) == 20 + sent_after
+    });
+    // From now on every victim frame is counted, on live workers.
+    let before: Vec<u64> = (2..=4).map(|id| seen(&v, id)).collect();
+    tx.each(&[dst(2), dst(3), dst(4)], 50);
+    wait_stats(&d, "the victims after the move", |v| {
+        (2..=4u64).zip(&before).all(|(id, b)| seen(v, id) >= b + 50)
+    });
+    let v = stats(&d);
+    for (id, b) in (2..=4u64).zip(&before) {
+        assert_eq!(seen(&v, id), b + 50, "tenant {id}: {v}");
+    }
+    // The stuck thread never returns: the daemon is stopped without waiting for it.
+    d.stop().unwrap();
+}
