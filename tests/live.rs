@@ -2214,6 +2214,8 @@ fn af_xdp_run_on_four_queues_counts_every_tenant_exactly() {
     assert_eq!(port["tx"].as_u64(), Some(packets), "{port}");
     assert_eq!(sent[0], packets, "every passed frame came back out, once");
     assert_eq!(xdp_attached(&ns.a, &va), None, "detached at the end");
+}
+
 /// buffetd with `[dispatch] mode = "xdp"` on the veth's end in namespace A, a sender in
 /// B: four tenants admitted through the HTTP API (the `buffet` client), then two more
 /// while traffic flows, one removed mid-run (its later frames are the program's
