@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use buffet_dispatch::{Match, TenantSlot, WorkerId};
 use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XskReceiver};
-use buffet_io::PacketBuf;
+use buffet_io::{Outcome, PacketBuf};
 use buffet_worker::WorkerSource;
 use buffet_xdp::{AttachMode, XdpConfig, XdpDispatcher, XdpStats};
 use crossbeam::channel::{Receiver, Sender};
@@ -149,7 +149,11 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
         d.worker_max_nb
     };
     let (back_tx, back_rx) = crossbeam::channel::unbounded();
-    let spare = receivers.split_off(usize::from(d.workers));
+    let spare = receivers
+        .split_off(usize::from(d.workers))
+        .into_iter()
+        .map(|rx| (rx, false))
+        .collect();
     let mut sources: Vec<Box<dyn WorkerSource>> = Vec::new();
     for rx in receivers {
         let w = dispatcher
@@ -160,7 +164,7 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
             .map_err(|e| {
                 XdpStartError::Program(format!("worker {}'s socket in the XSKMAP: {e}", w.0))
             })?;
-        sources.push(Box::new(XdpSource::new(rx, back_tx.clone())));
+        sources.push(Box::new(XdpSource::new(rx, back_tx.clone(), false)));
     }
     let mode = match x.xdp_mode.as_str() {
         "native" => AttachMode::Native,
@@ -188,16 +192,25 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
 }
 
 /// A worker's AF_XDP socket as its [`WorkerSource`]. When the worker's thread ends (a
-/// terminated worker, after it emptied the socket) the socket goes back to the spare
-/// sockets for the next launch.
+/// terminated worker, after it emptied the socket; or a dead one) the socket goes back
+/// to the spare sockets for the next launch.
 struct XdpSource {
     rx: Option<XskReceiver>,
     back: Sender<XskReceiver>,
+    /// A socket an earlier worker left behind: what is still in it (a dead worker's
+    /// frames) was redirected before that worker ended, under tenant slots that may have
+    /// been removed and reused since. Handed back unrun, as `NoTenant`, until the
+    /// socket is first found empty.
+    stale: bool,
 }
 
 impl XdpSource {
-    fn new(rx: XskReceiver, back: Sender<XskReceiver>) -> XdpSource {
-        XdpSource { rx: Some(rx), back }
+    fn new(rx: XskReceiver, back: Sender<XskReceiver>, stale: bool) -> XdpSource {
+        XdpSource {
+            rx: Some(rx),
+            back,
+            stale,
+        }
     }
 }
 
@@ -208,10 +221,22 @@ impl WorkerSource for XdpSource {
         rejected: &mut Vec<PacketBuf>,
         max: usize,
     ) -> usize {
-        match &mut self.rx {
-            Some(rx) => rx.receive(burst, rejected, max),
-            None => 0,
+        let Some(rx) = &mut self.rx else {
+            return 0;
+        };
+        if !self.stale {
+            return rx.receive(burst, rejected, max);
         }
+        let (start, before) = (burst.len(), rejected.len());
+        rx.receive(burst, rejected, max);
+        if burst.len() == start && rejected.len() == before {
+            self.stale = false;
+        }
+        for mut m in burst.drain(start..) {
+            m.outcome = Outcome::NoTenant;
+            rejected.push(m);
+        }
+        0
     }
 }
 
@@ -230,7 +255,8 @@ type KeptRules = (Vec<(u32, Match)>, u64);
 /// event thread. Every map change is made under its lock, one at a time.
 pub struct XdpSide {
     d: Mutex<XdpDispatcher>,
-    spare: Mutex<Vec<XskReceiver>>,
+    /// Sockets no worker holds, each with whether a worker held it before (stale).
+    spare: Mutex<Vec<(XskReceiver, bool)>>,
     back_tx: Sender<XskReceiver>,
     back_rx: Receiver<XskReceiver>,
     worker_max_nb: u64,
@@ -430,8 +456,8 @@ impl XdpSide {
             )));
         }
         let mut spare = lock(&self.spare);
-        spare.extend(self.back_rx.try_iter());
-        let rx = spare.pop().ok_or_else(|| {
+        spare.extend(self.back_rx.try_iter().map(|rx| (rx, true)));
+        let (rx, stale) = spare.pop().ok_or_else(|| {
             XdpChangeError::Capacity(
                 "no spare AF_XDP socket: there are dataplane.max_workers of them (at start) \
                  and every one is held by a worker (one found stuck keeps its own)"
@@ -439,7 +465,10 @@ impl XdpSide {
             )
         })?;
         let fd = rx.socket_fd().as_raw_fd();
-        Ok((Box::new(XdpSource::new(rx, self.back_tx.clone())), fd))
+        Ok((
+            Box::new(XdpSource::new(rx, self.back_tx.clone(), stale)),
+            fd,
+        ))
     }
 
     /// Opens worker `w` (just launched by the data plane, polling the socket `fd`): its

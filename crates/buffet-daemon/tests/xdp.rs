@@ -12,7 +12,7 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use buffet_config::registry::RegisteredNf;
@@ -27,12 +27,17 @@ use serde_json::{json, Value};
 const ADMIN: &str = "admin-token-for-the-xdp-daemon-tests";
 
 /// Counts its packets and passes them; with `stall` in its policy, never returns from a
-/// frame whose payload is `STALL` (a safe Rust handler that cannot be interrupted).
+/// frame whose payload is `STALL` (a safe Rust handler that cannot be interrupted) —
+/// with `until_released` too, it returns once [`RELEASED`] is set.
 struct Stallable;
+
+/// Ends the stalls of tenants whose policy says `until_released`.
+static RELEASED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Default)]
 struct StallState {
     stall: bool,
+    until_released: bool,
     seen: u64,
 }
 
@@ -40,6 +45,8 @@ struct StallState {
 struct StallPolicy {
     #[serde(default)]
     stall: bool,
+    #[serde(default)]
+    until_released: bool,
 }
 
 impl NetworkFunction for Stallable {
@@ -53,12 +60,13 @@ impl NetworkFunction for Stallable {
     }
     fn init(&self, p: &StallPolicy, state: &mut StallState) -> Result<(), InitError> {
         state.stall = p.stall;
+        state.until_released = p.until_released;
         Ok(())
     }
     fn handle(&self, pkt: &mut Packet<'_>, state: &mut StallState) -> Verdict {
         state.seen += 1;
         if state.stall && pkt.payload() == b"STALL" {
-            loop {
+            while !(state.until_released && RELEASED.load(Ordering::Acquire)) {
                 std::hint::spin_loop();
             }
         }
@@ -473,5 +481,64 @@ fn a_stuck_worker_loses_its_other_tenants_to_live_workers_within_a_timeslot() {
         assert_eq!(seen(&v, id), b + 50, "tenant {id}: {v}");
     }
     // The stuck thread never returns: the daemon is stopped without waiting for it.
+    d.stop().unwrap();
+}
+
+/// A worker stuck in a handler may still hold frames of a tenant removed meanwhile (in
+/// its burst and its socket). Should it come back, those frames must not run on the
+/// state of a tenant admitted after the removal: the removed tenant's slot stays retired
+/// while the stuck worker may still hold it.
+#[test]
+fn a_removed_tenants_frames_in_a_stuck_worker_never_reach_the_next_tenant() {
+    let test = "xdp::a_removed_tenants_frames_in_a_stuck_worker_never_reach_the_next_tenant";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::new();
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(config(dir.path(), &veth.a, "shift = 30"));
+    let mut tx = Sender::new(&veth.b);
+    // Tenant 1 stalls (until released) on a STALL frame; tenant 3 shares its worker.
+    for id in 1..=4u32 {
+        let policy = json!({ "stall": id == 1, "until_released": true });
+        let (s, v) = call(
+            &d,
+            "POST",
+            "/v1/tenants",
+            Some(&tenant(id, &format!("10.{id}.0.0/16"), policy)),
+        );
+        assert_eq!(s, 201, "{v}");
+    }
+    let v = stats(&d);
+    let worker_of = |v: &Value, id: u64| row(v, id).unwrap()["worker"].as_u64().unwrap();
+    assert_eq!(worker_of(&v, 1), worker_of(&v, 3), "{v}");
+    let stuck = worker_of(&v, 1);
+    let dst = |id: u8| [10, id, 0, 1];
+    // The stall, and right behind it frames of tenant 3 that its stuck worker takes
+    // into its socket before anyone notices.
+    tx.send(&[frame(dst(1), b"STALL")]);
+    tx.each(&[dst(3)], 40);
+    wait_stats(&d, "the worker found stuck", |v| {
+        v["workers"][stuck as usize]["live"] == json!(false)
+    });
+    // Tenant 3 leaves; tenant 5 comes (the lowest free slot would be 3's).
+    let (s, v) = call(&d, "DELETE", "/v1/tenants/3", None);
+    assert!(s == 200 || s == 204, "{s} {v}");
+    let (s, v) = call(
+        &d,
+        "POST",
+        "/v1/tenants",
+        Some(&tenant(5, "10.5.0.0/16", json!({}))),
+    );
+    assert_eq!(s, 201, "{v}");
+    // The stuck handler comes back: the worker runs what it held.
+    RELEASED.store(true, Ordering::Release);
+    std::thread::sleep(Duration::from_millis(500));
+    let v = stats(&d);
+    assert_eq!(seen(&v, 5), 0, "tenant 5 ran frames no one sent it: {v}");
+    // Tenant 5 is served as usual.
+    tx.each(&[dst(5)], 10);
+    let v = wait_stats(&d, "tenant 5's own frames", |v| seen(v, 5) >= 10);
+    assert_eq!(seen(&v, 5), 10, "{v}");
     d.stop().unwrap();
 }

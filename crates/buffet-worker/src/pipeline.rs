@@ -346,6 +346,9 @@ pub enum Command {
     Remove {
         /// The tenant's slot.
         slot: TenantSlot,
+        /// Workers fed by their own source that may still hold frames of the slot (see
+        /// [`Control::remove_holding`]).
+        hold: Vec<WorkerId>,
         /// The answer.
         reply: Sender<Result<(), DispatchError>>,
     },
@@ -548,16 +551,27 @@ impl<N: NetworkFunction> Control<N> {
     /// report's `global.removed_tenant`, as the tenant's own row leaves with it), its
     /// region is zeroed and returned; other tenants are not paused.
     pub fn remove(&self, id: TenantId) -> Result<(), PipelineError> {
-        let rx = self.remove_start(id)?;
+        self.remove_holding(id, &[])
+    }
+
+    /// [`remove`](Self::remove) when workers fed by their own source (the XDP Packet
+    /// Dispatcher's) may still hold frames tagged with the tenant's slot — ones that did
+    /// not empty their sockets in time: the slot stays retired, so no later tenant is
+    /// admitted into it, until each of them has found its input empty since (it ran
+    /// everything it held; those frames met no tenant) or its thread ended. Workers
+    /// found stuck are held so by every removal.
+    pub fn remove_holding(&self, id: TenantId, hold: &[WorkerId]) -> Result<(), PipelineError> {
+        let rx = self.remove_start(id, hold.to_vec())?;
         finish_remove(id, rx.recv().ok())
     }
 
     fn remove_start(
         &self,
         id: TenantId,
+        hold: Vec<WorkerId>,
     ) -> Result<Receiver<Result<(), DispatchError>>, PipelineError> {
         let slot = self.slot_of(id).ok_or(PipelineError::Unknown(id))?;
-        self.ask(|reply| Command::Remove { slot, reply })
+        self.ask(|reply| Command::Remove { slot, hold, reply })
             .ok_or(PipelineError::Stopped)
     }
 
@@ -893,8 +907,8 @@ pub struct Dataplane<N: NetworkFunction> {
     /// Per port: packets waiting for its next `tx_burst`.
     tx: Vec<Vec<PacketBuf>>,
     slots: Vec<SlotInfo>,
-    /// Removed slots waiting for their queued packets to drain: (slot, dispatched per worker).
-    retiring: Vec<(TenantSlot, Vec<u64>)>,
+    /// Removed slots waiting for their queued packets to drain.
+    retiring: Vec<Retiring>,
     /// Migrations whose old worker may still hold the tenant's earlier packets.
     handovers: Vec<Handover>,
     /// Migrations the dispatcher just raised, to start hand-overs for.
@@ -1185,7 +1199,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                 }
                 let _ = reply.send(r);
             }
-            Command::Remove { slot, reply } => {
+            Command::Remove { slot, hold, reply } => {
                 // No packet of the slot may stay gated once it retires.
                 self.wait_handover(slot);
                 let r = self.dispatcher.remove(slot);
@@ -1196,7 +1210,26 @@ impl<N: NetworkFunction> Dataplane<N> {
                     for (w, &d) in self.workers.iter().zip(&snapshot) {
                         w.flush.until.fetch_max(d, Ordering::AcqRel);
                     }
-                    self.retiring.push((slot, snapshot));
+                    // Held too: every worker fed by its own source found stuck, whose
+                    // thread may come back with frames of the slot in hand.
+                    let stuck = (0..self.workers.len())
+                        .filter(|&i| self.workers[i].sourced && self.workers[i].stuck);
+                    let mut held: Vec<(usize, u64)> = hold
+                        .iter()
+                        .map(|w| usize::from(w.0))
+                        .chain(stuck)
+                        .filter_map(|i| {
+                            let c = self.workers.get(i)?.counters.idle.load(Ordering::Acquire);
+                            Some((i, c))
+                        })
+                        .collect();
+                    held.sort_unstable();
+                    held.dedup_by_key(|h| h.0);
+                    self.retiring.push(Retiring {
+                        slot,
+                        snapshot,
+                        held,
+                    });
                 }
                 let _ = reply.send(r);
             }
@@ -1307,16 +1340,22 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
         let workers = &self.workers;
         let table = &self.core.shared.table;
-        self.retiring.retain(|(slot, snap)| {
+        self.retiring.retain(|r| {
             // Completed in count, and (buffers hand packets back out of order across
             // tenants) answered a flush covering them.
-            let drained = snap.iter().zip(workers).all(|(d, w)| {
+            let drained = r.snapshot.iter().zip(workers).all(|(d, w)| {
                 w.completed >= *d && (w.sourced || w.flush.done.load(Ordering::Acquire) >= *d)
             });
-            if drained {
-                table.release(*slot);
+            // A held worker found its input empty since, or its thread ended.
+            let held = r.held.iter().all(|&(i, idle0)| {
+                let w = &workers[i];
+                w.counters.idle.load(Ordering::Acquire) > idle0
+                    || w.thread.as_ref().is_none_or(|t| t.is_finished())
+            });
+            if drained && held {
+                table.release(r.slot);
             }
-            !drained
+            !(drained && held)
         });
     }
 
@@ -1630,7 +1669,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             // Taken back unprocessed: it no longer counts against this worker.
             self.workers[wi].completed += 1;
             let slot = m.tenant;
-            if self.retiring.iter().any(|(s, _)| *s == slot) {
+            if self.retiring.iter().any(|r| r.slot == slot) {
                 self.global.removed_tenant += 1;
                 self.recycle(m);
                 continue;
@@ -2236,7 +2275,7 @@ impl<N: NetworkFunction> Pipeline<N> {
 
     /// Removes a tenant (see [`Control::remove`]).
     pub fn remove(&mut self, id: TenantId) -> Result<(), PipelineError> {
-        let rx = self.control.remove_start(id)?;
+        let rx = self.control.remove_start(id, Vec::new())?;
         self.dataplane.apply_commands();
         finish_remove(id, rx.recv().ok())
     }
@@ -2360,13 +2399,28 @@ impl<N: NetworkFunction> Pipeline<N> {
     }
 }
 
+/// A removed slot waiting for the packets queued under it to drain before it is reused.
+struct Retiring {
+    slot: TenantSlot,
+    /// Packets dispatched to each worker when it retired.
+    snapshot: Vec<u64>,
+    /// Workers fed by their own source that may still hold frames of the slot, with
+    /// their `idle` count when it retired.
+    held: Vec<(usize, u64)>,
+}
+
 /// MPK: every worker may pin one cache key at a time and the control thread one more
-/// (reports lock tenants); more would make groups wait for keys.
+/// (reports lock tenants); more would make groups wait for keys. One key beyond that is
+/// kept spare: a chain's C stage opens its own part key while its tenant's key is pinned
+/// (two at once, nested), and with every key pinned by threads each waiting for a second
+/// one none could go on; with one spare, some thread always gets its second key.
 fn check_mpk_workers(mpk: &Mpk, workers: u16) -> Result<(), PipelineError> {
-    if usize::from(workers) + 1 > mpk.cache_keys() {
+    let needed = usize::from(workers) + 2;
+    if needed > mpk.cache_keys() {
         return Err(PipelineError::Config(format!(
-            "MPK isolation: {workers} workers need {} protection keys, this process has {}",
-            usize::from(workers) + 1,
+            "MPK isolation: {workers} workers need {needed} protection keys (one per \
+             worker, one for the control thread, one spare for nested part keys), this \
+             process has {}",
             mpk.cache_keys()
         )));
     }
