@@ -166,6 +166,9 @@ struct Typed<N: RegisteredNf> {
     offered: Option<Vec<String>>,
     /// `dispatch.mode = "xdp"`: the program and the workers' sockets.
     xdp: Option<Arc<XdpSide>>,
+    /// One launch at a time (the API's and the Agent's): a launched worker's data-plane
+    /// id must be the next row of the program's Worker Table.
+    launching: std::sync::Mutex<()>,
 }
 
 impl<N: RegisteredNf> Typed<N> {
@@ -329,11 +332,11 @@ impl<N: RegisteredNf> Plane for Typed<N> {
         if !stuck.is_empty() {
             eprintln!(
                 "buffetd: removing tenant {id}: workers {stuck:?} did not empty their \
-                 sockets within {:?}; their frames of it, if any, stay there",
+                 sockets within {:?}; its slot stays retired until they do (or end)",
                 crate::xdp::DRAIN_TIMEOUT
             );
         }
-        match self.control.remove(id) {
+        match self.control.remove_holding(id, &stuck) {
             Ok(()) => {
                 x.forget(slot);
                 Ok(())
@@ -357,6 +360,10 @@ impl<N: RegisteredNf> Plane for Typed<N> {
         let Some(x) = &self.xdp else {
             return Ok(self.control.launch_worker()?.0);
         };
+        let _one = self
+            .launching
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (source, fd) = x.take_socket()?;
         // The worker polls its socket from the start; then the socket goes into the
         // XSKMAP and its row opens, so the program sends it nothing before it runs.
@@ -374,12 +381,15 @@ impl<N: RegisteredNf> Plane for Typed<N> {
             // The program stops choosing it first; then the data plane stops it, and it
             // runs everything in its socket before its thread ends.
             if x.is_live(w) {
-                x.close_worker(w).map_err(|e| match e {
-                    XdpChangeError::Worker(buffet_xdp::WorkerTableError::LastWorker(w)) => {
-                        PlaneError::Pipeline(PipelineError::LastWorker(w))
+                match x.close_worker(w) {
+                    // Closed meanwhile (found stuck or dead): stop it all the same.
+                    Ok(_)
+                    | Err(XdpChangeError::Worker(buffet_xdp::WorkerTableError::NotLive(_))) => {}
+                    Err(XdpChangeError::Worker(buffet_xdp::WorkerTableError::LastWorker(w))) => {
+                        return Err(PlaneError::Pipeline(PipelineError::LastWorker(w)));
                     }
-                    other => other.into(),
-                })?;
+                    Err(other) => return Err(other.into()),
+                }
             }
         }
         Ok(self.control.terminate_worker(w)?)
@@ -730,6 +740,7 @@ impl NfVisitor for Build {
             level: self.level,
             offered: self.offered,
             xdp: side,
+            launching: std::sync::Mutex::new(()),
         };
         Ok(Started {
             plane: Arc::new(plane),

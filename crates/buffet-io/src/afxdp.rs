@@ -641,7 +641,9 @@ impl AfXdpPort {
                     cfg.queue, cfg.queues
                 )));
             }
-            if wanted.len() != cfg.queues.len() {
+            let mut sorted = cfg.queues.clone();
+            sorted.sort_unstable();
+            if sorted.windows(2).any(|w| w[0] == w[1]) || wanted.len() != cfg.queues.len() {
                 return Err(config(format!(
                     "receive queues {:?}: a queue is named twice",
                     cfg.queues
@@ -1493,8 +1495,10 @@ mod tests {
             ),
             "{e}"
         );
-        let e = AfXdpPort::open(lo(0, vec![0, 1, 0])).unwrap_err();
-        assert!(e.to_string().contains("a queue is named twice"), "{e}");
+        for twice in [vec![0, 1, 0], vec![0, 1, 1]] {
+            let e = AfXdpPort::open(lo(0, twice)).unwrap_err();
+            assert!(e.to_string().contains("a queue is named twice"), "{e}");
+        }
         let e = AfXdpPort::open(AfXdpConfig {
             metadata: true,
             ..lo(0, vec![0, 1])
