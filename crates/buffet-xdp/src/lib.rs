@@ -709,23 +709,32 @@ impl XdpDispatcher {
             };
             let mut keys = Vec::with_capacity(pairs.len());
             for (mask, val) in pairs {
-                let t = self.tuple_for(mask)?;
-                let key = rule_key(t, &val);
-                let set = self.buckets.entry(key).or_default();
-                if set.insert(entry) {
-                    self.tuple_use[t as usize] += 1;
+                let written = self.tuple_for(mask).and_then(|t| {
+                    let key = rule_key(t, &val);
+                    let set = self.buckets.entry(key).or_default();
+                    if set.insert(entry) {
+                        self.tuple_use[t as usize] += 1;
+                    }
+                    // Undone with the others should the map write fail.
+                    keys.push(key);
+                    let best = *set.first().expect("just inserted");
+                    self.rules_map.insert(
+                        key,
+                        RuleVal {
+                            priority: best.priority,
+                            tenant: best.tenant,
+                            seq: best.seq,
+                        },
+                        0,
+                    )
+                });
+                if let Err(e) = written {
+                    // No entry of a refused change may stay behind pointing at the slot
+                    // (it would classify frames to whoever holds the slot next).
+                    mine.push((entry, keys));
+                    let _ = self.remove_entries(mine);
+                    return Err(e);
                 }
-                let best = *set.first().expect("just inserted");
-                self.rules_map.insert(
-                    key,
-                    RuleVal {
-                        priority: best.priority,
-                        tenant: best.tenant,
-                        seq: best.seq,
-                    },
-                    0,
-                )?;
-                keys.push(key);
             }
             mine.push((entry, keys));
         }
