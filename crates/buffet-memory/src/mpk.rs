@@ -186,6 +186,17 @@ struct Slot {
 }
 
 impl Slot {
+    /// A cache slot for `pkey`, held by no virtual key.
+    fn free(pkey: i32) -> Slot {
+        Slot {
+            pkey,
+            pins: AtomicU32::new(0),
+            owner: AtomicU64::new(0),
+            last_used: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        }
+    }
+
     /// Pins the slot unless a miss is re-tagging it.
     #[inline]
     fn try_pin(&self) -> bool {
@@ -350,16 +361,7 @@ impl Mpk {
         }
         let parking = keys[0];
         let mask = keys.iter().fold(0u32, |m, &k| m | key_bits(k));
-        let slots: Box<[Slot]> = keys[1..]
-            .iter()
-            .map(|&pkey| Slot {
-                pkey,
-                pins: AtomicU32::new(0),
-                owner: AtomicU64::new(0),
-                last_used: AtomicU64::new(0),
-                hits: AtomicU64::new(0),
-            })
-            .collect();
+        let slots: Box<[Slot]> = keys[1..].iter().map(|&pkey| Slot::free(pkey)).collect();
         let owners = (0..slots.len()).map(|_| None).collect();
         Ok(Mpk {
             parking,
@@ -806,7 +808,7 @@ impl std::fmt::Debug for Mpk {
 pub(crate) mod sim {
     use std::cell::Cell;
     use std::collections::BTreeMap;
-    use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
+    use std::sync::atomic::{AtomicU64, AtomicUsize};
     use std::sync::{Arc, Mutex};
 
     use super::{key_bits, Mpk, Slot, Tag, VKeyShared};
@@ -882,16 +884,7 @@ pub(crate) mod sim {
             assert!((1..=super::MAX_CACHE_KEYS).contains(&cache_keys));
             let mem = Arc::new(SimMemory::default());
             let keys: Vec<i32> = (1..=cache_keys as i32 + 1).collect();
-            let slots = keys[1..]
-                .iter()
-                .map(|&pkey| Slot {
-                    pkey,
-                    pins: AtomicU32::new(0),
-                    owner: AtomicU64::new(0),
-                    last_used: AtomicU64::new(0),
-                    hits: AtomicU64::new(0),
-                })
-                .collect();
+            let slots = keys[1..].iter().map(|&pkey| Slot::free(pkey)).collect();
             let mpk = Mpk {
                 parking: 1,
                 mask: keys.iter().fold(0, |m, &k| m | key_bits(k)),
