@@ -31,7 +31,7 @@ mod sys;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use aya::maps::{
     Array, HashMap as BpfHashMap, Map, MapData, MapError, PerCpuArray, RingBuf, XskMap,
@@ -398,6 +398,54 @@ pub struct XdpStats {
     pub events_lost: u64,
 }
 
+/// Runs frames through a test-mode [`XdpDispatcher`]'s program from another thread
+/// ([`XdpDispatcher::test_runner`]), at the timestamp of the dispatcher's last
+/// [`run`](XdpDispatcher::run) (0 before any), while the dispatcher's owner changes its
+/// maps. It shares the program's decision map: use one of them at a time to run frames.
+/// Events the runs raise stay in the ring buffer for
+/// [`drain_events`](XdpDispatcher::drain_events).
+pub struct XdpTestRunner {
+    prog: OwnedFd,
+    decision: Array<MapData, DecisionRecord>,
+    last_seq: Option<u64>,
+}
+
+impl std::fmt::Debug for XdpTestRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpTestRunner").finish_non_exhaustive()
+    }
+}
+
+impl XdpTestRunner {
+    /// The program's decision for `frame` (the frame it leaves is not kept).
+    pub fn run(&mut self, frame: &[u8]) -> Result<XdpDecision, RunError> {
+        if frame.len() < 14 {
+            return Err(RunError::TooShort { len: frame.len() });
+        }
+        let last = match self.last_seq {
+            Some(s) => s,
+            None => self.decision.get(&0, 0).map_err(RunError::Map)?.seq,
+        };
+        let mut out = vec![0u8; frame.len() + 64];
+        let (ret, _) = sys::prog_test_run(self.prog.as_fd(), frame, &mut out)
+            .map_err(|e| RunError::TestRun(ProgramError::IOError(e)))?;
+        if ret == 0 {
+            return Err(RunError::Aborted { len: frame.len() });
+        }
+        let rec = self.decision.get(&0, 0).map_err(RunError::Map)?;
+        if rec.seq == last {
+            return Err(RunError::NoDecision);
+        }
+        self.last_seq = Some(rec.seq);
+        let migrated_from = (rec.migrated != 0).then_some(WorkerId(rec.from));
+        let overload = (rec.overload != 0).then_some(OverloadReport {
+            worker: WorkerId(rec.overload_worker),
+            slot: rec.overload_slot,
+        });
+        Ok(decision_of(&rec, migrated_from, overload))
+    }
+}
+
 /// How to attach.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttachMode {
@@ -424,6 +472,8 @@ pub struct XdpDispatcher {
     tuples_map: Array<MapData, Tuple>,
     rules_map: BpfHashMap<MapData, RuleKey, RuleVal>,
     decision: Array<MapData, DecisionRecord>,
+    /// The decision map again, for [`XdpTestRunner`]s.
+    decision_fd: OwnedFd,
     stats: PerCpuArray<MapData, u64>,
     /// Policed packets per tenant slot.
     policed: PerCpuArray<MapData, u64>,
@@ -485,8 +535,17 @@ impl XdpDispatcher {
             Array::try_from(take_map(&mut ebpf, "bf_tuples")?).map_err(map_err("bf_tuples"))?;
         let rules_map =
             BpfHashMap::try_from(take_map(&mut ebpf, "bf_rules")?).map_err(map_err("bf_rules"))?;
-        let decision =
-            Array::try_from(take_map(&mut ebpf, "bf_decision")?).map_err(map_err("bf_decision"))?;
+        let decision_map = take_map(&mut ebpf, "bf_decision")?;
+        let decision_fd = match &decision_map {
+            Map::Array(data) => data.fd().as_fd().try_clone_to_owned().map_err(|io_error| {
+                map_err("bf_decision")(MapError::SyscallError(aya::sys::SyscallError {
+                    call: "dup",
+                    io_error,
+                }))
+            })?,
+            _ => return Err(LoadError::Missing("array map bf_decision")),
+        };
+        let decision = Array::try_from(decision_map).map_err(map_err("bf_decision"))?;
         let stats =
             PerCpuArray::try_from(take_map(&mut ebpf, "bf_stats")?).map_err(map_err("bf_stats"))?;
         let policed = PerCpuArray::try_from(take_map(&mut ebpf, "bf_policed")?)
@@ -530,6 +589,7 @@ impl XdpDispatcher {
             tuples_map,
             rules_map,
             decision,
+            decision_fd,
             stats,
             policed,
             events,
@@ -983,27 +1043,39 @@ impl XdpDispatcher {
                 self.pending.push(ev);
             }
         }
-        let decision = match rec.verdict {
-            verdict::PASS => XdpDecision::Pass {
-                worker: WorkerId(rec.worker),
-                tenant: TenantSlot(rec.tenant),
-                migrated_from,
-                overload,
-            },
-            verdict::MALFORMED => XdpDecision::Malformed(
-                *ParseError::ALL
-                    .get((rec.parse_error as usize).wrapping_sub(1))
-                    .unwrap_or(&ParseError::UnsupportedEtherType),
-            ),
-            verdict::POLICED => XdpDecision::Policed(TenantSlot(rec.tenant)),
-            verdict::NO_WORKER => XdpDecision::NoLiveWorker,
-            // UNMATCHED, and UNKNOWN (a rule naming a slot with no row).
-            _ => XdpDecision::Unmatched,
-        };
         Ok(XdpRun {
-            decision,
+            decision: decision_of(&rec, migrated_from, overload),
             frame: frame_out,
             metadata,
+        })
+    }
+
+    /// A second handle on the loaded program (test mode only) that runs frames through
+    /// it from another thread while this one changes the maps: see [`XdpTestRunner`].
+    pub fn test_runner(&self) -> Result<XdpTestRunner, RunError> {
+        if !self.cfg.test_mode {
+            return Err(RunError::NotTestMode);
+        }
+        let prog: &Xdp = self
+            .ebpf
+            .program(PROGRAM_NAME)
+            .expect("loaded program")
+            .try_into()
+            .map_err(RunError::TestRun)?;
+        let io = |e: io::Error| RunError::TestRun(ProgramError::IOError(e));
+        let prog = prog
+            .fd()
+            .map_err(RunError::TestRun)?
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(io)?;
+        let decision = MapData::from_fd(self.decision_fd.try_clone().map_err(io)?)
+            .and_then(|m| Array::try_from(Map::Array(m)))
+            .map_err(RunError::Map)?;
+        Ok(XdpTestRunner {
+            prog,
+            decision,
+            last_seq: None,
         })
     }
 
@@ -1171,6 +1243,31 @@ fn rule_key(tuple: u32, bits: &[u64; KEY_WORDS]) -> RuleKey {
         tuple,
         pad: 0,
         bits: *bits,
+    }
+}
+
+/// The decision a test-mode run recorded.
+fn decision_of(
+    rec: &DecisionRecord,
+    migrated_from: Option<WorkerId>,
+    overload: Option<OverloadReport>,
+) -> XdpDecision {
+    match rec.verdict {
+        verdict::PASS => XdpDecision::Pass {
+            worker: WorkerId(rec.worker),
+            tenant: TenantSlot(rec.tenant),
+            migrated_from,
+            overload,
+        },
+        verdict::MALFORMED => XdpDecision::Malformed(
+            *ParseError::ALL
+                .get((rec.parse_error as usize).wrapping_sub(1))
+                .unwrap_or(&ParseError::UnsupportedEtherType),
+        ),
+        verdict::POLICED => XdpDecision::Policed(TenantSlot(rec.tenant)),
+        verdict::NO_WORKER => XdpDecision::NoLiveWorker,
+        // UNMATCHED, and UNKNOWN (a rule naming a slot with no row).
+        _ => XdpDecision::Unmatched,
     }
 }
 

@@ -210,3 +210,60 @@ pub(crate) fn netlink_detach_xdp(if_index: u32, xdp_flags: u32) -> io::Result<()
     }
     Err(io::Error::other("unexpected netlink reply"))
 }
+
+/// `struct bpf_attr`'s `test` member (BPF_PROG_TEST_RUN), as far as it is used here.
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    pad: u32,
+}
+
+/// BPF_PROG_TEST_RUN of program `prog` on `data` (one run), the output frame into `out`:
+/// (the program's return value, bytes written to `out`). aya runs a program only through
+/// its owner; this runs a second descriptor of it from another thread.
+pub(crate) fn prog_test_run(
+    prog: BorrowedFd<'_>,
+    data: &[u8],
+    out: &mut [u8],
+) -> io::Result<(u32, usize)> {
+    const BPF_PROG_TEST_RUN: libc::c_long = 10;
+    let mut attr = TestRunAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: u32::try_from(data.len()).map_err(io::Error::other)?,
+        data_size_out: u32::try_from(out.len()).map_err(io::Error::other)?,
+        data_in: data.as_ptr() as u64,
+        data_out: out.as_mut_ptr() as u64,
+        repeat: 1,
+        ..TestRunAttr::default()
+    };
+    // SAFETY: `attr` is a valid, fully initialised prefix of `union bpf_attr`'s `test`
+    // member (the kernel zero-extends a shorter attr); the buffers it points to, `data`
+    // (read) and `out` (written, at most `data_size_out` bytes), outlive the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_PROG_TEST_RUN,
+            std::ptr::addr_of_mut!(attr),
+            size_of::<TestRunAttr>() as libc::c_uint,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((attr.retval, (attr.data_size_out as usize).min(out.len())))
+}
