@@ -21,8 +21,11 @@
 #define BF_XDP_MAX_WORKERS 256u
 /* Distinct masks (tuples) of the tuple-space search, probed for every packet. */
 #define BF_XDP_MAX_TUPLES 64u
-/* (tuple, masked key) entries of the tuple-space search. */
+/* (tuple, masked key) entries of the tuple-space search, per rule bank. */
 #define BF_XDP_MAX_RULE_ENTRIES 65536u
+/* Rule banks: the classifier's tuples and entries are held twice, the program reads the
+ * active bank, the loader writes the other one and then flips (see bf_xdp_banks). */
+#define BF_XDP_BANKS 2u
 /* Words of the classification key (buffet-dispatch's classifier key). */
 #define BF_XDP_KEY_WORDS 7
 /* Bytes of the frame copied for key extraction: the deepest header byte read is at
@@ -41,15 +44,32 @@ struct bf_xdp_config {
     uint32_t shift;     /* timeslot = ts_ns >> shift */
     uint32_t threshold; /* overload report while times > threshold */
     uint32_t n_workers; /* Worker Table rows in use (<= BF_XDP_MAX_WORKERS) */
-    uint32_t n_tuples;  /* tuples in use (<= BF_XDP_MAX_TUPLES) */
+    uint32_t reserved;  /* 0 (the tuple counts are per bank: bf_xdp_banks) */
     uint16_t in_port;   /* the Port id of the interface the program is attached to */
     uint16_t pad;
 };
 
-/* The Tenant Table and the Worker Table: the single entry of the (mmapable) state map. */
+/*
+ * The classifier's rule banks. Bank b holds tuples b*BF_XDP_MAX_TUPLES .. +n_tuples[b]-1
+ * of the tuples map and the rules map's entries whose key has `bank == b`. The program
+ * reads `active` once per packet (and holds that bank, see bf_bank_readers) and classifies
+ * the packet against that bank only; the loader writes only the other bank, then flips
+ * `active` with one aligned 32-bit store, waits until no program run holds the old bank,
+ * and brings the old bank up to date. A rule change is thus seen by a packet entirely or
+ * not at all.
+ */
+struct bf_xdp_banks {
+    uint32_t active;                  /* the bank the program classifies against (0 or 1) */
+    uint32_t n_tuples[BF_XDP_BANKS];  /* tuples in use per bank (<= BF_XDP_MAX_TUPLES) */
+    uint32_t pad;
+};
+
+/* The Tenant Table, the Worker Table and the rule banks' header: the single entry of the
+ * (mmapable) state map. */
 struct bf_xdp_state {
     struct bf_tenant_row tenants[BF_XDP_MAX_TENANTS];
     struct bf_worker_row workers[BF_XDP_MAX_WORKERS];
+    struct bf_xdp_banks banks;
 };
 
 /* One tuple: the mask applied to the packet key before probing the rules map. */
@@ -57,10 +77,10 @@ struct bf_xdp_tuple {
     uint64_t mask[BF_XDP_KEY_WORDS];
 };
 
-/* Rules map key: the tuple's index and the masked packet key. */
+/* Rules map key: the tuple's index (within its bank), the bank and the masked packet key. */
 struct bf_xdp_rule_key {
     uint32_t tuple;
-    uint32_t pad;
+    uint32_t bank;
     uint64_t bits[BF_XDP_KEY_WORDS];
 };
 

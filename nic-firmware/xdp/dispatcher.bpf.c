@@ -14,6 +14,14 @@
  * insertion). The program probes every tuple and keeps the best hit, so overlapping
  * rules resolve exactly as in Rust.
  *
+ * The tuples and entries are held in two rule banks (buffet_xdp.h, bf_xdp_banks). A
+ * packet is classified against the one bank that was active when its classification
+ * began, and that bank is held (a per-CPU reader count) until the search is over; the
+ * loader only writes a bank that is not active and that no run holds. So a rule change
+ * (the loader writes the inactive bank, flips the active word, waits for the old bank's
+ * holders to go, then repeats the change there) is seen by a packet entirely or not at
+ * all.
+ *
  * Time is bpf_ktime_get_ns(), except in test mode (BF_XDP_F_TEST in the config map):
  * then the timestamp is the config's test_ts, written by the host before each
  * BPF_PROG_TEST_RUN, and the program records its decision in the decision map and
@@ -41,6 +49,7 @@ _Static_assert(sizeof(struct bf_worker_row) == 40, "worker row");
 _Static_assert(sizeof(struct bf_xdp_config) == 32, "config");
 _Static_assert(sizeof(struct bf_xdp_rule_key) == 64, "rule key");
 _Static_assert(sizeof(struct bf_xdp_rule_val) == 16, "rule value");
+_Static_assert(sizeof(struct bf_xdp_banks) == 16, "banks");
 _Static_assert(sizeof(struct bf_xdp_decision) == 40, "decision");
 _Static_assert(sizeof(struct bf_xdp_event) == 24, "event");
 
@@ -61,14 +70,14 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, BF_XDP_MAX_TUPLES);
+    __uint(max_entries, BF_XDP_BANKS * BF_XDP_MAX_TUPLES);
     __type(key, uint32_t);
     __type(value, struct bf_xdp_tuple);
 } bf_tuples SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, BF_XDP_MAX_RULE_ENTRIES);
+    __uint(max_entries, BF_XDP_BANKS * BF_XDP_MAX_RULE_ENTRIES);
     __type(key, struct bf_xdp_rule_key);
     __type(value, struct bf_xdp_rule_val);
 } bf_rules SEC(".maps");
@@ -107,6 +116,16 @@ struct {
     __type(key, uint32_t);
     __type(value, uint64_t);
 } bf_policed SEC(".maps");
+
+/* Program runs holding each rule bank, per CPU (index: the bank). A run adds 1 before it
+ * trusts the bank it read and takes it back when its search is over; the loader writes
+ * a bank only once it is inactive and every CPU's count for it was seen at 0. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, BF_XDP_BANKS);
+    __type(key, uint32_t);
+    __type(value, uint64_t);
+} bf_bank_readers SEC(".maps");
 
 /* Scratch space: the copied header bytes (per CPU, so no stack pressure). */
 struct bf_scratch {
@@ -246,7 +265,7 @@ struct bf_search {
     uint32_t best_prio;
     uint32_t tenant;
     uint32_t found;
-    uint32_t pad;
+    uint32_t bank; /* the rule bank searched (0 or 1) */
 };
 
 /* One tuple of the search (a bpf_loop callback, so the verifier checks it once). */
@@ -255,12 +274,13 @@ static long bf_probe_tuple(uint32_t t, void *arg)
     struct bf_search *s = arg;
     struct bf_xdp_tuple *tp;
     struct bf_xdp_rule_val *v;
+    uint32_t bank = s->bank & 1, index = bank * BF_XDP_MAX_TUPLES + t;
 
-    tp = bpf_map_lookup_elem(&bf_tuples, &t);
+    tp = bpf_map_lookup_elem(&bf_tuples, &index);
     if (!tp)
         return 1;
     s->rk.tuple = t;
-    s->rk.pad = 0;
+    s->rk.bank = bank;
     for (int i = 0; i < BF_XDP_KEY_WORDS; i++)
         s->rk.bits[i] = s->words[i] & tp->mask[i];
     v = bpf_map_lookup_elem(&bf_rules, &s->rk);
@@ -282,6 +302,57 @@ static __always_inline bool bf_classify(struct bf_search *s, uint32_t n_tuples)
         n_tuples = BF_XDP_MAX_TUPLES;
     bpf_loop(n_tuples, bf_probe_tuple, s, 0);
     return s->found != 0;
+}
+
+/* A fully ordered atomic add (BPF_ATOMIC with BPF_FETCH: `lock xadd` on x86-64,
+ * `ldaddal` on arm64): neither earlier nor later loads and stores move across it. */
+static __always_inline void bf_atomic_add(uint64_t *p, uint64_t v)
+{
+    uint64_t old = __sync_fetch_and_add(p, v);
+    /* The old value is used, so the compiler emits the fetching (ordered) form. */
+    asm volatile("" : : "r"(old) : "memory");
+}
+
+/* The active rule bank, read from memory now (the loader flips it at any time). */
+static __always_inline uint32_t bf_active_bank(struct bf_xdp_state *st)
+{
+    return *(volatile uint32_t *)&st->banks.active & 1;
+}
+
+/*
+ * Tuple-space search against one rule bank, held throughout: the bank read from the
+ * active word counts as held only once this run's reader count for it is visible and the
+ * active word, read again after that, still names it. Should a flip come in between,
+ * the run holds both banks, reads the word a third time and lets the other bank go:
+ * either way, when the run read the bank it searches, the bank was active and already
+ * held, so the loader (which writes a bank only after flipping away from it and seeing
+ * no holder) cannot write it until this run lets it go. Returns 1 when a rule matched, 0
+ * when none did, -1 when a map is missing.
+ */
+static __always_inline int bf_classify_held(struct bf_search *s)
+{
+    uint32_t zero = 0, one = 1, b;
+    struct bf_xdp_state *st = bpf_map_lookup_elem(&bf_state, &zero);
+    uint64_t *held0 = bpf_map_lookup_elem(&bf_bank_readers, &zero);
+    uint64_t *held1 = bpf_map_lookup_elem(&bf_bank_readers, &one);
+    uint64_t *held;
+    bool found;
+
+    if (!st || !held0 || !held1)
+        return -1;
+    b = bf_active_bank(st);
+    held = b ? held1 : held0;
+    bf_atomic_add(held, 1);
+    if (bf_active_bank(st) != b) {
+        bf_atomic_add(b ? held0 : held1, 1);
+        b = bf_active_bank(st);
+        held = b ? held1 : held0;
+        bf_atomic_add(b ? held0 : held1, (uint64_t)-1);
+    }
+    s->bank = b;
+    found = bf_classify(s, st->banks.n_tuples[b & 1]);
+    bf_atomic_add(held, (uint64_t)-1);
+    return found ? 1 : 0;
 }
 
 static __always_inline void bf_emit(const struct bf_xdp_event *ev)
@@ -430,7 +501,10 @@ int buffet_dispatch(struct xdp_md *ctx)
         verdict = BF_XDP_MALFORMED;
         bf_count(BF_XDP_ST_MALFORMED);
     } else {
-        if (!bf_classify(&search, cfg->n_tuples)) {
+        int hit = bf_classify_held(&search);
+        if (hit < 0)
+            return XDP_ABORTED;
+        if (hit == 0) {
             verdict = BF_XDP_UNMATCHED;
             bf_count(BF_XDP_ST_UNMATCHED);
         } else {

@@ -17,9 +17,10 @@
 //!   that already chose a socket, then every live worker is waited for until its socket
 //!   was seen empty ([`XdpSide::drain`]); only then does the data plane free the state;
 //! * update: the new state is published by the data plane (one atomic swap), then the
-//!   new rules' entries are written before the old ones are taken out
-//!   ([`buffet_xdp::XdpDispatcher::replace_rules`]); docs/daemon.md says what a packet
-//!   may see meanwhile;
+//!   rules change in one step ([`buffet_xdp::XdpDispatcher::replace_rules`]: written
+//!   into the program's inactive rule bank, which then becomes the active one), so a
+//!   packet is classified entirely under the old rules or entirely under the new ones;
+//!   docs/daemon.md says which state each may run on;
 //! * launch: a spare socket goes to the new worker, then into the XSKMAP, then its
 //!   Worker Table row opens;
 //! * terminate (and a worker found stuck or dead): its tenants' rows are rewritten to
@@ -343,8 +344,7 @@ impl XdpSide {
     }
 
     /// Whether the XDP classifier can hold `rules` of tenant `tenant` next to every rule
-    /// it holds now (an update's old and new rules coexist for a moment, so they count
-    /// both).
+    /// it holds now (for an update, the tenant's old rules count as still there).
     pub fn check_rules(&self, tenant: u32, rules: &[(u32, Match)]) -> Result<(), XdpChangeError> {
         lock(&self.d)
             .check_rules(rules)
@@ -375,7 +375,8 @@ impl XdpSide {
         Ok(w)
     }
 
-    /// Replaces an admitted tenant's rules and MAX_NB in the maps (see the module docs).
+    /// Replaces an admitted tenant's rules and MAX_NB in the maps, the rules in one step
+    /// (see the module docs). On error the program's rules did not change.
     pub fn update(
         &self,
         tenant: u32,

@@ -8,8 +8,11 @@ pub const MAX_TENANTS: u32 = 16384;
 pub const MAX_WORKERS: u16 = 256;
 /// Tuples (distinct masks) of the tuple-space search (`BF_XDP_MAX_TUPLES`).
 pub const MAX_TUPLES: u32 = 64;
-/// (tuple, masked key) entries (`BF_XDP_MAX_RULE_ENTRIES`).
+/// (tuple, masked key) entries per rule bank (`BF_XDP_MAX_RULE_ENTRIES`).
 pub const MAX_RULE_ENTRIES: u32 = 65536;
+/// Rule banks (`BF_XDP_BANKS`): the program classifies against the active one, the
+/// loader writes the other.
+pub(crate) const BANKS: u32 = 2;
 /// Words of the classification key.
 pub const KEY_WORDS: usize = buffet_dispatch::classifier::KEY_WORDS;
 
@@ -26,7 +29,7 @@ pub(crate) struct Config {
     pub shift: u32,
     pub threshold: u32,
     pub n_workers: u32,
-    pub n_tuples: u32,
+    pub reserved: u32,
     pub in_port: u16,
     pub pad: u16,
 }
@@ -34,11 +37,21 @@ pub(crate) struct Config {
 /// `struct bf_tenant_row` and `struct bf_worker_row`: the C core's own rows.
 pub(crate) use buffet_nicfw::abi::{TenantRow, WorkerRow};
 
-/// `struct bf_xdp_state`: the Tenant Table then the Worker Table.
+/// `struct bf_xdp_banks`: the active rule bank and each bank's tuples in use.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Banks {
+    pub active: u32,
+    pub n_tuples: [u32; BANKS as usize],
+    pub pad: u32,
+}
+
+/// `struct bf_xdp_state`: the Tenant Table, the Worker Table, the rule banks' header.
 #[repr(C)]
 pub(crate) struct State {
     pub tenants: [TenantRow; MAX_TENANTS as usize],
     pub workers: [WorkerRow; MAX_WORKERS as usize],
+    pub banks: Banks,
 }
 
 /// `struct bf_xdp_tuple`.
@@ -53,7 +66,7 @@ pub(crate) struct Tuple {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct RuleKey {
     pub tuple: u32,
-    pub pad: u32,
+    pub bank: u32,
     pub bits: [u64; KEY_WORDS],
 }
 
@@ -124,6 +137,7 @@ const _: () = {
     assert!(size_of::<Config>() == 32);
     assert!(size_of::<Tuple>() == 56);
     assert!(size_of::<RuleKey>() == 64);
+    assert!(size_of::<Banks>() == 16);
     assert!(size_of::<RuleVal>() == 16);
     assert!(size_of::<DecisionRecord>() == 40);
     assert!(size_of::<EventRecord>() == 24);

@@ -464,6 +464,24 @@ struct Entry {
     tenant: u32,
 }
 
+/// One rule change of the model, under way: each key it touched with its bucket before
+/// (None: absent), and the tuples and sequence before.
+struct Change {
+    before: HashMap<RuleKey, Option<BTreeSet<Entry>>>,
+    tuples: BTreeMap<[u64; KEY_WORDS], u32>,
+    tuple_use: Vec<usize>,
+    next_seq: u64,
+}
+
+impl Change {
+    /// Records `key`'s bucket before its first change.
+    fn touch(&mut self, key: RuleKey, buckets: &HashMap<RuleKey, BTreeSet<Entry>>) {
+        self.before
+            .entry(key)
+            .or_insert_with(|| buckets.get(&key).cloned());
+    }
+}
+
 /// The XDP Packet Dispatcher, loaded. Dropping it detaches and unloads the program.
 pub struct XdpDispatcher {
     ebpf: Ebpf,
@@ -489,6 +507,12 @@ pub struct XdpDispatcher {
     buckets: HashMap<RuleKey, BTreeSet<Entry>>,
     /// Per tenant slot: its rules' (seq, keys).
     by_tenant: HashMap<u32, Vec<(Entry, Vec<RuleKey>)>>,
+    /// The rule bank the program classifies against (the state map's active word).
+    active: u32,
+    /// A bank a failed write left unlike the model: rewritten whole before its next use.
+    stale_bank: Option<u32>,
+    /// Program runs holding each rule bank, per CPU.
+    readers: PerCpuArray<MapData, u64>,
     next_seq: u64,
     last_decision_seq: u64,
     attached: Option<(String, aya::programs::xdp::XdpLinkId)>,
@@ -550,6 +574,8 @@ impl XdpDispatcher {
             PerCpuArray::try_from(take_map(&mut ebpf, "bf_stats")?).map_err(map_err("bf_stats"))?;
         let policed = PerCpuArray::try_from(take_map(&mut ebpf, "bf_policed")?)
             .map_err(map_err("bf_policed"))?;
+        let readers = PerCpuArray::try_from(take_map(&mut ebpf, "bf_bank_readers")?)
+            .map_err(map_err("bf_bank_readers"))?;
         let events =
             RingBuf::try_from(take_map(&mut ebpf, "bf_events")?).map_err(map_err("bf_events"))?;
         let xsks = XskMap::try_from(take_map(&mut ebpf, "bf_xsks")?).map_err(map_err("bf_xsks"))?;
@@ -600,12 +626,26 @@ impl XdpDispatcher {
             tuple_use: Vec::new(),
             buckets: HashMap::new(),
             by_tenant: HashMap::new(),
+            active: 0,
+            stale_bank: None,
+            readers,
             next_seq: 0,
             last_decision_seq: 0,
             attached: None,
             replaced_leftover: false,
             pending: Vec::new(),
         })
+    }
+
+    /// The kernel's id of the loaded program (what `bpftool prog show id` takes; its maps
+    /// are listed there).
+    pub fn program_id(&self) -> Result<u32, ProgramError> {
+        let prog: &Xdp = self
+            .ebpf
+            .program(PROGRAM_NAME)
+            .expect("loaded program")
+            .try_into()?;
+        Ok(prog.info()?.id())
     }
 
     /// The configuration it was loaded with.
@@ -696,15 +736,21 @@ impl XdpDispatcher {
                 ..TenantRow::default()
             },
         );
-        let mine = self.write_entries(slot, planned).map_err(AdmitError::Map)?;
+        let mut change = self.begin_change();
+        let mine = self.model_insert(&mut change, slot, planned);
+        if let Err(e) = self.publish(change) {
+            // No packet was classified to it (the change never became active).
+            self.state.set_tenant(slot.0, TenantRow::default());
+            return Err(AdmitError::Map(e));
+        }
         self.by_tenant.insert(slot.0, mine);
         Ok(())
     }
 
     /// Checks that the XDP classifier can express `rules` next to every rule it holds
-    /// now (a dry run of [`admit`](Self::admit)'s planning: nothing is written). An
-    /// update ([`replace_rules`](Self::replace_rules)) holds a tenant's old and new rules
-    /// at once for a moment, so this check counts the old ones as still there.
+    /// now (a dry run of [`admit`](Self::admit)'s planning: nothing is written). For an
+    /// update ([`replace_rules`](Self::replace_rules)) it counts the tenant's old rules
+    /// as still there, so it may refuse an update that would just fit.
     pub fn check_rules(&self, rules: &[(u32, Match)]) -> Result<(), RuleCheckError> {
         self.plan(rules).map(drop)
     }
@@ -751,13 +797,25 @@ impl XdpDispatcher {
         Ok(planned)
     }
 
-    /// Writes planned rules of tenant `slot` into the rules map (each key's best entry
-    /// is what the map holds) and returns them as recorded for removal.
-    fn write_entries(
+    /// Starts a rule change: what [`revert`](Self::revert) needs to undo it in the
+    /// model and what [`publish`](Self::publish) needs to write it.
+    fn begin_change(&self) -> Change {
+        Change {
+            before: HashMap::new(),
+            tuples: self.tuples.clone(),
+            tuple_use: self.tuple_use.clone(),
+            next_seq: self.next_seq,
+        }
+    }
+
+    /// Adds planned rules of tenant `slot` to the model (each key's best entry is what
+    /// the banks will hold) and returns them as recorded for removal. Writes no map.
+    fn model_insert(
         &mut self,
+        change: &mut Change,
         slot: TenantSlot,
         planned: Vec<(u32, Vec<KeyPair>)>,
-    ) -> Result<Vec<(Entry, Vec<RuleKey>)>, MapError> {
+    ) -> Vec<(Entry, Vec<RuleKey>)> {
         let base = self.next_seq;
         self.next_seq += planned.len() as u64;
         let mut mine = Vec::with_capacity(planned.len());
@@ -769,56 +827,195 @@ impl XdpDispatcher {
             };
             let mut keys = Vec::with_capacity(pairs.len());
             for (mask, val) in pairs {
-                let written = self.tuple_for(mask).and_then(|t| {
-                    let key = rule_key(t, &val);
-                    let set = self.buckets.entry(key).or_default();
-                    if set.insert(entry) {
-                        self.tuple_use[t as usize] += 1;
-                    }
-                    // Undone with the others should the map write fail.
-                    keys.push(key);
-                    let best = *set.first().expect("just inserted");
-                    self.rules_map.insert(
-                        key,
-                        RuleVal {
-                            priority: best.priority,
-                            tenant: best.tenant,
-                            seq: best.seq,
-                        },
-                        0,
-                    )
-                });
-                if let Err(e) = written {
-                    // No entry of a refused change may stay behind pointing at the slot
-                    // (it would classify frames to whoever holds the slot next).
-                    mine.push((entry, keys));
-                    let _ = self.remove_entries(mine);
-                    return Err(e);
+                let t = self.model_tuple(mask);
+                let key = rule_key(t, &val);
+                change.touch(key, &self.buckets);
+                if self.buckets.entry(key).or_default().insert(entry) {
+                    self.tuple_use[t as usize] += 1;
                 }
+                keys.push(key);
             }
             mine.push((entry, keys));
         }
-        Ok(mine)
+        mine
     }
 
-    /// The tuple index of `mask`, adding it (mask written before the count grows).
-    fn tuple_for(&mut self, mask: [u64; KEY_WORDS]) -> Result<u32, MapError> {
+    /// The tuple index of `mask` in the model, adding it (a freed index first).
+    fn model_tuple(&mut self, mask: [u64; KEY_WORDS]) -> u32 {
         if let Some(&t) = self.tuples.get(&mask) {
-            return Ok(t);
+            return t;
         }
-        // Reuse a freed tuple, else append.
-        let t = match self.tuple_use.iter().position(|&n| n == 0) {
-            Some(i) if !self.tuples.values().any(|&v| v as usize == i) => i as u32,
-            _ => {
+        let taken: BTreeSet<u32> = self.tuples.values().copied().collect();
+        let t = match (0..self.tuple_use.len() as u32)
+            .find(|&i| self.tuple_use[i as usize] == 0 && !taken.contains(&i))
+        {
+            Some(i) => i,
+            None => {
                 self.tuple_use.push(0);
                 (self.tuple_use.len() - 1) as u32
             }
         };
-        self.tuples_map.set(t, Tuple { mask }, 0)?;
         self.tuples.insert(mask, t);
-        let n = self.tuple_use.len() as u32;
-        self.update_config(|c| c.n_tuples = n)?;
-        Ok(t)
+        t
+    }
+
+    /// Takes a tenant's recorded entries out of the model (each key then holds its next
+    /// best entry, or nothing) and frees the tuples nobody uses any more (their index
+    /// stays probed, and empty). Writes no map.
+    fn model_remove(&mut self, change: &mut Change, rules: &[(Entry, Vec<RuleKey>)]) {
+        for (entry, keys) in rules {
+            for key in keys {
+                change.touch(*key, &self.buckets);
+                let Some(set) = self.buckets.get_mut(key) else {
+                    continue;
+                };
+                if set.remove(entry) {
+                    self.tuple_use[key.tuple as usize] -= 1;
+                }
+                if set.is_empty() {
+                    self.buckets.remove(key);
+                }
+            }
+        }
+        let tuple_use = &self.tuple_use;
+        self.tuples.retain(|_, t| tuple_use[*t as usize] != 0);
+    }
+
+    /// Puts the model back as it was when `change` began.
+    fn revert(&mut self, change: Change) {
+        for (key, before) in change.before {
+            match before {
+                Some(set) => self.buckets.insert(key, set),
+                None => self.buckets.remove(&key),
+            };
+        }
+        self.tuples = change.tuples;
+        self.tuple_use = change.tuple_use;
+        self.next_seq = change.next_seq;
+    }
+
+    /// Makes a model change visible to the program in one step: the change is written
+    /// into the inactive bank, the active word flips to it (one aligned 32-bit store),
+    /// the old bank is waited for until no program run holds it, and then the same
+    /// change is written there, so both banks hold the model again. A packet is
+    /// classified against the old bank or the new one, never a mix.
+    ///
+    /// On error nothing changed: the model is put back, the active bank was never
+    /// written, and the inactive one is put back too (or, should that fail as well,
+    /// marked to be rewritten whole before it is next used).
+    fn publish(&mut self, change: Change) -> Result<(), MapError> {
+        let target = self.active ^ 1;
+        let keys: Vec<RuleKey> = change.before.keys().copied().collect();
+        let written = if self.stale_bank == Some(target) {
+            self.wait_unheld(target)
+                .and_then(|()| self.resync_bank(target))
+        } else {
+            self.write_bank(target, &keys, &change.tuples)
+        };
+        if let Err(e) = written {
+            let failed_tuples = self.tuples.clone();
+            self.revert(change);
+            if self.stale_bank != Some(target)
+                && self.write_bank(target, &keys, &failed_tuples).is_err()
+            {
+                self.stale_bank = Some(target);
+            }
+            return Err(e);
+        }
+        if self.stale_bank == Some(target) {
+            self.stale_bank = None;
+        }
+        let old = self.active;
+        self.state.set_active_bank(target);
+        self.active = target;
+        // The change is in force. The old bank catches up once no run holds it; should
+        // that fail, it is rewritten whole (after the same wait) before its next use.
+        let caught_up = self
+            .wait_unheld(old)
+            .and_then(|()| self.write_bank(old, &keys, &change.tuples));
+        if caught_up.is_err() {
+            self.stale_bank = Some(old);
+        }
+        Ok(())
+    }
+
+    /// Writes the model's entries of `keys` and the tuples that differ from `before`
+    /// (mask -> index) into bank `bank`, which no program run may hold: removals first,
+    /// so the rules map never holds more than both banks' worth.
+    fn write_bank(
+        &mut self,
+        bank: u32,
+        keys: &[RuleKey],
+        before: &BTreeMap<[u64; KEY_WORDS], u32>,
+    ) -> Result<(), MapError> {
+        let old_at: HashMap<u32, &[u64; KEY_WORDS]> = before.iter().map(|(m, t)| (*t, m)).collect();
+        for (mask, &t) in &self.tuples {
+            if old_at.get(&t) != Some(&mask) {
+                self.tuples_map
+                    .set(bank * MAX_TUPLES + t, Tuple { mask: *mask }, 0)?;
+            }
+        }
+        for key in keys.iter().filter(|k| !self.buckets.contains_key(k)) {
+            match self.rules_map.remove(&RuleKey { bank, ..*key }) {
+                Ok(()) => {}
+                Err(MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for key in keys {
+            if let Some(best) = self.buckets.get(key).and_then(|set| set.first()) {
+                self.rules_map.insert(
+                    RuleKey { bank, ..*key },
+                    RuleVal {
+                        priority: best.priority,
+                        tenant: best.tenant,
+                        seq: best.seq,
+                    },
+                    0,
+                )?;
+            }
+        }
+        self.state
+            .set_bank_tuples(bank, self.tuple_use.len() as u32);
+        Ok(())
+    }
+
+    /// Rewrites bank `bank` (which no program run may hold) from the model alone: every
+    /// entry of it in the rules map removed, then every tuple and entry written.
+    fn resync_bank(&mut self, bank: u32) -> Result<(), MapError> {
+        let mut stale = Vec::new();
+        for key in self.rules_map.keys() {
+            let key = key?;
+            if key.bank == bank {
+                stale.push(key);
+            }
+        }
+        for key in stale {
+            self.rules_map.remove(&key)?;
+        }
+        let keys: Vec<RuleKey> = self.buckets.keys().copied().collect();
+        self.write_bank(bank, &keys, &BTreeMap::new())
+    }
+
+    /// Waits until no program run holds bank `bank` (every CPU's reader count for it seen
+    /// at 0 after it stopped being active). A run holds a bank for one search, with
+    /// migration disabled (as every XDP run), so its two adds are on one CPU and the wait
+    /// is a few microseconds; a run that reads the active word after the flip never
+    /// holds the old bank for its search.
+    fn wait_unheld(&self, bank: u32) -> Result<(), MapError> {
+        let mut spins = 0u32;
+        loop {
+            if self.readers.get(&bank, 0)?.iter().all(|&n| n == 0) {
+                return Ok(());
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Removes a tenant: its rules and its row. Returns whether it was admitted.
@@ -826,18 +1023,23 @@ impl XdpDispatcher {
         let Some(rules) = self.by_tenant.remove(&slot.0) else {
             return Ok(false);
         };
-        self.remove_entries(rules)?;
+        let mut change = self.begin_change();
+        self.model_remove(&mut change, &rules);
+        if let Err(e) = self.publish(change) {
+            self.by_tenant.insert(slot.0, rules);
+            return Err(e);
+        }
+        // No program run classifies to it any more (the old bank's holders are gone).
         self.state.set_tenant(slot.0, TenantRow::default());
         Ok(true)
     }
 
     /// Replaces the classifier rules and MAX_NB of admitted tenant `slot` in place (its
-    /// row, worker and counters stay). The new rules' entries are written before the old
-    /// ones are taken out, one map entry at a time: a packet classified meanwhile sees
-    /// each entry either before or after the change, so it matches the tenant when its
-    /// old or its new rules match it (never neither when both do), and no other tenant
-    /// changes. Refused, changing nothing, when the maps cannot hold the old and new
-    /// rules at once.
+    /// row, worker and counters stay). The rules change in one step: every packet is
+    /// classified entirely under the old rules or entirely under the new ones (the
+    /// program reads one rule bank per packet; see `publish`), and no other tenant
+    /// changes. The new MAX_NB is written after the rules. Refused, changing nothing,
+    /// when the maps cannot hold the old and new rules at once or a map write fails.
     pub fn replace_rules(
         &mut self,
         slot: TenantSlot,
@@ -848,9 +1050,12 @@ impl XdpDispatcher {
             return Err(AdmitError::NotAdmitted(slot));
         }
         let planned = self.plan(rules).map_err(|e| e.for_tenant(slot))?;
-        let mine = self.write_entries(slot, planned).map_err(AdmitError::Map)?;
-        let old = self.by_tenant.insert(slot.0, mine).unwrap_or_default();
-        self.remove_entries(old).map_err(AdmitError::Map)?;
+        let old = self.by_tenant.get(&slot.0).cloned().unwrap_or_default();
+        let mut change = self.begin_change();
+        self.model_remove(&mut change, &old);
+        let mine = self.model_insert(&mut change, slot, planned);
+        self.publish(change).map_err(AdmitError::Map)?;
+        self.by_tenant.insert(slot.0, mine);
         self.state.set_tenant_max_nb(slot.0, max_nb);
         Ok(())
     }
@@ -949,47 +1154,6 @@ impl XdpDispatcher {
     /// Whether tenant slot `slot` is admitted.
     pub fn is_admitted(&self, slot: TenantSlot) -> bool {
         self.by_tenant.contains_key(&slot.0)
-    }
-
-    /// Takes a tenant's recorded entries out of the rules map (each key then holds its
-    /// next best entry, or nothing).
-    fn remove_entries(&mut self, rules: Vec<(Entry, Vec<RuleKey>)>) -> Result<(), MapError> {
-        for (entry, keys) in rules {
-            for key in keys {
-                let Some(set) = self.buckets.get_mut(&key) else {
-                    continue;
-                };
-                if set.remove(&entry) {
-                    self.tuple_use[key.tuple as usize] -= 1;
-                }
-                match set.first().copied() {
-                    Some(best) => self.rules_map.insert(
-                        key,
-                        RuleVal {
-                            priority: best.priority,
-                            tenant: best.tenant,
-                            seq: best.seq,
-                        },
-                        0,
-                    )?,
-                    None => {
-                        self.buckets.remove(&key);
-                        self.rules_map.remove(&key)?;
-                    }
-                }
-            }
-        }
-        // Free tuples nobody uses any more (their index stays probed, and empty).
-        let unused: Vec<[u64; KEY_WORDS]> = self
-            .tuples
-            .iter()
-            .filter(|(_, &t)| self.tuple_use[t as usize] == 0)
-            .map(|(m, _)| *m)
-            .collect();
-        for m in unused {
-            self.tuples.remove(&m);
-        }
-        Ok(())
     }
 
     /// Runs one frame through the program at `ts_ns` (test mode only): the decision,
@@ -1241,7 +1405,7 @@ type KeyPair = ([u64; KEY_WORDS], [u64; KEY_WORDS]);
 fn rule_key(tuple: u32, bits: &[u64; KEY_WORDS]) -> RuleKey {
     RuleKey {
         tuple,
-        pad: 0,
+        bank: 0,
         bits: *bits,
     }
 }

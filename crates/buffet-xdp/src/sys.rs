@@ -8,8 +8,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
 use crate::layout::{
-    Config, DecisionRecord, RuleKey, RuleVal, State, TenantRow, Tuple, WorkerRow, MAX_TENANTS,
-    MAX_WORKERS,
+    Config, DecisionRecord, RuleKey, RuleVal, State, TenantRow, Tuple, WorkerRow, BANKS,
+    MAX_TENANTS, MAX_WORKERS,
 };
 
 // SAFETY: `Config` is `#[repr(C)]`, made of integers only, with explicit padding fields
@@ -112,6 +112,28 @@ impl StateMapping {
         unsafe {
             std::ptr::addr_of_mut!((*self.base.as_ptr()).tenants[i as usize].max_nb)
                 .write_volatile(max_nb)
+        }
+    }
+
+    /// Flips the program to rule bank `bank` (0 or 1): one aligned 32-bit store into the
+    /// active word, then a full fence, so that every later load of this thread (the
+    /// reader counts the loader then waits on) is ordered after it.
+    pub(crate) fn set_active_bank(&mut self, bank: u32) {
+        assert!(bank < BANKS);
+        // SAFETY: as in `set_tenant_worker`, for the banks header's aligned 32-bit
+        // `active` word (a single store the program reads whole).
+        unsafe { std::ptr::addr_of_mut!((*self.base.as_ptr()).banks.active).write_volatile(bank) }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Writes the number of tuples in use of rule bank `bank` (inactive when written).
+    pub(crate) fn set_bank_tuples(&mut self, bank: u32, n: u32) {
+        assert!(bank < BANKS);
+        // SAFETY: as in `set_tenant_worker`, for the aligned 32-bit `n_tuples[bank]`
+        // (`bank` checked above).
+        unsafe {
+            std::ptr::addr_of_mut!((*self.base.as_ptr()).banks.n_tuples[bank as usize])
+                .write_volatile(n)
         }
     }
 
