@@ -10,6 +10,14 @@
 //! interface ([`XdpDispatcher::attach`]). Migrations and overload reports come back
 //! through the program's BPF ring buffer ([`XdpDispatcher::drain_events`]).
 //!
+//! Rule changes (admission, removal, [`XdpDispatcher::replace_rules`]) reach the program
+//! in one step: the program holds its classifier in two rule banks and classifies each
+//! packet against the active one; a change is written into the other bank, which then
+//! becomes active with one store, and the old bank is brought up to date once no
+//! program run holds it. Every packet is classified entirely under the rules before a
+//! change or entirely under the rules after it. The Rust model of the rules (the best
+//! entry per (tuple, masked key)) is the one source of what either bank holds.
+//!
 //! What it does not do: AF_XDP sockets (the program's XSKMAP is exposed for them:
 //! [`XdpDispatcher::set_worker_socket`]), tenant placement or worker evacuation. For the
 //! nfp offload (nic-firmware/xdp/dispatcher_offload.bpf.c, which has no clock), the
