@@ -242,14 +242,24 @@ pub fn stage_specs(tenants: &[TenantConfig]) -> Vec<NfSpec> {
 
 /// Builds, for a chain's stages, the NFs a program registered by name
 /// ([`NfSpec::Registered`]): the `buffet` command's NF registry implements it for the NFs
-/// an author added (`nf_main!`, `main_with`). `()` registers none.
+/// an author added (`nf_main!`, `main_with`), and buffetd takes one from a program that
+/// embeds it (`nf.offered` and tenants' chains then name those NFs). `()` registers none.
 pub trait RegisteredStages {
+    /// The registered names, in order of registration: what [`NfSpec`]'s parser accepts
+    /// as [`NfSpec::Registered`] inside
+    /// [`with_registered_names`](crate::registry::with_registered_names).
+    fn registered_names(&self) -> Vec<String>;
+
     /// Adds the NF registered as `name` to `chain`, under `name` ([`Chain::with_nf`]);
     /// gives `chain` back unchanged when no NF has that name.
     fn add_stage(&self, name: &str, chain: Chain) -> Result<Chain, Chain>;
 }
 
 impl RegisteredStages for () {
+    fn registered_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     fn add_stage(&self, _name: &str, chain: Chain) -> Result<Chain, Chain> {
         Err(chain)
     }
