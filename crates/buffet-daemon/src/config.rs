@@ -453,7 +453,10 @@ impl DaemonConfig {
     /// [`load`](Self::load) for a program that embeds the daemon and registered its own
     /// NFs under `registered` (`RegisteredStages::registered_names`): `nf.offered` may
     /// name them too. Any other name is still an unknown NF, named as `nf.offered[i]`.
-    pub fn load_registered(path: &Path, registered: &[String]) -> Result<DaemonConfig, ConfigError> {
+    pub fn load_registered(
+        path: &Path,
+        registered: &[String],
+    ) -> Result<DaemonConfig, ConfigError> {
         with_registered_names(registered, || Self::load(path))
     }
 

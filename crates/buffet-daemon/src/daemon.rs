@@ -461,7 +461,9 @@ fn run(
         source: {
             // The embedder's registered NF names: `nf.offered` may name them on reload too.
             let names = plane.registered_names().to_vec();
-            Mutex::new(Arc::new(move || DaemonConfig::load_registered(&file, &names)))
+            Mutex::new(Arc::new(move || {
+                DaemonConfig::load_registered(&file, &names)
+            }))
         },
     });
     // `POST /v1/reload`: the same path as SIGHUP. Weak: the state must not keep alive

@@ -147,8 +147,16 @@ fn an_embedded_daemon_runs_the_authors_nf_as_a_named_chain_stage() {
     assert_eq!(n(&mine["packets"]), n(&fw["passed"]), "{st}");
     assert_eq!(n(&mine["counters"]["packets"]), n(&mine["packets"]), "{st}");
     // Its drops are its blocked UDP, all of the UDP it saw, counted at its stage.
-    assert_eq!(n(&mine["drops"]["policy"]), n(&mine["counters"]["blocked"]), "{st}");
-    assert_eq!(n(&mine["counters"]["udp"]), n(&mine["counters"]["blocked"]), "{st}");
+    assert_eq!(
+        n(&mine["drops"]["policy"]),
+        n(&mine["counters"]["blocked"]),
+        "{st}"
+    );
+    assert_eq!(
+        n(&mine["counters"]["udp"]),
+        n(&mine["counters"]["blocked"]),
+        "{st}"
+    );
     assert_eq!(
         n(&mine["passed"]) + n(&mine["drops"]["policy"]),
         n(&mine["packets"]),
