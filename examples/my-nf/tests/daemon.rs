@@ -58,9 +58,9 @@ fn admin(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> (u16, Va
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
-/// Tenant `id` on the generator's tenant 0 (10.0.0.0/24), with `chain`.
+/// Tenant `id` on the generator's tenant `id - 1` (10.0.<id - 1>.0/24), with `chain`.
 fn tenant(id: u32, chain: Value) -> Value {
-    json!({ "id": id, "rules": [ { "dst_ip": "10.0.0.0/24" } ], "chain": chain })
+    json!({ "id": id, "rules": [ { "dst_ip": format!("10.0.{}.0/24", id - 1) } ], "chain": chain })
 }
 
 fn ids(d: &Daemon) -> Vec<u64> {
