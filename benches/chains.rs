@@ -12,7 +12,8 @@
 //!   states, each with its own 16-rule ACL, one after the other in one `handle`), the
 //!   baseline; `chains-firewall/chain-k` — a chain of k firewall stages with the same
 //!   policies (k = 1 … 4), run to completion on the calling thread; goal: `chain-4` at
-//!   least 0.95 of `fused-4`'s throughput;
+//!   least 0.95 of `fused-4`'s throughput; `fused-vec-k` — the same hand-fused lookups
+//!   table-at-a-time over the group (the chain's order), to tell order from overhead;
 //! * `chains-firewall/pipelined-k` — FastPaas Fig. 1's "across cores": the same k stages,
 //!   one stage per thread, behind a source thread that parses the frames, stamps the
 //!   time and hands each chunk of 32 over (k + 1 threads); the chunks travel through
@@ -117,8 +118,14 @@ impl NetworkFunction for NoOp {
 
 impl RegisteredNf for NoOp {}
 
-/// k firewall (or flowfwd) lookups in one NF: the hand-fused baseline.
-struct Fused<N: NetworkFunction>(N, usize);
+/// k firewall (or flowfwd) lookups in one NF: the hand-fused baseline. `Fused(nf, k,
+/// false)` does a packet's k lookups one after the other, then the next packet's
+/// (packet-at-a-time: `fused-k`); `Fused(nf, k, true)` does the first lookup for every
+/// packet of the group, then the second for those still passing, and so on
+/// (table-at-a-time, the order a chain runs its stages in: `fused-vec-k`). Both do the
+/// same work per packet, with no sharing between lookups (each lookup extracts and hashes
+/// the key again, as a chain's independent stages must); they differ only in order.
+struct Fused<N: NetworkFunction>(N, usize, bool);
 
 struct FusedState<S>(Vec<S>);
 
@@ -161,6 +168,25 @@ impl<N: NetworkFunction> NetworkFunction for Fused<N> {
             }
         }
         out
+    }
+
+    #[inline]
+    fn handle_group(&self, pkts: &mut [Packet<'_>], s: &mut Self::State, verdicts: &mut [Verdict]) {
+        if !self.2 {
+            for (pkt, v) in pkts.iter_mut().zip(verdicts.iter_mut()) {
+                *v = self.handle(pkt, s);
+            }
+            return;
+        }
+        let n = pkts.len().min(verdicts.len());
+        verdicts[..n].fill(Verdict::Pass);
+        for st in &mut s.0 {
+            for (pkt, v) in pkts[..n].iter_mut().zip(verdicts[..n].iter_mut()) {
+                if v.is_pass() {
+                    *v = self.0.handle(pkt, st);
+                }
+            }
+        }
     }
 }
 
@@ -281,11 +307,17 @@ fn lookups<N: RegisteredNf>(
             .iter()
             .map(|p| serde_json::from_value(p.clone()).unwrap())
             .collect();
-        let fused = Fused(nf(), k);
+        let fused = Fused(nf(), k, false);
         let mut fs = FusedState::default();
         fused.init(&typed, &mut fs).unwrap();
         g.bench_function(BenchmarkId::new("fused", k), |b| {
             b.iter(|| groups(&mut buf, |p, v| fused.handle_group(p, &mut fs, v)))
+        });
+        let fused_vec = Fused(nf(), k, true);
+        let mut fvs = FusedState::default();
+        fused_vec.init(&typed, &mut fvs).unwrap();
+        g.bench_function(BenchmarkId::new("fused-vec", k), |b| {
+            b.iter(|| groups(&mut buf, |p, v| fused_vec.handle_group(p, &mut fvs, v)))
         });
         let chain = Chain::new().timed(false).with_nf(key, nf());
         let mut s = ChainState::default();

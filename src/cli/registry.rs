@@ -89,7 +89,7 @@ impl<N: RegisteredNf> ErasedNf for Typed<N> {
     }
 }
 
-type Make = Box<dyn Fn() -> Box<dyn ErasedNf>>;
+type Make = Box<dyn Fn() -> Box<dyn ErasedNf> + Send + Sync>;
 
 /// The NFs `--nf` accepts: the reference NFs, then the registered ones.
 #[derive(Default)]
@@ -125,11 +125,12 @@ impl Registry {
     }
 
     /// Registers the NF `make` builds under `name` (for an NF without `Default`, or
-    /// configured by the program that registers it).
+    /// configured by the program that registers it). `make` is `Send + Sync` so that a
+    /// registry can move into the data plane's starter of an embedded buffetd.
     pub fn add_with<N, F>(&mut self, name: &str, make: F) -> &mut Registry
     where
         N: RegisteredNf,
-        F: Fn() -> N + 'static,
+        F: Fn() -> N + Send + Sync + 'static,
     {
         let valid = !name.is_empty()
             && name
@@ -188,6 +189,10 @@ impl Registry {
 }
 
 impl RegisteredStages for Registry {
+    fn registered_names(&self) -> Vec<String> {
+        Registry::registered_names(self)
+    }
+
     fn add_stage(&self, name: &str, chain: Chain) -> Result<Chain, Chain> {
         match self.added.iter().find(|(n, _)| n == name) {
             Some((_, make)) => Ok(make().into_stage(name, chain)),

@@ -242,14 +242,24 @@ pub fn stage_specs(tenants: &[TenantConfig]) -> Vec<NfSpec> {
 
 /// Builds, for a chain's stages, the NFs a program registered by name
 /// ([`NfSpec::Registered`]): the `buffet` command's NF registry implements it for the NFs
-/// an author added (`nf_main!`, `main_with`). `()` registers none.
+/// an author added (`nf_main!`, `main_with`), and buffetd takes one from a program that
+/// embeds it (`nf.offered` and tenants' chains then name those NFs). `()` registers none.
 pub trait RegisteredStages {
+    /// The registered names, in order of registration: what [`NfSpec`]'s parser accepts
+    /// as [`NfSpec::Registered`] inside
+    /// [`with_registered_names`](crate::registry::with_registered_names).
+    fn registered_names(&self) -> Vec<String>;
+
     /// Adds the NF registered as `name` to `chain`, under `name` ([`Chain::with_nf`]);
     /// gives `chain` back unchanged when no NF has that name.
     fn add_stage(&self, name: &str, chain: Chain) -> Result<Chain, Chain>;
 }
 
 impl RegisteredStages for () {
+    fn registered_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     fn add_stage(&self, _name: &str, chain: Chain) -> Result<Chain, Chain> {
         Err(chain)
     }
@@ -807,19 +817,24 @@ impl Chain {
                 continue;
             }
             let k = sel.count_ones() as usize;
+            let lo = sel.trailing_zeros() as usize;
+            // Contiguous (every unguarded stage while nothing dropped): packet `j` of the
+            // sub-group is packet `lo + j` of the group, no positions to gather.
+            let contiguous = sel == low_bits(k) << lo;
             let mut pos = [0u8; GROUP_CHUNK];
-            let mut bits = sel;
-            for p in pos.iter_mut().take(k) {
-                *p = bits.trailing_zeros() as u8;
-                bits &= bits - 1;
+            if !contiguous {
+                let mut bits = sel;
+                for p in pos.iter_mut().take(k) {
+                    *p = bits.trailing_zeros() as u8;
+                    bits &= bits - 1;
+                }
             }
-            let lo = pos[0] as usize;
             let mut sv = [Verdict::Fault; GROUP_CHUNK];
             let run = &mut stage.run;
             // A native stage's own key: open for its call only, the tenant's closed.
             let open = stage.key.as_ref().map(PartKey::open);
-            let panicked = if sel == low_bits(k) << lo {
-                // Contiguous: hand the slice over as it is.
+            let panicked = if contiguous {
+                // Hand the slice over as it is.
                 call(run, &mut pkts[lo..lo + k], &mut sv[..k])
             } else {
                 // A stable partition of the selected packets to the front, by swaps,
@@ -834,12 +849,24 @@ impl Chain {
                 r
             };
             drop(open);
+            // The verdicts, counted in locals and added to the stage's counters once.
             let c = &mut stage.counters;
-            for j in 0..k {
-                let i = pos[j] as usize;
-                c.packets += 1;
-                match sv[j] {
+            let reparse = s < last;
+            let mut handled = k;
+            let mut passed = 0u64;
+            for (j, &v) in sv[..k].iter().enumerate() {
+                let i = if contiguous { lo + j } else { pos[j] as usize };
+                match v {
+                    Verdict::Pass => {}
+                    Verdict::Forward(_) | Verdict::Tx => outcome[i] = v,
+                    Verdict::Drop(cause) => {
+                        c.drops[cause.index()] += 1;
+                        alive &= !(1 << i);
+                        outcome[i] = v;
+                        continue;
+                    }
                     Verdict::Fault => {
+                        handled = j + 1;
                         c.faults += 1;
                         fault_at = i;
                         alive &= low_bits(i);
@@ -853,26 +880,19 @@ impl Chain {
                         state.fault = Some(format!("chain stage {s} ({}): {why}", stage.name));
                         break;
                     }
-                    Verdict::Drop(cause) => {
-                        c.drops[cause.index()] += 1;
-                        alive &= !(1 << i);
-                        outcome[i] = Verdict::Drop(cause);
-                    }
-                    v => {
-                        if matches!(v, Verdict::Forward(_) | Verdict::Tx) {
-                            outcome[i] = v;
-                        }
-                        // A fresh parse for the next stage, only after a rewrite.
-                        if s < last && pkts[i].headers_written() && pkts[i].reparse().is_err() {
-                            c.drops[DropCause::Malformed.index()] += 1;
-                            alive &= !(1 << i);
-                            outcome[i] = Verdict::Drop(DropCause::Malformed);
-                        } else {
-                            c.passed += 1;
-                        }
-                    }
+                }
+                // A fresh parse for the next stage, only after a rewrite.
+                if reparse && pkts[i].headers_written() && pkts[i].reparse().is_err() {
+                    c.drops[DropCause::Malformed.index()] += 1;
+                    alive &= !(1 << i);
+                    outcome[i] = Verdict::Drop(DropCause::Malformed);
+                } else {
+                    passed += 1;
                 }
             }
+            let c = &mut stage.counters;
+            c.packets += handled as u64;
+            c.passed += passed;
             if let Some(t0) = clock {
                 let t1 = Instant::now();
                 c.ns += u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);

@@ -255,7 +255,7 @@ impl AppState {
         for (id, bytes) in stored {
             let fail = |message: String| RestoreError { id, message };
             let doc: Value = serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string()))?;
-            let cfg = parse_docs(vec![doc.clone()])
+            let cfg = parse_docs(self.plane.registered_names(), vec![doc.clone()])
                 .map_err(|e| fail(e.message))?
                 .pop()
                 .ok_or_else(|| fail("empty document".into()))?;
@@ -386,11 +386,14 @@ fn check_overlaps(t: &TenantConfig, others: &BTreeMap<u32, TenantConfig>) -> Res
     Ok(())
 }
 
-/// Validates tenant documents with the tenants-file code.
-fn parse_docs(docs: Vec<Value>) -> Result<Vec<TenantConfig>, ApiError> {
+/// Validates tenant documents with the tenants-file code; a stage may name the NFs the
+/// embedding program registered (`registered`, [`Plane::registered_names`]).
+fn parse_docs(registered: &[String], docs: Vec<Value>) -> Result<Vec<TenantConfig>, ApiError> {
     let text = json!({ "tenant": docs }).to_string();
-    tenants::parse(Format::Json, Path::new("request"), &text)
-        .map_err(|e| ApiError::unprocessable(e.to_string()))
+    buffet_config::registry::with_registered_names(registered, || {
+        tenants::parse(Format::Json, Path::new("request"), &text)
+    })
+    .map_err(|e| ApiError::unprocessable(e.to_string()))
 }
 
 /// A request body: JSON, a size the limit allows.
@@ -588,7 +591,7 @@ async fn admit(
     let started = Instant::now();
     s.admin(&headers)?;
     let doc = with_default_max_nb(body_json(body)?, s.default_max_nb())?;
-    let cfg = parse_docs(vec![doc.clone()])?
+    let cfg = parse_docs(s.plane.registered_names(), vec![doc.clone()])?
         .pop()
         .ok_or_else(|| ApiError::bad_request("no tenant"))?;
     if let Some(reason) = s
@@ -657,7 +660,7 @@ async fn update(
         }
     }
     let doc = with_default_max_nb(doc, s.default_max_nb())?;
-    let cfg = parse_docs(vec![doc.clone()])?
+    let cfg = parse_docs(s.plane.registered_names(), vec![doc.clone()])?
         .pop()
         .ok_or_else(|| ApiError::bad_request("no tenant"))?;
     let _one = s.writes.lock().await;
@@ -767,7 +770,7 @@ async fn apply(
     let cfgs = if docs.is_empty() {
         Vec::new()
     } else {
-        parse_docs(docs.clone())?
+        parse_docs(s.plane.registered_names(), docs.clone())?
     };
     let _one = s.writes.lock().await;
     let current = s.tenants().clone();

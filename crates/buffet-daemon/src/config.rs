@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use buffet_config::isolation::Isolation;
-use buffet_config::registry::{EbpfEngine, NfSpec};
+use buffet_config::registry::{with_registered_names, EbpfEngine, NfSpec};
 use serde::Deserialize;
 
 /// Why a configuration cannot be used.
@@ -152,7 +152,8 @@ pub struct NfConfig {
     #[serde(default)]
     pub isolation: Option<Isolation>,
     /// The NFs a tenant's own chain may name as stages (`"firewall"`, `"c:x.so"`,
-    /// `"ebpf:x.o"`), loaded at start. Empty (the default): no chains, every tenant runs
+    /// `"ebpf:x.o"`, or the name of an NF the program embedding the daemon registered,
+    /// read with [`DaemonConfig::load_registered`]), loaded at start. Empty (the default): no chains, every tenant runs
     /// this table's NF. Not empty: the data plane runs a chain per tenant, and this
     /// table's NF is the one-stage chain of a tenant that names none (docs/chains.md).
     #[serde(default)]
@@ -447,6 +448,26 @@ impl DaemonConfig {
             source,
         })?;
         Self::parse(path, &text)
+    }
+
+    /// [`load`](Self::load) for a program that embeds the daemon and registered its own
+    /// NFs under `registered` (`RegisteredStages::registered_names`): `nf.offered` may
+    /// name them too. Any other name is still an unknown NF, named as `nf.offered[i]`.
+    pub fn load_registered(
+        path: &Path,
+        registered: &[String],
+    ) -> Result<DaemonConfig, ConfigError> {
+        with_registered_names(registered, || Self::load(path))
+    }
+
+    /// [`parse`](Self::parse) with `registered` NF names, as
+    /// [`load_registered`](Self::load_registered).
+    pub fn parse_registered(
+        path: &Path,
+        text: &str,
+        registered: &[String],
+    ) -> Result<DaemonConfig, ConfigError> {
+        with_registered_names(registered, || Self::parse(path, text))
     }
 
     /// Parses and validates `text` (`path` only names it in errors).
@@ -847,6 +868,31 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "b.toml: nf.offered[1]: \"dpi\" is offered twice"
+        );
+    }
+
+    #[test]
+    fn offered_may_name_the_embedders_registered_nfs() {
+        let text = format!("{MINIMAL}offered = [\"firewall\", \"my-nf\"]\n");
+        let path = Path::new("b.toml");
+        // Without the embedder's names, `my-nf` is an unknown NF at its index.
+        let e = DaemonConfig::parse(path, &text).unwrap_err().to_string();
+        assert!(
+            e.starts_with("b.toml: nf.offered[1]: unknown NF \"my-nf\""),
+            "{e}"
+        );
+        let names = vec!["my-nf".to_owned()];
+        let c = DaemonConfig::parse_registered(path, &text, &names).unwrap();
+        let specs = with_registered_names(&names, || c.nf.offered_specs()).unwrap();
+        assert_eq!(specs[1], NfSpec::Registered("my-nf".into()));
+        // Another embedder's name is still unknown, named by its index.
+        let text = format!("{MINIMAL}offered = [\"my-nf\", \"their-nf\"]\n");
+        let e = DaemonConfig::parse_registered(path, &text, &names)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("b.toml: nf.offered[1]: unknown NF \"their-nf\""),
+            "{e}"
         );
     }
 

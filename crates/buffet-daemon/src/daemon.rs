@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use buffet_config::chain::RegisteredStages;
 use buffet_worker::{Report, WorkerEvent};
 use tokio::sync::{broadcast, watch};
 
@@ -109,6 +110,26 @@ impl Daemon {
     /// a reload reads again (see [`set_config_source`](Self::set_config_source)).
     pub fn start(cfg: DaemonConfig, config_path: &Path) -> Result<Daemon, DaemonError> {
         Self::start_with(cfg, config_path, Box::new(plane::start))
+    }
+
+    /// [`start`](Self::start) for a program that embeds the daemon with NFs of its own
+    /// registered by name (the registry `buffet`'s command uses, e.g.
+    /// `buffet::cli::Registry`): `nf.offered` and tenants' chains in the API may name them
+    /// as stages ([`plane::start_registered`]). Read `cfg` with
+    /// [`DaemonConfig::load_registered`] and the same names.
+    pub fn start_registered<R>(
+        cfg: DaemonConfig,
+        config_path: &Path,
+        registered: R,
+    ) -> Result<Daemon, DaemonError>
+    where
+        R: RegisteredStages + Send + 'static,
+    {
+        Self::start_with(
+            cfg,
+            config_path,
+            Box::new(move |cfg, path| plane::start_registered(cfg, path, &registered)),
+        )
     }
 
     /// [`start`](Self::start) with the data plane `starter` builds from the config
@@ -437,7 +458,13 @@ fn run(
         agent: policy,
         setup,
         config: Mutex::new(cfg),
-        source: Mutex::new(Arc::new(move || DaemonConfig::load(&file))),
+        source: {
+            // The embedder's registered NF names: `nf.offered` may name them on reload too.
+            let names = plane.registered_names().to_vec();
+            Mutex::new(Arc::new(move || {
+                DaemonConfig::load_registered(&file, &names)
+            }))
+        },
     });
     // `POST /v1/reload`: the same path as SIGHUP. Weak: the state must not keep alive
     // what holds it.

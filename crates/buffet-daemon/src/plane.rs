@@ -3,8 +3,10 @@
 //! its own. With `nf.offered` in the config the pipeline's NF is a [`Chain`] holding the
 //! configured NF (the one-stage chain of a tenant that names none) and every offered
 //! stage NF, loaded at start, so that the Memory Manager's regions cover them all and a
-//! tenant's own chain is its policy; without it, the configured NF itself; the API reaches it only through the pipeline's [`Control`] handle, behind the
-//! NF-independent [`Plane`] trait object. Control requests become the pipeline's
+//! tenant's own chain is its policy; without it, the configured NF itself. A program that
+//! embeds the daemon can offer its own NFs as stages by name ([`start_registered`], with
+//! the registry `buffet`'s command uses). The API reaches the data plane only through the
+//! pipeline's [`Control`] handle, behind the NF-independent [`Plane`] trait object. Control requests become the pipeline's
 //! `Command`s, applied between bursts: other tenants' traffic never waits for tokio.
 //!
 //! The generator port is paced to the wall clock ([`SourcePort::paced`]), so that a
@@ -17,9 +19,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use buffet_config::chain::{self, Chain, DEFAULT_KEY};
+use buffet_config::chain::{self, Chain, RegisteredStages, DEFAULT_KEY};
 use buffet_config::isolation::{self, Isolation};
-use buffet_config::registry::{NfVisitor, RegisteredNf};
+use buffet_config::registry::{with_registered_names, NfSpec, NfVisitor, RegisteredNf};
 use buffet_config::TenantConfig;
 use buffet_dispatch::{DispatcherConfig, SchedulerConfig, WorkerId};
 use buffet_io::afpacket::{AfPacketConfig, AfPacketPort};
@@ -123,6 +125,12 @@ pub trait Plane: Send + Sync {
     fn nf(&self) -> &str;
     /// The isolation level every tenant runs at.
     fn level(&self) -> Isolation;
+    /// The names of the NFs the embedding program registered ([`start_registered`]):
+    /// a tenant document's `chain[i].nf` may name them, parsed inside
+    /// [`with_registered_names`]. Default: none.
+    fn registered_names(&self) -> &[String] {
+        &[]
+    }
     /// Checks that the NF understands the tenant's policy (decoding only; `init` runs
     /// at admission).
     fn check_policy(&self, t: &TenantConfig) -> Result<(), PlaneError>;
@@ -164,6 +172,8 @@ struct Typed<N: RegisteredNf> {
     level: Isolation,
     /// Chains: the keys of the offered stage NFs (`None`: one NF for every tenant).
     offered: Option<Vec<String>>,
+    /// The names the embedding program registered (what tenant documents may parse).
+    registered: Vec<String>,
     /// `dispatch.mode = "xdp"`: the program and the workers' sockets.
     xdp: Option<Arc<XdpSide>>,
     /// One launch at a time (the API's and the Agent's): a launched worker's data-plane
@@ -227,6 +237,10 @@ impl<N: RegisteredNf> Plane for Typed<N> {
 
     fn level(&self) -> Isolation {
         self.level
+    }
+
+    fn registered_names(&self) -> &[String] {
+        &self.registered
     }
 
     fn check_policy(&self, t: &TenantConfig) -> Result<(), PlaneError> {
@@ -481,6 +495,21 @@ pub struct Started {
 /// Loads the configured NF, builds the pipeline, opens the ports and starts the data
 /// plane's thread.
 pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartError> {
+    start_registered(cfg, config_path, &())
+}
+
+/// [`start`] for a program that embeds the daemon with NFs of its own registered by name
+/// (`registered`: the registry `buffet`'s command uses for `NfSpec::Registered`, e.g.
+/// `buffet::cli::Registry`, or any [`RegisteredStages`]). `nf.offered` may name them
+/// (read the config with [`DaemonConfig::load_registered`]); each offered one is built
+/// once, as a safe Rust stage NF, and tenants' chains in the API name it like a reference
+/// NF. The config's `[nf]` table still names the default stage.
+pub fn start_registered(
+    cfg: &DaemonConfig,
+    config_path: &Path,
+    registered: &dyn RegisteredStages,
+) -> Result<Started, StartError> {
+    let names = registered.registered_names();
     let spec = cfg.nf.spec().map_err(StartError::Nf)?;
     let level = isolation::resolve(cfg.nf.isolation, &spec, &[], config_path)?;
     if level == Isolation::Mpk {
@@ -494,9 +523,7 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
     let nf = spec
         .load_at(level)
         .map_err(|e| StartError::Nf(e.to_string()))?;
-    let offered = cfg
-        .nf
-        .offered_specs()
+    let offered = with_registered_names(&names, || cfg.nf.offered_specs())
         .map_err(|(field, e)| StartError::Nf(format!("{field}: {e}")))?;
     if offered.is_empty() {
         return nf.visit(Build {
@@ -505,12 +532,22 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
             pipeline,
             ports,
             offered: None,
+            registered: names,
             xdp,
         });
     }
     // Chains: the configured NF under the default key, then every offered stage NF.
     let mut chain = nf.visit(AsDefault(spec.kind()));
     for (i, s) in offered.iter().enumerate() {
+        if let NfSpec::Registered(name) = s {
+            chain = registered.add_stage(name, chain).map_err(|_| {
+                StartError::Nf(format!(
+                    "nf.offered[{i}]: {name}: no NF of this program is registered under \
+                     this name"
+                ))
+            })?;
+            continue;
+        }
         let loaded = s
             .load_at(level)
             .map_err(|e| StartError::Nf(format!("nf.offered[{i}]: {s}: {e}")))?;
@@ -522,14 +559,16 @@ pub fn start(cfg: &DaemonConfig, config_path: &Path) -> Result<Started, StartErr
         pipeline,
         ports,
         offered: Some(offered.iter().map(ToString::to_string).collect()),
+        registered: names,
         xdp,
     }
     .visit(chain)
 }
 
-/// [`start`] with an NF the caller built (an NF author's own, which no config can
-/// name), run at the `safe` level for every tenant; the config's `[nf]` table is not
-/// used. Ports, data plane and dispatch as [`start`].
+/// [`start`] with an NF the caller built (an NF author's own), run at the `safe` level
+/// for every tenant; the config's `[nf]` table is not used. Ports, data plane and
+/// dispatch as [`start`]. To offer an own NF as a named chain stage beside the
+/// configured ones instead, see [`start_registered`].
 pub fn start_nf<N: RegisteredNf>(cfg: &DaemonConfig, nf: N) -> Result<Started, StartError> {
     let level = Isolation::Safe;
     let pipeline = pipeline_config(cfg, level);
@@ -540,6 +579,7 @@ pub fn start_nf<N: RegisteredNf>(cfg: &DaemonConfig, nf: N) -> Result<Started, S
         pipeline,
         ports,
         offered: None,
+        registered: Vec::new(),
         xdp,
     }
     .visit(nf)
@@ -670,6 +710,7 @@ struct Build {
     pipeline: PipelineConfig,
     ports: Vec<Box<dyn Port>>,
     offered: Option<Vec<String>>,
+    registered: Vec<String>,
     xdp: Option<XdpStart>,
 }
 
@@ -739,6 +780,7 @@ impl NfVisitor for Build {
             nf: self.name,
             level: self.level,
             offered: self.offered,
+            registered: self.registered,
             xdp: side,
             launching: std::sync::Mutex::new(()),
         };
