@@ -15,6 +15,11 @@
 //! more than one queue, in native and in generic mode; `buffet run --port af-xdp
 //! --queues 0-3` counts every tenant exactly; a queue the interface lacks is refused.
 //!
+//! The sockets' kernel counters (`XDP_STATISTICS`): 300 frames at a socket with a
+//! 64-entry receive ring that nobody reads — the port's own socket, then a shared
+//! receiver — and the frames in its ring plus the drops the kernel counted equal the
+//! frames sent; `buffet run --dispatch xdp` reports every socket's counters.
+//!
 //! `--dispatch xdp --xdp-mode generic`: the XDP Packet Dispatcher redirects each frame to
 //! its worker's own socket (all on the veth's single queue, sharing one UMEM); the
 //! per-tenant counts of the sender, the XDP maps and the workers agree exactly, passed
