@@ -19,6 +19,15 @@
 //! - **Throughput**: the sender transmits `FRAMES` frames as fast as one core lets it,
 //!   while a second socket counts the frames back; frames back per second from the first
 //!   send to the last frame back, and the share lost.
+//! - **Where the frames went**, per run: `buffet run --stats-json` gives, for the whole
+//!   run (pings and flood), what the XDP program dropped in the hook, what the kernel
+//!   dropped at each AF_XDP socket (receive ring full, fill ring empty, other drops:
+//!   `XDP_STATISTICS`), what the port received and dropped (AF_PACKET's ring drops for
+//!   software dispatch), what the workers processed and the NF dropped, and what the
+//!   port sent and could not send; the sender adds what its own receive ring dropped of
+//!   the frames coming back. A second table puts them side by side with the frames sent
+//!   and back, and `unaccounted` is what none of those counters saw (lost on the veth or
+//!   in the kernel's stack, beyond the counters).
 //!
 //! Needs root (namespaces, XDP); without it, it says so and measures nothing. Run:
 //! `cargo bench --bench dispatch_latency` (the paper's four NFs, both modes; about two
@@ -101,6 +110,70 @@ struct Measured {
     sent: u64,
     back: u64,
     secs: f64,
+    /// Frames coming back that the sender's counting socket's ring dropped.
+    back_dropped: u64,
+    /// Where `buffet run` saw the frames go.
+    at: Counted,
+}
+
+/// What `buffet run --stats-json` counted over the whole run (pings and flood).
+#[derive(Clone, Copy, Default)]
+struct Counted {
+    /// Frames the XDP program saw (`None`: software dispatch).
+    hook: Option<u64>,
+    /// Frames it dropped there: unmatched, malformed, policed, no live worker.
+    hook_dropped: u64,
+    /// AF_XDP sockets (summed): frames dropped because a receive ring was full.
+    ring_full: u64,
+    /// AF_XDP sockets: frames dropped for want of a fill-ring frame (`rx_dropped`,
+    /// which also counts the rare frame too large for a UMEM frame).
+    fill_empty: u64,
+    /// Frames the receive port (or, with XDP dispatch, the workers' sockets) received.
+    received: u64,
+    /// Frames the port dropped on receive (AF_PACKET: the kernel's ring drops; AF_XDP:
+    /// the sockets' drops above plus frames without a tenant tag).
+    rx_dropped: u64,
+    /// Packets the workers' NF handlers saw, and of those dropped.
+    processed: u64,
+    nf_dropped: u64,
+    /// Frames the port sent, and could not send.
+    tx: u64,
+    tx_dropped: u64,
+}
+
+/// Reads what `buffet run` wrote to `--stats-json`.
+fn counted(stats: &serde_json::Value) -> Counted {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let input = &stats["input"];
+    let port = &input["ports"][0];
+    let mut c = Counted {
+        received: n(&port["rx"]),
+        rx_dropped: n(&port["rx_dropped"]),
+        tx: n(&port["tx"]),
+        tx_dropped: n(&port["tx_dropped"]),
+        ..Counted::default()
+    };
+    if let Some(x) = input.get("xdp") {
+        c.hook = Some(n(&x["packets"]));
+        c.hook_dropped = ["unmatched", "malformed", "policed", "no_live_worker"]
+            .iter()
+            .map(|k| n(&x[k]))
+            .sum();
+    }
+    for s in port["sockets"].as_array().into_iter().flatten() {
+        c.ring_full += n(&s["rx_ring_full"]);
+        c.fill_empty += n(&s["rx_dropped"]);
+    }
+    for t in stats["tenants"].as_array().into_iter().flatten() {
+        c.processed += n(&t["packets"]);
+        c.nf_dropped += t["drops"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(_, v)| n(v))
+            .sum::<u64>();
+    }
+    c
 }
 
 /// Runs in namespace B: the ping-pong, then the flood.
@@ -149,6 +222,7 @@ fn sender(iface: &str, pings: u32, frames: u32, out: &Path) {
             let mut pool = HeapPool::new(4096);
             let mut rx = Vec::new();
             let (mut back, mut last) = (0u64, 0u64);
+            let dropped_before = port.stats().rx_dropped;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 port.rx_burst(&mut pool, &mut rx, 256).unwrap();
                 for b in rx.drain(..) {
@@ -160,7 +234,7 @@ fn sender(iface: &str, pings: u32, frames: u32, out: &Path) {
                     pool.give(b);
                 }
             }
-            (back, last)
+            (back, last, port.stats().rx_dropped - dropped_before)
         })
     };
     std::thread::sleep(Duration::from_millis(200));
@@ -183,9 +257,9 @@ fn sender(iface: &str, pings: u32, frames: u32, out: &Path) {
     }
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (back, last) = counter.join().unwrap();
+    let (back, last, back_dropped) = counter.join().unwrap();
     let secs = last.saturating_sub(first) as f64 / 1e9;
-    let mut s = format!("{lost} {sent} {back} {secs}\n");
+    let mut s = format!("{lost} {sent} {back} {secs} {back_dropped}\n");
     for r in &rtt {
         s.push_str(&format!("{r}\n"));
     }
@@ -239,11 +313,14 @@ fn measure(nf: &str, mode: &str, pings: u32, frames: u32) -> Measured {
     let dir = tempfile::tempdir().unwrap();
     let tenants = dir.path().join("tenants.toml");
     std::fs::write(&tenants, tenants_file(nf)).unwrap();
+    let stats = dir.path().join("stats.json");
     let mut run = Command::new("ip");
     run.args(["netns", "exec", &ns.a, BUFFET, "run", "--iface", "f9va"])
         .args(["--nf", nf, "--workers", "2", "--no-pin", "--dispatch", mode])
         .arg("--tenants")
-        .arg(&tenants);
+        .arg(&tenants)
+        .arg("--stats-json")
+        .arg(&stats);
     if mode == "xdp" {
         run.args(["--xdp-mode", "generic"]);
     }
@@ -288,12 +365,46 @@ fn measure(nf: &str, mode: &str, pings: u32, frames: u32) -> Measured {
     let text = std::fs::read_to_string(&out).unwrap();
     let mut lines = text.lines();
     let head: Vec<&str> = lines.next().unwrap().split(' ').collect();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
     Measured {
         lost_pings: head[0].parse().unwrap(),
         sent: head[1].parse().unwrap(),
         back: head[2].parse().unwrap(),
         secs: head[3].parse().unwrap(),
+        back_dropped: head[4].parse().unwrap(),
         rtt_ns: lines.map(|l| l.parse().unwrap()).collect(),
+        at: counted(&json),
+    }
+}
+
+/// One run's frames from the sender to the sender again, and what no counter saw.
+struct Where {
+    c: Counted,
+    /// Frames the sender sent (pings and flood) and got back.
+    sent: u64,
+    back: u64,
+    back_dropped: u64,
+    /// `sent - back` less every drop counted on the way (0 if the counters account for
+    /// more: a frame can be counted twice, e.g. a ping that came back after its
+    /// deadline).
+    unaccounted: u64,
+}
+
+impl Where {
+    fn of(m: &Measured, pings: u32) -> Where {
+        let c = m.at;
+        let sent = m.sent + u64::from(pings);
+        let back = m.back + u64::from(pings) - m.lost_pings;
+        // A socket's kernel drops are in the port's rx_dropped too: counted once.
+        let counted = c.hook_dropped + c.rx_dropped + c.nf_dropped + c.tx_dropped + m.back_dropped;
+        Where {
+            sent,
+            back,
+            back_dropped: m.back_dropped,
+            unaccounted: sent.saturating_sub(back).saturating_sub(counted),
+            c,
+        }
     }
 }
 
@@ -318,7 +429,12 @@ fn main() {
     let pings: u32 = env_or("BUFFET_FIG9_PINGS", pings);
     let frames: u32 = env_or("BUFFET_FIG9_FRAMES", frames);
     let nfs: String = env_or("BUFFET_FIG9_NFS", "monitor,firewall,ids,ipsec".to_owned());
-    let mut csv = String::from("nf,dispatch,p50_us,p99_us,lost_pings,sent,back,throughput_kpps\n");
+    let mut csv = String::from(
+        "nf,dispatch,p50_us,p99_us,lost_pings,sent,back,throughput_kpps,\
+         lost_in_hook,socket_ring_full,socket_fill_empty,port_rx_dropped,nf_dropped,\
+         tx_dropped,sender_rx_dropped,unaccounted\n",
+    );
+    let mut wheres = Vec::new();
     println!(
         "dispatch_latency: {pings} pings, {frames} frames per (NF, dispatch); 8 tenants, 2 workers, veth"
     );
@@ -343,11 +459,65 @@ fn main() {
                 "{nf:<9} {mode:<9} {p50:>9.1} {p99:>9.1} {:>6} {:>9} {:>9} {kpps:>11.1}",
                 m.lost_pings, m.sent, m.back
             );
+            let w = Where::of(&m, pings);
             csv.push_str(&format!(
-                "{nf},{mode},{p50:.1},{p99:.1},{},{},{},{kpps:.1}\n",
-                m.lost_pings, m.sent, m.back
+                "{nf},{mode},{p50:.1},{p99:.1},{},{},{},{kpps:.1},{},{},{},{},{},{},{},{}\n",
+                m.lost_pings,
+                m.sent,
+                m.back,
+                w.c.hook_dropped,
+                w.c.ring_full,
+                w.c.fill_empty,
+                w.c.rx_dropped,
+                w.c.nf_dropped,
+                w.c.tx_dropped,
+                m.back_dropped,
+                w.unaccounted
             ));
+            wheres.push((nf.to_owned(), mode, w));
         }
+    }
+    println!();
+    println!(
+        "where the frames went (whole run: {pings} pings + the flood; socket columns: the \
+         kernel's XDP_STATISTICS summed over the run's AF_XDP sockets)"
+    );
+    println!(
+        "{:<9} {:<9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "nf",
+        "dispatch",
+        "sent",
+        "hook",
+        "hook_drp",
+        "ring_full",
+        "fill_empt",
+        "received",
+        "rx_drop",
+        "nf_drop",
+        "tx",
+        "tx_drop",
+        "back",
+        "back_drp",
+        "unacct"
+    );
+    for (nf, mode, w) in &wheres {
+        let c = &w.c;
+        println!(
+            "{nf:<9} {mode:<9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            w.sent,
+            c.hook.map_or_else(|| "-".to_owned(), |h| h.to_string()),
+            c.hook_dropped,
+            c.ring_full,
+            c.fill_empty,
+            c.received,
+            c.rx_dropped,
+            c.nf_dropped,
+            c.tx,
+            c.tx_dropped,
+            w.back,
+            w.back_dropped,
+            w.unaccounted
+        );
     }
     if let Ok(path) = std::env::var("BUFFET_FIG9_CSV") {
         std::fs::File::create(&path)

@@ -15,6 +15,11 @@
 //! more than one queue, in native and in generic mode; `buffet run --port af-xdp
 //! --queues 0-3` counts every tenant exactly; a queue the interface lacks is refused.
 //!
+//! The sockets' kernel counters (`XDP_STATISTICS`): 300 frames at a socket with a
+//! 64-entry receive ring that nobody reads — the port's own socket, then a shared
+//! receiver — and the frames in its ring plus the drops the kernel counted equal the
+//! frames sent; `buffet run --dispatch xdp` reports every socket's counters.
+//!
 //! `--dispatch xdp --xdp-mode generic`: the XDP Packet Dispatcher redirects each frame to
 //! its worker's own socket (all on the veth's single queue, sharing one UMEM); the
 //! per-tenant counts of the sender, the XDP maps and the workers agree exactly, passed
@@ -981,6 +986,165 @@ fn af_xdp_socket_in_a_callers_map() {
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached when dropped");
 }
 
+/// Runs in namespace A (see `af_xdp_socket_counters_account_for_every_frame`): an AF_XDP
+/// port of 128 frames and rings of 64 whose socket (`BUFFET_XSK_SOCKET=port`) or shared
+/// receiver (`receiver`) gets the queue's frames from a redirect program and is never
+/// read. Once stdin says the sender is done, it detaches the program and writes
+/// `queued rx_dropped rx_ring_full rx_invalid_descs other_socket_lost` to
+/// `BUFFET_XSK_OUT`: the frames waiting in the socket's receive ring and its kernel
+/// counters, and the drops of the port's other socket.
+#[test]
+#[ignore = "helper: run by af_xdp_socket_counters_account_for_every_frame inside a network namespace"]
+fn xsk_overfill_helper() {
+    use buffet::io::afxdp::{AfXdpConfig, AfXdpPort, RedirectProgram, XdpMode};
+    let Ok(iface) = std::env::var("BUFFET_XSK_IFACE") else {
+        return;
+    };
+    let receiver = std::env::var("BUFFET_XSK_SOCKET").unwrap() == "receiver";
+    let out = std::env::var("BUFFET_XSK_OUT").unwrap();
+    let mut port = AfXdpPort::open(AfXdpConfig {
+        redirect: None,
+        frames: 128,
+        ring_size: 64,
+        ..AfXdpConfig::new(&iface, 0)
+    })
+    .unwrap();
+    let mut rx = receiver.then(|| port.shared_receiver().unwrap());
+    let reader = port.statistics_reader();
+    let program = RedirectProgram::attach(&iface, XdpMode::Generic, 1).unwrap();
+    match &rx {
+        Some(r) => program.insert(0, r.socket_fd()),
+        None => program.insert(0, port.socket_fd()),
+    }
+    .unwrap();
+    println!("XSK-READY");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    drop(program);
+    let stats = reader.read().unwrap();
+    let want = if receiver { Some(0) } else { None };
+    let own = stats.iter().find(|k| k.receiver == want).unwrap().stats;
+    let other: u64 = stats
+        .iter()
+        .filter(|k| k.receiver != want)
+        .map(|k| k.stats.rx_lost())
+        .sum();
+    assert_eq!(stats.len(), if receiver { 2 } else { 1 }, "{stats:?}");
+    // The frames waiting in the receive ring.
+    let mut pool = HeapPool::new(64);
+    let mut bufs = Vec::new();
+    let queued = match &mut rx {
+        Some(r) => {
+            let mut rejected = Vec::new();
+            r.receive(&mut bufs, &mut rejected, 1024);
+            bufs.append(&mut rejected);
+            bufs.len()
+        }
+        None => {
+            port.rx_burst(&mut pool, &mut bufs, 1024).unwrap();
+            bufs.len()
+        }
+    };
+    for b in bufs.drain(..) {
+        port.recycle(b);
+    }
+    if !receiver {
+        let p = port.stats();
+        assert_eq!(p.rx_dropped, own.rx_lost(), "the port's rx_dropped: {p:?}");
+    }
+    std::fs::write(
+        out,
+        format!(
+            "{queued} {} {} {} {other}\n",
+            own.rx_dropped,
+            own.rx_ring_full
+                .expect("a kernel from 5.9 on counts a full ring apart"),
+            own.rx_invalid_descs
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn af_xdp_socket_counters_account_for_every_frame() {
+    if !privileged("live::af_xdp_socket_counters_account_for_every_frame") {
+        return;
+    }
+    // 300 frames at a socket with a 64-entry receive ring and 64 frames in its fill
+    // ring, read by nobody: at most 64 wait in the ring, the kernel counts every other
+    // one as dropped, and the two add up to what was sent — for the port's own socket
+    // and for a shared receiver (an XDP Packet Dispatcher worker's kind of socket).
+    for socket in ["port", "receiver"] {
+        let ns = NsPair::new();
+        let dir = tempfile::tempdir().unwrap();
+        let frames: Vec<Vec<u8>> = (0..300u32)
+            .map(|i| udp4([172, 16, 0, 1], [10, 1, 0, (i % 200) as u8], 40000, 80, i))
+            .collect();
+        let pcap = dir.path().join("send.pcap");
+        write_pcap(&pcap, &frames);
+        let helper_out = dir.path().join("xsk.txt");
+        let mut helper = Command::new("ip")
+            .args(["netns", "exec", &ns.a])
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "xsk_overfill_helper",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("BUFFET_XSK_IFACE", &ns.va)
+            .env("BUFFET_XSK_SOCKET", socket)
+            .env("BUFFET_XSK_OUT", &helper_out)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(helper.stdout.take().unwrap());
+        let mut seen = String::new();
+        while !seen.contains("XSK-READY") {
+            if lines.read_line(&mut seen).unwrap() == 0 {
+                let out = helper.wait_with_output().unwrap();
+                panic!("{seen}{}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+        let (sent, _) = send_from_b(&ns, &pcap, 0, &dir.path().join("sender.txt"));
+        assert_eq!(sent, 300);
+        {
+            use std::io::Write;
+            let mut stdin = helper.stdin.take().unwrap();
+            stdin.write_all(b"sent\n").unwrap();
+        }
+        let _ = lines.read_to_string(&mut seen);
+        let out = helper.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{socket}: {seen}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let n: Vec<u64> = std::fs::read_to_string(&helper_out)
+            .unwrap()
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let (queued, dropped, ring_full, invalid, other) = (n[0], n[1], n[2], n[3], n[4]);
+        assert!(queued <= 64, "{socket}: {n:?}");
+        assert!(
+            ring_full + dropped > 0,
+            "{socket}: the kernel counted drops: {n:?}"
+        );
+        assert_eq!(
+            queued + dropped + ring_full + invalid,
+            sent,
+            "{socket}: frames in the ring + the kernel's drops = frames sent (queued, \
+             rx_dropped, rx_ring_full, rx_invalid_descs, other socket's drops = {n:?})"
+        );
+        assert_eq!(other, 0, "{socket}: the other socket got nothing");
+    }
+}
+
 /// Runs the sender in namespace B (see [`sender_helper`]): sends `pcap` out of `ns.vb`,
 /// waits for `expect` marked frames back; returns (sent, back).
 fn send_from_b(ns: &NsPair, pcap: &Path, expect: u64, out: &Path) -> (u64, u64) {
@@ -1267,6 +1431,24 @@ fn xdp_dispatch_counts_agree_at_sender_maps_and_workers() {
     assert_eq!(port["tx"].as_u64(), Some(packets), "{port}");
     assert_eq!(back, packets, "every passed frame came back out, once");
     assert_eq!(json["input"]["packets"].as_u64(), Some(packets));
+    // The kernel's counters of every AF_XDP socket, the port's and each worker's: none
+    // dropped a frame.
+    let sockets = port["sockets"].as_array().unwrap();
+    let owners: Vec<&str> = sockets
+        .iter()
+        .map(|k| k["socket"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, ["port", "worker 0", "worker 1"], "{port}");
+    for k in sockets {
+        assert_eq!(k["queue"].as_u64(), Some(0), "{k}");
+        assert_eq!(k["rx_dropped"].as_u64(), Some(0), "{k}");
+        assert_eq!(k["rx_ring_full"].as_u64(), Some(0), "{k}");
+        assert_eq!(k["rx_invalid_descs"].as_u64(), Some(0), "{k}");
+    }
+    assert!(
+        out.contains("  socket worker 1 (queue 0): rx_dropped 0 rx_ring_full 0"),
+        "{out}"
+    );
     // Ten tenants (at most 63): the program also wrote each slot into DSCP, with the
     // IPv4 header checksum fixed. IPv4 frames back, by DSCP = the tenant's slot.
     let mut want = std::collections::BTreeMap::new();

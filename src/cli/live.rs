@@ -50,8 +50,8 @@ use anyhow::Context;
 use buffet_config::registry::{NfVisitor, RegisteredNf};
 use buffet_config::TenantConfig;
 use buffet_io::afpacket::{self, AfPacketConfig, AfPacketPort};
-use buffet_io::afxdp::XskReceiver;
 use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
+use buffet_io::afxdp::{SocketStatistics, XskReceiver, XskStatsReader};
 use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_worker::{DropReason, Pipeline, PipelineConfig, WorkerSource};
 use buffet_xdp::{AttachMode, XdpConfig, XdpDispatcher};
@@ -215,10 +215,14 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     afpacket::stop_on_signals().context("installing the SIGINT/SIGTERM handler")?;
     // The ports first: privilege and interface errors come before anything else.
     let mut xdp_parts = None;
+    // The kernel's counters of every AF_XDP socket (the port's, the workers'), for the
+    // report.
+    let mut xsk = None;
     let rx: Box<dyn Port> = match a.port {
         _ if xdp => {
             let (port, parts) = open_xdp(a)?;
             xdp_parts = Some(parts);
+            xsk = Some(port.statistics_reader());
             Box::new(port)
         }
         PortKind::AfPacket => Box::new(AfPacketPort::open(AfPacketConfig {
@@ -267,6 +271,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
                         .unwrap_or_default()
                 );
             }
+            xsk = Some(port.statistics_reader());
             Box::new(port)
         }
         PortKind::Dpdk => open_dpdk(a)?,
@@ -308,6 +313,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         stats,
         duration,
         xdp: xdp_parts,
+        xsk,
     };
     let chain = chained
         .is_some()
@@ -327,6 +333,7 @@ pub(crate) struct Live<'a> {
     stats: Option<OutputFile>,
     duration: Option<Duration>,
     xdp: Option<XdpParts>,
+    xsk: Option<XskStatsReader>,
 }
 
 /// What `--dispatch xdp` opened before the NF is loaded: one receiver per worker,
@@ -531,6 +538,53 @@ fn port_json(name: &str, s: &PortStats) -> serde_json::Value {
     })
 }
 
+/// Who reads an AF_XDP socket: the port (the data-plane thread, or the software
+/// dispatcher) or, with `--dispatch xdp`, worker `i` (receiver `i` feeds worker `i`).
+fn socket_owner(k: &SocketStatistics) -> String {
+    match k.receiver {
+        None => "port".to_owned(),
+        Some(i) => format!("worker {i}"),
+    }
+}
+
+/// One AF_XDP socket's kernel counters for `--stats-json` (`null`: a kernel before 5.9
+/// does not count it).
+fn socket_json(k: &SocketStatistics) -> serde_json::Value {
+    let s = &k.stats;
+    let mut v = serde_json::json!({
+        "socket": socket_owner(k),
+        "queue": k.queue,
+        "rx_dropped": s.rx_dropped,
+        "rx_invalid_descs": s.rx_invalid_descs,
+        "tx_invalid_descs": s.tx_invalid_descs,
+        "rx_ring_full": s.rx_ring_full,
+        "rx_fill_ring_empty_descs": s.rx_fill_ring_empty_descs,
+        "tx_ring_empty_descs": s.tx_ring_empty_descs,
+    });
+    if let Some(i) = k.receiver {
+        v["worker"] = i.into();
+    }
+    v
+}
+
+/// One AF_XDP socket's kernel counters for the final table.
+fn socket_line(k: &SocketStatistics) -> String {
+    let s = &k.stats;
+    let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    format!(
+        "socket {} (queue {}): rx_dropped {} rx_ring_full {} rx_fill_ring_empty {} \
+         rx_invalid {} tx_invalid {} tx_ring_empty {}",
+        socket_owner(k),
+        k.queue,
+        s.rx_dropped,
+        opt(s.rx_ring_full),
+        opt(s.rx_fill_ring_empty_descs),
+        s.rx_invalid_descs,
+        s.tx_invalid_descs,
+        opt(s.tx_ring_empty_descs)
+    )
+}
+
 fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
     let Live {
         a,
@@ -541,6 +595,7 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         mut stats,
         duration,
         xdp,
+        xsk,
     } = l;
     let received = Arc::new(AtomicU64::new(0));
     let (mut p, mut dispatcher) = match xdp {
@@ -644,6 +699,15 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
             .collect(),
         None => Vec::new(),
     };
+    // Read once nothing arrives any more (the program is detached, the workers stopped).
+    let sockets = match xsk.as_ref().map(XskStatsReader::read).transpose() {
+        Ok(s) => s.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("reading the AF_XDP sockets' counters: {e}");
+            Vec::new()
+        }
+    };
+    drop(xsk);
     let n = match (result, &dispatcher) {
         (Ok(_), Some(_)) => received.load(Ordering::Relaxed),
         (r, _) => r?,
@@ -663,12 +727,18 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     run::print_tenants(&mut out, &report)?;
-    for (name, s) in &ports {
+    for (i, (name, s)) in ports.iter().enumerate() {
         writeln!(
             out,
             "port {name}: rx {} tx {} rx_dropped {} tx_dropped {}",
             s.rx, s.tx, s.rx_dropped, s.tx_dropped
         )?;
+        // The receive port (the first) owns the AF_XDP sockets.
+        if i == 0 {
+            for k in &sockets {
+                writeln!(out, "  {}", socket_line(k))?;
+            }
+        }
     }
     if let Some(x) = &xdp_json {
         writeln!(
@@ -701,6 +771,9 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
             "seconds": took.as_secs_f64(),
             "ports": ports.iter().map(|(name, s)| port_json(name, s)).collect::<Vec<_>>(),
         });
+        if !sockets.is_empty() {
+            input["ports"][0]["sockets"] = sockets.iter().map(socket_json).collect();
+        }
         if let Some(x) = xdp_json {
             input["dispatch"] = "xdp".into();
             input["xdp"] = x;

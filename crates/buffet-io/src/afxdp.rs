@@ -22,7 +22,10 @@
 //!   the next burst while frames are waiting.
 //! * Counters: frames received and sent by the port, the kernel's drops
 //!   (`XDP_STATISTICS`: no fill-ring frame, receive ring full, invalid descriptors) and
-//!   the transmit descriptors it refused.
+//!   the transmit descriptors it refused. Each socket's own kernel counters, apart
+//!   ([`XskStatistics`]: which ring ran full or empty), come from
+//!   [`AfXdpPort::statistics_reader`], for the port's sockets and its shared receivers
+//!   alike, readable from any thread.
 //! * Mode: bound without `XDP_COPY`/`XDP_ZEROCOPY` the kernel uses zero copy where the
 //!   driver supports it and copy mode elsewhere (veth); [`CopyMode`] forces either.
 //!
@@ -555,6 +558,101 @@ struct SharedCounters {
     rx_dropped: AtomicU64,
 }
 
+/// One AF_XDP socket's counters as the kernel keeps them (`getsockopt(SOL_XDP,
+/// XDP_STATISTICS)`), cumulative since the socket was opened. Kernels before 5.9 know
+/// only the first three (and count a full receive ring in `rx_dropped`): the others are
+/// `None` there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XskStatistics {
+    /// Frames redirected to the socket that the kernel dropped for want of a UMEM frame
+    /// (copy mode: the fill ring was empty) or because they did not fit in one.
+    pub rx_dropped: u64,
+    /// Receive-side descriptors the kernel found invalid.
+    pub rx_invalid_descs: u64,
+    /// Transmit descriptors the kernel refused (an address outside the UMEM, a bad
+    /// length).
+    pub tx_invalid_descs: u64,
+    /// Frames dropped because the socket's receive ring was full (its reader is behind).
+    pub rx_ring_full: Option<u64>,
+    /// Times the kernel wanted a frame from the fill ring and found it empty (one per
+    /// frame dropped for it in copy mode). Counted per fill ring: sockets that share one
+    /// (an [`XskReceiver`] and its port) each report the same count.
+    pub rx_fill_ring_empty_descs: Option<u64>,
+    /// Times the kernel looked at the transmit ring and found nothing to send (a kick
+    /// with an empty ring, not a loss).
+    pub tx_ring_empty_descs: Option<u64>,
+}
+
+impl XskStatistics {
+    /// Frames redirected to this socket that never reached its receive ring:
+    /// `rx_dropped + rx_ring_full + rx_invalid_descs`.
+    pub fn rx_lost(&self) -> u64 {
+        self.rx_dropped + self.rx_ring_full.unwrap_or(0) + self.rx_invalid_descs
+    }
+
+    fn from_kernel((k, extended): (libc::xdp_statistics, bool)) -> XskStatistics {
+        XskStatistics {
+            rx_dropped: k.rx_dropped,
+            rx_invalid_descs: k.rx_invalid_descs,
+            tx_invalid_descs: k.tx_invalid_descs,
+            rx_ring_full: extended.then_some(k.rx_ring_full),
+            rx_fill_ring_empty_descs: extended.then_some(k.rx_fill_ring_empty_descs),
+            tx_ring_empty_descs: extended.then_some(k.tx_ring_empty_descs),
+        }
+    }
+}
+
+/// The counters of one socket of an [`AfXdpPort`], with which socket it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketStatistics {
+    /// The interface queue the socket is bound to.
+    pub queue: u32,
+    /// `None` for the port's own socket on that queue; `Some(i)` for the port's `i`-th
+    /// shared receiver ([`AfXdpPort::shared_receiver`], counted from 0 in the order
+    /// they were opened).
+    pub receiver: Option<usize>,
+    /// What the kernel counted.
+    pub stats: XskStatistics,
+}
+
+/// Reads the kernel's counters of an [`AfXdpPort`]'s sockets and of its shared
+/// receivers', from any thread, while the port and its receivers run on theirs — and
+/// after they are dropped: the reader holds the sockets open (not their rings or
+/// UMEM), so drop it before binding the same queue again.
+pub struct XskStatsReader {
+    iface: String,
+    sockets: Vec<(u32, Option<usize>, Arc<sys::XskSocket>)>,
+}
+
+impl std::fmt::Debug for XskStatsReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XskStatsReader")
+            .field("iface", &self.iface)
+            .field("sockets", &self.sockets.len())
+            .finish()
+    }
+}
+
+impl XskStatsReader {
+    /// Every socket's counters: the port's, one per queue in the order the port reads
+    /// them, then its shared receivers' in the order they were opened.
+    pub fn read(&self) -> Result<Vec<SocketStatistics>, AfXdpError> {
+        self.sockets
+            .iter()
+            .map(|(queue, receiver, socket)| {
+                let k = socket.statistics_versioned().map_err(|e| {
+                    sys_error(&self.iface, "getsockopt(SOL_XDP, XDP_STATISTICS)", e)
+                })?;
+                Ok(SocketStatistics {
+                    queue: *queue,
+                    receiver: *receiver,
+                    stats: XskStatistics::from_kernel(k),
+                })
+            })
+            .collect()
+    }
+}
+
 /// A bound socket with its UMEM and rings.
 struct Bound {
     socket: sys::XskSocket,
@@ -577,7 +675,7 @@ struct RxQueue {
     /// with its own fill ring (it stays empty: the port sends on its first queue only)
     /// and the socket, dropped in that order. `None` for the first queue, whose socket
     /// is the port's.
-    own: Option<(sys::Ring<u64>, sys::XskSocket)>,
+    own: Option<(sys::Ring<u64>, Arc<sys::XskSocket>)>,
 }
 
 /// Live interface queues as a [`Port`] over XDP sockets. See the module docs.
@@ -591,9 +689,12 @@ pub struct AfXdpPort {
     queues: Vec<RxQueue>,
     comp: sys::Ring<u64>,
     tx: sys::Ring<libc::xdp_desc>,
-    socket: sys::XskSocket,
+    socket: Arc<sys::XskSocket>,
     umem: Arc<sys::Umem>,
     ifindex: u32,
+    /// The sockets of the shared receivers opened so far, in order (for their counters;
+    /// a receiver dropped is gone).
+    receivers: Vec<std::sync::Weak<sys::XskSocket>>,
     /// Frames that are nowhere: not in a ring, not lent.
     free: Vec<u64>,
     /// Frames this port lent out as `PacketBuf`s, less those that came back (those its
@@ -743,9 +844,10 @@ impl AfXdpPort {
             }],
             comp,
             tx,
-            socket,
+            socket: Arc::new(socket),
             umem: Arc::new(umem),
             ifindex,
+            receivers: Vec::new(),
             free,
             lent: 0,
             zero_copy,
@@ -810,7 +912,7 @@ impl AfXdpPort {
                         fill,
                         rx,
                         received: 0,
-                        own: Some((comp, socket)),
+                        own: Some((comp, Arc::new(socket))),
                     })
                 }
                 Err(e)
@@ -950,8 +1052,11 @@ impl AfXdpPort {
             .bind_shared(self.ifindex, self.cfg.queue, &self.socket)
             .map_err(|e| sys_error(iface, "bind(AF_XDP, XDP_SHARED_UMEM)", e))?;
         let counters = self.shared.get_or_insert_with(Default::default).clone();
+        let socket = Arc::new(socket);
+        self.receivers.push(Arc::downgrade(&socket));
         Ok(XskReceiver {
             id: self.cfg.id,
+            iface: self.cfg.iface.clone(),
             frame_size: self.cfg.frame_size,
             metadata: self.cfg.metadata,
             rx,
@@ -959,6 +1064,30 @@ impl AfXdpPort {
             umem: self.umem.clone(),
             counters,
         })
+    }
+
+    /// A reader of the kernel's counters ([`XskStatistics`]) of this port's sockets and
+    /// of the shared receivers opened so far (see [`XskStatsReader`]).
+    pub fn statistics_reader(&self) -> XskStatsReader {
+        let own = self.queues.iter().map(|q| match &q.own {
+            Some((_, socket)) => (q.queue, None, socket.clone()),
+            None => (q.queue, None, self.socket.clone()),
+        });
+        let receivers = self
+            .receivers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| Some((self.cfg.queue, Some(i), w.upgrade()?)));
+        XskStatsReader {
+            iface: self.cfg.iface.clone(),
+            sockets: own.chain(receivers).collect(),
+        }
+    }
+
+    /// The kernel's counters of this port's sockets and its live shared receivers' now
+    /// (as [`XskStatsReader::read`]).
+    pub fn socket_statistics(&self) -> Result<Vec<SocketStatistics>, AfXdpError> {
+        self.statistics_reader().read()
     }
 
     /// The configuration it was opened with.
@@ -1286,11 +1415,13 @@ impl Drop for AfXdpPort {
 /// Dispatcher). Its frames are the port's: they go back through the port.
 pub struct XskReceiver {
     id: PortId,
+    iface: String,
     frame_size: u32,
     metadata: bool,
-    // Dropped in this order: the ring, the socket, then (its share of) the UMEM.
+    // Dropped in this order: the ring, the socket (closed once a [`XskStatsReader`]
+    // holding it is gone too), then (its share of) the UMEM.
     rx: sys::Ring<libc::xdp_desc>,
-    socket: sys::XskSocket,
+    socket: Arc<sys::XskSocket>,
     umem: Arc<sys::Umem>,
     counters: Arc<SharedCounters>,
 }
@@ -1308,6 +1439,14 @@ impl XskReceiver {
     /// The socket, for the XSKMAP entry that redirects to it.
     pub fn socket_fd(&self) -> BorrowedFd<'_> {
         self.socket.borrowed()
+    }
+
+    /// The kernel's counters for this socket now.
+    pub fn statistics(&self) -> Result<XskStatistics, AfXdpError> {
+        self.socket
+            .statistics_versioned()
+            .map(XskStatistics::from_kernel)
+            .map_err(|e| sys_error(&self.iface, "getsockopt(SOL_XDP, XDP_STATISTICS)", e))
     }
 
     /// Takes up to `max` frames off the receive ring into `out` as port-owned

@@ -376,10 +376,16 @@ impl XskSocket {
     }
 
     fn getsockopt<T: Copy>(&self, name: libc::c_int, init: T) -> io::Result<T> {
+        self.getsockopt_len(name, init).map(|(v, _)| v)
+    }
+
+    /// As `getsockopt`, with the number of bytes the kernel wrote (a kernel older than
+    /// `T` fills only the part of it that it knows).
+    fn getsockopt_len<T: Copy>(&self, name: libc::c_int, init: T) -> io::Result<(T, usize)> {
         let mut v = init;
         let mut len = std::mem::size_of::<T>() as libc::socklen_t;
         // SAFETY: `v` and `len` are live and sized as passed; the kernel writes at most
-        // `len` bytes of plain data.
+        // `len` bytes of plain data and sets `len` to what it wrote.
         check(unsafe {
             libc::getsockopt(
                 self.fd.as_raw_fd(),
@@ -389,7 +395,7 @@ impl XskSocket {
                 &mut len,
             )
         })?;
-        Ok(v)
+        Ok((v, len as usize))
     }
 
     /// Registers `umem` split into `chunk_size`-byte frames (`XDP_UMEM_REG`).
@@ -506,9 +512,23 @@ impl XskSocket {
 
     /// The kernel's counters for this socket (`XDP_STATISTICS`, cumulative).
     pub(crate) fn statistics(&self) -> io::Result<libc::xdp_statistics> {
+        self.statistics_versioned().map(|(s, _)| s)
+    }
+
+    /// The kernel's counters for this socket and whether the kernel filled the whole
+    /// struct (Linux 5.9 and later: `rx_ring_full`, `rx_fill_ring_empty_descs`,
+    /// `tx_ring_empty_descs` after the first three) or only its first version
+    /// (`rx_dropped`, `rx_invalid_descs`, `tx_invalid_descs`; the rest stays zero).
+    pub(crate) fn statistics_versioned(&self) -> io::Result<(libc::xdp_statistics, bool)> {
         // SAFETY: plain old data; all-zero is a valid value.
         let zero: libc::xdp_statistics = unsafe { std::mem::zeroed() };
-        self.getsockopt(libc::XDP_STATISTICS, zero)
+        let (s, len) = self.getsockopt_len(libc::XDP_STATISTICS, zero)?;
+        if len < std::mem::size_of::<libc::xdp_statistics_v1>() {
+            return Err(io::Error::other(format!(
+                "getsockopt(XDP_STATISTICS) returned {len} bytes, less than its first version"
+            )));
+        }
+        Ok((s, len >= std::mem::size_of::<libc::xdp_statistics>()))
     }
 
     /// Tells the kernel that the transmit ring has new descriptors (copy mode sends only
