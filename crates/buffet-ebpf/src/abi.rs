@@ -241,6 +241,10 @@ mod tests {
         c.write_to(&mut region);
         assert_eq!(region[..CTX_SIZE], c.to_bytes());
         assert_eq!(region[CTX_SIZE..], [0xa5; 8]);
-        assert_eq!(&region[41..48], &[0; 7], "the padding after ip_proto is zeroed");
+        assert_eq!(
+            &region[41..48],
+            &[0; 7],
+            "the padding after ip_proto is zeroed"
+        );
     }
 }
