@@ -147,9 +147,15 @@ pub struct CtxFields {
 }
 
 impl CtxFields {
-    /// The 48 bytes of `struct buffet_ctx`, little-endian.
-    pub fn to_bytes(&self) -> [u8; CTX_SIZE] {
-        let mut b = [0u8; CTX_SIZE];
+    /// Writes the 48 bytes of `struct buffet_ctx` into `region[..CTX_SIZE]`, each field
+    /// with one store of its own width (what [`CtxFields::to_bytes`] returns).
+    ///
+    /// # Panics
+    ///
+    /// If `region` is shorter than [`CTX_SIZE`].
+    #[inline(always)]
+    pub fn write_to(&self, region: &mut [u8]) {
+        let b: &mut [u8; CTX_SIZE] = (&mut region[..CTX_SIZE]).try_into().expect("48 bytes");
         b[0..8].copy_from_slice(&self.data.to_le_bytes());
         b[8..16].copy_from_slice(&self.data_end.to_le_bytes());
         b[16..24].copy_from_slice(&self.ts_ns.to_le_bytes());
@@ -161,7 +167,13 @@ impl CtxFields {
         b[34..36].copy_from_slice(&self.l4_off.to_le_bytes());
         b[36..38].copy_from_slice(&self.payload_off.to_le_bytes());
         b[38..40].copy_from_slice(&self.ip_end.to_le_bytes());
-        b[40] = self.ip_proto;
+        b[40..48].copy_from_slice(&u64::from(self.ip_proto).to_le_bytes());
+    }
+
+    /// The 48 bytes of `struct buffet_ctx`, little-endian.
+    pub fn to_bytes(&self) -> [u8; CTX_SIZE] {
+        let mut b = [0u8; CTX_SIZE];
+        self.write_to(&mut b);
         b
     }
 }
@@ -206,5 +218,33 @@ mod tests {
         assert_eq!((b[30], b[31], b[40]), (4, 6, 6));
         assert_eq!(u16::from_le_bytes([b[36], b[37]]), 54);
         assert_eq!(MAPS_OFFSET % 8, 0);
+    }
+
+    #[test]
+    fn write_to_overwrites_every_context_byte_and_nothing_else() {
+        let c = CtxFields {
+            data: 0x1111,
+            data_end: 0x2222,
+            ts_ns: 3,
+            tenant: 4,
+            in_port: 5,
+            l3_kind: 4,
+            l4_kind: 17,
+            l3_off: 14,
+            l4_off: 34,
+            payload_off: 42,
+            ip_end: 60,
+            ip_proto: 17,
+        };
+        // A region whose context still holds another packet's bytes (and its counters).
+        let mut region = [0xa5u8; CTX_SIZE + 8];
+        c.write_to(&mut region);
+        assert_eq!(region[..CTX_SIZE], c.to_bytes());
+        assert_eq!(region[CTX_SIZE..], [0xa5; 8]);
+        assert_eq!(
+            &region[41..48],
+            &[0; 7],
+            "the padding after ip_proto is zeroed"
+        );
     }
 }

@@ -229,7 +229,7 @@ pub enum EbpfFileError {
 }
 
 /// The context fields of `pkt` other than `data`/`data_end` (which the run fills in).
-#[inline]
+#[inline(always)]
 fn ctx_fields(pkt: &Packet<'_>) -> CtxFields {
     let meta = pkt.meta();
     CtxFields {

@@ -125,6 +125,9 @@ pub struct Program {
     region_len: usize,
     counter_names: Vec<&'static str>,
     engine: Engine,
+    /// Whether a run can call a helper in the host ([`calls_host_helpers`]): only then
+    /// does each packet's area go into the thread's run context.
+    host_helpers: bool,
     vm: rbpf::EbpfVmMbuff<'static>,
 }
 
@@ -283,6 +286,23 @@ fn inline_helpers(maps: &[MapSlot]) -> Vec<(u32, rbpf::ebpf::InlineHelper)> {
     ]
 }
 
+/// Whether running `insns` on `engine` can call a helper function in the host: a helper
+/// `call` (`0x85` with source 0) whose id the engine does not emit inline (the JIT inlines
+/// [`inline_helpers`]; the interpreter calls every helper). Every 8-byte slot is looked
+/// at, so the second half of a `lddw` (opcode 0) never counts and nothing is missed.
+fn calls_host_helpers(insns: &[u8], engine: Engine) -> bool {
+    insns.chunks_exact(8).any(|insn| {
+        let (opc, src) = (insn[0], insn[1] >> 4);
+        let imm = i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
+        opc == 0x85
+            && src == 0
+            && match engine {
+                Engine::Interpreter => true,
+                Engine::Jit => imm != abi::helper::COUNTER_ADD && imm != abi::helper::MAP_LOOKUP,
+            }
+    })
+}
+
 /// The bytecode of every program ever made runnable, one copy per distinct program: rbpf's
 /// VM borrows its code for `'static`. Bounded by the number of distinct programs loaded.
 fn intern(code: &[u8]) -> &'static [u8] {
@@ -371,6 +391,7 @@ impl Program {
             .take(abi::MAX_COUNTERS)
             .map(|n| intern_name(n))
             .collect();
+        let host_helpers = calls_host_helpers(&image.insns, engine);
         Ok(Program {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             image,
@@ -380,6 +401,7 @@ impl Program {
             region_len,
             counter_names,
             engine,
+            host_helpers,
             vm,
         })
     }
@@ -493,6 +515,11 @@ impl GroupRun<'_, '_> {
     /// Runs the program on `packet`: zeroes the scratch maps, writes the context (with
     /// `data`/`data_end` pointing at `packet`) and returns `r0`. Helper work beyond
     /// `budget` cost units is [`RunError::Budget`], whatever the program returned.
+    ///
+    /// Inlined into the caller, so that the context goes from the caller's fields
+    /// straight into the region: handed over through memory, its fields were stored and
+    /// reloaded with different widths, and the reloads stalled on store forwarding.
+    #[inline(always)]
     pub fn run(
         &mut self,
         packet: &mut [u8],
@@ -507,11 +534,15 @@ impl GroupRun<'_, '_> {
             data_end: pkt_area.start + pkt_area.len,
             ..*ctx
         };
-        region[..abi::CTX_SIZE].copy_from_slice(&fields.to_bytes());
+        fields.write_to(region);
         for r in &program.scratch {
             region[r.clone()].fill(0);
         }
-        RUN.with(|r| r.borrow_mut().packet = pkt_area);
+        // Only a helper called in the host reads the packet's area; a run whose helpers
+        // are all inline (or that calls none) leaves the thread's run context alone.
+        if program.host_helpers {
+            RUN.with(|r| r.borrow_mut().packet = pkt_area);
+        }
         let start = i64::try_from(budget).unwrap_or(i64::MAX);
         let (r, left) = METER.with(|meter| {
             meter.set([start, 0]);
@@ -547,5 +578,48 @@ impl Drop for Deactivate {
                 run.region = Area::default();
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One instruction: opcode, registers (dst low nibble, src high), offset, immediate.
+    fn insn(opc: u8, regs: u8, imm: i32) -> [u8; 8] {
+        let i = imm.to_le_bytes();
+        [opc, regs, 0, 0, i[0], i[1], i[2], i[3]]
+    }
+
+    fn prog(insns: &[[u8; 8]]) -> Vec<u8> {
+        insns.concat()
+    }
+
+    #[test]
+    fn host_helpers_are_the_calls_the_engine_does_not_inline() {
+        let exit = insn(0x95, 0, 0);
+        let call = |id: i32| insn(0x85, 0, id);
+        let inline_only = prog(&[
+            call(abi::helper::COUNTER_ADD),
+            call(abi::helper::MAP_LOOKUP),
+            exit,
+        ]);
+        assert!(!calls_host_helpers(&inline_only, Engine::Jit));
+        assert!(calls_host_helpers(&inline_only, Engine::Interpreter));
+        for id in [abi::helper::PKT_FIND, abi::helper::CSUM_REPLACE] {
+            let p = prog(&[call(abi::helper::COUNTER_ADD), call(id), exit]);
+            assert!(calls_host_helpers(&p, Engine::Jit), "helper {id}");
+        }
+        // A bpf-to-bpf call (source 1) calls no helper.
+        let local = prog(&[insn(0x85, 0x10, 1), exit, exit]);
+        assert!(!calls_host_helpers(&local, Engine::Interpreter));
+        // A `lddw` whose immediate halves look like anything is not a call.
+        let lddw = prog(&[
+            insn(0x18, 0x01, 0x85),
+            insn(0, 0, abi::helper::PKT_FIND),
+            exit,
+        ]);
+        assert!(!calls_host_helpers(&lddw, Engine::Interpreter));
+        assert!(!calls_host_helpers(&prog(&[exit]), Engine::Interpreter));
     }
 }
