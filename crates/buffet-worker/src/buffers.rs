@@ -345,6 +345,37 @@ impl TenantBuffers {
         self.ready.pop_front()
     }
 
+    /// The tenant `k` places behind the front of the ready list (0: the next one
+    /// [`next_ready`](Self::next_ready) returns), to prefetch what its visit touches.
+    pub(crate) fn peek_ready(&self, k: usize) -> Option<u32> {
+        self.ready.get(k).copied()
+    }
+
+    /// Starts loading tenant `t`'s queue head (its length, deficit, first packet).
+    #[inline]
+    pub(crate) fn prefetch_queue(&self, t: u32) {
+        if let Some(q) = self.queues.get(t as usize) {
+            crate::sys::prefetch(q, std::mem::size_of::<Queue>());
+        }
+    }
+
+    /// Starts loading the headers of the first `max` packets in tenant `t`'s buffer
+    /// (reads its queue head and the slab's links, which the visit reads anyway).
+    #[inline]
+    pub(crate) fn prefetch_headers(&self, t: u32, max: usize) {
+        let Some(q) = self.queues.get(t as usize) else {
+            return;
+        };
+        let mut i = q.head;
+        for _ in 0..max.min(q.len as usize) {
+            let Some(Some(m)) = self.slots.get(i as usize) else {
+                return;
+            };
+            crate::sys::prefetch_headers(m.data());
+            i = self.next[i as usize];
+        }
+    }
+
     /// Keeps tenant `t` (just taken from the ready list) aside until its hand-over ends.
     pub(crate) fn park(&mut self, t: u32) {
         self.queues[t as usize].phase = Phase::Parked;

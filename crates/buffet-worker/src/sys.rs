@@ -1,6 +1,5 @@
-//! The only platform-specific code of the crate: the cycle counter, core pinning, a
-//! cache prefetch hint and a worker thread's CPU time (for the supervision of stuck
-//! workers).
+//! The only platform-specific code of the crate: the cycle counter, core pinning, cache
+//! prefetch hints and a worker thread's CPU time (for the supervision of stuck workers).
 
 /// Reads the CPU's time-stamp counter (0 on targets without one).
 #[inline]
@@ -43,6 +42,33 @@ pub(crate) fn prefetch_headers(bytes: &[u8]) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
 }
+
+/// Asks the CPU to bring every cache line of the `len` bytes at `p` towards L1 (at most
+/// [`PREFETCH_MAX_LINES`] lines): a Tenant Table entry, a counter row, a state's first
+/// bytes. A hint: `p` is never dereferenced, it may dangle or point into memory the thread
+/// may not access (another tenant's region under MPK), and nothing observable changes.
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let first = p as usize & !63;
+        let last = (p as usize).wrapping_add(len.max(1) - 1) & !63;
+        let lines = (last.wrapping_sub(first) >> 6).min(PREFETCH_MAX_LINES - 1);
+        let base = p.cast::<i8>().wrapping_sub(p as usize - first);
+        for l in 0..=lines {
+            // SAFETY: PREFETCHT0 is a hint: it performs no architectural access, cannot
+            // fault for any address (unmapped, guard page, protection key closed), and has
+            // no visible effect; `wrapping_sub`/`wrapping_add` only form the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(l << 6)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
+}
+
+/// The most cache lines one [`prefetch`] call asks for.
+pub(crate) const PREFETCH_MAX_LINES: usize = 4;
 
 /// CPU time the thread behind `handle` has used so far; `None` when the system does not
 /// tell (the thread has ended, or no per-thread CPU clock).

@@ -353,8 +353,27 @@ impl<N: NetworkFunction> Worker<N> {
         let mut cache = std::mem::take(&mut self.cache);
         groups.build(burst);
         cache.revalidate(&self.shared.table);
+        let n = groups.active.len();
+        // The groups' order is known now: prime the first groups' rows and headers, then
+        // keep loading the rows of the group ROWS_AHEAD on, the entry and state of the one
+        // ENTRY_AHEAD on, and the headers of the one HEADERS_AHEAD on, while each runs.
+        for g in 0..n.min(ROWS_AHEAD) {
+            self.prefetch_rows(&cache, groups.active[g]);
+        }
+        for g in 0..n.min(HEADERS_AHEAD) {
+            prefetch_group_headers(burst, groups.group(g).1);
+        }
         let mut t = t0;
-        for g in 0..groups.active.len() {
+        for g in 0..n {
+            if let Some(&ahead) = groups.active.get(g + ROWS_AHEAD) {
+                self.prefetch_rows(&cache, ahead);
+            }
+            if let Some(&ahead) = groups.active.get(g + ENTRY_AHEAD) {
+                cache.prefetch_entry(ahead);
+            }
+            if g + HEADERS_AHEAD < n {
+                prefetch_group_headers(burst, groups.group(g + HEADERS_AHEAD).1);
+            }
             let (tenant, members) = groups.group(g);
             let entry = cache.lookup(&self.shared.table, tenant);
             t = self.run_group(TenantSlot(tenant), entry, burst, members, t);
@@ -485,6 +504,22 @@ impl<N: NetworkFunction> Worker<N> {
             let Some(tenant) = bufs.next_ready() else {
                 break;
             };
+            // As in `process`: load the rows of the tenant visited ROWS_AHEAD on, and the
+            // entry, state and first packets' headers of the next one, while this one runs.
+            if let Some(ahead) = bufs.peek_ready(ROWS_AHEAD - 1) {
+                self.prefetch_rows(&cache, ahead);
+                bufs.prefetch_queue(ahead);
+                if let Some(w) = self.shared.weights.get(ahead as usize) {
+                    sys::prefetch(w, 4);
+                }
+                if let Some(g) = self.shared.gates.get(ahead as usize) {
+                    sys::prefetch(g, 4);
+                }
+            }
+            if let Some(ahead) = bufs.peek_ready(ENTRY_AHEAD - 1) {
+                cache.prefetch_entry(ahead);
+                bufs.prefetch_headers(ahead, group.min(GROUP_CHUNK));
+            }
             if !self.gate_open(tenant) {
                 bufs.park(tenant);
                 continue;
@@ -527,6 +562,21 @@ impl<N: NetworkFunction> Worker<N> {
         served
     }
 
+    /// Starts loading the per-tenant rows running `tenant`'s group touches in this
+    /// worker: the entry cache's row, the tenant's counter row (its first line, the one a
+    /// group updates) and its quarantine flag. A hint; no effect on any result.
+    #[inline]
+    fn prefetch_rows(&self, cache: &EntryCache<N::State>, tenant: u32) {
+        let i = tenant as usize;
+        cache.prefetch_row(tenant);
+        if let Some(row) = self.counters.tenants.get(i) {
+            sys::prefetch(row, 64);
+        }
+        if let Some(q) = self.shared.quarantined.get(i) {
+            sys::prefetch(q, 1);
+        }
+    }
+
     fn quarantined(&self, tenant: u32) -> bool {
         self.shared
             .quarantined
@@ -559,7 +609,12 @@ impl<N: NetworkFunction> Worker<N> {
                 // Chunks of up to GROUP_CHUNK packets: parse them, one `handle_group`
                 // call, count.
                 let result = catch_unwind(AssertUnwindSafe(|| {
-                    for chunk in members.chunks(GROUP_CHUNK) {
+                    for (c, chunk) in members.chunks(GROUP_CHUNK).enumerate() {
+                        // A group larger than a chunk: load the next chunk's headers while
+                        // this one runs (the first chunk's were loaded before the group).
+                        if let Some(next) = members.get((c + 1) * GROUP_CHUNK..) {
+                            prefetch_group_headers(burst, next);
+                        }
                         if !run_chunk(nf, &mut state, id, burst, chunk, &mut tally) {
                             // A fault verdict: the rest of the group stays pending and is
                             // quarantined below.
@@ -634,6 +689,26 @@ impl<N: NetworkFunction> Worker<N> {
             message,
         });
         dropped
+    }
+}
+
+/// How many groups ahead of the running one the worker starts loading the per-tenant
+/// rows (entry cache row, counter row, quarantine flag).
+const ROWS_AHEAD: usize = 2;
+/// How many groups ahead it starts loading the Tenant Table entry and the state's first
+/// lines (their addresses come from the entry cache row loaded `ROWS_AHEAD` before).
+const ENTRY_AHEAD: usize = 1;
+/// How many groups ahead it starts loading the packets' headers (up to one chunk).
+const HEADERS_AHEAD: usize = 1;
+
+/// Starts loading the headers of the first [`GROUP_CHUNK`] packets `members` (indices
+/// into `burst`) of a group that runs soon.
+#[inline]
+fn prefetch_group_headers(burst: &[PacketBuf], members: &[u32]) {
+    for &i in members.iter().take(GROUP_CHUNK) {
+        if let Some(m) = burst.get(i as usize) {
+            sys::prefetch_headers(m.data());
+        }
     }
 }
 
@@ -751,11 +826,26 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// one plain load instead of an atomic reference-count round trip per Packet Buffer.
 /// When anything in the table changed, entries whose slot moved on are dropped, so a
 /// removed tenant's region is released even if its slot is never seen again.
+///
+/// While nothing in the table changed since the last [`revalidate`](Self::revalidate)
+/// (one load of the table's change count, a line every group reads), every cached entry
+/// is current and a hit reads no per-slot generation; only after a change does a hit
+/// compare its slot's generation. Each entry also keeps its state's address, so the
+/// worker can prefetch the state of a group it will run soon without touching the entry.
 struct EntryCache<S> {
-    entries: Vec<Option<(u64, Arc<TenantEntry<S>>)>>,
+    entries: Vec<Option<Cached<S>>>,
     /// Slots with a cached entry.
     cached: Vec<u32>,
     seen_changes: u64,
+}
+
+/// One cached Tenant Table entry.
+struct Cached<S> {
+    /// The slot's generation when the entry was loaded.
+    generation: u64,
+    entry: Arc<TenantEntry<S>>,
+    /// Where the tenant's state starts (its region's base).
+    state: usize,
 }
 
 impl<S> Default for EntryCache<S> {
@@ -777,8 +867,8 @@ impl<S: Send + 'static> EntryCache<S> {
         self.seen_changes = changes;
         let entries = &mut self.entries;
         self.cached.retain(|&slot| {
-            let keep =
-                matches!(&entries[slot as usize], Some((g, _)) if *g == table.generation(TenantSlot(slot)));
+            let keep = matches!(&entries[slot as usize],
+                Some(c) if c.generation == table.generation(TenantSlot(slot)));
             if !keep {
                 entries[slot as usize] = None;
             }
@@ -789,22 +879,61 @@ impl<S: Send + 'static> EntryCache<S> {
     #[inline]
     fn lookup(&mut self, table: &TenantTable<S>, slot: u32) -> Option<&TenantEntry<S>> {
         let i = slot as usize;
-        let generation = table.generation(TenantSlot(slot));
         if i >= self.entries.len() {
             self.entries
                 .resize_with((i + 1).max(table.capacity() as usize), || None);
         }
-        let hit = matches!(&self.entries[i], Some((g, _)) if *g == generation);
+        // `revalidate` read the change count before checking every cached generation,
+        // and the table bumps a slot's generation before the change count: with the
+        // count unchanged, no slot changed since, so every cached entry is current.
+        let hit = match &self.entries[i] {
+            Some(c) => {
+                table.changes() == self.seen_changes
+                    || c.generation == table.generation(TenantSlot(slot))
+            }
+            None => false,
+        };
         if !hit {
+            let generation = table.generation(TenantSlot(slot));
             let was_cached = self.entries[i].is_some();
-            self.entries[i] = table.get_arc(TenantSlot(slot)).map(|e| (generation, e));
+            self.entries[i] = table.get_arc(TenantSlot(slot)).map(|entry| Cached {
+                generation,
+                state: entry.extent().base,
+                entry,
+            });
             match (was_cached, self.entries[i].is_some()) {
                 (false, true) => self.cached.push(slot),
                 (true, false) => self.cached.retain(|&s| s != slot),
                 _ => {}
             }
         }
-        self.entries[i].as_ref().map(|(_, e)| &**e)
+        self.entries[i].as_ref().map(|c| &*c.entry)
+    }
+
+    /// Starts loading the cache's own row for `slot` (far ahead of its group: the row
+    /// holds the entry's and the state's addresses, read by [`prefetch_entry`]).
+    ///
+    /// [`prefetch_entry`]: Self::prefetch_entry
+    #[inline]
+    fn prefetch_row(&self, slot: u32) {
+        if let Some(row) = self.entries.get(slot as usize) {
+            sys::prefetch(row, std::mem::size_of_val(row));
+        }
+    }
+
+    /// Starts loading what running `slot`'s group touches first: its Tenant Table entry
+    /// (id, state lock, isolation key) and the first lines of its state. Reads the
+    /// cache's row (prefetched earlier by [`prefetch_row`](Self::prefetch_row)); nothing
+    /// when the slot is not cached.
+    #[inline]
+    fn prefetch_entry(&self, slot: u32) {
+        if let Some(Some(c)) = self.entries.get(slot as usize) {
+            sys::prefetch(Arc::as_ptr(&c.entry), std::mem::size_of::<TenantEntry<S>>());
+            sys::prefetch(
+                c.state as *const u8,
+                std::mem::size_of::<S>().clamp(1, 2 * 64),
+            );
+        }
     }
 }
 
@@ -837,11 +966,10 @@ impl PacketBuffers {
         self.active.clear();
         self.tags.clear();
         for m in burst {
-            // The groups run in tenant order, not arrival order: start loading each
-            // frame's headers now, while the walk is sequential, so the parse of a
-            // group does not wait for memory packet by packet (the tag lives in the
-            // `PacketBuf`, apart from the frame, so this walk touches no frame itself).
-            sys::prefetch_headers(m.data());
+            // The tag lives in the `PacketBuf`, apart from the frame: this walk touches no
+            // frame. The groups run in tenant order, not arrival order; the worker loads
+            // each group's headers a group ahead of its run (`HEADERS_AHEAD`) rather than
+            // every frame's here, where hundreds of back-to-back prefetches stall the walk.
             let t = m.tenant.0 as usize;
             self.tags.push(t as u32);
             if t >= self.seen.len() {
@@ -908,5 +1036,72 @@ mod tests {
         }
         g.build(&burst[..1]);
         assert_eq!((g.group(0).0, g.group(0).1), (3, &[0u32][..]));
+    }
+
+    fn table(slots: u32) -> TenantTable<u64> {
+        let storage =
+            buffet_memory::MemoryStorage::new(buffet_memory::ArenaConfig { capacity: 16 << 20 })
+                .unwrap();
+        TenantTable::new(storage, slots)
+    }
+
+    /// A hit without a per-slot generation check is only taken while nothing in the table
+    /// changed: a replacement, a removal or an admission after the last revalidation is
+    /// seen by the very next lookup, revalidated or not.
+    #[test]
+    fn entry_cache_sees_every_change_without_revalidating() {
+        let t = table(4);
+        t.admit(TenantSlot(1), buffet_sdk::TenantId(10), 4096, 1)
+            .unwrap();
+        let mut c = EntryCache::default();
+        c.revalidate(&t);
+        assert_eq!(c.lookup(&t, 1).map(|e| *e.lock()), Some(1));
+        assert!(c.lookup(&t, 2).is_none());
+        // Replaced after the last revalidation: the next lookup has the new state.
+        t.replace_with(buffet_sdk::TenantId(10), 4096, 2, |_, _| {
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .unwrap();
+        assert_eq!(c.lookup(&t, 1).map(|e| *e.lock()), Some(2));
+        // Admitted at a slot that missed before.
+        t.admit(TenantSlot(2), buffet_sdk::TenantId(20), 4096, 3)
+            .unwrap();
+        assert_eq!(c.lookup(&t, 2).map(|e| *e.lock()), Some(3));
+        // Revalidated, then removed: gone at once.
+        c.revalidate(&t);
+        assert_eq!(c.lookup(&t, 1).map(|e| *e.lock()), Some(2));
+        drop(t.remove(TenantSlot(1)));
+        assert!(c.lookup(&t, 1).is_none());
+        assert_eq!(c.lookup(&t, 2).map(|e| *e.lock()), Some(3));
+        // The state address kept for prefetching is the entry's region base.
+        let base = t.get(TenantSlot(2)).entry().unwrap().extent().base;
+        assert!(matches!(&c.entries[2], Some(e) if e.state == base));
+    }
+
+    /// Prefetch hints never fault, whatever the address: null, unmapped, the top of the
+    /// address space, a range longer than the line cap.
+    #[test]
+    fn prefetch_hints_never_fault() {
+        sys::prefetch(std::ptr::null::<u8>(), 1);
+        sys::prefetch(std::ptr::null::<u8>(), 0);
+        sys::prefetch(usize::MAX as *const u8, 4096);
+        sys::prefetch(std::ptr::without_provenance::<u64>(0x10), 1 << 20);
+        let t = table(2);
+        t.admit(TenantSlot(0), buffet_sdk::TenantId(1), 4096, 7)
+            .unwrap();
+        let mut c = EntryCache::default();
+        c.prefetch_row(0);
+        c.prefetch_entry(0);
+        c.lookup(&t, 0);
+        c.prefetch_row(0);
+        c.prefetch_entry(0);
+        c.prefetch_entry(1);
+        c.prefetch_row(u32::MAX);
+        let extent = t.get(TenantSlot(0)).entry().unwrap().extent();
+        drop(t.remove(TenantSlot(0)));
+        // The cache lets go of the entry: its region is released (inaccessible again).
+        assert!(c.lookup(&t, 0).is_none());
+        c.prefetch_entry(0);
+        sys::prefetch(extent.base as *const u8, 64);
     }
 }
