@@ -131,7 +131,9 @@ struct Counted {
     /// Frames the receive port (or, with XDP dispatch, the workers' sockets) received.
     received: u64,
     /// Frames the port dropped on receive (AF_PACKET: the kernel's ring drops; AF_XDP:
-    /// the sockets' drops above plus frames without a tenant tag).
+    /// its own sockets' kernel drops plus frames without a tenant tag), plus the
+    /// kernel drops of the workers' sockets with XDP dispatch, which the port's
+    /// counter does not include.
     rx_dropped: u64,
     /// Packets the workers' NF handlers saw, and of those dropped.
     processed: u64,
@@ -163,6 +165,12 @@ fn counted(stats: &serde_json::Value) -> Counted {
     for s in port["sockets"].as_array().into_iter().flatten() {
         c.ring_full += n(&s["rx_ring_full"]);
         c.fill_empty += n(&s["rx_dropped"]);
+        if s["socket"].as_str() != Some("port") {
+            // A worker's own socket (XDP dispatch): its kernel drops are not in the
+            // port's rx_dropped.
+            c.rx_dropped +=
+                n(&s["rx_dropped"]) + n(&s["rx_ring_full"]) + n(&s["rx_invalid_descs"]);
+        }
     }
     for t in stats["tenants"].as_array().into_iter().flatten() {
         c.processed += n(&t["packets"]);
@@ -396,7 +404,8 @@ impl Where {
         let c = m.at;
         let sent = m.sent + u64::from(pings);
         let back = m.back + u64::from(pings) - m.lost_pings;
-        // A socket's kernel drops are in the port's rx_dropped too: counted once.
+        // Every socket's kernel drops are in `rx_dropped` (the port's own through the
+        // port's counter, the workers' added by `counted`): counted once.
         let counted = c.hook_dropped + c.rx_dropped + c.nf_dropped + c.tx_dropped + m.back_dropped;
         Where {
             sent,

@@ -327,9 +327,13 @@ static __always_inline uint32_t bf_active_bank(struct bf_xdp_state *st)
  * either way, when the run read the bank it searches, the bank was active and already
  * held, so the loader (which writes a bank only after flipping away from it and seeing
  * no holder) cannot write it until this run lets it go. Returns 1 when a rule matched, 0
- * when none did, -1 when a map is missing.
+ * when none did, -1 when a map is missing. On 1 the run still holds the bank, through
+ * `*held_out`, and lets it go with bf_bank_let_go once the schedule step has read the
+ * matched tenant's Tenant Table row: a loader that removes a tenant waits for the old
+ * bank's holders before it clears the row, so no run reads a row cleared (or reused by
+ * another tenant) after it was classified to it.
  */
-static __always_inline int bf_classify_held(struct bf_search *s)
+static __always_inline int bf_classify_held(struct bf_search *s, uint64_t **held_out)
 {
     uint32_t zero = 0, one = 1, b;
     struct bf_xdp_state *st = bpf_map_lookup_elem(&bf_state, &zero);
@@ -351,8 +355,18 @@ static __always_inline int bf_classify_held(struct bf_search *s)
     }
     s->bank = b;
     found = bf_classify(s, st->banks.n_tuples[b & 1]);
+    if (!found) {
+        bf_atomic_add(held, (uint64_t)-1);
+        return 0;
+    }
+    *held_out = held;
+    return 1;
+}
+
+/* Lets go of the bank bf_classify_held returned held. */
+static __always_inline void bf_bank_let_go(uint64_t *held)
+{
     bf_atomic_add(held, (uint64_t)-1);
-    return found ? 1 : 0;
 }
 
 static __always_inline void bf_emit(const struct bf_xdp_event *ev)
@@ -501,7 +515,8 @@ int buffet_dispatch(struct xdp_md *ctx)
         verdict = BF_XDP_MALFORMED;
         bf_count(BF_XDP_ST_MALFORMED);
     } else {
-        int hit = bf_classify_held(&search);
+        uint64_t *held = NULL;
+        int hit = bf_classify_held(&search, &held);
         if (hit < 0)
             return XDP_ABORTED;
         if (hit == 0) {
@@ -510,7 +525,10 @@ int buffet_dispatch(struct xdp_md *ctx)
         } else {
             tenant = search.tenant;
             step.tenant = tenant;
-            if (bf_xdp_schedule(&step) != 0)
+            rc = bf_xdp_schedule(&step);
+            if (held)
+                bf_bank_let_go(held);
+            if (rc != 0)
                 return XDP_ABORTED;
             switch (step.out.kind) {
             case BF_PASS:

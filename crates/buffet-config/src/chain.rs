@@ -248,7 +248,11 @@ pub trait RegisteredStages {
     /// The registered names, in order of registration: what [`NfSpec`]'s parser accepts
     /// as [`NfSpec::Registered`] inside
     /// [`with_registered_names`](crate::registry::with_registered_names).
-    fn registered_names(&self) -> Vec<String>;
+    /// None by default, so an implementation written before names were asked for keeps
+    /// building (its NFs then cannot be named in a daemon's `nf.offered`).
+    fn registered_names(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Adds the NF registered as `name` to `chain`, under `name` ([`Chain::with_nf`]);
     /// gives `chain` back unchanged when no NF has that name.
@@ -256,10 +260,6 @@ pub trait RegisteredStages {
 }
 
 impl RegisteredStages for () {
-    fn registered_names(&self) -> Vec<String> {
-        Vec::new()
-    }
-
     fn add_stage(&self, _name: &str, chain: Chain) -> Result<Chain, Chain> {
         Err(chain)
     }

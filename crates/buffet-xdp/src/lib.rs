@@ -40,6 +40,7 @@ mod sys;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::Duration;
 
 use aya::maps::{
     Array, HashMap as BpfHashMap, Map, MapData, MapError, PerCpuArray, RingBuf, XskMap,
@@ -70,6 +71,11 @@ pub const UNAVAILABLE: Option<&str> = option_env!("BUFFET_XDP_UNAVAILABLE");
 
 /// The program's name in the object.
 pub const PROGRAM_NAME: &str = "buffet_dispatch";
+
+/// How long a rule change waits for the program runs still holding a rule bank (a run
+/// holds one for a single search and schedule step, microseconds) before it gives up
+/// with `TimedOut`.
+pub const BANK_WAIT: Duration = Duration::from_secs(1);
 
 /// The compiled XDP dispatcher object (ELF), or why it was not built.
 pub fn dispatcher_object() -> Result<&'static [u8], LoadError> {
@@ -1007,15 +1013,31 @@ impl XdpDispatcher {
     }
 
     /// Waits until no program run holds bank `bank` (every CPU's reader count for it seen
-    /// at 0 after it stopped being active). A run holds a bank for one search, with
+    /// at 0 after it stopped being active). A run holds a bank for one search and the
+    /// schedule step that reads the matched row, with
     /// migration disabled (as every XDP run), so its two adds are on one CPU and the wait
     /// is a few microseconds; a run that reads the active word after the flip never
     /// holds the old bank for its search.
+    ///
+    /// Gives up after [`BANK_WAIT`] with a `TimedOut` error rather than hang the control
+    /// plane should a count never return to 0: before the flip the change is then
+    /// refused, after it the old bank is marked stale and waited for again before its
+    /// next use.
     fn wait_unheld(&self, bank: u32) -> Result<(), MapError> {
+        let start = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
             if self.readers.get(&bank, 0)?.iter().all(|&n| n == 0) {
                 return Ok(());
+            }
+            if start.elapsed() > BANK_WAIT {
+                return Err(MapError::SyscallError(aya::sys::SyscallError {
+                    call: "wait for the rule bank's readers",
+                    io_error: io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("a program run still holds rule bank {bank} after {BANK_WAIT:?}"),
+                    ),
+                }));
             }
             spins += 1;
             if spins < 64 {
