@@ -168,8 +168,7 @@ fn counted(stats: &serde_json::Value) -> Counted {
         if s["socket"].as_str() != Some("port") {
             // A worker's own socket (XDP dispatch): its kernel drops are not in the
             // port's rx_dropped.
-            c.rx_dropped +=
-                n(&s["rx_dropped"]) + n(&s["rx_ring_full"]) + n(&s["rx_invalid_descs"]);
+            c.rx_dropped += n(&s["rx_dropped"]) + n(&s["rx_ring_full"]) + n(&s["rx_invalid_descs"]);
         }
     }
     for t in stats["tenants"].as_array().into_iter().flatten() {
