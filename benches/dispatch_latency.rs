@@ -20,7 +20,8 @@
 //!   while a second socket counts the frames back; frames back per second from the first
 //!   send to the last frame back, and the share lost.
 //! - **Where the frames went**, per run: `buffet run --stats-json` gives, for the whole
-//!   run (pings and flood), what the XDP program dropped in the hook, what the kernel
+//!   run (pings and flood), what the XDP program dropped in the hook (or, with software
+//!   dispatch, what the Packet Dispatcher dropped: mostly a worker's ring full), what the kernel
 //!   dropped at each AF_XDP socket (receive ring full, fill ring empty, other drops:
 //!   `XDP_STATISTICS`), what the port received and dropped (AF_PACKET's ring drops for
 //!   software dispatch), what the workers processed and the NF dropped, and what the
@@ -123,6 +124,9 @@ struct Counted {
     hook: Option<u64>,
     /// Frames it dropped there: unmatched, malformed, policed, no live worker.
     hook_dropped: u64,
+    /// Frames the software Packet Dispatcher dropped (`global`: a worker's ring full,
+    /// oversize, and with software dispatch unmatched, malformed, no live worker).
+    dispatch_dropped: u64,
     /// AF_XDP sockets (summed): frames dropped because a receive ring was full.
     ring_full: u64,
     /// AF_XDP sockets: frames dropped for want of a fill-ring frame (`rx_dropped`,
@@ -155,6 +159,18 @@ fn counted(stats: &serde_json::Value) -> Counted {
         tx_dropped: n(&port["tx_dropped"]),
         ..Counted::default()
     };
+    let global = &stats["global"];
+    c.dispatch_dropped = n(&global["ring_full"]) + n(&global["oversize"]);
+    if input.get("xdp").is_none() {
+        c.dispatch_dropped += n(&global["unmatched"])
+            + n(&global["no_live_worker"])
+            + global["malformed"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(_, v)| n(v))
+                .sum::<u64>();
+    }
     if let Some(x) = input.get("xdp") {
         c.hook = Some(n(&x["packets"]));
         c.hook_dropped = ["unmatched", "malformed", "policed", "no_live_worker"]
@@ -405,7 +421,12 @@ impl Where {
         let back = m.back + u64::from(pings) - m.lost_pings;
         // Every socket's kernel drops are in `rx_dropped` (the port's own through the
         // port's counter, the workers' added by `counted`): counted once.
-        let counted = c.hook_dropped + c.rx_dropped + c.nf_dropped + c.tx_dropped + m.back_dropped;
+        let counted = c.hook_dropped
+            + c.dispatch_dropped
+            + c.rx_dropped
+            + c.nf_dropped
+            + c.tx_dropped
+            + m.back_dropped;
         Where {
             sent,
             back,
@@ -440,7 +461,7 @@ fn main() {
     let mut csv = String::from(
         "nf,dispatch,p50_us,p99_us,lost_pings,sent,back,throughput_kpps,\
          lost_in_hook,socket_ring_full,socket_fill_empty,port_rx_dropped,nf_dropped,\
-         tx_dropped,sender_rx_dropped,unaccounted\n",
+         tx_dropped,sender_rx_dropped,unaccounted,dispatcher_dropped\n",
     );
     let mut wheres = Vec::new();
     println!(
@@ -469,7 +490,7 @@ fn main() {
             );
             let w = Where::of(&m, pings);
             csv.push_str(&format!(
-                "{nf},{mode},{p50:.1},{p99:.1},{},{},{},{kpps:.1},{},{},{},{},{},{},{},{}\n",
+                "{nf},{mode},{p50:.1},{p99:.1},{},{},{},{kpps:.1},{},{},{},{},{},{},{},{},{}\n",
                 m.lost_pings,
                 m.sent,
                 m.back,
@@ -480,7 +501,8 @@ fn main() {
                 w.c.nf_dropped,
                 w.c.tx_dropped,
                 m.back_dropped,
-                w.unaccounted
+                w.unaccounted,
+                w.c.dispatch_dropped
             ));
             wheres.push((nf.to_owned(), mode, w));
         }
@@ -491,12 +513,13 @@ fn main() {
          kernel's XDP_STATISTICS summed over the run's AF_XDP sockets)"
     );
     println!(
-        "{:<9} {:<9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "{:<9} {:<9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
         "nf",
         "dispatch",
         "sent",
         "hook",
         "hook_drp",
+        "disp_drp",
         "ring_full",
         "fill_empt",
         "received",
@@ -511,10 +534,11 @@ fn main() {
     for (nf, mode, w) in &wheres {
         let c = &w.c;
         println!(
-            "{nf:<9} {mode:<9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "{nf:<9} {mode:<9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
             w.sent,
             c.hook.map_or_else(|| "-".to_owned(), |h| h.to_string()),
             c.hook_dropped,
+            c.dispatch_dropped,
             c.ring_full,
             c.fill_empty,
             c.received,
