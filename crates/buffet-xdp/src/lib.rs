@@ -654,12 +654,15 @@ impl XdpDispatcher {
     /// The kernel's id of the loaded program (what `bpftool prog show id` takes; its maps
     /// are listed there).
     pub fn program_id(&self) -> Result<u32, ProgramError> {
-        let prog: &Xdp = self
-            .ebpf
+        Ok(self.xdp()?.info()?.id())
+    }
+
+    /// The loaded program, as an XDP program.
+    fn xdp(&self) -> Result<&Xdp, ProgramError> {
+        self.ebpf
             .program(PROGRAM_NAME)
             .expect("loaded program")
-            .try_into()?;
-        Ok(prog.info()?.id())
+            .try_into()
     }
 
     /// The configuration it was loaded with.
@@ -1200,12 +1203,7 @@ impl XdpDispatcher {
             .map_err(RunError::Map)?;
         let mut out = vec![0u8; frame.len() + 64];
         let res = {
-            let prog: &Xdp = self
-                .ebpf
-                .program(PROGRAM_NAME)
-                .expect("loaded program")
-                .try_into()
-                .map_err(RunError::TestRun)?;
+            let prog = self.xdp().map_err(RunError::TestRun)?;
             let mut opts = TestRunOptions::new();
             opts.data_in = Some(frame);
             opts.data_out = Some(&mut out);
@@ -1250,12 +1248,7 @@ impl XdpDispatcher {
         if !self.cfg.test_mode {
             return Err(RunError::NotTestMode);
         }
-        let prog: &Xdp = self
-            .ebpf
-            .program(PROGRAM_NAME)
-            .expect("loaded program")
-            .try_into()
-            .map_err(RunError::TestRun)?;
+        let prog = self.xdp().map_err(RunError::TestRun)?;
         let io = |e: io::Error| RunError::TestRun(ProgramError::IOError(e));
         let prog = prog
             .fd()
