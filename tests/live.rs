@@ -242,6 +242,24 @@ fn sender_helper() {
     netns::sender(MARK);
 }
 
+/// This test binary run inside network namespace `ns` for the one ignored helper test
+/// `test` (single-threaded, its output shown): how a test puts a socket or a sender on
+/// the far side of a veth pair.
+fn ns_helper(ns: &str, test: &str) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            test,
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ]);
+    c
+}
+
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     let mut w = PcapWriter::create(path).unwrap();
     for (i, f) in frames.iter().enumerate() {
@@ -387,17 +405,7 @@ fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&s
         .sum();
     let packets: u64 = t.per_tenant.iter().map(|(_, k)| k).sum();
     let result = dir.path().join("sender.txt");
-    let sender = Command::new("ip")
-        .args(["netns", "exec", &ns.b])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "sender_helper",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    let sender = ns_helper(&ns.b, "sender_helper")
         .env("BUFFET_LIVE_SEND", &pcap)
         .env("BUFFET_LIVE_IFACE", &ns.vb)
         .env("BUFFET_LIVE_EXPECT", passed.to_string())
@@ -914,17 +922,7 @@ fn af_xdp_socket_in_a_callers_map() {
     let pcap = dir.path().join("send.pcap");
     write_pcap(&pcap, &frames);
     let (helper_out, sender_out) = (dir.path().join("xsk.txt"), dir.path().join("sender.txt"));
-    let mut helper = Command::new("ip")
-        .args(["netns", "exec", &ns.a])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "afxdp_callers_map_helper",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    let mut helper = ns_helper(&ns.a, "afxdp_callers_map_helper")
         .env("BUFFET_XSK_IFACE", &ns.va)
         .env("BUFFET_XSK_EXPECT", "50")
         .env("BUFFET_XSK_OUT", &helper_out)
@@ -940,17 +938,7 @@ fn af_xdp_socket_in_a_callers_map() {
             panic!("{seen}{}", String::from_utf8_lossy(&out.stderr));
         }
     }
-    let sender = Command::new("ip")
-        .args(["netns", "exec", &ns.b])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "sender_helper",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    let sender = ns_helper(&ns.b, "sender_helper")
         .env("BUFFET_LIVE_SEND", &pcap)
         .env("BUFFET_LIVE_IFACE", &ns.vb)
         .env("BUFFET_LIVE_EXPECT", "55")
@@ -1083,17 +1071,7 @@ fn af_xdp_socket_counters_account_for_every_frame() {
         let pcap = dir.path().join("send.pcap");
         write_pcap(&pcap, &frames);
         let helper_out = dir.path().join("xsk.txt");
-        let mut helper = Command::new("ip")
-            .args(["netns", "exec", &ns.a])
-            .arg(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "xsk_overfill_helper",
-                "--ignored",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
+        let mut helper = ns_helper(&ns.a, "xsk_overfill_helper")
             .env("BUFFET_XSK_IFACE", &ns.va)
             .env("BUFFET_XSK_SOCKET", socket)
             .env("BUFFET_XSK_OUT", &helper_out)
@@ -1148,17 +1126,7 @@ fn af_xdp_socket_counters_account_for_every_frame() {
 /// Runs the sender in namespace B (see [`sender_helper`]): sends `pcap` out of `ns.vb`,
 /// waits for `expect` marked frames back; returns (sent, back).
 fn send_from_b(ns: &NsPair, pcap: &Path, expect: u64, out: &Path) -> (u64, u64) {
-    let sender = Command::new("ip")
-        .args(["netns", "exec", &ns.b])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "sender_helper",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    let sender = ns_helper(&ns.b, "sender_helper")
         .env("BUFFET_LIVE_SEND", pcap)
         .env("BUFFET_LIVE_IFACE", &ns.vb)
         .env("BUFFET_LIVE_EXPECT", expect.to_string())
@@ -2102,17 +2070,7 @@ fn multiqueue_sender_helper() {
 fn send_on_queues(ns: &NsPair, env: &[(&str, String)]) -> Vec<u64> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mq.txt");
-    let sender = Command::new("ip")
-        .args(["netns", "exec", &ns.b])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "multiqueue_sender_helper",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    let sender = ns_helper(&ns.b, "multiqueue_sender_helper")
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("BUFFET_MQ_OUT", &out)
         .output()
@@ -2205,17 +2163,7 @@ fn af_xdp_port_reads_every_queue_it_is_given() {
         let pcap = dir.path().join("send.pcap");
         write_pcap(&pcap, &frames);
         let out = dir.path().join("mqr.txt");
-        let mut helper = Command::new("ip")
-            .args(["netns", "exec", &ns.a])
-            .arg(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "multiqueue_receiver_helper",
-                "--ignored",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
+        let mut helper = ns_helper(&ns.a, "multiqueue_receiver_helper")
             .env("BUFFET_MQR_IFACE", &va)
             .env("BUFFET_MQR_MODE", mode)
             .env("BUFFET_MQR_EXPECT", "100")
