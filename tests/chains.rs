@@ -1192,3 +1192,171 @@ fn a_policy_a_stage_rejects_stops_the_run_naming_the_stage() {
         assert!(!stats.exists(), "nothing ran");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The runner against a model of the documented semantics
+
+/// A stage whose verdict is a function of the packet's sequence number and the stage's
+/// salt (Pass, Forward, Tx, Drop, or a no-op header write before Pass), and which faults
+/// at one sequence number.
+#[derive(Default)]
+struct Script;
+
+#[derive(Clone, Copy, Debug, Default, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+struct ScriptPolicy {
+    salt: u32,
+    fault_seq: Option<u32>,
+}
+
+/// What [`Script`] decides for packet `seq`; `None` is Pass after a header write.
+fn script(p: &ScriptPolicy, seq: u32) -> Option<Verdict> {
+    if p.fault_seq == Some(seq) {
+        return Some(Verdict::Fault);
+    }
+    let h = (seq.wrapping_mul(2_654_435_761) ^ p.salt).rotate_left(7) % 16;
+    Some(match h {
+        0 => Verdict::Drop(DropCause::Policy),
+        1 => Verdict::Drop(DropCause::RateLimited),
+        2 | 3 => Verdict::Forward(h as u16 + p.salt as u16 % 4),
+        4 => Verdict::Tx,
+        5 => return None,
+        _ => Verdict::Pass,
+    })
+}
+
+impl NetworkFunction for Script {
+    type State = ScriptPolicy;
+    type Policy = ScriptPolicy;
+
+    fn name(&self) -> &'static str {
+        "script"
+    }
+
+    fn register(&self) -> MemorySpec {
+        MemorySpec { bytes: PAGE }
+    }
+
+    fn init(&self, policy: &ScriptPolicy, state: &mut ScriptPolicy) -> Result<(), InitError> {
+        *state = *policy;
+        Ok(())
+    }
+
+    fn handle(&self, pkt: &mut Packet<'_>, state: &mut ScriptPolicy) -> Verdict {
+        let seq = pkt
+            .payload()
+            .get(..4)
+            .map_or(u32::MAX, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        script(state, seq).unwrap_or_else(|| {
+            let _ = pkt.data_mut();
+            Verdict::Pass
+        })
+    }
+}
+
+impl RegisteredNf for Script {}
+
+/// The documented semantics, packet by packet within a chunk of `GROUP_CHUNK`, stage by
+/// stage: a stage sees the chunk's live packets its guard selects, in order; a drop ends
+/// the chain for the packet and is counted at its stage; `Forward`/`Tx` set the egress
+/// (the last one wins), `Pass` keeps it; a fault ends the chain for its packet and every
+/// later packet of the group (verdict `Fault`), the earlier packets of its chunk finish
+/// the chain, and no later chunk runs.
+fn model(
+    stages: &[(ScriptPolicy, Option<u16>)],
+    frames: &[(u32, u16)],
+) -> (Vec<Verdict>, Vec<StageCounters>) {
+    use buffet::sdk::GROUP_CHUNK;
+    let mut verdicts = vec![Verdict::Fault; frames.len()];
+    let mut counters = vec![StageCounters::default(); stages.len()];
+    for (c, chunk) in frames.chunks(GROUP_CHUNK).enumerate() {
+        let mut alive = vec![true; chunk.len()];
+        let mut outcome = vec![Verdict::Pass; chunk.len()];
+        let mut fault_at = chunk.len();
+        for (s, (policy, port)) in stages.iter().enumerate() {
+            let st = &mut counters[s];
+            for (i, &(seq, dport)) in chunk.iter().enumerate() {
+                // Even sequence numbers are TCP, odd ones UDP (the test's frames); a
+                // guard names TCP and a port.
+                if !alive[i] || port.is_some_and(|p| p != dport || seq % 2 == 1) {
+                    continue;
+                }
+                st.packets += 1;
+                match script(policy, seq) {
+                    Some(Verdict::Fault) => {
+                        st.faults += 1;
+                        fault_at = i;
+                        alive[i..].fill(false);
+                        break;
+                    }
+                    Some(v @ Verdict::Drop(cause)) => {
+                        st.drops[cause.index()] += 1;
+                        alive[i] = false;
+                        outcome[i] = v;
+                    }
+                    Some(v @ (Verdict::Forward(_) | Verdict::Tx)) => {
+                        st.passed += 1;
+                        outcome[i] = v;
+                    }
+                    Some(Verdict::Pass) | None => st.passed += 1,
+                }
+            }
+        }
+        let base = c * GROUP_CHUNK;
+        for (i, v) in outcome.into_iter().enumerate().take(fault_at) {
+            verdicts[base + i] = v;
+        }
+        if fault_at < chunk.len() {
+            break;
+        }
+    }
+    (verdicts, counters)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Any chain of 1 to 6 scripted stages (some guarded by destination port, one maybe
+    /// faulting) over any group of up to 100 packets: the runner's verdicts and every
+    /// stage's counters are the model's.
+    #[test]
+    fn the_runner_decides_and_counts_as_the_model(
+        stage_list in proptest::collection::vec(
+            (proptest::prelude::any::<u32>(), proptest::option::of(0u32..100), proptest::option::of(proptest::prop_oneof![proptest::strategy::Just(80u16), proptest::strategy::Just(443u16)])),
+            1..=6,
+        ),
+        frames in proptest::collection::vec(proptest::prop_oneof![proptest::strategy::Just(80u16), proptest::strategy::Just(443u16), proptest::strategy::Just(53u16)], 0..100),
+    ) {
+        let stages: Vec<(ScriptPolicy, Option<u16>)> = stage_list
+            .iter()
+            .map(|&(salt, fault_seq, port)| (ScriptPolicy { salt, fault_seq }, port))
+            .collect();
+        let frames: Vec<(u32, u16)> = frames.into_iter().enumerate().map(|(i, p)| (i as u32, p)).collect();
+        let spec: Vec<serde_json::Value> = stages
+            .iter()
+            .map(|(p, port)| match port {
+                Some(d) => json!({
+                    "nf": "script",
+                    "policy": p,
+                    "when": { "protocol": "tcp", "dst_port": d },
+                }),
+                None => json!({ "nf": "script", "policy": p }),
+            })
+            .collect();
+        let c = Chain::new().timed(false).with_nf("script", Script);
+        let mut state = built(&c, json!(spec));
+        let mut bytes: Vec<Vec<u8>> = frames
+            .iter()
+            .map(|&(seq, dport)| if seq % 2 == 0 { tcp(seq, dport) } else { udp(seq, dport) })
+            .collect();
+        let got = run(&c, &mut state, &mut bytes);
+        let (want, counters) = model(&stages, &frames);
+        proptest::prop_assert_eq!(got, want);
+        let got_counters: Vec<StageCounters> = stages_of(&state);
+        proptest::prop_assert_eq!(got_counters, counters);
+    }
+}
+
+fn stages_of(s: &ChainState) -> Vec<StageCounters> {
+    s.stages().map(|(_, c)| *c).collect()
+}

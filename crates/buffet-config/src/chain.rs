@@ -780,6 +780,10 @@ impl Chain {
     }
 
     /// One chunk of at most [`GROUP_CHUNK`] packets; false after a fault.
+    ///
+    /// The chunk's verdicts are written in place: every packet starts at `Pass`, a stage's
+    /// `Forward`/`Tx`/`Drop` replaces it (its `Pass` leaves the earlier decision), and
+    /// the packets from a fault on end as `Fault`.
     fn run_chunk(
         &self,
         pkts: &mut [Packet<'_>],
@@ -788,10 +792,11 @@ impl Chain {
     ) -> bool {
         let n = pkts.len().min(verdicts.len());
         debug_assert!(n <= GROUP_CHUNK);
-        let all = low_bits(n);
-        let mut alive = all;
+        let pkts = &mut pkts[..n];
+        let outcome = &mut verdicts[..n];
+        outcome.fill(Verdict::Pass);
+        let mut alive = low_bits(n);
         let mut fault_at = n;
-        let mut outcome = [Verdict::Pass; GROUP_CHUNK];
         let last = state.stages.len().saturating_sub(1);
         let mut clock = self.timed.then(Instant::now);
         for (s, stage) in state.stages.iter_mut().enumerate() {
@@ -849,65 +854,154 @@ impl Chain {
                 r
             };
             drop(open);
-            // The verdicts, counted in locals and added to the stage's counters once.
-            let c = &mut stage.counters;
+            // The verdicts, counted in locals and added to the stage's counters once; the
+            // loop is specialised for the common case (contiguous, or the last stage, which
+            // needs no fresh parse) so it carries no per-packet test of either.
             let reparse = s < last;
-            let mut handled = k;
-            let mut passed = 0u64;
-            for (j, &v) in sv[..k].iter().enumerate() {
-                let i = if contiguous { lo + j } else { pos[j] as usize };
-                match v {
-                    Verdict::Pass => {}
-                    Verdict::Forward(_) | Verdict::Tx => outcome[i] = v,
-                    Verdict::Drop(cause) => {
-                        c.drops[cause.index()] += 1;
-                        alive &= !(1 << i);
-                        outcome[i] = v;
-                        continue;
-                    }
-                    Verdict::Fault => {
-                        handled = j + 1;
-                        c.faults += 1;
-                        fault_at = i;
-                        alive &= low_bits(i);
-                        let why = match &panicked {
-                            Some(m) => format!("panicked: {m}"),
-                            None => stage
-                                .run
-                                .fault_reason()
-                                .unwrap_or_else(|| "reported a fault".to_owned()),
-                        };
-                        state.fault = Some(format!("chain stage {s} ({}): {why}", stage.name));
-                        break;
-                    }
+            let mut settled = Settled {
+                alive,
+                passed: 0,
+                drops: [0; DropCause::ALL.len()],
+                fault: None,
+            };
+            match (contiguous, reparse) {
+                (true, true) => {
+                    settle::<true, true>(&sv[..k], lo, &pos, pkts, outcome, &mut settled)
                 }
-                // A fresh parse for the next stage, only after a rewrite.
-                if reparse && pkts[i].headers_written() && pkts[i].reparse().is_err() {
-                    c.drops[DropCause::Malformed.index()] += 1;
-                    alive &= !(1 << i);
-                    outcome[i] = Verdict::Drop(DropCause::Malformed);
-                } else {
-                    passed += 1;
+                (true, false) => {
+                    settle::<true, false>(&sv[..k], lo, &pos, pkts, outcome, &mut settled)
+                }
+                (false, true) => {
+                    settle::<false, true>(&sv[..k], lo, &pos, pkts, outcome, &mut settled)
+                }
+                (false, false) => {
+                    settle::<false, false>(&sv[..k], lo, &pos, pkts, outcome, &mut settled)
                 }
             }
+            alive = settled.alive;
             let c = &mut stage.counters;
+            let mut handled = k;
+            if let Some((j, i)) = settled.fault {
+                handled = j + 1;
+                c.faults += 1;
+                fault_at = i;
+                alive &= low_bits(i);
+                let why = match &panicked {
+                    Some(m) => format!("panicked: {m}"),
+                    None => stage
+                        .run
+                        .fault_reason()
+                        .unwrap_or_else(|| "reported a fault".to_owned()),
+                };
+                state.fault = Some(format!("chain stage {s} ({}): {why}", stage.name));
+            }
             c.packets += handled as u64;
-            c.passed += passed;
+            c.passed += settled.passed;
+            for (total, d) in c.drops.iter_mut().zip(settled.drops) {
+                *total += d;
+            }
             if let Some(t0) = clock {
                 let t1 = Instant::now();
                 c.ns += u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
                 clock = Some(t1);
             }
         }
-        for (i, v) in verdicts[..n].iter_mut().enumerate() {
-            *v = if i >= fault_at {
-                Verdict::Fault
-            } else {
-                outcome[i]
-            };
+        if fault_at < n {
+            outcome[fault_at..].fill(Verdict::Fault);
         }
         fault_at == n
     }
+}
+
+/// What one stage's verdicts did to a chunk, before it goes into the stage's counters.
+struct Settled {
+    /// The chunk's packets still in the chain.
+    alive: u64,
+    /// Packets passed on to the next stage.
+    passed: u64,
+    /// Drops by [`DropCause::index`] (a rewrite that no longer parses is `Malformed`).
+    drops: [u64; DropCause::ALL.len()],
+    /// The first fault: its index in the sub-group and its packet's index in the chunk.
+    fault: Option<(usize, usize)>,
+}
+
+/// Applies one stage's verdicts `sv` (packet `j` of the sub-group is the chunk's packet
+/// `lo + j` when `CONTIGUOUS`, else `pos[j]`) to the chunk's `outcome`; with `REPARSE` a
+/// packet whose headers the stage rewrote gets a fresh parse for the next stage. Stops at
+/// the first fault.
+#[inline(always)]
+fn settle<const CONTIGUOUS: bool, const REPARSE: bool>(
+    sv: &[Verdict],
+    lo: usize,
+    pos: &[u8; GROUP_CHUNK],
+    pkts: &mut [Packet<'_>],
+    outcome: &mut [Verdict],
+    out: &mut Settled,
+) {
+    // Counted in locals (registers), stored once.
+    let mut alive = out.alive;
+    let mut passed = 0u64;
+    let mut fault = None;
+    if CONTIGUOUS {
+        // Straight zips over the sub-group's own ranges: no index per packet.
+        let range = lo..lo + sv.len();
+        let sub = sv
+            .iter()
+            .zip(&mut outcome[range.clone()])
+            .zip(&mut pkts[range]);
+        for (j, ((&v, o), pkt)) in sub.enumerate() {
+            let i = lo + j;
+            if !settle_one::<REPARSE>(v, o, pkt, i, &mut alive, &mut passed, &mut out.drops) {
+                fault = Some((j, i));
+                break;
+            }
+        }
+    } else {
+        for (j, (&v, &p)) in sv.iter().zip(pos.iter()).enumerate() {
+            let i = p as usize;
+            let (o, pkt) = (&mut outcome[i], &mut pkts[i]);
+            if !settle_one::<REPARSE>(v, o, pkt, i, &mut alive, &mut passed, &mut out.drops) {
+                fault = Some((j, i));
+                break;
+            }
+        }
+    }
+    out.alive = alive;
+    out.passed = passed;
+    out.fault = fault;
+}
+
+/// One packet's verdict (the chunk's packet `i`); false on a fault.
+#[inline(always)]
+fn settle_one<const REPARSE: bool>(
+    v: Verdict,
+    outcome: &mut Verdict,
+    pkt: &mut Packet<'_>,
+    i: usize,
+    alive: &mut u64,
+    passed: &mut u64,
+    drops: &mut [u64; DropCause::ALL.len()],
+) -> bool {
+    match v {
+        Verdict::Pass => {}
+        Verdict::Forward(_) | Verdict::Tx => *outcome = v,
+        Verdict::Drop(cause) => {
+            drops[cause.index()] += 1;
+            *alive &= !(1 << i);
+            *outcome = v;
+            return true;
+        }
+        Verdict::Fault => return false,
+    }
+    // A fresh parse for the next stage, only after a rewrite.
+    if REPARSE && pkt.headers_written() && pkt.reparse().is_err() {
+        drops[DropCause::Malformed.index()] += 1;
+        *alive &= !(1 << i);
+        *outcome = Verdict::Drop(DropCause::Malformed);
+    } else {
+        *passed += 1;
+    }
+    true
 }
 
 /// The `n` low bits set.
