@@ -1500,6 +1500,7 @@ impl XskReceiver {
                 }
                 None => {
                     b.tenant = TenantSlot(0);
+                    b.outcome = Outcome::Untagged;
                     self.counters.rx_dropped.fetch_add(1, Ordering::Relaxed);
                     rejected.push(b);
                 }

@@ -34,6 +34,9 @@ pub enum Outcome {
     NoTenant,
     /// The tenant is quarantined.
     Quarantined,
+    /// It arrived without the Packet Dispatcher's tenant tag (an AF_XDP frame with no
+    /// metadata): it belongs to no tenant and is not processed.
+    Untagged,
 }
 
 /// Who gets a port frame back: the port that lent it, and the frame's index in that

@@ -1828,6 +1828,11 @@ impl<N: NetworkFunction> Dataplane<N> {
                 self.global.removed_tenant += 1;
                 None
             }
+            Outcome::Untagged => {
+                // No tenant to count it under.
+                self.global.untagged += 1;
+                None
+            }
             _ => None,
         };
         match out {

@@ -232,6 +232,11 @@ pub struct GlobalReport {
     /// handler), not processed; they complete normally should the thread ever return.
     #[serde(skip_serializing_if = "is_zero")]
     pub stuck_in_worker: u64,
+    /// Frames a worker's own source (an AF_XDP socket the XDP Packet Dispatcher
+    /// redirects to) delivered without the dispatcher's tenant tag: not processed, and
+    /// attributable to no tenant.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub untagged: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -187,7 +187,12 @@ impl<N: NetworkFunction> WorkerThread<N> {
                     if n > 0 {
                         bump(&self.engine.counters.received, n as u64);
                     }
-                    for m in rejected.drain(..) {
+                    for mut m in rejected.drain(..) {
+                        // A frame the source turned away without saying why had no
+                        // tenant tag: not a tenant's, and not lost by this worker.
+                        if m.outcome == Outcome::Pending {
+                            m.outcome = Outcome::Untagged;
+                        }
                         push_done(&self.done, m);
                     }
                 }

@@ -169,4 +169,10 @@ fn workers_process_what_their_own_sources_deliver() {
         ]
     );
     assert_eq!(r.global.input_packets, 0, "no software dispatch");
+    // The rejected frames are nobody's: counted once, globally, and not as a tenant's
+    // frames lost with a dying worker.
+    assert_eq!(r.global.untagged, 2);
+    for t in &r.tenants {
+        assert_eq!(t.drops.get("worker_died"), None, "tenant {}", t.id.0);
+    }
 }
