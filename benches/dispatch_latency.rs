@@ -189,10 +189,12 @@ fn counted(stats: &serde_json::Value) -> Counted {
     }
     for t in stats["tenants"].as_array().into_iter().flatten() {
         c.processed += n(&t["packets"]);
+        // A tenant's `ring_full` drops are the dispatcher's, counted above.
         c.nf_dropped += t["drops"]
             .as_object()
             .into_iter()
             .flatten()
+            .filter(|(k, _)| k.as_str() != "ring_full")
             .map(|(_, v)| n(v))
             .sum::<u64>();
     }

@@ -877,6 +877,8 @@ struct SlotInfo {
     migrations: u64,
     /// Packets lost unprocessed with a worker that died.
     worker_died: u64,
+    /// Live packets dropped at their worker's full ring.
+    ring_full: u64,
     /// Faults since admission, and when the last one was seen.
     faults: u32,
     last_fault: Option<Instant>,
@@ -1438,6 +1440,9 @@ impl<N: NetworkFunction> Dataplane<N> {
             m = back;
             if live {
                 self.global.ring_full += 1;
+                if let Some(info) = self.slots.get_mut(m.tenant.index()) {
+                    info.ring_full += 1;
+                }
                 self.recycle(m);
                 return;
             }
@@ -2048,6 +2053,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             subtract(&mut r, &info.baseline);
             r.add_drop(DropReason::Policed, info.policed);
             r.add_drop(DropReason::WorkerDied, info.worker_died);
+            r.add_drop(DropReason::RingFull, info.ring_full);
             r.migrations = info.migrations;
             r.quarantined = self.core.shared.quarantined[i].load(Ordering::Acquire);
             if let Some(row) = self.dispatcher.scheduler().tenant(TenantSlot(i as u32)) {

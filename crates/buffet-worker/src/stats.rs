@@ -28,6 +28,9 @@ pub enum DropReason {
     /// Its worker thread died (outside a handler) with the packet in its burst,
     /// unprocessed.
     WorkerDied,
+    /// A live run's Packet Dispatcher found its worker's ring full and dropped it rather
+    /// than wait (also in the run-wide `global.ring_full`).
+    RingFull,
 }
 
 impl DropReason {
@@ -41,6 +44,7 @@ impl DropReason {
             DropReason::Quarantined => "quarantined",
             DropReason::NoLiveWorker => "no_live_worker",
             DropReason::WorkerDied => "worker_died",
+            DropReason::RingFull => "ring_full",
         }
     }
 }
@@ -211,7 +215,8 @@ pub struct GlobalReport {
     pub oversize: u64,
     /// Frames dropped because no live worker was left.
     pub no_live_worker: u64,
-    /// Live frames dropped because their worker's ring was full.
+    /// Live frames dropped because their worker's ring was full (each also under its
+    /// tenant's drops as `ring_full`).
     #[serde(skip_serializing_if = "is_zero")]
     pub ring_full: u64,
     /// Packets whose verdict named a port that does not exist.

@@ -4,11 +4,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use buffet_dispatch::{DispatcherConfig, Match};
 use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_nfs::monitor::{Monitor, MonitorPolicy};
-use buffet_sdk::TenantId;
+use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
 use buffet_worker::{build, Control, Dataplane, PipelineConfig, PipelineError, TenantSpec};
 use etherparse::PacketBuilder;
 
@@ -46,10 +47,13 @@ fn spec(t: u32) -> TenantSpec<MonitorPolicy> {
 }
 
 /// A port over frames in memory that records what is sent on it: (tenant octet, seq).
+/// `live`: it stands for an interface (the dispatcher drops at a full worker ring rather
+/// than wait).
 struct MemPort {
     frames: std::vec::IntoIter<Vec<u8>>,
     sent: Arc<Mutex<Vec<(u8, u32)>>>,
     stats: PortStats,
+    live: bool,
 }
 
 impl Port for MemPort {
@@ -94,7 +98,7 @@ impl Port for MemPort {
         Ok(())
     }
     fn is_live(&self) -> bool {
-        false
+        self.live
     }
     fn stats(&self) -> PortStats {
         self.stats
@@ -134,6 +138,7 @@ fn admissions_from_another_thread_cost_other_tenants_nothing() {
         frames: frames.into_iter(),
         sent: sent.clone(),
         stats: PortStats::default(),
+        live: false,
     }));
     for t in 1..=VICTIMS {
         // Before the data plane runs, answers come when it starts applying commands.
@@ -307,4 +312,88 @@ fn reconfigure_swaps_rules_max_nb_and_name_between_bursts() {
     assert_eq!(t.packets, 110 + 50, "{t:?}");
     assert_eq!(t.drops.get("policed"), Some(&50), "{t:?}");
     assert_eq!(r.global.unmatched, 100 + 100);
+}
+
+/// A Monitor that takes its time (about a microsecond per packet), so that a live
+/// dispatcher outruns its worker.
+struct SlowMonitor(Monitor);
+
+impl NetworkFunction for SlowMonitor {
+    type State = <Monitor as NetworkFunction>::State;
+    type Policy = MonitorPolicy;
+
+    fn name(&self) -> &'static str {
+        "slow-monitor"
+    }
+
+    fn register(&self) -> MemorySpec {
+        self.0.register()
+    }
+
+    fn init(&self, p: &MonitorPolicy, s: &mut Self::State) -> Result<(), InitError> {
+        self.0.init(p, s)
+    }
+
+    fn handle(&self, pkt: &mut Packet<'_>, s: &mut Self::State) -> Verdict {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_micros(1) {
+            std::hint::spin_loop();
+        }
+        self.0.handle(pkt, s)
+    }
+}
+
+#[test]
+fn a_live_runs_ring_full_drops_are_counted_under_their_tenants() {
+    let cfg = PipelineConfig {
+        workers: 1,
+        pin: false,
+        ring_size: 16,
+        burst: 16,
+        ..PipelineConfig::default()
+    };
+    let (control, mut dataplane) = build(SlowMonitor(Monitor::default()), cfg).unwrap();
+    const PER_TENANT: u32 = 5_000;
+    let mut frames = Vec::new();
+    for seq in 0..PER_TENANT {
+        for t in 1..=3 {
+            frames.push(frame(t, seq));
+        }
+    }
+    dataplane.add_port(Box::new(MemPort {
+        frames: frames.into_iter(),
+        sent: Arc::default(),
+        stats: PortStats::default(),
+        live: true,
+    }));
+    for t in 1..=3 {
+        let c = control.clone();
+        let h = std::thread::spawn(move || c.admit(spec(t)).unwrap());
+        while !h.is_finished() {
+            dataplane.apply_commands();
+        }
+        h.join().unwrap();
+    }
+    dataplane.run(|_| {}).unwrap();
+    let report = dataplane.finish();
+    let ring_full: Vec<u64> = report
+        .tenants
+        .iter()
+        .map(|t| t.drops.get("ring_full").copied().unwrap_or(0))
+        .collect();
+    assert!(
+        report.global.ring_full > 0,
+        "the dispatcher never found the ring full: the test shows nothing"
+    );
+    assert_eq!(ring_full.iter().sum::<u64>(), report.global.ring_full);
+    for t in &report.tenants {
+        // Every frame of the tenant is either run by its NF or a counted drop.
+        assert_eq!(
+            t.packets + t.dropped(),
+            u64::from(PER_TENANT),
+            "tenant {}: {:?}",
+            t.id.0,
+            t.drops
+        );
+    }
 }
