@@ -932,8 +932,18 @@ fn a_c_stage_cannot_touch_the_previous_c_stage_of_its_tenant_under_mpk() {
         if stage_keys {
             c = c.stage_keys(mpk);
         }
+        // A timeslot of 2^33 ns (all packets are in slot 0 either way): the supervision's
+        // stall bound (half a timeslot) then allows a slow first burst under emulated pku
+        // (scripts/mpk-vm.sh) instead of evacuating the worker as stuck.
         let cfg = PipelineConfig {
             domain: buffet::memory::Domain::Mpk,
+            dispatcher: DispatcherConfig {
+                sched: SchedulerConfig {
+                    shift: 33,
+                    threshold: 3,
+                },
+                ..DispatcherConfig::default()
+            },
             ..pipeline_cfg()
         };
         let mut p = Pipeline::new(c, cfg).unwrap();
