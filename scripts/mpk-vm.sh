@@ -196,7 +196,7 @@ EOF
   set +e
   timeout -k 10 "$timeout_s" qemu-system-x86_64 \
     -accel tcg,thread=multi -cpu max -smp 2 -m "$memory" \
-    -display none -vga none -monitor none -serial stdio -no-reboot \
+    -display none -vga none -monitor none -serial stdio -nic none -no-reboot \
     -kernel "$kernel" -initrd "$work/initramfs.cpio" \
     -append "console=ttyS0 quiet loglevel=3 panic=-1" \
     -virtfs local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap \
