@@ -974,7 +974,11 @@ fn a_c_stage_cannot_touch_the_previous_c_stage_of_its_tenant_under_mpk() {
         // A report leaves a quarantined tenant's NF counters out; released (which keeps
         // the state it had, and nothing is pushed after), its counters are reported.
         p.flush();
-        let quarantined = p.report().tenants.iter().any(|t| t.id.0 == 1 && t.quarantined);
+        let quarantined = p
+            .report()
+            .tenants
+            .iter()
+            .any(|t| t.id.0 == 1 && t.quarantined);
         if quarantined {
             p.release(TenantId(1)).unwrap();
         }
