@@ -67,6 +67,7 @@ check_tools() {
   file_is_static /bin/busybox || die "/bin/busybox is not statically linked (Debian: busybox-static)"
   if [ -n "${MPK_VM_KERNEL:-}" ]; then
     kernel=$MPK_VM_KERNEL
+    [ -f "$kernel" ] || die "MPK_VM_KERNEL=$kernel: no such file"
   else
     kernel=$(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1 || true)
   fi
