@@ -21,6 +21,12 @@
 //!   does; elsewhere a privilege skip (`SKIP (privilege): …`, a failure under
 //!   `BUFFET_REQUIRE_PRIVILEGED=1` or in CI, as for the eBPF tests).
 //!
+//! `BUFFET_DOC_BLOCKS=needs-pku` runs only the blocks marked `needs pku` (every other
+//! block is listed as skipped): scripts/mpk-vm.sh sets it to run them on an emulated CPU
+//! with protection keys, where the rest — which `cargo test` runs on the host — would
+//! take many times as long. Each such block then runs without the document's earlier
+//! blocks, so a `needs pku` block builds what it uses itself.
+//!
 //! At the end it lists, on stderr (visible in `cargo test` output), every block it ran
 //! and every block it skipped, with the reason.
 //!
@@ -34,6 +40,20 @@ use std::time::{Duration, Instant};
 
 /// How long one block may run.
 const BLOCK_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Names which blocks run: unset (every block) or `needs-pku`.
+const SELECT_ENV: &str = "BUFFET_DOC_BLOCKS";
+
+/// Whether only the blocks marked `needs pku` run ([`SELECT_ENV`]); any other value than
+/// `needs-pku` is refused.
+fn only_pku_blocks() -> bool {
+    match std::env::var(SELECT_ENV) {
+        Err(std::env::VarError::NotPresent) => false,
+        Ok(v) if v == "needs-pku" => true,
+        Ok(v) => panic!("{SELECT_ENV}={v:?}: the only selection is `needs-pku`"),
+        Err(e) => panic!("{SELECT_ENV}: {e}"),
+    }
+}
 
 /// Languages whose blocks are commands.
 const SHELL_LANGS: [&str; 4] = ["sh", "bash", "shell", "console"];
@@ -223,6 +243,7 @@ fn every_shell_block_of_the_docs_runs_as_written() {
         std::env::var("PATH").unwrap_or_default()
     );
     let (mut ran, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+    let only_pku = only_pku_blocks();
     for doc in documents(root) {
         let name = doc.strip_prefix(root).unwrap().display().to_string();
         let text = std::fs::read_to_string(&doc).unwrap();
@@ -230,12 +251,16 @@ fn every_shell_block_of_the_docs_runs_as_written() {
         if blocks.is_empty() {
             continue;
         }
-        let copy = tempfile::tempdir().unwrap();
-        copy_repo(root, copy.path());
+        // Copied when its first block runs: a document whose blocks all skip needs none.
+        let mut copy: Option<tempfile::TempDir> = None;
         for b in blocks {
             match &b.mark {
                 Mark::Skip(reason) => {
                     skipped.push(format!("{}: {reason}", b.at));
+                    continue;
+                }
+                mark if only_pku && *mark != Mark::NeedsPku => {
+                    skipped.push(format!("{}: not selected ({SELECT_ENV}=needs-pku)", b.at));
                     continue;
                 }
                 Mark::NeedsPku if !buffet_testkit::require_pku(&format!("doc block {}", b.at)) => {
@@ -255,6 +280,11 @@ fn every_shell_block_of_the_docs_runs_as_written() {
                 }
                 _ => {}
             }
+            let copy = copy.get_or_insert_with(|| {
+                let copy = tempfile::tempdir().unwrap();
+                copy_repo(root, copy.path());
+                copy
+            });
             match run(&b.script, copy.path(), &path_env) {
                 Ok(took) => ran.push(format!("{} ({:.1} s)", b.at, took.as_secs_f64())),
                 Err(why) => failed.push(format!("{}:\n{}\n{why}", b.at, b.script)),
