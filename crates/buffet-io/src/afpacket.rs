@@ -41,7 +41,7 @@ use std::sync::atomic::AtomicBool;
 
 use buffet_sdk::{PortId, TenantSlot};
 
-use crate::buf::{Outcome, PacketBuf};
+use crate::buf::PacketBuf;
 use crate::port::{HeapPool, Port, PortError, PortStats, Rx};
 
 #[allow(unsafe_code)]
@@ -333,10 +333,7 @@ impl Port for AfPacketPort {
                         self.stats.rx_dropped += 1;
                         pool.give(buf);
                     } else {
-                        buf.ts_ns = f.ts_ns;
-                        buf.in_port = self.cfg.id;
-                        buf.tenant = TenantSlot(0);
-                        buf.outcome = Outcome::Pending;
+                        buf.received(f.ts_ns, self.cfg.id, TenantSlot(0));
                         out.push(buf);
                         n += 1;
                     }

@@ -1185,11 +1185,7 @@ impl AfXdpPort {
             };
             match self.umem.lend(d.addr, capacity, d.len as usize, owner) {
                 Some(mut b) => {
-                    b.ts_ns = ts_ns;
-                    b.in_port = self.cfg.id;
-                    b.tenant = tenant;
-                    b.outcome = Outcome::Pending;
-                    b.layout = None;
+                    b.received(ts_ns, self.cfg.id, tenant);
                     out.push(b);
                     self.lent = self.lent.wrapping_add(1);
                     n += 1;
@@ -1487,10 +1483,7 @@ impl XskReceiver {
                 self.counters.rx_dropped.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
-            b.ts_ns = ts_ns;
-            b.in_port = self.id;
-            b.layout = None;
-            b.outcome = Outcome::Pending;
+            b.received(ts_ns, self.id, TenantSlot(0));
             lent += 1;
             match tenant {
                 Some(t) => {

@@ -117,6 +117,18 @@ impl PacketBuf {
         }
     }
 
+    /// Stamps a frame a port just received: its arrival time and port, its tenant slot
+    /// (0 until the dispatcher tags it, unless the port knows it), not processed, no
+    /// parse attached.
+    #[inline]
+    pub fn received(&mut self, ts_ns: u64, in_port: PortId, tenant: TenantSlot) {
+        self.ts_ns = ts_ns;
+        self.in_port = in_port;
+        self.tenant = tenant;
+        self.outcome = Outcome::Pending;
+        self.layout = None;
+    }
+
     /// Copies `frame` in and resets the metadata; false (and nothing copied) when it does
     /// not fit.
     pub fn fill(&mut self, frame: &[u8]) -> bool {

@@ -38,7 +38,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use buffet_sdk::{PortId, TenantSlot};
 
-use crate::buf::{Outcome, PacketBuf};
+use crate::buf::PacketBuf;
 use crate::port::{HeapPool, Port, PortError, PortStats, Rx};
 
 #[allow(unsafe_code)]
@@ -515,11 +515,7 @@ impl Port for DpdkPort {
                 continue;
             }
             let mut b = m.lend(self.cfg.id);
-            b.ts_ns = ts_ns;
-            b.in_port = self.cfg.id;
-            b.tenant = TenantSlot(0);
-            b.layout = None;
-            b.outcome = Outcome::Pending;
+            b.received(ts_ns, self.cfg.id, TenantSlot(0));
             out.push(b);
             n += 1;
         }

@@ -18,7 +18,7 @@
 
 use buffet_sdk::{PortId, TenantSlot};
 
-use crate::buf::{Outcome, PacketBuf};
+use crate::buf::PacketBuf;
 use crate::pcap::{PcapError, PcapWriter};
 use crate::{PacketSource, SourceError};
 
@@ -231,10 +231,7 @@ impl<S: PacketSource + Send> Port for SourcePort<S> {
                                 pool.give(buf);
                                 continue;
                             }
-                            buf.ts_ns = pkt.ts_ns;
-                            buf.in_port = self.id;
-                            buf.tenant = TenantSlot(0);
-                            buf.outcome = Outcome::Pending;
+                            buf.received(pkt.ts_ns, self.id, TenantSlot(0));
                             buf
                         }
                         Ok(None) => {
