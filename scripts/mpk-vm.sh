@@ -124,6 +124,8 @@ build_initramfs() {
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+# Loopback up: tests that serve HTTP on 127.0.0.1 (buffetd) run in the guest too.
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 fail() { echo "mpk-vm guest: $*"; poweroff -f; }
 for m in $(cat /mods/order); do
   [ -f /mods/$m.ko ] || continue

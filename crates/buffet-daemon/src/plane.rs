@@ -553,6 +553,11 @@ pub fn start_registered(
             .map_err(|e| StartError::Nf(format!("nf.offered[{i}]: {s}: {e}")))?;
         chain = chain.with_loaded(s, loaded);
     }
+    if level == Isolation::Mpk {
+        // Each C stage's part of a tenant's region under its own protection key, as
+        // `buffet replay`/`run` do: a tenant's C stage cannot touch the C stage beside it.
+        chain = chain.stage_keys(isolation::mpk()?);
+    }
     Build {
         name: spec.to_string(),
         level,
