@@ -1020,8 +1020,9 @@ impl<S: Send + 'static> EntryCache<S> {
 #[derive(Default)]
 struct PacketBuffers {
     epoch: u32,
-    seen: Vec<u32>,
-    count: Vec<u32>,
+    /// Per tenant slot: the burst that last saw it and its count (one cache line per
+    /// slot touched, not two).
+    slots: Vec<SlotCount>,
     /// Slots of this burst in first-seen order.
     active: Vec<u32>,
     /// Start of each active group in `order`.
@@ -1038,7 +1039,7 @@ impl PacketBuffers {
     fn build(&mut self, burst: &[PacketBuf], headers: bool) {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
-            self.seen.iter_mut().for_each(|s| *s = 0);
+            self.slots.iter_mut().for_each(|s| s.epoch = 0);
             self.epoch = 1;
         }
         self.active.clear();
@@ -1062,8 +1063,7 @@ impl PacketBuffers {
         // run.
         let mut runs = Runs {
             epoch: self.epoch,
-            seen: &mut self.seen,
-            count: &mut self.count,
+            slots: &mut self.slots,
             active: &mut self.active,
         };
         let mut tags = self.tags.iter();
@@ -1090,16 +1090,18 @@ impl PacketBuffers {
         let mut at = 0u32;
         for &t in &self.active {
             self.starts.push(at);
-            let n = self.count[t as usize];
+            let slot = &mut self.slots[t as usize];
+            let n = slot.count;
             // `count` now holds the next write position of the group.
-            self.count[t as usize] = at;
+            slot.count = at;
             at += n;
         }
         self.order.resize(burst.len(), 0);
         for (i, &t) in self.tags.iter().enumerate() {
             let t = t as usize;
-            self.order[self.count[t] as usize] = i as u32;
-            self.count[t] += 1;
+            let slot = &mut self.slots[t];
+            self.order[slot.count as usize] = i as u32;
+            slot.count += 1;
         }
     }
 
@@ -1117,29 +1119,46 @@ impl PacketBuffers {
 /// The per-slot arrays of [`PacketBuffers`] while a burst's tags are counted.
 struct Runs<'a> {
     epoch: u32,
-    seen: &'a mut Vec<u32>,
-    count: &'a mut Vec<u32>,
+    slots: &'a mut Vec<SlotCount>,
     active: &'a mut Vec<u32>,
 }
 
 impl Runs<'_> {
     /// Adds a run of `n` packets of tenant slot `t` to its count (a new group when the
     /// burst had none of its packets yet).
-    #[inline]
+    #[inline(always)]
     fn add(&mut self, t: u32, n: u32) {
         let i = t as usize;
-        if i >= self.seen.len() {
-            self.seen.resize(i + 1, 0);
-            self.count.resize(i + 1, 0);
+        if i >= self.slots.len() {
+            grow(self.slots, i + 1);
         }
-        if self.seen[i] != self.epoch {
-            self.seen[i] = self.epoch;
-            self.count[i] = n;
+        let slot = &mut self.slots[i];
+        if slot.epoch != self.epoch {
+            *slot = SlotCount {
+                epoch: self.epoch,
+                count: n,
+            };
             self.active.push(t);
         } else {
-            self.count[i] += n;
+            slot.count += n;
         }
     }
+}
+
+/// A tenant slot's entry in [`PacketBuffers`].
+#[derive(Clone, Copy, Default)]
+struct SlotCount {
+    /// The burst (`PacketBuffers::epoch`) that last saw the slot.
+    epoch: u32,
+    /// Its packets in that burst; then the next write position of its group.
+    count: u32,
+}
+
+/// Grows the per-slot array to `len` (once per new highest slot: kept out of line).
+#[cold]
+#[inline(never)]
+fn grow(slots: &mut Vec<SlotCount>, len: usize) {
+    slots.resize(len, SlotCount::default());
 }
 
 #[cfg(test)]
