@@ -145,17 +145,20 @@ impl PacketBuf {
     }
 
     /// The frame.
+    #[inline]
     pub fn data(&self) -> &[u8] {
         &self.buffer()[..self.len as usize]
     }
 
     /// The frame, writable.
+    #[inline]
     pub fn data_mut(&mut self) -> &mut [u8] {
         let len = self.len as usize;
         &mut self.buffer_mut()[..len]
     }
 
     /// The whole buffer (frame plus spare capacity).
+    #[inline]
     pub fn buffer(&self) -> &[u8] {
         match &self.storage {
             Storage::Heap(b) => &b[..],
@@ -164,6 +167,7 @@ impl PacketBuf {
     }
 
     /// The whole buffer, writable, for NFs that grow the frame.
+    #[inline]
     pub fn buffer_mut(&mut self) -> &mut [u8] {
         match &mut self.storage {
             Storage::Heap(b) => &mut b[..],
@@ -172,17 +176,20 @@ impl PacketBuf {
     }
 
     /// Bytes the frame may grow to.
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.buffer().len()
     }
 
     /// Sets the frame length after an NF resized the frame in place (clamped to the
     /// buffer).
+    #[inline]
     pub fn set_len(&mut self, len: usize) {
         self.len = len.min(self.capacity()) as u32;
     }
 
     /// Frame length.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
     }

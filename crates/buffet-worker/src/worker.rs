@@ -389,7 +389,8 @@ impl<N: NetworkFunction> Worker<N> {
             }
             let (tenant, members) = groups.group(g);
             let entry = cache.lookup(&self.shared.table, tenant);
-            t = self.run_group(TenantSlot(tenant), entry, burst, members, t);
+            // Below FAR_TENANTS the grouping pass loaded every header already.
+            t = self.run_group(TenantSlot(tenant), entry, burst, members, t, far);
         }
         self.groups = groups;
         self.cache = cache;
@@ -554,7 +555,15 @@ impl<N: NetworkFunction> Worker<N> {
                 stage.iter().for_each(|m| sys::prefetch_headers(m.data()));
                 let entry = cache.lookup(&self.shared.table, tenant);
                 let w0 = self.clock.work(t);
-                t = self.run_group(TenantSlot(tenant), entry, &mut stage, &self.members[..n], t);
+                // Every staged header is loading already (above).
+                t = self.run_group(
+                    TenantSlot(tenant),
+                    entry,
+                    &mut stage,
+                    &self.members[..n],
+                    t,
+                    false,
+                );
                 let cost = i64::try_from(self.clock.work(t).wrapping_sub(w0)).unwrap_or(i64::MAX);
                 let d = bufs.deficit(tenant);
                 *d = d.saturating_sub(cost);
@@ -600,6 +609,8 @@ impl<N: NetworkFunction> Worker<N> {
 
     /// Runs the packets `members` (indices into `burst`) of one tenant; `t0` is the
     /// cycle count when the group started, the return value when it ended.
+    /// `next_chunks`: load each next chunk's headers while a chunk runs (false when the
+    /// caller already started loading every member's headers).
     fn run_group(
         &self,
         tenant: TenantSlot,
@@ -607,6 +618,7 @@ impl<N: NetworkFunction> Worker<N> {
         burst: &mut [PacketBuf],
         members: &[u32],
         t0: u64,
+        next_chunks: bool,
     ) -> u64 {
         let idx = tenant.0 as usize;
         let mut tally = GroupTally::default();
@@ -622,26 +634,35 @@ impl<N: NetworkFunction> Worker<N> {
                 let mut state = entry.lock();
                 // Chunks of up to GROUP_CHUNK packets: parse them, one `handle_group`
                 // call, count.
+                // Whether every chunk recorded an outcome for each of its packets.
+                let mut completed = true;
                 let result = catch_unwind(AssertUnwindSafe(|| {
                     for (c, chunk) in members.chunks(GROUP_CHUNK).enumerate() {
                         // A group larger than a chunk: load the next chunk's headers while
-                        // this one runs (the first chunk's were loaded before the group).
-                        if let Some(next) = members.get((c + 1) * GROUP_CHUNK..) {
-                            prefetch_group_headers(burst, next);
+                        // this one runs (the first chunk's were loaded before the group),
+                        // unless the caller loaded the whole group's already.
+                        if next_chunks {
+                            if let Some(next) = members.get((c + 1) * GROUP_CHUNK..) {
+                                prefetch_group_headers(burst, next);
+                            }
                         }
                         if !run_chunk(nf, &mut state, id, burst, chunk, &mut tally) {
                             // A fault verdict: the rest of the group stays pending and is
                             // quarantined below.
+                            completed = false;
                             break;
                         }
                     }
                 }));
                 drop(state);
+                // A chunk that completed left none of its packets pending, so the group
+                // is only searched for pending packets after one did not.
                 let result = match result {
                     Ok(())
-                        if members
-                            .iter()
-                            .any(|&i| burst[i as usize].outcome == Outcome::Pending) =>
+                        if !completed
+                            && members
+                                .iter()
+                                .any(|&i| burst[i as usize].outcome == Outcome::Pending) =>
                     {
                         Err(Box::new("the NF reported a fault (Verdict::Fault)")
                             as Box<dyn std::any::Any + Send>)
@@ -737,8 +758,10 @@ fn prefetch_group_headers(burst: &[PacketBuf], members: &[u32]) {
 /// [`GROUP_CHUNK`]. Parses each packet (malformed ones are counted and never reach the
 /// NF), hands the parsed ones to `handle_group` in one call, and records every outcome in
 /// arrival order. Returns false when the NF reported a fault: that packet and the ones
-/// after it stay pending. A panic in the NF is re-raised after the verdicts already
-/// written are recorded, so the packets before it keep theirs.
+/// after it stay pending (false too should an index lie outside `burst`: that packet and
+/// the ones after it stay pending). Returns true only when every packet of the chunk has
+/// its outcome. A panic in the NF is re-raised after the verdicts already written are
+/// recorded, so the packets before it keep theirs.
 fn run_chunk<N: NetworkFunction>(
     nf: &N,
     state: &mut N::State,
@@ -747,42 +770,46 @@ fn run_chunk<N: NetworkFunction>(
     chunk: &[u32],
     tally: &mut GroupTally,
 ) -> bool {
+    const { assert!(GROUP_CHUNK <= 64) };
     debug_assert!(chunk.len() <= GROUP_CHUNK && chunk.windows(2).all(|w| w[0] < w[1]));
     let mut verdicts = [Verdict::Fault; GROUP_CHUNK];
     let mut lens = [0usize; GROUP_CHUNK];
-    // Per chunk position: the index into `pkts`, or None when the frame did not parse.
-    let mut parsed: ArrayVec<Option<usize>, GROUP_CHUNK> = ArrayVec::new();
+    // Bit `k` set: the chunk's `k`-th packet did not parse (it is not among `pkts`).
+    let mut malformed = 0u64;
+    // Packets of the chunk found in `burst` (all of them unless an index is out of range).
+    let mut walked = 0usize;
+    let mut bytes = 0u64;
     let panicked = {
         let mut pkts: ArrayVec<Packet<'_>, GROUP_CHUNK> = ArrayVec::new();
         // Disjoint `&mut` to the members: walk the burst once, splitting at each index.
         let mut rest: &mut [PacketBuf] = burst;
         let mut base = 0usize;
-        for &i in chunk {
+        for (k, &i) in chunk.iter().enumerate() {
             let i = i as usize;
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut(i - base);
-            let Some((m, tail)) = tail.split_first_mut() else {
+            let Some((m, tail)) = std::mem::take(&mut rest)
+                .get_mut(i - base..)
+                .and_then(<[PacketBuf]>::split_first_mut)
+            else {
                 break;
             };
             rest = tail;
             base = i + 1;
-            tally.bytes += m.len() as u64;
+            walked = k + 1;
+            let len = m.len();
+            bytes += len as u64;
             let meta = PacketMeta {
                 in_port: m.in_port,
                 ts_ns: m.ts_ns,
                 tenant: id,
             };
-            let len = m.len();
             // The dispatcher's parse travels with the packet; parse here only without one.
             let parsed_pkt = match m.layout {
                 Some(layout) => Packet::from_layout(m.buffer_mut(), len, meta, layout),
                 None => Packet::parse_with_capacity(m.buffer_mut(), len, meta),
             };
             match parsed_pkt {
-                Ok(pkt) => {
-                    parsed.push(Some(pkts.len()));
-                    pkts.push(pkt);
-                }
-                Err(_) => parsed.push(None),
+                Ok(pkt) => pkts.push(pkt),
+                Err(_) => malformed |= 1 << k,
             }
         }
         let n = pkts.len();
@@ -794,36 +821,69 @@ fn run_chunk<N: NetworkFunction>(
         }
         r.err()
     };
-    let mut go_on = true;
-    for (&i, &slot) in chunk.iter().zip(&parsed) {
-        let m = &mut burst[i as usize];
-        let Some(k) = slot else {
-            tally.malformed += 1;
-            m.outcome = Outcome::Malformed;
-            continue;
-        };
-        match verdicts[k] {
-            // Left pending: the rest of the group is quarantined.
-            Verdict::Fault => {
+    tally.bytes += bytes;
+    let walked = &chunk[..walked];
+    let mut passed = 0u64;
+    let mut go_on = walked.len() == chunk.len();
+    if malformed == 0 {
+        // Every packet parsed: the `k`-th packet's verdict is `verdicts[k]`.
+        for ((&i, &v), &len) in walked.iter().zip(&verdicts).zip(&lens) {
+            let m = &mut burst[i as usize];
+            if !record_verdict(m, v, len, &mut passed, tally) {
                 go_on = false;
                 break;
             }
-            Verdict::Drop(cause) => {
-                tally.nf_drops[cause.index()] += 1;
-                m.outcome = Outcome::Nf(Verdict::Drop(cause));
+        }
+    } else {
+        let mut k = 0usize;
+        for (pos, &i) in walked.iter().enumerate() {
+            let m = &mut burst[i as usize];
+            if malformed & (1 << pos) != 0 {
+                tally.malformed += 1;
+                m.outcome = Outcome::Malformed;
+                continue;
             }
-            v => {
-                tally.passed += 1;
-                m.set_len(lens[k]);
-                m.layout = None;
-                m.outcome = Outcome::Nf(v);
+            if !record_verdict(m, verdicts[k], lens[k], &mut passed, tally) {
+                go_on = false;
+                break;
             }
+            k += 1;
         }
     }
+    tally.passed += passed;
     if let Some(panic) = panicked {
         std::panic::resume_unwind(panic);
     }
     go_on
+}
+
+/// Records the NF's verdict `v` on packet `m`, whose frame is now `len` bytes long.
+/// Returns false on [`Verdict::Fault`], leaving `m` pending.
+#[inline(always)]
+fn record_verdict(
+    m: &mut PacketBuf,
+    v: Verdict,
+    len: usize,
+    passed: &mut u64,
+    tally: &mut GroupTally,
+) -> bool {
+    match v {
+        // Left pending: the rest of the group is quarantined.
+        Verdict::Fault => return false,
+        Verdict::Drop(cause) => {
+            tally.nf_drops[cause.index()] += 1;
+            m.outcome = Outcome::Nf(Verdict::Drop(cause));
+        }
+        v => {
+            *passed += 1;
+            if len != m.len() {
+                m.set_len(len);
+            }
+            m.layout = None;
+            m.outcome = Outcome::Nf(v);
+        }
+    }
+    true
 }
 
 fn group_bytes(burst: &[PacketBuf], members: &[u32]) -> u64 {
@@ -965,8 +1025,9 @@ impl<S: Send + 'static> EntryCache<S> {
 #[derive(Default)]
 struct PacketBuffers {
     epoch: u32,
-    seen: Vec<u32>,
-    count: Vec<u32>,
+    /// Per tenant slot: the burst that last saw it and its count (one cache line per
+    /// slot touched, not two).
+    slots: Vec<SlotCount>,
     /// Slots of this burst in first-seen order.
     active: Vec<u32>,
     /// Start of each active group in `order`.
@@ -983,49 +1044,69 @@ impl PacketBuffers {
     fn build(&mut self, burst: &[PacketBuf], headers: bool) {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
-            self.seen.iter_mut().for_each(|s| *s = 0);
+            self.slots.iter_mut().for_each(|s| s.epoch = 0);
             self.epoch = 1;
         }
         self.active.clear();
         self.tags.clear();
-        for m in burst {
-            // The tag lives in the `PacketBuf`, apart from the frame: this walk touches no
-            // frame. The groups run in tenant order, not arrival order. With few tenants
-            // the headers start loading here, while the walk is sequential; with many
-            // (`FAR_TENANTS`) the worker loads each group's headers a group ahead of its
-            // run instead (`HEADERS_AHEAD`), as hundreds of back-to-back prefetches here
-            // stall the walk.
-            if headers {
+        // The tag lives in the `PacketBuf`, apart from the frame: this walk touches no
+        // frame. The groups run in tenant order, not arrival order. With few tenants the
+        // headers start loading here, while the walk is sequential; with many
+        // (`FAR_TENANTS`) the worker loads each group's headers a group ahead of its run
+        // instead (`HEADERS_AHEAD`), as hundreds of back-to-back prefetches here stall the
+        // walk. Two loops, so the walk does not test `headers` per packet.
+        if headers {
+            self.tags.extend(burst.iter().map(|m| {
                 sys::prefetch_headers(m.data());
+                m.tenant.0
+            }));
+        } else {
+            self.tags.extend(burst.iter().map(|m| m.tenant.0));
+        }
+        // Counted by runs of one tenant: a packet of the same tenant as the one before it
+        // costs a compare and an increment, and the per-slot arrays are touched once per
+        // run.
+        let mut runs = Runs {
+            epoch: self.epoch,
+            slots: &mut self.slots,
+            active: &mut self.active,
+        };
+        let mut tags = self.tags.iter();
+        if let Some(&first) = tags.next() {
+            let (mut run_t, mut run_n) = (first, 1u32);
+            for &t in tags {
+                if t == run_t {
+                    run_n += 1;
+                } else {
+                    runs.add(run_t, run_n);
+                    (run_t, run_n) = (t, 1);
+                }
             }
-            let t = m.tenant.0 as usize;
-            self.tags.push(t as u32);
-            if t >= self.seen.len() {
-                self.seen.resize(t + 1, 0);
-                self.count.resize(t + 1, 0);
-            }
-            if self.seen[t] != self.epoch {
-                self.seen[t] = self.epoch;
-                self.count[t] = 0;
-                self.active.push(t as u32);
-            }
-            self.count[t] += 1;
+            runs.add(run_t, run_n);
         }
         self.starts.clear();
+        self.order.clear();
+        if let [_] = self.active[..] {
+            // One group: the whole burst, in order.
+            self.starts.push(0);
+            self.order.extend(0..burst.len() as u32);
+            return;
+        }
         let mut at = 0u32;
         for &t in &self.active {
             self.starts.push(at);
-            let n = self.count[t as usize];
+            let slot = &mut self.slots[t as usize];
+            let n = slot.count;
             // `count` now holds the next write position of the group.
-            self.count[t as usize] = at;
+            slot.count = at;
             at += n;
         }
-        self.order.clear();
         self.order.resize(burst.len(), 0);
         for (i, &t) in self.tags.iter().enumerate() {
             let t = t as usize;
-            self.order[self.count[t] as usize] = i as u32;
-            self.count[t] += 1;
+            let slot = &mut self.slots[t];
+            self.order[slot.count as usize] = i as u32;
+            slot.count += 1;
         }
     }
 
@@ -1038,6 +1119,51 @@ impl PacketBuffers {
             .map_or(self.order.len(), |&e| e as usize);
         (self.active[g], &self.order[start..end])
     }
+}
+
+/// The per-slot arrays of [`PacketBuffers`] while a burst's tags are counted.
+struct Runs<'a> {
+    epoch: u32,
+    slots: &'a mut Vec<SlotCount>,
+    active: &'a mut Vec<u32>,
+}
+
+impl Runs<'_> {
+    /// Adds a run of `n` packets of tenant slot `t` to its count (a new group when the
+    /// burst had none of its packets yet).
+    #[inline(always)]
+    fn add(&mut self, t: u32, n: u32) {
+        let i = t as usize;
+        if i >= self.slots.len() {
+            grow(self.slots, i + 1);
+        }
+        let slot = &mut self.slots[i];
+        if slot.epoch != self.epoch {
+            *slot = SlotCount {
+                epoch: self.epoch,
+                count: n,
+            };
+            self.active.push(t);
+        } else {
+            slot.count += n;
+        }
+    }
+}
+
+/// A tenant slot's entry in [`PacketBuffers`].
+#[derive(Clone, Copy, Default)]
+struct SlotCount {
+    /// The burst (`PacketBuffers::epoch`) that last saw the slot.
+    epoch: u32,
+    /// Its packets in that burst; then the next write position of its group.
+    count: u32,
+}
+
+/// Grows the per-slot array to `len` (once per new highest slot: kept out of line).
+#[cold]
+#[inline(never)]
+fn grow(slots: &mut Vec<SlotCount>, len: usize) {
+    slots.resize(len, SlotCount::default());
 }
 
 #[cfg(test)]
@@ -1064,6 +1190,188 @@ mod tests {
         }
         g.build(&burst[..1], true);
         assert_eq!((g.group(0).0, g.group(0).1), (3, &[0u32][..]));
+    }
+
+    /// An NF whose verdicts follow the packet: it records each packet's timestamp in its
+    /// tenant's state (the order a tenant's packets reached it), drops when `ts % 5 == 0`
+    /// (cause by `ts % 3`), shortens the frame by one byte and sends it back when
+    /// `ts % 5 == 1`, and passes the rest.
+    struct Script;
+
+    fn scripted(ts: u64) -> Verdict {
+        match ts % 5 {
+            0 => Verdict::Drop(buffet_sdk::DropCause::ALL[(ts % 3) as usize]),
+            1 => Verdict::Tx,
+            _ => Verdict::Pass,
+        }
+    }
+
+    impl NetworkFunction for Script {
+        type State = Vec<u64>;
+        type Policy = ();
+        fn name(&self) -> &'static str {
+            "script"
+        }
+        fn register(&self) -> buffet_sdk::MemorySpec {
+            buffet_sdk::MemorySpec::of::<Vec<u64>>()
+        }
+        fn init(&self, _: &(), _: &mut Vec<u64>) -> Result<(), buffet_sdk::InitError> {
+            Ok(())
+        }
+        fn handle(&self, pkt: &mut Packet<'_>, seen: &mut Vec<u64>) -> Verdict {
+            let ts = pkt.meta().ts_ns;
+            seen.push(ts);
+            let v = scripted(ts);
+            if v == Verdict::Tx {
+                let len = pkt.len();
+                pkt.resize(len - 1).expect("shrinks");
+            }
+            v
+        }
+    }
+
+    fn udp_frame(payload: usize) -> Vec<u8> {
+        let b = etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
+            .udp(1000, 2000);
+        let mut out = Vec::with_capacity(b.size(payload));
+        b.write(&mut out, &vec![7u8; payload]).expect("frame");
+        out
+    }
+
+    /// Against a model of the documented semantics, for random bursts (lengths 1 to 300,
+    /// runs of one tenant and mixtures, malformed frames, tenants never admitted): every
+    /// packet's outcome and frame length, each tenant's packets reaching its state once and
+    /// in arrival order, and each tenant's counters (packets, bytes, passed, drops by
+    /// cause, malformed, no tenant, groups).
+    #[test]
+    fn process_matches_a_model_of_the_worker_path() {
+        let mut rng = buffet_testkit::rng::Rng::new(7);
+        for &tenants in &[1u32, 3, 9, 70] {
+            let storage = buffet_memory::MemoryStorage::new(buffet_memory::ArenaConfig {
+                capacity: 64 << 20,
+            })
+            .unwrap();
+            let table = Arc::new(TenantTable::new(storage, tenants + 1));
+            // Every third slot stays empty: its packets are "no tenant".
+            let admitted = |t: u32| t % 3 != 2;
+            for t in (0..tenants).filter(|&t| admitted(t)) {
+                table
+                    .admit(TenantSlot(t), buffet_sdk::TenantId(t + 1), 4096, Vec::new())
+                    .unwrap();
+            }
+            let mut w = Worker::new(Arc::new(Script), table.clone());
+            let mut expected_order: Vec<Vec<u64>> = vec![Vec::new(); tenants as usize];
+            let mut expected = vec![GroupTally::default(); tenants as usize];
+            let mut groups = vec![0u64; tenants as usize];
+            let mut ts = 0u64;
+            for _ in 0..60 {
+                let len = 1 + rng.index(300);
+                let runs = rng.below(2) == 0;
+                let mut t = rng.below(u64::from(tenants)) as u32;
+                let mut burst = Vec::with_capacity(len);
+                let mut in_burst = vec![false; tenants as usize];
+                for _ in 0..len {
+                    if !runs || rng.below(4) == 0 {
+                        t = rng.below(u64::from(tenants)) as u32;
+                    }
+                    let bad = rng.below(11) == 0;
+                    let frame = if bad {
+                        // Shorter than an Ethernet header.
+                        vec![0xabu8; 1 + rng.index(13)]
+                    } else {
+                        udp_frame(rng.index(40))
+                    };
+                    let mut m = PacketBuf::heap();
+                    assert!(m.fill(&frame));
+                    // Half the good frames come with the dispatcher's parse.
+                    if !bad && rng.below(2) == 0 {
+                        m.layout = Packet::parse(m.data_mut(), PacketMeta::default())
+                            .ok()
+                            .map(|p| p.layout());
+                        assert!(m.layout.is_some());
+                    }
+                    m.tenant = TenantSlot(t);
+                    m.ts_ns = ts;
+                    ts += 1;
+                    burst.push(m);
+                }
+                let lens: Vec<usize> = burst.iter().map(PacketBuf::len).collect();
+                w.process(&mut burst);
+                for (m, &len) in burst.iter().zip(&lens) {
+                    let t = m.tenant.0 as usize;
+                    let e = &mut expected[t];
+                    in_burst[t] = true;
+                    e.packets += 1;
+                    e.bytes += len as u64;
+                    let (outcome, new_len) = if !admitted(m.tenant.0) {
+                        e.no_tenant += 1;
+                        (Outcome::NoTenant, len)
+                    } else if len < 42 {
+                        e.malformed += 1;
+                        (Outcome::Malformed, len)
+                    } else {
+                        expected_order[t].push(m.ts_ns);
+                        match scripted(m.ts_ns) {
+                            Verdict::Drop(c) => {
+                                e.nf_drops[c.index()] += 1;
+                                (Outcome::Nf(Verdict::Drop(c)), len)
+                            }
+                            Verdict::Tx => {
+                                e.passed += 1;
+                                (Outcome::Nf(Verdict::Tx), len - 1)
+                            }
+                            v => {
+                                e.passed += 1;
+                                (Outcome::Nf(v), len)
+                            }
+                        }
+                    };
+                    assert_eq!((m.outcome, m.len()), (outcome, new_len), "ts {}", m.ts_ns);
+                    // A passed packet's frame may have changed: its layout is dropped.
+                    if matches!(outcome, Outcome::Nf(Verdict::Pass | Verdict::Tx)) {
+                        assert!(m.layout.is_none());
+                    }
+                }
+                for (g, seen) in groups.iter_mut().zip(&in_burst) {
+                    *g += u64::from(*seen);
+                }
+            }
+            for t in 0..tenants as usize {
+                let row = &w.counters.tenants[t];
+                let e = &expected[t];
+                let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                assert_eq!(
+                    (
+                        load(&row.packets),
+                        load(&row.bytes),
+                        load(&row.passed),
+                        load(&row.malformed),
+                        load(&row.no_tenant),
+                        load(&row.quarantined),
+                        load(&row.groups),
+                    ),
+                    (
+                        e.packets,
+                        e.bytes,
+                        e.passed,
+                        e.malformed,
+                        e.no_tenant,
+                        0,
+                        groups[t]
+                    ),
+                    "tenant {t} of {tenants}"
+                );
+                let drops: Vec<u64> = row.nf_drops.iter().map(load).collect();
+                assert_eq!(drops, e.nf_drops.to_vec(), "tenant {t} of {tenants}");
+                if admitted(t as u32) {
+                    let got = table.get(TenantSlot(t as u32));
+                    let entry = got.entry().unwrap();
+                    assert_eq!(*entry.lock(), expected_order[t], "tenant {t} of {tenants}");
+                }
+            }
+            assert_eq!(w.packets(), ts);
+        }
     }
 
     fn table(slots: u32) -> TenantTable<u64> {
