@@ -37,8 +37,8 @@
 # has it — never a skip.
 #
 # What it does not do: prove anything about timing (TCG runs code 10-50x slower than the
-# host, and its PKRU is a software register), use networking (the guest has none), or run
-# on a non-x86-64 host. See docs/isolation.md, "Running the MPK tests without pku".
+# host, and its PKRU is a software register), use networking (the guest has loopback
+# only), or run on a non-x86-64 host. See docs/isolation.md, "Running the MPK tests without pku".
 set -euo pipefail
 
 die() {

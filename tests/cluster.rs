@@ -108,24 +108,8 @@ fn try_call(
     token: Option<&str>,
     body: Option<&Value>,
 ) -> Option<(u16, Value)> {
-    let mut req = ureq::request(method, url).timeout(Duration::from_secs(40));
-    if let Some(t) = token {
-        req = req.set("Authorization", &format!("Bearer {t}"));
-    }
-    let res = match body {
-        Some(b) => req
-            .set("Content-Type", "application/json")
-            .send_string(&b.to_string()),
-        None => req.call(),
-    };
-    let resp = match res {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(_) => return None,
-    };
-    let status = resp.status();
-    let text = resp.into_string().unwrap_or_default();
-    Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    let body = body.map(Value::to_string);
+    buffet_testkit::http::try_json(method, url, token, body.as_deref(), Duration::from_secs(40))
 }
 
 /// A request to an Orchestrator, with its admin token.

@@ -64,23 +64,8 @@ fn call(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (u16, Value) {
-    let mut req = ureq::request(method, &format!("http://{}{path}", d.addr()))
-        .timeout(Duration::from_secs(20));
-    if let Some(t) = token {
-        req = req.set("Authorization", &format!("Bearer {t}"));
-    }
-    let res = match body {
-        Some(b) => req.set("Content-Type", "application/json").send_string(b),
-        None => req.call(),
-    };
-    let resp = match res {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{method} {path}: {e}"),
-    };
-    let status = resp.status();
-    let text = resp.into_string().unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    let url = format!("http://{}{path}", d.addr());
+    buffet_testkit::http::json(method, &url, token, body, Duration::from_secs(20))
 }
 
 fn admin(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {

@@ -14,6 +14,7 @@
 //!   random inputs in tests and benchmarks are the same on every run.
 //! * [`zipf`]: a Zipf-skewed choice of rank (tenant, flow) over that generator, for
 //!   skewed multi-tenant traces.
+//! * [`http`]: one request to a JSON API with a bearer token, answered as `(status, JSON)`.
 //!
 //! What it does not do: build NFs, frames or pipelines (each test crate keeps its own
 //! fixtures), or depend on any Buffet crate — a crate's own unit tests can use it without
@@ -25,6 +26,7 @@
 
 pub mod alloc;
 pub mod gate;
+pub mod http;
 pub mod rng;
 #[allow(unsafe_code)]
 mod sys;

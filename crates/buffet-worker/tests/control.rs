@@ -315,7 +315,8 @@ fn reconfigure_swaps_rules_max_nb_and_name_between_bursts() {
 }
 
 /// A Monitor that takes its time (about a microsecond per packet), so that a live
-/// dispatcher outruns its worker.
+/// dispatcher outruns its worker, and drops every fifth packet of a tenant (by its
+/// sequence number) for its policy.
 struct SlowMonitor(Monitor);
 
 impl NetworkFunction for SlowMonitor {
@@ -339,7 +340,14 @@ impl NetworkFunction for SlowMonitor {
         while t0.elapsed() < Duration::from_micros(1) {
             std::hint::spin_loop();
         }
-        self.0.handle(pkt, s)
+        let d = pkt.data();
+        let seq = u32::from_be_bytes(d[d.len() - 4..].try_into().unwrap());
+        let v = self.0.handle(pkt, s);
+        if seq % 5 == 0 {
+            Verdict::Drop(buffet_sdk::DropCause::Policy)
+        } else {
+            v
+        }
     }
 }
 
@@ -387,13 +395,28 @@ fn a_live_runs_ring_full_drops_are_counted_under_their_tenants() {
     );
     assert_eq!(ring_full.iter().sum::<u64>(), report.global.ring_full);
     for t in &report.tenants {
-        // Every frame of the tenant is either run by its NF or a counted drop.
+        // Every frame of the tenant is passed or a counted drop (the NF's drops among
+        // them) ...
         assert_eq!(
-            t.packets + t.dropped(),
+            t.passed + t.dropped(),
             u64::from(PER_TENANT),
             "tenant {}: {:?}",
             t.id.0,
             t.drops
         );
+        // ... and every frame the NF did not see is a ring_full drop.
+        let ring_full = t.drops.get("ring_full").copied().unwrap_or(0);
+        assert_eq!(
+            t.packets + ring_full,
+            u64::from(PER_TENANT),
+            "tenant {}",
+            t.id.0
+        );
     }
+    let nf_drops: u64 = report
+        .tenants
+        .iter()
+        .map(|t| t.drops.get("policy").copied().unwrap_or(0))
+        .sum();
+    assert!(nf_drops > 0, "the NF dropped nothing: the test shows less");
 }

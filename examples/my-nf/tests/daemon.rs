@@ -39,23 +39,15 @@ rate_pps = 20000
 }
 
 fn admin(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let req = ureq::request(method, &format!("http://{}{path}", d.addr()))
-        .timeout(Duration::from_secs(20))
-        .set("Authorization", &format!("Bearer {ADMIN}"));
-    let res = match body {
-        Some(b) => req
-            .set("Content-Type", "application/json")
-            .send_string(&b.to_string()),
-        None => req.call(),
-    };
-    let resp = match res {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{method} {path}: {e}"),
-    };
-    let status = resp.status();
-    let text = resp.into_string().unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    let url = format!("http://{}{path}", d.addr());
+    let body = body.map(Value::to_string);
+    buffet_testkit::http::json(
+        method,
+        &url,
+        Some(ADMIN),
+        body.as_deref(),
+        Duration::from_secs(20),
+    )
 }
 
 /// Tenant `id` on the generator's tenant `id - 1` (10.0.<id - 1>.0/24), with `chain`.
