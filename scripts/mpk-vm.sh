@@ -140,7 +140,15 @@ mount -t devtmpfs dev /host/dev || fail "cannot mount /dev"
 mkdir -p /host/dev/shm /host/dev/pts
 mount -t tmpfs -o mode=1777 shm /host/dev/shm || fail "cannot mount /dev/shm"
 mount -t devpts devpts /host/dev/pts || fail "cannot mount /dev/pts"
+# The guest's /tmp is its own tmpfs; what the run needs from the host's /tmp (a checkout
+# or a target directory there, listed in /mods/keep) is bound back into it.
+mkdir -p /hosttmp
+mount -o bind /host/tmp /hosttmp || fail "cannot keep the host's /tmp in view"
 mount -t tmpfs -o mode=1777,size=75% tmp /host/tmp || fail "cannot mount /tmp"
+for p in $(cat /mods/keep); do
+  mkdir -p "/host$p" || fail "cannot make $p in the guest's /tmp"
+  mount -o bind "/hosttmp${p#/tmp}" "/host$p" || fail "cannot show the host's $p in the guest"
+done
 for d in $(cat /mods/writable); do
   mount -t tmpfs -o mode=1777 writable "/host$d" || fail "cannot mount a tmpfs on $d"
 done
@@ -172,6 +180,13 @@ run_in_guest() {
   mkdir -p "$xch" "$work/initramfs/mods"
   echo "$xch" >"$work/initramfs/mods/exchange"
   printf '%s\n' ${MPK_VM_WRITABLE:+${MPK_VM_WRITABLE//:/ }} >"$work/initramfs/mods/writable"
+  # The guest mounts its own /tmp: the working directory and the target directory, when
+  # they live under the host's /tmp (a CI checkout there), are bound back into it.
+  local keep=() p
+  for p in "$PWD" "${CARGO_TARGET_DIR:-}"; do
+    case "$p" in /tmp/?*) keep+=("$p") ;; esac
+  done
+  printf '%s\n' "${keep[@]}" >"$work/initramfs/mods/keep"
   build_initramfs "$work/initramfs" "$work/initramfs.cpio"
   {
     echo "set -u"
