@@ -110,15 +110,10 @@ fn frame(t: u32, f: u32) -> Vec<u8> {
     v
 }
 
-/// A Tenant Table for `n` tenants of `bytes` each. The arena is sized to them (whole 64 KiB
-/// pages plus guard pages) rather than the default reservation, so that the bench also
-/// runs under valgrind (callgrind), whose address space is smaller.
+/// A Tenant Table for `n` tenants of `bytes` each. The arena is sized to them rather than
+/// the default reservation, so that the bench also runs under valgrind (callgrind).
 fn table<S: Send + 'static>(domain: Domain, n: u32, bytes: usize) -> Arc<TenantTable<S>> {
-    let per_tenant = (bytes.div_ceil(64 << 10) + 2) * (64 << 10);
-    let storage = MemoryStorage::new(ArenaConfig {
-        capacity: per_tenant * n as usize + (16 << 20),
-    })
-    .expect("arena");
+    let storage = MemoryStorage::new(ArenaConfig::for_regions(n as usize, bytes)).expect("arena");
     Arc::new(match domain {
         Domain::Mpk => TenantTable::with_mpk(storage, n, Mpk::get().expect("mpk")),
         _ => TenantTable::new(storage, n),

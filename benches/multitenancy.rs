@@ -239,13 +239,12 @@ fn run_buffered(engine: &mut Worker<Monitor>, bufs: &mut Vec<PacketBuf>) -> Dura
 /// p50 and p99 of `v` (sorted in place), in microseconds.
 /// A Tenant Table of `n` Monitor tenants, each with its own region and flow table.
 fn monitor_table(monitor: &Monitor, n: u32) -> Arc<TenantTable<FlowTable>> {
-    // Regions are whole pages plus a guard page (allow for 64 KiB pages): an arena sized
-    // to the tenants, not the default 256 GiB reservation, so the bench also runs under
-    // valgrind (callgrind), whose address space is smaller.
-    let per_tenant = (monitor.register().bytes.div_ceil(64 << 10) + 2) * (64 << 10);
-    let storage = MemoryStorage::new(ArenaConfig {
-        capacity: per_tenant * n as usize + (16 << 20),
-    })
+    // An arena sized to the tenants, not the default 256 GiB reservation, so the bench
+    // also runs under valgrind (callgrind), whose address space is smaller.
+    let storage = MemoryStorage::new(ArenaConfig::for_regions(
+        n as usize,
+        monitor.register().bytes,
+    ))
     .expect("arena");
     let table = Arc::new(TenantTable::new(storage, n));
     for i in 0..n {
