@@ -20,10 +20,12 @@
 //! # Key virtualisation (libmpk-style)
 //!
 //! Loading a tenant whose region already carries a cache key is a *hit*: one atomic pin of
-//! that key's slot, no syscall. Otherwise it is a *miss*: under one process-wide lock the
-//! least recently used unpinned cache key is taken from its owner — whose region is
-//! re-tagged to the parking key with `pkey_mprotect` — and the tenant's region is tagged
-//! with it (a second `pkey_mprotect`). The cache is per process, shared by every worker,
+//! that key's slot, no syscall. Otherwise it is a *miss*: under one process-wide lock an
+//! unpinned cache key is taken from its owner — whose region is re-tagged to the parking
+//! key with `pkey_mprotect` — and the tenant's region is tagged with it (a second
+//! `pkey_mprotect`). The key taken is a free one, else the least recently used one whose
+//! owner is no hotter ([`Heat`]: entries, decaying) than the tenant, else the coolest
+//! owner's: with more tenants than keys, heavy tenants keep theirs. The cache is per process, shared by every worker,
 //! and a key that another thread is running with (pinned) is never taken: its group keeps
 //! its key until its guard drops. A miss costs two `pkey_mprotect` calls plus the TLB
 //! shootdown they imply; [`MpkStats`] counts hits, misses and the time spent in misses.
@@ -232,6 +234,9 @@ pub(crate) struct VKeyShared {
     parent: Option<Arc<VKeyShared>>,
     /// A region that was unregistered (its pages carry key 0 until released).
     gone: AtomicBool,
+    /// How often it was entered lately ([`Heat`]): what a miss weighs before it takes a
+    /// key from its owner.
+    heat: AtomicU64,
 }
 
 /// The pages a virtual key re-tags.
@@ -461,6 +466,7 @@ impl Mpk {
             holes: Mutex::new(Vec::new()),
             parent: Some(region),
             gone: AtomicBool::new(false),
+            heat: AtomicU64::new(0),
         }))
     }
 
@@ -554,6 +560,7 @@ impl Mpk {
             holes: Mutex::new(Vec::new()),
             parent: None,
             gone: AtomicBool::new(false),
+            heat: AtomicU64::new(0),
         });
         self.live
             .lock()
@@ -601,9 +608,16 @@ impl Mpk {
     /// of all the keys this cache manages — in this thread's PKRU.
     #[inline]
     pub(crate) fn enter(&self, v: &Arc<VKeyShared>) -> Entered {
+        let now = self.clock.load(Ordering::Relaxed);
+        // Counted before the pin, so that a miss weighs this entry too. A plain load and
+        // store: only the thread holding the tenant's guard enters it (a lost update
+        // from a stale prober only makes the count a little low).
+        v.heat.store(
+            Heat::bumped(v.heat.load(Ordering::Relaxed), now),
+            Ordering::Relaxed,
+        );
         let slot = self.pin(v);
         let s = &self.slots[slot as usize];
-        let now = self.clock.load(Ordering::Relaxed);
         if s.last_used.load(Ordering::Relaxed) != now {
             s.last_used.store(now, Ordering::Relaxed);
         }
@@ -647,15 +661,24 @@ impl Mpk {
                 self.slots[s as usize].hits.fetch_add(1, Ordering::Relaxed);
                 return s;
             }
-            // The least recently used unpinned slot; free slots first.
+            // Free slots first; then the least recently used unpinned slot whose owner
+            // is no hotter than `v`; only when every owner is hotter, the coolest.
+            let now = self.clock.load(Ordering::Relaxed);
+            let mine = Heat::of(v.heat.load(Ordering::Relaxed), now);
             let victim = self
                 .slots
                 .iter()
                 .enumerate()
                 .filter(|(_, slot)| slot.pins.load(Ordering::Relaxed) == 0)
-                .min_by_key(|(i, slot)| match owners[*i] {
-                    None => 0,
-                    Some(_) => slot.last_used.load(Ordering::Relaxed),
+                .min_by_key(|(i, slot)| {
+                    let recency = slot.last_used.load(Ordering::Relaxed);
+                    match &owners[*i] {
+                        None => (0, 0, 0),
+                        Some(o) => match Heat::of(o.heat.load(Ordering::Relaxed), now) {
+                            h if h <= mine => (1, 0, recency),
+                            h => (2, h, recency),
+                        },
+                    }
                 })
                 .map(|(i, _)| i);
             let Some(i) = victim else {
@@ -714,6 +737,38 @@ impl VKeyShared {
             PARKED => mpk.parking,
             s => mpk.slots[s as usize].pkey,
         }
+    }
+}
+
+/// A virtual key's heat: how many times it was entered, halved every
+/// 2^[`HEAT_HALF_LIFE`] misses of the cache, packed as `epoch << 32 | count` (the epoch is
+/// the miss clock's high bits when it was last counted, so a key that has not run for a
+/// while cools down without anyone touching it).
+///
+/// Why (docs/isolation.md): with more tenants active than cache keys, plain LRU takes
+/// the key of a heavy tenant for every light one that passes, and the heavy one misses
+/// on its next group. Making a miss take a key only from an owner no hotter than the
+/// newcomer (the least recently used of those), or else from the coolest owner, keeps the
+/// heavy tenants' keys while the light ones share the rest.
+struct Heat;
+
+/// Heat halves every 2^13 = 8,192 misses.
+const HEAT_HALF_LIFE: u32 = 13;
+
+impl Heat {
+    /// The packed heat `packed` seen at miss clock `now`: its count, halved once per
+    /// epoch that passed since it was counted.
+    #[inline]
+    fn of(packed: u64, now: u64) -> u32 {
+        let passed = (now >> HEAT_HALF_LIFE).saturating_sub(packed >> 32);
+        ((packed as u32) as u64 >> passed.min(32)) as u32
+    }
+
+    /// `packed` with one more entry, at miss clock `now`.
+    #[inline]
+    fn bumped(packed: u64, now: u64) -> u64 {
+        let count = Self::of(packed, now).saturating_add(1);
+        (now >> HEAT_HALF_LIFE) << 32 | u64::from(count)
     }
 }
 
@@ -1128,6 +1183,125 @@ mod part_tests {
         drop(parts);
         assert_eq!(mem.key(base + 2 * PAGE), 0);
         assert_eq!(mpk.stats().parts, 0);
+    }
+}
+
+#[cfg(test)]
+mod replacement_tests {
+    //! Which key a miss takes ([`Heat`]), without the hardware ([`sim`]).
+    use super::sim::{SimMemory, PAGE};
+    use super::*;
+
+    /// `n` one-page simulated regions from `base`.
+    fn regions(mpk: &Mpk, mem: &Arc<SimMemory>, base: usize, n: usize) -> Vec<Arc<VKeyShared>> {
+        (0..n)
+            .map(|i| mpk.sim_region(mem, base + i * PAGE, 1).unwrap())
+            .collect()
+    }
+
+    /// Enters `v` (asserting its page is open, and only while entered) and leaves.
+    fn run(mpk: &Mpk, mem: &SimMemory, v: &Arc<VKeyShared>) {
+        let e = mpk.enter(v);
+        assert!(mem.readable(v.tag.addr()), "region {} not open", v.id);
+        mpk.leave(e);
+        assert!(!mem.readable(v.tag.addr()));
+    }
+
+    /// Every region holding a cache key holds its own, and its page carries it.
+    fn consistent(mpk: &Mpk, mem: &SimMemory, all: &[Arc<VKeyShared>]) {
+        let mut held = Vec::new();
+        for v in all {
+            let k = v.pkey(mpk);
+            assert_eq!(mem.key(v.tag.addr()), k, "region {}", v.id);
+            if k != mpk.parking {
+                assert!(!held.contains(&k), "two regions under key {k}");
+                held.push(k);
+            }
+        }
+    }
+
+    #[test]
+    fn heat_counts_entries_and_halves_each_half_life() {
+        let epoch = 1u64 << HEAT_HALF_LIFE;
+        let mut h = 0;
+        for _ in 0..100 {
+            h = Heat::bumped(h, 5);
+        }
+        assert_eq!(Heat::of(h, 5), 100);
+        assert_eq!(Heat::of(h, epoch - 1), 100, "same epoch: no decay");
+        assert_eq!(Heat::of(h, epoch), 50);
+        assert_eq!(Heat::of(h, 3 * epoch + 7), 12);
+        assert_eq!(Heat::of(h, 40 * epoch), 0);
+        // Counting later first applies the decay.
+        assert_eq!(Heat::of(Heat::bumped(h, 2 * epoch), 2 * epoch), 26);
+        assert_eq!(Heat::of(Heat::bumped(u64::from(u32::MAX), 0), 0), u32::MAX);
+    }
+
+    #[test]
+    fn heavy_tenants_keep_their_keys_while_a_stream_of_light_ones_passes() {
+        // 6 keys, 4 heavy tenants, 200 light ones. Between two groups of a heavy tenant
+        // 10 light tenants run: 13 other regions, so LRU would take every heavy tenant's
+        // key each round (4 misses per round). Here the light ones share the 2 spare keys.
+        let (mpk, mem) = Mpk::simulated(6);
+        let heavy = regions(mpk, &mem, 0x100_0000, 4);
+        let light = regions(mpk, &mem, 0x200_0000, 200);
+        for _ in 0..20 {
+            heavy.iter().for_each(|v| run(mpk, &mem, v));
+        }
+        let before = mpk.stats();
+        let mut next = 0;
+        for _ in 0..100 {
+            for v in &heavy {
+                run(mpk, &mem, v);
+                for _ in 0..10 {
+                    run(mpk, &mem, &light[next % light.len()]);
+                    next += 1;
+                }
+            }
+        }
+        let after = mpk.stats();
+        assert_eq!(
+            after.misses - before.misses,
+            next as u64,
+            "every light group misses (200 of them cycle through 2 keys), no heavy one"
+        );
+        assert_eq!(after.hits - before.hits, 400, "every heavy group hits");
+        let all: Vec<_> = heavy.iter().chain(&light).cloned().collect();
+        consistent(mpk, &mem, &all);
+    }
+
+    #[test]
+    fn a_tenant_that_stopped_running_cools_down_and_gives_its_key_up() {
+        // 2 keys: A ran 1,000 times, then only light tenants run, each once every 10,000
+        // misses (so its own heat stays at a few entries). A keeps its key while its
+        // heat is above theirs, and loses it once it has halved to theirs: after eight
+        // or nine half-lives of misses, not before, and not never.
+        let (mpk, mem) = Mpk::simulated(2);
+        let a = mpk.sim_region(&mem, 0x100_0000, 1).unwrap();
+        let light = regions(mpk, &mem, 0x200_0000, 10_000);
+        for _ in 0..1000 {
+            run(mpk, &mem, &a);
+        }
+        let ka = a.pkey(mpk);
+        assert_ne!(ka, mpk.parking);
+        let mut misses = 0u64;
+        let mut n = 0;
+        while a.pkey(mpk) == ka {
+            // Each light tenant runs twice in a row: heat 2 after its miss, then a hit.
+            for _ in 0..2 {
+                run(mpk, &mem, &light[n % light.len()]);
+            }
+            n += 1;
+            misses += 1;
+            assert!(misses < 40 << HEAT_HALF_LIFE, "A never gave its key up");
+        }
+        let half_lives = misses >> HEAT_HALF_LIFE;
+        assert!(
+            (7..=9).contains(&half_lives),
+            "A (heat 1,000) gave its key up after {misses} misses, {half_lives} half-lives"
+        );
+        let all: Vec<_> = std::iter::once(a).chain(light).collect();
+        consistent(mpk, &mem, &all);
     }
 }
 

@@ -28,7 +28,7 @@ use buffet_io::PacketSource;
 use buffet_memory::{Domain, Mpk};
 use buffet_nfs::monitor::{Monitor, MonitorPolicy};
 use buffet_sdk::TenantId;
-use buffet_worker::{Pipeline, PipelineConfig, TenantSpec};
+use buffet_worker::{Pipeline, PipelineConfig, TenantSpec, WorkerEvent};
 
 /// The demo's defaults (`buffet demo --help`).
 const SEED: u64 = 7;
@@ -99,11 +99,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         p.flush();
         let after = mpk.stats();
+        let faults: Vec<String> = p
+            .events()
+            .iter()
+            .filter_map(|e| match e {
+                WorkerEvent::Fault {
+                    tenant,
+                    worker,
+                    message,
+                } => Some(format!("tenant {tenant} on worker {worker}: {message}")),
+                _ => None,
+            })
+            .collect();
         let report = p.finish();
         let lost = report.global.no_live_worker + report.global.unmatched + report.global.ring_full;
         if lost != 0 || report.tenants.iter().any(|t| t.quarantined) {
             return Err(format!(
-                "{tenants} tenants: {lost} packets lost or a tenant quarantined: {:?}",
+                "{tenants} tenants: {lost} packets lost, faults {faults:?}: {:?}",
                 report.global
             )
             .into());
