@@ -755,6 +755,10 @@ struct Heat;
 /// Heat halves every 2^13 = 8,192 misses.
 const HEAT_HALF_LIFE: u32 = 13;
 
+/// Heat counts up to 2^16 entries, so that a tenant that stops sending gives its key up
+/// within 17 half-lives (about 140,000 misses) however long it ran before.
+const HEAT_MAX: u32 = 1 << 16;
+
 impl Heat {
     /// The packed heat `packed` seen at miss clock `now`: its count, halved once per
     /// epoch that passed since it was counted.
@@ -767,7 +771,7 @@ impl Heat {
     /// `packed` with one more entry, at miss clock `now`.
     #[inline]
     fn bumped(packed: u64, now: u64) -> u64 {
-        let count = Self::of(packed, now).saturating_add(1);
+        let count = (Self::of(packed, now) + 1).min(HEAT_MAX);
         (now >> HEAT_HALF_LIFE) << 32 | u64::from(count)
     }
 }
@@ -1234,7 +1238,12 @@ mod replacement_tests {
         assert_eq!(Heat::of(h, 40 * epoch), 0);
         // Counting later first applies the decay.
         assert_eq!(Heat::of(Heat::bumped(h, 2 * epoch), 2 * epoch), 26);
-        assert_eq!(Heat::of(Heat::bumped(u64::from(u32::MAX), 0), 0), u32::MAX);
+        let mut h = 0;
+        for _ in 0..100_000 {
+            h = Heat::bumped(h, 0);
+        }
+        assert_eq!(Heat::of(h, 0), HEAT_MAX, "counts stop at HEAT_MAX");
+        assert_eq!(Heat::of(h, 17 * epoch), 0);
     }
 
     #[test]
