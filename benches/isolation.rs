@@ -43,7 +43,7 @@
 //!
 //! A last group, `mpk-key`, measures one state lock + unlock (enter + leave the domain):
 //! `none` (no domain), `hit` (the key is cached), `miss` (15 tenants locked round robin
-//! over 14 cache keys: LRU misses every time — two `pkey_mprotect`s). The key cache's own
+//! over 14 cache keys, equally hot: every lock misses — two `pkey_mprotect`s). The key cache's own
 //! average miss time (`MpkStats::miss_ns / misses`) is printed at the end.
 //!
 //! Run: `cargo bench --bench isolation`. Needs a C compiler; the MPK arms need `pku`

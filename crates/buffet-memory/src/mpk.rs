@@ -25,8 +25,9 @@
 //! key with `pkey_mprotect` — and the tenant's region is tagged with it (a second
 //! `pkey_mprotect`). The key taken is a free one, else the least recently used one whose
 //! owner is no hotter ([`Heat`]: entries, decaying) than the tenant, else the coolest
-//! owner's: with more tenants than keys, heavy tenants keep theirs. The cache is per process, shared by every worker,
-//! and a key that another thread is running with (pinned) is never taken: its group keeps
+//! owner's: with more tenants than keys, the heaviest keep theirs (as many as there are
+//! keys) while the light ones share the rest. The cache is per process, shared by every
+//! worker, and a key that another thread is running with (pinned) is never taken: its group keeps
 //! its key until its guard drops. A miss costs two `pkey_mprotect` calls plus the TLB
 //! shootdown they imply; [`MpkStats`] counts hits, misses and the time spent in misses.
 //! While the number of tenants that run concurrently or in quick succession — across all
@@ -224,6 +225,9 @@ impl Slot {
 }
 
 /// A tenant region's (or a part's) virtual key: which cache key it holds, if any.
+/// Aligned to a cache line: the worker running the tenant writes its heat once per group,
+/// and another tenant's worker must not share that line.
+#[repr(align(64))]
 pub(crate) struct VKeyShared {
     id: u64,
     slot: AtomicU32,
@@ -608,16 +612,20 @@ impl Mpk {
     /// of all the keys this cache manages — in this thread's PKRU.
     #[inline]
     pub(crate) fn enter(&self, v: &Arc<VKeyShared>) -> Entered {
-        let now = self.clock.load(Ordering::Relaxed);
         // Counted before the pin, so that a miss weighs this entry too. A plain load and
-        // store: only the thread holding the tenant's guard enters it (a lost update
-        // from a stale prober only makes the count a little low).
+        // store: `enter` runs under the tenant's lock, so the count has one writer.
         v.heat.store(
-            Heat::bumped(v.heat.load(Ordering::Relaxed), now),
+            Heat::bumped(
+                v.heat.load(Ordering::Relaxed),
+                self.clock.load(Ordering::Relaxed),
+            ),
             Ordering::Relaxed,
         );
         let slot = self.pin(v);
         let s = &self.slots[slot as usize];
+        // Recency read after the pin: a miss just advanced the clock, and other threads'
+        // misses may have while this one waited for the miss lock.
+        let now = self.clock.load(Ordering::Relaxed);
         if s.last_used.load(Ordering::Relaxed) != now {
             s.last_used.store(now, Ordering::Relaxed);
         }
@@ -764,15 +772,23 @@ impl Heat {
     /// epoch that passed since it was counted.
     #[inline]
     fn of(packed: u64, now: u64) -> u32 {
-        let passed = (now >> HEAT_HALF_LIFE).saturating_sub(packed >> 32);
+        // Epochs are kept mod 2^32 (2^45 misses); one stored ahead of `now` (a count
+        // that raced a miss) has not decayed.
+        let passed = Self::epoch(now).wrapping_sub((packed >> 32) as u32);
+        let passed = if passed > u32::MAX / 2 { 0 } else { passed };
         ((packed as u32) as u64 >> passed.min(32)) as u32
+    }
+
+    #[inline]
+    fn epoch(now: u64) -> u32 {
+        (now >> HEAT_HALF_LIFE) as u32
     }
 
     /// `packed` with one more entry, at miss clock `now`.
     #[inline]
     fn bumped(packed: u64, now: u64) -> u64 {
         let count = (Self::of(packed, now) + 1).min(HEAT_MAX);
-        (now >> HEAT_HALF_LIFE) << 32 | u64::from(count)
+        u64::from(Self::epoch(now)) << 32 | u64::from(count)
     }
 }
 
@@ -1244,6 +1260,13 @@ mod replacement_tests {
         }
         assert_eq!(Heat::of(h, 0), HEAT_MAX, "counts stop at HEAT_MAX");
         assert_eq!(Heat::of(h, 17 * epoch), 0);
+        // The epoch wraps after 2^32 of them; decay goes on across the wrap.
+        let wrap = (1u64 << 32) * epoch;
+        let h = Heat::bumped(Heat::bumped(0, wrap - epoch), wrap - epoch);
+        assert_eq!(Heat::of(h, wrap - epoch), 2);
+        assert_eq!(Heat::of(h, wrap), 1);
+        // A count stored an epoch ahead of the clock read (it raced a miss): no decay.
+        assert_eq!(Heat::of(Heat::bumped(0, 5 * epoch), 4 * epoch), 1);
     }
 
     #[test]
@@ -1283,8 +1306,8 @@ mod replacement_tests {
     fn a_tenant_that_stopped_running_cools_down_and_gives_its_key_up() {
         // 2 keys: A ran 1,000 times, then only light tenants run, each once every 10,000
         // misses (so its own heat stays at a few entries). A keeps its key while its
-        // heat is above theirs, and loses it once it has halved to theirs: after eight
-        // or nine half-lives of misses, not before, and not never.
+        // heat is above theirs, and loses it once it has halved to theirs: after about
+        // eight half-lives of misses, not before, and not never.
         let (mpk, mem) = Mpk::simulated(2);
         let a = mpk.sim_region(&mem, 0x100_0000, 1).unwrap();
         let light = regions(mpk, &mem, 0x200_0000, 10_000);

@@ -9,7 +9,8 @@
 //! groups the example counts the groups and the misses of the optimal offline assignment
 //! (Belady: on a miss, take the key of the tenant whose next group comes last), which no
 //! key cache — LRU, frequency-based, or one told the future by the scheduler — can beat
-//! with `K` keys and these groups. Fewer misses need larger groups, not a better cache.
+//! with `K` keys on these groups in this order. Fewer misses need larger groups or
+//! another order of them (which this does not explore), not a better cache.
 //!
 //! It models the grouping (a live worker's bursts are as large as its ring holds when it
 //! takes one), so it bounds the misses for groups of that size, not the emulated run's
@@ -49,15 +50,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "demo traffic (seed {SEED}, {SECONDS} virtual s at {RATE_PPS} pps), {WORKERS} workers, \
          {KEYS} cache keys, one group per tenant per burst"
     );
-    println!("tenants  packets  burst  groups_per_1000_packets  optimal_misses_per_1000_packets");
+    println!(
+        "tenants  packets  heaviest_{KEYS}_share  burst  groups_per_1000_packets  \
+         optimal_misses_per_1000_packets"
+    );
     for tenants in counts {
         let tenant_of = packets(tenants)?;
+        let share = heaviest_share(&tenant_of, KEYS);
         for burst in BURSTS {
             let groups = groups(&tenant_of, burst);
             let misses = belady(&groups, KEYS);
             let per_1000 = |x: usize| x as f64 * 1000.0 / tenant_of.len().max(1) as f64;
             println!(
-                "{tenants}  {}  {burst}  {:.1}  {:.1}",
+                "{tenants}  {}  {share:.3}  {burst}  {:.1}  {:.1}",
                 tenant_of.len(),
                 per_1000(groups.len()),
                 per_1000(misses)
@@ -87,6 +92,17 @@ fn packets(tenants: u32) -> Result<Vec<u32>, Box<dyn std::error::Error>> {
         out.push(t);
     }
     Ok(out)
+}
+
+/// The share of the packets that the `k` tenants with the most packets carry.
+fn heaviest_share(tenant_of: &[u32], k: usize) -> f64 {
+    let mut per: HashMap<u32, u64> = HashMap::new();
+    for &t in tenant_of {
+        *per.entry(t).or_default() += 1;
+    }
+    let mut counts: Vec<u64> = per.into_values().collect();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    counts.iter().take(k).sum::<u64>() as f64 / tenant_of.len().max(1) as f64
 }
 
 /// The groups, in the order the workers run them: each worker's packets cut into bursts

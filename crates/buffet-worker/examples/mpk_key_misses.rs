@@ -12,7 +12,7 @@
 //! the timeslot is 2^36 ns rather than 2^24: without a MAX_NB the timeslot decides no
 //! placement, and the Worker Pool's stall bound (half a timeslot, at least 0.5 s; 34 s
 //! here) then does not take a worker for stuck when it runs slowly (emulated, as below,
-//! on a loaded host: at 2^33 ns, 4.3 s, a 1,000-tenant run was once cut short so).
+//! on a loaded host: at 2^33 ns, 4.3 s, two 1,000-tenant runs were cut short so).
 //!
 //! Needs a CPU with protection keys (or `scripts/mpk-vm.sh run -- …`, the emulated one:
 //! the counts are the same, any time it reports is not). It reports counts only: the
