@@ -29,11 +29,12 @@
 //! `--dispatch xdp`: the XDP Packet Dispatcher (nic-firmware/xdp, through buffet-xdp)
 //! classifies, runs Algorithm 1 on `bpf_ktime_get_ns()`, writes the tenant slot into the
 //! frame's XDP metadata (and DSCP for slots up to 63) and redirects each frame to its
-//! worker's own AF_XDP socket; there is no dispatcher thread. Every worker's socket binds
-//! the same queue (`--queue`) and shares one UMEM (`XDP_SHARED_UMEM`): each worker polls
-//! its own receive ring and takes the tenant from the metadata; the data-plane thread
-//! owns the shared fill and completion rings and the transmit ring (it recycles frames
-//! and sends passed ones back out). Tenants are admitted to the pipeline (regions,
+//! worker's own AF_XDP socket on the frame's receive queue; there is no dispatcher
+//! thread. Every worker has a socket on the queue (`--queue`), or on each of `--queues`,
+//! all sharing one UMEM (`XDP_SHARED_UMEM`): each worker polls its own receive rings,
+//! round robin, and takes the tenant from the metadata; the data-plane thread owns each
+//! queue's fill and completion rings and the transmit ring (it recycles frames and sends
+//! passed ones back out of the first queue). Tenants are admitted to the pipeline (regions,
 //! state, the software tables the report reads) and to the XDP maps with the same slot,
 //! rules, MAX_NB and worker; a rule the XDP classifier cannot express is an error before
 //! anything is attached. The program's ring-buffer events (migrations, overload reports)
@@ -114,12 +115,13 @@ pub struct RunArgs {
     /// --dispatch xdp, generic).
     #[arg(long, value_enum)]
     pub xdp_mode: Option<XdpModeArg>,
-    /// The interface queue the AF_XDP socket (every worker's, with --dispatch xdp) reads.
+    /// The interface queue the AF_XDP socket (every worker's, with --dispatch xdp) reads
+    /// (--queues: several).
     #[arg(long, default_value_t = 0)]
     pub queue: u32,
-    /// Several receive queues for --port af-xdp, one socket each over one UMEM, read
-    /// round robin: a range and/or list (`0-3`, `0,2`, `0-1,4`). Passed frames leave
-    /// through the first.
+    /// Several receive queues for --port af-xdp (one socket each over one UMEM, read
+    /// round robin) or --dispatch xdp (one socket per queue and worker): a range and/or
+    /// list (`0-3`, `0,2`, `0-1,4`). Passed frames leave through the first.
     #[arg(long, value_name = "LIST", conflicts_with = "queue", value_parser = parse_queues)]
     pub queues: Option<QueueList>,
     /// More DPDK EAL arguments for --port dpdk, whitespace-separated (repeatable), after

@@ -370,7 +370,8 @@ pub struct AfXdpPortConfig {
     #[serde(default)]
     pub queue: Option<u32>,
     /// The receive queues, one socket each over one UMEM, read round robin (`[0, 1, 2,
-    /// 3]`); `queue` must be among them. Absent: `queue` alone.
+    /// 3]`; with `dispatch.mode = "xdp"`, one socket per queue and worker); `queue` must
+    /// be among them. Absent: `queue` alone.
     #[serde(default)]
     pub queues: Option<Vec<u32>>,
     /// Where the redirect program attaches: `auto` (native, else generic), `native`,

@@ -37,8 +37,8 @@
 //! recognised by its name (`bfxsk_` and the run's pid, which no longer exists) and
 //! replaced; a live run's program or anyone else's is an error, not replaced. With
 //! `redirect: None` no program is attached: a caller with its own XSKMAP (one socket
-//! per worker queue, as the XDP Packet Dispatcher does) inserts
-//! [`AfXdpPort::socket_fd`] there itself.
+//! per (queue, worker), as the XDP Packet Dispatcher does) inserts
+//! [`AfXdpPort::socket_fd`] or its receivers' sockets there itself.
 //!
 //! Opening checks, before anything is attached: the interface exists in this network
 //! namespace and is up, the queue exists, the sizes are usable, the process may open an
@@ -62,14 +62,17 @@
 //! interface lacks is [`AfXdpError::QueueOutOfRange`] naming it and the interface's
 //! queue count, before anything is opened.
 //!
-//! Several sockets on one queue ([`AfXdpPort::shared_receiver`], `XDP_SHARED_UMEM`):
+//! Several sockets on one queue ([`AfXdpPort::shared_receiver_on`], `XDP_SHARED_UMEM`):
 //! the kernel delivers an XSKMAP redirect only to a socket bound to the frame's own
-//! (interface, queue), so the XDP Packet Dispatcher's per-worker sockets all bind the
-//! same queue and share this port's UMEM. On one queue they share its single fill and
-//! completion rings as well (single producer, single consumer each): those stay with the
-//! port (its thread recycles frames to the fill ring, reaps completions and transmits),
-//! while each [`XskReceiver`] owns only its socket's receive ring and is moved to the
-//! worker thread that polls it. With [`AfXdpConfig::metadata`], frames carry the tenant
+//! (interface, queue), so the XDP Packet Dispatcher gives each worker one socket on each
+//! of the port's queues, all sharing this port's UMEM. A shared receiver on queue q binds
+//! with the port's socket on q and shares that queue's fill and completion rings
+//! (single producer, single consumer each): those stay with the port (its thread
+//! recycles frames to every queue's fill ring, reaps completions and transmits), while
+//! each [`XskReceiver`] owns only its socket's receive ring and is moved to the worker
+//! thread that polls it. A worker with several ([`XskReceivers`]) reads them round robin
+//! with a fair share each, as [`rx_burst`](Port::rx_burst) reads the port's queues. A
+//! queue the port was not opened on is [`AfXdpError::Config`] naming it. With [`AfXdpConfig::metadata`], frames carry the tenant
 //! slot the dispatcher's program wrote into the XDP metadata (the 4 bytes before the
 //! frame): the port marks each frame's metadata word before handing it to the kernel, so
 //! a frame that arrives without metadata is recognised, counted and dropped, never given
