@@ -263,6 +263,9 @@ impl Drop for XdpSource {
     }
 }
 
+/// A worker's sockets for the XSKMAP: `(queue, descriptor)`, one per queue.
+pub type SocketFds = Vec<(u32, RawFd)>;
+
 /// A tenant's classifier rules and MAX_NB, as last put into the maps.
 type KeptRules = (Vec<(u32, Match)>, u64);
 
@@ -466,9 +469,7 @@ impl XdpSide {
     /// A spare set of sockets (one per queue) for a worker about to be launched, and
     /// their (queue, descriptor) for the XSKMAP; refused when the Worker Table or the
     /// sockets are used up.
-    pub fn take_socket(
-        &self,
-    ) -> Result<(Box<dyn WorkerSource>, Vec<(u32, RawFd)>), XdpChangeError> {
+    pub fn take_socket(&self) -> Result<(Box<dyn WorkerSource>, SocketFds), XdpChangeError> {
         let n = lock(&self.d).worker_count();
         if n >= buffet_xdp::MAX_WORKERS {
             return Err(XdpChangeError::Capacity(format!(

@@ -626,8 +626,12 @@ pub struct SocketStatistics {
 /// UMEM), so drop it before binding the same queue again.
 pub struct XskStatsReader {
     iface: String,
-    sockets: Vec<(u32, Option<usize>, Arc<sys::XskSocket>, Arc<AtomicU64>)>,
+    sockets: Vec<ReadSocket>,
 }
+
+/// One socket an [`XskStatsReader`] reads: its queue, which receiver it is (`None`: the
+/// port's own), the socket, and its reader's count of frames received.
+type ReadSocket = (u32, Option<usize>, Arc<sys::XskSocket>, Arc<AtomicU64>);
 
 impl std::fmt::Debug for XskStatsReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
