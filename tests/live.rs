@@ -13,7 +13,9 @@
 //! four transmit queues (one AF_XDP socket per queue, run as the ignored test
 //! `multiqueue_sender_helper`); one AF_XDP port on queues 0-3 receives every frame, on
 //! more than one queue, in native and in generic mode; `buffet run --port af-xdp
-//! --queues 0-3` counts every tenant exactly; a queue the interface lacks is refused.
+//! --queues 0-3` counts every tenant exactly; so does `buffet run --dispatch xdp --queues
+//! 0-3` (a socket per queue and worker, each receiving exactly its queue's frames), in
+//! native and generic mode; a queue the interface lacks is refused.
 //!
 //! The sockets' kernel counters (`XDP_STATISTICS`): 300 frames at a socket with a
 //! 64-entry receive ring that nobody reads — the port's own socket, then a shared

@@ -3,9 +3,12 @@
 //! AF_PACKET socket: tenants admitted, refused (a rule the XDP classifier cannot
 //! express), updated and removed at run time, workers launched and terminated, a
 //! restart that puts the stored tenants back into the program's maps, and a worker stuck
-//! in a safe Rust handler whose other tenants move to live workers. The NF is this
-//! file's own (`Stallable`: counts, and never returns for a tenant whose policy says so
-//! when a frame asks), run through `Daemon::start_with` and `plane::start_nf`.
+//! in a safe Rust handler whose other tenants move to live workers; and on a veth with
+//! four queues, every worker with a socket on each (a worker launched at run time too),
+//! frames spread over all of them (sent through one AF_XDP socket per queue) counted
+//! exactly, and the stuck worker found again. The NF is this file's own (`Stallable`:
+//! counts, and never returns for a tenant whose policy says so when a frame asks), run
+//! through `Daemon::start_with` and `plane::start_nf`.
 //!
 //! Needs root (BPF, XDP, veth) and `ip`; skipped otherwise, a failure under
 //! `BUFFET_REQUIRE_PRIVILEGED=1` or CI.
@@ -438,7 +441,62 @@ fn a_stuck_worker_loses_its_other_tenants_to_live_workers_within_a_timeslot() {
     let dir = tempfile::tempdir().unwrap();
     // Timeslots of 2^30 ns (1.07 s): a worker is stuck after half of one.
     let d = start(config(dir.path(), &veth.a, "shift = 30"));
-    let mut tx = Sender::new(&veth.b);
+    stuck_worker_case(d, AnySender::One(Sender::new(&veth.b)));
+}
+
+/// The same with every worker polling a socket on each of four queues (native mode),
+/// each destination's frames spread over all of them: a worker stuck in a handler is
+/// still found stuck, and its other tenants move to live workers within a timeslot.
+#[test]
+fn a_stuck_worker_on_four_queues_loses_its_other_tenants_within_a_timeslot() {
+    let test = "xdp::a_stuck_worker_on_four_queues_loses_its_other_tenants_within_a_timeslot";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::with_queues(4);
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(config_with(
+        dir.path(),
+        &veth.a,
+        "shift = 30",
+        "xdp_mode = \"native\"\nqueues = [0, 1, 2, 3]\n",
+    ));
+    stuck_worker_case(d, AnySender::Queues(QueueSender::new(&veth.b, 4)));
+}
+
+/// Frames into the veth's other end, through one socket or one per queue.
+enum AnySender {
+    One(Sender),
+    Queues(QueueSender),
+}
+
+impl AnySender {
+    fn each(&mut self, dsts: &[[u8; 4]], n: usize) {
+        match self {
+            AnySender::One(s) => s.each(dsts, n),
+            AnySender::Queues(s) => s.each(dsts, n),
+        }
+    }
+
+    fn send(&mut self, frames: &[Vec<u8>]) {
+        match self {
+            AnySender::One(s) => s.send(frames),
+            AnySender::Queues(s) => {
+                let on: Vec<(usize, Vec<u8>)> = frames
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (i % s.ports.len(), f.clone()))
+                    .collect();
+                s.send(&on)
+            }
+        }
+    }
+}
+
+/// Tenant 1 stalls its worker on a STALL frame; tenants 2, 3 and 4 are its victims (3 on
+/// its worker): the worker is found stuck within a timeslot, 3 moves to a live worker,
+/// and no victim frame is lost.
+fn stuck_worker_case(d: Daemon, mut tx: AnySender) {
     // Tenant 1 stalls on a STALL frame; 2, 3, 4 are its victims (3 on its worker).
     for id in 1..=4u32 {
         let policy = json!({ "stall": id == 1 });
