@@ -13,7 +13,9 @@
 //! four transmit queues (one AF_XDP socket per queue, run as the ignored test
 //! `multiqueue_sender_helper`); one AF_XDP port on queues 0-3 receives every frame, on
 //! more than one queue, in native and in generic mode; `buffet run --port af-xdp
-//! --queues 0-3` counts every tenant exactly; a queue the interface lacks is refused.
+//! --queues 0-3` counts every tenant exactly; so does `buffet run --dispatch xdp --queues
+//! 0-3` (a socket per queue and worker, each receiving exactly its queue's frames), in
+//! native and generic mode; a queue the interface lacks is refused.
 //!
 //! The sockets' kernel counters (`XDP_STATISTICS`): 300 frames at a socket with a
 //! 64-entry receive ring that nobody reads — the port's own socket, then a shared
@@ -150,6 +152,8 @@ rules = [ { dst_ip = "10.10.0.0/16" } ]
 /// per tenant.
 struct Traffic {
     frames: Vec<Vec<u8>>,
+    /// Per frame, its tenant's id (0: unmatched or malformed).
+    tenant_of: Vec<u32>,
     per_tenant: Vec<(u32, u64)>,
     unmatched: u64,
     malformed: u64,
@@ -202,6 +206,8 @@ fn traffic() -> Traffic {
     }
     // Interleave tenants round robin, unmatched and malformed among them.
     let mut frames = Vec::new();
+    let mut tenant_of = Vec::new();
+    let ids: Vec<u32> = by_tenant.iter().map(|(t, _)| *t).collect();
     let per_tenant = by_tenant
         .iter()
         .map(|(t, v)| (*t, v.len() as u64))
@@ -210,14 +216,16 @@ fn traffic() -> Traffic {
     let (mut um, mut mf) = (unmatched.clone().into_iter(), malformed.clone().into_iter());
     loop {
         let mut any = false;
-        for it in &mut iters {
+        for (it, &id) in iters.iter_mut().zip(&ids) {
             if let Some(f) = it.next() {
                 frames.push(f);
+                tenant_of.push(id);
                 any = true;
             }
         }
         for f in um.next().into_iter().chain(mf.next()) {
             frames.push(f);
+            tenant_of.push(0);
             any = true;
         }
         if !any {
@@ -226,6 +234,7 @@ fn traffic() -> Traffic {
     }
     Traffic {
         frames,
+        tenant_of,
         per_tenant,
         unmatched: unmatched.len() as u64,
         malformed: malformed.len() as u64,
@@ -2554,4 +2563,252 @@ fn buffetd_runs_the_xdp_dispatcher_with_tenants_and_workers_changing_under_traff
     assert!(ok);
     assert!(daemon.wait().unwrap().success());
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached on SIGTERM");
+}
+
+/// `buffet run --dispatch xdp --queues 0-3` on a four-queue veth, in native and in generic
+/// mode: the ten-tenant traffic sent round robin on the peer's four transmit queues is
+/// counted per tenant exactly by the sender, the XDP program's Tenant Table and the
+/// workers; every worker has a socket on each queue, and each socket received exactly
+/// the passed frames of its queue (native: sent on q, received on q; generic: on q - 1,
+/// queue 0 for 0), on more than one queue; no socket dropped a frame; every passed
+/// frame came back out. A queue the interface lacks, or one beyond the program's
+/// XSKMAP, is refused first and leaves nothing attached.
+#[test]
+fn xdp_dispatch_on_four_queues_counts_every_tenant_exactly() {
+    let test = "live::xdp_dispatch_on_four_queues_counts_every_tenant_exactly";
+    if !privileged(test) {
+        return;
+    }
+    let t = traffic();
+    let packets: u64 = t.per_tenant.iter().map(|(_, k)| k).sum();
+    let total = t.frames.len() as u64;
+    for mode in ["native", "generic"] {
+        let ns = NsPair::new();
+        let (va, vb) = multiqueue_pair(&ns, 4);
+        let dir = tempfile::tempdir().unwrap();
+        let tenants = dir.path().join("tenants.toml");
+        std::fs::write(&tenants, TENANTS).unwrap();
+        let tf = tenants.to_str().unwrap();
+        for (queues, want) in [
+            (
+                "0-4",
+                format!(
+                    "af_xdp on {va}: queue 4 does not exist: the interface has 4 receive queue(s)"
+                ),
+            ),
+            (
+                "0,64",
+                "receive queue 64: the XDP dispatcher's XSKMAP holds sockets for queues 0 to 63"
+                    .to_owned(),
+            ),
+        ] {
+            let o = run_output(
+                Some(&ns.a),
+                &[
+                    "--iface",
+                    &va,
+                    "--dispatch",
+                    "xdp",
+                    "--xdp-mode",
+                    mode,
+                    "--queues",
+                    queues,
+                    "--nf",
+                    "monitor",
+                    "--tenants",
+                    tf,
+                ],
+            );
+            let e = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "{mode} {queues}: {e}");
+            assert!(e.contains(&want), "{mode} {queues}: {e}");
+            assert_eq!(
+                xdp_attached(&ns.a, &va),
+                None,
+                "{mode} {queues}: nothing attached"
+            );
+        }
+
+        let pcap = dir.path().join("send.pcap");
+        write_pcap(&pcap, &t.frames);
+        let stats = dir.path().join("stats.json");
+        let args: Vec<&std::ffi::OsStr> = [
+            "--iface",
+            va.as_str(),
+            "--dispatch",
+            "xdp",
+            "--xdp-mode",
+            mode,
+            "--queues",
+            "0-3",
+            "--nf",
+            "monitor",
+            "--workers",
+            "2",
+            "--shift",
+            "40",
+            "--no-pin",
+            "--duration",
+            "6",
+            "--tenants",
+            tf,
+            "--stats-json",
+            stats.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| std::ffi::OsStr::new(*s))
+        .collect();
+        let (child, stderr) = start_run(&ns.a, &args);
+        let sent = send_on_queues(
+            &ns,
+            &[
+                ("BUFFET_MQ_SEND", pcap.display().to_string()),
+                ("BUFFET_MQ_IFACE", vb.clone()),
+                ("BUFFET_MQ_QUEUES", "4".into()),
+                ("BUFFET_MQ_EXPECT", packets.to_string()),
+            ],
+        );
+        let out = child.wait_with_output().unwrap();
+        let err = stderr.join().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{mode}: buffet run: {err}{stdout}");
+        assert!(
+            err.contains(&format!(
+                "xdp dispatcher attached to {va} in {mode} mode, 2 workers' sockets on queues 0,1,2,3"
+            )),
+            "{mode}: {err}"
+        );
+        assert_eq!(
+            sent[1..].iter().sum::<u64>(),
+            total,
+            "{mode}: sent {sent:?}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+        // Workers vs sender.
+        let by_id: Vec<(u64, u64, u64)> = json["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                (
+                    x["id"].as_u64().unwrap(),
+                    x["packets"].as_u64().unwrap(),
+                    x["passed"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let want: Vec<(u64, u64, u64)> = t
+            .per_tenant
+            .iter()
+            .map(|&(id, k)| (u64::from(id), k, k))
+            .collect();
+        assert_eq!(
+            by_id, want,
+            "{mode}: per tenant (id, packets, passed)\n{stdout}"
+        );
+        // The XDP maps vs sender.
+        let x = &json["input"]["xdp"];
+        assert_eq!(x["packets"].as_u64(), Some(total), "{mode}: {x}");
+        assert_eq!(x["passed"].as_u64(), Some(packets), "{mode}: {x}");
+        assert_eq!(x["unmatched"].as_u64(), Some(t.unmatched), "{mode}: {x}");
+        assert_eq!(x["malformed"].as_u64(), Some(t.malformed), "{mode}: {x}");
+        let in_maps: Vec<(u64, u64)> = x["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_u64().unwrap(),
+                    r["slot_packets"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let want: Vec<(u64, u64)> = t
+            .per_tenant
+            .iter()
+            .map(|&(id, k)| (u64::from(id), k))
+            .collect();
+        assert_eq!(
+            in_maps, want,
+            "{mode}: per tenant, the XDP Tenant Table vs sender"
+        );
+        // Per receive queue: the passed frames the sender put on each transmit queue
+        // (frame i on queue i % 4), moved as the mode moves them.
+        let mut per_queue = [0u64; 4];
+        for (i, &id) in t.tenant_of.iter().enumerate() {
+            if id != 0 {
+                let q = i % 4;
+                let rq = if mode == "native" {
+                    q
+                } else {
+                    q.saturating_sub(1)
+                };
+                per_queue[rq] += 1;
+            }
+        }
+        let port = &json["input"]["ports"][0];
+        assert_eq!(port["rx"].as_u64(), Some(packets), "{mode}: {port}");
+        assert_eq!(port["rx_dropped"].as_u64(), Some(0), "{mode}: {port}");
+        assert_eq!(port["tx"].as_u64(), Some(packets), "{mode}: {port}");
+        assert_eq!(
+            sent[0], packets,
+            "{mode}: every passed frame came back out, once"
+        );
+        let sockets = port["sockets"].as_array().unwrap();
+        let who: Vec<(String, u64)> = sockets
+            .iter()
+            .map(|k| {
+                (
+                    k["socket"].as_str().unwrap().to_owned(),
+                    k["queue"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let mut want_who: Vec<(String, u64)> = (0..4).map(|q| ("port".to_owned(), q)).collect();
+        for w in 0..2 {
+            want_who.extend((0..4).map(|q| (format!("worker {w}"), q)));
+        }
+        assert_eq!(who, want_who, "{mode}: one socket per (queue, worker)");
+        let mut got_queue = [0u64; 4];
+        for k in sockets {
+            assert_eq!(k["rx_dropped"].as_u64(), Some(0), "{mode}: {k}");
+            assert_eq!(k["rx_ring_full"].as_u64(), Some(0), "{mode}: {k}");
+            assert_eq!(k["rx_invalid_descs"].as_u64(), Some(0), "{mode}: {k}");
+            let n = k["received"].as_u64().unwrap();
+            if k["socket"] == "port" {
+                assert_eq!(
+                    n, 0,
+                    "{mode}: nothing is redirected to the port's sockets: {k}"
+                );
+            } else {
+                got_queue[k["queue"].as_u64().unwrap() as usize] += n;
+            }
+        }
+        assert_eq!(
+            got_queue, per_queue,
+            "{mode}: passed frames received per queue"
+        );
+        assert!(
+            got_queue.iter().filter(|&&n| n > 0).count() > 1,
+            "{mode}: frames arrived on more than one queue: {got_queue:?}"
+        );
+        let busy = sockets
+            .iter()
+            .filter(|k| k["socket"] != "port" && k["received"].as_u64() > Some(0))
+            .count();
+        assert!(
+            busy > 2,
+            "{mode}: several workers' sockets received: {port}"
+        );
+        assert!(
+            stdout.contains("  socket worker 1 (queue 2): rx_dropped 0 rx_ring_full 0"),
+            "{mode}: {stdout}"
+        );
+        assert_eq!(
+            xdp_attached(&ns.a, &va),
+            None,
+            "{mode}: detached at the end"
+        );
+    }
 }

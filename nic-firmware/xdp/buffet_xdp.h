@@ -19,6 +19,14 @@
  * it walked the scan once per (worker, candidate so far) pair and 32 workers exceeded
  * its 1M instructions). */
 #define BF_XDP_MAX_WORKERS 256u
+/* Receive queues the XSKMAP has room for. A socket receives an XSKMAP redirect only for
+ * frames of its own (interface, queue), so a worker has one socket per queue: the
+ * program redirects a frame to key rx_queue_index * BF_XDP_XSK_STRIDE + worker, and the
+ * map has BF_XDP_MAX_QUEUES * BF_XDP_XSK_STRIDE entries. A frame on a queue beyond them
+ * (or on a queue where its worker has no socket) goes on to the stack (XDP_PASS). */
+#define BF_XDP_MAX_QUEUES 64u
+#define BF_XDP_XSK_STRIDE BF_XDP_MAX_WORKERS
+#define BF_XDP_XSK_ENTRIES (BF_XDP_MAX_QUEUES * BF_XDP_XSK_STRIDE)
 /* Distinct masks (tuples) of the tuple-space search, probed for every packet. */
 #define BF_XDP_MAX_TUPLES 64u
 /* (tuple, masked key) entries of the tuple-space search, per rule bank. */

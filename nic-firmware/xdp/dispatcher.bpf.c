@@ -4,7 +4,8 @@
  * (common/), classification by tuple-space search over BPF maps, the scheduler step of
  * Algorithm 1 (common/) over the Tenant Table and Worker Table, tagging (DSCP for
  * tenant slots <= 63, and a 32-bit tenant slot in the XDP metadata), and an XSKMAP
- * redirect to the chosen worker's AF_XDP socket. Migrations and overload reports go to
+ * redirect to the chosen worker's AF_XDP socket on the frame's receive queue (key
+ * rx_queue_index * BF_XDP_XSK_STRIDE + worker: see buffet_xdp.h). Migrations and overload reports go to
  * a BPF ring buffer for the control plane.
  *
  * Classification has the semantics of buffet-dispatch's Classifier: the loader expands
@@ -84,7 +85,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_XSKMAP);
-    __uint(max_entries, BF_XDP_MAX_WORKERS);
+    __uint(max_entries, BF_XDP_XSK_ENTRIES);
     __type(key, uint32_t);
     __type(value, uint32_t);
 } bf_xsks SEC(".maps");
@@ -491,6 +492,16 @@ __attribute__((noinline)) int bf_xdp_tag(struct xdp_md *ctx, struct bf_search *p
     return 0;
 }
 
+/* The XSKMAP key of `worker`'s socket on receive queue `queue` (buffet_xdp.h); a queue
+ * or worker beyond the map gives a key past its end, for which bpf_redirect_map returns
+ * its fallback, XDP_PASS, as for a key with no socket. */
+static __always_inline uint32_t bf_xsk_key(uint32_t queue, uint32_t worker)
+{
+    if (queue >= BF_XDP_MAX_QUEUES || worker >= BF_XDP_XSK_STRIDE)
+        return BF_XDP_XSK_ENTRIES;
+    return queue * BF_XDP_XSK_STRIDE + worker;
+}
+
 SEC("xdp")
 int buffet_dispatch(struct xdp_md *ctx)
 {
@@ -597,7 +608,8 @@ int buffet_dispatch(struct xdp_md *ctx)
     }
     if (verdict != BF_XDP_PASS)
         return XDP_DROP;
-    return (int)bpf_redirect_map(&bf_xsks, step.out.worker, XDP_PASS);
+    return (int)bpf_redirect_map(&bf_xsks, bf_xsk_key(ctx->rx_queue_index, step.out.worker),
+                                 XDP_PASS);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

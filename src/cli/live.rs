@@ -29,11 +29,12 @@
 //! `--dispatch xdp`: the XDP Packet Dispatcher (nic-firmware/xdp, through buffet-xdp)
 //! classifies, runs Algorithm 1 on `bpf_ktime_get_ns()`, writes the tenant slot into the
 //! frame's XDP metadata (and DSCP for slots up to 63) and redirects each frame to its
-//! worker's own AF_XDP socket; there is no dispatcher thread. Every worker's socket binds
-//! the same queue (`--queue`) and shares one UMEM (`XDP_SHARED_UMEM`): each worker polls
-//! its own receive ring and takes the tenant from the metadata; the data-plane thread
-//! owns the shared fill and completion rings and the transmit ring (it recycles frames
-//! and sends passed ones back out). Tenants are admitted to the pipeline (regions,
+//! worker's own AF_XDP socket on the frame's receive queue; there is no dispatcher
+//! thread. Every worker has a socket on the queue (`--queue`), or on each of `--queues`,
+//! all sharing one UMEM (`XDP_SHARED_UMEM`): each worker polls its own receive rings,
+//! round robin, and takes the tenant from the metadata; the data-plane thread owns each
+//! queue's fill and completion rings and the transmit ring (it recycles frames and sends
+//! passed ones back out of the first queue). Tenants are admitted to the pipeline (regions,
 //! state, the software tables the report reads) and to the XDP maps with the same slot,
 //! rules, MAX_NB and worker; a rule the XDP classifier cannot express is an error before
 //! anything is attached. The program's ring-buffer events (migrations, overload reports)
@@ -51,7 +52,7 @@ use buffet_config::registry::{NfVisitor, RegisteredNf};
 use buffet_config::TenantConfig;
 use buffet_io::afpacket::{self, AfPacketConfig, AfPacketPort};
 use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
-use buffet_io::afxdp::{SocketStatistics, XskReceiver, XskStatsReader};
+use buffet_io::afxdp::{SocketStatistics, XskReceiver, XskReceivers, XskStatsReader};
 use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_worker::{DropReason, Pipeline, PipelineConfig, WorkerSource};
 use buffet_xdp::{AttachMode, XdpConfig, XdpDispatcher};
@@ -114,12 +115,13 @@ pub struct RunArgs {
     /// --dispatch xdp, generic).
     #[arg(long, value_enum)]
     pub xdp_mode: Option<XdpModeArg>,
-    /// The interface queue the AF_XDP socket (every worker's, with --dispatch xdp) reads.
+    /// The interface queue the AF_XDP socket (every worker's, with --dispatch xdp) reads
+    /// (--queues: several).
     #[arg(long, default_value_t = 0)]
     pub queue: u32,
-    /// Several receive queues for --port af-xdp, one socket each over one UMEM, read
-    /// round robin: a range and/or list (`0-3`, `0,2`, `0-1,4`). Passed frames leave
-    /// through the first.
+    /// Several receive queues for --port af-xdp (one socket each over one UMEM, read
+    /// round robin) or --dispatch xdp (one socket per queue and worker): a range and/or
+    /// list (`0-3`, `0,2`, `0-1,4`). Passed frames leave through the first.
     #[arg(long, value_name = "LIST", conflicts_with = "queue", value_parser = parse_queues)]
     pub queues: Option<QueueList>,
     /// More DPDK EAL arguments for --port dpdk, whitespace-separated (repeatable), after
@@ -166,11 +168,8 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     if !xdp && a.port != PortKind::AfXdp && (a.xdp_mode.is_some() || a.queue != 0) {
         anyhow::bail!("--xdp-mode and --queue apply to --port af-xdp or --dispatch xdp only");
     }
-    if a.queues.is_some() && (xdp || a.port != PortKind::AfXdp) {
-        anyhow::bail!(
-            "--queues applies to --port af-xdp with --dispatch software only (the XDP \
-             Packet Dispatcher's workers read one queue, --queue)"
-        );
+    if a.queues.is_some() && !xdp && a.port != PortKind::AfXdp {
+        anyhow::bail!("--queues applies to --port af-xdp or --dispatch xdp only");
     }
     if xdp && a.promisc {
         anyhow::bail!(
@@ -336,16 +335,20 @@ pub(crate) struct Live<'a> {
     xsk: Option<XskStatsReader>,
 }
 
-/// What `--dispatch xdp` opened before the NF is loaded: one receiver per worker,
-/// sharing the port's UMEM on its queue.
+/// What `--dispatch xdp` opened before the NF is loaded: per worker, one receiver per
+/// queue, sharing the port's UMEM.
 pub(crate) struct XdpParts {
-    receivers: Vec<XskReceiver>,
+    /// Per worker, its sockets in the order of `queues`.
+    receivers: Vec<Vec<XskReceiver>>,
+    /// The receive queues (the first is the one frames are sent on).
+    queues: Vec<u32>,
     mode: AttachMode,
     dispatcher_tag_dscp: bool,
 }
 
-/// Opens the UMEM owner's socket (the data-plane thread's port: fill, completion and
-/// transmit rings) and one shared-UMEM socket per worker on the same queue.
+/// Opens the UMEM owner's sockets (the data-plane thread's port: one per queue, each with
+/// its queue's fill and completion rings; the first also with the transmit ring) and
+/// per worker one shared-UMEM socket on each queue.
 fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
     buffet_xdp::dispatcher_object()?;
     let workers = a.capacity.workers;
@@ -354,19 +357,32 @@ fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
         "--dispatch xdp: --workers must be 1 to {} (the XDP program's Worker Table)",
         buffet_xdp::MAX_WORKERS
     );
+    let queues = a.queues.clone().map_or_else(|| vec![a.queue], |q| q.0);
+    buffet_xdp::check_queues(&queues).context("--dispatch xdp")?;
     let mut port = AfXdpPort::open(AfXdpConfig {
-        queue: a.queue,
+        queue: queues[0],
+        queues: if queues.len() > 1 {
+            queues.clone()
+        } else {
+            Vec::new()
+        },
         redirect: None,
         metadata: true,
         ..AfXdpConfig::new(&a.iface, 0)
     })?;
     let receivers = (0..workers)
-        .map(|_| port.shared_receiver())
+        .map(|_| {
+            queues
+                .iter()
+                .map(|&q| port.shared_receiver_on(q))
+                .collect::<Result<Vec<_>, _>>()
+        })
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| {
             format!(
-                "--dispatch xdp: a socket per worker on {} queue {}, sharing one UMEM",
-                a.iface, a.queue
+                "--dispatch xdp: a socket per worker on each of {} queue(s) {queues:?}, \
+                 sharing one UMEM",
+                a.iface
             )
         })?;
     let mode = match a.xdp_mode {
@@ -377,6 +393,7 @@ fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
         port,
         XdpParts {
             receivers,
+            queues,
             mode,
             dispatcher_tag_dscp: false,
         },
@@ -454,10 +471,10 @@ fn open_dpdk(_a: &RunArgs) -> anyhow::Result<Box<dyn Port>> {
     )
 }
 
-/// A worker's AF_XDP socket as its [`WorkerSource`], counting what it received for the
-/// live rate line (one atomic add per burst).
+/// A worker's AF_XDP sockets (one per queue, read round robin) as its [`WorkerSource`],
+/// counting what it received for the live rate line (one atomic add per burst).
 struct XskSource {
-    rx: XskReceiver,
+    rx: XskReceivers,
     received: Arc<AtomicU64>,
 }
 
@@ -538,22 +555,30 @@ fn port_json(name: &str, s: &PortStats) -> serde_json::Value {
     })
 }
 
+/// The worker reading shared receiver `i` when each worker has `per_worker` of them,
+/// opened worker by worker (one per queue).
+fn receiver_worker(i: usize, per_worker: usize) -> usize {
+    i / per_worker.max(1)
+}
+
 /// Who reads an AF_XDP socket: the port (the data-plane thread, or the software
-/// dispatcher) or, with `--dispatch xdp`, worker `i` (receiver `i` feeds worker `i`).
-fn socket_owner(k: &SocketStatistics) -> String {
+/// dispatcher) or, with `--dispatch xdp`, a worker (receivers are opened worker by worker,
+/// `per_worker` each: one per queue).
+fn socket_owner(k: &SocketStatistics, per_worker: usize) -> String {
     match k.receiver {
         None => "port".to_owned(),
-        Some(i) => format!("worker {i}"),
+        Some(i) => format!("worker {}", receiver_worker(i, per_worker)),
     }
 }
 
 /// One AF_XDP socket's kernel counters for `--stats-json` (`null`: a kernel before 5.9
-/// does not count it).
-fn socket_json(k: &SocketStatistics) -> serde_json::Value {
+/// does not count it), and the frames its reader took off its receive ring.
+fn socket_json(k: &SocketStatistics, per_worker: usize) -> serde_json::Value {
     let s = &k.stats;
     let mut v = serde_json::json!({
-        "socket": socket_owner(k),
+        "socket": socket_owner(k, per_worker),
         "queue": k.queue,
+        "received": k.received,
         "rx_dropped": s.rx_dropped,
         "rx_invalid_descs": s.rx_invalid_descs,
         "tx_invalid_descs": s.tx_invalid_descs,
@@ -562,26 +587,28 @@ fn socket_json(k: &SocketStatistics) -> serde_json::Value {
         "tx_ring_empty_descs": s.tx_ring_empty_descs,
     });
     if let Some(i) = k.receiver {
-        v["worker"] = i.into();
+        v["worker"] = receiver_worker(i, per_worker).into();
     }
     v
 }
 
-/// One AF_XDP socket's kernel counters for the final table.
-fn socket_line(k: &SocketStatistics) -> String {
+/// One AF_XDP socket's kernel counters for the final table, and the frames its reader
+/// received.
+fn socket_line(k: &SocketStatistics, per_worker: usize) -> String {
     let s = &k.stats;
     let opt = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     format!(
         "socket {} (queue {}): rx_dropped {} rx_ring_full {} rx_fill_ring_empty {} \
-         rx_invalid {} tx_invalid {} tx_ring_empty {}",
-        socket_owner(k),
+         rx_invalid {} tx_invalid {} tx_ring_empty {} received {}",
+        socket_owner(k, per_worker),
         k.queue,
         s.rx_dropped,
         opt(s.rx_ring_full),
         opt(s.rx_fill_ring_empty_descs),
         s.rx_invalid_descs,
         s.tx_invalid_descs,
-        opt(s.tx_ring_empty_descs)
+        opt(s.tx_ring_empty_descs),
+        k.received
     )
 }
 
@@ -598,6 +625,8 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         xsk,
     } = l;
     let received = Arc::new(AtomicU64::new(0));
+    // Shared receivers per worker: one per queue with --dispatch xdp.
+    let per_worker = xdp.as_ref().map_or(1, |x| x.queues.len());
     let (mut p, mut dispatcher) = match xdp {
         None => {
             let mut p = Pipeline::new(nf, cfg)?;
@@ -736,7 +765,7 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         // The receive port (the first) owns the AF_XDP sockets.
         if i == 0 {
             for k in &sockets {
-                writeln!(out, "  {}", socket_line(k))?;
+                writeln!(out, "  {}", socket_line(k, per_worker))?;
             }
         }
     }
@@ -772,7 +801,8 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
             "ports": ports.iter().map(|(name, s)| port_json(name, s)).collect::<Vec<_>>(),
         });
         if !sockets.is_empty() {
-            input["ports"][0]["sockets"] = sockets.iter().map(socket_json).collect();
+            input["ports"][0]["sockets"] =
+                sockets.iter().map(|k| socket_json(k, per_worker)).collect();
         }
         if let Some(x) = xdp_json {
             input["dispatch"] = "xdp".into();
@@ -804,17 +834,19 @@ fn start_xdp<N: RegisteredNf>(
         in_port: 0,
     })
     .context("--dispatch xdp")?;
-    for rx in &parts.receivers {
+    for sockets in &parts.receivers {
         let w = d.add_worker(cfg.worker_max_nb).context("--dispatch xdp")?;
-        d.set_worker_socket(w, &rx.socket_fd())
-            .with_context(|| format!("--dispatch xdp: worker {}'s socket in the XSKMAP", w.0))?;
+        for rx in sockets {
+            d.set_worker_socket(w, rx.queue(), &rx.socket_fd())
+                .context("--dispatch xdp")?;
+        }
     }
     let sources: Vec<Box<dyn WorkerSource>> = parts
         .receivers
         .into_iter()
         .map(|rx| {
             Box::new(XskSource {
-                rx,
+                rx: XskReceivers::new(rx),
                 received: received.clone(),
             }) as Box<dyn WorkerSource>
         })
@@ -842,15 +874,17 @@ fn start_xdp<N: RegisteredNf>(
     }
     d.attach(&a.iface, parts.mode)
         .with_context(|| format!("--dispatch xdp on {}", a.iface))?;
+    let on: Vec<String> = parts.queues.iter().map(u32::to_string).collect();
     eprintln!(
-        "xdp dispatcher attached to {} in {} mode, {} workers' sockets on queue {}{}",
+        "xdp dispatcher attached to {} in {} mode, {} workers' sockets on queue{} {}{}",
         a.iface,
         match parts.mode {
             AttachMode::Generic => "generic",
             AttachMode::Native => "native",
         },
         d.worker_count(),
-        a.queue,
+        if on.len() > 1 { "s" } else { "" },
+        on.join(","),
         if d.replaced_leftover() {
             " (replaced a program left attached by a run that ended without detaching)"
         } else {

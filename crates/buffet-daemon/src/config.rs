@@ -370,7 +370,8 @@ pub struct AfXdpPortConfig {
     #[serde(default)]
     pub queue: Option<u32>,
     /// The receive queues, one socket each over one UMEM, read round robin (`[0, 1, 2,
-    /// 3]`); `queue` must be among them. Absent: `queue` alone.
+    /// 3]`; with `dispatch.mode = "xdp"`, one socket per queue and worker); `queue` must
+    /// be among them. Absent: `queue` alone.
     #[serde(default)]
     pub queues: Option<Vec<u32>>,
     /// Where the redirect program attaches: `auto` (native, else generic), `native`,
@@ -701,8 +702,9 @@ impl DispatchConfig {
     }
 
     /// The combinations `dispatch.mode = "xdp"` needs: exactly one port, of kind
-    /// `af_xdp` (its `queue` is where every worker's socket binds, its `xdp_mode` where
-    /// the program attaches, `auto` meaning generic); the Greedy planner (the program runs
+    /// `af_xdp` (its `queue`, or each of its `queues`, is where every worker has a
+    /// socket, each queue below the program's [`buffet_xdp::MAX_QUEUES`]; its `xdp_mode`
+    /// where the program attaches, `auto` meaning generic); the Greedy planner (the program runs
     /// Algorithm 1 only); a Worker Table and Tenant Table the program's maps hold. The
     /// error is (field, message).
     pub fn check(&self, cfg: &DaemonConfig) -> Result<(), (String, String)> {
@@ -711,13 +713,12 @@ impl DispatchConfig {
         }
         match cfg.ports.as_slice() {
             [PortConfig::AfXdp(x)] => {
-                if x.queues.as_ref().is_some_and(|q| q.len() > 1) {
-                    return Err((
-                        "port[0].queues".into(),
-                        "dispatch.mode = \"xdp\" serves one queue (every worker's socket \
-                         binds it); name it with `queue`"
-                            .into(),
-                    ));
+                let (field, queues) = match &x.queues {
+                    Some(q) => ("port[0].queues", q.clone()),
+                    None => ("port[0].queue", vec![x.tx_queue()]),
+                };
+                if let Err(e) = buffet_xdp::check_queues(&queues) {
+                    return Err((field.into(), format!("dispatch.mode = \"xdp\": {e}")));
                 }
             }
             [] => {
@@ -993,10 +994,13 @@ mod tests {
                 .starts_with("b.toml: port: dispatch.mode = \"xdp\" serves exactly one"),
             "{e}"
         );
-        let e = parse(&format!("{MINIMAL}{XDP}{AF_XDP}queues = [0, 1]\n")).unwrap_err();
+        parse(&format!("{MINIMAL}{XDP}{AF_XDP}queues = [0, 1, 2, 3]\n")).unwrap();
+        let e = parse(&format!("{MINIMAL}{XDP}{AF_XDP}queues = [0, 64]\n")).unwrap_err();
         assert!(
-            e.to_string()
-                .starts_with("b.toml: port[0].queues: dispatch.mode = \"xdp\" serves one queue"),
+            e.to_string().starts_with(
+                "b.toml: port[0].queues: dispatch.mode = \"xdp\": receive queue 64: the XDP \
+                 dispatcher's XSKMAP holds sockets for queues 0 to 63"
+            ),
             "{e}"
         );
         parse(&format!("{MINIMAL}{XDP}{AF_XDP}queues = [1]\n")).unwrap();

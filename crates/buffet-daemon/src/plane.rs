@@ -378,11 +378,12 @@ impl<N: RegisteredNf> Plane for Typed<N> {
             .launching
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (source, fd) = x.take_socket()?;
-        // The worker polls its socket from the start; then the socket goes into the
-        // XSKMAP and its row opens, so the program sends it nothing before it runs.
+        let (source, fds) = x.take_socket()?;
+        // The worker polls its sockets from the start; then they go into the XSKMAP
+        // (one per queue) and its row opens, so the program sends it nothing before it
+        // runs.
         let w = self.control.launch_worker_with(source)?;
-        if let Err(e) = x.open_worker(w, fd) {
+        if let Err(e) = x.open_worker(w, &fds) {
             let _ = self.control.terminate_worker(w);
             return Err(e.into());
         }

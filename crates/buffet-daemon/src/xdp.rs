@@ -1,13 +1,16 @@
 //! The XDP Packet Dispatcher in the daemon (`[dispatch] mode = "xdp"`): the program of
 //! nic-firmware/xdp (through buffet-xdp) attached to the one `af_xdp` port's interface,
 //! classifying, scheduling (Algorithm 1 on `bpf_ktime_get_ns()`) and tagging every frame
-//! and redirecting it to its worker's own AF_XDP socket, all sockets sharing the port's
-//! UMEM on its queue. The data plane's thread owns the port (fill, completion and
-//! transmit rings); each worker polls its own socket.
+//! and redirecting it to its worker's own AF_XDP socket on the frame's receive queue, all
+//! sockets sharing the port's UMEM. The port reads `queue`, or each of `queues`: every
+//! worker has one socket per queue (the kernel delivers a redirect only to a socket of
+//! the frame's own queue) and polls them round robin. The data plane's thread owns the
+//! port (per queue its fill and completion rings, and the transmit ring).
 //!
-//! What it does: opens the sockets (one per worker the config allows, `max_workers`, so
-//! that workers launched later get one), loads and attaches the program, and mirrors
-//! every control change into its maps, in the order that keeps frames safe:
+//! What it does: opens the sockets (one set, a socket per queue, per worker the config
+//! allows, `max_workers`, so that workers launched later get one), loads and attaches
+//! the program, and mirrors every control change into its maps, in the order that keeps
+//! frames safe:
 //!
 //! * admission: the data plane admits first (state built off the data path), then the
 //!   tenant's rules, MAX_NB and initial worker (the live worker with the fewest tenants)
@@ -21,19 +24,18 @@
 //!   into the program's inactive rule bank, which then becomes the active one), so a
 //!   packet is classified entirely under the old rules or entirely under the new ones;
 //!   docs/daemon.md says which state each may run on;
-//! * launch: a spare socket goes to the new worker, then into the XSKMAP, then its
-//!   Worker Table row opens;
+//! * launch: a spare set of sockets goes to the new worker, then each into the XSKMAP at
+//!   its queue's key, then its Worker Table row opens;
 //! * terminate (and a worker found stuck or dead): its tenants' rows are rewritten to
-//!   live workers and its row closed, then after [`GRACE`] its socket leaves the XSKMAP
-//!   and only then is the worker stopped — it runs everything in its socket before it
-//!   exits (a stuck one cannot: what is in its socket stays there).
+//!   live workers and its row closed, then after [`GRACE`] its sockets leave the XSKMAP
+//!   (every queue's) and only then is the worker stopped — it runs everything in its
+//!   sockets before it exits (a stuck one cannot: what is in its sockets stays there).
 //!
 //! The program's ring-buffer events (migrations, overload reports) are moved into the
 //! data plane's events every [`EVENT_PERIOD`] by a thread of this module, so the Agent,
 //! `/v1/events` and `/metrics` see them like the software dispatcher's.
 //!
-//! What it does not do: offload to a NIC (the nfp subset), more than one queue, the
-//! "ours" planner. Worker ids are the same in the data plane and the program's Worker
+//! What it does not do: offload to a NIC (the nfp subset), the "ours" planner. Worker ids are the same in the data plane and the program's Worker
 //! Table; a terminated worker's row is never reused, so at most
 //! [`buffet_xdp::MAX_WORKERS`] workers are ever launched in one run.
 
@@ -44,7 +46,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use buffet_dispatch::{Match, TenantSlot, WorkerId};
-use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XskReceiver};
+use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XskReceivers};
 use buffet_io::{Outcome, PacketBuf};
 use buffet_worker::WorkerSource;
 use buffet_xdp::{AttachMode, XdpConfig, XdpDispatcher, XdpStats};
@@ -110,14 +112,21 @@ pub struct XdpStart {
     pub(crate) mode: AttachMode,
 }
 
-/// Opens the `af_xdp` port (no redirect program of its own, metadata on), one socket per
-/// worker up to `dataplane.max_workers` sharing its UMEM, loads the program and fills its
-/// Worker Table with the initial workers. The program is attached by
-/// [`XdpSide::attach`] once the data plane runs.
+/// Opens the `af_xdp` port (no redirect program of its own, metadata on) on its queues,
+/// per worker up to `dataplane.max_workers` one socket per queue sharing its UMEM, loads
+/// the program and fills its Worker Table with the initial workers. The program is
+/// attached by [`XdpSide::attach`] once the data plane runs.
 pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStartError> {
     buffet_xdp::dispatcher_object().map_err(|e| XdpStartError::Program(e.to_string()))?;
+    let queues = x.queues.clone().unwrap_or_else(|| vec![x.tx_queue()]);
+    buffet_xdp::check_queues(&queues).map_err(|e| XdpStartError::Port(e.to_string()))?;
     let mut port = AfXdpPort::open(AfXdpConfig {
         queue: x.tx_queue(),
+        queues: if queues.len() > 1 {
+            queues.clone()
+        } else {
+            Vec::new()
+        },
         redirect: None,
         metadata: true,
         ..AfXdpConfig::new(&x.iface, 0)
@@ -126,13 +135,17 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
     let d = &cfg.dataplane;
     let mut receivers = Vec::new();
     for _ in 0..d.max_workers.max(d.workers) {
-        receivers.push(port.shared_receiver().map_err(|e| {
-            XdpStartError::Port(format!(
-                "a socket per worker on {} queue {}, sharing one UMEM: {e}",
-                x.iface,
-                x.tx_queue()
-            ))
-        })?);
+        let mut set = Vec::with_capacity(queues.len());
+        for &q in &queues {
+            set.push(port.shared_receiver_on(q).map_err(|e| {
+                XdpStartError::Port(format!(
+                    "a socket per worker on each of {} queue(s) {queues:?}, sharing one \
+                     UMEM: {e}",
+                    x.iface
+                ))
+            })?);
+        }
+        receivers.push(XskReceivers::new(set));
     }
     let mut dispatcher = XdpDispatcher::load(XdpConfig {
         shift: d.shift,
@@ -160,11 +173,11 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
         let w = dispatcher
             .add_worker(worker_max_nb)
             .map_err(|e| XdpStartError::Program(e.to_string()))?;
-        dispatcher
-            .set_worker_socket(w, &rx.socket_fd())
-            .map_err(|e| {
-                XdpStartError::Program(format!("worker {}'s socket in the XSKMAP: {e}", w.0))
-            })?;
+        for socket in rx.sockets() {
+            dispatcher
+                .set_worker_socket(w, socket.queue(), &socket.socket_fd())
+                .map_err(|e| XdpStartError::Program(e.to_string()))?;
+        }
         sources.push(Box::new(XdpSource::new(rx, back_tx.clone(), false)));
     }
     let mode = match x.xdp_mode.as_str() {
@@ -179,6 +192,7 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
         back_rx,
         worker_max_nb,
         ring_size: port.config().ring_size,
+        queues: queues.len() as u32,
         admitted: Mutex::new(std::collections::HashMap::new()),
         stop: AtomicBool::new(false),
         pump: Mutex::new(None),
@@ -192,21 +206,21 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
     })
 }
 
-/// A worker's AF_XDP socket as its [`WorkerSource`]. When the worker's thread ends (a
-/// terminated worker, after it emptied the socket; or a dead one) the socket goes back
-/// to the spare sockets for the next launch.
+/// A worker's AF_XDP sockets (one per queue, read round robin) as its [`WorkerSource`].
+/// When the worker's thread ends (a terminated worker, after it emptied the sockets; or
+/// a dead one) the sockets go back to the spare ones for the next launch.
 struct XdpSource {
-    rx: Option<XskReceiver>,
-    back: Sender<XskReceiver>,
-    /// A socket an earlier worker left behind: what is still in it (a dead worker's
+    rx: Option<XskReceivers>,
+    back: Sender<XskReceivers>,
+    /// Sockets an earlier worker left behind: what is still in them (a dead worker's
     /// frames) was redirected before that worker ended, under tenant slots that may have
     /// been removed and reused since. Handed back unrun, as `NoTenant`, until the
-    /// socket is first found empty.
+    /// sockets are first found empty (all of them in one call).
     stale: bool,
 }
 
 impl XdpSource {
-    fn new(rx: XskReceiver, back: Sender<XskReceiver>, stale: bool) -> XdpSource {
+    fn new(rx: XskReceivers, back: Sender<XskReceivers>, stale: bool) -> XdpSource {
         XdpSource {
             rx: Some(rx),
             back,
@@ -249,6 +263,9 @@ impl Drop for XdpSource {
     }
 }
 
+/// A worker's sockets for the XSKMAP: `(queue, descriptor)`, one per queue.
+pub type SocketFds = Vec<(u32, RawFd)>;
+
 /// A tenant's classifier rules and MAX_NB, as last put into the maps.
 type KeptRules = (Vec<(u32, Match)>, u64);
 
@@ -256,13 +273,16 @@ type KeptRules = (Vec<(u32, Match)>, u64);
 /// event thread. Every map change is made under its lock, one at a time.
 pub struct XdpSide {
     d: Mutex<XdpDispatcher>,
-    /// Sockets no worker holds, each with whether a worker held it before (stale).
-    spare: Mutex<Vec<(XskReceiver, bool)>>,
-    back_tx: Sender<XskReceiver>,
-    back_rx: Receiver<XskReceiver>,
+    /// Socket sets (one socket per queue) no worker holds, each with whether a worker
+    /// held it before (stale).
+    spare: Mutex<Vec<(XskReceivers, bool)>>,
+    back_tx: Sender<XskReceivers>,
+    back_rx: Receiver<XskReceivers>,
     worker_max_nb: u64,
     /// Descriptors each socket's receive ring holds.
     ring_size: u32,
+    /// Sockets per worker (one per queue).
+    queues: u32,
     /// Per admitted slot: its rules and MAX_NB (to put it back if a removal fails half
     /// way).
     admitted: Mutex<std::collections::HashMap<u32, KeptRules>>,
@@ -418,7 +438,7 @@ impl XdpSide {
     /// live worker either reported its input empty with nothing held back since, or took
     /// more frames from its socket since than the socket's ring and one burst hold (its
     /// ring is first in, first out: everything that was in it has then been taken, and
-    /// run before its next receive). `progress` is the data plane's
+    /// run before its next receive; with several queues, all its sockets' rings). `progress` is the data plane's
     /// `Control::worker_progress`. A worker that does neither within [`DRAIN_TIMEOUT`]
     /// (stuck in a handler) is not waited for; returns the workers not waited for.
     pub fn drain(&self, progress: impl Fn(WorkerId) -> Option<(u64, u64)>) -> Vec<WorkerId> {
@@ -427,7 +447,7 @@ impl XdpSide {
         let snap: Vec<(WorkerId, Option<(u64, u64)>)> =
             live.iter().map(|&w| (w, progress(w))).collect();
         let deadline = Instant::now() + DRAIN_TIMEOUT;
-        let window = u64::from(self.ring_size) + WORKER_BURST;
+        let window = u64::from(self.ring_size) * u64::from(self.queues) + WORKER_BURST;
         loop {
             let waiting: Vec<WorkerId> = snap
                 .iter()
@@ -446,9 +466,10 @@ impl XdpSide {
         }
     }
 
-    /// A spare socket for a worker about to be launched, and its descriptor for the
-    /// XSKMAP; refused when the Worker Table or the sockets are used up.
-    pub fn take_socket(&self) -> Result<(Box<dyn WorkerSource>, RawFd), XdpChangeError> {
+    /// A spare set of sockets (one per queue) for a worker about to be launched, and
+    /// their (queue, descriptor) for the XSKMAP; refused when the Worker Table or the
+    /// sockets are used up.
+    pub fn take_socket(&self) -> Result<(Box<dyn WorkerSource>, SocketFds), XdpChangeError> {
         let n = lock(&self.d).worker_count();
         if n >= buffet_xdp::MAX_WORKERS {
             return Err(XdpChangeError::Capacity(format!(
@@ -465,16 +486,21 @@ impl XdpSide {
                     .into(),
             )
         })?;
-        let fd = rx.socket_fd().as_raw_fd();
+        let fds = rx
+            .sockets()
+            .iter()
+            .map(|s| (s.queue(), s.socket_fd().as_raw_fd()))
+            .collect();
         Ok((
             Box::new(XdpSource::new(rx, self.back_tx.clone(), stale)),
-            fd,
+            fds,
         ))
     }
 
-    /// Opens worker `w` (just launched by the data plane, polling the socket `fd`): its
-    /// socket into the XSKMAP, then its Worker Table row.
-    pub fn open_worker(&self, w: WorkerId, fd: RawFd) -> Result<(), XdpChangeError> {
+    /// Opens worker `w` (just launched by the data plane, polling the sockets `fds`, one
+    /// `(queue, descriptor)` per queue): each socket into the XSKMAP at its queue's key,
+    /// then its Worker Table row. On error its entries are taken out again.
+    pub fn open_worker(&self, w: WorkerId, fds: &[(u32, RawFd)]) -> Result<(), XdpChangeError> {
         let mut d = lock(&self.d);
         if d.worker_count() != w.0 {
             return Err(XdpChangeError::Capacity(format!(
@@ -484,7 +510,12 @@ impl XdpSide {
                 d.worker_count()
             )));
         }
-        d.set_worker_socket(w, &fd).map_err(map_err)?;
+        for &(queue, fd) in fds {
+            if let Err(e) = d.set_worker_socket(w, queue, &fd) {
+                let _ = d.clear_worker_socket(w);
+                return Err(map_err(e));
+            }
+        }
         let row = d
             .add_worker(self.worker_max_nb)
             .map_err(|e| XdpChangeError::Map(e.to_string()))?;
@@ -494,8 +525,8 @@ impl XdpSide {
 
     /// Stops the program choosing worker `w`: its tenants' rows to live workers, its row
     /// closed, then after [`GRACE`] the rows fixed again (a program run that read the row
-    /// as live before it closed may have migrated a tenant to it) and its socket out of
-    /// the XSKMAP. Returns how many tenants moved. Nothing changed when refused.
+    /// as live before it closed may have migrated a tenant to it) and its sockets out of
+    /// the XSKMAP (on every queue). Returns how many tenants moved. Nothing changed when refused.
     pub fn close_worker(&self, w: WorkerId) -> Result<usize, XdpChangeError> {
         let moved = lock(&self.d).close_worker(w)?.len();
         std::thread::sleep(GRACE);

@@ -3,9 +3,12 @@
 //! AF_PACKET socket: tenants admitted, refused (a rule the XDP classifier cannot
 //! express), updated and removed at run time, workers launched and terminated, a
 //! restart that puts the stored tenants back into the program's maps, and a worker stuck
-//! in a safe Rust handler whose other tenants move to live workers. The NF is this
-//! file's own (`Stallable`: counts, and never returns for a tenant whose policy says so
-//! when a frame asks), run through `Daemon::start_with` and `plane::start_nf`.
+//! in a safe Rust handler whose other tenants move to live workers; and on a veth with
+//! four queues, every worker with a socket on each (a worker launched at run time too),
+//! frames spread over all of them (sent through one AF_XDP socket per queue) counted
+//! exactly, and the stuck worker found again. The NF is this file's own (`Stallable`:
+//! counts, and never returns for a tenant whose policy says so when a frame asks), run
+//! through `Daemon::start_with` and `plane::start_nf`.
 //!
 //! Needs root (BPF, XDP, veth) and `ip`; skipped otherwise, a failure under
 //! `BUFFET_REQUIRE_PRIVILEGED=1` or CI.
@@ -107,6 +110,11 @@ struct Veth {
 
 impl Veth {
     fn new() -> Veth {
+        Veth::with_queues(1)
+    }
+
+    /// The pair with `queues` receive and transmit queues on each end.
+    fn with_queues(queues: u32) -> Veth {
         static N: AtomicU32 = AtomicU32::new(0);
         let tag = format!(
             "{}{}",
@@ -118,7 +126,25 @@ impl Veth {
             b: format!("bxe{tag}"),
         };
         let _ = Command::new("ip").args(["link", "del", &v.a]).output();
-        ip(&["link", "add", &v.a, "type", "veth", "peer", "name", &v.b]);
+        let n = queues.to_string();
+        ip(&[
+            "link",
+            "add",
+            &v.a,
+            "numtxqueues",
+            &n,
+            "numrxqueues",
+            &n,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &v.b,
+            "numtxqueues",
+            &n,
+            "numrxqueues",
+            &n,
+        ]);
         for i in [&v.a, &v.b] {
             // No IPv6 on the link: no router solicitations or MLD reports to count.
             let _ = Command::new("sysctl")
@@ -137,6 +163,11 @@ impl Drop for Veth {
 }
 
 fn config(dir: &Path, iface: &str, extra: &str) -> DaemonConfig {
+    config_with(dir, iface, extra, "xdp_mode = \"generic\"\n")
+}
+
+/// As [`config`], with `port` as the `[[port]]` table's settings after its interface.
+fn config_with(dir: &Path, iface: &str, extra: &str, port: &str) -> DaemonConfig {
     std::fs::write(dir.join("admin.token"), format!("{ADMIN}\n")).unwrap();
     let text = format!(
         r#"
@@ -157,8 +188,7 @@ mode = "xdp"
 [[port]]
 kind = "af_xdp"
 iface = "{iface}"
-xdp_mode = "generic"
-"#,
+{port}"#,
         d = dir.display()
     );
     DaemonConfig::parse(Path::new("xdp.toml"), &text).unwrap()
@@ -411,7 +441,62 @@ fn a_stuck_worker_loses_its_other_tenants_to_live_workers_within_a_timeslot() {
     let dir = tempfile::tempdir().unwrap();
     // Timeslots of 2^30 ns (1.07 s): a worker is stuck after half of one.
     let d = start(config(dir.path(), &veth.a, "shift = 30"));
-    let mut tx = Sender::new(&veth.b);
+    stuck_worker_case(d, AnySender::One(Sender::new(&veth.b)));
+}
+
+/// The same with every worker polling a socket on each of four queues (native mode),
+/// each destination's frames spread over all of them: a worker stuck in a handler is
+/// still found stuck, and its other tenants move to live workers within a timeslot.
+#[test]
+fn a_stuck_worker_on_four_queues_loses_its_other_tenants_within_a_timeslot() {
+    let test = "xdp::a_stuck_worker_on_four_queues_loses_its_other_tenants_within_a_timeslot";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::with_queues(4);
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(config_with(
+        dir.path(),
+        &veth.a,
+        "shift = 30",
+        "xdp_mode = \"native\"\nqueues = [0, 1, 2, 3]\n",
+    ));
+    stuck_worker_case(d, AnySender::Queues(QueueSender::new(&veth.b, 4)));
+}
+
+/// Frames into the veth's other end, through one socket or one per queue.
+enum AnySender {
+    One(Sender),
+    Queues(QueueSender),
+}
+
+impl AnySender {
+    fn each(&mut self, dsts: &[[u8; 4]], n: usize) {
+        match self {
+            AnySender::One(s) => s.each(dsts, n),
+            AnySender::Queues(s) => s.each(dsts, n),
+        }
+    }
+
+    fn send(&mut self, frames: &[Vec<u8>]) {
+        match self {
+            AnySender::One(s) => s.send(frames),
+            AnySender::Queues(s) => {
+                let on: Vec<(usize, Vec<u8>)> = frames
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (i % s.ports.len(), f.clone()))
+                    .collect();
+                s.send(&on)
+            }
+        }
+    }
+}
+
+/// Tenant 1 stalls its worker on a STALL frame; tenants 2, 3 and 4 are its victims (3 on
+/// its worker): the worker is found stuck within a timeslot, 3 moves to a live worker,
+/// and no victim frame is lost.
+fn stuck_worker_case(d: Daemon, mut tx: AnySender) {
     // Tenant 1 stalls on a STALL frame; 2, 3, 4 are its victims (3 on its worker).
     for id in 1..=4u32 {
         let policy = json!({ "stall": id == 1 });
@@ -533,4 +618,186 @@ fn a_removed_tenants_frames_in_a_stuck_worker_never_reach_the_next_tenant() {
     let v = wait_stats(&d, "tenant 5's own frames", |v| seen(v, 5) >= 10);
     assert_eq!(seen(&v, 5), 10, "{v}");
     d.stop().unwrap();
+}
+
+/// Sends frames into a veth end on chosen transmit queues: one AF_XDP socket per queue
+/// in copy mode, so the kernel transmits each frame on its socket's queue and the veth
+/// hands it to the peer's receive queue of that number (native mode; docs/ports.md).
+struct QueueSender {
+    ports: Vec<buffet_io::afxdp::AfXdpPort>,
+    pool: HeapPool,
+}
+
+impl QueueSender {
+    fn new(iface: &str, queues: u32) -> QueueSender {
+        use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, CopyMode};
+        let ports = (0..queues)
+            .map(|q| {
+                AfXdpPort::open(AfXdpConfig {
+                    queue: q,
+                    redirect: None,
+                    copy: CopyMode::Copy,
+                    frames: 512,
+                    ring_size: 256,
+                    ..AfXdpConfig::new(iface, q as u16)
+                })
+                .unwrap()
+            })
+            .collect();
+        QueueSender {
+            ports,
+            pool: HeapPool::new(256),
+        }
+    }
+
+    /// Sends each `(queue, frame)`, paced (the receiving sockets are never the limit).
+    fn send(&mut self, frames: &[(usize, Vec<u8>)]) {
+        let mut rx = Vec::new();
+        for chunk in frames.chunks(16) {
+            let mut bursts: Vec<Vec<_>> = self.ports.iter().map(|_| Vec::new()).collect();
+            for (q, f) in chunk {
+                let mut b = self.pool.take().unwrap();
+                assert!(b.fill(f));
+                bursts[*q].push(b);
+            }
+            for (port, burst) in self.ports.iter_mut().zip(&mut bursts) {
+                port.tx_burst(burst, &mut self.pool).unwrap();
+                // Completions back to the port's free frames.
+                port.rx_burst(&mut self.pool, &mut rx, 64).unwrap();
+                for b in rx.drain(..) {
+                    port.recycle(b);
+                }
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        for p in &self.ports {
+            assert_eq!(p.stats().tx_dropped, 0, "{:?}", p.stats());
+        }
+    }
+
+    /// `n` frames to each of `dsts`, interleaved, each destination's frames spread
+    /// round robin over every queue.
+    fn each(&mut self, dsts: &[[u8; 4]], n: usize) {
+        let queues = self.ports.len();
+        let frames: Vec<(usize, Vec<u8>)> = (0..n)
+            .flat_map(|j| {
+                dsts.iter()
+                    .enumerate()
+                    .map(move |(k, d)| ((j + k) % queues, frame(*d, b"data")))
+            })
+            .collect();
+        self.send(&frames);
+    }
+}
+
+/// Whether `iface` has an XDP program attached (`ip link show` lists it).
+fn xdp_attached(iface: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["link", "show", "dev", iface])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+}
+
+/// buffetd's XDP Packet Dispatcher on four queues of a veth (native mode: a frame sent
+/// on the peer's queue q arrives on queue q): every worker has a socket on each queue,
+/// eight tenants' frames spread over all four queues are each counted exactly; a worker
+/// launched at run time gets a socket on every queue into the XSKMAP, and the tenant it
+/// takes receives every frame sent to it on any of the four queues (a frame on a queue
+/// where its worker had no socket would reach no worker); terminated, its tenant moves on
+/// and no frame is lost. A queue the interface lacks is refused first, leaving nothing
+/// attached.
+#[test]
+fn the_xdp_dispatcher_serves_every_queue_including_a_worker_launched_at_run_time() {
+    let test = "xdp::the_xdp_dispatcher_serves_every_queue_including_a_worker_launched_at_run_time";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::with_queues(4);
+    let dir = tempfile::tempdir().unwrap();
+
+    // Queue 4 of a four-queue interface: refused at start, nothing attached.
+    let bad = config_with(
+        dir.path(),
+        &veth.a,
+        "",
+        "xdp_mode = \"native\"\nqueues = [0, 4]\n",
+    );
+    let e = Daemon::start_with(
+        bad,
+        Path::new("xdp.toml"),
+        Box::new(|cfg, _| buffet_daemon::plane::start_nf(cfg, Stallable)),
+    )
+    .err()
+    .expect("queue 4 is refused");
+    let e = format!("{e:#}");
+    assert!(
+        e.contains(&format!(
+            "af_xdp on {}: queue 4 does not exist: the interface has 4 receive queue(s)",
+            veth.a
+        )),
+        "{e}"
+    );
+    assert!(!xdp_attached(&veth.a), "nothing left attached");
+
+    let d = start(config_with(
+        dir.path(),
+        &veth.a,
+        "",
+        "xdp_mode = \"native\"\nqueues = [0, 1, 2, 3]\n",
+    ));
+    assert!(xdp_attached(&veth.a));
+    let mut tx = QueueSender::new(&veth.b, 4);
+    for id in 1..=8u32 {
+        let (s, v) = call(
+            &d,
+            "POST",
+            "/v1/tenants",
+            Some(&tenant(id, &format!("10.{id}.0.0/16"), json!({}))),
+        );
+        assert_eq!(s, 201, "{v}");
+    }
+    let dst = |id: u8| [10, id, 0, 1];
+    let all: Vec<[u8; 4]> = (1..=8).map(dst).collect();
+    tx.each(&all, 40);
+    let v = wait_stats(&d, "40 frames each, over four queues", |v| {
+        (1..=8).all(|id| seen(v, id) == 40)
+    });
+    for id in 1..=8 {
+        assert_eq!(row(&v, id).unwrap()["packets"].as_u64(), Some(40), "{v}");
+    }
+
+    // Worker 2 at run time: tenant 9 goes to it (it has none) and its frames come on
+    // every queue, ten on each.
+    let (s, v) = call(&d, "POST", "/v1/workers", None);
+    assert_eq!((s, v["id"].as_u64()), (201, Some(2)), "{v}");
+    let (s, v) = call(
+        &d,
+        "POST",
+        "/v1/tenants",
+        Some(&tenant(9, "10.9.0.0/16", json!({}))),
+    );
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(row(&stats(&d), 9).unwrap()["worker"].as_u64(), Some(2));
+    tx.each(&[dst(9)], 40);
+    let v = wait_stats(&d, "tenant 9 on the launched worker", |v| seen(v, 9) == 40);
+    assert_eq!(
+        v["workers"][2]["packets"].as_u64(),
+        Some(40),
+        "worker 2 ran tenant 9's 40 frames, ten from each queue: {v}"
+    );
+
+    // Terminated: its sockets leave the XSKMAP on every queue, tenant 9 moves on.
+    let (s, v) = call(&d, "DELETE", "/v1/workers/2", None);
+    assert_eq!(s, 204, "{v}");
+    let v = stats(&d);
+    assert_ne!(row(&v, 9).unwrap()["worker"].as_u64(), Some(2), "{v}");
+    tx.each(&[dst(9), dst(1)], 20);
+    let v = wait_stats(&d, "after the termination", |v| {
+        seen(v, 9) == 60 && seen(v, 1) == 60
+    });
+    assert_eq!(v["workers"][2]["packets"].as_u64(), Some(40), "{v}");
+    assert_eq!(v["global"]["no_live_worker"].as_u64(), Some(0), "{v}");
+    d.stop().unwrap();
+    assert!(!xdp_attached(&veth.a), "detached at the end");
 }

@@ -37,8 +37,8 @@
 //! recognised by its name (`bfxsk_` and the run's pid, which no longer exists) and
 //! replaced; a live run's program or anyone else's is an error, not replaced. With
 //! `redirect: None` no program is attached: a caller with its own XSKMAP (one socket
-//! per worker queue, as the XDP Packet Dispatcher does) inserts
-//! [`AfXdpPort::socket_fd`] there itself.
+//! per (queue, worker), as the XDP Packet Dispatcher does) inserts
+//! [`AfXdpPort::socket_fd`] or its receivers' sockets there itself.
 //!
 //! Opening checks, before anything is attached: the interface exists in this network
 //! namespace and is up, the queue exists, the sizes are usable, the process may open an
@@ -62,14 +62,17 @@
 //! interface lacks is [`AfXdpError::QueueOutOfRange`] naming it and the interface's
 //! queue count, before anything is opened.
 //!
-//! Several sockets on one queue ([`AfXdpPort::shared_receiver`], `XDP_SHARED_UMEM`):
+//! Several sockets on one queue ([`AfXdpPort::shared_receiver_on`], `XDP_SHARED_UMEM`):
 //! the kernel delivers an XSKMAP redirect only to a socket bound to the frame's own
-//! (interface, queue), so the XDP Packet Dispatcher's per-worker sockets all bind the
-//! same queue and share this port's UMEM. On one queue they share its single fill and
-//! completion rings as well (single producer, single consumer each): those stay with the
-//! port (its thread recycles frames to the fill ring, reaps completions and transmits),
-//! while each [`XskReceiver`] owns only its socket's receive ring and is moved to the
-//! worker thread that polls it. With [`AfXdpConfig::metadata`], frames carry the tenant
+//! (interface, queue), so the XDP Packet Dispatcher gives each worker one socket on each
+//! of the port's queues, all sharing this port's UMEM. A shared receiver on queue q binds
+//! with the port's socket on q and shares that queue's fill and completion rings
+//! (single producer, single consumer each): those stay with the port (its thread
+//! recycles frames to every queue's fill ring, reaps completions and transmits), while
+//! each [`XskReceiver`] owns only its socket's receive ring and is moved to the worker
+//! thread that polls it. A worker with several ([`XskReceivers`]) reads them round robin
+//! with a fair share each, as [`rx_burst`](Port::rx_burst) reads the port's queues. A
+//! queue the port was not opened on is [`AfXdpError::Config`] naming it. With [`AfXdpConfig::metadata`], frames carry the tenant
 //! slot the dispatcher's program wrote into the XDP metadata (the 4 bytes before the
 //! frame): the port marks each frame's metadata word before handing it to the kernel, so
 //! a frame that arrives without metadata is recognised, counted and dropped, never given
@@ -611,6 +614,8 @@ pub struct SocketStatistics {
     /// shared receiver ([`AfXdpPort::shared_receiver`], counted from 0 in the order
     /// they were opened).
     pub receiver: Option<usize>,
+    /// Frames its reader took off its receive ring (the port, or the shared receiver).
+    pub received: u64,
     /// What the kernel counted.
     pub stats: XskStatistics,
 }
@@ -621,8 +626,12 @@ pub struct SocketStatistics {
 /// UMEM), so drop it before binding the same queue again.
 pub struct XskStatsReader {
     iface: String,
-    sockets: Vec<(u32, Option<usize>, Arc<sys::XskSocket>)>,
+    sockets: Vec<ReadSocket>,
 }
+
+/// One socket an [`XskStatsReader`] reads: its queue, which receiver it is (`None`: the
+/// port's own), the socket, and its reader's count of frames received.
+type ReadSocket = (u32, Option<usize>, Arc<sys::XskSocket>, Arc<AtomicU64>);
 
 impl std::fmt::Debug for XskStatsReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -639,13 +648,14 @@ impl XskStatsReader {
     pub fn read(&self) -> Result<Vec<SocketStatistics>, AfXdpError> {
         self.sockets
             .iter()
-            .map(|(queue, receiver, socket)| {
+            .map(|(queue, receiver, socket, received)| {
                 let k = socket.statistics_versioned().map_err(|e| {
                     sys_error(&self.iface, "getsockopt(SOL_XDP, XDP_STATISTICS)", e)
                 })?;
                 Ok(SocketStatistics {
                     queue: *queue,
                     receiver: *receiver,
+                    received: received.load(Ordering::Relaxed),
                     stats: XskStatistics::from_kernel(k),
                 })
             })
@@ -669,8 +679,9 @@ struct RxQueue {
     queue: u32,
     fill: sys::Ring<u64>,
     rx: sys::Ring<libc::xdp_desc>,
-    /// Frames taken off its receive ring.
-    received: u64,
+    /// Frames taken off its receive ring (one add per burst; read by
+    /// [`XskStatsReader`]).
+    received: Arc<AtomicU64>,
     /// For a queue after the first: the completion ring the kernel requires of a socket
     /// with its own fill ring (it stays empty: the port sends on its first queue only)
     /// and the socket, dropped in that order. `None` for the first queue, whose socket
@@ -692,9 +703,9 @@ pub struct AfXdpPort {
     socket: Arc<sys::XskSocket>,
     umem: Arc<sys::Umem>,
     ifindex: u32,
-    /// The sockets of the shared receivers opened so far, in order (for their counters;
-    /// a receiver dropped is gone).
-    receivers: Vec<std::sync::Weak<sys::XskSocket>>,
+    /// The shared receivers opened so far, in order, with their queue and their count of
+    /// frames received (for their counters; a receiver dropped is gone).
+    receivers: Vec<(u32, std::sync::Weak<sys::XskSocket>, Arc<AtomicU64>)>,
     /// Frames that are nowhere: not in a ring, not lent.
     free: Vec<u64>,
     /// Frames this port lent out as `PacketBuf`s, less those that came back (those its
@@ -749,11 +760,6 @@ impl AfXdpPort {
                     "receive queues {:?}: a queue is named twice",
                     cfg.queues
                 )));
-            }
-            if cfg.metadata && wanted.len() > 1 {
-                return Err(config(
-                    "frames with XDP metadata come from one queue only".to_owned(),
-                ));
             }
         }
         if !matches!(cfg.frame_size, 2048 | 4096) {
@@ -839,7 +845,7 @@ impl AfXdpPort {
                 queue: cfg.queue,
                 fill,
                 rx,
-                received: 0,
+                received: Arc::default(),
                 own: None,
             }],
             comp,
@@ -911,7 +917,7 @@ impl AfXdpPort {
                         queue,
                         fill,
                         rx,
-                        received: 0,
+                        received: Arc::default(),
                         own: Some((comp, Arc::new(socket))),
                     })
                 }
@@ -1027,19 +1033,35 @@ impl AfXdpPort {
         })
     }
 
-    /// Opens one more socket on this port's interface and queue that shares its UMEM
-    /// (`XDP_SHARED_UMEM`; see the module docs) and has a receive ring only. Its frames
-    /// come back through this port ([`recycle`](Port::recycle), or its transmit ring),
-    /// which also keeps the fill ring full for it. The socket receives only what an XDP
-    /// program redirects to [`XskReceiver::socket_fd`].
+    /// Opens one more socket on this port's first queue ([`AfXdpConfig::queue`]) that
+    /// shares its UMEM: [`shared_receiver_on`](Self::shared_receiver_on) that queue.
     pub fn shared_receiver(&mut self) -> Result<XskReceiver, AfXdpError> {
+        self.shared_receiver_on(self.cfg.queue)
+    }
+
+    /// Opens one more socket on receive queue `queue` of this port that shares its UMEM
+    /// (`XDP_SHARED_UMEM` with the port's socket on that queue; see the module docs) and
+    /// has a receive ring only: on its queue it shares the port's fill and completion
+    /// rings, which the port keeps refilled. Its frames come back through this port
+    /// ([`recycle`](Port::recycle), or its transmit ring). The socket receives only what
+    /// an XDP program redirects to [`XskReceiver::socket_fd`]. A queue the port was not
+    /// opened on is [`AfXdpError::Config`] naming it and the port's queues.
+    pub fn shared_receiver_on(&mut self, queue: u32) -> Result<XskReceiver, AfXdpError> {
         let iface = self.cfg.iface.as_str();
-        if self.queues.len() > 1 {
+        let Some(rxq) = self.queues.iter().find(|q| q.queue == queue) else {
+            let queues: Vec<u32> = self.queues.iter().map(|q| q.queue).collect();
             return Err(AfXdpError::Config {
                 iface: iface.to_owned(),
-                why: "sockets sharing a queue need a port on that one queue".to_owned(),
+                why: format!(
+                    "a socket sharing queue {queue}: the port was opened on queue(s) \
+                     {queues:?} only"
+                ),
             });
-        }
+        };
+        let owner = match &rxq.own {
+            Some((_, socket)) => socket.clone(),
+            None => self.socket.clone(),
+        };
         let socket = sys::XskSocket::open().map_err(|e| sys_error(iface, "socket(AF_XDP)", e))?;
         let n = self.cfg.ring_size;
         socket
@@ -1049,35 +1071,47 @@ impl AfXdpPort {
             .map_ring(sys::RingKind::Rx, n)
             .map_err(|e| sys_error(iface, "mmap(XDP ring)", e))?;
         socket
-            .bind_shared(self.ifindex, self.cfg.queue, &self.socket)
+            .bind_shared(self.ifindex, queue, &owner)
             .map_err(|e| sys_error(iface, "bind(AF_XDP, XDP_SHARED_UMEM)", e))?;
         let counters = self.shared.get_or_insert_with(Default::default).clone();
         let socket = Arc::new(socket);
-        self.receivers.push(Arc::downgrade(&socket));
+        let received = Arc::new(AtomicU64::new(0));
+        self.receivers
+            .push((queue, Arc::downgrade(&socket), received.clone()));
         Ok(XskReceiver {
             id: self.cfg.id,
             iface: self.cfg.iface.clone(),
+            queue,
             frame_size: self.cfg.frame_size,
             metadata: self.cfg.metadata,
             rx,
             socket,
             umem: self.umem.clone(),
             counters,
+            received,
         })
+    }
+
+    /// The receive queues, in the order the port reads them (the first is the queue
+    /// frames are sent on).
+    pub fn queues(&self) -> Vec<u32> {
+        self.queues.iter().map(|q| q.queue).collect()
     }
 
     /// A reader of the kernel's counters ([`XskStatistics`]) of this port's sockets and
     /// of the shared receivers opened so far (see [`XskStatsReader`]).
     pub fn statistics_reader(&self) -> XskStatsReader {
         let own = self.queues.iter().map(|q| match &q.own {
-            Some((_, socket)) => (q.queue, None, socket.clone()),
-            None => (q.queue, None, self.socket.clone()),
+            Some((_, socket)) => (q.queue, None, socket.clone(), q.received.clone()),
+            None => (q.queue, None, self.socket.clone(), q.received.clone()),
         });
-        let receivers = self
-            .receivers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, w)| Some((self.cfg.queue, Some(i), w.upgrade()?)));
+        let receivers =
+            self.receivers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (queue, w, received))| {
+                    Some((*queue, Some(i), w.upgrade()?, received.clone()))
+                });
         XskStatsReader {
             iface: self.cfg.iface.clone(),
             sockets: own.chain(receivers).collect(),
@@ -1103,7 +1137,10 @@ impl AfXdpPort {
     /// Frames received on each queue so far, as `(queue, frames)` in the order the
     /// sockets are read (the first is the queue frames are sent on).
     pub fn received_per_queue(&self) -> Vec<(u32, u64)> {
-        self.queues.iter().map(|q| (q.queue, q.received)).collect()
+        self.queues
+            .iter()
+            .map(|q| (q.queue, q.received.load(Ordering::Relaxed)))
+            .collect()
     }
 
     /// True when the kernel runs the socket in zero-copy mode.
@@ -1198,7 +1235,7 @@ impl AfXdpPort {
         }
         q.rx.consumer()
             .store(cons.wrapping_add(k), Ordering::Release);
-        q.received += u64::from(k);
+        q.received.fetch_add(u64::from(k), Ordering::Relaxed);
         (k, n)
     }
 
@@ -1412,6 +1449,8 @@ impl Drop for AfXdpPort {
 pub struct XskReceiver {
     id: PortId,
     iface: String,
+    /// The interface queue it is bound to.
+    queue: u32,
     frame_size: u32,
     metadata: bool,
     // Dropped in this order: the ring, the socket (closed once a [`XskStatsReader`]
@@ -1420,12 +1459,15 @@ pub struct XskReceiver {
     socket: Arc<sys::XskSocket>,
     umem: Arc<sys::Umem>,
     counters: Arc<SharedCounters>,
+    /// Frames taken off its receive ring (read by [`XskStatsReader`]).
+    received: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for XskReceiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("XskReceiver")
             .field("port", &self.id)
+            .field("queue", &self.queue)
             .field("metadata", &self.metadata)
             .finish_non_exhaustive()
     }
@@ -1435,6 +1477,17 @@ impl XskReceiver {
     /// The socket, for the XSKMAP entry that redirects to it.
     pub fn socket_fd(&self) -> BorrowedFd<'_> {
         self.socket.borrowed()
+    }
+
+    /// The interface queue the socket is bound to (an XSKMAP redirect reaches it only
+    /// for frames received on that queue).
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    /// Frames taken off its receive ring so far.
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
     }
 
     /// The kernel's counters for this socket now.
@@ -1504,6 +1557,65 @@ impl XskReceiver {
             .store(cons.wrapping_add(k), Ordering::Release);
         self.counters.rx.fetch_add(u64::from(k), Ordering::Relaxed);
         self.counters.lent.fetch_add(lent, Ordering::Relaxed);
+        self.received.fetch_add(u64::from(k), Ordering::Relaxed);
+        n
+    }
+}
+
+/// The sockets one reader polls, one per receive queue (a worker of the XDP Packet
+/// Dispatcher on a port of several queues: see the module docs), read round robin like
+/// the port's own queues: each call starts one socket further, and every socket may
+/// take its share of the call's `max` (rounded up) before any takes more, so a busy
+/// queue never starves another. No allocation while the vectors have room.
+#[derive(Debug)]
+pub struct XskReceivers {
+    sockets: Vec<XskReceiver>,
+    /// The socket the next call reads first.
+    next: usize,
+}
+
+impl XskReceivers {
+    /// Polls `sockets` in this order (one per queue, usually).
+    pub fn new(sockets: Vec<XskReceiver>) -> XskReceivers {
+        XskReceivers { sockets, next: 0 }
+    }
+
+    /// The sockets, in the order given.
+    pub fn sockets(&self) -> &[XskReceiver] {
+        &self.sockets
+    }
+
+    /// As [`XskReceiver::receive`], over every socket round robin: at most `max` frames
+    /// in all go to `out` and `rejected`. Returns how many went to `out`.
+    pub fn receive(
+        &mut self,
+        out: &mut Vec<PacketBuf>,
+        rejected: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> usize {
+        let k = self.sockets.len();
+        if k == 0 {
+            return 0;
+        }
+        if k == 1 {
+            return self.sockets[0].receive(out, rejected, max);
+        }
+        let start = self.next;
+        self.next = (start + 1) % k;
+        let share = max.div_ceil(k);
+        let (mut budget, mut n) = (max, 0usize);
+        for pass in 0..2 {
+            for i in 0..k {
+                if budget == 0 {
+                    return n;
+                }
+                let quota = if pass == 0 { share.min(budget) } else { budget };
+                let before = rejected.len();
+                let got = self.sockets[(start + i) % k].receive(out, rejected, quota);
+                n += got;
+                budget -= got + (rejected.len() - before);
+            }
+        }
         n
     }
 }
@@ -1632,12 +1744,17 @@ mod tests {
             let e = AfXdpPort::open(lo(0, twice)).unwrap_err();
             assert!(e.to_string().contains("a queue is named twice"), "{e}");
         }
+        // Metadata frames (the XDP Packet Dispatcher's) on several queues pass the
+        // configuration checks and reach the interface's: `lo` has one queue.
         let e = AfXdpPort::open(AfXdpConfig {
             metadata: true,
             ..lo(0, vec![0, 1])
         })
         .unwrap_err();
-        assert!(e.to_string().contains("from one queue only"), "{e}");
+        assert!(
+            matches!(e, AfXdpError::QueueOutOfRange { queue: 1, .. }),
+            "{e}"
+        );
         let e = AfXdpPort::open(AfXdpConfig {
             frames: 128,
             ring_size: 64,

@@ -4,8 +4,14 @@
 
 /// Tenant Table rows the program holds (`BF_XDP_MAX_TENANTS`).
 pub const MAX_TENANTS: u32 = 16384;
-/// Worker Table rows and XSKMAP entries (`BF_XDP_MAX_WORKERS`).
+/// Worker Table rows (`BF_XDP_MAX_WORKERS`).
 pub const MAX_WORKERS: u16 = 256;
+/// Receive queues the XSKMAP has room for (`BF_XDP_MAX_QUEUES`): queues 0 to
+/// `MAX_QUEUES - 1`.
+pub const MAX_QUEUES: u32 = 64;
+/// XSKMAP keys per receive queue (`BF_XDP_XSK_STRIDE`): worker `w`'s socket on queue `q`
+/// is at key `q * XSK_STRIDE + w`.
+pub const XSK_STRIDE: u32 = MAX_WORKERS as u32;
 /// Tuples (distinct masks) of the tuple-space search (`BF_XDP_MAX_TUPLES`).
 pub const MAX_TUPLES: u32 = 64;
 /// (tuple, masked key) entries per rule bank (`BF_XDP_MAX_RULE_ENTRIES`).

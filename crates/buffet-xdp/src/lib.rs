@@ -18,14 +18,25 @@
 //! change or entirely under the rules after it. The Rust model of the rules (the best
 //! entry per (tuple, masked key)) is the one source of what either bank holds.
 //!
-//! What it does not do: AF_XDP sockets (the program's XSKMAP is exposed for them:
-//! [`XdpDispatcher::set_worker_socket`]), tenant placement or worker evacuation. For the
-//! nfp offload (nic-firmware/xdp/dispatcher_offload.bpf.c, which has no clock), the
-//! slot-boundary rebalancing runs on the host: [`offload::OffloadPlanner`].
+//! Frames go to the chosen worker's AF_XDP socket on the frame's own receive queue: the
+//! kernel delivers an XSKMAP redirect only to a socket bound to the frame's (interface,
+//! queue), so a worker has one socket per queue it serves, and the program redirects to
+//! key `rx_queue_index * XSK_STRIDE + worker` ([`xsk_key`]; [`MAX_QUEUES`] queues of
+//! [`XSK_STRIDE`] keys). [`XdpDispatcher::set_worker_socket`] puts a worker's socket of one
+//! queue there, [`XdpDispatcher::clear_worker_socket`] takes all of a worker's out. A
+//! frame on a queue where its worker has no socket (or beyond [`MAX_QUEUES`]) goes on to
+//! the stack (`XDP_PASS`), counted as passed in the program's counters like any other:
+//! the redirect key is no scheduling decision, and test mode never redirects.
+//!
+//! What it does not do: open AF_XDP sockets (the program's XSKMAP is exposed for them),
+//! tenant placement or worker evacuation. For the nfp offload
+//! (nic-firmware/xdp/dispatcher_offload.bpf.c, which has no clock), the slot-boundary
+//! rebalancing runs on the host: [`offload::OffloadPlanner`].
 //!
 //! Limits (refused at admission with an error naming the tenant and rule):
 //! [`MAX_TENANTS`] tenant slots, [`MAX_WORKERS`] workers, [`MAX_TUPLES`] distinct masks
-//! over all rules, [`MAX_RULE_ENTRIES`] (mask, value) entries.
+//! over all rules, [`MAX_RULE_ENTRIES`] (mask, value) entries; and receive queues 0 to
+//! [`MAX_QUEUES`]` - 1` for sockets ([`check_queues`], [`SocketError`]).
 //!
 //! When this crate was built without clang or the libbpf headers, loading fails with
 //! [`LoadError::Unavailable`] ("xdp engine unavailable: clang not found").
@@ -51,7 +62,9 @@ use buffet_dispatch::classifier::Match;
 use buffet_dispatch::{Event, OverloadReport, RuleError, TenantSlot, WorkerId};
 use buffet_sdk::ParseError;
 
-pub use layout::{KEY_WORDS, MAX_RULE_ENTRIES, MAX_TENANTS, MAX_TUPLES, MAX_WORKERS};
+pub use layout::{
+    KEY_WORDS, MAX_QUEUES, MAX_RULE_ENTRIES, MAX_TENANTS, MAX_TUPLES, MAX_WORKERS, XSK_STRIDE,
+};
 
 use layout::{
     stat, verdict, Config, DecisionRecord, EventRecord, RuleKey, RuleVal, TenantRow, Tuple,
@@ -303,6 +316,70 @@ pub enum WorkerTableError {
     LastWorker(u16),
 }
 
+/// Why a worker's socket could not go into (or leave) the XSKMAP; on error the map did
+/// not change.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// The queue has no keys in the XSKMAP.
+    #[error(
+        "receive queue {queue}: the XDP dispatcher's XSKMAP holds sockets for queues 0 to {} \
+         ({capacity} queues of {} workers)",
+        capacity - 1,
+        XSK_STRIDE
+    )]
+    QueueOutOfRange {
+        /// The queue asked for.
+        queue: u32,
+        /// [`MAX_QUEUES`].
+        capacity: u32,
+    },
+    /// The worker is beyond the Worker Table (and has no keys).
+    #[error("worker {worker}: the XDP dispatcher's XSKMAP holds sockets for workers 0 to {}", capacity - 1)]
+    WorkerOutOfRange {
+        /// The worker asked for.
+        worker: u16,
+        /// [`XSK_STRIDE`].
+        capacity: u32,
+    },
+    /// Writing the map failed.
+    #[error("worker {worker}'s socket on queue {queue} in the XSKMAP: {source}")]
+    Map {
+        /// The worker.
+        worker: u16,
+        /// The queue.
+        queue: u32,
+        /// What went wrong.
+        #[source]
+        source: MapError,
+    },
+}
+
+/// The XSKMAP key of worker `w`'s socket on receive queue `queue` (`queue * XSK_STRIDE
+/// + w`), the key the program redirects a frame of that queue to when it chooses `w`;
+/// refused for a queue beyond [`MAX_QUEUES`] or a worker beyond [`XSK_STRIDE`].
+pub fn xsk_key(queue: u32, w: WorkerId) -> Result<u32, SocketError> {
+    check_queues(&[queue])?;
+    if u32::from(w.0) >= XSK_STRIDE {
+        return Err(SocketError::WorkerOutOfRange {
+            worker: w.0,
+            capacity: XSK_STRIDE,
+        });
+    }
+    Ok(queue * XSK_STRIDE + u32::from(w.0))
+}
+
+/// Checks that every receive queue of `queues` has keys in the program's XSKMAP: the
+/// first that does not is [`SocketError::QueueOutOfRange`], naming it and the limit.
+pub fn check_queues(queues: &[u32]) -> Result<(), SocketError> {
+    match queues.iter().find(|&&q| q >= MAX_QUEUES) {
+        Some(&queue) => Err(SocketError::QueueOutOfRange {
+            queue,
+            capacity: MAX_QUEUES,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Running a frame through the program failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -511,6 +588,8 @@ pub struct XdpDispatcher {
     policed: PerCpuArray<MapData, u64>,
     events: RingBuf<MapData>,
     xsks: XskMap<MapData>,
+    /// The receive queues each worker has a socket on in the XSKMAP.
+    sockets: BTreeMap<u16, BTreeSet<u32>>,
     state: sys::StateMapping,
     n_workers: u16,
     /// Mask -> tuple index.
@@ -634,6 +713,7 @@ impl XdpDispatcher {
             policed,
             events,
             xsks,
+            sockets: BTreeMap::new(),
             state,
             n_workers: 0,
             tuples: BTreeMap::new(),
@@ -704,13 +784,38 @@ impl XdpDispatcher {
         self.n_workers
     }
 
-    /// Puts worker `w`'s AF_XDP socket into the XSKMAP (redirect target of its packets).
+    /// Puts worker `w`'s AF_XDP socket on receive queue `queue` into the XSKMAP (at
+    /// [`xsk_key`]`(queue, w)`): the redirect target of the frames of that queue the
+    /// program chooses `w` for. The socket must be bound to that queue of the interface
+    /// the program is attached to (the kernel delivers a redirect to no other). A worker
+    /// has one such socket per queue; a frame on a queue where its worker has none goes
+    /// on to the stack, counted as passed like any other. A worker's sockets may go in
+    /// before its row is added ([`add_worker`](Self::add_worker)), so that the program
+    /// sends it nothing it cannot receive.
     pub fn set_worker_socket(
         &mut self,
         w: WorkerId,
+        queue: u32,
         socket: &impl AsRawFd,
-    ) -> Result<(), MapError> {
-        self.xsks.set(u32::from(w.0), socket.as_raw_fd(), 0)
+    ) -> Result<(), SocketError> {
+        let key = xsk_key(queue, w)?;
+        self.xsks
+            .set(key, socket.as_raw_fd(), 0)
+            .map_err(|source| SocketError::Map {
+                worker: w.0,
+                queue,
+                source,
+            })?;
+        self.sockets.entry(w.0).or_default().insert(queue);
+        Ok(())
+    }
+
+    /// The receive queues worker `w` has a socket on in the XSKMAP, in order.
+    pub fn worker_socket_queues(&self, w: WorkerId) -> Vec<u32> {
+        self.sockets
+            .get(&w.0)
+            .map(|q| q.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Admits tenant `slot` on `worker` with MAX_NB `max_nb` (0: unlimited) and its
@@ -1126,9 +1231,9 @@ impl XdpDispatcher {
     /// Closes worker `w`'s Worker Table row after moving every tenant whose row names it
     /// to the live worker with the fewest tenants (only the rows' worker fields are
     /// written, so the program's counters are kept): from then on the program neither
-    /// sends it packets nor migrates tenants to it. Its XSKMAP entry stays until
-    /// [`clear_worker_socket`](Self::clear_worker_socket), so a frame a program run
-    /// already headed there still arrives. A program run that read the row as live just
+    /// sends it packets nor migrates tenants to it. Its XSKMAP entries (one per queue)
+    /// stay until [`clear_worker_socket`](Self::clear_worker_socket), so a frame a
+    /// program run already headed there still arrives. A program run that read the row as live just
     /// before it closed can still migrate a tenant to it: call
     /// [`resettle`](Self::resettle) again after a grace period. Returns the moves.
     pub fn close_worker(
@@ -1171,17 +1276,32 @@ impl XdpDispatcher {
         moves
     }
 
-    /// Takes worker `w`'s socket out of the XSKMAP (nothing can be redirected to it any
-    /// more).
-    pub fn clear_worker_socket(&mut self, w: WorkerId) -> Result<(), MapError> {
-        match self.xsks.unset(u32::from(w.0)) {
-            Ok(()) => Ok(()),
-            // Already gone (its socket was closed, which empties its entries).
-            Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {
-                Ok(())
+    /// Takes worker `w`'s sockets out of the XSKMAP, on every queue (nothing can be
+    /// redirected to them any more). On error the entries not yet removed stay and a
+    /// second call removes them.
+    pub fn clear_worker_socket(&mut self, w: WorkerId) -> Result<(), SocketError> {
+        let queues = self.worker_socket_queues(w);
+        for queue in queues {
+            let key = xsk_key(queue, w)?;
+            match self.xsks.unset(key) {
+                Ok(()) => {}
+                // Already gone (its socket was closed, which empties its entries).
+                Err(MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(source) => {
+                    return Err(SocketError::Map {
+                        worker: w.0,
+                        queue,
+                        source,
+                    })
+                }
             }
-            Err(e) => Err(e),
+            if let Some(q) = self.sockets.get_mut(&w.0) {
+                q.remove(&queue);
+            }
         }
+        self.sockets.remove(&w.0);
+        Ok(())
     }
 
     /// Whether tenant slot `slot` is admitted.
@@ -1487,4 +1607,48 @@ const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 fn if_index(iface: &str) -> Option<u32> {
     let path = format!("/sys/class/net/{iface}/ifindex");
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_queue_has_a_key_per_worker_and_the_last_queue_fits_the_map() {
+        assert_eq!(xsk_key(0, WorkerId(0)).unwrap(), 0);
+        assert_eq!(xsk_key(0, WorkerId(255)).unwrap(), 255);
+        assert_eq!(xsk_key(1, WorkerId(0)).unwrap(), 256);
+        assert_eq!(xsk_key(3, WorkerId(2)).unwrap(), 3 * 256 + 2);
+        let last = xsk_key(MAX_QUEUES - 1, WorkerId(MAX_WORKERS - 1)).unwrap();
+        assert_eq!(last, MAX_QUEUES * XSK_STRIDE - 1, "the map's last entry");
+        let e = xsk_key(MAX_QUEUES, WorkerId(0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "receive queue 64: the XDP dispatcher's XSKMAP holds sockets for queues 0 to 63 \
+             (64 queues of 256 workers)"
+        );
+        let e = xsk_key(0, WorkerId(256)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SocketError::WorkerOutOfRange {
+                    worker: 256,
+                    capacity: 256
+                }
+            ),
+            "{e}"
+        );
+        assert!(check_queues(&[0, 1, 63]).is_ok());
+        let e = check_queues(&[0, 70, 64]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SocketError::QueueOutOfRange {
+                    queue: 70,
+                    capacity: 64
+                }
+            ),
+            "{e}"
+        );
+    }
 }
