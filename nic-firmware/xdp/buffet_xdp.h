@@ -148,6 +148,8 @@ enum bf_xdp_stat {
     BF_XDP_ST_POLICED = 4,
     BF_XDP_ST_NO_WORKER = 5,
     BF_XDP_ST_EVENTS_LOST = 6,
+    /* Passed frames dropped for want of their worker's socket on their receive queue. */
+    BF_XDP_ST_NO_SOCKET = 7,
     BF_XDP_ST_COUNT = 8
 };
 

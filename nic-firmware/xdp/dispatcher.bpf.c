@@ -494,7 +494,7 @@ __attribute__((noinline)) int bf_xdp_tag(struct xdp_md *ctx, struct bf_search *p
 
 /* The XSKMAP key of `worker`'s socket on receive queue `queue` (buffet_xdp.h); a queue
  * or worker beyond the map gives a key past its end, for which bpf_redirect_map returns
- * its fallback, XDP_PASS, as for a key with no socket. */
+ * its fallback, as for a key with no socket. */
 static __always_inline uint32_t bf_xsk_key(uint32_t queue, uint32_t worker)
 {
     if (queue >= BF_XDP_MAX_QUEUES || worker >= BF_XDP_XSK_STRIDE)
@@ -608,8 +608,13 @@ int buffet_dispatch(struct xdp_md *ctx)
     }
     if (verdict != BF_XDP_PASS)
         return XDP_DROP;
-    return (int)bpf_redirect_map(&bf_xsks, bf_xsk_key(ctx->rx_queue_index, step.out.worker),
-                                 XDP_PASS);
+    /* No socket of the worker on this queue (a queue the run does not read): dropped and
+     * counted, never handed to the host stack past the tenant's NF. */
+    long act = bpf_redirect_map(&bf_xsks, bf_xsk_key(ctx->rx_queue_index, step.out.worker),
+                                XDP_DROP);
+    if (act != XDP_REDIRECT)
+        bf_count(BF_XDP_ST_NO_SOCKET);
+    return (int)act;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

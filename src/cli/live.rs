@@ -241,6 +241,7 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
                     Some(XdpModeArg::Native) => XdpMode::Native,
                     Some(XdpModeArg::Generic) => XdpMode::Generic,
                 }),
+                frames: AfXdpConfig::frames_for_queues(queues.len()),
                 queues,
                 ..AfXdpConfig::new(&a.iface, 0)
             })?;
@@ -359,6 +360,15 @@ fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
     );
     let queues = a.queues.clone().map_or_else(|| vec![a.queue], |q| q.0);
     buffet_xdp::check_queues(&queues).context("--dispatch xdp")?;
+    let unread = buffet_io::afxdp::unread_queues(&a.iface, &queues);
+    if !unread.is_empty() {
+        eprintln!(
+            "warning: {} also receives on queue(s) {unread:?}, which this run does not read: \
+             the XDP Packet Dispatcher drops the frames it finds there and counts them as \
+             no_socket (read them with --queues)",
+            a.iface
+        );
+    }
     let mut port = AfXdpPort::open(AfXdpConfig {
         queue: queues[0],
         queues: if queues.len() > 1 {
@@ -368,6 +378,7 @@ fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
         },
         redirect: None,
         metadata: true,
+        frames: AfXdpConfig::frames_for_queues(queues.len()),
         ..AfXdpConfig::new(&a.iface, 0)
     })?;
     let receivers = (0..workers)
@@ -773,14 +784,15 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         writeln!(
             out,
             "xdp dispatcher: packets {} passed {} unmatched {} malformed {} policed {} \
-             no_live_worker {} events_lost {}",
+             no_live_worker {} events_lost {} no_socket {}",
             x["packets"],
             x["passed"],
             x["unmatched"],
             x["malformed"],
             x["policed"],
             x["no_live_worker"],
-            x["events_lost"]
+            x["events_lost"],
+            x["no_socket"]
         )?;
     }
     run::print_events(&mut out, &report, 20)?;
@@ -926,6 +938,7 @@ fn xdp_json<N: RegisteredNf>(
         "policed": s.policed,
         "no_live_worker": s.no_live_worker,
         "events_lost": s.events_lost,
+        "no_socket": s.no_socket,
         "tenants": rows,
     }))
 }

@@ -394,7 +394,7 @@ impl<N: RegisteredNf> Plane for Typed<N> {
         let w = WorkerId(id);
         if let Some(x) = &self.xdp {
             // The program stops choosing it first; then the data plane stops it, and it
-            // runs everything in its socket before its thread ends.
+            // runs everything in its sockets before its thread ends.
             if x.is_live(w) {
                 match x.close_worker(w) {
                     // Closed meanwhile (found stuck or dead): stop it all the same.
@@ -405,6 +405,11 @@ impl<N: RegisteredNf> Plane for Typed<N> {
                     }
                     Err(other) => return Err(other.into()),
                 }
+            } else {
+                // Closed already (found stuck or dead, or by an earlier call that failed
+                // taking its sockets out): its sockets go back to the spare pool, so
+                // none of its XSKMAP entries may stay.
+                x.clear_sockets(w)?;
             }
         }
         Ok(self.control.terminate_worker(w)?)
@@ -677,6 +682,7 @@ fn open_ports(cfg: &DaemonConfig) -> Result<Opened, StartError> {
                 AfXdpPort::open(AfXdpConfig {
                     queue: x.tx_queue(),
                     queues: x.queues.clone().unwrap_or_default(),
+                    frames: AfXdpConfig::frames_for_queues(x.queues.as_ref().map_or(1, Vec::len)),
                     redirect: Some(match x.xdp_mode.as_str() {
                         "native" => XdpMode::Native,
                         "generic" => XdpMode::Generic,

@@ -120,6 +120,15 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
     buffet_xdp::dispatcher_object().map_err(|e| XdpStartError::Program(e.to_string()))?;
     let queues = x.queues.clone().unwrap_or_else(|| vec![x.tx_queue()]);
     buffet_xdp::check_queues(&queues).map_err(|e| XdpStartError::Port(e.to_string()))?;
+    let unread = buffet_io::afxdp::unread_queues(&x.iface, &queues);
+    if !unread.is_empty() {
+        eprintln!(
+            "buffetd: warning: {} also receives on queue(s) {unread:?}, which the config's \
+             queues do not name: the XDP Packet Dispatcher drops the frames it finds there \
+             and counts them as no_socket",
+            x.iface
+        );
+    }
     let mut port = AfXdpPort::open(AfXdpConfig {
         queue: x.tx_queue(),
         queues: if queues.len() > 1 {
@@ -129,6 +138,7 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
         },
         redirect: None,
         metadata: true,
+        frames: AfXdpConfig::frames_for_queues(queues.len()),
         ..AfXdpConfig::new(&x.iface, 0)
     })
     .map_err(|e| XdpStartError::Port(e.to_string()))?;
@@ -481,7 +491,7 @@ impl XdpSide {
         spare.extend(self.back_rx.try_iter().map(|rx| (rx, true)));
         let (rx, stale) = spare.pop().ok_or_else(|| {
             XdpChangeError::Capacity(
-                "no spare AF_XDP socket: there are dataplane.max_workers of them (at start) \
+                "no spare set of AF_XDP sockets (one per queue): there are dataplane.max_workers of them (at start) \
                  and every one is held by a worker (one found stuck keeps its own)"
                     .into(),
             )
@@ -516,11 +526,20 @@ impl XdpSide {
                 return Err(map_err(e));
             }
         }
-        let row = d
-            .add_worker(self.worker_max_nb)
-            .map_err(|e| XdpChangeError::Map(e.to_string()))?;
+        let row = match d.add_worker(self.worker_max_nb) {
+            Ok(row) => row,
+            Err(e) => {
+                let _ = d.clear_worker_socket(w);
+                return Err(XdpChangeError::Map(e.to_string()));
+            }
+        };
         debug_assert_eq!(row, w);
         Ok(())
+    }
+
+    /// Takes worker `w`'s sockets out of the XSKMAP on every queue (none left: nothing).
+    pub fn clear_sockets(&self, w: WorkerId) -> Result<(), XdpChangeError> {
+        lock(&self.d).clear_worker_socket(w).map_err(map_err)
     }
 
     /// Stops the program choosing worker `w`: its tenants' rows to live workers, its row

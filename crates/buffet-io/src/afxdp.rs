@@ -159,6 +159,14 @@ pub struct AfXdpConfig {
 }
 
 impl AfXdpConfig {
+    /// The frames a port on `queues` receive queues needs at least: the default 4096,
+    /// or 128 per queue (each fill ring holds a share of half the UMEM, at least 64).
+    pub fn frames_for_queues(queues: usize) -> u32 {
+        u32::try_from(queues.saturating_mul(128))
+            .unwrap_or(u32::MAX)
+            .max(4096)
+    }
+
     /// Queue 0 of `iface`, 4096 frames of 2048 bytes (8 MiB), rings of 2048 entries,
     /// zero copy where possible, and the port's own redirect program.
     pub fn new(iface: impl Into<String>, id: PortId) -> AfXdpConfig {
@@ -307,6 +315,14 @@ fn usable_interface(iface: &str) -> Result<u32, AfXdpError> {
         });
     }
     Ok(ifindex)
+}
+
+/// The receive queues of `iface` (as sysfs lists them) that are not among `queues`:
+/// where a NIC's RSS puts frames that sockets on `queues` never see. Empty when sysfs
+/// cannot be read.
+pub fn unread_queues(iface: &str, queues: &[u32]) -> Vec<u32> {
+    let n = rx_queues(iface).unwrap_or(0);
+    (0..n).filter(|q| !queues.contains(q)).collect()
 }
 
 /// Receive queues of `iface` as sysfs lists them (`queues/rx-N`); `None` if unreadable.
@@ -1623,6 +1639,21 @@ impl XskReceivers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_for_queues_give_every_fill_ring_its_64_and_fit_in_1_gib() {
+        let cfg = AfXdpConfig::new("x", 0);
+        assert_eq!(AfXdpConfig::frames_for_queues(1), cfg.frames);
+        assert_eq!(AfXdpConfig::frames_for_queues(32), cfg.frames);
+        assert_eq!(AfXdpConfig::frames_for_queues(64), 8192);
+        for q in 1..=1024u32 {
+            let frames = AfXdpConfig::frames_for_queues(q as usize);
+            // The port's own check: each fill ring's share of half the UMEM.
+            assert!(cfg.ring_size.min(frames / (2 * q)) >= 64, "{q} queues");
+            assert!(frames >= 2 * cfg.ring_size);
+            assert!(u64::from(frames) * u64::from(cfg.frame_size) <= 1 << 30);
+        }
+    }
 
     #[test]
     fn ring_indices_wrap_around_u32() {

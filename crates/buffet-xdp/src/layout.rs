@@ -135,6 +135,7 @@ pub(crate) mod stat {
     pub const POLICED: u32 = 4;
     pub const NO_WORKER: u32 = 5;
     pub const EVENTS_LOST: u32 = 6;
+    pub const NO_SOCKET: u32 = 7;
 }
 
 const _: () = {

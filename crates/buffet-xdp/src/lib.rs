@@ -487,6 +487,10 @@ pub struct XdpStats {
     pub no_live_worker: u64,
     /// Events the ring buffer had no room for.
     pub events_lost: u64,
+    /// Passed frames (counted in `passed` too) dropped because their worker has no
+    /// socket on the queue they arrived on: the interface has queues the run does not
+    /// read.
+    pub no_socket: u64,
 }
 
 /// Runs frames through a test-mode [`XdpDispatcher`]'s program from another thread
@@ -1415,6 +1419,7 @@ impl XdpDispatcher {
             policed: sum(stat::POLICED)?,
             no_live_worker: sum(stat::NO_WORKER)?,
             events_lost: sum(stat::EVENTS_LOST)?,
+            no_socket: sum(stat::NO_SOCKET)?,
         })
     }
 
