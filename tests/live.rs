@@ -1173,6 +1173,31 @@ fn dscp_back(out: &Path) -> (std::collections::BTreeMap<u64, u64>, u64) {
     (by, bad)
 }
 
+/// Each tenant's packets in the XDP Tenant Table (`slot_packets` of the stats JSON's
+/// `input.xdp.tenants`, a timeslot longer than the run) are what the sender sent it.
+fn assert_xdp_table_agrees(x: &serde_json::Value, t: &Traffic, ctx: &str) {
+    let in_maps: Vec<(u64, u64)> = x["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_u64().unwrap(),
+                r["slot_packets"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64)> = t
+        .per_tenant
+        .iter()
+        .map(|&(id, k)| (u64::from(id), k))
+        .collect();
+    assert_eq!(
+        in_maps, want,
+        "{ctx}: per tenant, the XDP Tenant Table vs sender"
+    );
+}
+
 /// tshark capturing what arrives on B's veth end while a test sends, into a pcapng file:
 /// the wire as an independent tool sees it, next to what the sender's own socket saw.
 struct WireCapture {
@@ -1374,23 +1399,7 @@ fn xdp_dispatch_counts_agree_at_sender_maps_and_workers() {
     assert_eq!(x["unmatched"].as_u64(), Some(t.unmatched), "{x}");
     assert_eq!(x["malformed"].as_u64(), Some(t.malformed), "{x}");
     assert_eq!(x["policed"].as_u64(), Some(0), "{x}");
-    let in_maps: Vec<(u64, u64)> = x["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["id"].as_u64().unwrap(),
-                r["slot_packets"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    let want: Vec<(u64, u64)> = t
-        .per_tenant
-        .iter()
-        .map(|&(id, k)| (u64::from(id), k))
-        .collect();
-    assert_eq!(in_maps, want, "per tenant: the XDP Tenant Table vs sender");
+    assert_xdp_table_agrees(x, &t, "");
     // Each tenant ran on the worker the XDP Tenant Table names (no migration here).
     for (w, r) in json["tenants"]
         .as_array()
@@ -2831,26 +2840,7 @@ fn xdp_dispatch_on_four_queues_counts_every_tenant_exactly() {
         assert_eq!(x["unmatched"].as_u64(), Some(t.unmatched), "{mode}: {x}");
         assert_eq!(x["malformed"].as_u64(), Some(t.malformed), "{mode}: {x}");
         assert_eq!(x["no_socket"].as_u64(), Some(0), "{mode}: {x}");
-        let in_maps: Vec<(u64, u64)> = x["tenants"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                (
-                    r["id"].as_u64().unwrap(),
-                    r["slot_packets"].as_u64().unwrap(),
-                )
-            })
-            .collect();
-        let want: Vec<(u64, u64)> = t
-            .per_tenant
-            .iter()
-            .map(|&(id, k)| (u64::from(id), k))
-            .collect();
-        assert_eq!(
-            in_maps, want,
-            "{mode}: per tenant, the XDP Tenant Table vs sender"
-        );
+        assert_xdp_table_agrees(x, &t, mode);
         // Per receive queue: the passed frames the sender put on each transmit queue
         // (frame i on queue i % 4), moved as the mode moves them.
         let mut per_queue = [0u64; 4];
