@@ -438,18 +438,7 @@ fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&s
     assert_eq!(sent, t.frames.len() as u64);
 
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
-    let by_id: Vec<(u64, u64, u64)> = json["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            (
-                x["id"].as_u64().unwrap(),
-                x["packets"].as_u64().unwrap(),
-                x["passed"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let by_id = tenant_rows(&json);
     let want: Vec<(u64, u64, u64)> = t
         .per_tenant
         .iter()
@@ -1173,6 +1162,22 @@ fn dscp_back(out: &Path) -> (std::collections::BTreeMap<u64, u64>, u64) {
     (by, bad)
 }
 
+/// `(id, packets, passed)` of every tenant of a stats JSON, as the workers counted them.
+fn tenant_rows(json: &serde_json::Value) -> Vec<(u64, u64, u64)> {
+    json["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["id"].as_u64().unwrap(),
+                x["packets"].as_u64().unwrap(),
+                x["passed"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 /// Each tenant's packets in the XDP Tenant Table (`slot_packets` of the stats JSON's
 /// `input.xdp.tenants`, a timeslot longer than the run) are what the sender sent it.
 fn assert_xdp_table_agrees(x: &serde_json::Value, t: &Traffic, ctx: &str) {
@@ -1360,18 +1365,7 @@ fn xdp_dispatch_counts_agree_at_sender_maps_and_workers() {
     let (json, out, (sent, back)) = run_xdp(&ns, TENANTS, &t.frames, packets, &["--shift", "40"]);
     assert_eq!(sent, t.frames.len() as u64);
     // Workers vs sender.
-    let by_id: Vec<(u64, u64, u64)> = json["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            (
-                x["id"].as_u64().unwrap(),
-                x["packets"].as_u64().unwrap(),
-                x["passed"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let by_id = tenant_rows(&json);
     let want: Vec<(u64, u64, u64)> = t
         .per_tenant
         .iter()
@@ -2331,18 +2325,7 @@ fn af_xdp_run_on_four_queues_counts_every_tenant_exactly() {
         "every queue sent: {sent:?}"
     );
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
-    let by_id: Vec<(u64, u64, u64)> = json["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            (
-                x["id"].as_u64().unwrap(),
-                x["packets"].as_u64().unwrap(),
-                x["passed"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let by_id = tenant_rows(&json);
     let want: Vec<(u64, u64, u64)> = traffic
         .per_tenant
         .iter()
@@ -2812,18 +2795,7 @@ fn xdp_dispatch_on_four_queues_counts_every_tenant_exactly() {
         let json: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
         // Workers vs sender.
-        let by_id: Vec<(u64, u64, u64)> = json["tenants"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| {
-                (
-                    x["id"].as_u64().unwrap(),
-                    x["packets"].as_u64().unwrap(),
-                    x["passed"].as_u64().unwrap(),
-                )
-            })
-            .collect();
+        let by_id = tenant_rows(&json);
         let want: Vec<(u64, u64, u64)> = t
             .per_tenant
             .iter()
