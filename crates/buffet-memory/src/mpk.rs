@@ -27,8 +27,8 @@
 //! owner is no hotter ([`Heat`]: entries, decaying) than the tenant, else the coolest
 //! owner's: with more tenants than keys, the heaviest keep theirs (as many as there are
 //! keys) while the light ones share the rest. The cache is per process, shared by every
-//! worker, and a key that another thread is running with (pinned) is never taken: its group keeps
-//! its key until its guard drops. A miss costs two `pkey_mprotect` calls plus the TLB
+//! worker, and a key that another thread is running with (pinned) is never taken: its
+//! group keeps its key until its guard drops. A miss costs two `pkey_mprotect` calls plus the TLB
 //! shootdown they imply; [`MpkStats`] counts hits, misses and the time spent in misses.
 //! While the number of tenants that run concurrently or in quick succession — across all
 //! workers — stays at or below the number of cache keys, every group is a hit.
