@@ -22,13 +22,14 @@
 
 use std::collections::{BinaryHeap, HashMap};
 
-use buffet_io::gen::{tenant_of_dst, GenConfig, Generator};
+use buffet_io::gen::tenant_of_dst;
 use buffet_io::PacketSource;
 
-const SEED: u64 = 7;
-const SECONDS: f64 = 2.0;
-const RATE_PPS: f64 = 400_000.0;
-const WORKERS: u32 = 2;
+mod demo_traffic;
+use demo_traffic::{RATE_PPS, SECONDS, SEED};
+
+/// Workers the tenants are spread over.
+const WORKERS: u32 = demo_traffic::WORKERS as u32;
 const KEYS: usize = 14;
 const BURSTS: [usize; 3] = [32, 64, 256];
 
@@ -36,16 +37,7 @@ const BURSTS: [usize; 3] = [32, 64, 256];
 const DST: std::ops::Range<usize> = 30..34;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let counts: Vec<u32> = match std::env::args().skip(1).collect::<Vec<_>>() {
-        a if a.is_empty() => vec![100, 1000],
-        a => a
-            .iter()
-            .map(|s| {
-                s.parse()
-                    .map_err(|e| format!("tenant count {s:?}: {e} (give whole numbers)"))
-            })
-            .collect::<Result<_, _>>()?,
-    };
+    let counts = demo_traffic::tenant_counts()?;
     println!(
         "demo traffic (seed {SEED}, {SECONDS} virtual s at {RATE_PPS} pps), {WORKERS} workers, \
          {KEYS} cache keys, one group per tenant per burst"
@@ -74,13 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// The tenant of every packet of the demo's traffic, in arrival order.
 fn packets(tenants: u32) -> Result<Vec<u32>, Box<dyn std::error::Error>> {
-    let mut source = Generator::new(GenConfig {
-        seed: SEED,
-        tenants,
-        duration_ns: (SECONDS * 1e9) as u64,
-        mean_rate_pps: RATE_PPS,
-        ..GenConfig::default()
-    })?;
+    let mut source = demo_traffic::generator(tenants)?;
     let mut out = Vec::new();
     while let Some(pkt) = source.next_packet()? {
         let d = pkt

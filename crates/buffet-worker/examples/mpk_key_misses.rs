@@ -24,31 +24,20 @@
 //! ```
 
 use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
-use buffet_io::gen::{tenant_dst_prefix, GenConfig, Generator};
+use buffet_io::gen::tenant_dst_prefix;
 use buffet_io::PacketSource;
 use buffet_memory::{Domain, Mpk};
 use buffet_nfs::monitor::{Monitor, MonitorPolicy};
 use buffet_sdk::TenantId;
 use buffet_worker::{Pipeline, PipelineConfig, TenantSpec, WorkerEvent};
 
-/// The demo's defaults (`buffet demo --help`).
-const SEED: u64 = 7;
-const SECONDS: f64 = 2.0;
-const RATE_PPS: f64 = 400_000.0;
+mod demo_traffic;
+use demo_traffic::{RATE_PPS, SECONDS, SEED, WORKERS};
+
 const SHIFT: u32 = 36;
-const WORKERS: u16 = 2;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let counts: Vec<u32> = match std::env::args().skip(1).collect::<Vec<_>>() {
-        a if a.is_empty() => vec![100, 1000],
-        a => a
-            .iter()
-            .map(|s| {
-                s.parse()
-                    .map_err(|e| format!("tenant count {s:?}: {e} (give whole numbers)"))
-            })
-            .collect::<Result<_, _>>()?,
-    };
+    let counts = demo_traffic::tenant_counts()?;
     let mpk = Mpk::get()?;
     println!(
         "demo traffic (seed {SEED}, {SECONDS} virtual s at {RATE_PPS} pps, timeslot 2^{SHIFT} ns), \
@@ -87,13 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 policy: MonitorPolicy::default(),
             })?;
         }
-        let mut source = Generator::new(GenConfig {
-            seed: SEED,
-            tenants,
-            duration_ns: (SECONDS * 1e9) as u64,
-            mean_rate_pps: RATE_PPS,
-            ..GenConfig::default()
-        })?;
+        let mut source = demo_traffic::generator(tenants)?;
         let before = mpk.stats();
         while let Some(pkt) = source.next_packet()? {
             p.push(pkt.ts_ns, 0, pkt.data);
