@@ -1073,15 +1073,8 @@ rate_pps = 300
     let path = Path::new("mpk-chains.toml");
     let d = Daemon::start(DaemonConfig::parse(path, &text).unwrap(), path).unwrap();
     let call = |method: &str, path: &str, body: Option<serde_json::Value>| {
-        let url = format!("http://{}{path}", d.addr());
-        let body = body.map(|b| b.to_string());
-        buffet_testkit::http::json(
-            method,
-            &url,
-            Some(ADMIN),
-            body.as_deref(),
-            Duration::from_secs(30),
-        )
+        let timeout = Duration::from_secs(30);
+        buffet_testkit::http::api(d.addr(), method, path, Some(ADMIN), body.as_ref(), timeout)
     };
     let victim = |canary: u32| json!({ "nf": key, "policy": { "canary": canary } });
     // Tenant id with `chain` on the generator's prefix 10.0.<prefix>.0/24.

@@ -214,24 +214,15 @@ fn http(
     path: &str,
     body: Option<&serde_json::Value>,
 ) -> Option<(u16, serde_json::Value)> {
-    let req = ureq::request(method, &format!("{api}{path}"))
-        .timeout(Duration::from_secs(10))
-        .set("Authorization", &format!("Bearer {ADMIN}"));
-    let res = match body {
-        Some(b) => req.send_json(b.clone()),
-        None => req.call(),
-    };
-    let resp = match res {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(_) => return None,
-    };
-    let status = resp.status();
-    let text = resp.into_string().ok()?;
-    Some((
-        status,
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
-    ))
+    let body = body.map(serde_json::Value::to_string);
+    let url = format!("{api}{path}");
+    buffet_testkit::http::try_json(
+        method,
+        &url,
+        Some(ADMIN),
+        body.as_deref(),
+        Duration::from_secs(10),
+    )
 }
 
 fn wait_for_line(log: &Path, needle: &str) -> String {

@@ -48,7 +48,7 @@ use buffet::io::{HeapPool, Port};
 use buffet_testkit::gate;
 
 mod common;
-use common::netns::{self, ip, privileged, start_run, NsPair};
+use common::netns::{self, ip, privileged, start_run, tenant_rows, NsPair};
 use etherparse::PacketBuilder;
 
 const BUFFET: &str = env!("CARGO_BIN_EXE_buffet");
@@ -1162,22 +1162,6 @@ fn dscp_back(out: &Path) -> (std::collections::BTreeMap<u64, u64>, u64) {
     (by, bad)
 }
 
-/// `(id, packets, passed)` of every tenant of a stats JSON, as the workers counted them.
-fn tenant_rows(json: &serde_json::Value) -> Vec<(u64, u64, u64)> {
-    json["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            (
-                x["id"].as_u64().unwrap(),
-                x["packets"].as_u64().unwrap(),
-                x["passed"].as_u64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// Each tenant's packets in the XDP Tenant Table (`slot_packets` of the stats JSON's
 /// `input.xdp.tenants`, a timeslot longer than the run) are what the sender sent it.
 fn assert_xdp_table_agrees(x: &serde_json::Value, t: &Traffic, ctx: &str) {
@@ -2077,6 +2061,30 @@ fn multiqueue_sender_helper() {
     std::fs::write(std::env::var("BUFFET_MQ_OUT").unwrap(), line + "\n").unwrap();
 }
 
+/// `buffet run` in A with `args` while B sends `pcap` on `vb`'s four transmit queues
+/// (frame `i` on queue `i % 4`) and waits for `expect` frames back; returns what the
+/// sender counted (`back sent_on_0 … sent_on_3`), and the run's output and stderr.
+fn run_sending_on_four_queues(
+    ns: &NsPair,
+    args: &[&std::ffi::OsStr],
+    pcap: &std::path::Path,
+    vb: &str,
+    expect: u64,
+) -> (Vec<u64>, std::process::Output, String) {
+    let (child, stderr) = start_run(&ns.a, args);
+    let sent = send_on_queues(
+        ns,
+        &[
+            ("BUFFET_MQ_SEND", pcap.display().to_string()),
+            ("BUFFET_MQ_IFACE", vb.to_owned()),
+            ("BUFFET_MQ_QUEUES", "4".into()),
+            ("BUFFET_MQ_EXPECT", expect.to_string()),
+        ],
+    );
+    let out = child.wait_with_output().unwrap();
+    (sent, out, stderr.join().unwrap())
+}
+
 /// Runs `multiqueue_sender_helper` in namespace B with `env`; returns its numbers:
 /// frames back, then frames sent on each queue.
 fn send_on_queues(ns: &NsPair, env: &[(&str, String)]) -> Vec<u64> {
@@ -2299,19 +2307,8 @@ fn af_xdp_run_on_four_queues_counts_every_tenant_exactly() {
     .iter()
     .map(|s| std::ffi::OsStr::new(*s))
     .collect();
-    let (child, stderr) = start_run(&ns.a, &args);
     let packets: u64 = traffic.per_tenant.iter().map(|(_, k)| k).sum();
-    let sent = send_on_queues(
-        &ns,
-        &[
-            ("BUFFET_MQ_SEND", pcap.display().to_string()),
-            ("BUFFET_MQ_IFACE", vb.clone()),
-            ("BUFFET_MQ_QUEUES", "4".into()),
-            ("BUFFET_MQ_EXPECT", packets.to_string()),
-        ],
-    );
-    let out = child.wait_with_output().unwrap();
-    let err = stderr.join().unwrap();
+    let (sent, out, err) = run_sending_on_four_queues(&ns, &args, &pcap, &vb, packets);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "buffet run: {err}{stdout}");
     assert!(
@@ -2631,18 +2628,7 @@ fn xdp_dispatch_drops_and_counts_frames_on_queues_it_does_not_read() {
     .collect();
     // What reaches A's own stack (or leaves A) on its end, as an independent tool sees it.
     let wire = WireCapture::start(&ns.a, &va, dir.path().join("a.pcapng"));
-    let (child, stderr) = start_run(&ns.a, &args);
-    let sent = send_on_queues(
-        &ns,
-        &[
-            ("BUFFET_MQ_SEND", pcap.display().to_string()),
-            ("BUFFET_MQ_IFACE", vb.clone()),
-            ("BUFFET_MQ_QUEUES", "4".into()),
-            ("BUFFET_MQ_EXPECT", (packets - unread).to_string()),
-        ],
-    );
-    let out = child.wait_with_output().unwrap();
-    let err = stderr.join().unwrap();
+    let (sent, out, err) = run_sending_on_four_queues(&ns, &args, &pcap, &vb, packets - unread);
     // Dropped frames never reach the stack (an `XDP_PASS` fallback hands the unread
     // queues' frames to it: 144 of the 172 were seen here so), and frames sent back out
     // through AF_XDP do not pass the capture's tap.
@@ -2767,18 +2753,7 @@ fn xdp_dispatch_on_four_queues_counts_every_tenant_exactly() {
         .iter()
         .map(|s| std::ffi::OsStr::new(*s))
         .collect();
-        let (child, stderr) = start_run(&ns.a, &args);
-        let sent = send_on_queues(
-            &ns,
-            &[
-                ("BUFFET_MQ_SEND", pcap.display().to_string()),
-                ("BUFFET_MQ_IFACE", vb.clone()),
-                ("BUFFET_MQ_QUEUES", "4".into()),
-                ("BUFFET_MQ_EXPECT", packets.to_string()),
-            ],
-        );
-        let out = child.wait_with_output().unwrap();
-        let err = stderr.join().unwrap();
+        let (sent, out, err) = run_sending_on_four_queues(&ns, &args, &pcap, &vb, packets);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{mode}: buffet run: {err}{stdout}");
         assert!(

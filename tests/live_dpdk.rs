@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use buffet::io::pcap::PcapWriter;
 
 mod common;
-use common::netns::{self, ip, privileged, start_run, NsPair};
+use common::netns::{self, ip, privileged, start_run, tenant_rows, NsPair};
 use etherparse::PacketBuilder;
 
 const BUFFET: &str = env!("CARGO_BIN_EXE_buffet");
@@ -220,18 +220,7 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
     assert_eq!(sent, frames.len() as u64);
 
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
-    let by_id: Vec<(u64, u64, u64)> = json["tenants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            (
-                x["id"].as_u64().unwrap(),
-                x["packets"].as_u64().unwrap(),
-                x["passed"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let by_id = tenant_rows(&json);
     let want: Vec<(u64, u64, u64)> = per_tenant.iter().map(|&(id, k)| (id, k, k)).collect();
     assert_eq!(
         by_id, want,

@@ -222,3 +222,19 @@ pub fn sender(mark: &[u8]) {
         std::fs::write(tos, s).unwrap();
     }
 }
+
+/// `(id, packets, passed)` of every tenant of a `buffet run --stats-json` file, as the workers counted them.
+pub fn tenant_rows(json: &serde_json::Value) -> Vec<(u64, u64, u64)> {
+    json["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["id"].as_u64().unwrap(),
+                x["packets"].as_u64().unwrap(),
+                x["passed"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}

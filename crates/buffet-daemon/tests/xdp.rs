@@ -204,15 +204,8 @@ fn start(cfg: DaemonConfig) -> Daemon {
 }
 
 fn call(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let url = format!("http://{}{path}", d.addr());
-    let body = body.map(Value::to_string);
-    buffet_testkit::http::json(
-        method,
-        &url,
-        Some(ADMIN),
-        body.as_deref(),
-        Duration::from_secs(20),
-    )
+    let timeout = Duration::from_secs(20);
+    buffet_testkit::http::api(d.addr(), method, path, Some(ADMIN), body, timeout)
 }
 
 fn tenant(id: u32, prefix: &str, policy: Value) -> Value {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 /// `method url` with `token` as a bearer token and `body` as JSON; `None` when no answer
-/// came (refused, reset, timed out).
+/// came (refused, reset, timed out, or a body that could not be read to its end).
 pub fn try_json(
     method: &str,
     url: &str,
@@ -29,8 +29,28 @@ pub fn try_json(
         Err(_) => return None,
     };
     let status = resp.status();
-    let text = resp.into_string().unwrap_or_default();
+    let text = resp.into_string().ok()?;
     Some((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+}
+
+/// [`json`] to `path` of the API listening on `addr` (`http://{addr}{path}`), with
+/// `body` as a JSON value.
+pub fn api(
+    addr: impl std::fmt::Display,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+    timeout: Duration,
+) -> (u16, Value) {
+    let body = body.map(Value::to_string);
+    json(
+        method,
+        &format!("http://{addr}{path}"),
+        token,
+        body.as_deref(),
+        timeout,
+    )
 }
 
 /// [`try_json`] that panics, naming the request, when no answer came.

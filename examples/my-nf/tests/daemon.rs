@@ -39,15 +39,8 @@ rate_pps = 20000
 }
 
 fn admin(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let url = format!("http://{}{path}", d.addr());
-    let body = body.map(Value::to_string);
-    buffet_testkit::http::json(
-        method,
-        &url,
-        Some(ADMIN),
-        body.as_deref(),
-        Duration::from_secs(20),
-    )
+    let timeout = Duration::from_secs(20);
+    buffet_testkit::http::api(d.addr(), method, path, Some(ADMIN), body, timeout)
 }
 
 /// Tenant `id` on the generator's tenant `id - 1` (10.0.<id - 1>.0/24), with `chain`.
