@@ -1314,28 +1314,17 @@ impl Port for AfXdpPort {
         self.reap();
         self.refill();
         self.kick(0);
-        let max = u32::try_from(max).unwrap_or(u32::MAX);
+        let max = max.min(u32::MAX as usize);
         let queues = self.queues.len();
-        // Round robin: each burst starts one queue further, and every queue may take its
-        // share of the burst before any takes more, so a busy queue never starves another.
         let start = self.next;
         self.next = (start + 1) % queues;
-        let share = max.div_ceil(queues as u32);
-        let (mut budget, mut n, mut ts) = (max, 0usize, None);
-        for pass in 0..2 {
-            for i in 0..queues {
-                if budget == 0 {
-                    break;
-                }
-                let quota = if pass == 0 { share.min(budget) } else { budget };
-                let (k, m) = self.take((start + i) % queues, out, quota, &mut ts);
-                budget -= k;
-                n += m;
-            }
-            if queues == 1 {
-                break;
-            }
-        }
+        let (mut n, mut ts) = (0usize, None);
+        fair_round_robin(queues, start, max, |q, quota| {
+            // `quota` <= `max`, which fits in a u32.
+            let (k, m) = self.take(q, out, quota as u32, &mut ts);
+            n += m;
+            k as usize
+        });
         self.refill();
         Ok(if n == 0 { Rx::Idle } else { Rx::Packets(n) })
     }
@@ -1613,26 +1602,43 @@ impl XskReceivers {
         if k == 0 {
             return 0;
         }
-        if k == 1 {
-            return self.sockets[0].receive(out, rejected, max);
-        }
         let start = self.next;
         self.next = (start + 1) % k;
-        let share = max.div_ceil(k);
-        let (mut budget, mut n) = (max, 0usize);
-        for pass in 0..2 {
-            for i in 0..k {
-                if budget == 0 {
-                    return n;
-                }
-                let quota = if pass == 0 { share.min(budget) } else { budget };
-                let before = rejected.len();
-                let got = self.sockets[(start + i) % k].receive(out, rejected, quota);
-                n += got;
-                budget -= got + (rejected.len() - before);
-            }
-        }
+        let mut n = 0usize;
+        fair_round_robin(k, start, max, |i, quota| {
+            let before = rejected.len();
+            let got = self.sockets[i].receive(out, rejected, quota);
+            n += got;
+            got + (rejected.len() - before)
+        });
         n
+    }
+}
+
+/// Reads at most `max` descriptors from `k` sources round robin, starting at source
+/// `start` (a caller starts one further on each call): every source may take its share
+/// (`max / k`, rounded up) before any takes more, so a busy source never starves
+/// another. `take(i, quota)` reads up to `quota` from source `i` and returns how many
+/// descriptors it consumed.
+fn fair_round_robin(
+    k: usize,
+    start: usize,
+    max: usize,
+    mut take: impl FnMut(usize, usize) -> usize,
+) {
+    let share = max.div_ceil(k);
+    let mut budget = max;
+    for pass in 0..2 {
+        for i in 0..k {
+            if budget == 0 {
+                return;
+            }
+            let quota = if pass == 0 { share.min(budget) } else { budget };
+            budget -= take((start + i) % k, quota);
+        }
+        if k == 1 {
+            return;
+        }
     }
 }
 
@@ -1653,6 +1659,35 @@ mod tests {
             assert!(frames >= 2 * cfg.ring_size);
             assert!(u64::from(frames) * u64::from(cfg.frame_size) <= 1 << 30);
         }
+    }
+
+    #[test]
+    fn round_robin_gives_each_source_its_share_before_any_takes_more() {
+        // Sources holding 100, 1 and 100 descriptors; 30 to read, starting at source 1.
+        let run = |start: usize, max: usize| {
+            let mut left = [100usize, 1, 100];
+            let mut order = Vec::new();
+            fair_round_robin(3, start, max, |i, quota| {
+                let got = quota.min(left[i]);
+                left[i] -= got;
+                order.push((i, got));
+                got
+            });
+            order
+        };
+        // Shares of 10: the first pass takes 1 + 10 + 10, the second the 9 left from the
+        // first source with more, in the same order.
+        assert_eq!(run(1, 30), [(1, 1), (2, 10), (0, 10), (1, 0), (2, 9)]);
+        assert_eq!(run(0, 0), []);
+        let one = {
+            let mut calls = Vec::new();
+            fair_round_robin(1, 0, 8, |i, quota| {
+                calls.push((i, quota));
+                2
+            });
+            calls
+        };
+        assert_eq!(one, [(0, 8)], "one source: one read of everything");
     }
 
     #[test]
