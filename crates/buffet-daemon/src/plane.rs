@@ -757,7 +757,7 @@ impl NfVisitor for Build {
                         break;
                     }
                     match dataplane.poll() {
-                        Ok((0, _)) => {
+                        Ok(polled) if polled.is_idle() => {
                             idle = idle.saturating_add(1);
                             if idle > 64 {
                                 std::thread::sleep(Duration::from_micros(100));

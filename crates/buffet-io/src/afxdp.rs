@@ -288,6 +288,16 @@ fn sys_error(iface: &str, call: &'static str, source: io::Error) -> AfXdpError {
             call,
             source,
         },
+        // Every socket is a descriptor: one per (queue, worker) with the XDP Packet
+        // Dispatcher.
+        Some(libc::EMFILE) | Some(libc::ENFILE) => AfXdpError::Config {
+            iface: iface.to_owned(),
+            why: format!(
+                "{call}: {source}: each AF_XDP socket (one per queue and worker with \
+                 --dispatch xdp) is a file descriptor; raise RLIMIT_NOFILE (`ulimit -n`) \
+                 or use fewer workers or queues"
+            ),
+        },
         _ => AfXdpError::Sys {
             iface: iface.to_owned(),
             call,
@@ -1645,6 +1655,22 @@ fn fair_round_robin(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn out_of_descriptors_says_which_limit_to_raise() {
+        for errno in [libc::EMFILE, libc::ENFILE] {
+            let e = sys_error(
+                "eth0",
+                "socket(AF_XDP)",
+                io::Error::from_raw_os_error(errno),
+            );
+            let msg = e.to_string();
+            assert!(msg.starts_with("af_xdp on eth0: socket(AF_XDP): "), "{msg}");
+            assert!(msg.contains("raise RLIMIT_NOFILE (`ulimit -n`)"), "{msg}");
+        }
+        let e = sys_error("eth0", "bind", io::Error::from_raw_os_error(libc::EBUSY));
+        assert!(!e.to_string().contains("RLIMIT_NOFILE"), "{e}");
+    }
 
     #[test]
     fn frames_for_queues_give_every_fill_ring_its_64_and_fit_in_1_gib() {

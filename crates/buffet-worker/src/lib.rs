@@ -40,7 +40,7 @@ pub use buffers::{BufferConfig, ClockSource, VirtualClock};
 pub use buffet_io::{Outcome, PacketBuf, FRAME_CAPACITY};
 pub use pipeline::{
     build, build_with_sources, Command, Control, Dataplane, Pipeline, PipelineConfig,
-    PipelineError, TenantSpec, WorkerEvent, EVENT_CAPACITY, MIN_STALL, QUARANTINE_BACKOFF,
+    PipelineError, Polled, TenantSpec, WorkerEvent, EVENT_CAPACITY, MIN_STALL, QUARANTINE_BACKOFF,
 };
 pub use stats::{DropReason, GlobalReport, Report, TenantReport, WorkerReport};
 pub use worker::{Worker, WorkerSource};

@@ -894,6 +894,28 @@ struct Handover {
     dispatched: u64,
 }
 
+/// What one [`Dataplane::poll`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Polled {
+    /// Frames the ports delivered.
+    pub received: usize,
+    /// Frames the workers had finished, taken off their completion queues (sent, or
+    /// given back to their port or the pool).
+    pub completed: usize,
+    /// Every port has ended (files, the generator); a live port never ends.
+    pub ended: bool,
+}
+
+impl Polled {
+    /// Nothing arrived and nothing was finished: the caller may back off. With workers
+    /// reading their own sources the ports deliver nothing, so a turn that only took
+    /// completions is not idle: its frames' buffers go back to the port only on the
+    /// next turns.
+    pub fn is_idle(&self) -> bool {
+        self.received == 0 && self.completed == 0
+    }
+}
+
 /// The data plane: the software Packet Dispatcher, the worker rings, the heap frame pool
 /// and the ports. `Send`: build it anywhere, run it on the thread (core) of your choice
 /// with [`run`](Self::run), or drive it frame by frame through [`Pipeline`].
@@ -1544,9 +1566,11 @@ impl<N: NetworkFunction> Dataplane<N> {
 
     /// Takes processed packets back from the workers: passes go to their output port's
     /// transmit queue, other frames back to the pool, worker notices become events.
-    pub fn poll_completions(&mut self) {
+    pub fn poll_completions(&mut self) -> usize {
+        let mut taken = 0;
         for wi in 0..self.workers.len() {
             while let Some(m) = self.workers[wi].done.pop() {
+                taken += 1;
                 let w = &mut self.workers[wi];
                 w.completed += 1;
                 if w.sourced {
@@ -1594,6 +1618,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         self.check_workers();
         self.release_handovers();
         self.reclaim_retired();
+        taken
     }
 
     /// Supervision, at every completion poll: a live worker whose thread ended by itself
@@ -1930,8 +1955,12 @@ impl<N: NetworkFunction> Dataplane<N> {
     }
 
     /// One turn of the loop: commands, one burst from every port, completions, transmit.
-    /// Returns how many frames the ports delivered and whether every port has ended.
-    pub fn poll(&mut self) -> Result<(usize, bool), PipelineError> {
+    /// Returns what the turn found ([`Polled`]): a caller that sleeps when idle must look
+    /// at the workers' completions as well as at the ports, since with workers reading
+    /// their own sources (the XDP Packet Dispatcher's sockets) the ports deliver nothing
+    /// while the frames the workers finish still have to be sent and their buffers given
+    /// back to the port.
+    pub fn poll(&mut self) -> Result<Polled, PipelineError> {
         self.apply_commands();
         let mut got = 0;
         let mut ended = true;
@@ -1964,12 +1993,16 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
             self.burst = burst;
         }
-        self.poll_completions();
+        let completed = self.poll_completions();
         self.flush_tx();
         if let Some(e) = self.port_error.take() {
             return Err(e);
         }
-        Ok((got, ended))
+        Ok(Polled {
+            received: got,
+            completed,
+            ended,
+        })
     }
 
     /// Runs until every port has ended (files, the generator) or a [`Command::Stop`]
@@ -1983,7 +2016,8 @@ impl<N: NetworkFunction> Dataplane<N> {
             if !self.apply_commands() {
                 break;
             }
-            let (n, ended) = self.poll()?;
+            let polled = self.poll()?;
+            let (n, ended) = (polled.received, polled.ended);
             total += n as u64;
             if total - last >= 8192 {
                 last = total;
@@ -1992,7 +2026,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             if ended && !self.ports.is_empty() {
                 break;
             }
-            if n == 0 {
+            if polled.is_idle() {
                 if backoff.is_completed() {
                     // Idle: wait for a command instead of spinning.
                     if let Ok(cmd) = self

@@ -68,7 +68,7 @@ pub use layout::{
 
 use layout::{
     stat, verdict, Config, DecisionRecord, EventRecord, RuleKey, RuleVal, TenantRow, Tuple,
-    WorkerRow, EV_MIGRATION, EV_OVERLOAD, F_META, F_TAG_DSCP, F_TEST,
+    WorkerRow, BANKS, EV_MIGRATION, EV_OVERLOAD, F_META, F_TAG_DSCP, F_TEST,
 };
 
 /// The compiled driver/generic-mode program (empty when clang was missing).
@@ -152,6 +152,21 @@ pub enum LoadError {
     /// Mapping the Tenant/Worker Table into this process failed.
     #[error("mapping the XDP dispatcher's tables: {0}")]
     Mmap(#[source] io::Error),
+    /// A map of the compiled object does not have the size this loader was built for
+    /// (nic-firmware/xdp/buffet_xdp.h and `layout.rs` disagree): writing it would miss
+    /// entries or address beyond it.
+    #[error(
+        "XDP dispatcher map {name} has {found} entries, this loader expects {expected} \
+         (nic-firmware/xdp/buffet_xdp.h and buffet-xdp's layout.rs disagree)"
+    )]
+    Size {
+        /// The map.
+        name: &'static str,
+        /// Its entries in the loaded object.
+        found: u32,
+        /// The entries the loader's constants give it.
+        expected: u32,
+    },
 }
 
 /// Why a worker or a tenant was refused. On error nothing changed.
@@ -633,6 +648,48 @@ fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, LoadError> {
     ebpf.take_map(name).ok_or(LoadError::Missing(name))
 }
 
+/// The maps whose sizes the loader computes keys for, with the entries it expects.
+const SIZED_MAPS: [(&str, u32); 4] = [
+    ("bf_xsks", MAX_QUEUES * XSK_STRIDE),
+    ("bf_policed", MAX_TENANTS),
+    ("bf_tuples", BANKS * MAX_TUPLES),
+    ("bf_rules", BANKS * MAX_RULE_ENTRIES),
+];
+
+/// Checks that each of [`SIZED_MAPS`] has the entries the loader's constants give it.
+fn check_sizes(ebpf: &Ebpf) -> Result<(), LoadError> {
+    for (name, expected) in SIZED_MAPS {
+        let map = ebpf.map(name).ok_or(LoadError::Missing(name))?;
+        let found = map_data(map)
+            .ok_or(LoadError::Missing(name))?
+            .info()
+            .map_err(map_err(name))?
+            .max_entries();
+        check_size(name, found, expected)?;
+    }
+    Ok(())
+}
+
+fn check_size(name: &'static str, found: u32, expected: u32) -> Result<(), LoadError> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(LoadError::Size {
+            name,
+            found,
+            expected,
+        })
+    }
+}
+
+/// The kernel map behind `map`, for the map types [`SIZED_MAPS`] uses.
+fn map_data(map: &Map) -> Option<&MapData> {
+    match map {
+        Map::XskMap(d) | Map::PerCpuArray(d) | Map::Array(d) | Map::HashMap(d) => Some(d),
+        _ => None,
+    }
+}
+
 fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
     move |source| LoadError::Map { name, source }
 }
@@ -650,6 +707,7 @@ impl XdpDispatcher {
                 .map_err(LoadError::Program)?;
             prog.load().map_err(LoadError::Program)?;
         }
+        check_sizes(&ebpf)?;
         let mut config: Array<MapData, Config> =
             Array::try_from(take_map(&mut ebpf, "bf_config")?).map_err(map_err("bf_config"))?;
         let tuples_map =
@@ -1617,6 +1675,19 @@ fn if_index(iface: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_map_of_another_size_than_the_loader_expects_is_refused_by_name() {
+        assert!(check_size("bf_xsks", MAX_QUEUES * XSK_STRIDE, MAX_QUEUES * XSK_STRIDE).is_ok());
+        let e = check_size("bf_xsks", 256, MAX_QUEUES * XSK_STRIDE).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "XDP dispatcher map bf_xsks has 256 entries, this loader expects 16384 \
+             (nic-firmware/xdp/buffet_xdp.h and buffet-xdp's layout.rs disagree)"
+        );
+        let names: Vec<&str> = SIZED_MAPS.iter().map(|m| m.0).collect();
+        assert_eq!(names, ["bf_xsks", "bf_policed", "bf_tuples", "bf_rules"]);
+    }
 
     #[test]
     fn each_queue_has_a_key_per_worker_and_the_last_queue_fits_the_map() {
