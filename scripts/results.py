@@ -327,6 +327,7 @@ def csv_section(suite, plots_dir, link, plt):
             for arm in ["alone", "crowd"]:
                 pts = [float(r["p99_us"]) for r in rows if r["arm"] == arm]
                 ax.plot(range(1, len(pts) + 1), pts, marker="o", label=f"{arm} p99")
+                ax.set_xticks(range(1, len(pts) + 1))
             ax.set_xlabel("round")
             ax.set_ylabel("well-behaved latency p99 (µs)")
         ax.set_title(title, fontsize="medium")
