@@ -47,6 +47,8 @@ use buffet::io::pcap::PcapWriter;
 use buffet::io::{HeapPool, Port};
 use buffet_testkit::gate;
 
+#[path = "build.rs"]
+mod build;
 mod common;
 use common::netns::{self, ip, privileged, start_run, tenant_rows, NsPair};
 use etherparse::PacketBuilder;
@@ -293,6 +295,51 @@ fn live_firewall_policies_apply_per_tenant() {
     run_and_check(&NsPair::new(), None, Nf::FirewallDenyingEvenTenants);
 }
 
+/// Every kind of NF runs live as it does in `replay`: the IDS (signatures matched on live
+/// frames: even tenants block on the frames' mark, odd ones alert), a C NF (`--nf-lib`,
+/// examples/c-nf/flowmon.c, at `trusted-native`: not every CPU has protection keys) and
+/// an eBPF NF (`--nf-ebpf`, examples/ebpf/flowmon.c, verified, run by the JIT), the last
+/// two with either dispatcher. The per-tenant counts of the workers agree with the
+/// sender's, and every frame the NF passes comes back.
+#[test]
+fn ids_c_and_ebpf_nfs_run_live() {
+    let test = "live::ids_c_and_ebpf_nfs_run_live";
+    if !privileged(test) {
+        return;
+    }
+    let Some(ebpf) = build::object(test, "flowmon") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let c = common::cnf::build_nf(dir.path(), "flowmon");
+    let (c, ebpf) = (c.to_str().unwrap(), ebpf.to_str().unwrap());
+    // The IDS blocks even tenants on the frames' mark and only alerts for odd ones.
+    run_and_check(&NsPair::new(), None, Nf::IdsBlockingEvenTenants);
+    let nfs: [&[&str]; 2] = [
+        &["--nf-lib", c, "--isolation", "trusted-native"],
+        &["--nf-ebpf", ebpf, "--ebpf-engine", "jit"],
+    ];
+    let t = traffic();
+    let packets: u64 = t.per_tenant.iter().map(|(_, k)| k).sum();
+    let want: Vec<(u64, u64, u64)> = t
+        .per_tenant
+        .iter()
+        .map(|&(id, k)| (u64::from(id), k, k))
+        .collect();
+    for nf in nfs {
+        // The software Packet Dispatcher (every check of run_and_check).
+        run_and_check_with(&NsPair::new(), None, Nf::PassingAll, nf);
+        // The XDP Packet Dispatcher.
+        let (json, out, (sent, back)) = run_xdp(&NsPair::new(), TENANTS, &t.frames, packets, nf);
+        assert_eq!(sent, t.frames.len() as u64, "{nf:?}");
+        assert_eq!(tenant_rows(&json), want, "{nf:?}: workers vs sender\n{out}");
+        assert_eq!(
+            back, packets,
+            "{nf:?}: every frame came back out, once\n{out}"
+        );
+    }
+}
+
 /// The NF of a run, and what it should let through.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Nf {
@@ -300,34 +347,61 @@ enum Nf {
     Monitor,
     /// Even tenant ids deny everything, odd ones allow everything.
     FirewallDenyingEvenTenants,
+    /// The IDS with one signature, the frames' mark: even tenant ids block on it, odd
+    /// ones only alert.
+    IdsBlockingEvenTenants,
+    /// The NF named by the caller's extra arguments (`--nf X`, `--nf-lib`, `--nf-ebpf`),
+    /// which passes everything.
+    PassingAll,
 }
 
 impl Nf {
-    fn name(self) -> &'static str {
+    /// The `--nf` argument, `None` when the caller names the NF itself.
+    fn name(self) -> Option<&'static str> {
         match self {
-            Nf::Monitor => "monitor",
-            Nf::FirewallDenyingEvenTenants => "firewall",
+            Nf::Monitor => Some("monitor"),
+            Nf::FirewallDenyingEvenTenants => Some("firewall"),
+            Nf::IdsBlockingEvenTenants => Some("ids"),
+            Nf::PassingAll => None,
         }
     }
 
-    /// The tenants file: [`TENANTS`], with each tenant's firewall policy for the firewall.
+    /// The tenants file: [`TENANTS`], with each tenant's policy for the firewall and the
+    /// IDS.
     fn tenants(self) -> String {
-        match self {
-            Nf::Monitor => TENANTS.to_owned(),
-            Nf::FirewallDenyingEvenTenants => TENANTS
+        let with_policy = |policy: fn(bool) -> String| -> String {
+            TENANTS
                 .split("[[tenant]]")
                 .filter(|b| !b.trim().is_empty())
                 .enumerate()
                 .map(|(i, b)| {
-                    let default = if (i + 1) % 2 == 0 { "deny" } else { "allow" };
-                    format!("[[tenant]]{b}[tenant.policy]\ndefault = \"{default}\"\n\n")
+                    format!(
+                        "[[tenant]]{b}[tenant.policy]\n{}\n\n",
+                        policy((i + 1) % 2 == 0)
+                    )
                 })
-                .collect(),
+                .collect()
+        };
+        match self {
+            Nf::Monitor | Nf::PassingAll => TENANTS.to_owned(),
+            Nf::FirewallDenyingEvenTenants => {
+                with_policy(|even| format!("default = \"{}\"", if even { "deny" } else { "allow" }))
+            }
+            Nf::IdsBlockingEvenTenants => with_policy(|even| {
+                format!(
+                    "mode = \"{}\"\nrules = 'alert ip any any (msg:\"mark\"; content:\"{}\"; sid:1;)'",
+                    if even { "block" } else { "alert" },
+                    String::from_utf8_lossy(MARK)
+                )
+            }),
         }
     }
 
     fn passes(self, tenant: u32) -> bool {
-        self == Nf::Monitor || tenant % 2 == 1
+        match self {
+            Nf::Monitor | Nf::PassingAll => true,
+            Nf::FirewallDenyingEvenTenants | Nf::IdsBlockingEvenTenants => tenant % 2 == 1,
+        }
     }
 }
 
@@ -387,8 +461,6 @@ fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&s
     let mut args: Vec<std::ffi::OsString> = [
         "--iface",
         &ns.va,
-        "--nf",
-        nf.name(),
         "--workers",
         "2",
         "--no-pin",
@@ -398,6 +470,9 @@ fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&s
     .iter()
     .map(Into::into)
     .collect();
+    if let Some(name) = nf.name() {
+        args.extend(["--nf".into(), name.into()]);
+    }
     args.extend(["--tenants".into(), tenants.clone().into_os_string()]);
     args.extend(["--stats-json".into(), stats.clone().into_os_string()]);
     if let Some((a, _)) = tx {
@@ -514,9 +589,8 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
     let t = tenants.to_str().unwrap();
     let stats = dir.path().join("s.json");
     let s = stats.to_str().unwrap();
-    let o = run_output(
-        Some(&ns.a),
-        &[
+    for extra in [&[][..], &["--dispatch", "xdp"][..]] {
+        let mut args = vec![
             "--iface",
             "buffet-nope0",
             "--nf",
@@ -525,14 +599,18 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
             t,
             "--stats-json",
             s,
-        ],
-    );
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
-    assert!(
-        e.contains("interface \"buffet-nope0\" does not exist in this network namespace"),
-        "{e}"
-    );
+        ];
+        args.extend_from_slice(extra);
+        let o = run_output(Some(&ns.a), &args);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{extra:?}");
+        assert!(
+            e.contains("interface \"buffet-nope0\" does not exist in this network namespace"),
+            "{extra:?}: {e}"
+        );
+        assert!(!stats.exists(), "{extra:?}: nothing ran, nothing written");
+    }
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");
     ip(&["-n", &ns.a, "link", "set", &ns.va, "down"]);
     // With the software dispatcher, and with the XDP Packet Dispatcher: refused before
     // anything is attached.
@@ -570,34 +648,123 @@ fn without_privileges_run_names_the_capabilities() {
         eprintln!("live::without_privileges_run_names_the_capabilities: setpriv (util-linux) is missing: sub-check skipped");
         return;
     }
-    let o = Command::new("setpriv")
-        .args([
-            "--reuid",
-            "nobody",
-            "--regid",
-            "nogroup",
-            "--clear-groups",
-            "--inh-caps=-all",
-            BUFFET,
-        ])
-        .args([
+    // `buffet` as nobody, with no capabilities, in a directory nobody may write to.
+    let unprivileged = |args: &[&str]| {
+        Command::new("setpriv")
+            .args([
+                "--reuid",
+                "nobody",
+                "--regid",
+                "nogroup",
+                "--clear-groups",
+                "--inh-caps=-all",
+                BUFFET,
+            ])
+            .args(args)
+            .current_dir("/")
+            .output()
+            .unwrap()
+    };
+    for dispatch in ["software", "xdp"] {
+        let o = unprivileged(&[
             "run",
             "--iface",
             "lo",
+            "--dispatch",
+            dispatch,
             "--nf",
             "monitor",
             "--tenants",
             "/nonexistent/t.toml",
-        ])
-        .output()
-        .unwrap();
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{e}");
-    assert!(
-        e.contains("CAP_NET_RAW") && e.contains("CAP_NET_ADMIN"),
-        "{e}"
-    );
-    assert!(e.contains("permission denied"), "{e}");
+        ]);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{dispatch}: {e}");
+        assert!(
+            e.contains("CAP_NET_RAW") && e.contains("CAP_NET_ADMIN"),
+            "{dispatch}: {e}"
+        );
+        assert!(e.contains("permission denied"), "{dispatch}: {e}");
+        if dispatch == "xdp" {
+            assert!(e.contains("CAP_BPF"), "{e}");
+        }
+    }
+    // What needs no privilege keeps working without it: demo, replay, trace.
+    let root = env!("CARGO_MANIFEST_DIR");
+    let pcap = format!("{root}/examples/sample.pcap");
+    let tenants = format!("{root}/examples/tenants.toml");
+    let vector = format!("{root}/tests/vectors/overload_migration");
+    let trace = format!("{vector}/trace.csv");
+    let expected = std::fs::read_to_string(format!("{vector}/expected.out")).unwrap();
+    let runs: [(&str, Vec<&str>); 4] = [
+        ("demo", vec!["demo", "--seconds", "0.2", "--tenants", "4"]),
+        (
+            "replay",
+            vec![
+                "replay",
+                "--input",
+                &pcap,
+                "--tenants",
+                &tenants,
+                "--nf",
+                "monitor",
+                "--no-pin",
+            ],
+        ),
+        (
+            "trace --engine rust",
+            vec![
+                "trace",
+                "--input",
+                &trace,
+                "--workers",
+                "2",
+                "--worker-max",
+                "4",
+                "--tenant-max",
+                "2",
+                "--shift",
+                "0",
+                "--threshold",
+                "0",
+                "--engine",
+                "rust",
+            ],
+        ),
+        (
+            "trace --engine c",
+            vec![
+                "trace",
+                "--input",
+                &trace,
+                "--workers",
+                "2",
+                "--worker-max",
+                "4",
+                "--tenant-max",
+                "2",
+                "--shift",
+                "0",
+                "--threshold",
+                "0",
+                "--engine",
+                "c",
+            ],
+        ),
+    ];
+    for (what, args) in runs {
+        let o = unprivileged(&args);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{what} without privileges: {e}{out}");
+        if what.starts_with("trace") {
+            assert_eq!(out, expected, "{what}: the vector's decisions");
+        } else {
+            assert!(
+                out.contains("tenant"),
+                "{what}: its per-tenant table\n{out}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -1275,28 +1442,41 @@ fn run_xdp(
     expect_back: u64,
     extra: &[&str],
 ) -> (serde_json::Value, String, (u64, u64)) {
+    run_live(ns, tenants, frames, expect_back, extra, true)
+}
+
+/// [`run_xdp`], or with `xdp` false the same run with the software Packet Dispatcher
+/// (AF_PACKET): no program attached, no DSCP tags.
+fn run_live(
+    ns: &NsPair,
+    tenants: &str,
+    frames: &[Vec<u8>],
+    expect_back: u64,
+    extra: &[&str],
+    xdp: bool,
+) -> (serde_json::Value, String, (u64, u64)) {
     let dir = tempfile::tempdir().unwrap();
     let tenants_file = dir.path().join("tenants.toml");
     std::fs::write(&tenants_file, tenants).unwrap();
     let pcap = dir.path().join("send.pcap");
     write_pcap(&pcap, frames);
     let stats = dir.path().join("stats.json");
-    let mut args: Vec<std::ffi::OsString> = [
-        "--iface",
-        &ns.va,
-        "--dispatch",
-        "xdp",
-        "--xdp-mode",
-        "generic",
-        "--nf",
-        "monitor",
-        "--no-pin",
-        "--duration",
-        "6",
-    ]
-    .iter()
-    .map(Into::into)
-    .collect();
+    let dispatch: &[&str] = if xdp {
+        &["--dispatch", "xdp", "--xdp-mode", "generic"]
+    } else {
+        &[]
+    };
+    let mut args: Vec<std::ffi::OsString> = ["--iface", &ns.va, "--no-pin", "--duration", "6"]
+        .iter()
+        .chain(dispatch)
+        .map(Into::into)
+        .collect();
+    if !["--nf", "--nf-lib", "--nf-ebpf"]
+        .iter()
+        .any(|a| extra.contains(a))
+    {
+        args.extend(["--nf".into(), "monitor".into()]);
+    }
     if !extra.contains(&"--workers") {
         args.extend(["--workers".into(), "2".into()]);
     }
@@ -1305,11 +1485,12 @@ fn run_xdp(
     args.extend(extra.iter().map(Into::into));
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     let (child, stderr) = start_run(&ns.a, &args);
-    assert!(
+    assert_eq!(
         xdp_attached(&ns.a, &ns.va).is_some_and(|s| s.contains("xdpgeneric")),
-        "the XDP Packet Dispatcher is attached in generic mode while running"
+        xdp,
+        "the XDP Packet Dispatcher is attached in generic mode while running, and only then"
     );
-    let wire = tshark_available()
+    let wire = (xdp && tshark_available())
         .then(|| WireCapture::start(&ns.b, &ns.vb, dir.path().join("wire.pcapng")));
     let sender_out = dir.path().join("sender.txt");
     let sent = send_from_b(ns, &pcap, expect_back, &sender_out);
@@ -1499,6 +1680,20 @@ fn xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
     if !privileged("live::xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded") {
         return;
     }
+    migrates_a_tenant_when_max_nb_is_exceeded(true);
+}
+
+#[test]
+fn software_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
+    if !privileged("live::software_dispatch_migrates_a_tenant_when_max_nb_is_exceeded") {
+        return;
+    }
+    migrates_a_tenant_when_max_nb_is_exceeded(false);
+}
+
+/// Migration and overload reports on live traffic, with the XDP Packet Dispatcher (`xdp`;
+/// its ring buffer's reports) or the software one: the events of the run show both.
+fn migrates_a_tenant_when_max_nb_is_exceeded(xdp: bool) {
     // Twenty tenants spread over two workers (odd ids on worker 0); only worker 0's ten
     // send, so worker 0 exceeds its MAX_NB while each tenant stays below it, and the
     // scheduler moves tenants to the idle worker.
@@ -1517,12 +1712,14 @@ fn xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
     // 2^26 ns ≈ 67 ms timeslots. Worker 0 gets all the frames of a timeslot, each tenant
     // a tenth: with MAX_NB 300, any sender rate from ≈ 4.5k to 45k frames/s (at most
     // 32k here) overloads the worker and leaves every tenant below MAX_NB, so it can move.
-    let (json, out, (sent, back)) = run_xdp(
+    // Threshold 0: every timeslot a worker is found overloaded is reported.
+    let (json, out, (sent, back)) = run_live(
         &ns,
         &tenants,
         &frames,
         n,
-        &["--shift", "26", "--worker-max", "300"],
+        &["--shift", "26", "--worker-max", "300", "--threshold", "0"],
+        xdp,
     );
     assert_eq!(sent, n);
     let events = json["events"].as_array().unwrap();
@@ -1541,6 +1738,15 @@ fn xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
     for m in &migrations {
         assert_eq!(m["tenant"].as_u64().unwrap() % 2, 1, "{m}");
     }
+    // The overloaded worker was reported (worker 0 first: it is the one that overloads
+    // before any tenant moved).
+    let overloads: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["event"] == "overload").collect();
+    assert!(
+        !overloads.is_empty(),
+        "an overload report among the events\n{out}"
+    );
+    assert_eq!(overloads[0]["worker"].as_u64(), Some(0), "{}", overloads[0]);
     let moved: u64 = json["tenants"]
         .as_array()
         .unwrap()
@@ -1568,7 +1774,9 @@ fn xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
         "the idle worker took tenants over: {workers:?}"
     );
     assert_eq!(workers.iter().sum::<u64>(), n);
-    assert_eq!(json["input"]["xdp"]["passed"].as_u64(), Some(n));
+    if xdp {
+        assert_eq!(json["input"]["xdp"]["passed"].as_u64(), Some(n));
+    }
     // Every pass was sent back out (the sender counts what comes back only once it has
     // sent everything, so its receive ring, not this run, bounds `back` here).
     let port = &json["input"]["ports"][0];
@@ -1581,17 +1789,20 @@ fn xdp_dispatch_migrates_a_tenant_when_max_nb_is_exceeded() {
 /// a bpf_loop (16): each of 24 workers polls its own AF_XDP socket, the program redirects
 /// to every XSKMAP entry, and the counts agree exactly.
 #[test]
-fn xdp_dispatch_feeds_24_workers() {
-    if !privileged("live::xdp_dispatch_feeds_24_workers") {
+fn xdp_dispatch_feeds_24_workers_and_96_tenants_by_metadata() {
+    if !privileged("live::xdp_dispatch_feeds_24_workers_and_96_tenants_by_metadata") {
         return;
     }
     const WORKERS: u64 = 24;
-    let tenants: String = (1..=2 * WORKERS)
+    // 96 tenants: more than DSCP's 63, so each frame's tenant reaches its worker only in
+    // the XDP metadata (the program does not tag DSCP then).
+    const TENANTS_N: u64 = 4 * WORKERS;
+    let tenants: String = (1..=TENANTS_N)
         .map(|i| format!("[[tenant]]\nid = {i}\nrules = [ {{ dst_ip = \"10.{i}.0.0/16\" }} ]\n\n"))
         .collect();
     let mut frames = Vec::new();
-    for seq in 0..(40 * 2 * WORKERS) as u32 {
-        let id = (seq % (2 * WORKERS as u32)) as u8 + 1;
+    for seq in 0..(40 * TENANTS_N) as u32 {
+        let id = (seq % TENANTS_N as u32) as u8 + 1;
         frames.push(udp4([172, 16, 0, 1], [10, id, 0, 1], 40000, 80, seq));
     }
     let n = frames.len() as u64;
@@ -1616,10 +1827,19 @@ fn xdp_dispatch_feeds_24_workers() {
         "every worker, the 17th to the 24th too, got frames: {workers:?}\n{out}"
     );
     assert_eq!(workers.iter().sum::<u64>(), n, "{out}");
-    for t in json["tenants"].as_array().unwrap() {
+    let rows = json["tenants"].as_array().unwrap();
+    assert_eq!(rows.len() as u64, TENANTS_N);
+    for t in rows {
         assert_eq!(t["packets"].as_u64(), Some(40), "{t}");
     }
     assert_eq!(json["input"]["xdp"]["passed"].as_u64(), Some(n));
+    // No DSCP tag: every frame that came back carries DSCP 0.
+    let by_dscp: Vec<[u64; 2]> =
+        serde_json::from_value(json["sender_dscp"]["by_dscp"].clone()).unwrap();
+    assert!(
+        !by_dscp.is_empty() && by_dscp.iter().all(|[d, _]| *d == 0),
+        "{by_dscp:?}"
+    );
 }
 
 /// Packets the XDP program polices (a tenant over its MAX_NB) are reported under that
@@ -1726,9 +1946,90 @@ fn xdp_dispatch_sigterm_detaches() {
     assert_eq!(json["input"]["dispatch"].as_str(), Some("xdp"));
 }
 
+/// `--dispatch xdp` and a program a dead run left on the interface: a `--port af-xdp`
+/// run killed with SIGKILL leaves its redirect program behind; the next `--dispatch xdp`
+/// run replaces it, says so, and detaches on Ctrl-C (SIGINT). (That the operator's own
+/// program or a live dispatcher's is refused is buffet-xdp's tests/attach.rs; a live
+/// `--port af-xdp` run also holds the queue, which a second run cannot bind.)
 #[test]
-fn xdp_dispatch_refuses_a_rule_it_cannot_express_before_attaching() {
-    if !privileged("live::xdp_dispatch_refuses_a_rule_it_cannot_express_before_attaching") {
+fn xdp_dispatch_replaces_a_dead_runs_program_and_sigint_detaches() {
+    if !privileged("live::xdp_dispatch_replaces_a_dead_runs_program_and_sigint_detaches") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("t.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let t = tenants.to_str().unwrap();
+    let os = |args: &[&str]| -> Vec<std::ffi::OsString> {
+        args.iter().map(std::ffi::OsString::from).collect()
+    };
+    let port_run = os(&[
+        "--iface",
+        &ns.va,
+        "--port",
+        "af-xdp",
+        "--nf",
+        "monitor",
+        "--no-pin",
+        "--tenants",
+        t,
+    ]);
+    let xdp_run = os(&[
+        "--iface",
+        &ns.va,
+        "--dispatch",
+        "xdp",
+        "--xdp-mode",
+        "generic",
+        "--nf",
+        "monitor",
+        "--no-pin",
+        "--tenants",
+        t,
+    ]);
+    fn refs(v: &[std::ffi::OsString]) -> Vec<&std::ffi::OsStr> {
+        v.iter().map(|a| a.as_os_str()).collect()
+    }
+    let (mut first, _err) = start_run(&ns.a, &refs(&port_run));
+    let theirs = xdp_attached(&ns.a, &ns.va).expect("attached while running");
+    assert!(theirs.contains("bfxsk_"), "{theirs}");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(
+        xdp_attached(&ns.a, &ns.va).is_some(),
+        "SIGKILL leaves the program attached"
+    );
+    let (second, err) = start_run(&ns.a, &refs(&xdp_run));
+    let ours = xdp_attached(&ns.a, &ns.va).expect("attached while running");
+    assert!(
+        ours.contains("buffet_dispatch") && !ours.contains("bfxsk_"),
+        "{ours}"
+    );
+    let int = Command::new("kill")
+        .args(["-INT", &second.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(int.success());
+    let out = second.wait_with_output().unwrap();
+    let err = err.join().unwrap();
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("(replaced a program left attached by a run that ended without detaching)"),
+        "{err}"
+    );
+    assert_eq!(
+        xdp_attached(&ns.a, &ns.va),
+        None,
+        "Ctrl-C detached the program"
+    );
+}
+
+#[test]
+fn xdp_dispatch_refuses_an_inexpressible_rule_or_too_many_tenants_before_attaching() {
+    if !privileged(
+        "live::xdp_dispatch_refuses_an_inexpressible_rule_or_too_many_tenants_before_attaching",
+    ) {
         return;
     }
     let ns = NsPair::new();
@@ -1768,6 +2069,47 @@ fn xdp_dispatch_refuses_a_rule_it_cannot_express_before_attaching() {
         "{e}"
     );
     assert!(e.contains("the XDP classifier cannot express it"), "{e}");
+    assert!(!e.contains("running on"), "no traffic ran: {e}");
+    assert!(!stats.exists(), "nothing ran, nothing written");
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");
+
+    // More tenants than the program's maps hold (16,384 slots): refused the same way.
+    let many: String = (1..=16_385u32)
+        .map(|i| {
+            format!(
+                "[[tenant]]\nid = {i}\nrules = [ {{ dst_ip = \"10.{}.{}.0/24\" }} ]\n",
+                i / 256,
+                i % 256
+            )
+        })
+        .collect();
+    std::fs::write(&tenants, many).unwrap();
+    let o = run_output(
+        Some(&ns.a),
+        &[
+            "--iface",
+            &ns.va,
+            "--dispatch",
+            "xdp",
+            "--nf",
+            "monitor",
+            "--no-pin",
+            "--tenant-slots",
+            "20000",
+            "--tenants",
+            tenants.to_str().unwrap(),
+            "--stats-json",
+            stats.to_str().unwrap(),
+            "--duration",
+            "2",
+        ],
+    );
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains("16385 tenants, more than the 16384 the XDP Packet Dispatcher's maps hold"),
+        "{e}"
+    );
     assert!(!e.contains("running on"), "no traffic ran: {e}");
     assert!(!stats.exists(), "nothing ran, nothing written");
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");

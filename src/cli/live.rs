@@ -284,6 +284,14 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         None => None,
     };
     let tenants = super::chain::load_tenants(&a.choice.tenants, registry)?;
+    anyhow::ensure!(
+        !xdp || tenants.len() <= buffet_xdp::MAX_TENANTS as usize,
+        "{}: {} tenants, more than the {} the XDP Packet Dispatcher's maps hold \
+         (--dispatch xdp); run them with --dispatch software",
+        a.choice.tenants.display(),
+        tenants.len(),
+        buffet_xdp::MAX_TENANTS
+    );
     let stats = a
         .stats_json
         .as_deref()

@@ -372,6 +372,49 @@ fn redirect_program(map_fd: i32) -> [u64; 6] {
     ]
 }
 
+/// The name the kernel shows for the XDP Packet Dispatcher's program (buffet-xdp loads
+/// it from nic-firmware/xdp/dispatcher.bpf.c's function of that name).
+pub const DISPATCHER_PROGRAM: &str = "buffet_dispatch";
+
+/// Removes from `iface` an XDP program that a Buffet run left behind when it died, so
+/// that this run can attach its own; refuses anything else ([`AfXdpError::Busy`]) and
+/// changes nothing then. Buffet's programs are the AF_XDP port's redirect program,
+/// whose name carries its run's pid (a leftover when that process is gone), and the XDP
+/// Packet Dispatcher's ([`DISPATCHER_PROGRAM`]: a leftover when no live process holds
+/// it, neither by a file descriptor nor by a BPF link). Any other program is the
+/// operator's, and is never touched. Returns the id of the program removed, `None` when
+/// the hook was free.
+pub fn clear_leftover_program(iface: &str) -> Result<Option<u32>, AfXdpError> {
+    let ifindex = usable_interface(iface)?;
+    RedirectProgram::clear_leftover(iface, ifindex)
+}
+
+/// The processes holding BPF program `id` open (a program fd or a BPF link to it), as
+/// their `/proc/<pid>/fdinfo` shows. Processes whose fds this one may not read are not
+/// seen; attaching needs root, which reads them all.
+fn program_holders(id: u32) -> Vec<u32> {
+    let want = format!("prog_id:\t{id}\n");
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut holders = Vec::new();
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fdinfo")) else {
+            continue;
+        };
+        let holds = fds
+            .flatten()
+            .any(|fd| std::fs::read_to_string(fd.path()).is_ok_and(|info| info.contains(&want)));
+        if holds {
+            holders.push(pid);
+        }
+    }
+    holders
+}
+
 /// The pid a redirect program's name carries, when it is one of Buffet's.
 fn program_pid(name: &str) -> Option<u32> {
     let hex = name.strip_prefix(PROG_PREFIX)?;
@@ -476,7 +519,7 @@ impl RedirectProgram {
     }
 
     /// Detaches a leftover of a Buffet run that no longer exists; refuses any other
-    /// program. Returns the id of the program replaced.
+    /// program. Returns the id of the program replaced. See [`clear_leftover_program`].
     fn clear_leftover(iface: &str, ifindex: u32) -> Result<Option<u32>, AfXdpError> {
         let query = "rtnetlink(RTM_GETLINK)";
         let Some((id, attached)) =
@@ -492,13 +535,20 @@ impl RedirectProgram {
             name: name.clone(),
             why,
         };
-        let Some(pid) = program_pid(&name) else {
+        if let Some(pid) = program_pid(&name) {
+            if pid == std::process::id() || sys::process_alive(pid) {
+                return Err(busy(format!(
+                    " by the Buffet run of pid {pid}, still running"
+                )));
+            }
+        } else if name == DISPATCHER_PROGRAM {
+            if let Some(pid) = program_holders(id).first() {
+                return Err(busy(format!(
+                    " by the XDP Packet Dispatcher of pid {pid}, still running"
+                )));
+            }
+        } else {
             return Err(busy(String::new()));
-        };
-        if pid == std::process::id() || sys::process_alive(pid) {
-            return Err(busy(format!(
-                " by the Buffet run of pid {pid}, still running"
-            )));
         }
         let flags = match attached {
             1 => XDP_FLAGS_DRV_MODE,

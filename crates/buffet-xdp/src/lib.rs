@@ -83,7 +83,7 @@ static OFFLOAD_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatcher
 pub const UNAVAILABLE: Option<&str> = option_env!("BUFFET_XDP_UNAVAILABLE");
 
 /// The program's name in the object.
-pub const PROGRAM_NAME: &str = "buffet_dispatch";
+pub const PROGRAM_NAME: &str = buffet_io::afxdp::DISPATCHER_PROGRAM;
 
 /// How long a rule change waits for the program runs still holding a rule bank (a run
 /// holds one for a single search and schedule step, microseconds) before it gives up
@@ -431,12 +431,13 @@ pub enum AttachError {
     /// The interface does not exist.
     #[error("interface {0:?} does not exist")]
     NoSuchInterface(String),
-    /// Another program holds the interface's XDP hook and could not be removed.
-    #[error("{iface} already has an XDP program: {why}")]
+    /// Another program holds the interface's XDP hook and is not a leftover of a Buffet
+    /// run that died (or could not be removed).
+    #[error("{iface} already has an XDP program attached: {why}")]
     Busy {
         /// The interface.
         iface: String,
-        /// What the kernel said.
+        /// Which program, and whose.
         why: String,
     },
     /// The netlink/link attach failed.
@@ -641,6 +642,22 @@ impl std::fmt::Debug for XdpDispatcher {
             .field("entries", &self.buckets.len())
             .field("attached", &self.attached.as_ref().map(|a| &a.0))
             .finish()
+    }
+}
+
+/// Why the program in the way of [`XdpDispatcher::attach`] stays, in words.
+fn busy_reason(iface: &str, e: buffet_io::afxdp::AfXdpError) -> String {
+    match e {
+        buffet_io::afxdp::AfXdpError::Busy { id, name, why, .. } => format!(
+            "{name:?} (id {id}){}; detach it first (`ip link set dev {iface} xdp off`, or \
+             `xdpgeneric off`)",
+            if why.is_empty() {
+                ", not a leftover of a Buffet run".to_string()
+            } else {
+                why
+            }
+        ),
+        other => format!("checking the program attached there: {other}"),
     }
 }
 
@@ -1524,11 +1541,13 @@ impl XdpDispatcher {
         Some((r.pkt_nb, r.last_nb, r.times))
     }
 
-    /// Attaches the program to `iface` (for `run --dispatch xdp`). A program already
-    /// attached there through netlink (left over by a run that crashed: BPF links go
-    /// away with their process, netlink attachments stay) is detached and replaced;
-    /// one held by another live process's BPF link is not touched
-    /// ([`AttachError::Busy`]). Detached again by [`detach`](Self::detach) or on drop.
+    /// Attaches the program to `iface` (for `run --dispatch xdp`). A program a Buffet
+    /// run left there when it died (netlink attachments outlive their process) is
+    /// detached and replaced: the AF_XDP port's redirect program of a pid that is gone,
+    /// or a dispatcher program no live process holds
+    /// ([`buffet_io::afxdp::clear_leftover_program`]). Any other program — a live run's,
+    /// the operator's own — is not touched ([`AttachError::Busy`], naming it).
+    /// Detached again by [`detach`](Self::detach) or on drop.
     pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), AttachError> {
         let index = if_index(iface).ok_or_else(|| AttachError::NoSuchInterface(iface.into()))?;
         if self.attached.is_some() {
@@ -1537,18 +1556,30 @@ impl XdpDispatcher {
                 source,
             })?;
         }
-        let (aya_mode, nl_flags) = match mode {
-            AttachMode::Generic => (XdpMode::Skb, XDP_FLAGS_SKB_MODE),
-            AttachMode::Native => (XdpMode::Driver, XDP_FLAGS_DRV_MODE),
+        let aya_mode = match mode {
+            AttachMode::Generic => XdpMode::Skb,
+            AttachMode::Native => XdpMode::Driver,
         };
         let link = match self.attach_once(index, aya_mode) {
             Ok(link) => link,
             Err(first) => {
-                // Something holds the hook: remove a netlink attachment and try again.
-                sys::netlink_detach_xdp(index, nl_flags).map_err(|e| AttachError::Busy {
-                    iface: iface.into(),
-                    why: format!("{first}; removing the program found there: {e}"),
-                })?;
+                // Something holds the hook: remove it only if a dead run left it.
+                match buffet_io::afxdp::clear_leftover_program(iface) {
+                    Ok(Some(_)) => {}
+                    // The hook was free: the attach failed for another reason.
+                    Ok(None) => {
+                        return Err(AttachError::Attach {
+                            iface: iface.into(),
+                            source: first,
+                        })
+                    }
+                    Err(e) => {
+                        return Err(AttachError::Busy {
+                            iface: iface.into(),
+                            why: busy_reason(iface, e),
+                        })
+                    }
+                }
                 self.replaced_leftover = true;
                 self.attach_once(index, aya_mode)
                     .map_err(|source| AttachError::Attach {
@@ -1662,10 +1693,6 @@ fn parse_event(bytes: &[u8]) -> Option<Event> {
         _ => None,
     }
 }
-
-/// `XDP_FLAGS_SKB_MODE` and `XDP_FLAGS_DRV_MODE` of linux/if_link.h.
-const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
 fn if_index(iface: &str) -> Option<u32> {
     let path = format!("/sys/class/net/{iface}/ifindex");

@@ -1,7 +1,7 @@
-//! Attaching the XDP Packet Dispatcher to a veth: a program left on the interface by an
-//! earlier run (attached through netlink, as `ip link set … xdpgeneric` does) is
-//! replaced, a program another live dispatcher holds is not, and dropping the dispatcher
-//! detaches it. Needs root, `ip` and clang; skipped otherwise (a failure in CI).
+//! Attaching the XDP Packet Dispatcher to a veth: a program a dead Buffet run left on the
+//! interface (attached through netlink, as `ip link set … xdpgeneric` does, by a process
+//! that is gone) is replaced; the operator's own program and one a live dispatcher holds
+//! are not; dropping the dispatcher detaches it. Needs root, `ip` and clang; skipped otherwise (a failure in CI).
 
 use std::process::Command;
 
@@ -70,24 +70,20 @@ impl Drop for Veth {
     }
 }
 
-#[test]
-fn leftover_is_replaced_live_one_is_not_and_drop_detaches() {
-    let test = "leftover_is_replaced_live_one_is_not_and_drop_detaches";
-    if !ready(test) {
-        return;
-    }
-    let veth = Veth::new();
-    // A leftover: some XDP program attached through netlink by a process that is gone.
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("pass.c");
+/// Compiles a one-instruction XDP program whose function (and so the program's name in
+/// the kernel) is `name` into `dir`, and returns the object's path.
+fn pass_program(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let src = dir.join(format!("{name}.c"));
     std::fs::write(
         &src,
-        "#include <linux/bpf.h>\n#include <bpf/bpf_helpers.h>\n\
-         SEC(\"xdp\") int leftover(struct xdp_md *c) { return XDP_PASS; }\n\
-         char LICENSE[] SEC(\"license\") = \"GPL\";\n",
+        format!(
+            "#include <linux/bpf.h>\n#include <bpf/bpf_helpers.h>\n\
+             SEC(\"xdp\") int {name}(struct xdp_md *c) {{ return XDP_PASS; }}\n\
+             char LICENSE[] SEC(\"license\") = \"GPL\";\n"
+        ),
     )
     .unwrap();
-    let obj = dir.path().join("pass.o");
+    let obj = dir.join(format!("{name}.o"));
     let cc = Command::new("clang")
         .args([
             "-target",
@@ -107,37 +103,92 @@ fn leftover_is_replaced_live_one_is_not_and_drop_detaches() {
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
+    obj
+}
+
+/// Attaches `obj` to `iface` through netlink, as a process that then exits (`ip`): what a
+/// run killed before it could detach leaves behind.
+fn attach_with_ip(iface: &str, obj: &std::path::Path) {
     ip(&[
         "link",
         "set",
         "dev",
-        &veth.0,
+        iface,
         "xdpgeneric",
         "obj",
         obj.to_str().unwrap(),
         "sec",
         "xdp",
     ]);
-    assert!(veth.xdp_attached());
-    assert!(ip(&["-d", "link", "show", "dev", &veth.0]).contains("leftover"));
+}
 
+#[test]
+fn leftover_is_replaced_live_one_is_not_and_drop_detaches() {
+    let test = "leftover_is_replaced_live_one_is_not_and_drop_detaches";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::new();
+    let dir = tempfile::tempdir().unwrap();
+    let shown = || ip(&["-d", "link", "show", "dev", &veth.0]);
+
+    // The operator's own program is never taken away, and the refusal names it.
+    attach_with_ip(&veth.0, &pass_program(dir.path(), "operator_prog"));
+    let mut d = XdpDispatcher::load(XdpConfig::default()).unwrap();
+    d.add_worker(100).unwrap();
+    match d.attach(&veth.0, AttachMode::Generic) {
+        Err(e @ AttachError::Busy { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("\"operator_prog\"") && msg.contains("not a leftover of a Buffet run"),
+                "{msg}"
+            );
+            assert!(
+                msg.contains(&format!("ip link set dev {} xdp off", veth.0)),
+                "{msg}"
+            );
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(!d.replaced_leftover());
+    assert!(shown().contains("operator_prog"), "{}", shown());
+    ip(&["link", "set", "dev", &veth.0, "xdpgeneric", "off"]);
+
+    // A dispatcher program no live process holds (its run died): replaced.
+    attach_with_ip(&veth.0, &pass_program(dir.path(), "buffet_dispatch"));
+    d.attach(&veth.0, AttachMode::Generic).unwrap();
+    assert!(d.replaced_leftover());
+    assert_eq!(d.attached_to(), Some(veth.0.as_str()));
+    d.detach().unwrap();
+    assert!(!veth.xdp_attached(), "{}", shown());
+
+    // The AF_XDP port's redirect program of a run whose pid no longer exists (pid_max is
+    // at most 2^22): replaced.
+    attach_with_ip(&veth.0, &pass_program(dir.path(), "bfxsk_7ffffff0"));
     let mut d = XdpDispatcher::load(XdpConfig::default()).unwrap();
     d.add_worker(100).unwrap();
     d.attach(&veth.0, AttachMode::Generic).unwrap();
     assert!(d.replaced_leftover());
-    assert_eq!(d.attached_to(), Some(veth.0.as_str()));
-    let shown = ip(&["-d", "link", "show", "dev", &veth.0]);
+    let now = shown();
     assert!(
-        shown.contains("buffet_dispatch") && !shown.contains("leftover"),
-        "{shown}"
+        now.contains("buffet_dispatch") && !now.contains("bfxsk_7ffffff0"),
+        "{now}"
     );
 
-    // A second dispatcher must not take the hook from a live one.
+    // A second dispatcher must not take the hook from a live one (this process holds it).
     let mut other = XdpDispatcher::load(XdpConfig::default()).unwrap();
     match other.attach(&veth.0, AttachMode::Generic) {
-        Err(AttachError::Busy { iface, .. }) => assert_eq!(iface, veth.0),
+        Err(e @ AttachError::Busy { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.starts_with(&format!("{} already has", veth.0)), "{msg}");
+            assert!(
+                msg.contains(&format!("of pid {}, still running", std::process::id())),
+                "{msg}"
+            );
+        }
         r => panic!("{r:?}"),
     }
+    assert!(!other.replaced_leftover());
     assert!(ip(&["-d", "link", "show", "dev", &veth.0]).contains("buffet_dispatch"));
     drop(other);
 
