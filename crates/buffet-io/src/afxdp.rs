@@ -380,25 +380,26 @@ pub const DISPATCHER_PROGRAM: &str = "buffet_dispatch";
 /// that this run can attach its own; refuses anything else ([`AfXdpError::Busy`]) and
 /// changes nothing then. Buffet's programs are the AF_XDP port's redirect program,
 /// whose name carries its run's pid (a leftover when that process is gone), and the XDP
-/// Packet Dispatcher's ([`DISPATCHER_PROGRAM`]: a leftover when no live process holds
-/// it, neither by a file descriptor nor by a BPF link). Any other program is the
-/// operator's, and is never touched. Returns the id of the program removed, `None` when
-/// the hook was free.
+/// Packet Dispatcher's ([`DISPATCHER_PROGRAM`]: a leftover when no process in sight
+/// holds it, neither by a file descriptor nor by a BPF link, and netlink can detach it —
+/// a live dispatcher's BPF link refuses that). Any other program is the operator's, and is
+/// never touched. The removal replaces only the program checked (`XDP_FLAGS_REPLACE`).
+/// Identifying the program needs CAP_SYS_ADMIN. Returns the id of the program removed,
+/// `None` when the hook was free.
 pub fn clear_leftover_program(iface: &str) -> Result<Option<u32>, AfXdpError> {
     let ifindex = usable_interface(iface)?;
     RedirectProgram::clear_leftover(iface, ifindex)
 }
 
-/// The processes holding BPF program `id` open (a program fd or a BPF link to it), as
-/// their `/proc/<pid>/fdinfo` shows. Processes whose fds this one may not read are not
-/// seen; attaching needs root, which reads them all.
-fn program_holders(id: u32) -> Vec<u32> {
+/// A process holding BPF program `id` open (a program fd or a BPF link to it), with its
+/// `comm`, from the `/proc/<pid>/fdinfo` this process can read. Best effort: processes
+/// whose open files cannot be read (another user namespace's init, say) or that live in
+/// another PID namespace are not seen. What keeps a live XDP Packet Dispatcher's program
+/// safe regardless is the kernel: on Linux 5.9 and later it is attached through a BPF
+/// link, which netlink cannot detach (the detach then fails with EBUSY and is refused).
+fn program_holder(id: u32) -> Option<(u32, String)> {
     let want = format!("prog_id:\t{id}\n");
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut holders = Vec::new();
-    for p in procs.flatten() {
+    for p in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
@@ -409,10 +410,13 @@ fn program_holders(id: u32) -> Vec<u32> {
             .flatten()
             .any(|fd| std::fs::read_to_string(fd.path()).is_ok_and(|info| info.contains(&want)));
         if holds {
-            holders.push(pid);
+            let comm = std::fs::read_to_string(p.path().join("comm"))
+                .map(|c| c.trim_end().to_owned())
+                .unwrap_or_default();
+            return Some((pid, comm));
         }
     }
-    holders
+    None
 }
 
 /// The pid a redirect program's name carries, when it is one of Buffet's.
@@ -527,8 +531,24 @@ impl RedirectProgram {
         else {
             return Ok(None);
         };
-        let name =
-            sys::prog_name(id).map_err(|e| sys_error(iface, "bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
+        // Whose it is: the kernel names a program by id only to CAP_SYS_ADMIN. The
+        // descriptor is closed again before the holders are looked for (it would be one).
+        let open = || {
+            sys::prog_fd(id).map_err(|e| match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => AfXdpError::Config {
+                    iface: iface.to_owned(),
+                    why: format!(
+                        "XDP program {id} is attached already, and telling whether a Buffet run \
+                     that ended left it needs CAP_SYS_ADMIN (bpf(BPF_PROG_GET_FD_BY_ID): \
+                     {e}); if it is such a leftover, detach it first (`ip link set dev \
+                     {iface} xdp off`, or `xdpgeneric off`)"
+                    ),
+                },
+                _ => sys_error(iface, "bpf(BPF_PROG_GET_FD_BY_ID)", e),
+            })
+        };
+        let name = sys::prog_name_of(&open()?)
+            .map_err(|e| sys_error(iface, "bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
         let busy = |why: String| AfXdpError::Busy {
             iface: iface.to_owned(),
             id,
@@ -542,9 +562,9 @@ impl RedirectProgram {
                 )));
             }
         } else if name == DISPATCHER_PROGRAM {
-            if let Some(pid) = program_holders(id).first() {
+            if let Some((pid, comm)) = program_holder(id) {
                 return Err(busy(format!(
-                    " by the XDP Packet Dispatcher of pid {pid}, still running"
+                    " and held by {comm:?} (pid {pid}), still running"
                 )));
             }
         } else {
@@ -556,8 +576,15 @@ impl RedirectProgram {
             3 => XDP_FLAGS_HW_MODE,
             _ => 0,
         };
-        sys::xdp_set(ifindex, -1, flags, None)
-            .map_err(|e| sys_error(iface, "rtnetlink(RTM_SETLINK, detach leftover)", e))?;
+        // Only that program: another attached since the checks above stays.
+        let fd = open()?;
+        sys::xdp_set(ifindex, -1, flags | XDP_FLAGS_REPLACE, Some(fd.as_raw_fd())).map_err(
+            |e| match e.raw_os_error() {
+                // A BPF link holds it (netlink cannot detach those): its owner is alive.
+                Some(libc::EBUSY) => busy(" through a BPF link, which a live process holds".into()),
+                _ => sys_error(iface, "rtnetlink(RTM_SETLINK, detach leftover)", e),
+            },
+        )?;
         Ok(Some(id))
     }
 

@@ -899,8 +899,8 @@ struct Handover {
 pub struct Polled {
     /// Frames the ports delivered.
     pub received: usize,
-    /// Frames the workers had finished, taken off their completion queues (sent, or
-    /// given back to their port or the pool).
+    /// Frames the workers had finished, taken off their completion queues since the last
+    /// poll (sent, or given back to their port or the pool).
     pub completed: usize,
     /// Every port has ended (files, the generator); a live port never ends.
     pub ended: bool,
@@ -942,6 +942,9 @@ pub struct Dataplane<N: NetworkFunction> {
     burst: Vec<PacketBuf>,
     stopping: bool,
     port_error: Option<PipelineError>,
+    /// Frames taken off the workers' completion queues since the last
+    /// [`poll`](Self::poll), wherever they were taken (commands wait for completions too).
+    completed_since_poll: usize,
 }
 
 /// Builds a pipeline: reserves the arena, starts `cfg.workers` workers, and returns the
@@ -1033,6 +1036,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         burst: Vec::with_capacity(cfg.burst),
         stopping: false,
         port_error: None,
+        completed_since_poll: 0,
         cfg,
     };
     let mut sources = sources.into_iter();
@@ -1618,6 +1622,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         self.check_workers();
         self.release_handovers();
         self.reclaim_retired();
+        self.completed_since_poll += taken;
         taken
     }
 
@@ -1993,7 +1998,8 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
             self.burst = burst;
         }
-        let completed = self.poll_completions();
+        self.poll_completions();
+        let completed = std::mem::take(&mut self.completed_since_poll);
         self.flush_tx();
         if let Some(e) = self.port_error.take() {
             return Err(e);

@@ -156,12 +156,14 @@ pub enum LoadError {
     /// (nic-firmware/xdp/buffet_xdp.h and `layout.rs` disagree): writing it would miss
     /// entries or address beyond it.
     #[error(
-        "XDP dispatcher map {name} has {found} entries, this loader expects {expected} \
+        "XDP dispatcher map {name} has {found} {what}, this loader expects {expected} \
          (nic-firmware/xdp/buffet_xdp.h and buffet-xdp's layout.rs disagree)"
     )]
     Size {
         /// The map.
         name: &'static str,
+        /// What is counted: `entries`, or `bytes per value`.
+        what: &'static str,
         /// Its entries in the loaded object.
         found: u32,
         /// The entries the loader's constants give it.
@@ -440,6 +442,15 @@ pub enum AttachError {
         /// Which program, and whose.
         why: String,
     },
+    /// Telling whether the program in the way is a leftover failed (privileges, the
+    /// interface went away).
+    #[error("attaching the XDP dispatcher to {iface}: {why}")]
+    Check {
+        /// The interface.
+        iface: String,
+        /// What went wrong.
+        why: String,
+    },
     /// The netlink/link attach failed.
     #[error("attaching the XDP dispatcher to {iface}: {source}")]
     Attach {
@@ -645,19 +656,30 @@ impl std::fmt::Debug for XdpDispatcher {
     }
 }
 
-/// Why the program in the way of [`XdpDispatcher::attach`] stays, in words.
-fn busy_reason(iface: &str, e: buffet_io::afxdp::AfXdpError) -> String {
+/// Why [`XdpDispatcher::attach`] leaves the program in its way: it is not a dead run's
+/// ([`AttachError::Busy`]), or that could not be told ([`AttachError::Check`]).
+fn refused(iface: &str, e: buffet_io::afxdp::AfXdpError) -> AttachError {
     match e {
-        buffet_io::afxdp::AfXdpError::Busy { id, name, why, .. } => format!(
-            "{name:?} (id {id}){}; detach it first (`ip link set dev {iface} xdp off`, or \
-             `xdpgeneric off`)",
-            if why.is_empty() {
-                ", not a leftover of a Buffet run".to_string()
+        buffet_io::afxdp::AfXdpError::Busy { id, name, why, .. } => {
+            let (whose, what) = if why.is_empty() {
+                (
+                    ", not a leftover of a Buffet run".to_string(),
+                    format!(
+                        "detach it first (`ip link set dev {iface} xdp off`, or `xdpgeneric off`)"
+                    ),
+                )
             } else {
-                why
+                (why, "stop that run first".to_string())
+            };
+            AttachError::Busy {
+                iface: iface.into(),
+                why: format!("{name:?} (id {id}){whose}; {what}"),
             }
-        ),
-        other => format!("checking the program attached there: {other}"),
+        }
+        other => AttachError::Check {
+            iface: iface.into(),
+            why: other.to_string(),
+        },
     }
 }
 
@@ -666,33 +688,50 @@ fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, LoadError> {
 }
 
 /// The maps whose sizes the loader computes keys for, with the entries it expects.
-const SIZED_MAPS: [(&str, u32); 4] = [
+const SIZED_MAPS: [(&str, u32); 5] = [
     ("bf_xsks", MAX_QUEUES * XSK_STRIDE),
     ("bf_policed", MAX_TENANTS),
     ("bf_tuples", BANKS * MAX_TUPLES),
     ("bf_rules", BANKS * MAX_RULE_ENTRIES),
+    ("bf_bank_readers", BANKS),
 ];
 
-/// Checks that each of [`SIZED_MAPS`] has the entries the loader's constants give it.
+/// Checks that each of [`SIZED_MAPS`] has the entries the loader's constants give it,
+/// and that the state map's one value is the `State` the loader maps (its Tenant and
+/// Worker Tables: a different MAX_TENANTS in C would move the Worker Table silently).
 fn check_sizes(ebpf: &Ebpf) -> Result<(), LoadError> {
-    for (name, expected) in SIZED_MAPS {
+    let info = |name: &'static str| {
         let map = ebpf.map(name).ok_or(LoadError::Missing(name))?;
-        let found = map_data(map)
+        map_data(map)
             .ok_or(LoadError::Missing(name))?
             .info()
-            .map_err(map_err(name))?
-            .max_entries();
-        check_size(name, found, expected)?;
+            .map_err(map_err(name))
+    };
+    for (name, expected) in SIZED_MAPS {
+        check_size(name, "entries", info(name)?.max_entries(), expected)?;
     }
-    Ok(())
+    let state = info("bf_state")?;
+    check_size("bf_state", "entries", state.max_entries(), 1)?;
+    check_size(
+        "bf_state",
+        "bytes per value",
+        state.value_size(),
+        std::mem::size_of::<layout::State>() as u32,
+    )
 }
 
-fn check_size(name: &'static str, found: u32, expected: u32) -> Result<(), LoadError> {
+fn check_size(
+    name: &'static str,
+    what: &'static str,
+    found: u32,
+    expected: u32,
+) -> Result<(), LoadError> {
     if found == expected {
         Ok(())
     } else {
         Err(LoadError::Size {
             name,
+            what,
             found,
             expected,
         })
@@ -1550,6 +1589,7 @@ impl XdpDispatcher {
     /// Detached again by [`detach`](Self::detach) or on drop.
     pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<(), AttachError> {
         let index = if_index(iface).ok_or_else(|| AttachError::NoSuchInterface(iface.into()))?;
+        self.replaced_leftover = false;
         if self.attached.is_some() {
             self.detach().map_err(|source| AttachError::Attach {
                 iface: iface.into(),
@@ -1573,12 +1613,7 @@ impl XdpDispatcher {
                             source: first,
                         })
                     }
-                    Err(e) => {
-                        return Err(AttachError::Busy {
-                            iface: iface.into(),
-                            why: busy_reason(iface, e),
-                        })
-                    }
+                    Err(e) => return Err(refused(iface, e)),
                 }
                 self.replaced_leftover = true;
                 self.attach_once(index, aya_mode)
@@ -1705,15 +1740,14 @@ mod tests {
 
     #[test]
     fn a_map_of_another_size_than_the_loader_expects_is_refused_by_name() {
-        assert!(check_size("bf_xsks", MAX_QUEUES * XSK_STRIDE, MAX_QUEUES * XSK_STRIDE).is_ok());
-        let e = check_size("bf_xsks", 256, MAX_QUEUES * XSK_STRIDE).unwrap_err();
+        let entries = MAX_QUEUES * XSK_STRIDE;
+        assert!(check_size("bf_xsks", "entries", entries, entries).is_ok());
+        let e = check_size("bf_xsks", "entries", 256, entries).unwrap_err();
         assert_eq!(
             e.to_string(),
             "XDP dispatcher map bf_xsks has 256 entries, this loader expects 16384 \
              (nic-firmware/xdp/buffet_xdp.h and buffet-xdp's layout.rs disagree)"
         );
-        let names: Vec<&str> = SIZED_MAPS.iter().map(|m| m.0).collect();
-        assert_eq!(names, ["bf_xsks", "bf_policed", "bf_tuples", "bf_rules"]);
     }
 
     #[test]

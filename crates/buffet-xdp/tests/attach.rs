@@ -182,7 +182,10 @@ fn leftover_is_replaced_live_one_is_not_and_drop_detaches() {
             let msg = e.to_string();
             assert!(msg.starts_with(&format!("{} already has", veth.0)), "{msg}");
             assert!(
-                msg.contains(&format!("of pid {}, still running", std::process::id())),
+                msg.contains(&format!(
+                    "(pid {}), still running; stop that run first",
+                    std::process::id()
+                )),
                 "{msg}"
             );
         }

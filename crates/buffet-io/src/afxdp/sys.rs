@@ -652,11 +652,15 @@ pub(crate) fn load_xdp(
     }
 }
 
-/// The name of loaded program `id` (as the kernel keeps it: at most 15 bytes).
-pub(crate) fn prog_name(id: u32) -> io::Result<String> {
+/// A descriptor of BPF program `id` (`BPF_PROG_GET_FD_BY_ID`: needs CAP_SYS_ADMIN).
+pub(crate) fn prog_fd(id: u32) -> io::Result<OwnedFd> {
     let mut a = BpfAttr::new();
     a.u32(0, id);
-    let fd = owned(bpf(BPF_PROG_GET_FD_BY_ID, &mut a)?);
+    Ok(owned(bpf(BPF_PROG_GET_FD_BY_ID, &mut a)?))
+}
+
+/// The name of the BPF program behind `fd` (as the kernel keeps it: at most 15 bytes).
+pub(crate) fn prog_name_of(fd: &OwnedFd) -> io::Result<String> {
     // `struct bpf_prog_info` up to and including `name[16]` at offset 64.
     let mut info = [0u8; 80];
     let mut a = BpfAttr::new();
