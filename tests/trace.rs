@@ -1,12 +1,14 @@
 //! End to end: `buffet trace` over a hand-computed trace (docs/scheduler.md, the
-//! scheduler semantics), and the committed trace vectors (tests/vectors/) through every
-//! engine: the Rust dispatcher, the C core and the XDP program in the kernel (the last
+//! scheduler semantics), and the committed trace vectors (tests/vectors/: `trace.csv`
+//! ones for the scheduler alone, `frames.csv` ones for the classifier and the scheduler
+//! with a tenants file) through every engine: the Rust dispatcher, the C core and the XDP program in the kernel (the last
 //! needs CAP_BPF and clang at build time; without them its checks skip, and fail under
 //! BUFFET_REQUIRE_PRIVILEGED=1 or CI).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use buffet_config::trace::frames::run_frame_trace;
 use buffet_config::trace::{run_trace, TraceConfig, TraceEngine, TraceError};
 use buffet_testkit::gate::{self, Capability};
 
@@ -252,7 +254,8 @@ struct Vector {
     cfg: TraceConfig,
 }
 
-fn vectors() -> Vec<Vector> {
+/// The vector directories holding `input` (`trace.csv` or `frames.csv`), sorted.
+fn vector_dirs(input: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
@@ -260,41 +263,20 @@ fn vectors() -> Vec<Vector> {
         .filter(|p| p.is_dir())
         .collect();
     dirs.sort();
-    dirs.into_iter()
-        .map(|dir| {
-            let text = std::fs::read_to_string(dir.join("args")).unwrap();
-            let args: Vec<String> = text
-                .lines()
-                .filter(|l| !l.trim_start().starts_with('#'))
-                .flat_map(str::split_whitespace)
-                .map(str::to_owned)
-                .collect();
-            // The command line's defaults.
-            let mut cfg = TraceConfig {
-                workers: 0,
-                worker_max: 0,
-                tenant_max: 0,
-                shift: 30,
-                threshold: 3,
-                engine: TraceEngine::Rust,
-            };
-            for pair in args.chunks(2) {
-                let [flag, value] = pair else {
-                    panic!("{}: odd args", dir.display())
-                };
-                let at = format!("{}: {flag}", dir.display());
-                match flag.as_str() {
-                    "--workers" => cfg.workers = num(&at, value),
-                    "--worker-max" => cfg.worker_max = num(&at, value),
-                    "--tenant-max" => cfg.tenant_max = num(&at, value),
-                    "--shift" => cfg.shift = num(&at, value),
-                    "--threshold" => cfg.threshold = num(&at, value),
-                    other => panic!("{}: unknown flag {other}", dir.display()),
-                }
-            }
-            Vector { dir, args, cfg }
-        })
-        .collect()
+    for d in &dirs {
+        let (ids, frames) = (d.join("trace.csv").exists(), d.join("frames.csv").exists());
+        assert!(
+            ids != frames,
+            "{}: trace.csv or frames.csv, one of them",
+            d.display()
+        );
+    }
+    dirs.retain(|d| d.join(input).exists());
+    dirs
+}
+
+fn vectors() -> Vec<Vector> {
+    vectors_of(vector_dirs("trace.csv"))
 }
 
 fn num<T: std::str::FromStr>(at: &str, value: &str) -> T {
@@ -360,4 +342,195 @@ fn committed_vectors_agree_on_every_engine() {
             assert_eq!(got, want, "{name}: buffet trace --engine {engine}");
         }
     }
+}
+
+/// A committed frame vector: `args`, `tenants.toml`, `frames.csv`, `expected.out`,
+/// `expected.err` (tests/vectors/README.md).
+fn frame_vectors() -> Vec<Vector> {
+    let vs = vectors_of(vector_dirs("frames.csv"));
+    for v in &vs {
+        assert!(v.dir.join("tenants.toml").exists(), "{}", v.dir.display());
+    }
+    vs
+}
+
+/// Parses each directory's `args` as [`vectors`] does.
+fn vectors_of(dirs: Vec<PathBuf>) -> Vec<Vector> {
+    dirs.into_iter()
+        .map(|dir| {
+            let text = std::fs::read_to_string(dir.join("args")).unwrap();
+            let args: Vec<String> = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with('#'))
+                .flat_map(str::split_whitespace)
+                .map(str::to_owned)
+                .collect();
+            // The command line's defaults.
+            let mut cfg = TraceConfig {
+                workers: 0,
+                worker_max: 0,
+                tenant_max: 0,
+                shift: 30,
+                threshold: 3,
+                engine: TraceEngine::Rust,
+            };
+            for pair in args.chunks(2) {
+                let [flag, value] = pair else {
+                    panic!("{}: odd args", dir.display())
+                };
+                let at = format!("{}: {flag}", dir.display());
+                match flag.as_str() {
+                    "--workers" => cfg.workers = num(&at, value),
+                    "--worker-max" => cfg.worker_max = num(&at, value),
+                    "--tenant-max" => cfg.tenant_max = num(&at, value),
+                    "--shift" => cfg.shift = num(&at, value),
+                    "--threshold" => cfg.threshold = num(&at, value),
+                    other => panic!("{}: unknown flag {other}", dir.display()),
+                }
+            }
+            Vector { dir, args, cfg }
+        })
+        .collect()
+}
+
+fn run_frames_lib(v: &Vector, engine: TraceEngine) -> (String, String) {
+    let tenants = buffet_config::tenants::load(&v.dir.join("tenants.toml"))
+        .unwrap_or_else(|e| panic!("{}: {e}", v.dir.display()));
+    let input = std::fs::read(v.dir.join("frames.csv")).unwrap();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let cfg = TraceConfig { engine, ..v.cfg };
+    run_frame_trace(&input[..], &tenants, &mut out, &mut err, &cfg)
+        .unwrap_or_else(|e| panic!("{} ({engine}): {e}", v.dir.display()));
+    (
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+/// Every frame vector through the Rust, the C and (where it can run) the XDP engine, via
+/// the library and via `buffet trace --frames --tenants --engine`, against the committed
+/// expectations, which are derived by hand from the frames' comments (never blessed
+/// from an engine).
+#[test]
+fn committed_frame_vectors_agree_on_every_engine() {
+    let vs = frame_vectors();
+    assert!(vs.len() >= 3, "{} frame vectors", vs.len());
+    let mut engines = vec![TraceEngine::Rust, TraceEngine::C];
+    if xdp_ready("committed_frame_vectors_agree_on_every_engine (xdp)") {
+        engines.push(TraceEngine::Xdp);
+    }
+    let mut seen = (0, 0, 0);
+    for v in &vs {
+        let name = v.dir.file_name().unwrap().to_string_lossy().into_owned();
+        let want = (
+            std::fs::read_to_string(v.dir.join("expected.out")).unwrap(),
+            std::fs::read_to_string(v.dir.join("expected.err")).unwrap(),
+        );
+        assert!(!want.0.is_empty(), "{name}: empty expectation");
+        seen.0 += want.0.matches(",unmatched,").count();
+        seen.1 += want.0.matches(",malformed,").count();
+        seen.2 += want.1.lines().count();
+        for &engine in &engines {
+            assert_eq!(
+                run_frames_lib(v, engine),
+                want,
+                "{name}: library, engine {engine}"
+            );
+            let out = Command::new(env!("CARGO_BIN_EXE_buffet"))
+                .arg("trace")
+                .args(&v.args)
+                .args(["--engine", engine.name(), "--frames"])
+                .arg(v.dir.join("frames.csv"))
+                .arg("--tenants")
+                .arg(v.dir.join("tenants.toml"))
+                .output()
+                .unwrap();
+            let got = (
+                String::from_utf8(out.stdout).unwrap(),
+                String::from_utf8(out.stderr).unwrap(),
+            );
+            assert!(out.status.success(), "{name}: {engine}: {}", got.1);
+            assert_eq!(got, want, "{name}: buffet trace --frames --engine {engine}");
+        }
+    }
+    // Unmatched and malformed frames and overload reports are all in the vectors.
+    assert!(seen.0 > 0 && seen.1 > 0 && seen.2 > 0, "{seen:?}");
+}
+
+/// `--frames` needs `--tenants` and excludes `--input`; bad lines name the file and the
+/// line; a rule an engine cannot express stops the run before any output, naming the
+/// tenant and the rule.
+#[test]
+fn trace_frames_command_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let frames = dir.path().join("f.csv");
+    let tenants = dir.path().join("t.toml");
+    let ids = dir.path().join("t.csv");
+    // An ARP frame, then a line with a bad hex digit.
+    let arp = "020000000002020000000001080600010800060400010200000000010a090909";
+    std::fs::write(&frames, format!("ts_ns,hex_frame\n0,{arp}\n1,{arp}x\n")).unwrap();
+    std::fs::write(
+        &tenants,
+        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n\
+         [[tenant]]\nid = 2\nrules = [ { protocol = \"sctp\", dst_port = 9 } ]\n",
+    )
+    .unwrap();
+    std::fs::write(&ids, "0,1\n").unwrap();
+    let buffet = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_buffet"))
+            .args(["trace", "--workers", "2", "--worker-max", "10"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let os = |p: &Path| p.as_os_str().to_owned();
+    let (f, t, i) = (os(&frames), os(&tenants), os(&ids));
+    let flag = |s: &str| std::ffi::OsString::from(s);
+
+    // Usage errors (status 2): --frames alone, --frames with --input, neither.
+    for args in [
+        vec![flag("--frames"), f.clone()],
+        vec![
+            flag("--frames"),
+            f.clone(),
+            flag("--tenants"),
+            t.clone(),
+            flag("--input"),
+            i.clone(),
+        ],
+        vec![flag("--tenants"), t.clone(), flag("--input"), i.clone()],
+        vec![],
+    ] {
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let out = buffet(&refs);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty());
+    }
+
+    // The rust engine takes the SCTP port rule; line 3 is refused after line 2's output.
+    let out = buffet(&[&flag("--frames"), &f, &flag("--tenants"), &t]);
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0,,malformed,\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("f.csv: line 3: hex_frame: 'x' (hex digit 65) is not a hex digit"),
+        "{err}"
+    );
+
+    // The c engine cannot express it: refused before the first frame, naming tenant and rule.
+    let out = buffet(&[
+        &flag("--frames"),
+        &f,
+        &flag("--tenants"),
+        &t,
+        &flag("--engine"),
+        &flag("c"),
+    ]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("t.toml: tenant 2: c engine: rules[0]: the c engine cannot express it"),
+        "{err}"
+    );
 }

@@ -54,7 +54,8 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Run the dispatcher and workers on a live interface (needs CAP_NET_RAW).
     Run(live::RunArgs),
-    /// Run only the timeslot scheduler over a `ts_ns,tenant_id` trace.
+    /// Run the timeslot scheduler over a `ts_ns,tenant_id` trace, or the classifier and
+    /// the scheduler over a `ts_ns,hex_frame` trace with a tenants file (`--frames`).
     Trace(trace::TraceArgs),
     /// The paper's scheduling simulation (Figs. 7–8): overload and migrations per policy.
     Sim(sim::SimArgs),
@@ -147,7 +148,7 @@ pub fn run_command(command: &Command, registry: &Registry) -> anyhow::Result<()>
         Command::Demo(a) => demo::run(a, registry),
         Command::Replay(a) => replay::run(a, registry),
         Command::Run(a) => live::run(a, registry),
-        Command::Trace(a) => trace::run(a),
+        Command::Trace(a) => trace::run(a, registry),
         Command::Sim(a) => sim::run(a),
         Command::Nf(a) => nf::run(a),
         Command::Tenant(a) => client::tenant(a),

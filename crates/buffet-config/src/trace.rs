@@ -1,4 +1,6 @@
-//! `buffet trace`: the timeslot scheduler alone, over a `ts_ns,tenant_id` trace.
+//! `buffet trace`: the timeslot scheduler alone, over a `ts_ns,tenant_id` trace; and,
+//! in [`frames`], the classifier and the scheduler together over a `ts_ns,hex_frame`
+//! trace of whole Ethernet frames with a tenants file (`buffet trace --frames`).
 //!
 //! This is the yardstick that proves the Rust dispatcher, the C core and the XDP program
 //! equal: each reads the same trace and must print the same bytes. The [`TraceEngine`]
@@ -32,6 +34,8 @@
 //! drop (`3,7,drop,`). To `err`, one line per overload report: `overload,seq,worker,slot`
 //! (`seq` of the packet that raised it). Lines end with `\n`. Nothing else is written;
 //! pass buffered writers.
+
+pub mod frames;
 
 use std::io::{self, BufRead, Write};
 
@@ -297,8 +301,12 @@ pub struct TraceSummary {
     pub overloads: u64,
     /// Tenant migrations.
     pub migrations: u64,
-    /// Distinct tenants seen.
+    /// Distinct tenants seen (with `--frames`: the tenants of the tenants file).
     pub tenants: u64,
+    /// Frames that did not parse (`--frames` only).
+    pub malformed: u64,
+    /// Frames no rule matched (`--frames` only).
+    pub unmatched: u64,
 }
 
 /// What is wrong with one input line.
@@ -319,6 +327,29 @@ pub enum LineError {
     /// More distinct tenants than the dispatcher has slots for.
     #[error("too many distinct tenants")]
     TooManyTenants,
+    /// Not exactly two comma-separated fields (`--frames`).
+    #[error("expected `ts_ns,hex_frame`, found {0} field(s)")]
+    FrameFieldCount(usize),
+    /// A character of the frame that is not a hex digit (`at`: 1-based, in the field).
+    #[error("hex_frame: {found:?} (hex digit {at}) is not a hex digit")]
+    BadHexDigit {
+        /// Position in the hex field, from 1.
+        at: usize,
+        /// The character found.
+        found: char,
+    },
+    /// An odd number of hex digits.
+    #[error("hex_frame has an odd number of hex digits ({0})")]
+    OddHexDigits(usize),
+    /// A frame shorter than an Ethernet header.
+    #[error(
+        "a {0}-byte frame is shorter than an Ethernet header ({min} bytes)",
+        min = frames::MIN_FRAME_LEN
+    )]
+    FrameTooShort(usize),
+    /// A frame longer than [`frames::MAX_FRAME_LEN`].
+    #[error("a {0}-byte frame is longer than {max} bytes", max = frames::MAX_FRAME_LEN)]
+    FrameTooLong(usize),
 }
 
 /// Why a trace run stopped.
@@ -342,6 +373,17 @@ pub enum TraceError {
         engine: TraceEngine,
         /// What went wrong.
         source: EngineError,
+    },
+    /// An engine refused a tenant of the tenants file (`--frames`), before the first
+    /// frame: a rule it cannot express (`why` names it, `rules[i]: …`) or its capacity.
+    #[error("tenant {tenant}: {engine} engine: {why}")]
+    Rules {
+        /// The tenant's id.
+        tenant: u32,
+        /// The engine.
+        engine: TraceEngine,
+        /// Why.
+        why: String,
     },
     /// A malformed line.
     #[error("line {line}: {source}")]
@@ -442,7 +484,7 @@ pub fn run_with(
         if line.is_empty() || line[0] == b'#' {
             continue;
         }
-        if fields_eq_header(line) {
+        if fields_eq(line, HEADER) {
             if sum.packets > 0 {
                 return Err(at(LineError::MisplacedHeader));
             }
@@ -507,9 +549,10 @@ fn trim(mut s: &[u8]) -> &[u8] {
     s
 }
 
-fn fields_eq_header(line: &[u8]) -> bool {
+/// Whether `line`'s comma-separated fields, trimmed, are `header`'s.
+fn fields_eq(line: &[u8], header: &[u8]) -> bool {
     let mut it = line.split(|&b| b == b',').map(trim);
-    let mut h = HEADER.split(|&b| b == b',');
+    let mut h = header.split(|&b| b == b',');
     loop {
         match (it.next(), h.next()) {
             (None, None) => return true,
@@ -648,7 +691,8 @@ mod tests {
                 dropped: 2,
                 overloads: 2,
                 migrations: 1,
-                tenants: 3
+                tenants: 3,
+                ..TraceSummary::default()
             }
         );
     }

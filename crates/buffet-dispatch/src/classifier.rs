@@ -263,30 +263,83 @@ const PORTS_PRESENT: u64 = 1 << 30;
 const PROTO_SHIFT: u32 = 32;
 const DSCP_SHIFT: u32 = 40;
 
+/// The fields of a packet the classifier looks at, for a caller that extracted them
+/// itself (the C core's key extraction, `buffet_nicfw::extract_key`) and wants the
+/// classifier's answer on them: [`Classifier::lookup_fields`]. A parsed [`Packet`]
+/// reduces to exactly these fields ([`PacketFields::of`]); both go through one encoding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PacketFields {
+    /// Ingress port.
+    pub in_port: u16,
+    /// Ethernet source.
+    pub src_mac: [u8; 6],
+    /// Ethernet destination.
+    pub dst_mac: [u8; 6],
+    /// The VLAN id of the one tag, if the frame has one (12 bits are used).
+    pub vlan: Option<u16>,
+    /// IPv6 (else IPv4).
+    pub is_v6: bool,
+    /// IPv4 protocol / IPv6 first next-header.
+    pub proto: u8,
+    /// DSCP (6 bits are used).
+    pub dscp: u8,
+    /// Source and destination ports (TCP, UDP, SCTP; first fragment only).
+    pub ports: Option<(u16, u16)>,
+    /// Source address, IPv4 mapped into `::ffff:0:0/96`.
+    pub src_addr: [u8; 16],
+    /// Destination address, likewise.
+    pub dst_addr: [u8; 16],
+}
+
+impl PacketFields {
+    /// The fields of a parsed packet.
+    pub fn of(pkt: &Packet<'_>) -> PacketFields {
+        let (src_mac, dst_mac) = pkt
+            .ethernet()
+            .map_or(([0; 6], [0; 6]), |e| (e.source(), e.destination()));
+        let (src_addr, dst_addr) = pkt.addrs();
+        PacketFields {
+            in_port: pkt.meta().in_port,
+            src_mac,
+            dst_mac,
+            vlan: pkt.vlan_id(),
+            is_v6: pkt.l3_kind() == L3Kind::Ipv6,
+            proto: pkt.ip_proto(),
+            dscp: pkt.dscp(),
+            ports: pkt.ports(),
+            src_addr,
+            dst_addr,
+        }
+    }
+}
+
 impl Key {
+    #[inline]
     fn of(pkt: &Packet<'_>) -> Key {
+        Key::of_fields(&PacketFields::of(pkt))
+    }
+
+    #[inline]
+    fn of_fields(f: &PacketFields) -> Key {
         let mut k = [0u64; KEY_WORDS];
-        k[0] = u64::from(pkt.meta().in_port)
-            | u64::from(pkt.ip_proto()) << PROTO_SHIFT
-            | u64::from(pkt.dscp() & 0x3f) << DSCP_SHIFT;
-        if let Some(v) = pkt.vlan_id() {
+        k[0] = u64::from(f.in_port)
+            | u64::from(f.proto) << PROTO_SHIFT
+            | u64::from(f.dscp & 0x3f) << DSCP_SHIFT;
+        if let Some(v) = f.vlan {
             k[0] |= VLAN_PRESENT | u64::from(v & 0xfff) << VLAN_SHIFT;
         }
-        if pkt.l3_kind() == L3Kind::Ipv6 {
+        if f.is_v6 {
             k[0] |= IS_V6;
         }
-        if let Some(eth) = pkt.ethernet() {
-            k[1] = mac64(eth.source()) << 16;
-            k[2] = mac64(eth.destination()) << 16;
-        }
-        if let Some((s, d)) = pkt.ports() {
+        k[1] = mac64(f.src_mac) << 16;
+        k[2] = mac64(f.dst_mac) << 16;
+        if let Some((s, d)) = f.ports {
             k[0] |= PORTS_PRESENT;
             k[1] |= u64::from(s);
             k[2] |= u64::from(d);
         }
-        let (src, dst) = pkt.addrs();
-        set128(&mut k, 3, u128::from_be_bytes(src));
-        set128(&mut k, 5, u128::from_be_bytes(dst));
+        set128(&mut k, 3, u128::from_be_bytes(f.src_addr));
+        set128(&mut k, 5, u128::from_be_bytes(f.dst_addr));
         Key(k)
     }
 }
@@ -579,6 +632,13 @@ impl Classifier {
     /// The tenant of the best matching rule, without touching the cache.
     pub fn lookup(&self, pkt: &Packet<'_>) -> Option<TenantSlot> {
         self.search(&Key::of(pkt))
+    }
+
+    /// The tenant of the best matching rule for fields extracted elsewhere (without
+    /// touching the cache): what [`lookup`](Self::lookup) answers for a packet with
+    /// these [`PacketFields`].
+    pub fn lookup_fields(&self, fields: &PacketFields) -> Option<TenantSlot> {
+        self.search(&Key::of_fields(fields))
     }
 
     #[inline]
@@ -1376,5 +1436,37 @@ mod tests {
         }
         // The pools must make both outcomes common, or the check proves little.
         assert!(hits > 800 && misses > 800, "hits {hits} misses {misses}");
+    }
+
+    /// Fields extracted elsewhere classify as the packet they came from.
+    #[test]
+    fn lookup_fields_answers_as_lookup() {
+        let mut c = Classifier::new();
+        let rule = Match {
+            protocol: Some(17),
+            dst_port: Some("2000".parse().unwrap()),
+            ..Match::default()
+        };
+        c.insert(Rule {
+            priority: 1,
+            tenant: TenantSlot(3),
+            fields: rule,
+        })
+        .unwrap();
+        for (pk, want) in [
+            (Pk::default(), Some(TenantSlot(3))),
+            (
+                Pk {
+                    dport: 2001,
+                    ..Pk::default()
+                },
+                None,
+            ),
+        ] {
+            let mut f = pk.frame();
+            let p = Packet::parse(&mut f, PacketMeta::default()).unwrap();
+            assert_eq!(c.lookup(&p), want);
+            assert_eq!(c.lookup_fields(&PacketFields::of(&p)), want);
+        }
     }
 }

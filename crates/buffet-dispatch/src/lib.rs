@@ -54,7 +54,9 @@ pub mod tagging;
 
 pub use buffet_sdk::{TenantId, TenantSlot};
 
-pub use classifier::{Classifier, IpPrefix, Match, PortRange, Rule, RuleError, RuleHandle};
+pub use classifier::{
+    Classifier, IpPrefix, Match, PacketFields, PortRange, Rule, RuleError, RuleHandle,
+};
 pub use dispatcher::{
     Decision, DispatchDrop, DispatchError, DispatchStats, Dispatcher, DispatcherConfig, Event,
     TagMode, UnmatchedPolicy, MAX_PENDING_EVENTS,
