@@ -1,7 +1,10 @@
 //! Compiles the fault-containment shim (csrc/guard.c) against include/buffet.h.
 
 fn main() {
-    let include = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+    let include = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"),
+    )
+    .join("../../include");
     println!("cargo:rerun-if-changed=csrc/guard.c");
     println!(
         "cargo:rerun-if-changed={}",

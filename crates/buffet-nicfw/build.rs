@@ -1,7 +1,10 @@
 //! Compiles nic-firmware/common/buffet_core.c (freestanding: no libc) for the host.
 
 fn main() {
-    let common = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../nic-firmware/common");
+    let common = std::path::PathBuf::from(
+        std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"),
+    )
+    .join("../../nic-firmware/common");
     for f in ["buffet_core.c", "buffet_core.h", "buffet_core_impl.h"] {
         println!("cargo:rerun-if-changed={}", common.join(f).display());
     }

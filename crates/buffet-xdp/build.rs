@@ -11,7 +11,8 @@ use std::process::Command;
 const PROGRAMS: [&str; 2] = ["dispatcher", "dispatcher_offload"];
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../nic-firmware");
+    let root = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"))
+        .join("../../nic-firmware");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     for f in [
         "common/buffet_core.h",
