@@ -354,6 +354,9 @@ impl NetworkFunction for Dpi {
     type State = DpiState;
     type Policy = DpiPolicy;
 
+    // The default handle_group: the worker runs each packet as it parses it.
+    const PER_PACKET: bool = true;
+
     fn name(&self) -> &'static str {
         "dpi"
     }

@@ -194,6 +194,9 @@ impl NetworkFunction for FlowFwd {
     type State = FlowFwdState;
     type Policy = FlowFwdPolicy;
 
+    // The default handle_group: the worker runs each packet as it parses it.
+    const PER_PACKET: bool = true;
+
     fn name(&self) -> &'static str {
         "flowfwd"
     }

@@ -741,6 +741,9 @@ impl NetworkFunction for Ids {
     type State = IdsState;
     type Policy = IdsPolicy;
 
+    // The default handle_group: the worker runs each packet as it parses it.
+    const PER_PACKET: bool = true;
+
     fn name(&self) -> &'static str {
         "ids"
     }

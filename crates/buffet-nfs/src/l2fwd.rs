@@ -301,6 +301,9 @@ impl NetworkFunction for L2Fwd {
     type State = L2FwdState;
     type Policy = L2FwdPolicy;
 
+    // The default handle_group: the worker runs each packet as it parses it.
+    const PER_PACKET: bool = true;
+
     fn name(&self) -> &'static str {
         "l2fwd"
     }

@@ -66,6 +66,9 @@ impl NetworkFunction for MacSwap {
     type State = MacSwapState;
     type Policy = MacSwapPolicy;
 
+    // The default handle_group: the worker runs each packet as it parses it.
+    const PER_PACKET: bool = true;
+
     fn name(&self) -> &'static str {
         "macswap"
     }

@@ -209,6 +209,9 @@ impl NetworkFunction for Monitor {
     type State = FlowTable;
     type Policy = MonitorPolicy;
 
+    // The default handle_group: the worker runs each packet as it parses it.
+    const PER_PACKET: bool = true;
+
     fn name(&self) -> &'static str {
         "monitor"
     }

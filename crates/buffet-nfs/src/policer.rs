@@ -161,6 +161,9 @@ impl NetworkFunction for Policer {
     type State = TokenBucket;
     type Policy = PolicerPolicy;
 
+    // The default handle_group: the worker runs each packet as it parses it.
+    const PER_PACKET: bool = true;
+
     fn name(&self) -> &'static str {
         "policer"
     }

@@ -238,6 +238,14 @@ pub trait NetworkFunction: Send + Sync + 'static {
     /// `buffet_pkt_handler`: process one packet of the tenant owning `state`.
     fn handle(&self, pkt: &mut Packet<'_>, state: &mut Self::State) -> Verdict;
 
+    /// `true` for an NF that keeps the default [`handle_group`](Self::handle_group): the
+    /// worker then calls [`handle`](Self::handle) on each packet as soon as it is parsed
+    /// and records its verdict at once, instead of staging a chunk of parsed packets and
+    /// their verdicts for one `handle_group` call (the same decisions, fewer
+    /// instructions per packet). Leave it `false` (the default) in an NF that overrides
+    /// `handle_group`: with `true` the worker never calls that override.
+    const PER_PACKET: bool = false;
+
     /// The batch form: process `pkts` — consecutive packets of one tenant's Packet Buffer,
     /// in arrival order, at most [`GROUP_CHUNK`] at a time — writing `verdicts[i]` for
     /// `pkts[i]` (`verdicts.len() == pkts.len()`). The worker calls this, once per chunk,

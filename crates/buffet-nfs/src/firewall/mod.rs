@@ -332,6 +332,9 @@ impl NetworkFunction for Firewall {
     type State = FirewallState;
     type Policy = FirewallPolicy;
 
+    // The default handle_group: the worker runs each packet as it parses it.
+    const PER_PACKET: bool = true;
+
     fn name(&self) -> &'static str {
         "firewall"
     }

@@ -342,6 +342,9 @@ impl NetworkFunction for Ipsec {
     type State = IpsecState;
     type Policy = IpsecPolicy;
 
+    // The default handle_group: the worker runs each packet as it parses it.
+    const PER_PACKET: bool = true;
+
     fn name(&self) -> &'static str {
         "ipsec"
     }
