@@ -135,26 +135,30 @@ impl TraceScheduler for Dispatcher {
 
     fn schedule(&mut self, ts_ns: u64, slot: TenantSlot) -> Result<SchedOutcome, EngineError> {
         Ok(match self.schedule_tagged(ts_ns, slot) {
-            Decision::Pass { worker, .. } => {
-                let (mut migrated_from, mut overload) = (None, None);
-                for e in self.drain_events() {
-                    match e {
-                        Event::Overload { worker, slot } => {
-                            overload = Some(buffet_dispatch::OverloadReport { worker, slot })
-                        }
-                        Event::Migration { from, .. } => migrated_from = Some(from),
-                    }
-                }
-                SchedOutcome::Pass {
-                    worker,
-                    migrated_from,
-                    overload,
-                }
-            }
+            Decision::Pass { worker, .. } => passed(self, worker),
             Decision::Drop(DispatchDrop::Policed(_)) => SchedOutcome::Policed,
             Decision::Drop(DispatchDrop::NoLiveWorker) => SchedOutcome::NoLiveWorker,
             Decision::Drop(_) => SchedOutcome::UnknownTenant,
         })
+    }
+}
+
+/// The Rust dispatcher's pass to `worker`, with the migration and overload report it
+/// raised (its events, drained), as the scheduler step's outcome.
+fn passed(d: &mut Dispatcher, worker: WorkerId) -> SchedOutcome {
+    let (mut migrated_from, mut overload) = (None, None);
+    for e in d.drain_events() {
+        match e {
+            Event::Overload { worker, slot } => {
+                overload = Some(buffet_dispatch::OverloadReport { worker, slot })
+            }
+            Event::Migration { from, .. } => migrated_from = Some(from),
+        }
+    }
+    SchedOutcome::Pass {
+        worker,
+        migrated_from,
+        overload,
     }
 }
 
@@ -466,30 +470,12 @@ pub fn run_with(
     let mut line_no = 0u64;
     // The trace runner has no Memory Manager, so it owns the tenant registry itself.
     let mut registry = TenantRegistry::new(MAX_TENANT_SLOTS);
-    loop {
-        buf.clear();
-        if input
-            .read_until(b'\n', &mut buf)
-            .map_err(TraceError::Read)?
-            == 0
-        {
-            break;
-        }
-        line_no += 1;
+    while let Some(line) = next_record(&mut input, &mut buf, &mut line_no, HEADER, sum.packets > 0)?
+    {
         let at = |source| TraceError::Line {
             line: line_no,
             source,
         };
-        let line = trim(&buf);
-        if line.is_empty() || line[0] == b'#' {
-            continue;
-        }
-        if fields_eq(line, HEADER) {
-            if sum.packets > 0 {
-                return Err(at(LineError::MisplacedHeader));
-            }
-            continue;
-        }
         let (ts, tid) = parse_record(line).map_err(at)?;
         let id = TenantId(tid);
         let slot = match registry.slot_of(id) {
@@ -536,6 +522,39 @@ pub fn run_with(
         }
     }
     Ok(sum)
+}
+
+/// Reads the next record of a trace into `buf` and returns it trimmed, `None` at the end
+/// of the input. Blank lines, `#` comments and the `header` line are skipped; the header
+/// after the first record (`started`) is an error. `line_no` counts the lines read.
+fn next_record<'b>(
+    input: &mut impl BufRead,
+    buf: &'b mut Vec<u8>,
+    line_no: &mut u64,
+    header: &[u8],
+    started: bool,
+) -> Result<Option<&'b [u8]>, TraceError> {
+    loop {
+        buf.clear();
+        if input.read_until(b'\n', buf).map_err(TraceError::Read)? == 0 {
+            return Ok(None);
+        }
+        *line_no += 1;
+        let line = trim(buf);
+        if line.is_empty() || line[0] == b'#' {
+            continue;
+        }
+        if !fields_eq(line, header) {
+            break;
+        }
+        if started {
+            return Err(TraceError::Line {
+                line: *line_no,
+                source: LineError::MisplacedHeader,
+            });
+        }
+    }
+    Ok(Some(trim(buf)))
 }
 
 /// Strips surrounding spaces, tabs, `\r` and `\n`.

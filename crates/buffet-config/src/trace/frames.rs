@@ -44,9 +44,8 @@ use std::io::{BufRead, Write};
 
 use buffet_dispatch::scheduler::SchedOutcome;
 use buffet_dispatch::{
-    Classifier, Decision, DispatchDrop, DispatchError, Dispatcher, DispatcherConfig, Event, Match,
-    OverloadReport, PacketFields, Rule, SchedulerConfig, TagMode, TenantSlot, UnmatchedPolicy,
-    WorkerId,
+    Classifier, Decision, DispatchDrop, DispatchError, Dispatcher, DispatcherConfig, Match,
+    PacketFields, Rule, SchedulerConfig, TagMode, TenantSlot, UnmatchedPolicy, WorkerId,
 };
 use buffet_nicfw::CScheduler;
 use buffet_xdp::{XdpConfig, XdpDecision, XdpDispatcher};
@@ -132,23 +131,7 @@ impl FrameEngine for RustFrames {
     fn step(&mut self, ts_ns: u64, frame: &mut [u8]) -> Result<FrameOutcome, EngineError> {
         Ok(match self.0.dispatch(ts_ns, 0, frame) {
             Decision::Pass { worker, tenant } => {
-                let (mut migrated_from, mut overload) = (None, None);
-                for e in self.0.drain_events() {
-                    match e {
-                        Event::Overload { worker, slot } => {
-                            overload = Some(OverloadReport { worker, slot })
-                        }
-                        Event::Migration { from, .. } => migrated_from = Some(from),
-                    }
-                }
-                FrameOutcome::Tenant(
-                    tenant,
-                    SchedOutcome::Pass {
-                        worker,
-                        migrated_from,
-                        overload,
-                    },
-                )
+                FrameOutcome::Tenant(tenant, super::passed(&mut self.0, worker))
             }
             Decision::Drop(DispatchDrop::Malformed(_)) => FrameOutcome::Malformed,
             Decision::Drop(DispatchDrop::Unmatched) => FrameOutcome::Unmatched,
@@ -392,30 +375,13 @@ pub fn run_frames_with(
     let mut buf = Vec::with_capacity(2 * MAX_FRAME_LEN + 32);
     let mut frame = Vec::with_capacity(MAX_FRAME_LEN);
     let mut line_no = 0u64;
-    loop {
-        buf.clear();
-        if input
-            .read_until(b'\n', &mut buf)
-            .map_err(TraceError::Read)?
-            == 0
-        {
-            break;
-        }
-        line_no += 1;
+    while let Some(line) =
+        super::next_record(&mut input, &mut buf, &mut line_no, HEADER, sum.packets > 0)?
+    {
         let at = |source| TraceError::Line {
             line: line_no,
             source,
         };
-        let line = trim(&buf);
-        if line.is_empty() || line[0] == b'#' {
-            continue;
-        }
-        if super::fields_eq(line, HEADER) {
-            if sum.packets > 0 {
-                return Err(at(LineError::MisplacedHeader));
-            }
-            continue;
-        }
         let ts = parse_frame_record(line, &mut frame).map_err(at)?;
         let seq = sum.packets;
         sum.packets += 1;
