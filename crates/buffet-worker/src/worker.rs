@@ -1299,38 +1299,17 @@ mod tests {
         }
     }
 
-    /// [`Script`] run by [`run_each`] instead of [`run_chunk`]: each packet handled as it
-    /// is parsed.
-    struct ScriptEach;
+    /// [`Script`], on the per-packet path when `EACH` ([`run_each`] instead of
+    /// [`run_chunk`]), and with `FAULTS` also faulting (`Verdict::Fault`) and panicking
+    /// mid-group, by timestamp.
+    struct Probe<const EACH: bool, const FAULTS: bool>;
 
-    impl NetworkFunction for ScriptEach {
-        type State = Vec<u64>;
-        type Policy = ();
-        const PER_PACKET: bool = true;
-        fn name(&self) -> &'static str {
-            "script-each"
-        }
-        fn register(&self) -> buffet_sdk::MemorySpec {
-            Script.register()
-        }
-        fn init(&self, p: &(), s: &mut Vec<u64>) -> Result<(), buffet_sdk::InitError> {
-            Script.init(p, s)
-        }
-        fn handle(&self, pkt: &mut Packet<'_>, seen: &mut Vec<u64>) -> Verdict {
-            Script.handle(pkt, seen)
-        }
-    }
-
-    /// Faults (`Verdict::Fault`) and panics mid-group, by timestamp; `EACH` chooses the
-    /// per-packet path.
-    struct Faulty<const EACH: bool>;
-
-    impl<const EACH: bool> NetworkFunction for Faulty<EACH> {
+    impl<const EACH: bool, const FAULTS: bool> NetworkFunction for Probe<EACH, FAULTS> {
         type State = Vec<u64>;
         type Policy = ();
         const PER_PACKET: bool = EACH;
         fn name(&self) -> &'static str {
-            "faulty"
+            "probe"
         }
         fn register(&self) -> buffet_sdk::MemorySpec {
             Script.register()
@@ -1341,8 +1320,8 @@ mod tests {
         fn handle(&self, pkt: &mut Packet<'_>, seen: &mut Vec<u64>) -> Verdict {
             let ts = pkt.meta().ts_ns;
             match ts % 97 {
-                41 => Verdict::Fault,
-                83 => panic!("scripted panic at {ts}"),
+                41 if FAULTS => Verdict::Fault,
+                83 if FAULTS => panic!("scripted panic at {ts}"),
                 _ => Script.handle(pkt, seen),
             }
         }
@@ -1416,11 +1395,15 @@ mod tests {
     #[test]
     fn the_per_packet_path_decides_and_counts_as_the_chunk_path() {
         for tenants in [1u32, 5, 40] {
-            let chunk = outcomes_of(Script, tenants);
-            assert_eq!(outcomes_of(ScriptEach, tenants), chunk, "{tenants} tenants");
+            let chunk = outcomes_of(Probe::<false, false>, tenants);
+            assert_eq!(
+                outcomes_of(Probe::<true, false>, tenants),
+                chunk,
+                "{tenants} tenants"
+            );
             // Faults and panics: the same packets keep their verdicts, the same are
             // quarantined, and the counters agree.
-            let chunk = outcomes_of(Faulty::<false>, tenants);
+            let chunk = outcomes_of(Probe::<false, true>, tenants);
             let quarantined = chunk
                 .0
                 .iter()
@@ -1428,7 +1411,7 @@ mod tests {
                 .count();
             assert!(quarantined > 0, "the script faults and panics");
             assert_eq!(
-                outcomes_of(Faulty::<true>, tenants),
+                outcomes_of(Probe::<true, true>, tenants),
                 chunk,
                 "{tenants} tenants"
             );
