@@ -2032,11 +2032,12 @@ fn xdp_dispatch_refuses_an_inexpressible_rule_or_too_many_tenants_before_attachi
     let bad = format!(
         "{TENANTS}\n[[tenant]]\nid = 11\nname = \"ranges\"\nrules = [ {{ protocol = \"udp\", src_port = \"1-65534\", dst_port = \"3-65533\" }} ]\n"
     );
-    std::fs::write(&tenants, bad).unwrap();
     let stats = dir.path().join("s.json");
-    let o = run_output(
-        Some(&ns.a),
-        &[
+    // Runs with `tenants_text` and `extra`: refused before traffic, nothing written or
+    // attached; the error text for the caller's own checks.
+    let refused = |tenants_text: &str, extra: &[&str]| -> String {
+        std::fs::write(&tenants, tenants_text).unwrap();
+        let mut args = vec![
             "--iface",
             &ns.va,
             "--dispatch",
@@ -2052,18 +2053,22 @@ fn xdp_dispatch_refuses_an_inexpressible_rule_or_too_many_tenants_before_attachi
             stats.to_str().unwrap(),
             "--duration",
             "2",
-        ],
-    );
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{e}");
+        ];
+        args.extend_from_slice(extra);
+        let o = run_output(Some(&ns.a), &args);
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "{e}");
+        assert!(!e.contains("running on"), "no traffic ran: {e}");
+        assert!(!stats.exists(), "nothing ran, nothing written");
+        assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");
+        e
+    };
+    let e = refused(&bad, &[]);
     assert!(
         e.contains("tenant 11 (\"ranges\") cannot be admitted to the XDP Packet Dispatcher"),
         "{e}"
     );
     assert!(e.contains("the XDP classifier cannot express it"), "{e}");
-    assert!(!e.contains("running on"), "no traffic ran: {e}");
-    assert!(!stats.exists(), "nothing ran, nothing written");
-    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");
 
     // More tenants than the program's maps hold (16,384 slots): refused the same way.
     let many: String = (1..=16_385u32)
@@ -2075,36 +2080,11 @@ fn xdp_dispatch_refuses_an_inexpressible_rule_or_too_many_tenants_before_attachi
             )
         })
         .collect();
-    std::fs::write(&tenants, many).unwrap();
-    let o = run_output(
-        Some(&ns.a),
-        &[
-            "--iface",
-            &ns.va,
-            "--dispatch",
-            "xdp",
-            "--nf",
-            "monitor",
-            "--no-pin",
-            "--tenant-slots",
-            "20000",
-            "--tenants",
-            tenants.to_str().unwrap(),
-            "--stats-json",
-            stats.to_str().unwrap(),
-            "--duration",
-            "2",
-        ],
-    );
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{e}");
+    let e = refused(&many, &["--tenant-slots", "20000"]);
     assert!(
         e.contains("16385 tenants, more than the 16384 the XDP Packet Dispatcher's maps hold"),
         "{e}"
     );
-    assert!(!e.contains("running on"), "no traffic ran: {e}");
-    assert!(!stats.exists(), "nothing ran, nothing written");
-    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "nothing attached");
 }
 
 /// buffetd on a live interface: a `kind = "af_packet"` port in its config, inside
