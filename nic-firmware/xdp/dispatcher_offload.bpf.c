@@ -26,6 +26,12 @@
  *     port; or the destination address alone): prefix and port-range rules are refused
  *     when the offloaded tables are built;
  *   - no metadata (the tenant reaches the worker in DSCP only, so at most 63 tenants).
+ *
+ * The host half (buffet-xdp's offload module, OffloadDispatcher) writes bf_off_exact,
+ * bf_off_addr and bf_off_tenants, reads the counters, polices (sets `policed` once a
+ * tenant's count in the slot passes its MAX_NB, clears it at the boundary) and runs the
+ * boundary step. Built with -DBF_OFFLOAD_HOST_BUILD the same program loads on any
+ * interface or under BPF_PROG_TEST_RUN, without the queue-select store.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -187,11 +193,13 @@ int buffet_dispatch_offload(struct xdp_md *ctx)
             bf_off_count(&bf_off_stats, BF_OFF_ST_UNMATCHED);
             return XDP_DROP;
         }
+        /* The tenant's count includes its policed packets (`tmp` of Algorithm 1 does,
+         * docs/scheduler.md); the worker's only what reaches it. */
+        bf_off_count(&bf_off_tenant_pkts, t);
         if (row->policed) {
             bf_off_count(&bf_off_stats, BF_OFF_ST_POLICED);
             return XDP_DROP;
         }
-        bf_off_count(&bf_off_tenant_pkts, t);
         bf_off_count(&bf_off_worker_pkts, row->worker);
         /* DSCP tag (IPv4: checksum fixed as in common/, RFC 1624). */
         if (t <= 63) {
@@ -211,8 +219,13 @@ int buffet_dispatch_offload(struct xdp_md *ctx)
                 ip[1] = (uint8_t)((tc << 4) | (ip[1] & 0x0f));
             }
         }
-        /* Queue select: the worker's RX queue. */
+#ifndef BF_OFFLOAD_HOST_BUILD
+        /* Queue select: the worker's RX queue. The kernel accepts this store only from a
+         * program bound to an offload device; the host build (buffet-xdp's build.rs, for
+         * BPF_PROG_TEST_RUN) leaves it out, and the worker counter above says where the
+         * packet went. */
         ctx->rx_queue_index = row->worker;
+#endif
     }
     return XDP_PASS;
 

@@ -76,8 +76,13 @@ static DISPATCHER_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatc
 
 /// The compiled nfp offload subset (empty when clang was missing). It is not loaded
 /// here (offload needs an nfp device); tests/nfp_subset.rs checks it against the nfp
-/// JIT's rules.
+/// JIT's rules, and its host build runs in [`offload::OffloadDispatcher`].
 static OFFLOAD_OBJ: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dispatcher_offload.bpf.o"));
+
+/// The offload subset built without its queue-select store (`-DBF_OFFLOAD_HOST_BUILD`),
+/// which loads anywhere: what [`offload::OffloadDispatcher`] runs here.
+static OFFLOAD_HOST_OBJ: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/dispatcher_offload_host.bpf.o"));
 
 /// Why the program cannot be built here, if it cannot.
 pub const UNAVAILABLE: Option<&str> = option_env!("BUFFET_XDP_UNAVAILABLE");
@@ -104,6 +109,14 @@ pub fn offload_object() -> Result<&'static [u8], LoadError> {
     match UNAVAILABLE {
         Some(why) => Err(LoadError::Unavailable(why)),
         None => Ok(OFFLOAD_OBJ),
+    }
+}
+
+/// The offload subset's host build (see [`OFFLOAD_HOST_OBJ`]), or why it was not built.
+fn offload_host_object() -> Result<&'static [u8], LoadError> {
+    match UNAVAILABLE {
+        Some(why) => Err(LoadError::Unavailable(why)),
+        None => Ok(OFFLOAD_HOST_OBJ),
     }
 }
 

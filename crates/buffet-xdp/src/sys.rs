@@ -23,6 +23,11 @@ unsafe impl aya::Pod for RuleKey {}
 unsafe impl aya::Pod for RuleVal {}
 // SAFETY: as for `Config`: `#[repr(C)]`, integers, explicit `pad`, no implicit padding.
 unsafe impl aya::Pod for DecisionRecord {}
+// SAFETY: `#[repr(C)]`: a byte array, a u16 and two u8 (20 bytes, no padding), the twin of
+// `struct bf_off_key`; every bit pattern is a valid value.
+unsafe impl aya::Pod for crate::offload::OffKey {}
+// SAFETY: `#[repr(C)]`: two u32, no padding, the twin of `struct bf_off_tenant`.
+unsafe impl aya::Pod for crate::offload::OffTenant {}
 
 /// The state map's single value, mapped shared into this process. The kernel updates it
 /// while packets run, so rows are only ever copied in and out (volatile accesses), never
