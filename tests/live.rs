@@ -882,8 +882,10 @@ fn af_xdp_leftover_is_replaced_and_sigterm_detaches() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{e}");
     assert!(
-        e.contains("is attached already by the Buffet run of pid"),
-        "{e}"
+        e.contains("is attached already by the Buffet run of pid")
+            && e.contains("stop that run first")
+            && !e.contains("xdp off"),
+        "a live run's program: stop the run, do not detach it under it: {e}"
     );
     assert_eq!(
         xdp_attached(&ns.a, &ns.va).as_deref(),

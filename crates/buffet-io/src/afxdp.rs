@@ -246,8 +246,7 @@ pub enum AfXdpError {
     },
     /// Another XDP program is attached and is not a leftover of a Buffet run.
     #[error(
-        "af_xdp on {iface}: XDP program {name:?} (id {id}) is attached already{why}; \
-         detach it first (`ip link set dev {iface} xdp off`, or `xdpgeneric off`)"
+        "af_xdp on {iface}: XDP program {name:?} (id {id}) is attached already{why}; {advice}"
     )]
     Busy {
         /// The interface.
@@ -258,6 +257,8 @@ pub enum AfXdpError {
         name: String,
         /// Whose it is, when known.
         why: String,
+        /// What to do: stop the run holding it, or detach a program nobody runs.
+        advice: String,
     },
     /// The kernel refused the redirect program.
     #[error("af_xdp on {iface}: loading the redirect program: {source}\n{log}")]
@@ -549,26 +550,33 @@ impl RedirectProgram {
         };
         let name = sys::prog_name_of(&open()?)
             .map_err(|e| sys_error(iface, "bpf(BPF_OBJ_GET_INFO_BY_FD)", e))?;
-        let busy = |why: String| AfXdpError::Busy {
+        let busy = |why: String, advice: String| AfXdpError::Busy {
             iface: iface.to_owned(),
             id,
             name: name.clone(),
             why,
+            advice,
         };
+        let stop = || "stop that run first (it detaches its program when it ends)".to_string();
         if let Some(pid) = program_pid(&name) {
             if pid == std::process::id() || sys::process_alive(pid) {
-                return Err(busy(format!(
-                    " by the Buffet run of pid {pid}, still running"
-                )));
+                return Err(busy(
+                    format!(" by the Buffet run of pid {pid}, still running"),
+                    stop(),
+                ));
             }
         } else if name == DISPATCHER_PROGRAM {
             if let Some((pid, comm)) = program_holder(id) {
-                return Err(busy(format!(
-                    " and held by {comm:?} (pid {pid}), still running"
-                )));
+                return Err(busy(
+                    format!(" and held by {comm:?} (pid {pid}), still running"),
+                    stop(),
+                ));
             }
         } else {
-            return Err(busy(String::new()));
+            return Err(busy(
+                String::new(),
+                format!("detach it first (`ip link set dev {iface} xdp off`, or `xdpgeneric off`)"),
+            ));
         }
         let flags = match attached {
             1 => XDP_FLAGS_DRV_MODE,
@@ -581,7 +589,10 @@ impl RedirectProgram {
         sys::xdp_set(ifindex, -1, flags | XDP_FLAGS_REPLACE, Some(fd.as_raw_fd())).map_err(
             |e| match e.raw_os_error() {
                 // A BPF link holds it (netlink cannot detach those): its owner is alive.
-                Some(libc::EBUSY) => busy(" through a BPF link, which a live process holds".into()),
+                Some(libc::EBUSY) => busy(
+                    " through a BPF link, which a live process holds".into(),
+                    "stop the process holding the link first".into(),
+                ),
                 _ => sys_error(iface, "rtnetlink(RTM_SETLINK, detach leftover)", e),
             },
         )?;

@@ -673,20 +673,21 @@ impl std::fmt::Debug for XdpDispatcher {
 /// ([`AttachError::Busy`]), or that could not be told ([`AttachError::Check`]).
 fn refused(iface: &str, e: buffet_io::afxdp::AfXdpError) -> AttachError {
     match e {
-        buffet_io::afxdp::AfXdpError::Busy { id, name, why, .. } => {
-            let (whose, what) = if why.is_empty() {
-                (
-                    ", not a leftover of a Buffet run".to_string(),
-                    format!(
-                        "detach it first (`ip link set dev {iface} xdp off`, or `xdpgeneric off`)"
-                    ),
-                )
+        buffet_io::afxdp::AfXdpError::Busy {
+            id,
+            name,
+            why,
+            advice,
+            ..
+        } => {
+            let whose = if why.is_empty() {
+                ", not a leftover of a Buffet run".to_string()
             } else {
-                (why, "stop that run first".to_string())
+                why
             };
             AttachError::Busy {
                 iface: iface.into(),
-                why: format!("{name:?} (id {id}){whose}; {what}"),
+                why: format!("{name:?} (id {id}){whose}; {advice}"),
             }
         }
         other => AttachError::Check {

@@ -553,7 +553,6 @@ impl OffloadDispatcher {
         let (mut exact_n, mut addr_n) = (self.exact_len(), self.addr_len());
         for (index, (priority, m)) in rules.iter().enumerate() {
             let (is_addr, key) = offload_key(index, m)?;
-            let mine = |(_, k, _): &&(bool, OffKey, u32)| *k == key;
             if let Some(&(owner, _)) = self.owners.get(&(is_addr, key)) {
                 if owner != slot {
                     return Err(OffloadRuleError::Taken { index, owner });
@@ -581,7 +580,7 @@ impl OffloadDispatcher {
                     });
                 }
             }
-            if !keys.iter().any(|k| k.0 == is_addr && mine(&k))
+            if !keys.iter().any(|&(a, k, _)| a == is_addr && k == key)
                 && !self.owners.contains_key(&(is_addr, key))
             {
                 let (n, table) = if is_addr {
