@@ -578,11 +578,18 @@ fn run_output(ns: Option<&str>, args: &[&str]) -> Output {
 }
 
 /// The software Packet Dispatcher's arguments (none), and `--dispatch xdp`'s where this
-/// build has the XDP program (clang at build time).
-fn dispatch_variants() -> Vec<&'static [&'static str]> {
+/// build has the XDP program (clang at build time); without it, `test`'s xdp case is a
+/// privilege skip (a failure in CI).
+fn dispatch_variants(test: &str) -> Vec<&'static [&'static str]> {
     let mut v: Vec<&'static [&'static str]> = vec![&[]];
-    if buffet_xdp::UNAVAILABLE.is_none() {
-        v.push(&["--dispatch", "xdp"]);
+    match buffet_xdp::UNAVAILABLE {
+        None => v.push(&["--dispatch", "xdp"]),
+        Some(why) => {
+            gate::skip_privileged(
+                &format!("{test} (--dispatch xdp)"),
+                format_args!("xdp engine unavailable: {why}"),
+            );
+        }
     }
     v
 }
@@ -599,7 +606,7 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
     let t = tenants.to_str().unwrap();
     let stats = dir.path().join("s.json");
     let s = stats.to_str().unwrap();
-    for extra in dispatch_variants() {
+    for extra in dispatch_variants("live::a_missing_or_down_interface_is_refused_before_traffic") {
         let mut args = vec![
             "--iface",
             "buffet-nope0",
@@ -624,7 +631,7 @@ fn a_missing_or_down_interface_is_refused_before_traffic() {
     ip(&["-n", &ns.a, "link", "set", &ns.va, "down"]);
     // With the software dispatcher, and with the XDP Packet Dispatcher: refused before
     // anything is attached.
-    for extra in dispatch_variants() {
+    for extra in dispatch_variants("live::a_missing_or_down_interface_is_refused_before_traffic") {
         let mut args = vec![
             "--iface",
             &ns.va,
@@ -655,7 +662,10 @@ fn without_privileges_run_names_the_capabilities() {
     }
     let probe = Command::new("setpriv").arg("--version").output();
     if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!("live::without_privileges_run_names_the_capabilities: setpriv (util-linux) is missing: sub-check skipped");
+        gate::skip_privileged(
+            "live::without_privileges_run_names_the_capabilities",
+            "setpriv (util-linux) is missing",
+        );
         return;
     }
     // `buffet` as nobody, with no capabilities, in a directory nobody may write to.
@@ -676,10 +686,15 @@ fn without_privileges_run_names_the_capabilities() {
             .unwrap()
     };
     // `--dispatch xdp` where this build has the XDP program (clang at build time).
-    let dispatches: &[&str] = if buffet_xdp::UNAVAILABLE.is_some() {
-        &["software"]
-    } else {
-        &["software", "xdp"]
+    let dispatches: &[&str] = match buffet_xdp::UNAVAILABLE {
+        Some(why) => {
+            gate::skip_privileged(
+                "live::without_privileges_run_names_the_capabilities (--dispatch xdp)",
+                format_args!("xdp engine unavailable: {why}"),
+            );
+            &["software"]
+        }
+        None => &["software", "xdp"],
     };
     for &dispatch in dispatches {
         let o = unprivileged(&[
