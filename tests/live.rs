@@ -29,7 +29,9 @@
 //! socket reads them and as tshark, capturing on B's end, decodes them on the wire), a
 //! MAX_NB exceeded shows migrations among the run's events, SIGTERM
 //! detaches the program, and a rule the XDP classifier cannot express is refused before
-//! anything is attached.
+//! anything is attached. Its passed frames also leave through an AF_PACKET `--tx-iface`
+//! on a second pair, with every count of the software dispatcher's test agreeing (the
+//! program's frames seen, unmatched and malformed are the report's global counts).
 //!
 //! The sender is this test binary itself, re-run inside namespace B (`ip netns exec`)
 //! as the ignored test `sender_helper`, which sends a pcap through buffet's own
@@ -443,13 +445,43 @@ fn af_xdp_frames_leave_through_an_af_packet_tx_iface() {
     );
 }
 
+/// The XDP Packet Dispatcher's frames (UMEM frames each worker took from its own AF_XDP
+/// socket) leave through an AF_PACKET `--tx-iface`: every count agrees and every passed
+/// frame leaves once through the second pair, none through the receiving link.
+#[test]
+fn xdp_dispatch_frames_leave_through_an_af_packet_tx_iface() {
+    let test = "live::xdp_dispatch_frames_leave_through_an_af_packet_tx_iface";
+    if !privileged(test) {
+        return;
+    }
+    if let Some(why) = buffet_xdp::UNAVAILABLE {
+        gate::skip_privileged(test, format_args!("xdp engine unavailable: {why}"));
+        return;
+    }
+    let ns = NsPair::new();
+    let (va2, vb2) = (format!("{}t", ns.va), format!("{}t", ns.vb));
+    ip(&[
+        "link", "add", &va2, "netns", &ns.a, "type", "veth", "peer", "name", &vb2, "netns", &ns.b,
+    ]);
+    ip(&["-n", &ns.a, "link", "set", &va2, "up"]);
+    ip(&["-n", &ns.b, "link", "set", &vb2, "up"]);
+    run_and_check_with(
+        &ns,
+        Some((&va2, &vb2)),
+        Nf::Monitor,
+        &["--dispatch", "xdp", "--xdp-mode", "generic"],
+    );
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached at the end");
+}
+
 /// Sends the traffic from B into `buffet run` on A and checks every count; with
 /// `tx = (A side, B side)` of a second pair, passed frames must come back on that pair.
 fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf) {
     run_and_check_with(ns, tx, nf, &[]);
 }
 
-/// [`run_and_check`] with more `buffet run` arguments (`--port af-xdp`).
+/// [`run_and_check`] with more `buffet run` arguments (`--port af-xdp`, `--dispatch
+/// xdp`).
 fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let t = traffic();
@@ -541,7 +573,18 @@ fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&s
         .sum();
     assert_eq!(workers, packets, "the workers ran every tenant packet");
     let port = &json["input"]["ports"][0];
-    assert_eq!(port["rx"].as_u64(), Some(sent), "{port}");
+    if extra.windows(2).any(|w| w == ["--dispatch", "xdp"]) {
+        // The XDP program saw every frame and redirected only the tenants' to the
+        // workers' sockets: the port received those.
+        let x = &json["input"]["xdp"];
+        assert_eq!(x["packets"].as_u64(), Some(sent), "{x}");
+        assert_eq!(x["passed"].as_u64(), Some(packets), "{x}");
+        assert_eq!(x["unmatched"].as_u64(), Some(t.unmatched), "{x}");
+        assert_eq!(x["malformed"].as_u64(), Some(t.malformed), "{x}");
+        assert_eq!(port["rx"].as_u64(), Some(packets), "{port}");
+    } else {
+        assert_eq!(port["rx"].as_u64(), Some(sent), "{port}");
+    }
     assert_eq!(port["rx_dropped"].as_u64(), Some(0), "{port}");
     let ports = json["input"]["ports"].as_array().unwrap();
     match tx {
