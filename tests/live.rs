@@ -29,7 +29,13 @@
 //! socket reads them and as tshark, capturing on B's end, decodes them on the wire), a
 //! MAX_NB exceeded shows migrations among the run's events, SIGTERM
 //! detaches the program, and a rule the XDP classifier cannot express is refused before
-//! anything is attached.
+//! anything is attached. Its passed frames also leave through an AF_PACKET `--tx-iface`
+//! on a second pair, with every count of the software dispatcher's test agreeing (the
+//! program's frames seen, unmatched and malformed are the report's global counts).
+//!
+//! The rate line: with stderr on a pseudo-terminal, `buffet run` (either dispatcher)
+//! prints the packets received so far once a second, and they follow the traffic sent
+//! from B; with stderr on a pipe, as in every other test here, it prints none.
 //!
 //! The sender is this test binary itself, re-run inside namespace B (`ip netns exec`)
 //! as the ignored test `sender_helper`, which sends a pcap through buffet's own
@@ -443,13 +449,43 @@ fn af_xdp_frames_leave_through_an_af_packet_tx_iface() {
     );
 }
 
+/// The XDP Packet Dispatcher's frames (UMEM frames each worker took from its own AF_XDP
+/// socket) leave through an AF_PACKET `--tx-iface`: every count agrees and every passed
+/// frame leaves once through the second pair, none through the receiving link.
+#[test]
+fn xdp_dispatch_frames_leave_through_an_af_packet_tx_iface() {
+    let test = "live::xdp_dispatch_frames_leave_through_an_af_packet_tx_iface";
+    if !privileged(test) {
+        return;
+    }
+    if let Some(why) = buffet_xdp::UNAVAILABLE {
+        gate::skip_privileged(test, format_args!("xdp engine unavailable: {why}"));
+        return;
+    }
+    let ns = NsPair::new();
+    let (va2, vb2) = (format!("{}t", ns.va), format!("{}t", ns.vb));
+    ip(&[
+        "link", "add", &va2, "netns", &ns.a, "type", "veth", "peer", "name", &vb2, "netns", &ns.b,
+    ]);
+    ip(&["-n", &ns.a, "link", "set", &va2, "up"]);
+    ip(&["-n", &ns.b, "link", "set", &vb2, "up"]);
+    run_and_check_with(
+        &ns,
+        Some((&va2, &vb2)),
+        Nf::Monitor,
+        &["--dispatch", "xdp", "--xdp-mode", "generic"],
+    );
+    assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached at the end");
+}
+
 /// Sends the traffic from B into `buffet run` on A and checks every count; with
 /// `tx = (A side, B side)` of a second pair, passed frames must come back on that pair.
 fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf) {
     run_and_check_with(ns, tx, nf, &[]);
 }
 
-/// [`run_and_check`] with more `buffet run` arguments (`--port af-xdp`).
+/// [`run_and_check`] with more `buffet run` arguments (`--port af-xdp`, `--dispatch
+/// xdp`).
 fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let t = traffic();
@@ -507,6 +543,7 @@ fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&s
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "buffet run: {err}{stdout}");
+    assert_no_rate_line(&err);
     let r = std::fs::read_to_string(&result).unwrap();
     let n: Vec<u64> = r.split_whitespace().map(|x| x.parse().unwrap()).collect();
     let (sent, back_iface, back_tx) = (n[0], n[1], n[2]);
@@ -541,7 +578,18 @@ fn run_and_check_with(ns: &NsPair, tx: Option<(&str, &str)>, nf: Nf, extra: &[&s
         .sum();
     assert_eq!(workers, packets, "the workers ran every tenant packet");
     let port = &json["input"]["ports"][0];
-    assert_eq!(port["rx"].as_u64(), Some(sent), "{port}");
+    if extra.windows(2).any(|w| w == ["--dispatch", "xdp"]) {
+        // The XDP program saw every frame and redirected only the tenants' to the
+        // workers' sockets: the port received those.
+        let x = &json["input"]["xdp"];
+        assert_eq!(x["packets"].as_u64(), Some(sent), "{x}");
+        assert_eq!(x["passed"].as_u64(), Some(packets), "{x}");
+        assert_eq!(x["unmatched"].as_u64(), Some(t.unmatched), "{x}");
+        assert_eq!(x["malformed"].as_u64(), Some(t.malformed), "{x}");
+        assert_eq!(port["rx"].as_u64(), Some(packets), "{port}");
+    } else {
+        assert_eq!(port["rx"].as_u64(), Some(sent), "{port}");
+    }
     assert_eq!(port["rx_dropped"].as_u64(), Some(0), "{port}");
     let ports = json["input"]["ports"].as_array().unwrap();
     match tx {
@@ -810,6 +858,245 @@ fn sigterm_stops_a_run_and_its_report_is_written() {
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
     assert_eq!(json["tenants"].as_array().unwrap().len(), 10);
     assert_eq!(json["input"]["iface"].as_str(), Some(ns.va.as_str()));
+}
+
+/// One line of the rate `buffet run` prints on stderr once a second when stderr is a
+/// terminal (`\r<secs> s  <n> packets  <kpps> kpps`): seconds since the start, packets
+/// received so far, and the rate over the last second in kpps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct RateLine {
+    secs: f64,
+    packets: u64,
+    kpps: f64,
+}
+
+/// Every complete rate line in `stderr`, in order (lines end at `\r` or `\n`).
+fn rate_lines(stderr: &str) -> Vec<RateLine> {
+    stderr
+        .split(['\r', '\n'])
+        .filter_map(
+            |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                [secs, "s", packets, "packets", kpps, "kpps"] => Some(RateLine {
+                    secs: secs.parse().ok()?,
+                    packets: packets.parse().ok()?,
+                    kpps: kpps.parse().ok()?,
+                }),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// A run whose stderr is no terminal (a pipe) prints no rate line.
+fn assert_no_rate_line(stderr: &str) {
+    assert!(
+        rate_lines(stderr).is_empty() && !stderr.contains('\r'),
+        "stderr is a pipe, not a terminal: no rate line expected\n{stderr:?}"
+    );
+}
+
+/// The controlling side of a pseudo-terminal whose other side a child has as its
+/// stderr: a thread reads what the child writes, and a test waits for what it expects.
+struct Terminal {
+    chunks: std::sync::mpsc::Receiver<Vec<u8>>,
+    seen: Vec<u8>,
+}
+
+impl Terminal {
+    /// A new pseudo-terminal: the reader, and the terminal side to give a child.
+    fn open() -> (Terminal, std::os::fd::OwnedFd) {
+        use std::os::fd::FromRawFd;
+        let (mut master, mut slave) = (-1, -1);
+        // SAFETY: openpty writes two new descriptors into the two ints; the name,
+        // termios and window size arguments may be null.
+        let r = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+        // SAFETY: both descriptors are new and owned by nobody else.
+        let (master, slave) = unsafe {
+            (
+                std::fs::File::from_raw_fd(master),
+                std::os::fd::OwnedFd::from_raw_fd(slave),
+            )
+        };
+        let (tx, chunks) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut master = master;
+            let mut buf = [0u8; 4096];
+            // Once every copy of the terminal side is closed, read fails (EIO).
+            while let Ok(n @ 1..) = master.read(&mut buf) {
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        (
+            Terminal {
+                chunks,
+                seen: Vec::new(),
+            },
+            slave,
+        )
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.seen).into_owned()
+    }
+
+    /// Waits at most `within` until `done` holds for what the terminal shows so far.
+    fn wait_for(&mut self, what: &str, within: Duration, done: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + within;
+        while !done(&self.text()) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(c) => self.seen.extend_from_slice(&c),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "{what}: not within {within:?}; the terminal shows {:?}",
+                    self.text()
+                ),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!(
+                    "{what}: the terminal closed first; it shows {:?}",
+                    self.text()
+                ),
+            }
+        }
+    }
+
+    /// Everything the terminal showed, once the child closed it.
+    fn finish(mut self) -> String {
+        while let Ok(c) = self.chunks.recv_timeout(Duration::from_secs(10)) {
+            self.seen.extend_from_slice(&c);
+        }
+        self.text()
+    }
+}
+
+/// With stderr on a terminal, `buffet run` prints the packets received so far and the
+/// rate once a second, on one line it rewrites (`\r`): with either dispatcher, traffic
+/// sent from B in two batches shows up in those lines as it arrives — the count never
+/// decreases, it reaches each batch's total, each line's rate is the count's growth over
+/// its second (0.0 when nothing arrived) — and the final summary starts on a line of its
+/// own. Without a terminal no such line is printed (`assert_no_rate_line` in the other
+/// runs).
+#[test]
+fn the_rate_line_follows_live_traffic_on_a_terminal() {
+    if !privileged("live::the_rate_line_follows_live_traffic_on_a_terminal") {
+        return;
+    }
+    let t = traffic();
+    let packets: u64 = t.per_tenant.iter().map(|(_, k)| k).sum();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let pcap = dir.path().join("send.pcap");
+    write_pcap(&pcap, &t.frames);
+    for extra in dispatch_variants() {
+        let xdp = !extra.is_empty();
+        let ns = NsPair::new();
+        let stats = dir.path().join("stats.json");
+        let _ = std::fs::remove_file(&stats);
+        let (mut term, tty) = Terminal::open();
+        // `ip netns exec` execs buffet: the child's pid is buffet's. --duration only
+        // bounds a run the test fails to stop.
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns.a, BUFFET, "run", "--iface", &ns.va])
+            .args(["--nf", "monitor", "--workers", "2", "--no-pin"])
+            .args(["--duration", "30", "--tenants"])
+            .arg(&tenants)
+            .arg("--stats-json")
+            .arg(&stats)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(tty))
+            .spawn()
+            .unwrap();
+        // The Command above is gone: the child holds the only terminal side, so the
+        // reader sees the terminal close when the child ends.
+        term.wait_for(
+            &format!("{extra:?}: buffet run starts"),
+            Duration::from_secs(20),
+            |s| s.contains("running on"),
+        );
+        // The frames the run receives per batch: the software dispatcher's port reads
+        // every frame; the XDP program redirects only the tenants' to the workers'.
+        let per_batch = if xdp { packets } else { t.frames.len() as u64 };
+        for batch in 1..=2u64 {
+            let (sent, back) = send_from_b(&ns, &pcap, packets, &dir.path().join("sent.txt"));
+            assert_eq!(sent, t.frames.len() as u64, "{extra:?}");
+            assert_eq!(back, packets, "{extra:?}: every tenant frame came back");
+            term.wait_for(
+                &format!(
+                    "{extra:?}: a rate line showing batch {batch}'s {} packets",
+                    batch * per_batch
+                ),
+                Duration::from_secs(5),
+                |s| rate_lines(s).last().map(|l| l.packets) == Some(batch * per_batch),
+            );
+        }
+        let kill = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let out = child.wait_with_output().unwrap();
+        let shown = term.finish();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{extra:?}: buffet run: {shown}{stdout}"
+        );
+        let lines = rate_lines(&shown);
+        let total = 2 * per_batch;
+        assert!(
+            lines.len() >= 2,
+            "{extra:?}: at least two rate lines\n{shown:?}"
+        );
+        let last = lines.last().unwrap();
+        assert!(last.packets > 0, "{extra:?}: {lines:?}");
+        assert_eq!(last.packets, total, "{extra:?}: {lines:?}");
+        // Each line against the one before (the first against the start: 0 s, 0
+        // packets).
+        let start = RateLine {
+            secs: 0.0,
+            packets: 0,
+            kpps: 0.0,
+        };
+        for (before, l) in std::iter::once(&start).chain(&lines).zip(&lines) {
+            assert!(
+                l.packets >= before.packets,
+                "{extra:?}: the count never decreases: {before:?} then {l:?}\n{lines:?}"
+            );
+            assert!(
+                l.secs > before.secs,
+                "{extra:?}: time goes on: {before:?} then {l:?}\n{lines:?}"
+            );
+            // The rate over the second since the line before: the printed seconds are
+            // rounded to 0.1 s and the rate to 0.1 kpps.
+            let want = (l.packets - before.packets) as f64 / (l.secs - before.secs) / 1e3;
+            assert!(
+                (l.kpps - want).abs() <= 0.05 + 0.15 * want,
+                "{extra:?}: {l:?} after {before:?}: about {want:.3} kpps expected\n{lines:?}"
+            );
+        }
+        // The watcher ends its line before the summary.
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with(&format!("received {total} packets on {}", ns.va))),
+            "{extra:?}: the summary on a line of its own\n{shown:?}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+        assert_eq!(json["input"]["packets"].as_u64(), Some(total), "{extra:?}");
+    }
 }
 
 /// The XDP program attached to `iface` in namespace `ns`, as `ip link` shows it
@@ -1509,6 +1796,7 @@ fn run_live(
     let err = stderr.join().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "buffet run: {err}{stdout}");
+    assert_no_rate_line(&err);
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached at the end");
     let mut json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();

@@ -39,7 +39,10 @@
 //! rules, MAX_NB and worker; a rule the XDP classifier cannot express is an error before
 //! anything is attached. The program's ring-buffer events (migrations, overload reports)
 //! become the run's events, and its counters and Tenant Table rows go into
-//! `--stats-json` (`input.xdp`). The program is detached when the run ends.
+//! `--stats-json` (`input.xdp`); its frames seen, unmatched, malformed and
+//! no-live-worker counts are the report's global ones (the pipeline's own dispatcher sees
+//! no frame), and the frames it policed are their tenants' `policed` drops. The program
+//! is detached when the run ends.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -55,7 +58,7 @@ use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
 use buffet_io::afxdp::{SocketStatistics, XskReceiver, XskReceivers, XskStatsReader};
 use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_worker::{DropReason, Pipeline, PipelineConfig, WorkerSource};
-use buffet_xdp::{AttachMode, XdpConfig, XdpDispatcher};
+use buffet_xdp::{AttachMode, XdpConfig, XdpDispatcher, XdpStats};
 use clap::{Args, ValueEnum};
 
 use super::output::{self, OutputFile};
@@ -733,10 +736,14 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
             }
             p.control().dispatcher_events(late);
             p.dataplane().apply_commands();
-            Some(xdp_json(d, &p, tenants)?)
+            let s = d
+                .stats()
+                .context("reading the XDP Packet Dispatcher's counters")?;
+            Some((s, xdp_json(d, &s, &p, tenants)))
         }
         None => None,
     };
+    let (xdp_stats, xdp_json) = xdp_json.unzip();
     // Packets the program policed never reach a worker: each tenant's row says how many
     // of its own were, as with the software dispatcher.
     let xdp_policed: Vec<(buffet_dispatch::TenantId, u64)> = match &dispatcher {
@@ -767,6 +774,18 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
     for (id, n) in xdp_policed {
         if let Some(t) = report.tenants.iter_mut().find(|t| t.id == id) {
             *t.drops.entry(DropReason::Policed.name()).or_default() += n;
+        }
+    }
+    // The program sees every frame and the pipeline's own dispatcher none: its frames
+    // seen, unmatched, malformed and no-live-worker counts are the run's global ones, as
+    // buffetd reports them.
+    if let Some(s) = xdp_stats {
+        let g = &mut report.global;
+        g.input_packets += s.packets;
+        g.unmatched += s.unmatched;
+        g.no_live_worker += s.no_live_worker;
+        if s.malformed > 0 {
+            *g.malformed.entry("xdp").or_default() += s.malformed;
         }
     }
     if let Some(e) = &report.sink_error {
@@ -918,12 +937,10 @@ fn start_xdp<N: RegisteredNf>(
 /// its current timeslot), for the report.
 fn xdp_json<N: RegisteredNf>(
     d: &XdpDispatcher,
+    s: &XdpStats,
     p: &Pipeline<N>,
     tenants: &[TenantConfig],
-) -> anyhow::Result<serde_json::Value> {
-    let s = d
-        .stats()
-        .context("reading the XDP Packet Dispatcher's counters")?;
+) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = tenants
         .iter()
         .filter_map(|t| {
@@ -938,7 +955,7 @@ fn xdp_json<N: RegisteredNf>(
             }))
         })
         .collect();
-    Ok(serde_json::json!({
+    serde_json::json!({
         "packets": s.packets,
         "passed": s.passed,
         "unmatched": s.unmatched,
@@ -948,7 +965,7 @@ fn xdp_json<N: RegisteredNf>(
         "events_lost": s.events_lost,
         "no_socket": s.no_socket,
         "tenants": rows,
-    }))
+    })
 }
 
 #[cfg(test)]
