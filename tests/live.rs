@@ -997,7 +997,7 @@ fn the_rate_line_follows_live_traffic_on_a_terminal() {
     std::fs::write(&tenants, TENANTS).unwrap();
     let pcap = dir.path().join("send.pcap");
     write_pcap(&pcap, &t.frames);
-    for extra in dispatch_variants() {
+    for extra in dispatch_variants("live::the_rate_line_follows_live_traffic_on_a_terminal") {
         let xdp = !extra.is_empty();
         let ns = NsPair::new();
         let stats = dir.path().join("stats.json");
