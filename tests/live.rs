@@ -905,27 +905,7 @@ struct Terminal {
 impl Terminal {
     /// A new pseudo-terminal: the reader, and the terminal side to give a child.
     fn open() -> (Terminal, std::os::fd::OwnedFd) {
-        use std::os::fd::FromRawFd;
-        let (mut master, mut slave) = (-1, -1);
-        // SAFETY: openpty writes two new descriptors into the two ints; the name,
-        // termios and window size arguments may be null.
-        let r = unsafe {
-            libc::openpty(
-                &mut master,
-                &mut slave,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
-        // SAFETY: both descriptors are new and owned by nobody else.
-        let (master, slave) = unsafe {
-            (
-                std::fs::File::from_raw_fd(master),
-                std::os::fd::OwnedFd::from_raw_fd(slave),
-            )
-        };
+        let (master, slave) = buffet_testkit::tty::open_pty().expect("openpty");
         let (tx, chunks) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut master = master;

@@ -20,8 +20,9 @@
 //! fixtures), or depend on any Buffet crate — a crate's own unit tests can use it without
 //! linking a second copy of that crate.
 //!
-//! The one `unsafe` item (the allocator's `unsafe impl GlobalAlloc`) is in the private
-//! `sys` module, with a `// SAFETY:` comment on every block.
+//! The `unsafe` code (the allocator's `unsafe impl GlobalAlloc`, opening a
+//! pseudo-terminal) is in the private `sys` module, with a `// SAFETY:` comment on every
+//! block.
 #![deny(unsafe_code)]
 
 pub mod alloc;
@@ -30,6 +31,7 @@ pub mod http;
 pub mod rng;
 #[allow(unsafe_code)]
 mod sys;
+pub mod tty;
 pub mod zipf;
 
 pub use alloc::{allocations_during, CountingAllocator};

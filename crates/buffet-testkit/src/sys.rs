@@ -1,4 +1,5 @@
-//! The testkit's only `unsafe` code: the counting global allocator.
+//! The testkit's only `unsafe` code: the counting global allocator, and opening a
+//! pseudo-terminal ([`open_pty`]).
 //!
 //! [`CountingAllocator`] forwards every call to [`System`] and, while counting is on for
 //! the calling thread, counts `alloc`, `alloc_zeroed` and `realloc` calls. The counters
@@ -63,4 +64,31 @@ unsafe impl GlobalAlloc for CountingAllocator {
         // SAFETY: forwarded from our caller, who upholds `realloc`'s contract.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
+}
+
+/// A new pseudo-terminal: (controller side, terminal side).
+pub(crate) fn open_pty() -> std::io::Result<(std::fs::File, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let (mut controller, mut terminal) = (-1, -1);
+    // SAFETY: openpty writes two new descriptors into the two ints; the name, termios and
+    // window size arguments may be null.
+    let r = unsafe {
+        libc::openpty(
+            &mut controller,
+            &mut terminal,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and owned by nothing else.
+    Ok(unsafe {
+        (
+            std::fs::File::from_raw_fd(controller),
+            std::os::fd::OwnedFd::from_raw_fd(terminal),
+        )
+    })
 }
