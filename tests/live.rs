@@ -359,6 +359,43 @@ enum Nf {
     /// The NF named by the caller's extra arguments (`--nf X`, `--nf-lib`, `--nf-ebpf`),
     /// which passes everything.
     PassingAll,
+    /// A reference NF (`--nf name`) with every tenant on a policy that lets every frame
+    /// back out of the port it came in on.
+    PassingWith {
+        /// The `--nf` name.
+        name: &'static str,
+        /// Each tenant's `[tenant.policy]` body.
+        policy: &'static str,
+    },
+}
+
+/// The reference NFs no other live test runs, each with a policy that passes (or forwards
+/// back out of port 0, the receiving interface) every frame of [`traffic`]: nothing in it
+/// is blacklisted, the rate is far above the test's, the tables miss and take the
+/// default, and no frame matches an SA.
+const PASSING_POLICIES: [(&str, &str); 6] = [
+    ("dpi", "blacklist = [\"blocked.example\"]\nports = [80]"),
+    ("macswap", ""),
+    (
+        "policer",
+        "rate = 1_000_000_000\nburst = 1_000_000_000\nunit = \"packets\"",
+    ),
+    ("l2fwd", "default = 0"),
+    ("flowfwd", "default = 0"),
+    ("ipsec", "unmatched = \"pass\""),
+];
+
+/// Every reference NF runs live as in `replay`: with each of the six above (monitor,
+/// firewall and ids have their own tests), the per-tenant counts of the workers agree
+/// with the sender's and every frame comes back out, once.
+#[test]
+fn every_reference_nf_runs_live() {
+    if !privileged("live::every_reference_nf_runs_live") {
+        return;
+    }
+    for (name, policy) in PASSING_POLICIES {
+        run_and_check(&NsPair::new(), None, Nf::PassingWith { name, policy });
+    }
 }
 
 impl Nf {
@@ -369,6 +406,7 @@ impl Nf {
             Nf::FirewallDenyingEvenTenants => Some("firewall"),
             Nf::IdsBlockingEvenTenants => Some("ids"),
             Nf::PassingAll => None,
+            Nf::PassingWith { name, .. } => Some(name),
         }
     }
 
@@ -393,6 +431,11 @@ impl Nf {
             Nf::FirewallDenyingEvenTenants => {
                 with_policy(|even| format!("default = \"{}\"", if even { "deny" } else { "allow" }))
             }
+            Nf::PassingWith { policy, .. } => TENANTS
+                .split("[[tenant]]")
+                .filter(|b| !b.trim().is_empty())
+                .map(|b| format!("[[tenant]]{b}[tenant.policy]\n{policy}\n\n"))
+                .collect(),
             Nf::IdsBlockingEvenTenants => with_policy(|even| {
                 format!(
                     "mode = \"{}\"\nrules = 'alert ip any any (msg:\"mark\"; content:\"{}\"; sid:1;)'",
@@ -405,7 +448,7 @@ impl Nf {
 
     fn passes(self, tenant: u32) -> bool {
         match self {
-            Nf::Monitor | Nf::PassingAll => true,
+            Nf::Monitor | Nf::PassingAll | Nf::PassingWith { .. } => true,
             Nf::FirewallDenyingEvenTenants | Nf::IdsBlockingEvenTenants => tenant % 2 == 1,
         }
     }
