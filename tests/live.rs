@@ -8,6 +8,9 @@
 //! privileges; for AF_XDP, that nothing stays attached after an error or a SIGTERM, that
 //! a killed run's program is replaced and a live run's is not; and the AF_XDP socket
 //! inserted into a caller's own XSKMAP, echoing UMEM frames back without a copy.
+//! Every reference NF runs this way (monitor, firewall and ids each with its own
+//! policies; dpi, macswap, policer, l2fwd, flowfwd and ipsec with policies that pass or
+//! forward back every frame), and so do a C NF and an eBPF NF.
 //!
 //! Several queues: on a veth pair with four queues a side, a peer sends on each of its
 //! four transmit queues (one AF_XDP socket per queue, run as the ignored test
