@@ -130,12 +130,7 @@ fn dpdk_frames_leave_through_an_af_packet_tx_iface() {
         return;
     }
     let ns = NsPair::new();
-    let (va2, vb2) = (format!("{}t", ns.va), format!("{}t", ns.vb));
-    ip(&[
-        "link", "add", &va2, "netns", &ns.a, "type", "veth", "peer", "name", &vb2, "netns", &ns.b,
-    ]);
-    ip(&["-n", &ns.a, "link", "set", &va2, "up"]);
-    ip(&["-n", &ns.b, "link", "set", &vb2, "up"]);
+    let (va2, vb2) = ns.second_pair();
     run_and_check(&ns, Some((&va2, &vb2)));
 }
 

@@ -69,6 +69,19 @@ impl NsPair {
         ip(&["-n", &ns.b, "link", "set", &ns.vb, "up"]);
         ns
     }
+
+    /// A second veth pair between the two namespaces, up: its (A side, B side) names,
+    /// those of the first with a `t` appended (a `--tx-iface` and its capture).
+    pub fn second_pair(&self) -> (String, String) {
+        let (va2, vb2) = (format!("{}t", self.va), format!("{}t", self.vb));
+        ip(&[
+            "link", "add", &va2, "netns", &self.a, "type", "veth", "peer", "name", &vb2, "netns",
+            &self.b,
+        ]);
+        ip(&["-n", &self.a, "link", "set", &va2, "up"]);
+        ip(&["-n", &self.b, "link", "set", &vb2, "up"]);
+        (va2, vb2)
+    }
 }
 
 impl Drop for NsPair {
