@@ -697,6 +697,19 @@ fn refused(iface: &str, e: buffet_io::afxdp::AfXdpError) -> AttachError {
     }
 }
 
+/// Loads `obj`'s maps and its XDP program `name` (verified by the kernel); `missing`
+/// names the program in the error when the object has none of that name.
+fn load_program(obj: &[u8], name: &str, missing: &'static str) -> Result<Ebpf, LoadError> {
+    let mut ebpf = Ebpf::load(obj).map_err(|e| LoadError::Object(Box::new(e)))?;
+    let prog: &mut Xdp = ebpf
+        .program_mut(name)
+        .ok_or(LoadError::Missing(missing))?
+        .try_into()
+        .map_err(LoadError::Program)?;
+    prog.load().map_err(LoadError::Program)?;
+    Ok(ebpf)
+}
+
 fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, LoadError> {
     ebpf.take_map(name).ok_or(LoadError::Missing(name))
 }
@@ -767,16 +780,11 @@ fn map_err(name: &'static str) -> impl Fn(MapError) -> LoadError {
 impl XdpDispatcher {
     /// Loads the program (verified by the kernel) with no workers, tenants or rules.
     pub fn load(cfg: XdpConfig) -> Result<XdpDispatcher, LoadError> {
-        let obj = dispatcher_object()?;
-        let mut ebpf = Ebpf::load(obj).map_err(|e| LoadError::Object(Box::new(e)))?;
-        {
-            let prog: &mut Xdp = ebpf
-                .program_mut(PROGRAM_NAME)
-                .ok_or(LoadError::Missing("program buffet_dispatch"))?
-                .try_into()
-                .map_err(LoadError::Program)?;
-            prog.load().map_err(LoadError::Program)?;
-        }
+        let mut ebpf = load_program(
+            dispatcher_object()?,
+            PROGRAM_NAME,
+            "program buffet_dispatch",
+        )?;
         check_sizes(&ebpf)?;
         let mut config: Array<MapData, Config> =
             Array::try_from(take_map(&mut ebpf, "bf_config")?).map_err(map_err("bf_config"))?;

@@ -47,7 +47,7 @@ use aya::Ebpf;
 use buffet_dispatch::classifier::Match;
 use buffet_dispatch::{Event, OverloadReport, RuleError, TenantSlot, WorkerId};
 
-use crate::{map_err, offload_host_object, take_map, LoadError};
+use crate::{load_program, map_err, offload_host_object, take_map, LoadError};
 
 /// One tenant's move at a boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -473,16 +473,11 @@ impl OffloadDispatcher {
     /// Loads the offload program's host build (verified by the kernel) with no workers,
     /// tenants or rules; see the module documentation for why it is not the device build.
     pub fn load_host_build(cfg: OffloadConfig) -> Result<OffloadDispatcher, LoadError> {
-        let obj = offload_host_object()?;
-        let mut ebpf = Ebpf::load(obj).map_err(|e| LoadError::Object(Box::new(e)))?;
-        {
-            let prog: &mut Xdp = ebpf
-                .program_mut(OFFLOAD_PROGRAM_NAME)
-                .ok_or(LoadError::Missing("program buffet_dispatch_offload"))?
-                .try_into()
-                .map_err(LoadError::Program)?;
-            prog.load().map_err(LoadError::Program)?;
-        }
+        let mut ebpf = load_program(
+            offload_host_object()?,
+            OFFLOAD_PROGRAM_NAME,
+            "program buffet_dispatch_offload",
+        )?;
         let exact = BpfHashMap::try_from(take_map(&mut ebpf, "bf_off_exact")?)
             .map_err(map_err("bf_off_exact"))?;
         let addr = BpfHashMap::try_from(take_map(&mut ebpf, "bf_off_addr")?)
