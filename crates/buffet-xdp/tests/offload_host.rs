@@ -10,6 +10,7 @@ use buffet_dispatch::classifier::{Classifier, Rule};
 use buffet_dispatch::{Event, Match, OverloadReport, TenantSlot, WorkerId};
 use buffet_sdk::{Packet, PacketMeta};
 use buffet_testkit::gate::{self, Capability};
+use buffet_testkit::rng::Rng;
 use buffet_xdp::offload::{
     Move, OffloadAdmitError, OffloadConfig, OffloadDispatcher, OffloadVerdict,
 };
@@ -442,21 +443,6 @@ fn malformed_frames_are_counted_and_dropped() {
     assert_eq!(x.worker_packets().unwrap(), [0]);
 }
 
-/// A deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Random rule sets over a few addresses, admitted where the NIC accepts them (and
 /// into buffet-dispatch's classifier only then), and random frames to those
 /// addresses: UDP, TCP, ICMP, IPv4 and IPv6, VLAN-tagged or not, first and later
@@ -473,7 +459,7 @@ fn what_it_admits_classifies_as_the_software_classifier() {
         a
     }];
     let ports = [53u16, 80, 443];
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let (mut admitted, mut refused, mut frames) = (0, 0, 0);
     for round in 0..12 {
         let mut x = loaded(&[1 << 40, 1 << 40]);
