@@ -20,12 +20,15 @@
  *     itself (buffet-xdp's offload module), writing the new tenant -> worker rows back;
  *     a tenant therefore moves at the boundary, not on its first packet of the slot,
  *     and every packet of a slot goes to the worker chosen at its start;
- *   - no per-tenant policing (MAX_NB) in the NIC: the host can only stop an over-budget
- *     tenant at the next boundary (its `policed` row flag, dropped by the NIC);
+ *   - no per-tenant policing (MAX_NB) in the NIC: the host reads the tenant's counter
+ *     within the timeslot and, once it is over MAX_NB, sets the row's `policed` flag
+ *     (the NIC drops the tenant's packets until the boundary clears it); what arrives
+ *     before the host looks passes;
  *   - exact-match classification only (destination address, protocol and destination
  *     port; or the destination address alone): prefix and port-range rules are refused
  *     when the offloaded tables are built;
- *   - no metadata (the tenant reaches the worker in DSCP only, so at most 63 tenants).
+ *   - no metadata: the tenant reaches the worker in DSCP only, which holds slots 0..=63
+ *     (the tables hold 64 tenant slots).
  *
  * The host half (buffet-xdp's offload module, OffloadDispatcher) writes bf_off_exact,
  * bf_off_addr and bf_off_tenants, reads the counters, polices (sets `policed` once a

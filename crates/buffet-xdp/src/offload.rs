@@ -5,7 +5,8 @@
 //! [`OffloadPlanner::boundary`] takes the packets each tenant sent in the timeslot that
 //! just ended and applies step 3 of docs/scheduler.md to every tenant, in tenant-slot
 //! order, as if each sent its first packet of the new timeslot now: `tmp` is the tenant's
-//! count, a worker's `last_nb` the sum of its tenants' counts, an overloaded worker
+//! count (its policed packets included), a worker's `last_nb` what reached it (the NIC's
+//! per-worker counter; by default the sum of its tenants' counts), an overloaded worker
 //! (`last_nb >= MAX_NB`) gives the tenant to the live worker with the lowest `last_nb`
 //! (ties: lowest id) if it fits, `times` counts detections and a report is due while
 //! `times > threshold`. The caller writes the moves into the NIC's tenant rows.
@@ -13,15 +14,17 @@
 //! Where decisions differ from the driver-mode program (which runs the step per packet):
 //! a tenant moves at the boundary, before its first packet, and every tenant is visited
 //! even if it stays idle in the new timeslot; tenants are visited in slot order, not in
-//! the order their first packets arrive; and no packet is policed in the NIC (a
-//! tenant's MAX_NB cannot be enforced without a clock).
+//! the order their first packets arrive; and the NIC cannot police a tenant by itself
+//! (MAX_NB needs a clock): the host does it, late (below).
 //!
 //! [`OffloadDispatcher`] is the rest of the host half, over the program's maps: it writes
 //! the exact-match tables and the tenant rows, reads the per-tenant counters, polices a
 //! tenant once its count in the timeslot passes its MAX_NB (the row's `policed` flag,
 //! cleared at the next boundary; the NIC has no clock to do it itself), and at each
 //! boundary runs the planner above and writes its moves back. It is driven by
-//! [`OffloadDispatcher::tick`] with the host's clock, at least once per timeslot.
+//! [`OffloadDispatcher::tick`] with the host's clock, several times per timeslot: the
+//! boundary needs one tick per timeslot, but policing happens only on the ticks within a
+//! timeslot, and a tenant over its MAX_NB passes until the next of them.
 //!
 //! Where it runs: a program offloaded to an nfp must be bound to the device when it is
 //! loaded, which aya 0.14 cannot do, and there is no nfp here. The dispatcher loads the
@@ -37,7 +40,10 @@
 //! exact rule to an address-only one, so a rule set where buffet-dispatch's priorities
 //! would decide otherwise, or two tenants with the same key, is refused: what is
 //! admitted classifies as buffet-dispatch would, except IPv4 packets with options,
-//! whose ports the NIC does not read (only address-only rules match them).
+//! whose ports the NIC does not read (only address-only rules match them), and frames
+//! the software parser refuses as malformed for a length field (IPv4 total length,
+//! IPv6 payload length, TCP data offset, a UDP header shorter than 8 bytes): the NIC
+//! reads only the bytes it needs and classifies them.
 
 use std::collections::HashMap;
 
@@ -47,7 +53,7 @@ use aya::Ebpf;
 use buffet_dispatch::classifier::Match;
 use buffet_dispatch::{Event, OverloadReport, RuleError, TenantSlot, WorkerId};
 
-use crate::{load_program, map_err, offload_host_object, take_map, LoadError};
+use crate::{load_program, map_data, map_err, offload_host_object, take_map, LoadError};
 
 /// One tenant's move at a boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +142,22 @@ impl OffloadPlanner {
                 }
             }
         }
+        self.boundary_with_loads(slot, counts, &last)
+    }
+
+    /// [`boundary`](Self::boundary) where the workers' `last_nb` are given: `loads[w]`
+    /// is what reached worker `w` in the timeslot that ended (missing entries count 0).
+    /// A tenant's count includes its policed packets; its worker's load does not (a
+    /// policed packet never reaches the worker: docs/scheduler.md, step 2).
+    pub fn boundary_with_loads(
+        &mut self,
+        slot: u64,
+        counts: &[u64],
+        loads: &[u64],
+    ) -> BoundaryPlan {
+        let mut last: Vec<u64> = (0..self.workers.len())
+            .map(|w| loads.get(w).copied().unwrap_or(0))
+            .collect();
         let mut plan = BoundaryPlan::default();
         for t in 0..self.tenants.len() {
             let Some(w) = self.tenants[t] else { continue };
@@ -239,32 +261,45 @@ pub enum OffloadRuleError {
         what: String,
     },
     /// Another tenant already holds the same key.
-    #[error("rule {index}: the same key already belongs to tenant slot {owner}")]
+    #[error("rule {index}: {key} already belongs to tenant slot {owner}")]
     Taken {
         /// Index in the tenant's rules.
         index: usize,
+        /// The key (`10.0.0.1 udp/53`, or `10.0.0.1` for an address-only rule).
+        key: String,
         /// The tenant slot holding it.
         owner: u32,
     },
-    /// buffet-dispatch's priorities would pick an address-only rule over an exact rule of
-    /// another tenant for the same address; the NIC always picks the exact one.
+    /// buffet-dispatch's priorities (lower wins; equal: the earlier admitted) would
+    /// decide between this tenant's rule and another tenant's rule for the same address
+    /// otherwise than the NIC, which always prefers the exact rule to the address-only
+    /// one.
     #[error(
-        "rule {index}: for {addr}, an address-only rule (priority {addr_only}) would win \
-         over tenant slot {other}'s exact rule (priority {exact}) in the software \
-         classifier, but the NIC always prefers exact rules; give the exact rule the \
-         lower priority"
+        "rule {index}: on {addr}, this {mine} rule (priority {priority}) would {outcome} \
+         tenant slot {other}'s {theirs} rule (priority {other_priority}) in the software \
+         classifier, but the NIC always prefers exact rules; {advice}",
+        mine = if *new_is_exact { "exact" } else { "address-only" },
+        theirs = if *new_is_exact { "address-only" } else { "exact" },
+        outcome = if *new_is_exact { "lose to" } else { "win over" },
+        advice = if *new_is_exact {
+            format!("give this rule a priority below {other_priority}")
+        } else {
+            format!("give this rule a priority of {other_priority} or more")
+        },
     )]
     PriorityConflict {
         /// Index in the tenant's rules.
         index: usize,
         /// The address.
         addr: std::net::IpAddr,
+        /// Whether this tenant's rule is the exact one.
+        new_is_exact: bool,
+        /// This tenant's rule's priority.
+        priority: u32,
         /// The other tenant.
         other: u32,
-        /// The address-only rule's priority.
-        addr_only: u32,
-        /// The exact rule's priority.
-        exact: u32,
+        /// The other tenant's best priority among its rules on that key.
+        other_priority: u32,
     },
     /// A table has no room.
     #[error("rule {index}: the {table} table is full ({capacity} entries)")]
@@ -317,9 +352,22 @@ pub enum OffloadAdmitError {
         /// Why.
         source: OffloadRuleError,
     },
-    /// A map write failed.
+    /// A map write failed; what was written before it is undone.
     #[error("writing the offloaded dispatcher's maps: {0}")]
     Map(#[from] MapError),
+    /// A map write failed and undoing the keys written before it failed too.
+    #[error(
+        "{tenant}: writing the offloaded dispatcher's maps: {source}; the keys {left:?} \
+         could not be taken out again and still point to the slot"
+    )]
+    Partial {
+        /// The tenant.
+        tenant: TenantSlot,
+        /// The first failure.
+        source: MapError,
+        /// The keys left in the tables.
+        left: Vec<String>,
+    },
 }
 
 /// One frame through the program (BPF_PROG_TEST_RUN).
@@ -379,6 +427,11 @@ pub struct OffloadDispatcher {
     /// priority).
     owners: HashMap<(bool, OffKey), (u32, u32)>,
     slot: Option<u64>,
+    /// The workers' counters at the start of the current timeslot.
+    worker_base: Vec<u64>,
+    /// Each tenant row as last written to the NIC; rows that differ from what the host
+    /// wants are written on every tick, so a failed write is retried.
+    written: HashMap<u32, OffTenant>,
     events: Vec<Event>,
 }
 
@@ -460,6 +513,17 @@ fn key_addr(k: &OffKey) -> std::net::IpAddr {
     }
 }
 
+/// A key as the messages show it: `10.0.0.1 udp/53`, or the address alone.
+fn key_text(is_addr: bool, k: &OffKey) -> String {
+    let addr = key_addr(k);
+    match (is_addr, k.proto) {
+        (true, _) => addr.to_string(),
+        (false, 6) => format!("{addr} tcp/{}", k.dst_port),
+        (false, 17) => format!("{addr} udp/{}", k.dst_port),
+        (false, p) => format!("{addr} protocol {p}/{}", k.dst_port),
+    }
+}
+
 /// The address-only twin of an exact key.
 fn addr_only(k: &OffKey) -> OffKey {
     OffKey {
@@ -478,6 +542,16 @@ impl OffloadDispatcher {
             OFFLOAD_PROGRAM_NAME,
             "program buffet_dispatch_offload",
         )?;
+        // The tables' sizes, which the `Full` checks rely on.
+        let entries = |name: &'static str| -> Result<u32, LoadError> {
+            let map = ebpf.map(name).ok_or(LoadError::Missing(name))?;
+            map_data(map)
+                .ok_or(LoadError::Missing(name))?
+                .info()
+                .map(|i| i.max_entries())
+                .map_err(map_err(name))
+        };
+        let (exact_entries, addr_entries) = (entries("bf_off_exact")?, entries("bf_off_addr")?);
         let exact = BpfHashMap::try_from(take_map(&mut ebpf, "bf_off_exact")?)
             .map_err(map_err("bf_off_exact"))?;
         let addr = BpfHashMap::try_from(take_map(&mut ebpf, "bf_off_addr")?)
@@ -490,7 +564,9 @@ impl OffloadDispatcher {
             .map_err(map_err("bf_off_worker_pkts"))?;
         let stats = Array::try_from(take_map(&mut ebpf, "bf_off_stats")?)
             .map_err(map_err("bf_off_stats"))?;
-        let sizes: [(&'static str, u32, u32); 2] = [
+        let sizes: [(&'static str, u32, u32); 4] = [
+            ("bf_off_exact", exact_entries, OFFLOAD_TABLE_ENTRIES as u32),
+            ("bf_off_addr", addr_entries, OFFLOAD_TABLE_ENTRIES as u32),
             ("bf_off_tenants", rows.len(), OFFLOAD_MAX_TENANTS),
             (
                 "bf_off_worker_pkts",
@@ -522,6 +598,8 @@ impl OffloadDispatcher {
             tenants: HashMap::new(),
             owners: HashMap::new(),
             slot: None,
+            worker_base: Vec::new(),
+            written: HashMap::new(),
             events: Vec::new(),
         })
     }
@@ -533,8 +611,11 @@ impl OffloadDispatcher {
                 capacity: OFFLOAD_MAX_WORKERS,
             });
         }
+        let w = self.planner.add_worker(max_nb);
+        let now = self.worker_pkts.get(&u32::from(w.0), 0)?;
+        self.worker_base.push(now);
         self.n_workers += 1;
-        Ok(self.planner.add_worker(max_nb))
+        Ok(w)
     }
 
     /// Checks `rules` of tenant `slot` against the tables as they are: the keys, or the
@@ -550,7 +631,11 @@ impl OffloadDispatcher {
             let (is_addr, key) = offload_key(index, m)?;
             if let Some(&(owner, _)) = self.owners.get(&(is_addr, key)) {
                 if owner != slot {
-                    return Err(OffloadRuleError::Taken { index, owner });
+                    return Err(OffloadRuleError::Taken {
+                        index,
+                        key: key_text(is_addr, &key),
+                        owner,
+                    });
                 }
             }
             // Another tenant's rules on the same address in the other table: the NIC
@@ -560,18 +645,20 @@ impl OffloadDispatcher {
                 if owner == slot || *o_addr == is_addr || addr_only(o_key) != addr_only(&key) {
                     continue;
                 }
-                let (addr_only_prio, exact_prio, wrong) = if is_addr {
-                    (*priority, o_prio, *priority < o_prio)
+                // Theirs were admitted first: they win ties.
+                let wrong = if is_addr {
+                    *priority < o_prio
                 } else {
-                    (o_prio, *priority, *priority >= o_prio)
+                    *priority >= o_prio
                 };
                 if wrong {
                     return Err(OffloadRuleError::PriorityConflict {
                         index,
                         addr: key_addr(&key),
+                        new_is_exact: !is_addr,
+                        priority: *priority,
                         other: owner,
-                        addr_only: addr_only_prio,
-                        exact: exact_prio,
+                        other_priority: o_prio,
                     });
                 }
             }
@@ -614,7 +701,8 @@ impl OffloadDispatcher {
     /// Admits tenant `slot` on `worker` with MAX_NB `max_nb` packets per timeslot (0:
     /// unlimited) and its classifier `rules` (`(priority, match)`, lower priority wins,
     /// as in buffet-dispatch). Refused, changing nothing, when the slot, a rule or the
-    /// tables do not allow it.
+    /// tables do not allow it. A map write the kernel refuses is undone as far as the
+    /// kernel lets it (the error says so when it does not).
     pub fn admit(
         &mut self,
         slot: TenantSlot,
@@ -645,33 +733,49 @@ impl OffloadDispatcher {
             })?;
         // The row first, so a packet classified to the tenant always finds it; its
         // counter as it is now is where its timeslot count starts.
-        self.rows.set(
-            slot.0,
-            OffTenant {
-                worker: u32::from(worker.0),
-                policed: 0,
-            },
-            0,
-        )?;
+        let row = OffTenant {
+            worker: u32::from(worker.0),
+            policed: 0,
+        };
+        self.rows.set(slot.0, row, 0)?;
+        self.written.insert(slot.0, row);
         let base = self.tenant_pkts.get(&slot.0, 0)?;
         let mut written: Vec<(bool, OffKey)> = Vec::new();
         for &(is_addr, key, _) in &keys {
+            if written.contains(&(is_addr, key)) {
+                continue;
+            }
             let map = if is_addr {
                 &mut self.addr
             } else {
                 &mut self.exact
             };
             if let Err(e) = map.insert(key, slot.0, 0) {
+                let mut left = Vec::new();
                 for (a, k) in written {
                     let map = if a { &mut self.addr } else { &mut self.exact };
-                    let _ = map.remove(&k);
+                    if map.remove(&k).is_err() {
+                        left.push(key_text(a, &k));
+                    }
                 }
-                return Err(e.into());
+                return Err(if left.is_empty() {
+                    OffloadAdmitError::Map(e)
+                } else {
+                    OffloadAdmitError::Partial {
+                        tenant: slot,
+                        source: e,
+                        left,
+                    }
+                });
             }
             written.push((is_addr, key));
         }
         for &(is_addr, key, priority) in &keys {
-            self.owners.insert((is_addr, key), (slot.0, priority));
+            // A tenant's best priority on a key is what the conflict checks compare.
+            self.owners
+                .entry((is_addr, key))
+                .and_modify(|(_, p)| *p = (*p).min(priority))
+                .or_insert((slot.0, priority));
         }
         self.planner.assign(slot, worker);
         self.tenants.insert(
@@ -686,35 +790,51 @@ impl OffloadDispatcher {
         Ok(())
     }
 
-    /// Removes tenant `slot`: its keys first, so no packet classifies to it any more.
+    /// Removes tenant `slot`: its keys, so that no packet classifies to it any more (its
+    /// row stays as it was, unreachable, until the slot is admitted again). When the
+    /// kernel refuses to remove a key, the tenant stays admitted with the keys not yet
+    /// removed, and removing it again goes on from there.
     pub fn remove(&mut self, slot: TenantSlot) -> Result<(), OffloadAdmitError> {
-        let Some(t) = self.tenants.get(&slot.0) else {
+        let Some(t) = self.tenants.get_mut(&slot.0) else {
             return Err(OffloadAdmitError::NotAdmitted(slot));
         };
-        for (is_addr, key, _) in t.keys.clone() {
-            let map = if is_addr {
-                &mut self.addr
-            } else {
-                &mut self.exact
-            };
-            match map.remove(&key) {
-                Ok(()) | Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(e.into()),
+        while let Some(&(is_addr, key, _)) = t.keys.last() {
+            // A key two of its rules share is in the table once.
+            let shared = t
+                .keys
+                .iter()
+                .filter(|&&(a, k, _)| a == is_addr && k == key)
+                .count()
+                > 1;
+            if !shared {
+                let map = if is_addr {
+                    &mut self.addr
+                } else {
+                    &mut self.exact
+                };
+                match map.remove(&key) {
+                    Ok(()) | Err(MapError::KeyNotFound) => {}
+                    Err(MapError::SyscallError(e))
+                        if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                self.owners.remove(&(is_addr, key));
             }
-            self.owners.remove(&(is_addr, key));
+            t.keys.pop();
         }
         self.tenants.remove(&slot.0);
         self.planner.remove(slot);
-        self.rows.set(slot.0, OffTenant::default(), 0)?;
         Ok(())
     }
 
-    /// The host's step at `now_ns`: in a new timeslot, the boundary (counts of the
-    /// timeslot that ended, the planner's moves written to the tenant rows, every policed
+    /// The host's step at `now_ns`: in a new timeslot, the boundary (tenants' and
+    /// workers' counts of the timeslot that ended, the planner's moves, every policed
     /// flag cleared); within one, policing (a tenant whose count in the timeslot passed
-    /// its MAX_NB is policed until the boundary). Call it at least once per timeslot;
-    /// when it missed some, the counts are spread evenly over the timeslots they cover.
-    /// The first call starts the first timeslot.
+    /// its MAX_NB is policed until the boundary). Then every tenant row that differs from
+    /// what the host wants is written, so a write the kernel refused is retried on the
+    /// next tick. Tick several times per timeslot: policing lags by the interval between
+    /// ticks, and happens only on ticks within a timeslot. A tick that missed timeslots
+    /// spreads the counts evenly over them. The first call starts the first timeslot.
     pub fn tick(&mut self, now_ns: u64) -> Result<Tick, MapError> {
         let slot = now_ns >> self.cfg.shift;
         let mut out = Tick::default();
@@ -724,79 +844,87 @@ impl OffloadDispatcher {
         for &t in &slots {
             now.push(self.tenant_pkts.get(&t, 0)?);
         }
-        let Some(cur) = self.slot.filter(|&c| slot > c) else {
-            if self.slot.is_none() {
+        let workers_now = self.worker_packets()?;
+        match self.slot {
+            None => {
                 self.slot = Some(slot);
                 for (t, n) in slots.iter().zip(&now) {
                     if let Some(a) = self.tenants.get_mut(t) {
                         a.base = *n;
                     }
                 }
-                return Ok(out);
+                self.worker_base = workers_now;
             }
-            for (&t, &n) in slots.iter().zip(&now) {
-                let a = &self.tenants[&t];
-                if a.max_nb == 0 || a.policed || n.wrapping_sub(a.base) <= a.max_nb {
-                    continue;
+            Some(cur) if slot > cur => {
+                let span = slot - cur;
+                let mut counts = vec![0u64; OFFLOAD_MAX_TENANTS as usize];
+                for (&t, &n) in slots.iter().zip(&now) {
+                    counts[t as usize] = n.wrapping_sub(self.tenants[&t].base) / span;
                 }
-                let worker = self.planner.worker_of(TenantSlot(t)).map_or(0, |w| w.0);
-                self.rows.set(
-                    t,
-                    OffTenant {
-                        worker: u32::from(worker),
-                        policed: 1,
-                    },
-                    0,
-                )?;
-                if let Some(a) = self.tenants.get_mut(&t) {
-                    a.policed = true;
+                let loads: Vec<u64> = workers_now
+                    .iter()
+                    .zip(&self.worker_base)
+                    .map(|(n, b)| n.wrapping_sub(*b) / span)
+                    .collect();
+                let plan = self.planner.boundary_with_loads(slot, &counts, &loads);
+                for (&t, &n) in slots.iter().zip(&now) {
+                    if let Some(a) = self.tenants.get_mut(&t) {
+                        a.base = n;
+                        a.policed = false;
+                    }
                 }
-                out.policed.push(TenantSlot(t));
+                self.worker_base = workers_now;
+                self.events
+                    .extend(plan.moves.iter().map(|m| Event::Migration {
+                        tenant: m.tenant,
+                        from: m.from,
+                        to: m.to,
+                        slot,
+                    }));
+                self.events
+                    .extend(plan.overloads.iter().map(|o| Event::Overload {
+                        worker: o.worker,
+                        slot: o.slot,
+                    }));
+                self.slot = Some(slot);
+                out.boundary = Some(plan);
             }
-            return Ok(out);
-        };
-        let span = slot - cur;
-        let mut counts = vec![0u64; OFFLOAD_MAX_TENANTS as usize];
-        for (&t, &n) in slots.iter().zip(&now) {
-            counts[t as usize] = n.wrapping_sub(self.tenants[&t].base) / span;
-        }
-        let plan = self.planner.boundary(slot, &counts);
-        for &t in &slots {
-            let worker = self.planner.worker_of(TenantSlot(t)).map_or(0, |w| w.0);
-            let moved = plan.moves.iter().any(|m| m.tenant.0 == t);
-            let a = &self.tenants[&t];
-            if moved || a.policed {
-                self.rows.set(
-                    t,
-                    OffTenant {
-                        worker: u32::from(worker),
-                        policed: 0,
-                    },
-                    0,
-                )?;
-            }
-        }
-        for (&t, &n) in slots.iter().zip(&now) {
-            if let Some(a) = self.tenants.get_mut(&t) {
-                a.base = n;
-                a.policed = false;
+            Some(_) => {
+                for (&t, &n) in slots.iter().zip(&now) {
+                    let Some(a) = self.tenants.get_mut(&t) else {
+                        continue;
+                    };
+                    if a.max_nb != 0 && !a.policed && n.wrapping_sub(a.base) > a.max_nb {
+                        a.policed = true;
+                        out.policed.push(TenantSlot(t));
+                    }
+                }
             }
         }
-        self.events
-            .extend(plan.moves.iter().map(|m| Event::Migration {
-                tenant: m.tenant,
-                from: m.from,
-                to: m.to,
-                slot,
-            }));
-        self.events
-            .extend(plan.overloads.iter().map(|o| Event::Overload {
-                worker: o.worker,
-                slot: o.slot,
-            }));
-        self.slot = Some(slot);
-        out.boundary = Some(plan);
+        self.sync_rows(&slots)?;
         Ok(out)
+    }
+
+    /// Writes every admitted tenant's row that differs from the host's view (its
+    /// worker, its policed flag).
+    fn sync_rows(&mut self, slots: &[u32]) -> Result<(), MapError> {
+        for &t in slots {
+            let Some(a) = self.tenants.get(&t) else {
+                continue;
+            };
+            let want = OffTenant {
+                worker: self
+                    .planner
+                    .worker_of(TenantSlot(t))
+                    .map_or(0, |w| u32::from(w.0)),
+                policed: u32::from(a.policed),
+            };
+            if self.written.get(&t) != Some(&want) {
+                self.rows.set(t, want, 0)?;
+                self.written.insert(t, want);
+            }
+        }
+        Ok(())
     }
 
     /// Migrations and overload reports of the boundaries so far, oldest first.

@@ -219,9 +219,31 @@ fn the_host_polices_within_the_slot_and_the_boundary_lifts_it() {
         .unwrap();
     x.tick(0).unwrap();
     let (f, g) = (udp4([10, 0, 0, 5], 1), udp4([10, 0, 0, 6], 1));
-    for _ in 0..3 {
+    for _ in 0..2 {
         assert_eq!(pass(&mut x, &f), (5, 0));
     }
+    // IPv4: the tenant slot in DSCP, the ECN bits kept, the checksum fixed.
+    let mut ecn = f.clone();
+    ecn[15] = 0x02;
+    let h = etherparse::Ipv4HeaderSlice::from_slice(&ecn[14..])
+        .unwrap()
+        .to_header();
+    ecn[24..26].copy_from_slice(&h.calc_header_checksum().to_be_bytes());
+    let (v, out) = x.run(&ecn).unwrap();
+    assert_eq!(
+        v,
+        OffloadVerdict::Pass {
+            tenant: t,
+            worker: WorkerId(0)
+        }
+    );
+    let ip = etherparse::Ipv4HeaderSlice::from_slice(&out[14..]).unwrap();
+    assert_eq!((ip.dcp().value(), ip.ecn().value()), (5, 2), "{out:02x?}");
+    assert_eq!(
+        ip.to_header().calc_header_checksum(),
+        ip.header_checksum(),
+        "the checksum was fixed after the tag"
+    );
     assert!(
         x.tick(1).unwrap().policed.is_empty(),
         "3 is within MAX_NB 3"
@@ -248,6 +270,57 @@ fn the_host_polices_within_the_slot_and_the_boundary_lifts_it() {
         "lifted at the boundary"
     );
     assert_eq!(pass(&mut x, &f), (5, 0));
+    // Policed again, then removed and its slot admitted afresh: a new row, not policed,
+    // and its count in the timeslot starts from its admission.
+    for _ in 0..4 {
+        pass(&mut x, &f);
+    }
+    assert_eq!(x.tick(SLOT + 1).unwrap().policed, [t]);
+    x.remove(t).unwrap();
+    assert_eq!(x.run(&f).unwrap().0, OffloadVerdict::Unmatched);
+    x.admit(t, &[(1, rule("dst_ip=10.0.0.7/32"))], 3, WorkerId(0))
+        .unwrap();
+    assert_eq!(x.row(t).unwrap(), (WorkerId(0), false));
+    let h = udp4([10, 0, 0, 7], 1);
+    for _ in 0..3 {
+        assert_eq!(pass(&mut x, &h), (5, 0));
+    }
+    assert!(
+        x.tick(SLOT + 2).unwrap().policed.is_empty(),
+        "3 since its admission"
+    );
+}
+
+/// A policed tenant's packets are its own (`tmp`) but never reach its worker: they do
+/// not make the worker look overloaded (docs/scheduler.md step 2: the worker is not
+/// charged), so nothing moves and nothing is reported.
+#[test]
+fn policed_packets_do_not_load_the_worker() {
+    if !ready("offload_host::policed_packets_do_not_load_the_worker") {
+        return;
+    }
+    let mut x = loaded(&[10, 10]);
+    let t = TenantSlot(0);
+    x.admit(t, &[(1, rule("dst_ip=10.0.0.1/32"))], 4, WorkerId(0))
+        .unwrap();
+    x.tick(0).unwrap();
+    let f = udp4([10, 0, 0, 1], 1);
+    for _ in 0..5 {
+        pass(&mut x, &f);
+    }
+    assert_eq!(x.tick(1).unwrap().policed, [t]);
+    for _ in 0..20 {
+        assert_eq!(x.run(&f).unwrap().0, OffloadVerdict::Policed(t));
+    }
+    assert_eq!(x.tenant_packets(t).unwrap(), 25);
+    assert_eq!(x.worker_packets().unwrap(), [5, 0]);
+    // 25 >= MAX_NB 10 by the tenant's count, 5 < 10 by what reached the worker.
+    let plan = x.tick(SLOT).unwrap().boundary.unwrap();
+    assert!(
+        plan.moves.is_empty() && plan.overloads.is_empty(),
+        "{plan:?}"
+    );
+    assert!(x.drain_events().is_empty());
 }
 
 /// Ticks that miss timeslots spread the counts over the slots they cover: 30 packets
@@ -349,7 +422,7 @@ fn rules_it_cannot_express_are_refused_and_change_nothing() {
         ),
         (
             (1, rule("dst_ip=10.0.0.1/32,protocol=17,dst_port=53")),
-            "already belongs to tenant slot 0",
+            "10.0.0.1 udp/53 already belongs to tenant slot 0",
         ),
         // Tenant 0's exact rule on 10.0.0.1 has priority 5; an address-only rule of
         // priority 4 would win in software but lose in the NIC.
@@ -394,6 +467,33 @@ fn rules_it_cannot_express_are_refused_and_change_nothing() {
     assert_eq!(pass(&mut x, &probes[1]), (1, 1), "10.0.0.1 other ports");
     assert_eq!(pass(&mut x, &probes[2]), (1, 1), "the exact rule wins");
     assert_eq!(pass(&mut x, &probes[4]), (1, 1));
+    // A tenant's best priority on a key is what counts: tenant 2's address-only rules on
+    // 10.0.0.8 at 1 and 5 beat an exact rule of priority 3 in software.
+    x.admit(
+        TenantSlot(2),
+        &[
+            (1, rule("dst_ip=10.0.0.8/32")),
+            (5, rule("dst_ip=10.0.0.8/32")),
+        ],
+        0,
+        WorkerId(0),
+    )
+    .unwrap();
+    let err = x
+        .admit(
+            TenantSlot(3),
+            &[(3, rule("dst_ip=10.0.0.8/32,protocol=17,dst_port=80"))],
+            0,
+            WorkerId(0),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("this exact rule (priority 3) would lose to tenant slot 2's address-only rule (priority 1)")
+            && err.contains("give this rule a priority below 1"),
+        "{err}"
+    );
+    x.remove(TenantSlot(2)).unwrap();
     // Slots, workers, duplicates.
     let r = [(1, rule("dst_ip=10.0.0.9/32"))];
     let msg = |e: OffloadAdmitError| e.to_string();
