@@ -1196,9 +1196,8 @@ fn af_xdp_leftover_is_replaced_and_sigterm_detaches() {
     assert!(!o.status.success(), "{e}");
     assert!(
         e.contains("is attached already by the Buffet run of pid")
-            && e.contains("stop that run first")
-            && !e.contains("xdp off"),
-        "a live run's program: stop the run, do not detach it under it: {e}"
+            && e.contains("still running; stop that run first"),
+        "a live run's program: stop the run first: {e}"
     );
     assert_eq!(
         xdp_attached(&ns.a, &ns.va).as_deref(),

@@ -557,9 +557,26 @@ impl RedirectProgram {
             why,
             advice,
         };
-        let stop = || "stop that run first (it detaches its program when it ends)".to_string();
+        let detach = format!("detach it (`ip link set dev {iface} xdp off`, or `xdpgeneric off`)");
+        let stop = || {
+            format!(
+                "stop that run first (it detaches its program when it ends); if no such run \
+                 exists, {detach}"
+            )
+        };
+        let own = || {
+            busy(
+                format!(" by this process (pid {})", std::process::id()),
+                "this process attached it already: let go of its own port or dispatcher on \
+                 the interface first (one per interface)"
+                    .into(),
+            )
+        };
         if let Some(pid) = program_pid(&name) {
-            if pid == std::process::id() || sys::process_alive(pid) {
+            if pid == std::process::id() {
+                return Err(own());
+            }
+            if sys::process_alive(pid) {
                 return Err(busy(
                     format!(" by the Buffet run of pid {pid}, still running"),
                     stop(),
@@ -567,16 +584,16 @@ impl RedirectProgram {
             }
         } else if name == DISPATCHER_PROGRAM {
             if let Some((pid, comm)) = program_holder(id) {
+                if pid == std::process::id() {
+                    return Err(own());
+                }
                 return Err(busy(
                     format!(" and held by {comm:?} (pid {pid}), still running"),
                     stop(),
                 ));
             }
         } else {
-            return Err(busy(
-                String::new(),
-                format!("detach it first (`ip link set dev {iface} xdp off`, or `xdpgeneric off`)"),
-            ));
+            return Err(busy(String::new(), format!("{detach} first")));
         }
         let flags = match attached {
             1 => XDP_FLAGS_DRV_MODE,

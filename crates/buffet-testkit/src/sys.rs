@@ -68,7 +68,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
 
 /// A new pseudo-terminal: (controller side, terminal side).
 pub(crate) fn open_pty() -> std::io::Result<(std::fs::File, std::os::fd::OwnedFd)> {
-    use std::os::fd::FromRawFd;
+    use std::os::fd::{AsRawFd, FromRawFd};
     let (mut controller, mut terminal) = (-1, -1);
     // SAFETY: openpty writes two new descriptors into the two ints; the name, termios and
     // window size arguments may be null.
@@ -85,10 +85,21 @@ pub(crate) fn open_pty() -> std::io::Result<(std::fs::File, std::os::fd::OwnedFd
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: both descriptors are new and owned by nothing else.
-    Ok(unsafe {
+    let (controller, terminal) = unsafe {
         (
             std::fs::File::from_raw_fd(controller),
             std::os::fd::OwnedFd::from_raw_fd(terminal),
         )
-    })
+    };
+    // Close-on-exec, so that only the child given the terminal side holds it (a child
+    // another thread starts meanwhile inherits neither), and the controller sees the
+    // terminal close when that child ends. A child's stdio gets its own copy (dup2
+    // clears the flag on the copy).
+    for fd in [controller.as_raw_fd(), terminal.as_raw_fd()] {
+        // SAFETY: F_SETFD on a descriptor this function owns; no pointer is passed.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok((controller, terminal))
 }

@@ -183,7 +183,7 @@ fn leftover_is_replaced_live_one_is_not_and_drop_detaches() {
             assert!(msg.starts_with(&format!("{} already has", veth.0)), "{msg}");
             assert!(
                 msg.contains(&format!(
-                    "(pid {}), still running; stop that run first",
+                    "by this process (pid {}); this process attached it already",
                     std::process::id()
                 )),
                 "{msg}"
