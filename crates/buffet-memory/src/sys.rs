@@ -412,6 +412,10 @@ pub(crate) enum PlaceError {
 ///
 /// The region is private to the cell: nothing can read or write its bytes except through
 /// a [`CellGuard`], and the cell drops `S` in place before the region is released.
+///
+/// `repr(C)`: the pointer and the lock, which every locked access reads and writes, come
+/// first (see `TenantEntry`'s layout).
+#[repr(C)]
 pub(crate) struct StateCell<S> {
     ptr: NonNull<S>,
     locked: AtomicBool,
@@ -425,6 +429,10 @@ unsafe impl<S: Send> Send for StateCell<S> {}
 // SAFETY: `&StateCell` hands out access to `S` only through the lock, one holder at a
 // time (Acquire/Release on `locked`), exactly like `Mutex<S>`: requires `S: Send` only.
 unsafe impl<S: Send> Sync for StateCell<S> {}
+
+/// Bytes at the start of a [`StateCell`] that a locked access reads and writes: the state
+/// pointer and the lock.
+pub(crate) const CELL_HOT_BYTES: usize = mem::offset_of!(StateCell<u64>, locked) + 1;
 
 impl<S> StateCell<S> {
     /// Moves `state` to the start of `region`. Fails (dropping both) if `S` is larger

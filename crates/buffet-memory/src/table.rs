@@ -69,15 +69,29 @@ pub enum AdmitWithError<E> {
 }
 
 /// One admitted tenant: its id, its region, and its state `S`, which lives in the region.
+///
+/// Laid out for the worker, which reads the id, the isolation key and the state's address
+/// and takes the state lock once per group: those come first, in one cache line (the
+/// entry is line-aligned; the `Arc`'s counts sit in the line before, which a worker that
+/// keeps its `Arc` never touches).
+#[repr(C, align(64))]
 pub struct TenantEntry<S> {
     id: TenantId,
     slot: TenantSlot,
-    domain: Domain,
-    extent: RegionExtent,
     /// The region's MPK virtual key (MPK tables only).
     vkey: Option<(&'static Mpk, Arc<VKeyShared>)>,
+    /// Its state pointer and lock first, then the region.
     cell: StateCell<S>,
+    domain: Domain,
+    extent: RegionExtent,
 }
+
+// The fields a worker touches per group (id, isolation key, state pointer and lock) share
+// the entry's first cache line.
+const _: () = assert!(
+    mem::offset_of!(TenantEntry<u64>, cell) + crate::sys::CELL_HOT_BYTES <= 64
+        && mem::align_of::<TenantEntry<u64>>() == 64
+);
 
 impl<S> Drop for TenantEntry<S> {
     fn drop(&mut self) {
