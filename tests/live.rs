@@ -59,7 +59,7 @@ use buffet_testkit::gate;
 #[path = "build.rs"]
 mod build;
 mod common;
-use common::netns::{self, ip, privileged, start_run, tenant_rows, NsPair};
+use common::netns::{self, ip, privileged, signal, start_run, tenant_rows, NsPair};
 use etherparse::PacketBuilder;
 
 const BUFFET: &str = env!("CARGO_BIN_EXE_buffet");
@@ -886,11 +886,7 @@ fn sigterm_stops_a_run_and_its_report_is_written() {
     let (child, stderr) = start_run(&ns.a, &args);
     let start = Instant::now();
     // `ip netns exec` execs buffet: the child's pid is buffet's.
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    signal(&child, "TERM");
     let out = child.wait_with_output().unwrap();
     let err = stderr.join().unwrap();
     assert!(out.status.success(), "{err}");
@@ -1061,11 +1057,7 @@ fn the_rate_line_follows_live_traffic_on_a_terminal() {
                 |s| rate_lines(s).last().map(|l| l.packets) == Some(batch * per_batch),
             );
         }
-        let kill = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
+        signal(&child, "TERM");
         let out = child.wait_with_output().unwrap();
         let shown = term.finish();
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -1220,11 +1212,7 @@ fn af_xdp_leftover_is_replaced_and_sigterm_detaches() {
         "SIGKILL leaves the program attached"
     );
     let (second, err) = start_run(&ns.a, &args);
-    let kill = Command::new("kill")
-        .args(["-TERM", &second.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    signal(&second, "TERM");
     let out = second.wait_with_output().unwrap();
     let err = err.join().unwrap();
     assert!(out.status.success(), "{err}");
@@ -2244,11 +2232,7 @@ fn xdp_dispatch_sigterm_detaches() {
         xdp_attached(&ns.a, &ns.va).is_some(),
         "attached while running"
     );
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    signal(&child, "TERM");
     let out = child.wait_with_output().unwrap();
     let err = stderr.join().unwrap();
     assert!(out.status.success(), "{err}");
@@ -2322,11 +2306,7 @@ fn xdp_dispatch_replaces_a_dead_runs_program_and_sigint_detaches() {
         ours.contains("buffet_dispatch") && !ours.contains("bfxsk_"),
         "{ours}"
     );
-    let int = Command::new("kill")
-        .args(["-INT", &second.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(int.success());
+    signal(&second, "INT");
     let out = second.wait_with_output().unwrap();
     let err = err.join().unwrap();
     assert!(out.status.success(), "{err}");
@@ -2545,12 +2525,7 @@ fn buffetd_serves_a_live_af_packet_port() {
     assert_eq!(back, 400, "passed frames went back out of the interface");
     // SIGTERM: drains and exits 0.
     // (`ip netns exec` executes buffetd in its own process: the child is the daemon.)
-    let ok = Command::new("kill")
-        .args(["-TERM", &daemon.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    signal(&daemon, "TERM");
     assert!(daemon.wait().unwrap().success());
 }
 
@@ -3182,12 +3157,7 @@ fn buffetd_runs_the_xdp_dispatcher_with_tenants_and_workers_changing_under_traff
         assert_ne!(t["worker"].as_u64(), Some(0), "{v}");
     }
     // SIGTERM: detaches the program, drains, exits 0.
-    let ok = Command::new("kill")
-        .args(["-TERM", &daemon.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    signal(&daemon, "TERM");
     assert!(daemon.wait().unwrap().success());
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached on SIGTERM");
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use buffet::io::pcap::PcapWriter;
 
 mod common;
-use common::netns::{self, ip, privileged, start_run, tenant_rows, NsPair};
+use common::netns::{self, ip, privileged, signal, start_run, tenant_rows, NsPair};
 use etherparse::PacketBuilder;
 
 const BUFFET: &str = env!("CARGO_BIN_EXE_buffet");
@@ -424,12 +424,7 @@ fn buffetd_serves_a_dpdk_port() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(n[1], passed, "every passed frame came back out, once");
-    let ok = Command::new("kill")
-        .args(["-TERM", &daemon.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
+    signal(&daemon, "TERM");
     let status = daemon.wait().unwrap();
     let mut err = String::new();
     let _ = daemon.stderr.take().unwrap().read_to_string(&mut err);

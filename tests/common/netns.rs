@@ -142,6 +142,17 @@ pub fn start_run(
     (child, rest)
 }
 
+/// Sends signal `sig` (`TERM`, `INT`) to `child`, which must still be there to get it.
+pub fn signal(child: &std::process::Child, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {}", child.id());
+}
+
 /// The sender, run in namespace B by a test's ignored helper test: sends the pcap in
 /// `BUFFET_LIVE_SEND` out of `BUFFET_LIVE_IFACE`, then counts the frames carrying `mark`
 /// coming back on it and on `BUFFET_LIVE_CAPTURE` (if given) until `BUFFET_LIVE_EXPECT`
