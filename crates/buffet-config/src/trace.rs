@@ -292,6 +292,28 @@ pub struct TraceConfig {
     pub engine: TraceEngine,
 }
 
+impl TraceConfig {
+    /// The scheduler's part of the setup.
+    fn sched(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            shift: self.shift,
+            threshold: self.threshold,
+        }
+    }
+}
+
+/// Why the XDP engine could not be loaded, as a trace error.
+fn xdp_load_error(e: buffet_xdp::LoadError) -> TraceError {
+    let engine = TraceEngine::Xdp;
+    match e {
+        buffet_xdp::LoadError::Unavailable(why) => TraceError::EngineUnavailable { engine, why },
+        e => TraceError::Engine {
+            engine,
+            source: e.into(),
+        },
+    }
+}
+
 /// Totals over a trace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TraceSummary {
@@ -418,10 +440,7 @@ pub fn run_trace(
     if cfg.workers == 0 {
         return Err(TraceError::NoWorkers);
     }
-    let sched = SchedulerConfig {
-        shift: cfg.shift,
-        threshold: cfg.threshold,
-    };
+    let sched = cfg.sched();
     match cfg.engine {
         TraceEngine::Rust => {
             let d = Dispatcher::new(DispatcherConfig {
@@ -434,16 +453,7 @@ pub fn run_trace(
         }
         TraceEngine::C => run_with(CScheduler::new(sched), input, out, err, cfg),
         TraceEngine::Xdp => {
-            let engine = TraceEngine::Xdp;
-            let d = XdpTrace::new(sched).map_err(|e| match e {
-                buffet_xdp::LoadError::Unavailable(why) => {
-                    TraceError::EngineUnavailable { engine, why }
-                }
-                e => TraceError::Engine {
-                    engine,
-                    source: e.into(),
-                },
-            })?;
+            let d = XdpTrace::new(sched).map_err(xdp_load_error)?;
             run_with(d, input, out, err, cfg)
         }
     }

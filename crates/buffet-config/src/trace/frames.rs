@@ -50,7 +50,10 @@ use buffet_dispatch::{
 use buffet_nicfw::CScheduler;
 use buffet_xdp::{XdpConfig, XdpDecision, XdpDispatcher};
 
-use super::{trim, EngineError, LineError, TraceConfig, TraceEngine, TraceError, TraceSummary};
+use super::{
+    trim, xdp_load_error, EngineError, LineError, TraceConfig, TraceEngine, TraceError,
+    TraceSummary,
+};
 use crate::tenants::TenantConfig;
 
 /// The shortest frame a line may carry: an Ethernet header.
@@ -310,24 +313,12 @@ pub fn run_frame_trace(
     if cfg.workers == 0 {
         return Err(TraceError::NoWorkers);
     }
-    let sched = SchedulerConfig {
-        shift: cfg.shift,
-        threshold: cfg.threshold,
-    };
+    let sched = cfg.sched();
     match cfg.engine {
         TraceEngine::Rust => run_frames_with(RustFrames::new(sched), tenants, input, out, err, cfg),
         TraceEngine::C => run_frames_with(CFrames::new(sched), tenants, input, out, err, cfg),
         TraceEngine::Xdp => {
-            let engine = TraceEngine::Xdp;
-            let d = XdpFrames::new(sched).map_err(|e| match e {
-                buffet_xdp::LoadError::Unavailable(why) => {
-                    TraceError::EngineUnavailable { engine, why }
-                }
-                e => TraceError::Engine {
-                    engine,
-                    source: e.into(),
-                },
-            })?;
+            let d = XdpFrames::new(sched).map_err(xdp_load_error)?;
             run_frames_with(d, tenants, input, out, err, cfg)
         }
     }
