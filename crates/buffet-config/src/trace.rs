@@ -302,6 +302,16 @@ impl TraceConfig {
     }
 }
 
+/// The Rust engine: a Dispatcher with no tagging and unmatched frames dropped.
+fn rust_dispatcher(sched: SchedulerConfig) -> Dispatcher {
+    Dispatcher::new(DispatcherConfig {
+        sched,
+        tag: TagMode::None,
+        unmatched: UnmatchedPolicy::Drop,
+        ..DispatcherConfig::default()
+    })
+}
+
 /// Why the XDP engine could not be loaded, as a trace error.
 fn xdp_load_error(e: buffet_xdp::LoadError) -> TraceError {
     let engine = TraceEngine::Xdp;
@@ -442,15 +452,7 @@ pub fn run_trace(
     }
     let sched = cfg.sched();
     match cfg.engine {
-        TraceEngine::Rust => {
-            let d = Dispatcher::new(DispatcherConfig {
-                sched,
-                tag: TagMode::None,
-                unmatched: UnmatchedPolicy::Drop,
-                ..DispatcherConfig::default()
-            });
-            run_with(d, input, out, err, cfg)
-        }
+        TraceEngine::Rust => run_with(rust_dispatcher(sched), input, out, err, cfg),
         TraceEngine::C => run_with(CScheduler::new(sched), input, out, err, cfg),
         TraceEngine::Xdp => {
             let d = XdpTrace::new(sched).map_err(xdp_load_error)?;

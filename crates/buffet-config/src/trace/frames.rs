@@ -44,15 +44,15 @@ use std::io::{BufRead, Write};
 
 use buffet_dispatch::scheduler::SchedOutcome;
 use buffet_dispatch::{
-    Classifier, Decision, DispatchDrop, DispatchError, Dispatcher, DispatcherConfig, Match,
-    PacketFields, Rule, SchedulerConfig, TagMode, TenantSlot, UnmatchedPolicy, WorkerId,
+    Classifier, Decision, DispatchDrop, DispatchError, Dispatcher, Match, PacketFields, Rule,
+    SchedulerConfig, TenantSlot, WorkerId,
 };
 use buffet_nicfw::CScheduler;
 use buffet_xdp::{XdpConfig, XdpDecision, XdpDispatcher};
 
 use super::{
-    trim, xdp_load_error, EngineError, LineError, TraceConfig, TraceEngine, TraceError,
-    TraceSummary,
+    rust_dispatcher, trim, xdp_load_error, EngineError, LineError, TraceConfig, TraceEngine,
+    TraceError, TraceSummary,
 };
 use crate::tenants::TenantConfig;
 
@@ -100,12 +100,7 @@ pub struct RustFrames(Dispatcher);
 impl RustFrames {
     /// A Dispatcher with no tagging and unmatched frames dropped.
     pub fn new(sched: SchedulerConfig) -> RustFrames {
-        RustFrames(Dispatcher::new(DispatcherConfig {
-            sched,
-            tag: TagMode::None,
-            unmatched: UnmatchedPolicy::Drop,
-            ..DispatcherConfig::default()
-        }))
+        RustFrames(rust_dispatcher(sched))
     }
 }
 
