@@ -1351,18 +1351,7 @@ mod tests {
             let mut burst: Vec<PacketBuf> = (0..1 + rng.index(300))
                 .map(|_| {
                     let bad = rng.below(10) == 0;
-                    let frame = if bad {
-                        vec![0xabu8; 1 + rng.index(13)]
-                    } else {
-                        udp_frame(rng.index(40))
-                    };
-                    let mut m = PacketBuf::heap();
-                    assert!(m.fill(&frame));
-                    if !bad && rng.below(2) == 0 {
-                        m.layout = Packet::parse(m.data_mut(), PacketMeta::default())
-                            .ok()
-                            .map(|p| p.layout());
-                    }
+                    let mut m = random_packet(&mut rng, bad);
                     m.tenant = TenantSlot(rng.below(u64::from(tenants)) as u32);
                     m.ts_ns = ts;
                     ts += 1;
@@ -1418,6 +1407,25 @@ mod tests {
         }
     }
 
+    /// A random frame in a heap buffer: when `bad`, shorter than an Ethernet header;
+    /// else a UDP frame of 0 to 39 payload bytes, half of them with the dispatcher's parse.
+    fn random_packet(rng: &mut buffet_testkit::rng::Rng, bad: bool) -> PacketBuf {
+        let frame = if bad {
+            vec![0xabu8; 1 + rng.index(13)]
+        } else {
+            udp_frame(rng.index(40))
+        };
+        let mut m = PacketBuf::heap();
+        assert!(m.fill(&frame));
+        if !bad && rng.below(2) == 0 {
+            m.layout = Packet::parse(m.data_mut(), PacketMeta::default())
+                .ok()
+                .map(|p| p.layout());
+            assert!(m.layout.is_some());
+        }
+        m
+    }
+
     fn udp_frame(payload: usize) -> Vec<u8> {
         let b = etherparse::PacketBuilder::ethernet2([2; 6], [4; 6])
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2], 64)
@@ -1464,21 +1472,7 @@ mod tests {
                         t = rng.below(u64::from(tenants)) as u32;
                     }
                     let bad = rng.below(11) == 0;
-                    let frame = if bad {
-                        // Shorter than an Ethernet header.
-                        vec![0xabu8; 1 + rng.index(13)]
-                    } else {
-                        udp_frame(rng.index(40))
-                    };
-                    let mut m = PacketBuf::heap();
-                    assert!(m.fill(&frame));
-                    // Half the good frames come with the dispatcher's parse.
-                    if !bad && rng.below(2) == 0 {
-                        m.layout = Packet::parse(m.data_mut(), PacketMeta::default())
-                            .ok()
-                            .map(|p| p.layout());
-                        assert!(m.layout.is_some());
-                    }
+                    let mut m = random_packet(&mut rng, bad);
                     m.tenant = TenantSlot(t);
                     m.ts_ns = ts;
                     ts += 1;
