@@ -6,22 +6,17 @@
 //! classifier for every rule set it admits, and refuses, changing nothing, what it cannot
 //! express. Needs CAP_BPF and CAP_NET_ADMIN (root); skipped otherwise (a failure in CI).
 
+mod common;
+
 use buffet_dispatch::classifier::{Classifier, Rule};
 use buffet_dispatch::{Event, Match, OverloadReport, TenantSlot, WorkerId};
 use buffet_sdk::{Packet, PacketMeta};
-use buffet_testkit::gate::{self, Capability};
 use buffet_testkit::rng::Rng;
 use buffet_xdp::offload::{
     Move, OffloadAdmitError, OffloadConfig, OffloadDispatcher, OffloadVerdict,
 };
+use common::{ready, rule, udp4};
 use etherparse::{PacketBuilder, SlicedPacket};
-
-fn ready(test: &str) -> bool {
-    if let Some(why) = buffet_xdp::UNAVAILABLE {
-        return gate::skip_privileged(test, format_args!("xdp engine unavailable: {why}"));
-    }
-    gate::require_capabilities(test, &[Capability::Bpf, Capability::NetAdmin])
-}
 
 /// Timeslots of 1,024 ns of virtual time; reports from the first detection on.
 const SHIFT: u32 = 10;
@@ -37,30 +32,6 @@ fn loaded(workers: &[u64]) -> OffloadDispatcher {
         x.add_worker(m).unwrap();
     }
     x
-}
-
-fn rule(text: &str) -> Match {
-    let mut m = Match::default();
-    for kv in text.split(',') {
-        let (k, v) = kv.split_once('=').unwrap();
-        match k {
-            "dst_ip" => m.dst_ip = Some(v.parse().unwrap()),
-            "src_ip" => m.src_ip = Some(v.parse().unwrap()),
-            "dst_port" => m.dst_port = Some(v.parse().unwrap()),
-            "protocol" => m.protocol = Some(v.parse().unwrap()),
-            _ => panic!("{k}"),
-        }
-    }
-    m
-}
-
-fn udp4(dst: [u8; 4], dport: u16) -> Vec<u8> {
-    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4([172, 16, 0, 1], dst, 64)
-        .udp(4000, dport);
-    let mut out = Vec::new();
-    b.write(&mut out, b"payload").unwrap();
-    out
 }
 
 fn tcp6(dst: [u8; 16], dport: u16) -> Vec<u8> {

@@ -5,19 +5,13 @@
 //! closed with its tenants moved to live workers. Needs CAP_BPF and CAP_NET_ADMIN (root);
 //! skipped otherwise (a failure in CI).
 
-use buffet_dispatch::{Match, TenantSlot, WorkerId};
-use buffet_testkit::gate::{self, Capability};
+mod common;
+
+use buffet_dispatch::{TenantSlot, WorkerId};
 use buffet_xdp::{
     AdmitError, RuleCheckError, WorkerTableError, XdpConfig, XdpDecision, XdpDispatcher, MAX_TUPLES,
 };
-use etherparse::PacketBuilder;
-
-fn ready(test: &str) -> bool {
-    if let Some(why) = buffet_xdp::UNAVAILABLE {
-        return gate::skip_privileged(test, format_args!("xdp engine unavailable: {why}"));
-    }
-    gate::require_capabilities(test, &[Capability::Bpf, Capability::NetAdmin])
-}
+use common::{ready, rule, udp4};
 
 /// A test-mode dispatcher with `workers` workers of MAX_NB 1000 (never overloaded here).
 fn loaded(workers: u16) -> XdpDispatcher {
@@ -32,29 +26,6 @@ fn loaded(workers: u16) -> XdpDispatcher {
         x.add_worker(1000).unwrap();
     }
     x
-}
-
-fn udp(dst: [u8; 4], dport: u16) -> Vec<u8> {
-    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
-        .ipv4([172, 16, 0, 1], dst, 64)
-        .udp(4000, dport);
-    let mut out = Vec::new();
-    b.write(&mut out, b"payload").unwrap();
-    out
-}
-
-fn rule(text: &str) -> Match {
-    let mut m = Match::default();
-    for kv in text.split(',') {
-        let (k, v) = kv.split_once('=').unwrap();
-        match k {
-            "dst_ip" => m.dst_ip = Some(v.parse().unwrap()),
-            "dst_port" => m.dst_port = Some(v.parse().unwrap()),
-            "src_port" => m.src_port = Some(v.parse().unwrap()),
-            _ => panic!("{k}"),
-        }
-    }
-    m
 }
 
 /// The tenant a frame goes to at `ts` (None: unmatched), or the decision itself.
@@ -78,10 +49,10 @@ fn replace_rules_swaps_classification_and_keeps_the_row() {
         .unwrap();
     x.admit(other, &[(10, rule("dst_ip=10.2.0.0/16"))], 0, WorkerId(0))
         .unwrap();
-    let old_only = udp([10, 1, 200, 1], 80);
-    let both = udp([10, 1, 0, 1], 80);
-    let new_only = udp([10, 3, 0, 1], 80);
-    let others = udp([10, 2, 0, 1], 80);
+    let old_only = udp4([10, 1, 200, 1], 80);
+    let both = udp4([10, 1, 0, 1], 80);
+    let new_only = udp4([10, 3, 0, 1], 80);
+    let others = udp4([10, 2, 0, 1], 80);
     let ts = 5u64 << 30;
     assert_eq!(tenant_of(&mut x, ts, &old_only), Some(3));
     assert_eq!(tenant_of(&mut x, ts, &both), Some(3));
@@ -154,8 +125,8 @@ fn a_rule_the_classifier_cannot_express_is_refused_by_a_dry_run_and_nothing_chan
         x.replace_rules(t, &[(1, ok), (2, wide)], 0),
         Err(AdmitError::TooManyMasks { index: 1, .. })
     ));
-    assert_eq!(tenant_of(&mut x, 0, &udp([10, 1, 0, 1], 80)), Some(1));
-    assert_eq!(tenant_of(&mut x, 0, &udp([10, 9, 0, 1], 80)), None);
+    assert_eq!(tenant_of(&mut x, 0, &udp4([10, 1, 0, 1], 80)), Some(1));
+    assert_eq!(tenant_of(&mut x, 0, &udp4([10, 9, 0, 1], 80)), None);
 }
 
 #[test]
@@ -183,7 +154,7 @@ fn closing_a_worker_moves_its_tenants_to_live_workers() {
     assert_eq!(x.live_workers(), vec![WorkerId(0), WorkerId(2)]);
     // Every tenant's packets now go to a live worker; worker 1 gets nothing.
     for i in 0..6u8 {
-        match x.run(1 << 30, &udp([10, i, 0, 1], 80)).unwrap().decision {
+        match x.run(1 << 30, &udp4([10, i, 0, 1], 80)).unwrap().decision {
             XdpDecision::Pass { worker, tenant, .. } => {
                 assert_ne!(worker, WorkerId(1), "tenant {tenant:?}");
                 assert_eq!(x.tenant_row(tenant).unwrap().0, worker);
