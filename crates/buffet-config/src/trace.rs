@@ -312,6 +312,24 @@ fn rust_dispatcher(sched: SchedulerConfig) -> Dispatcher {
     })
 }
 
+/// Adds the trace's K workers of MAX_NB `cfg.worker_max` through `add` (none is an
+/// error).
+fn add_workers(
+    cfg: &TraceConfig,
+    mut add: impl FnMut(u64) -> Result<(), EngineError>,
+) -> Result<(), TraceError> {
+    if cfg.workers == 0 {
+        return Err(TraceError::NoWorkers);
+    }
+    for _ in 0..cfg.workers {
+        add(cfg.worker_max).map_err(|source| TraceError::Engine {
+            engine: cfg.engine,
+            source,
+        })?;
+    }
+    Ok(())
+}
+
 /// Why the XDP engine could not be loaded, as a trace error.
 fn xdp_load_error(e: buffet_xdp::LoadError) -> TraceError {
     let engine = TraceEngine::Xdp;
@@ -469,14 +487,9 @@ pub fn run_with(
     mut err: impl Write,
     cfg: &TraceConfig,
 ) -> Result<TraceSummary, TraceError> {
-    if cfg.workers == 0 {
-        return Err(TraceError::NoWorkers);
-    }
+    add_workers(cfg, |max| d.add_worker(max))?;
     let engine = cfg.engine;
     let engine_err = |source| TraceError::Engine { engine, source };
-    for _ in 0..cfg.workers {
-        d.add_worker(cfg.worker_max).map_err(engine_err)?;
-    }
     let mut sum = TraceSummary::default();
     let mut buf = Vec::with_capacity(64);
     let mut line_no = 0u64;

@@ -51,8 +51,8 @@ use buffet_nicfw::CScheduler;
 use buffet_xdp::{XdpConfig, XdpDecision, XdpDispatcher};
 
 use super::{
-    rust_dispatcher, trim, xdp_load_error, EngineError, LineError, TraceConfig, TraceEngine,
-    TraceError, TraceSummary,
+    add_workers, rust_dispatcher, trim, xdp_load_error, EngineError, LineError, TraceConfig,
+    TraceEngine, TraceError, TraceSummary,
 };
 use crate::tenants::TenantConfig;
 
@@ -328,14 +328,9 @@ pub fn run_frames_with(
     mut err: impl Write,
     cfg: &TraceConfig,
 ) -> Result<TraceSummary, TraceError> {
-    if cfg.workers == 0 {
-        return Err(TraceError::NoWorkers);
-    }
+    add_workers(cfg, |max| d.add_worker(max))?;
     let engine = cfg.engine;
     let engine_err = |source| TraceError::Engine { engine, source };
-    for _ in 0..cfg.workers {
-        d.add_worker(cfg.worker_max).map_err(engine_err)?;
-    }
     // Slot i holds the i-th tenant of the file.
     let mut ids = Vec::with_capacity(tenants.len());
     for (i, t) in tenants.iter().enumerate() {
