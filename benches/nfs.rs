@@ -1,4 +1,5 @@
-//! `nfs`: every reference NF, single-tenant against Buffet with 8 and 1,000 tenants.
+//! `nfs`: every reference NF, single-tenant and specialised multi-tenant against Buffet, with
+//! 8 and 1,000 tenants.
 //!
 //! One core, packets in memory, one criterion group per NF: `monitor`, `firewall`, `ids`,
 //! `ipsec` (outbound: ESP encapsulation), `ipsec-inbound` (decapsulation), `dpi`,
@@ -8,6 +9,15 @@
 //!   plain state built by the NF's `init`, the NF's own `handle`; no Tenant Table, no
 //!   grouping) over the frames of the `n` tenants' traffic, one pass per packet: parse,
 //!   handle;
+//! * `specialised/n` — the second baseline, fair at large tenant counts: the specialised
+//!   multi-tenant NF a provider would write by hand without Buffet (the Buffet paper's
+//!   Table I, "Specialization"). One process, one structure holding every tenant's state
+//!   (a `Vec` indexed by the tenant slot the dispatcher tagged, each state built by `init`
+//!   from that tenant's own policy, exactly as Buffet's), one pass per packet: parse,
+//!   index, handle. No regions, no isolation, no grouping, no counters. Buffet against
+//!   it is the price of the framework alone; against `single-tenant` it also includes
+//!   what holding `n` tenants' distinct policies and tables costs any implementation
+//!   (cache capacity);
 //! * `buffet/n` — the same frames, each tagged with its tenant slot as the dispatcher
 //!   delivers them, through `Worker::process` in bursts of 256: grouped into per-tenant
 //!   Packet Buffers, each tenant's own state (built by `init` from its own policy, in its
@@ -24,7 +34,7 @@
 //! doc. Every tenant has its own policy (own rules, keys, blacklists,
 //! tables), with small per-tenant limits so that 1,000 tenants fit easily.
 //!
-//! **Baselines** run tenant 0's policy (the largest tenant), except where one tenant's
+//! **The single-tenant baseline** runs tenant 0's policy (the largest tenant), except where one tenant's
 //! policy cannot serve everyone's traffic: monitor and the firewall's connection table
 //! are sized for all flows, the policer's rate is the aggregate's, and l2fwd / flowfwd
 //! hold the union of all tenants' tables.
@@ -257,6 +267,32 @@ impl<N: NetworkFunction> SingleTenant<N> {
     }
 }
 
+/// The specialised multi-tenant baseline: every tenant's plain state in one `Vec`
+/// indexed by tenant slot, each built by the NF's own `init` from that tenant's policy,
+/// and the NF's own `handle` — what a provider writes by hand for many tenants without
+/// Buffet (no Tenant Table, no regions, no grouping, no per-tenant counters).
+struct Specialised<'a, N: NetworkFunction> {
+    nf: &'a N,
+    states: Vec<N::State>,
+}
+
+impl<'a, N: NetworkFunction> Specialised<'a, N> {
+    /// `nf` serving tenant `i` with `policies[i]`.
+    fn new(nf: &'a N, policies: &[N::Policy]) -> Self {
+        let states = policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut state = N::State::default();
+                nf.init(p, &mut state)
+                    .unwrap_or_else(|e| panic!("{}: tenant {i}: {e}", nf.name()));
+                state
+            })
+            .collect();
+        Specialised { nf, states }
+    }
+}
+
 /// Verdicts of one pass.
 #[derive(Default)]
 struct Mix {
@@ -352,6 +388,39 @@ fn run_single<N: NetworkFunction>(nf: &mut SingleTenant<N>, bufs: &mut [PacketBu
     mix
 }
 
+/// The specialised baseline's per-packet work: parse as the baseline does, look the
+/// tenant's state up by the slot the dispatcher tagged, handle. The tenant id in the
+/// packet's metadata is the one Buffet's Tenant Table gives the slot.
+#[inline]
+fn run_specialised<N: NetworkFunction>(nf: &mut Specialised<'_, N>, bufs: &mut [PacketBuf]) -> Mix {
+    let mut mix = Mix::default();
+    for m in bufs.iter_mut() {
+        let slot = m.tenant.0;
+        let meta = PacketMeta {
+            in_port: m.in_port,
+            ts_ns: m.ts_ns,
+            tenant: TenantId(slot + 1),
+        };
+        let len = m.len();
+        let Some(state) = nf.states.get_mut(slot as usize) else {
+            mix.other += 1;
+            continue;
+        };
+        match Packet::parse_with_capacity(m.buffer_mut(), len, meta) {
+            Ok(mut p) => {
+                let v = nf.nf.handle(&mut p, state);
+                let new_len = p.len();
+                if v.is_pass() {
+                    m.set_len(new_len);
+                }
+                mix.add(v);
+            }
+            Err(_) => mix.other += 1,
+        }
+    }
+    mix
+}
+
 fn outcomes(bufs: &[PacketBuf]) -> Mix {
     let mut mix = Mix::default();
     for m in bufs {
@@ -411,8 +480,10 @@ fn compare<N: NetworkFunction>(
     compare_with(g, name, case, no_prep, no_prep);
 }
 
-/// `single-tenant/n` and `buffet/n` over `case.frames`; `prep_*` run untimed before
-/// every iteration of their arm (after which the frames are restamped).
+/// `single-tenant/n`, `specialised/n` and `buffet/n` over `case.frames`; `prep_*` run
+/// untimed before every iteration of their arm (after which the frames are restamped);
+/// the specialised arm serves every tenant's own policy, as Buffet does, and so uses
+/// `prep_buffet`.
 fn compare_with<N: NetworkFunction>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
@@ -455,6 +526,29 @@ fn compare_with<N: NetworkFunction>(
         run_single(&mut baseline, &mut bufs)
     );
     drop(baseline);
+
+    let mut special = Specialised::new(&nf, &policies);
+    let mut clock = 0u64;
+    g.bench_function(BenchmarkId::new("specialised", n), |b| {
+        b.iter_custom(|iters| {
+            let mut busy = Duration::ZERO;
+            for _ in 0..iters {
+                prep_buffet(&mut bufs);
+                stamp(&mut bufs, &mut clock);
+                let t0 = Instant::now();
+                black_box(run_specialised(&mut special, &mut bufs));
+                busy += t0.elapsed();
+            }
+            busy
+        })
+    });
+    prep_buffet(&mut bufs);
+    stamp(&mut bufs, &mut clock);
+    eprintln!(
+        "nfs: {name} specialised/{n}: {}",
+        run_specialised(&mut special, &mut bufs)
+    );
+    drop(special);
 
     let table = tenant_table(&nf, &policies);
     let mut engine = Worker::new(Arc::new(nf), table);

@@ -12,7 +12,8 @@ round by round, in alternating order, so slow drifts of the machine hit both ali
 
     python3 benches/ratios.py --bin after=target/release/deps/multitenancy-HASH \
         [--bin before=OTHER] [--group multitenancy] [--counts 1,8,64,1024,10000] \
-        [--rounds 5] [--measurement-time 2] [--warm-up-time 1] [--cpu 1] [--json OUT]
+        [--rounds 5] [--measurement-time 2] [--warm-up-time 1] [--cpu 1] [--json OUT] \
+        [--functions 'none|ebpf-jit']
 
 Build the binary with `cargo bench --bench multitenancy --no-run` (cargo prints its
 path). Nothing here needs root; `taskset` (util-linux) pins the run when `--cpu` is given.
@@ -37,6 +38,8 @@ def parse_args():
     p.add_argument("--baseline", default="single-tenant",
                    help="the function every other one is divided by")
     p.add_argument("--counts", default="1,8,64,1024,10000")
+    p.add_argument("--functions", default="[^/]+",
+                   help="regex of the functions to run (default: all; include the baseline)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--measurement-time", type=float, default=2.0)
     p.add_argument("--warm-up-time", type=float, default=1.0)
@@ -73,7 +76,7 @@ def run_once(path, group, count, a):
         cmd += [path, "--bench", "--noplot",
                 "--warm-up-time", str(a.warm_up_time),
                 "--measurement-time", str(a.measurement_time),
-                f"^{re.escape(group)}/[^/]+/{count}$"]
+                f"^{re.escape(group)}/({a.functions})/{count}$"]
         env = dict(os.environ, CRITERION_HOME=home)
         r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
