@@ -505,76 +505,65 @@ fn compare_with<N: NetworkFunction>(
     );
     let mut bufs = mbufs(frames);
 
-    let mut clock = 0u64;
-    g.bench_function(BenchmarkId::new("single-tenant", n), |b| {
-        b.iter_custom(|iters| {
-            let mut busy = Duration::ZERO;
-            for _ in 0..iters {
-                prep_single(&mut bufs);
-                stamp(&mut bufs, &mut clock);
-                let t0 = Instant::now();
-                black_box(run_single(&mut baseline, &mut bufs));
-                busy += t0.elapsed();
-            }
-            busy
-        })
+    let mix = bench_arm(g, "single-tenant", n, &mut bufs, &mut prep_single, |b| {
+        run_single(&mut baseline, b)
     });
-    prep_single(&mut bufs);
-    stamp(&mut bufs, &mut clock);
-    eprintln!(
-        "nfs: {name} single-tenant/{n}: {}",
-        run_single(&mut baseline, &mut bufs)
-    );
+    eprintln!("nfs: {name} single-tenant/{n}: {mix}");
     drop(baseline);
 
     let mut special = Specialised::new(&nf, &policies);
-    let mut clock = 0u64;
-    g.bench_function(BenchmarkId::new("specialised", n), |b| {
-        b.iter_custom(|iters| {
-            let mut busy = Duration::ZERO;
-            for _ in 0..iters {
-                prep_buffet(&mut bufs);
-                stamp(&mut bufs, &mut clock);
-                let t0 = Instant::now();
-                black_box(run_specialised(&mut special, &mut bufs));
-                busy += t0.elapsed();
-            }
-            busy
-        })
+    let mix = bench_arm(g, "specialised", n, &mut bufs, &mut prep_buffet, |b| {
+        run_specialised(&mut special, b)
     });
-    prep_buffet(&mut bufs);
-    stamp(&mut bufs, &mut clock);
-    eprintln!(
-        "nfs: {name} specialised/{n}: {}",
-        run_specialised(&mut special, &mut bufs)
-    );
+    eprintln!("nfs: {name} specialised/{n}: {mix}");
     drop(special);
 
     let table = tenant_table(&nf, &policies);
     let mut engine = Worker::new(Arc::new(nf), table);
+    bench_arm(g, "buffet", n, &mut bufs, &mut prep_buffet, |b| {
+        run_buffet(&mut engine, b)
+    });
+    eprintln!("nfs: {name} buffet/{n}: {}", outcomes(&bufs));
+}
+
+/// Times one arm as `<arm>/<n>`: before each timed iteration, untimed, `prep` and a
+/// restamp of the frames (packet time starts at 0 for each arm, whose state is fresh);
+/// then `run` over all of them. Returns what one more untimed pass returns, for the
+/// verdict mix the caller prints.
+fn bench_arm<R>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    arm: &str,
+    n: usize,
+    bufs: &mut [PacketBuf],
+    prep: &mut impl FnMut(&mut [PacketBuf]),
+    mut run: impl FnMut(&mut [PacketBuf]) -> R,
+) -> R {
     let mut clock = 0u64;
-    g.bench_function(BenchmarkId::new("buffet", n), |b| {
+    g.bench_function(BenchmarkId::new(arm, n), |b| {
         b.iter_custom(|iters| {
             let mut busy = Duration::ZERO;
             for _ in 0..iters {
-                prep_buffet(&mut bufs);
-                stamp(&mut bufs, &mut clock);
+                prep(bufs);
+                stamp(bufs, &mut clock);
                 let t0 = Instant::now();
-                for burst in bufs.chunks_mut(BURST) {
-                    engine.process(burst);
-                }
+                black_box(run(bufs));
                 busy += t0.elapsed();
             }
-            black_box(engine.packets());
             busy
         })
     });
-    prep_buffet(&mut bufs);
-    stamp(&mut bufs, &mut clock);
+    prep(bufs);
+    stamp(bufs, &mut clock);
+    run(bufs)
+}
+
+/// Buffet's worker path over `bufs` in bursts of [`BURST`]; the outcomes stay in the
+/// mbufs.
+fn run_buffet<N: NetworkFunction>(engine: &mut Worker<N>, bufs: &mut [PacketBuf]) {
     for burst in bufs.chunks_mut(BURST) {
         engine.process(burst);
     }
-    eprintln!("nfs: {name} buffet/{n}: {}", outcomes(&bufs));
+    black_box(engine.packets());
 }
 
 fn group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
@@ -1439,9 +1428,11 @@ const SCALE_COUNTS: [u32; 8] = [1, 4, 16, 64, 256, 1024, 4096, 16384];
 /// frame 64 or 1,500 bytes, tenants drawn uniformly (so at 16,384 tenants a burst of 256
 /// holds 256 different tenants and each group is one packet), every frame hitting its
 /// tenant's table. Groups `scale-l2fwd-64B`, `scale-l2fwd-1500B`, `scale-flowfwd-64B`,
-/// `scale-flowfwd-1500B`, each with `buffet/n` and, at `n = 1`, the single-tenant NF; the
-/// result is how the rate falls with `n` against `buffet/1` of the same group (REEdge
-/// claims a flat line to 4,096 ports).
+/// `scale-flowfwd-1500B`, each with `specialised/n` and `buffet/n` and, at `n = 1`, the
+/// single-tenant NF; the result is how the rate falls with `n` against `buffet/1` of the
+/// same group (REEdge claims a flat line to 4,096 ports), and how much of that fall the
+/// specialised multi-tenant NF shows too (what `n` tenants' tables cost any
+/// implementation) against what Buffet adds.
 fn scale(c: &mut Criterion) {
     for size in [64usize, 1500] {
         scale_group(
@@ -1497,7 +1488,8 @@ fn scale_group<N: NetworkFunction + Clone>(
     g.finish();
 }
 
-/// `buffet/n` over `frames` (and `single-tenant/1` when there is one tenant).
+/// `specialised/n` and `buffet/n` over `frames` (and `single-tenant/1` when there is one
+/// tenant).
 fn scale_case<N: NetworkFunction + Clone>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
@@ -1507,43 +1499,24 @@ fn scale_case<N: NetworkFunction + Clone>(
 ) {
     let n = policies.len();
     let mut bufs = mbufs(frames);
-    let mut clock = 0u64;
     if n == 1 {
         let mut single = SingleTenant::new(nf.clone(), &policies[0]);
-        g.bench_function(BenchmarkId::new("single-tenant", n), |b| {
-            b.iter_custom(|iters| {
-                let mut busy = Duration::ZERO;
-                for _ in 0..iters {
-                    stamp(&mut bufs, &mut clock);
-                    let t0 = Instant::now();
-                    black_box(run_single(&mut single, &mut bufs));
-                    busy += t0.elapsed();
-                }
-                busy
-            })
+        let mix = bench_arm(g, "single-tenant", n, &mut bufs, &mut no_prep, |b| {
+            run_single(&mut single, b)
         });
+        eprintln!("nfs: scale-{name} single-tenant/{n}: {mix}");
     }
+    let mut special = Specialised::new(&nf, &policies);
+    let mix = bench_arm(g, "specialised", n, &mut bufs, &mut no_prep, |b| {
+        run_specialised(&mut special, b)
+    });
+    eprintln!("nfs: scale-{name} specialised/{n}: {mix}");
+    drop(special);
     let table = tenant_table(&nf, &policies);
     let mut engine = Worker::new(Arc::new(nf), table);
-    g.bench_function(BenchmarkId::new("buffet", n), |b| {
-        b.iter_custom(|iters| {
-            let mut busy = Duration::ZERO;
-            for _ in 0..iters {
-                stamp(&mut bufs, &mut clock);
-                let t0 = Instant::now();
-                for burst in bufs.chunks_mut(BURST) {
-                    engine.process(burst);
-                }
-                busy += t0.elapsed();
-            }
-            black_box(engine.packets());
-            busy
-        })
+    bench_arm(g, "buffet", n, &mut bufs, &mut no_prep, |b| {
+        run_buffet(&mut engine, b)
     });
-    stamp(&mut bufs, &mut clock);
-    for burst in bufs.chunks_mut(BURST) {
-        engine.process(burst);
-    }
     eprintln!("nfs: scale-{name} buffet/{n}: {}", outcomes(&bufs));
 }
 

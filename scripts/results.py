@@ -55,7 +55,7 @@ CRITERION_SUITES = [
      ["ebpf", "ebpf-jit"], "NSX-BPF / REEdge: JIT-ed eBPF within tens of percent of native"),
     ("scale", "Scale to 16,384 tenants (REEdge Fig. 5 / Table 2)", "nfs", "scale-",
      ["scale-l2fwd-64B", "scale-l2fwd-1500B", "scale-flowfwd-64B", "scale-flowfwd-1500B"],
-     "buffet@1", ["buffet"], "REEdge: throughput flat up to 4,096 ports"),
+     "buffet@1", ["specialised", "buffet"], "REEdge: throughput flat up to 4,096 ports"),
     ("chains", "Service chains: k stages vs one hand-fused NF, run to completion vs across "
      "threads (FastPaas Fig. 1)", "chains", "chains-f", ["chains-firewall", "chains-flowfwd"],
      "fused", ["chain", "pipelined", "pipelined-2t"],
@@ -70,7 +70,8 @@ CRITERION_SUITES = [
 # Ratios between two of a suite's own arms shown as a column of their own (numerator,
 # denominator): Buffet against the specialised multi-tenant NF a provider would write by
 # hand (issue 14's fair baseline at large tenant counts).
-ARM_RATIOS = {"multitenancy": [("buffet", "specialised")], "nfs": [("buffet", "specialised")]}
+ARM_RATIOS = {"multitenancy": [("buffet", "specialised")], "nfs": [("buffet", "specialised")],
+              "scale": [("buffet", "specialised")]}
 
 # What the value of a criterion suite's benchmark ids counts, where it is not tenants.
 X_LABELS = {"chains": "stages in the chain", "chains-batching": "Packet Buffers"}
@@ -171,6 +172,7 @@ def criterion_section(suite, measured, plots_dir, link, plt):
         f" to {stamp(max(times))}." if max(times) - min(times) > 60 else ".") if times else ""
     lines = [f"## {title}", "", f"Command: `{cmd}`. Paper: {paper}.{ran}", ""]
     series = {}
+    origin = {}  # series label -> (group, arm)
     any_row = False
     for g in groups:
         values = sorted({v for (gg, _f, v) in rates if gg == g}, key=value_key)
@@ -192,6 +194,7 @@ def criterion_section(suite, measured, plots_dir, link, plt):
                 cells += [fmt_rate(r), f"{ratio:.3f}" if ratio is not None else "—"]
                 if ratio is not None:
                     series.setdefault(f"{g} {a}", []).append((v, ratio))
+                    origin[f"{g} {a}"] = (g, a)
             for x, y in pairs:
                 rx, ry = rates.get((g, x, v)), rates.get((g, y, v))
                 cells.append(f"{rx / ry:.3f}" if rx is not None and ry else "—")
@@ -226,9 +229,20 @@ def criterion_section(suite, measured, plots_dir, link, plt):
             ax.set_xlabel(X_LABELS.get(key, ""))
         else:
             values = sorted({p[0] for pts in series.values() for p in pts}, key=value_key)
+            # One colour per benchmark group, one line style per arm (Buffet, or the
+            # suite's first arm, solid).
+            colours = plt.get_cmap("tab20" if len(groups) > 10 else "tab10")
+            styles = ["-", "--", ":", "-."]
+            main = "buffet" if "buffet" in ours else ours[0]
+            other_arms = [a for a in ours if a != main]
             for label, pts in series.items():
+                g, a = origin[label]
+                style = "-" if a == main else styles[1 + other_arms.index(a) % 3]
+                # A single group: its arms take the colours.
+                c = ours.index(a) if len({gg for gg, _ in origin.values()}) == 1 \
+                    else groups.index(g)
                 ax.plot([values.index(p[0]) for p in pts], [p[1] for p in pts], marker="o",
-                        label=label)
+                        color=colours(c), linestyle=style, label=label)
             ax.set_xticks(range(len(values)), values)
             ax.set_xlabel(X_LABELS.get(key, "tenants"))
         ax.axhline(1.0, color="grey", linewidth=0.8)
