@@ -26,8 +26,10 @@
 //!
 //! Run: `cargo bench --bench procs` (about 3 minutes). Environment: `BUFFET_PROCS_NFS`,
 //! `BUFFET_PROCS_TENANTS` (comma-separated), `BUFFET_PROCS_SECS` (measured seconds per
-//! run, default 1), `BUFFET_PROCS_CSV` (a file for the CSV lines). `-- --test` is the
-//! smoke mode CI runs (one NF, 2 and 4 tenants, 0.1 s).
+//! run, default 1), `BUFFET_PROCS_ROUNDS` (runs of every arm, default 1; with more, each
+//! figure is the median over the rounds, with the throughput's and the p99's range, and
+//! the arms alternate their order from round to round), `BUFFET_PROCS_CSV` (a file for
+//! the CSV lines). `-- --test` is the smoke mode CI runs (one NF, 2 and 4 tenants, 0.1 s).
 
 #[path = "common/procs_sys.rs"]
 mod procs_sys;
@@ -465,6 +467,58 @@ impl Drop for Buffet {
     }
 }
 
+/// One run of one arm: throughput and latency percentiles.
+#[derive(Clone, Copy)]
+struct Measure {
+    kpps: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+/// Runs `arm` for `nf` with `n` tenants once.
+fn measure(nf: &str, n: u32, arm: &str, warm: f64, secs: f64) -> Measure {
+    let mut run = match arm {
+        "buffet" => dispatch(&mut Buffet::start(nf, n), n, warm, secs),
+        a => dispatch(
+            &mut Processes::start(nf, n, a == "ns-processes"),
+            n,
+            warm,
+            secs,
+        ),
+    };
+    run.latencies_ns.sort_unstable();
+    Measure {
+        kpps: run.packets as f64 / run.secs / 1e3,
+        p50_us: percentile(&run.latencies_ns, 0.5) / 1e3,
+        p99_us: percentile(&run.latencies_ns, 0.99) / 1e3,
+    }
+}
+
+/// Median, minimum and maximum of one metric over the rounds.
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(xs: impl Iterator<Item = f64>) -> Spread {
+        let mut v: Vec<f64> = xs.collect();
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        let median = if v.len() % 2 == 1 {
+            v[mid]
+        } else {
+            (v[mid - 1] + v[mid]) / 2.0
+        };
+        Spread {
+            median,
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+}
+
 fn main() {
     if let Ok(path) = std::env::var("BUFFET_PROCS_CHILD") {
         let nf = std::env::var("BUFFET_PROCS_NF").unwrap();
@@ -487,20 +541,33 @@ fn main() {
         if smoke { "2,4" } else { "2,4,8,16,32,64" }.to_owned(),
     );
     let secs: f64 = env_or("BUFFET_PROCS_SECS", if smoke { 0.1 } else { 1.0 });
+    let rounds: usize = env_or("BUFFET_PROCS_ROUNDS", 1usize).max(1);
     let warm = secs * 0.3;
     let root = buffet_testkit::gate::is_root()
         && Command::new("unshare").arg("--version").output().is_ok();
     let cores = cores().len().max(1);
     println!(
-        "procs: NF side on core 0, dispatcher on core {}; window {WINDOW} packets per tenant; {secs} s per run{}",
+        "procs: NF side on core 0, dispatcher on core {}; window {WINDOW} packets per tenant; {secs} s per run, {rounds} round(s){}",
         1 % cores,
         if root { "" } else { " (ns-processes needs root and unshare: skipped)" }
     );
     println!(
-        "{:<9} {:>7} {:<13} {:>11} {:>10} {:>10}",
-        "nf", "tenants", "arm", "kpps", "p50 µs", "p99 µs"
+        "{:<9} {:>7} {:<13} {:>11} {:>10} {:>10}  {}",
+        "nf",
+        "tenants",
+        "arm",
+        "kpps",
+        "p50 µs",
+        "p99 µs",
+        if rounds > 1 {
+            "(medians; kpps and p99 ranges)"
+        } else {
+            ""
+        }
     );
-    let mut csv = String::from("nf,tenants,arm,kpps,p50_us,p99_us\n");
+    let mut csv = String::from(
+        "nf,tenants,arm,kpps,p50_us,p99_us,rounds,kpps_min,kpps_max,p99_min_us,p99_max_us\n",
+    );
     for nf in nfs.split(',') {
         for n in counts
             .split(',')
@@ -510,22 +577,38 @@ fn main() {
             if root {
                 arms.push("ns-processes");
             }
-            for arm in arms {
-                let mut run = match arm {
-                    "buffet" => dispatch(&mut Buffet::start(nf, n), n, warm, secs),
-                    a => dispatch(
-                        &mut Processes::start(nf, n, a == "ns-processes"),
-                        n,
-                        warm,
-                        secs,
-                    ),
+            // Every arm once per round, in the opposite order in every other round, so a
+            // drift of the machine falls on all arms alike.
+            let mut measured: Vec<Vec<Measure>> = vec![Vec::new(); arms.len()];
+            for round in 0..rounds {
+                let mut order: Vec<usize> = (0..arms.len()).collect();
+                if round % 2 == 1 {
+                    order.reverse();
+                }
+                for i in order {
+                    measured[i].push(measure(nf, n, arms[i], warm, secs));
+                }
+            }
+            for (arm, ms) in arms.iter().zip(&measured) {
+                let kpps = Spread::of(ms.iter().map(|m| m.kpps));
+                let p50 = Spread::of(ms.iter().map(|m| m.p50_us));
+                let p99 = Spread::of(ms.iter().map(|m| m.p99_us));
+                let ranges = if rounds > 1 {
+                    format!(
+                        "  ({:.1}–{:.1}; {:.1}–{:.1})",
+                        kpps.min, kpps.max, p99.min, p99.max
+                    )
+                } else {
+                    String::new()
                 };
-                run.latencies_ns.sort_unstable();
-                let kpps = run.packets as f64 / run.secs / 1e3;
-                let p50 = percentile(&run.latencies_ns, 0.5) / 1e3;
-                let p99 = percentile(&run.latencies_ns, 0.99) / 1e3;
-                println!("{nf:<9} {n:>7} {arm:<13} {kpps:>11.1} {p50:>10.1} {p99:>10.1}");
-                csv.push_str(&format!("{nf},{n},{arm},{kpps:.1},{p50:.1},{p99:.1}\n"));
+                println!(
+                    "{nf:<9} {n:>7} {arm:<13} {:>11.1} {:>10.1} {:>10.1}{ranges}",
+                    kpps.median, p50.median, p99.median
+                );
+                csv.push_str(&format!(
+                    "{nf},{n},{arm},{:.1},{:.1},{:.1},{rounds},{:.1},{:.1},{:.1},{:.1}\n",
+                    kpps.median, p50.median, p99.median, kpps.min, kpps.max, p99.min, p99.max
+                ));
             }
         }
     }

@@ -87,7 +87,7 @@ CSV_SUITES = [
      "BUFFET_FIG9_CSV=target/results/dispatch_latency.csv cargo bench --bench dispatch_latency",
      "SmartNIC dispatch cuts average latency by 14-29 %"),
     ("procs", "Processes per tenant vs Buffet (Buffet Fig. 6)", "procs.csv",
-     "BUFFET_PROCS_CSV=target/results/procs.csv cargo bench --bench procs",
+     "BUFFET_PROCS_ROUNDS=3 BUFFET_PROCS_CSV=target/results/procs.csv cargo bench --bench procs",
      "Buffet up to 3x the throughput and 172x lower latency than a container or VM per tenant"),
     ("chains-latency", "Service chains: latency per packet, run to completion vs across threads "
      "(FastPaas Fig. 1)", "chains.csv", "cargo bench --bench chains -- chains-f",
@@ -332,10 +332,17 @@ def csv_section(suite, plots_dir, link, plt):
                 for arm in arms:
                     pts = [r for r in rows if r["nf"] == nf and r["arm"] == arm]
                     xs = [r["tenants"] for r in pts]
-                    axes[0][c].plot(range(len(xs)), [float(r["kpps"]) for r in pts], marker="o",
-                                    label=arm)
+                    line, = axes[0][c].plot(range(len(xs)), [float(r["kpps"]) for r in pts],
+                                            marker="o", label=arm)
                     axes[1][c].plot(range(len(xs)), [float(r["p99_us"]) for r in pts],
                                     marker="o", label=arm)
+                    if pts and int(pts[0].get("rounds") or 1) > 1:
+                        # Several rounds: the medians above, the rounds' range shaded.
+                        for ax_, lo, hi in ((axes[0][c], "kpps_min", "kpps_max"),
+                                            (axes[1][c], "p99_min_us", "p99_max_us")):
+                            ax_.fill_between(range(len(xs)), [float(r[lo]) for r in pts],
+                                             [float(r[hi]) for r in pts],
+                                             color=line.get_color(), alpha=0.15)
                     for ax_ in (axes[0][c], axes[1][c]):
                         ax_.set_xticks(range(len(xs)), xs)
                 axes[0][c].set_title(nf)
@@ -378,7 +385,7 @@ def run_all(quick):
         (["cargo", "bench", "--bench", "dispatch_latency"],
          dict(env, BUFFET_FIG9_CSV=os.path.join(RESULTS, "dispatch_latency.csv"))),
         (["cargo", "bench", "--bench", "procs"],
-         dict(env, BUFFET_PROCS_CSV=os.path.join(RESULTS, "procs.csv"))),
+         dict(env, BUFFET_PROCS_ROUNDS="3", BUFFET_PROCS_CSV=os.path.join(RESULTS, "procs.csv"))),
         (["cargo", "bench", "--bench", "noisy"],
          dict(env, BUFFET_NOISY_CSV=os.path.join(RESULTS, "noisy.csv"))),
     ]
