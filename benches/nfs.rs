@@ -361,29 +361,12 @@ fn stamp(bufs: &mut [PacketBuf], clock: &mut u64) {
     }
 }
 
-/// The baseline's per-packet work: parse with the mbuf's room to grow, handle, keep the
-/// new length of passing frames (as the worker does).
+/// The single-tenant baseline over `bufs`, packet by packet ([`handle_one`]).
 #[inline]
 fn run_single<N: NetworkFunction>(nf: &mut SingleTenant<N>, bufs: &mut [PacketBuf]) -> Mix {
     let mut mix = Mix::default();
     for m in bufs.iter_mut() {
-        let meta = PacketMeta {
-            in_port: m.in_port,
-            ts_ns: m.ts_ns,
-            tenant: TenantId(1),
-        };
-        let len = m.len();
-        match Packet::parse_with_capacity(m.buffer_mut(), len, meta) {
-            Ok(mut p) => {
-                let v = nf.handle(&mut p);
-                let new_len = p.len();
-                if v.is_pass() {
-                    m.set_len(new_len);
-                }
-                mix.add(v);
-            }
-            Err(_) => mix.other += 1,
-        }
+        handle_one(m, TenantId(1), &mut mix, |p| nf.handle(p));
     }
     mix
 }
@@ -394,31 +377,45 @@ fn run_single<N: NetworkFunction>(nf: &mut SingleTenant<N>, bufs: &mut [PacketBu
 #[inline]
 fn run_specialised<N: NetworkFunction>(nf: &mut Specialised<'_, N>, bufs: &mut [PacketBuf]) -> Mix {
     let mut mix = Mix::default();
+    let Specialised { nf, states } = nf;
     for m in bufs.iter_mut() {
         let slot = m.tenant.0;
-        let meta = PacketMeta {
-            in_port: m.in_port,
-            ts_ns: m.ts_ns,
-            tenant: TenantId(slot + 1),
-        };
-        let len = m.len();
-        let Some(state) = nf.states.get_mut(slot as usize) else {
+        let Some(state) = states.get_mut(slot as usize) else {
             mix.other += 1;
             continue;
         };
-        match Packet::parse_with_capacity(m.buffer_mut(), len, meta) {
-            Ok(mut p) => {
-                let v = nf.nf.handle(&mut p, state);
-                let new_len = p.len();
-                if v.is_pass() {
-                    m.set_len(new_len);
-                }
-                mix.add(v);
-            }
-            Err(_) => mix.other += 1,
-        }
+        handle_one(m, TenantId(slot + 1), &mut mix, |p| nf.handle(p, state));
     }
     mix
+}
+
+/// Both baselines' work on one packet: parse it with the mbuf's room to grow, run
+/// `handle`, keep the new length of a passing frame (as the worker does), count the
+/// verdict.
+#[inline(always)]
+fn handle_one(
+    m: &mut PacketBuf,
+    tenant: TenantId,
+    mix: &mut Mix,
+    handle: impl FnOnce(&mut Packet<'_>) -> Verdict,
+) {
+    let meta = PacketMeta {
+        in_port: m.in_port,
+        ts_ns: m.ts_ns,
+        tenant,
+    };
+    let len = m.len();
+    match Packet::parse_with_capacity(m.buffer_mut(), len, meta) {
+        Ok(mut p) => {
+            let v = handle(&mut p);
+            let new_len = p.len();
+            if v.is_pass() {
+                m.set_len(new_len);
+            }
+            mix.add(v);
+        }
+        Err(_) => mix.other += 1,
+    }
 }
 
 fn outcomes(bufs: &[PacketBuf]) -> Mix {
