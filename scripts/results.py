@@ -229,10 +229,11 @@ def criterion_section(suite, measured, plots_dir, link, plt):
             ax.set_xlabel(X_LABELS.get(key, ""))
         else:
             values = sorted({p[0] for pts in series.values() for p in pts}, key=value_key)
-            # One colour per benchmark group, one line style per arm (Buffet, or the
-            # suite's first arm, solid).
+            # One colour per benchmark group, one marker and line style per arm (Buffet,
+            # or the suite's first arm, solid).
             colours = plt.get_cmap("tab20" if len(groups) > 10 else "tab10")
             styles = ["-", "--", ":", "-."]
+            markers = ["o", "s", "^", "D", "v", "X", "P"]
             main = "buffet" if "buffet" in ours else ours[0]
             other_arms = [a for a in ours if a != main]
             for label, pts in series.items():
@@ -241,8 +242,9 @@ def criterion_section(suite, measured, plots_dir, link, plt):
                 # A single group: its arms take the colours.
                 c = ours.index(a) if len({gg for gg, _ in origin.values()}) == 1 \
                     else groups.index(g)
-                ax.plot([values.index(p[0]) for p in pts], [p[1] for p in pts], marker="o",
-                        color=colours(c), linestyle=style, label=label)
+                ax.plot([values.index(p[0]) for p in pts], [p[1] for p in pts],
+                        marker=markers[ours.index(a) % len(markers)], color=colours(c),
+                        linestyle=style, label=label)
             ax.set_xticks(range(len(values)), values)
             ax.set_xlabel(X_LABELS.get(key, "tenants"))
         ax.axhline(1.0, color="grey", linewidth=0.8)
