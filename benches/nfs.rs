@@ -34,10 +34,10 @@
 //! doc. Every tenant has its own policy (own rules, keys, blacklists,
 //! tables), with small per-tenant limits so that 1,000 tenants fit easily.
 //!
-//! **The single-tenant baseline** runs tenant 0's policy (the largest tenant), except where one tenant's
-//! policy cannot serve everyone's traffic: monitor and the firewall's connection table
-//! are sized for all flows, the policer's rate is the aggregate's, and l2fwd / flowfwd
-//! hold the union of all tenants' tables.
+//! **The single-tenant baseline** runs tenant 0's policy (the largest tenant), except
+//! where one tenant's policy cannot serve everyone's traffic: monitor and the firewall's
+//! connection table are sized for all flows, the policer's rate is the aggregate's, and
+//! l2fwd / flowfwd hold the union of all tenants' tables.
 //!
 //! **Time.** Packets are 100 ns apart in packet time (`ts_ns`), and time keeps running
 //! across iterations. Before each timed iteration, untimed, both arms restamp the frames;
