@@ -5,10 +5,12 @@
 //! [`NetworkFunction`] like any Rust NF: a [`Pipeline`](https://docs.rs/buffet-worker)
 //! runs it for thousands of tenants, each with its own state region.
 //!
-//! * **State.** A tenant's C state is the bytes of its region past a small Rust header
-//!   ([`CState`], 64 bytes): `buffet_state_init(policy_json, state, len, …)` builds it there
-//!   at admission and every `buffet_pkt_handler(pkt, state, len)` gets the same bytes. The
-//!   policy is the tenant's policy table as JSON text.
+//! * **State.** A tenant's C state is its region's untyped bytes, past a small Rust header
+//!   ([`CState`], 64 bytes) in the MPK domain, a page region of their own between guard
+//!   pages outside it (the header is then packed with the other tenants'):
+//!   `buffet_state_init(policy_json, state, len, …)` builds it there at admission and
+//!   every `buffet_pkt_handler(pkt, state, len)` gets the same bytes. The policy is the
+//!   tenant's policy table as JSON text.
 //! * **Isolation.** Run the pipeline with `Domain::Mpk`: each region then carries an Intel
 //!   protection key that only the worker running that tenant has open, so a C NF that
 //!   reads or writes outside its region hits a closed key (or a guard page) and faults.

@@ -1,16 +1,23 @@
 //! Buffet's Memory Manager: where each tenant's state lives, and how workers find it.
 //!
 //! * [`MemoryStorage`] reserves one arena of address space at start-up (`mmap`,
-//!   `PROT_NONE`, `MAP_NORESERVE`: it costs no memory until used) and carves page-aligned
-//!   [`Region`]s from it, one per tenant, each with an inaccessible guard page on either
-//!   side. A region is readable and writable only while allocated. On release it is
-//!   scrubbed with `madvise(MADV_DONTNEED)` — for a private anonymous mapping the kernel
-//!   then supplies zero-filled pages on the next touch, and takes the memory back — or by
-//!   writing zeros if that call fails, made `PROT_NONE` again, and returned to a
-//!   best-fit, coalescing free list. No tenant ever sees another tenant's old bytes, and a
-//!   linear overrun past a region faults.
+//!   `PROT_NONE`, `MAP_NORESERVE`: it costs no memory until used) and carves
+//!   [`Region`]s from it. A page region ([`MemoryStorage::alloc`]) is page-aligned with
+//!   an inaccessible guard page on either side, readable and writable only while
+//!   allocated. On release it is scrubbed with `madvise(MADV_DONTNEED)` — for a private
+//!   anonymous mapping the kernel then supplies zero-filled pages on the next touch, and
+//!   takes the memory back — or by writing zeros if that call fails, made `PROT_NONE`
+//!   again, and returned to a best-fit, coalescing free list. A packed region
+//!   ([`MemoryStorage::alloc_packed`], at most [`PACKED_MAX_BYTES`]) is a cache-line-aligned
+//!   part of a shared 2 MiB chunk hinted for a transparent huge page, zeroed by hand on
+//!   release. No tenant ever sees another tenant's old bytes, and a linear overrun past
+//!   a page region faults.
 //! * [`TenantTable`] maps a dense slot index to a [`TenantEntry`]: tenant id, region, and
-//!   the tenant's state `S`, moved *into* the region. Workers look an entry up once per
+//!   the tenant's state `S`, moved *into* the region. The layout follows the isolation
+//!   level: outside MPK a small state is packed beside the other tenants' (the type system
+//!   keeps them apart; one TLB entry covers thousands of states) and the untyped bytes
+//!   past it, if the NF asked for any, are a page region of their own; in the MPK domain
+//!   state and bytes share one page region carrying the tenant's key. Workers look an entry up once per
 //!   packet group, lock-free and without allocating ([`TenantTable::get`]), and take the
 //!   state with [`TenantEntry::lock`] — one atomic CAS, contended only while a tenant
 //!   migrates between workers. Admission, policy updates ([`TenantTable::replace_with`])
@@ -29,11 +36,12 @@
 //! is a plain `SIGSEGV`). The state `S` is moved into its region by value, so very large
 //! states pass through the stack once; the bytes of a region past the state are reachable
 //! through [`StateGuard::split`] (C and eBPF NFs keep their state there). No NUMA
-//! placement, no huge pages.
+//! placement; huge pages only where the kernel's transparent huge pages allow them.
 //!
-//! Limits: Linux only (`MADV_DONTNEED` zero-fill semantics). Each live region splits the
-//! arena's mapping, costing about two kernel memory mappings, so the default
-//! `vm.max_map_count` (65530) allows roughly 32 000 live regions per process; past that,
+//! Limits: Linux only (`MADV_DONTNEED` zero-fill semantics). Each live page region splits
+//! the arena's mapping, costing about two kernel memory mappings (packed regions cost none
+//! of their own: their chunk does), so the default `vm.max_map_count` (65530) allows
+//! roughly 32 000 live page regions per process; past that,
 //! allocation fails with `mprotect` / `ENOMEM` ([`AllocError::Protect`]) until the sysctl is
 //! raised.
 //!
@@ -74,7 +82,10 @@ pub use mpk::{
     Mpk, MpkError, MpkStats, PartKey, PartKeyError, PartOpen, DISABLE_ENV as MPK_DISABLE_ENV,
     MAX_CACHE_KEYS,
 };
-pub use storage::{AllocError, ArenaConfig, ArenaError, MemoryStorage, Region, StorageStats};
+pub use storage::{
+    AllocError, ArenaConfig, ArenaError, MemoryStorage, Region, StorageStats, PACKED_ALIGN,
+    PACKED_MAX_BYTES,
+};
 pub use sys::{
     current_pkru, in_tenant_arena, pku_supported, tail_offset as region_tail_offset, SysError,
 };

@@ -1,14 +1,25 @@
-//! Memory Storage: one reserved arena, carved into page-aligned, guard-separated regions.
+//! Memory Storage: one reserved arena, carved into page-aligned, guard-separated regions
+//! and packed chunks.
 //!
 //! Layout of the arena (`G` = guard page, never accessible):
 //!
 //! ```text
-//! | G | region 1 | G | region 2 | G |   free ...   | region 3 | G | free |
+//! | G | region 1 | G | region 2 | G |   free ...   | packed chunk | G | region 3 | G | free |
 //! ```
 //!
 //! The first page is a guard; every region is followed by its own guard page. A block
 //! handed out is `region + guard`, so regions never touch and a linear overrun or
 //! underrun of any region hits `PROT_NONE` and faults.
+//!
+//! Packed regions ([`MemoryStorage::alloc_packed`]: small typed states where the type
+//! system, not the page table, isolates tenants) are cache-line-aligned parts of a packed
+//! chunk: a 2 MiB span, aligned on 2 MiB and hinted for a transparent huge page where the
+//! arena allows (so thousands of states share one TLB entry), otherwise 64 KiB on
+//! ordinary pages. A chunk is a block like any other, followed by its guard page; inside
+//! it, packed regions sit side by side with no guard between them. A second free list
+//! (best fit, coalescing, by offset) hands out the chunks' parts; a released part is
+//! zeroed by hand before it goes back, and a chunk that empties is scrubbed and returned
+//! to the arena (the last one stays, for the next admission).
 //!
 //! Free blocks are kept by offset (to coalesce neighbours on release) and by size (best
 //! fit, lowest address on ties), so a released range is reused by the next request that
@@ -22,7 +33,22 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::domain::RegionExtent;
-use crate::sys::{self, Mapping, OpenError, OpenSpan, Scrub, SysError};
+use crate::sys::{self, Mapping, OpenError, OpenSpan, PackedBlock, Scrub, SysError};
+
+/// Alignment, and size granularity, of packed regions: one cache line.
+pub const PACKED_ALIGN: usize = 64;
+
+/// The largest packed region: [`MemoryStorage::alloc_packed`] gives larger requests a page
+/// region. A state this small shares its pages with its neighbours; a larger one has pages
+/// of its own anyway.
+pub const PACKED_MAX_BYTES: usize = 2048;
+
+/// A packed chunk where the arena has room for one aligned on its size: one transparent
+/// huge page on x86-64.
+const HUGE_CHUNK: usize = 2 << 20;
+
+/// A packed chunk where it has not (a small arena): ordinary pages.
+const SMALL_CHUNK: usize = 64 << 10;
 
 /// How much address space the arena reserves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +162,13 @@ pub struct StorageStats {
     /// Bytes withdrawn from use because they could not be made inaccessible again after
     /// release (they were zeroed; they are never handed out again).
     pub quarantined: usize,
+    /// Live packed regions (counted in `regions` too).
+    pub packed_regions: usize,
+    /// Packed chunks open.
+    pub packed_chunks: usize,
+    /// Packed chunks hinted for transparent huge pages (`madvise(MADV_HUGEPAGE)`
+    /// accepted).
+    pub huge_chunks: usize,
 }
 
 /// The arena and its free list. Cheap to clone: all clones share one arena.
@@ -155,12 +188,24 @@ struct Inner {
 }
 
 /// Everything the free-list lock protects.
-#[derive(Debug)]
 struct Books {
     free: FreeList,
     in_use: usize,
     regions: usize,
     quarantined: usize,
+    /// Free parts of the packed chunks (offsets in the arena).
+    packed: FreeList,
+    /// The packed chunks by offset.
+    chunks: BTreeMap<usize, Chunk>,
+    packed_regions: usize,
+}
+
+/// One packed chunk: an open span whose parts are packed regions.
+struct Chunk {
+    span: OpenSpan,
+    /// Bytes of it in live packed regions.
+    used: usize,
+    huge: bool,
 }
 
 impl MemoryStorage {
@@ -199,6 +244,9 @@ impl MemoryStorage {
                     in_use: 0,
                     regions: 0,
                     quarantined: 0,
+                    packed: FreeList::default(),
+                    chunks: BTreeMap::new(),
+                    packed_regions: 0,
                 }),
             }),
         })
@@ -239,7 +287,7 @@ impl MemoryStorage {
         };
         match self.inner.map.open(off, len) {
             Ok(span) => Ok(Region {
-                span,
+                backing: Backing::Pages(span),
                 storage: Arc::clone(&self.inner),
             }),
             Err(OpenError::Sys(cause)) => {
@@ -255,6 +303,85 @@ impl MemoryStorage {
         }
     }
 
+    /// Allocates a zero-filled, readable and writable region of at least `bytes` bytes,
+    /// packed: rounded up to a multiple of [`PACKED_ALIGN`], aligned on it, beside other
+    /// packed regions in a shared chunk — no guard pages, so nothing but the type system
+    /// keeps a neighbour out. For small typed states at the `safe` level, where guard pages
+    /// buy nothing and a page per tenant costs a TLB entry per tenant. Requests larger
+    /// than [`PACKED_MAX_BYTES`] get a page region ([`alloc`](Self::alloc)) instead.
+    pub fn alloc_packed(&self, bytes: usize) -> Result<Region, AllocError> {
+        let len = bytes.max(1).next_multiple_of(PACKED_ALIGN);
+        if len > PACKED_MAX_BYTES {
+            return self.alloc(bytes);
+        }
+        loop {
+            {
+                let mut books = self.inner.books();
+                if let Some(off) = books.packed.take(len) {
+                    let (_, chunk) = books
+                        .chunks
+                        .range_mut(..=off)
+                        .next_back()
+                        .expect("every packed part lies in a chunk");
+                    chunk.used += len;
+                    let block = PackedBlock::new(&chunk.span, off, len);
+                    books.in_use += len;
+                    books.regions += 1;
+                    books.packed_regions += 1;
+                    return Ok(Region {
+                        backing: Backing::Packed(block),
+                        storage: Arc::clone(&self.inner),
+                    });
+                }
+            }
+            self.add_chunk()?;
+        }
+    }
+
+    /// Opens one more packed chunk: [`HUGE_CHUNK`] bytes aligned on their size and hinted
+    /// for a huge page where the arena has such a range free, [`SMALL_CHUNK`] otherwise.
+    /// The `mprotect` and `madvise` run outside the books' lock.
+    fn add_chunk(&self) -> Result<(), AllocError> {
+        let page = self.inner.page;
+        let base = self.inner.map.base_addr();
+        let (off, len) = {
+            let mut books = self.inner.books();
+            match books.free.take_aligned(HUGE_CHUNK + page, base, HUGE_CHUNK) {
+                Some(off) => (off, HUGE_CHUNK),
+                None => {
+                    let len = SMALL_CHUNK.max(page);
+                    let off = books.free.take(len + page).ok_or(AllocError::Exhausted {
+                        requested: len,
+                        largest_free: books.free.largest().saturating_sub(page),
+                    })?;
+                    (off, len)
+                }
+            }
+        };
+        let span = match self.inner.map.open(off, len) {
+            Ok(span) => span,
+            Err(OpenError::Sys(cause)) => {
+                self.inner.books().free.give(off, len + page);
+                return Err(AllocError::Protect { len, cause });
+            }
+            Err(bug) => panic!(
+                "buffet-memory free list handed out chunk [{off}, +{len}) which the arena refused: {bug:?}"
+            ),
+        };
+        let huge = len == HUGE_CHUNK && self.inner.map.hint_huge(off, len);
+        let mut books = self.inner.books();
+        books.chunks.insert(
+            off,
+            Chunk {
+                span,
+                used: 0,
+                huge,
+            },
+        );
+        books.packed.give(off, len);
+        Ok(())
+    }
+
     /// Reserved bytes, bytes and regions in use, free space.
     pub fn stats(&self) -> StorageStats {
         let books = self.inner.books();
@@ -265,6 +392,9 @@ impl MemoryStorage {
             free: books.free.total(),
             largest_free: books.free.largest().saturating_sub(self.inner.page),
             quarantined: books.quarantined,
+            packed_regions: books.packed_regions,
+            packed_chunks: books.chunks.len(),
+            huge_chunks: books.chunks.values().filter(|c| c.huge).count(),
         }
     }
 
@@ -309,32 +439,87 @@ impl Inner {
             Err(_) => books.quarantined += len + self.page,
         }
     }
+
+    /// Zeroes a packed region and returns it to its chunk; scrubs, seals and returns the
+    /// chunk to the arena when it empties and another chunk remains.
+    fn release_packed(&self, block: &mut PackedBlock) {
+        // Zeroed before the part is free again: no later tenant sees these bytes.
+        block.bytes_mut().fill(0);
+        let (off, len) = (block.off(), block.len());
+        let mut books = self.books();
+        books.packed.give(off, len);
+        books.in_use -= len;
+        books.regions -= 1;
+        books.packed_regions -= 1;
+        let many = books.chunks.len() > 1;
+        let (&chunk_off, chunk) = books
+            .chunks
+            .range_mut(..=off)
+            .next_back()
+            .expect("every packed part lies in a chunk");
+        chunk.used -= len;
+        if chunk.used > 0 || !many {
+            return;
+        }
+        // Chunks are separated by guard pages, so an empty chunk is one free part.
+        let chunk_len = chunk.span.len();
+        books.packed.remove(chunk_off, chunk_len);
+        let mut chunk = books.chunks.remove(&chunk_off).expect("found above");
+        drop(books);
+        let sealed = chunk.span.retire(self.scrub);
+        let mut books = self.books();
+        match sealed {
+            Ok(()) => books.free.give(chunk_off, chunk_len + self.page),
+            Err(_) => books.quarantined += chunk_len + self.page,
+        }
+    }
 }
 
 /// One allocated region: owns `[base, base + len)` of the arena, readable and writable.
 ///
-/// On drop its bytes are scrubbed to zero (`madvise(MADV_DONTNEED)`: the kernel maps fresh
-/// zero pages on next touch and takes the memory back; explicit zeroing if that call
-/// fails), the range is made `PROT_NONE` again, and it returns to the free list.
+/// A page region ([`MemoryStorage::alloc`]) is whole pages between guard pages; on drop its
+/// bytes are scrubbed to zero (`madvise(MADV_DONTNEED)`: the kernel maps fresh zero pages
+/// on next touch and takes the memory back; explicit zeroing if that call fails), the
+/// range is made `PROT_NONE` again, and it returns to the free list. A packed region
+/// ([`MemoryStorage::alloc_packed`]) is a cache-line-aligned part of a packed chunk; on
+/// drop it is zeroed and returned to the chunk.
 pub struct Region {
-    span: OpenSpan,
+    backing: Backing,
     storage: Arc<Inner>,
 }
 
+enum Backing {
+    Pages(OpenSpan),
+    Packed(PackedBlock),
+}
+
 impl Region {
-    /// First byte of the region (page-aligned).
+    /// First byte of the region: page-aligned, or for a packed region aligned on
+    /// [`PACKED_ALIGN`].
     pub fn base(&self) -> NonNull<u8> {
-        self.span.ptr()
+        match &self.backing {
+            Backing::Pages(span) => span.ptr(),
+            Backing::Packed(block) => block.ptr(),
+        }
     }
 
-    /// Length in bytes: a whole number of pages, never 0.
+    /// Length in bytes, never 0: whole pages, or for a packed region a multiple of
+    /// [`PACKED_ALIGN`].
     pub fn len(&self) -> usize {
-        self.span.len()
+        match &self.backing {
+            Backing::Pages(span) => span.len(),
+            Backing::Packed(block) => block.len(),
+        }
     }
 
-    /// Always `false`: a region has at least one page.
+    /// Always `false`: a region has at least one page or one cache line.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// Whether the region is packed among others in a chunk, with no guard pages.
+    pub fn is_packed(&self) -> bool {
+        matches!(self.backing, Backing::Packed(_))
     }
 
     /// Where the region lies.
@@ -347,28 +532,35 @@ impl Region {
 
     /// The region's bytes.
     pub fn bytes(&self) -> &[u8] {
-        self.span.bytes()
+        match &self.backing {
+            Backing::Pages(span) => span.bytes(),
+            Backing::Packed(block) => block.bytes(),
+        }
     }
 
     /// The region's bytes, mutably.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        self.span.bytes_mut()
+        match &mut self.backing {
+            Backing::Pages(span) => span.bytes_mut(),
+            Backing::Packed(block) => block.bytes_mut(),
+        }
     }
 
-    /// The span, for [`sys::StateCell`] (protection-key tags).
-    pub(crate) fn span(&self) -> &OpenSpan {
-        &self.span
-    }
-
-    /// For [`sys::StateCell`], which takes the region over for good.
-    pub(crate) fn span_mut(&mut self) -> &mut OpenSpan {
-        &mut self.span
+    /// The span of a page region, for [`sys::StateCell`] (protection-key tags).
+    pub(crate) fn span(&self) -> Option<&OpenSpan> {
+        match &self.backing {
+            Backing::Pages(span) => Some(span),
+            Backing::Packed(_) => None,
+        }
     }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
-        self.storage.release(&mut self.span);
+        match &mut self.backing {
+            Backing::Pages(span) => self.storage.release(span),
+            Backing::Packed(block) => self.storage.release_packed(block),
+        }
     }
 }
 
@@ -377,6 +569,7 @@ impl fmt::Debug for Region {
         f.debug_struct("Region")
             .field("base", &self.base())
             .field("len", &self.len())
+            .field("packed", &self.is_packed())
             .finish()
     }
 }
@@ -399,6 +592,24 @@ impl FreeList {
             self.insert(off + size, found - size);
         }
         Some(off)
+    }
+
+    /// Like [`take`](Self::take), but the block taken starts where `base + off` is a
+    /// multiple of `align` (a power of two): the smallest free block holding such a range;
+    /// what lies before and after it stays free.
+    fn take_aligned(&mut self, size: usize, base: usize, align: usize) -> Option<usize> {
+        let (found, off, at) = self.by_size.range((size, 0)..).find_map(|&(found, off)| {
+            let at = (base + off).next_multiple_of(align) - base;
+            (at + size <= off + found).then_some((found, off, at))
+        })?;
+        self.remove(off, found);
+        if at > off {
+            self.insert(off, at - off);
+        }
+        if off + found > at + size {
+            self.insert(at + size, off + found - at - size);
+        }
+        Some(at)
     }
 
     /// Returns `[off, off+size)`, merged with free neighbours.
@@ -700,6 +911,153 @@ mod tests {
         assert_eq!(f.take(101), None);
     }
 
+    /// The packed chunk a live packed region lies in, from the books.
+    fn chunk_of(s: &MemoryStorage, r: &Region) -> (usize, usize) {
+        let off = r.base().as_ptr() as usize - s.arena_base();
+        let books = s.inner.books();
+        let (&c, chunk) = books.chunks.range(..=off).next_back().unwrap();
+        (c, chunk.span.len())
+    }
+
+    #[test]
+    fn packed_regions_are_aligned_disjoint_and_zero_on_reuse() {
+        let s = storage(4096);
+        let page = s.page_size();
+        let mut rng = Rng(0x5EED_0002);
+        // Each live region with the byte it was filled with.
+        let mut live: Vec<(Region, u8)> = Vec::new();
+        let (mut packed, mut reused) = (0, 0);
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..6000u32 {
+            if !live.is_empty() && rng.below(5) < 2 {
+                let i = rng.below(live.len() as u64) as usize;
+                live.swap_remove(i);
+                continue;
+            }
+            let fill = (round % 250) as u8 + 1;
+            // Mostly packed states, sometimes a page region between them.
+            let r = if rng.below(8) == 0 {
+                s.alloc(1 + rng.below(2 * page as u64) as usize)
+            } else {
+                let bytes = 1 + rng.below(PACKED_MAX_BYTES as u64) as usize;
+                s.alloc_packed(bytes).inspect(|r| {
+                    assert!(r.is_packed());
+                    assert!(r.len() >= bytes && r.len() < bytes + PACKED_ALIGN);
+                })
+            };
+            let mut r = r.unwrap();
+            if r.is_packed() {
+                packed += 1;
+                let e = r.extent();
+                assert_eq!((e.base % PACKED_ALIGN, e.len % PACKED_ALIGN), (0, 0));
+                let (c, len) = chunk_of(&s, &r);
+                let off = e.base - s.arena_base();
+                assert!(
+                    off >= c && off + e.len <= c + len,
+                    "{e:?} outside its chunk"
+                );
+                if !seen.insert(e.base) {
+                    reused += 1;
+                }
+            }
+            assert!(
+                r.bytes().iter().all(|&b| b == 0),
+                "round {round}: a new region holds old bytes"
+            );
+            r.bytes_mut().fill(fill);
+            live.push((r, fill));
+        }
+        assert!(
+            packed > 3000 && reused > 500,
+            "{packed} packed, {reused} reused"
+        );
+        // No region wrote into another: each still holds only its own byte.
+        for (r, fill) in &live {
+            assert!(
+                r.bytes().iter().all(|b| b == fill),
+                "{:?} overwritten",
+                r.extent()
+            );
+        }
+        let mut ext: Vec<RegionExtent> = live.iter().map(|(r, _)| r.extent()).collect();
+        ext.sort_by_key(|e| e.base);
+        assert!(ext.windows(2).all(|w| w[0].end() <= w[1].base), "overlap");
+        let st = s.stats();
+        assert_eq!(st.regions, live.len());
+        assert_eq!(
+            st.packed_regions,
+            live.iter().filter(|(r, _)| r.is_packed()).count()
+        );
+        assert_eq!(st.in_use, live.iter().map(|(r, _)| r.len()).sum::<usize>());
+        drop(live);
+        let st = s.stats();
+        assert_eq!((st.in_use, st.regions, st.packed_regions), (0, 0, 0));
+        // One chunk stays open for the next packed region; the rest went back.
+        assert_eq!(st.packed_chunks, 1);
+    }
+
+    #[test]
+    fn a_packed_chunk_is_a_huge_page_where_the_arena_has_room_and_small_pages_otherwise() {
+        // 64 MiB: room for a 2 MiB chunk on a 2 MiB boundary.
+        let s = storage(16 << 10);
+        let r = s.alloc_packed(100).unwrap();
+        let (c, len) = chunk_of(&s, &r);
+        assert_eq!((len, (s.arena_base() + c) % HUGE_CHUNK), (HUGE_CHUNK, 0));
+        assert_eq!(
+            r.extent().base,
+            s.arena_base() + c,
+            "first fit at the chunk start"
+        );
+        assert_eq!(r.len(), 128);
+        let st = s.stats();
+        assert_eq!((st.packed_chunks, st.packed_regions), (1, 1));
+        // Whether the kernel took the hint depends on its THP setting.
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|t| !t.contains("[never]"));
+        if thp {
+            assert_eq!(st.huge_chunks, 1);
+        }
+        // 256 KiB: no 2 MiB boundary with room, so a small chunk.
+        let s = storage(64);
+        let r = s.alloc_packed(1).unwrap();
+        assert_eq!(chunk_of(&s, &r).1, SMALL_CHUNK);
+        assert_eq!(r.len(), PACKED_ALIGN);
+        assert_eq!(s.stats().huge_chunks, 0);
+    }
+
+    #[test]
+    fn packed_chunks_fill_densely_and_empty_ones_go_back() {
+        let s = storage(64);
+        let page = s.page_size();
+        let per_chunk = SMALL_CHUNK / PACKED_ALIGN;
+        let regions: Vec<Region> = (0..per_chunk + 1)
+            .map(|_| s.alloc_packed(PACKED_ALIGN).unwrap())
+            .collect();
+        // The first chunk holds exactly `per_chunk` states, back to back.
+        let mut bases: Vec<usize> = regions[..per_chunk]
+            .iter()
+            .map(|r| r.extent().base)
+            .collect();
+        bases.sort_unstable();
+        assert!(bases.windows(2).all(|w| w[1] - w[0] == PACKED_ALIGN));
+        assert_eq!(s.stats().packed_chunks, 2);
+        drop(regions);
+        let st = s.stats();
+        assert_eq!((st.packed_chunks, st.in_use), (1, 0));
+        // All free but the leading guard and the chunk kept open (with its guard page).
+        assert_eq!(st.free, st.reserved - page - (SMALL_CHUNK + page));
+    }
+
+    #[test]
+    fn large_packed_requests_get_a_page_region() {
+        let s = storage(64);
+        let r = s.alloc_packed(PACKED_MAX_BYTES + 1).unwrap();
+        assert!(!r.is_packed());
+        assert_eq!(r.len() % s.page_size(), 0);
+        assert_eq!(s.stats().packed_chunks, 0);
+        assert!(s.alloc_packed(PACKED_MAX_BYTES).unwrap().is_packed());
+    }
+
     const CHILD_ENV: &str = "BUFFET_MEMORY_FAULT_CHILD";
 
     /// Runs `fault_child` in a fresh copy of this test binary with `mode`; returns how it ended.
@@ -733,11 +1091,13 @@ mod tests {
         let page = s.page_size();
         let first = s.alloc(2 * page).unwrap();
         let mut second = s.alloc(page).unwrap();
+        let mut packed = s.alloc_packed(64).unwrap();
         let released = s.alloc(page).unwrap();
         let released_off = released.base().as_ptr() as usize - s.arena_base();
         drop(released);
         let first_off = first.base().as_ptr() as usize - s.arena_base();
         let second_off = second.base().as_ptr() as usize - s.arena_base();
+        let (chunk_off, chunk_len) = chunk_of(&s, &packed);
         println!("child: touching {mode}");
         match mode.as_str() {
             // Control: the last byte of a region is writable.
@@ -746,6 +1106,10 @@ mod tests {
             "after-first" => s.mapping().poke(first_off + first.len()),
             "before-second" => s.mapping().poke(second_off - 1),
             "released" => s.mapping().poke(released_off),
+            // Control: a packed region is writable.
+            "packed" => packed.bytes_mut()[63] = 1,
+            "before-chunk" => s.mapping().poke(chunk_off - 1),
+            "after-chunk" => s.mapping().poke(chunk_off + chunk_len),
             other => panic!("unknown mode {other}"),
         }
         println!("child: survived {mode}");
@@ -757,9 +1121,18 @@ mod tests {
         if std::env::var_os(CHILD_ENV).is_some() {
             return;
         }
-        let ok = run_child("inside");
-        assert!(ok.success(), "writing inside a region must work: {ok:?}");
-        for mode in ["before-first", "after-first", "before-second", "released"] {
+        for mode in ["inside", "packed"] {
+            let ok = run_child(mode);
+            assert!(ok.success(), "writing {mode} must work: {ok:?}");
+        }
+        for mode in [
+            "before-first",
+            "after-first",
+            "before-second",
+            "released",
+            "before-chunk",
+            "after-chunk",
+        ] {
             let st = run_child(mode);
             assert_eq!(
                 st.signal(),

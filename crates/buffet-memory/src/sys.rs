@@ -9,9 +9,12 @@
 //!   allocator in `storage.rs` does.
 //! * [`OpenSpan`]: exclusive ownership of one claimed, readable and writable range.
 //!   [`OpenSpan::retire`] scrubs it to zero, makes it `PROT_NONE` and drops the claim.
+//! * [`PackedBlock`]: exclusive ownership of a cache-line-aligned part of an open span (a
+//!   packed chunk); the storage's packed free list hands each part to one block at a time
+//!   and keeps the chunk open while any of its blocks lives.
 //! * [`StateCell`]: a value of type `S` placed at the start of a [`Region`], behind a
 //!   one-word spin lock; the lock's guard is the only way to reach the value (and the
-//!   region's bytes past it, [`CellGuard::split`]).
+//!   region's untyped bytes, past it or in a region of their own, [`CellGuard::split`]).
 //! * Intel MPK: `pkey_alloc` / `pkey_mprotect` by raw syscall, `RDPKRU` / `WRPKRU` by
 //!   inline assembly, and [`RegionTag`], the capability to move one live region to another
 //!   protection key. The key cache built on them is `mpk.rs`.
@@ -255,6 +258,18 @@ impl Mapping {
         }
     }
 
+    /// `madvise(MADV_HUGEPAGE)` a range of this reservation: asks the kernel to back it
+    /// with transparent huge pages. A hint: `false` (THP off or unsupported) leaves it on
+    /// ordinary pages, which work the same.
+    pub(crate) fn hint_huge(&self, off: usize, len: usize) -> bool {
+        debug_assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: the range lies inside this private anonymous reservation. MADV_HUGEPAGE
+        // only changes how the kernel may back the range later; it neither moves, frees nor
+        // changes the contents of any page, so no reference into it is affected.
+        let rc = unsafe { libc::madvise(self.at(off).cast(), len, libc::MADV_HUGEPAGE) };
+        rc == 0
+    }
+
     /// Test only: writes one byte `off` bytes into the reservation, whatever its
     /// protection — used to prove that guard pages fault.
     #[cfg(test)]
@@ -401,6 +416,72 @@ impl Drop for OpenSpan {
     }
 }
 
+/// Exclusive ownership of `[off, off+len)` of a [`Mapping`]: a cache-line-aligned part
+/// of an open packed chunk (an [`OpenSpan`] the storage keeps open while any block of it
+/// lives). Unlike a span, a block has no claim of its own and no guard pages: the
+/// storage's packed free list hands each part of a chunk to one block at a time.
+pub(crate) struct PackedBlock {
+    map: Arc<Mapping>,
+    off: usize,
+    len: usize,
+}
+
+impl PackedBlock {
+    /// The block `[off, off+len)` of `chunk`. Panics unless the range lies inside the
+    /// chunk; the caller (the storage's packed free list) guarantees that no other live
+    /// block overlaps it.
+    pub(crate) fn new(chunk: &OpenSpan, off: usize, len: usize) -> PackedBlock {
+        assert!(
+            chunk.live
+                && len > 0
+                && off >= chunk.off
+                && off
+                    .checked_add(len)
+                    .is_some_and(|e| e <= chunk.off + chunk.len),
+            "packed block [{off}, +{len}) outside its chunk [{}, +{})",
+            chunk.off,
+            chunk.len
+        );
+        PackedBlock {
+            map: Arc::clone(&chunk.map),
+            off,
+            len,
+        }
+    }
+
+    /// Offset of the block in the reservation.
+    pub(crate) fn off(&self) -> usize {
+        self.off
+    }
+
+    /// Length of the block in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// First byte of the block.
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        NonNull::new(self.map.at(self.off)).expect("mapping base is non-null")
+    }
+
+    /// The block's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: the block lies inside an open (readable, writable) chunk, checked in
+        // `new`, which the storage keeps open while this block lives; the packed free list
+        // gives the range to this block alone, so no other reference to it exists outside
+        // this block's borrows. The bytes are initialised (zero pages from the kernel,
+        // zeros written at the previous release, or bytes written through this block), and
+        // `self.map` keeps the mapping alive.
+        unsafe { std::slice::from_raw_parts(self.map.at(self.off), self.len) }
+    }
+
+    /// The block's bytes, mutably.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; `&mut self` makes this the only reference to the range.
+        unsafe { std::slice::from_raw_parts_mut(self.map.at(self.off), self.len) }
+    }
+}
+
 /// Why a value could not be placed in a region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PlaceError {
@@ -408,10 +489,13 @@ pub(crate) enum PlaceError {
     Misaligned { align: usize },
 }
 
-/// A value of type `S` living at the start of a [`Region`], behind a spin lock.
+/// A value of type `S` living at the start of a [`Region`], behind a spin lock, with the
+/// tenant's untyped bytes either after it in the same region or in a `tail` region of
+/// their own.
 ///
-/// The region is private to the cell: nothing can read or write its bytes except through
-/// a [`CellGuard`], and the cell drops `S` in place before the region is released.
+/// The regions are private to the cell: nothing can read or write their bytes except
+/// through a [`CellGuard`], and the cell drops `S` in place before the regions are
+/// released.
 ///
 /// `repr(C)`: the pointer and the lock, which every locked access reads and writes, come
 /// first (see `TenantEntry`'s layout).
@@ -420,11 +504,13 @@ pub(crate) struct StateCell<S> {
     ptr: NonNull<S>,
     locked: AtomicBool,
     region: Region,
+    /// The untyped bytes, when they do not follow the state in `region`.
+    tail: Option<Region>,
     _owns: PhantomData<S>,
 }
 
 // SAFETY: the cell owns its `S` (like a Box), so sending the cell sends the `S`: requires
-// `S: Send`. The region is `Send` on its own.
+// `S: Send`. The regions are `Send` on their own.
 unsafe impl<S: Send> Send for StateCell<S> {}
 // SAFETY: `&StateCell` hands out access to `S` only through the lock, one holder at a
 // time (Acquire/Release on `locked`), exactly like `Mutex<S>`: requires `S: Send` only.
@@ -435,24 +521,29 @@ unsafe impl<S: Send> Sync for StateCell<S> {}
 pub(crate) const CELL_HOT_BYTES: usize = mem::offset_of!(StateCell<u64>, locked) + 1;
 
 impl<S> StateCell<S> {
-    /// Moves `state` to the start of `region`. Fails (dropping both) if `S` is larger
-    /// than the region or needs more alignment than its base has.
-    pub(crate) fn place(mut region: Region, state: S) -> Result<Self, PlaceError> {
-        let span = region.span_mut();
-        if mem::size_of::<S>() > span.len() {
+    /// Moves `state` to the start of `region`. The untyped bytes ([`CellGuard::split`])
+    /// are `tail`'s, or without one `region`'s past the state. Fails (dropping all) if `S`
+    /// is larger than the region or needs more alignment than its base has.
+    pub(crate) fn place(
+        region: Region,
+        tail: Option<Region>,
+        state: S,
+    ) -> Result<Self, PlaceError> {
+        if mem::size_of::<S>() > region.len() {
             return Err(PlaceError::TooLarge {
                 size: mem::size_of::<S>(),
-                region: span.len(),
+                region: region.len(),
             });
         }
-        let ptr = span.ptr().cast::<S>();
+        let ptr = region.base().cast::<S>();
         if !ptr.as_ptr().is_aligned() {
             return Err(PlaceError::Misaligned {
                 align: mem::align_of::<S>(),
             });
         }
-        // SAFETY: `span` is an open (RW), exclusively claimed range of at least
-        // size_of::<S>() bytes and `ptr` is its base, aligned for `S` (both checked
+        // SAFETY: `region` is readable, writable and exclusively owned (an open, claimed
+        // span, or a packed block its free list gave to it alone), of at least
+        // size_of::<S>() bytes, and `ptr` is its base, aligned for `S` (both checked
         // above). The region moves into the cell below and is reachable from nowhere
         // else, so this value is only ever accessed through the cell.
         unsafe { ptr.as_ptr().write(state) };
@@ -460,18 +551,23 @@ impl<S> StateCell<S> {
             ptr,
             locked: AtomicBool::new(false),
             region,
+            tail,
             _owns: PhantomData,
         })
     }
 
-    /// Bytes of the region holding the state.
+    /// Bytes of the regions holding the state and its untyped bytes.
     pub(crate) fn region_len(&self) -> usize {
-        self.region.len()
+        self.region.len() + self.tail.as_ref().map_or(0, Region::len)
     }
 
-    /// The capability to retag the region with another protection key.
-    pub(crate) fn tag(&self) -> RegionTag {
-        self.region.span().tag()
+    /// The capability to retag the region with another protection key; `None` for a
+    /// packed region or one with a separate tail (never in an MPK domain).
+    pub(crate) fn tag(&self) -> Option<RegionTag> {
+        match self.tail {
+            Some(_) => None,
+            None => self.region.span().map(OpenSpan::tag),
+        }
     }
 
     /// Takes the lock if it is free.
@@ -544,24 +640,33 @@ pub const fn tail_offset<S>() -> usize {
 pub(crate) const TAIL_ALIGN: usize = 64;
 
 impl<S> CellGuard<'_, S> {
-    /// The state and the region's bytes past it (`tail_offset::<S>()..region_len`, empty
-    /// when the state fills the region), both exclusive for as long as the borrow lasts.
+    /// The state and its untyped bytes — the tail region's, or the region's past the
+    /// state (`tail_offset::<S>()..region_len`, empty when the state fills the region) —
+    /// both exclusive for as long as the borrow lasts.
     pub(crate) fn split(&mut self) -> (&mut S, &mut [u8]) {
-        let region_len = self.cell.region_len();
-        let off = tail_offset::<S>().min(region_len);
-        let base = self.cell.ptr.as_ptr().cast::<u8>();
+        let (tail, tail_len) = match &self.cell.tail {
+            Some(t) => (t.base().as_ptr(), t.len()),
+            None => {
+                let region_len = self.cell.region.len();
+                let off = tail_offset::<S>().min(region_len);
+                // `base` is the region's first byte (the state is placed at the region
+                // base, with the mapping's provenance); `off` stays inside the region.
+                let base = self.cell.ptr.as_ptr().cast::<u8>();
+                (base.wrapping_add(off), region_len - off)
+            }
+        };
         // SAFETY: the lock is held by this guard and `&mut self` makes these the only
-        // references derived from it. The state occupies [0, size_of::<S>()) of the region
-        // and the tail starts at or after that (`off` >= size_of::<S>(), or the region's end),
-        // so the two never overlap. `base` is the region's first byte (the state is placed
-        // at the region base, with the mapping's provenance), `off + (region_len - off)` stays
-        // inside the region, which is readable, writable and initialised (zero pages from the
-        // kernel or bytes written through earlier guards), and lives as long as the cell the
+        // references derived from it. The state occupies [0, size_of::<S>()) of its region.
+        // The untyped bytes are either the whole tail region — a different region, owned
+        // by the cell and reached only through its guards — or the state's region from
+        // `off` (>= size_of::<S>(), or the region's end) to its end; either way they never
+        // overlap the state, are readable, writable and initialised (zero pages from the
+        // kernel or bytes written through earlier guards), and live as long as the cell the
         // guard borrows.
         unsafe {
             (
                 &mut *self.cell.ptr.as_ptr(),
-                std::slice::from_raw_parts_mut(base.add(off), region_len - off),
+                std::slice::from_raw_parts_mut(tail, tail_len),
             )
         }
     }

@@ -21,7 +21,7 @@ use buffet_sdk::{RegistryError, TenantId, TenantRegistry, TenantSlot};
 
 use crate::domain::{Domain, RegionExtent};
 use crate::mpk::{Entered, Mpk, VKeyShared};
-use crate::storage::{AllocError, MemoryStorage};
+use crate::storage::{AllocError, MemoryStorage, Region, PACKED_ALIGN, PACKED_MAX_BYTES};
 use crate::sys::{CellGuard, PlaceError, StateCell, SysError};
 
 /// Why the Memory Manager did not admit (or re-initialise) a tenant. Whatever the
@@ -84,6 +84,7 @@ pub struct TenantEntry<S> {
     cell: StateCell<S>,
     domain: Domain,
     extent: RegionExtent,
+    tail: Option<RegionExtent>,
 }
 
 // The fields a worker touches per group (id, isolation key, state pointer and lock) share
@@ -114,14 +115,21 @@ impl<S: Send> TenantEntry<S> {
         self.slot
     }
 
-    /// Bytes of its region (whole pages).
+    /// Bytes of its regions: the state's and, when they are apart, its untyped bytes'.
     pub fn region_len(&self) -> usize {
         self.cell.region_len()
     }
 
-    /// Where its region lies.
+    /// Where the region holding its state lies (the state at its base).
     pub fn extent(&self) -> RegionExtent {
         self.extent
+    }
+
+    /// Where its untyped bytes ([`StateGuard::split`]) lie when they have a page region of
+    /// their own, apart from a packed state; `None` when they follow the state in its
+    /// region, or it has none.
+    pub fn tail_extent(&self) -> Option<RegionExtent> {
+        self.tail
     }
 
     /// Its isolation domain.
@@ -463,9 +471,10 @@ impl<S: Send + 'static> TenantTable<S> {
             }
             .into());
         }
-        let region = self.storage.alloc(bytes).map_err(MemoryError::from)?;
+        let (region, tail) = self.regions(bytes)?;
         let extent = region.extent();
-        let state = StateCell::place(region, state).map_err(|e| match e {
+        let tail_extent = tail.as_ref().map(Region::extent);
+        let state = StateCell::place(region, tail, state).map_err(|e| match e {
             // Both checked above; kept as errors rather than panics all the same.
             PlaceError::TooLarge { size, region } => MemoryError::StateTooLarge {
                 state_bytes: size,
@@ -477,7 +486,12 @@ impl<S: Send + 'static> TenantTable<S> {
             },
         })?;
         let vkey = match self.mpk {
-            Some(mpk) => Some((mpk, mpk.register(state.tag()).map_err(MemoryError::Tag)?)),
+            Some(mpk) => {
+                let tag = state
+                    .tag()
+                    .expect("an MPK table keeps each state and its bytes in one page region");
+                Some((mpk, mpk.register(tag).map_err(MemoryError::Tag)?))
+            }
             None => None,
         };
         let entry = Arc::new(TenantEntry {
@@ -485,6 +499,7 @@ impl<S: Send + 'static> TenantTable<S> {
             slot,
             domain: self.domain(),
             extent,
+            tail: tail_extent,
             vkey,
             cell: state,
         });
@@ -494,6 +509,29 @@ impl<S: Send + 'static> TenantTable<S> {
             init(state, tail).map_err(AdmitWithError::Init)?;
         }
         Ok(entry)
+    }
+
+    /// Where a state of type `S` with `bytes` in all goes. The layout follows the isolation
+    /// level: outside MPK the type system keeps tenants apart, so a small state is packed
+    /// beside its neighbours ([`MemoryStorage::alloc_packed`]) and the untyped bytes past
+    /// it, if any (C and eBPF NFs keep their state there), get a page region of their own
+    /// between guard pages. In the MPK domain a protection key tags whole pages, so the
+    /// state and its bytes share one page region, as do states too large or too aligned
+    /// to pack.
+    fn regions(&self, bytes: usize) -> Result<(Region, Option<Region>), MemoryError> {
+        let state = mem::size_of::<S>();
+        let packable =
+            self.mpk.is_none() && mem::align_of::<S>() <= PACKED_ALIGN && state <= PACKED_MAX_BYTES;
+        if !packable {
+            return Ok((self.storage.alloc(bytes)?, None));
+        }
+        // The tail first: if the state's part then fails, the page region goes back
+        // whole, and a failed admission leaves the storage as it was.
+        let tail = match bytes.saturating_sub(crate::sys::tail_offset::<S>()) {
+            0 => None,
+            tail => Some(self.storage.alloc(tail)?),
+        };
+        Ok((self.storage.alloc_packed(state)?, tail))
     }
 
     /// Removes the tenant at `slot` like [`remove`](Self::remove), but keeps the slot from

@@ -66,15 +66,25 @@ fn state_lives_in_its_region() {
     let got = table.get(TenantSlot(3));
     let entry = got.entry().unwrap();
     assert_eq!((entry.id(), entry.slot()), (TenantId(9), TenantSlot(3)));
-    assert_eq!(entry.region_len(), 3 * page);
+    // Outside MPK: the 512-byte state packed, the bytes past it (3 pages less 512 bytes,
+    // rounded up to pages) in a page region of their own.
+    assert_eq!(entry.extent().len, 512);
+    assert_eq!(entry.tail_extent().map(|t| t.len), Some(3 * page));
+    assert_eq!(entry.region_len(), 512 + 3 * page);
     assert_eq!(entry.domain(), Domain::None);
-    let guard = entry.lock();
+    let mut guard = entry.lock();
     let addr = &*guard as *const [u64; 64] as usize;
     assert_eq!(addr, entry.extent().base, "state sits at the region's base");
     assert!(entry.extent().contains(addr + 64 * 8 - 1));
     assert_eq!(guard[63], 7);
+    let (_, tail) = guard.split();
+    assert_eq!(tail.as_ptr() as usize, entry.tail_extent().unwrap().base);
+    assert_eq!(tail.len(), 3 * page);
+    assert!(tail.iter().all(|&b| b == 0));
+    drop(guard);
     let st = table.storage().stats();
-    assert_eq!((st.regions, st.in_use), (1, 3 * page));
+    assert_eq!((st.regions, st.in_use), (2, 512 + 3 * page));
+    assert_eq!((st.packed_regions, st.packed_chunks), (1, 1));
 }
 
 #[test]
@@ -181,11 +191,12 @@ fn state_that_does_not_fit_is_rejected_and_changes_nothing() {
     );
     check_unchanged(&table);
 
-    // Fits an empty arena, but not what is left of this one.
+    // Fits an empty arena, but not what is left of this one: the bytes past the (packed)
+    // state need one byte more than the largest free range.
     let e = table.admit(
         TenantSlot(1),
         TenantId(2),
-        before.largest_free + 1,
+        region_tail_offset::<Tracked>() + before.largest_free + 1,
         Tracked::new(&drops),
     );
     assert!(
@@ -274,13 +285,21 @@ fn released_tenant_memory_is_zero_for_the_next_tenant() {
     let table = TenantTable::new(storage(16), 4);
     let page = table.storage().page_size();
     table
-        .admit(TenantSlot(0), TenantId(1), page, [0xABu8; 512])
+        .admit(TenantSlot(0), TenantId(1), 512 + page, [0xABu8; 512])
         .unwrap();
-    let base = table.get(TenantSlot(0)).entry().unwrap().extent().base;
+    let entry = table.get_arc(TenantSlot(0)).unwrap();
+    let (base, tail) = (entry.extent().base, entry.tail_extent().unwrap().base);
+    entry.lock().split().1.fill(0xCD);
+    drop(entry);
     drop(table.remove(TenantSlot(0)));
-    // The next tenant lands in the same range; its bytes beyond its own state are zero.
+    // The next tenant lands in the same ranges; its bytes are zero: the packed state's
+    // and the page region's past it.
+    let mut packed = table.storage().alloc_packed(512).unwrap();
+    assert_eq!(packed.extent().base, base);
+    assert!(packed.bytes().iter().all(|&b| b == 0));
+    packed.bytes_mut()[0] = 1;
     let mut region = table.storage().alloc(page).unwrap();
-    assert_eq!(region.extent().base, base);
+    assert_eq!(region.extent().base, tail);
     assert!(region.bytes().iter().all(|&b| b == 0));
     region.bytes_mut()[0] = 1;
 }
@@ -494,7 +513,14 @@ fn admission_and_removal_under_traffic_lose_nothing() {
     let still = table.len() - HOT as usize;
     assert_eq!(churn_drops.load(Ordering::SeqCst), created - still);
     let storage = table.storage().clone();
-    assert_eq!(storage.stats().regions, table.len());
+    let tails = table
+        .ids()
+        .iter()
+        .filter(|(slot, _)| table.get_arc(*slot).unwrap().tail_extent().is_some())
+        .count();
+    let stats = storage.stats();
+    assert_eq!(stats.packed_regions, table.len());
+    assert_eq!(stats.regions, table.len() + tails);
     drop(table);
     assert_eq!(churn_drops.load(Ordering::SeqCst), created);
     assert_eq!(hot_drops.load(Ordering::SeqCst), HOT as usize);

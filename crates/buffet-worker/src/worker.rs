@@ -899,13 +899,16 @@ fn run_each<N: NetworkFunction>(
             ts_ns: m.ts_ns,
             tenant: id,
         };
-        let parsed = match m.layout {
+        let mut parsed = match m.layout {
             Some(layout) => Packet::from_layout(m.buffer_mut(), len, meta, layout),
             None => Packet::parse_with_capacity(m.buffer_mut(), len, meta),
         };
-        let (v, new_len) = match parsed {
-            Ok(mut pkt) => {
-                let v = nf.handle(&mut pkt, state);
+        // The packet is handled where the parse wrote it: moving it out of the `Result`
+        // first copied it with wide loads from bytes just written by narrower stores, a
+        // store-forwarding stall per packet.
+        let (v, new_len) = match &mut parsed {
+            Ok(pkt) => {
+                let v = nf.handle(pkt, state);
                 (v, pkt.len())
             }
             Err(_) => {
