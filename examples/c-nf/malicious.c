@@ -2,9 +2,10 @@
  * malicious.c — a C NF that misbehaves on purpose for the tenants whose policy says so,
  * to prove fault containment. Every tenant counts packets and bytes (like portblock.c);
  * an attacking tenant, once it has seen `attack_after` packets, reaches out of its own
- * region. Tenant regions are laid out one after another in the arena, each followed by one
- * guard page and each starting with Buffet's 64-byte header, so the next tenant's C state
- * begins at (char *)state + len + PAGE + 64.
+ * region. Under MPK tenant regions are laid out one after another in the arena, each
+ * followed by one guard page and each starting with Buffet's 64-byte header, so the next
+ * tenant's C state begins at (char *)state + len + PAGE + 64. (Without MPK the C states
+ * have no header in front, so the same address is 64 bytes into the next one.)
  *
  * Policy: { "attack": "read-write", "attack_after": 100, "canary": 7 }
  *   attack = "none" (default)  behave;

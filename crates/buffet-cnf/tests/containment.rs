@@ -198,8 +198,24 @@ fn without_mpk_the_same_attack_corrupts_the_neighbour() {
     assert!(rig.nf.faults().is_empty());
     let regions = rig.regions();
     assert!(regions[2] != control[2], "the neighbour was overwritten");
+    // The attacker aims past a guard page and a 64-byte header, the MPK domain's layout;
+    // outside it the C states are page regions with no header in front, one after the
+    // other, so the write lands 64 bytes into the neighbour's.
+    let (own, next) = (
+        rig.table
+            .get_arc(TenantSlot(1))
+            .unwrap()
+            .tail_extent()
+            .unwrap(),
+        rig.table
+            .get_arc(TenantSlot(2))
+            .unwrap()
+            .tail_extent()
+            .unwrap(),
+    );
+    assert_eq!(next.base, own.end() + rig.table.storage().page_size());
     assert_eq!(
-        u64::from_ne_bytes(regions[2][..8].try_into().unwrap()),
+        u64::from_ne_bytes(regions[2][64..72].try_into().unwrap()),
         0xdeadbeef
     );
 }

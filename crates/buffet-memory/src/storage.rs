@@ -595,12 +595,14 @@ impl FreeList {
     }
 
     /// Like [`take`](Self::take), but the block taken starts where `base + off` is a
-    /// multiple of `align` (a power of two): the smallest free block holding such a range;
-    /// what lies before and after it stays free.
+    /// multiple of `align` (a power of two): from the smallest free block holding such a
+    /// range, the highest one, so that page regions, taken from the low end, stay side
+    /// by side; what lies before and after it stays free.
     fn take_aligned(&mut self, size: usize, base: usize, align: usize) -> Option<usize> {
+        debug_assert!(align.is_power_of_two());
         let (found, off, at) = self.by_size.range((size, 0)..).find_map(|&(found, off)| {
-            let at = (base + off).next_multiple_of(align) - base;
-            (at + size <= off + found).then_some((found, off, at))
+            let at = ((base + off + found - size) & !(align - 1)).checked_sub(base)?;
+            (at >= off).then_some((found, off, at))
         })?;
         self.remove(off, found);
         if at > off {

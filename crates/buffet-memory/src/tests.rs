@@ -298,10 +298,20 @@ fn released_tenant_memory_is_zero_for_the_next_tenant() {
     assert_eq!(packed.extent().base, base);
     assert!(packed.bytes().iter().all(|&b| b == 0));
     packed.bytes_mut()[0] = 1;
-    let mut region = table.storage().alloc(page).unwrap();
-    assert_eq!(region.extent().base, tail);
-    assert!(region.bytes().iter().all(|&b| b == 0));
-    region.bytes_mut()[0] = 1;
+    // Best fit may first hand out a smaller free range (beside the packed chunk); every
+    // region on the way is zero too, until the old range comes back.
+    let mut taken = Vec::new();
+    loop {
+        let mut region = table.storage().alloc(page).unwrap();
+        assert!(region.bytes().iter().all(|&b| b == 0));
+        region.bytes_mut()[0] = 1;
+        let base = region.extent().base;
+        taken.push(region);
+        if base == tail {
+            break;
+        }
+        assert!(taken.len() < 1024, "the freed range never came back");
+    }
 }
 
 #[test]
