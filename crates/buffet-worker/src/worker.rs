@@ -646,7 +646,13 @@ impl<N: NetworkFunction> Worker<N> {
                                 prefetch_group_headers(burst, next);
                             }
                         }
-                        let done = if N::PER_PACKET && chunk.len() < PER_PACKET_BELOW {
+                        // An NF with the default `handle_group` runs each packet as soon as it is
+                        // parsed, handled where the parse wrote it: nothing is staged. (Staging
+                        // a chunk copied each parsed packet with wide loads from bytes just
+                        // written by narrower stores, a store-forwarding stall per packet;
+                        // multitenancy with one tenant went from 0.91 to 1.04 of the
+                        // single-tenant NF without it, docs/results/notes.md.)
+                        let done = if N::PER_PACKET {
                             run_each(nf, &mut state, id, burst, chunk, &mut tally)
                         } else {
                             run_chunk(nf, &mut state, id, burst, chunk, &mut tally)
@@ -738,15 +744,6 @@ impl<N: NetworkFunction> Worker<N> {
 /// `multitenancy` 9 % slower at 64 tenants, about as fast at 1,024, 1.8x faster at
 /// 10,000 with them).
 const FAR_TENANTS: usize = 2048;
-
-/// Chunks shorter than this run packet by packet for an NF whose `handle_group` is the
-/// default ([`NetworkFunction::PER_PACKET`]); longer ones are staged and handed to
-/// `handle_group` whole. Measured on the multitenancy bench (Monitor, docs/RESULTS.md):
-/// every chunk packet by packet saved 9 % of the instructions at one tenant but was 2 %
-/// slower there (parsing a whole chunk first overlaps its header loads); with this bound
-/// one and eight tenants are unchanged and 64 and 1,024 tenants gain 5-13 %, where most
-/// groups are a few packets.
-const PER_PACKET_BELOW: usize = 16;
 
 /// How many groups ahead of the running one the worker starts loading the per-tenant
 /// rows (entry cache row, counter row, quarantine flag).
