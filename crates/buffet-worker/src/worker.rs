@@ -147,6 +147,8 @@ pub struct Worker<N: NetworkFunction> {
     members: Vec<u32>,
     /// Packets taken in by [`enqueue`](Self::enqueue) so far.
     taken: u64,
+    /// Which bursts [`process`](Self::process) times its small groups in.
+    sampler: CycleSampler,
 }
 
 impl<N: NetworkFunction> WorkerThread<N> {
@@ -293,6 +295,7 @@ impl<N: NetworkFunction> Worker<N> {
             stage: Vec::new(),
             members: Vec::new(),
             taken: 0,
+            sampler: CycleSampler::new(u64::from(id.0)),
         }
     }
 
@@ -374,7 +377,10 @@ impl<N: NetworkFunction> Worker<N> {
         for g in 0..ahead.min(HEADERS_AHEAD) {
             prefetch_group_headers(burst, groups.group(g).1);
         }
-        let mut t = t0;
+        // The end of the last timed group (the burst's start before the first group):
+        // `None` after a group that was not timed.
+        let mut last = Some(t0);
+        let sampled = self.sampler.burst();
         for g in 0..n {
             if far {
                 if let Some(&next) = groups.active.get(g + ROWS_AHEAD) {
@@ -389,14 +395,26 @@ impl<N: NetworkFunction> Worker<N> {
             }
             let (tenant, members) = groups.group(g);
             let entry = cache.lookup(&self.shared.table, tenant);
+            let scale = CycleSampler::scale(members.len(), sampled);
+            let start = (scale > 0).then(|| last.unwrap_or_else(sys::cycles));
             // Below FAR_TENANTS the grouping pass loaded every header already.
-            t = self.run_group(TenantSlot(tenant), entry, burst, members, t, far);
+            let tally = self.run_group(TenantSlot(tenant), entry, burst, members, far);
+            let cycles = start.map_or(0, |s| {
+                let t1 = sys::cycles();
+                last = Some(t1);
+                t1.wrapping_sub(s).saturating_mul(scale)
+            });
+            if start.is_none() {
+                last = None;
+            }
+            self.publish(tenant, &tally, cycles);
         }
         self.groups = groups;
         self.cache = cache;
+        let end = last.unwrap_or_else(sys::cycles);
         bump(&self.counters.packets, burst.len() as u64);
         bump(&self.counters.bursts, 1);
-        bump(&self.counters.busy_cycles, t.wrapping_sub(t0));
+        bump(&self.counters.busy_cycles, end.wrapping_sub(t0));
     }
 
     /// Adds `burst` to the tenants' Packet Buffers and serves the buffers that are ready
@@ -555,15 +573,18 @@ impl<N: NetworkFunction> Worker<N> {
                 stage.iter().for_each(|m| sys::prefetch_headers(m.data()));
                 let entry = cache.lookup(&self.shared.table, tenant);
                 let w0 = self.clock.work(t);
-                // Every staged header is loading already (above).
-                t = self.run_group(
+                // Every staged header is loading already (above). The DRR charges each
+                // group what it took, so every group here is timed.
+                let tally = self.run_group(
                     TenantSlot(tenant),
                     entry,
                     &mut stage,
                     &self.members[..n],
-                    t,
                     false,
                 );
+                let t1 = sys::cycles();
+                self.publish(tenant, &tally, t1.wrapping_sub(t));
+                t = t1;
                 let cost = i64::try_from(self.clock.work(t).wrapping_sub(w0)).unwrap_or(i64::MAX);
                 let d = bufs.deficit(tenant);
                 *d = d.saturating_sub(cost);
@@ -607,8 +628,16 @@ impl<N: NetworkFunction> Worker<N> {
             .is_none_or(|q| q.load(Ordering::Relaxed))
     }
 
-    /// Runs the packets `members` (indices into `burst`) of one tenant; `t0` is the
-    /// cycle count when the group started, the return value when it ended.
+    /// Adds one group's tally and the cycles charged to it to `tenant`'s counter row.
+    #[inline]
+    fn publish(&self, tenant: u32, tally: &GroupTally, cycles: u64) {
+        if let Some(row) = self.counters.tenants.get(tenant as usize) {
+            row.publish(tally, cycles);
+        }
+    }
+
+    /// Runs the packets `members` (indices into `burst`) of one tenant and returns what
+    /// they came to (the caller publishes it with the group's cycles).
     /// `next_chunks`: load each next chunk's headers while a chunk runs (false when the
     /// caller already started loading every member's headers).
     fn run_group(
@@ -617,9 +646,8 @@ impl<N: NetworkFunction> Worker<N> {
         entry: Option<&TenantEntry<N::State>>,
         burst: &mut [PacketBuf],
         members: &[u32],
-        t0: u64,
         next_chunks: bool,
-    ) -> u64 {
+    ) -> GroupTally {
         let idx = tenant.0 as usize;
         let mut tally = GroupTally::default();
         let quarantined = self
@@ -646,12 +674,12 @@ impl<N: NetworkFunction> Worker<N> {
                                 prefetch_group_headers(burst, next);
                             }
                         }
-                        // An NF with the default `handle_group` runs each packet as soon as it is
-                        // parsed, handled where the parse wrote it: nothing is staged. (Staging
-                        // a chunk copied each parsed packet with wide loads from bytes just
-                        // written by narrower stores, a store-forwarding stall per packet;
-                        // multitenancy with one tenant went from 0.91 to 1.04 of the
-                        // single-tenant NF without it, docs/results/notes.md.)
+                        // An NF with the default `handle_group` runs each packet as soon as
+                        // it is parsed, handled where the parse wrote it: nothing is staged.
+                        // (Staging a chunk copied each parsed packet with wide loads from
+                        // bytes just written by narrower stores, a store-forwarding stall
+                        // per packet: multitenancy at 8 tenants went from 0.87 to 1.03 of
+                        // the single-tenant NF without it, docs/results/notes.md.)
                         let done = if N::PER_PACKET {
                             run_each(nf, &mut state, id, burst, chunk, &mut tally)
                         } else {
@@ -702,11 +730,7 @@ impl<N: NetworkFunction> Worker<N> {
             }
         }
         tally.packets = members.len() as u64;
-        let t1 = sys::cycles();
-        if let Some(row) = self.counters.tenants.get(idx) {
-            row.publish(&tally, t1.wrapping_sub(t0));
-        }
-        t1
+        tally
     }
 
     fn quarantine(
@@ -735,6 +759,61 @@ impl<N: NetworkFunction> Worker<N> {
             message,
         });
         dropped
+    }
+}
+
+/// Which groups of a burst [`Worker::process`] reads the cycle counter around, to
+/// charge each tenant the CPU cycles its groups took (`TenantReport::cycles`).
+///
+/// Reading the counter (`rdtsc`) costs about 15 ns back to back on the development
+/// machine (a Xeon under KVM): as much as the NF work of a two-packet group of the
+/// Monitor NF, the typical group at 1,024 tenants. So a group of at least
+/// [`TIME_GROUPS_FROM`] packets is always timed; the smaller ones only in one burst in
+/// [`CYCLE_SAMPLE`], drawn at random, and charged `CYCLE_SAMPLE` times what they took.
+/// The draw does not depend on the tenants, so a tenant's cycles stay an unbiased
+/// estimate of what its groups cost, whose error shrinks as its packets grow; the
+/// worker's busy cycles are read at every burst's start and end, exactly. Groups run
+/// from persistent Packet Buffers are all timed: the DRR charges each group its cost.
+struct CycleSampler {
+    /// xorshift64 state, never zero.
+    state: u64,
+}
+
+/// Groups of at least this many packets are always timed.
+const TIME_GROUPS_FROM: usize = 8;
+/// Smaller groups are timed in one burst in this many, on average.
+const CYCLE_SAMPLE: u64 = 8;
+
+impl CycleSampler {
+    fn new(seed: u64) -> Self {
+        // Spread small seeds (worker ids) over the state; any non-zero state will do.
+        CycleSampler {
+            state: (seed.wrapping_add(1)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+        }
+    }
+
+    /// Whether this burst times its small groups (probability 1 / [`CYCLE_SAMPLE`]).
+    #[inline]
+    fn burst(&mut self) -> bool {
+        let mut x = self.state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.state = x;
+        (x >> 32) % CYCLE_SAMPLE == 0
+    }
+
+    /// What a group of `len` packets' measured cycles count for: 1 (always timed),
+    /// [`CYCLE_SAMPLE`] (a small group in a sampled burst) or 0 (not timed).
+    #[inline]
+    fn scale(len: usize, sampled: bool) -> u64 {
+        if len >= TIME_GROUPS_FROM {
+            1
+        } else if sampled {
+            CYCLE_SAMPLE
+        } else {
+            0
+        }
     }
 }
 
@@ -1405,6 +1484,99 @@ mod tests {
                 "{tenants} tenants"
             );
         }
+    }
+
+    #[test]
+    fn the_cycle_sampler_times_one_burst_in_eight_and_every_large_group() {
+        let mut s = CycleSampler::new(0);
+        let bursts = 80_000usize;
+        let sampled = (0..bursts).filter(|_| s.burst()).count();
+        let want = bursts / CYCLE_SAMPLE as usize;
+        assert!(
+            sampled.abs_diff(want) < want / 20,
+            "{sampled} of {bursts} bursts sampled, want about {want}"
+        );
+        // Never a run that would leave a small tenant untimed for long.
+        let mut s = CycleSampler::new(1);
+        let longest = (0..bursts)
+            .map(|_| s.burst())
+            .fold((0usize, 0usize), |(run, max), hit| {
+                let run = if hit { 0 } else { run + 1 };
+                (run, max.max(run))
+            })
+            .1;
+        assert!(longest < 200, "{longest} bursts in a row without a sample");
+        for sampled in [false, true] {
+            assert_eq!(CycleSampler::scale(TIME_GROUPS_FROM, sampled), 1);
+            assert_eq!(CycleSampler::scale(GROUP_CHUNK * 3, sampled), 1);
+        }
+        assert_eq!(
+            CycleSampler::scale(TIME_GROUPS_FROM - 1, true),
+            CYCLE_SAMPLE
+        );
+        assert_eq!(CycleSampler::scale(1, true), CYCLE_SAMPLE);
+        assert_eq!(CycleSampler::scale(TIME_GROUPS_FROM - 1, false), 0);
+    }
+
+    /// Runs `bursts` bursts of `per_tenant` packets of each of `tenants` tenants through
+    /// one worker; returns each tenant's cycles and the worker's busy cycles.
+    fn cycles_of(tenants: u32, per_tenant: usize, bursts: usize) -> (Vec<u64>, u64) {
+        let storage =
+            buffet_memory::MemoryStorage::new(buffet_memory::ArenaConfig { capacity: 64 << 20 })
+                .unwrap();
+        let table = Arc::new(TenantTable::new(storage, tenants));
+        for t in 0..tenants {
+            table
+                .admit(TenantSlot(t), buffet_sdk::TenantId(t + 1), 4096, Vec::new())
+                .unwrap();
+        }
+        let mut w = Worker::new(Arc::new(Probe::<true, false>), table);
+        let frame = udp_frame(18);
+        let mut burst: Vec<PacketBuf> = (0..tenants)
+            .flat_map(|t| (0..per_tenant).map(move |_| t))
+            .map(|t| {
+                let mut m = PacketBuf::heap();
+                assert!(m.fill(&frame));
+                m.tenant = TenantSlot(t);
+                // Passed by `Script` (ts % 5 == 2): the frame keeps its length.
+                m.ts_ns = 2;
+                m
+            })
+            .collect();
+        for _ in 0..bursts {
+            w.process(&mut burst);
+            for m in &mut burst {
+                assert_eq!(m.outcome, Outcome::Nf(Verdict::Pass));
+                m.outcome = Outcome::Pending;
+            }
+        }
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let cycles = (0..tenants as usize)
+            .map(|t| load(&w.counters.tenants[t].cycles))
+            .collect();
+        (cycles, load(&w.counters.busy_cycles))
+    }
+
+    #[test]
+    fn large_groups_are_timed_in_every_burst_and_small_ones_are_sampled() {
+        // Groups of TIME_GROUPS_FROM packets: every one timed, inside the burst's time.
+        let (cycles, busy) = cycles_of(4, TIME_GROUPS_FROM, 1);
+        assert!(
+            cycles.iter().all(|&c| c > 0),
+            "every large group timed: {cycles:?}"
+        );
+        assert!(
+            cycles.iter().sum::<u64>() <= busy,
+            "groups timed within the burst: {cycles:?} of {busy}"
+        );
+        // One-packet groups: one burst in CYCLE_SAMPLE times them, so every tenant has
+        // cycles after a few hundred bursts (each burst sampled or not as a whole).
+        let (cycles, busy) = cycles_of(16, 1, 600);
+        assert!(
+            cycles.iter().all(|&c| c > 0),
+            "every tenant sampled: {cycles:?}"
+        );
+        assert!(busy > 0);
     }
 
     /// A random frame in a heap buffer: when `bad`, shorter than an Ethernet header;
