@@ -399,14 +399,17 @@ impl<N: NetworkFunction> Worker<N> {
             let start = (scale > 0).then(|| last.unwrap_or_else(sys::cycles));
             // Below FAR_TENANTS the grouping pass loaded every header already.
             let tally = self.run_group(TenantSlot(tenant), entry, burst, members, far);
-            let cycles = start.map_or(0, |s| {
-                let t1 = sys::cycles();
-                last = Some(t1);
-                t1.wrapping_sub(s).saturating_mul(scale)
-            });
-            if start.is_none() {
-                last = None;
-            }
+            let cycles = match start {
+                Some(s) => {
+                    let t1 = sys::cycles();
+                    last = Some(t1);
+                    t1.wrapping_sub(s).saturating_mul(scale)
+                }
+                None => {
+                    last = None;
+                    0
+                }
+            };
             self.publish(tenant, &tally, cycles);
         }
         self.groups = groups;
