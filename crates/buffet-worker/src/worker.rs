@@ -1409,14 +1409,9 @@ mod tests {
         }
     }
 
-    /// Runs the same seeded bursts (60 of up to 300 packets over `tenants` slots, a tenth
-    /// of the frames malformed, half with the dispatcher's parse) through a worker of
-    /// `nf`; returns each packet's (outcome, length) and each slot's counters.
-    fn outcomes_of<N: NetworkFunction<State = Vec<u64>, Policy = ()>>(
-        nf: N,
-        tenants: u32,
-    ) -> (Vec<(Outcome, usize)>, Vec<Vec<u64>>) {
-        let mut rng = buffet_testkit::rng::Rng::new(11);
+    /// A Tenant Table with `tenants` tenants admitted at slots `0..tenants` (ids from 1),
+    /// each with an empty `Vec<u64>` state.
+    fn admitted(tenants: u32) -> Arc<TenantTable<Vec<u64>>> {
         let storage =
             buffet_memory::MemoryStorage::new(buffet_memory::ArenaConfig { capacity: 64 << 20 })
                 .unwrap();
@@ -1426,7 +1421,18 @@ mod tests {
                 .admit(TenantSlot(t), buffet_sdk::TenantId(t + 1), 4096, Vec::new())
                 .unwrap();
         }
-        let mut w = Worker::new(Arc::new(nf), table);
+        table
+    }
+
+    /// Runs the same seeded bursts (60 of up to 300 packets over `tenants` slots, a tenth
+    /// of the frames malformed, half with the dispatcher's parse) through a worker of
+    /// `nf`; returns each packet's (outcome, length) and each slot's counters.
+    fn outcomes_of<N: NetworkFunction<State = Vec<u64>, Policy = ()>>(
+        nf: N,
+        tenants: u32,
+    ) -> (Vec<(Outcome, usize)>, Vec<Vec<u64>>) {
+        let mut rng = buffet_testkit::rng::Rng::new(11);
+        let mut w = Worker::new(Arc::new(nf), admitted(tenants));
         let mut out = Vec::new();
         let mut ts = 0u64;
         for _ in 0..60 {
@@ -1524,16 +1530,7 @@ mod tests {
     /// Runs `bursts` bursts of `per_tenant` packets of each of `tenants` tenants through
     /// one worker; returns each tenant's cycles and the worker's busy cycles.
     fn cycles_of(tenants: u32, per_tenant: usize, bursts: usize) -> (Vec<u64>, u64) {
-        let storage =
-            buffet_memory::MemoryStorage::new(buffet_memory::ArenaConfig { capacity: 64 << 20 })
-                .unwrap();
-        let table = Arc::new(TenantTable::new(storage, tenants));
-        for t in 0..tenants {
-            table
-                .admit(TenantSlot(t), buffet_sdk::TenantId(t + 1), 4096, Vec::new())
-                .unwrap();
-        }
-        let mut w = Worker::new(Arc::new(Probe::<true, false>), table);
+        let mut w = Worker::new(Arc::new(Probe::<true, false>), admitted(tenants));
         let frame = udp_frame(18);
         let mut burst: Vec<PacketBuf> = (0..tenants)
             .flat_map(|t| (0..per_tenant).map(move |_| t))
