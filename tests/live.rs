@@ -3257,6 +3257,10 @@ fn xdp_dispatch_drops_and_counts_frames_on_queues_it_does_not_read() {
     let x = &json["input"]["xdp"];
     assert_eq!(x["passed"].as_u64(), Some(packets), "{x}");
     assert_eq!(x["no_socket"].as_u64(), Some(unread), "{x}");
+    // The report's global counts hold them too: every input frame is accounted for.
+    let g = &json["global"];
+    assert_eq!(g["no_socket"].as_u64(), Some(unread), "{g}");
+    assert_eq!(g["input_packets"].as_u64(), x["packets"].as_u64(), "{g}");
     assert!(stdout.contains(&format!("no_socket {unread}")), "{stdout}");
     let workers: std::collections::BTreeMap<u64, u64> = json["tenants"]
         .as_array()

@@ -39,8 +39,8 @@
 //! rules, MAX_NB and worker; a rule the XDP classifier cannot express is an error before
 //! anything is attached. The program's ring-buffer events (migrations, overload reports)
 //! become the run's events, and its counters and Tenant Table rows go into
-//! `--stats-json` (`input.xdp`); its frames seen, unmatched, malformed and
-//! no-live-worker counts are the report's global ones (the pipeline's own dispatcher sees
+//! `--stats-json` (`input.xdp`); its frames seen, unmatched, malformed, no-live-worker
+//! and no-socket counts are the report's global ones (the pipeline's own dispatcher sees
 //! no frame), and the frames it policed are their tenants' `policed` drops. The program
 //! is detached when the run ends.
 
@@ -777,13 +777,14 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         }
     }
     // The program sees every frame and the pipeline's own dispatcher none: its frames
-    // seen, unmatched, malformed and no-live-worker counts are the run's global ones, as
-    // buffetd reports them.
+    // seen, unmatched, malformed, no-live-worker and no-socket counts are the run's
+    // global ones, as buffetd reports them.
     if let Some(s) = xdp_stats {
         let g = &mut report.global;
         g.input_packets += s.packets;
         g.unmatched += s.unmatched;
         g.no_live_worker += s.no_live_worker;
+        g.no_socket += s.no_socket;
         if s.malformed > 0 {
             *g.malformed.entry("xdp").or_default() += s.malformed;
         }

@@ -460,9 +460,9 @@ impl<N: RegisteredNf> Plane for Typed<N> {
 
 /// The report of a data plane fed by the XDP program: each tenant's worker is the
 /// program's Tenant Table row (the program migrates tenants itself), the frames it
-/// policed are the tenant's `policed` drops, and the program's input, unmatched and
-/// no-live-worker counts are the global ones (the data plane's own dispatcher sees no
-/// frame).
+/// policed are the tenant's `policed` drops, and the program's input, unmatched,
+/// no-live-worker and no-socket counts are the global ones (the data plane's own
+/// dispatcher sees no frame).
 fn xdp_report<N: RegisteredNf>(x: &XdpSide, control: &Control<N>, r: &mut Report) {
     let slots: Vec<Option<buffet_dispatch::TenantSlot>> =
         r.tenants.iter().map(|t| control.slot_of(t.id)).collect();
@@ -484,6 +484,7 @@ fn xdp_report<N: RegisteredNf>(x: &XdpSide, control: &Control<N>, r: &mut Report
     g.input_packets += stats.packets;
     g.unmatched += stats.unmatched;
     g.no_live_worker += stats.no_live_worker;
+    g.no_socket += stats.no_socket;
     if stats.malformed > 0 {
         *g.malformed.entry("xdp").or_default() += stats.malformed;
     }

@@ -794,3 +794,50 @@ fn the_xdp_dispatcher_serves_every_queue_including_a_worker_launched_at_run_time
     d.stop().unwrap();
     assert!(!xdp_attached(&veth.a), "detached at the end");
 }
+
+/// buffetd reading two of a four-queue veth's queues (native mode: a frame sent on the
+/// peer's queue q arrives on queue q): the frames that arrive on queues 2 and 3 find no
+/// worker socket there, so the XDP Packet Dispatcher drops them, and `/v1/stats` counts
+/// them as `global.no_socket`; the tenants' rows hold only the frames of the queues read,
+/// so every frame the program saw is accounted for.
+#[test]
+fn frames_on_queues_buffetd_does_not_read_are_counted_as_no_socket() {
+    let test = "xdp::frames_on_queues_buffetd_does_not_read_are_counted_as_no_socket";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::with_queues(4);
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(config_with(
+        dir.path(),
+        &veth.a,
+        "",
+        "xdp_mode = \"native\"\nqueues = [0, 1]\n",
+    ));
+    let mut tx = QueueSender::new(&veth.b, 4);
+    for id in 1..=2u32 {
+        let (s, v) = call(
+            &d,
+            "POST",
+            "/v1/tenants",
+            Some(&tenant(id, &format!("10.{id}.0.0/16"), json!({}))),
+        );
+        assert_eq!(s, 201, "{v}");
+    }
+    // 40 frames to each tenant, spread round robin over the four queues: ten of each
+    // tenant's on every queue.
+    tx.each(&[[10, 1, 0, 1], [10, 2, 0, 1]], 40);
+    let v = wait_stats(
+        &d,
+        "the frames of queues 0 and 1 run, 2 and 3 dropped",
+        |v| seen(v, 1) == 20 && seen(v, 2) == 20 && v["global"]["no_socket"].as_u64() == Some(40),
+    );
+    let g = &v["global"];
+    assert_eq!(g["input_packets"].as_u64(), Some(80), "{v}");
+    assert_eq!(g["unmatched"].as_u64(), Some(0), "{v}");
+    assert_eq!(g["no_live_worker"].as_u64(), Some(0), "{v}");
+    for id in 1..=2 {
+        assert_eq!(row(&v, id).unwrap()["packets"].as_u64(), Some(20), "{v}");
+    }
+    d.stop().unwrap();
+}

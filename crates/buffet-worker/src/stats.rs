@@ -252,6 +252,12 @@ pub struct GlobalReport {
     /// attributable to no tenant.
     #[serde(skip_serializing_if = "is_zero")]
     pub untagged: u64,
+    /// Frames the XDP Packet Dispatcher classified and passed to their tenant's worker
+    /// but dropped in the NIC path, because they arrived on a receive queue where that
+    /// worker has no AF_XDP socket (the interface has queues the run does not read).
+    /// The program counts them only in total, not per tenant.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub no_socket: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
