@@ -194,6 +194,16 @@ iface = "{iface}"
     DaemonConfig::parse(Path::new("xdp.toml"), &text).unwrap()
 }
 
+/// As [`config`], in native mode reading `queues` (a TOML array, e.g. `"[0, 1]"`).
+fn config_native(dir: &Path, iface: &str, extra: &str, queues: &str) -> DaemonConfig {
+    config_with(
+        dir,
+        iface,
+        extra,
+        &format!("xdp_mode = \"native\"\nqueues = {queues}\n"),
+    )
+}
+
 fn start(cfg: DaemonConfig) -> Daemon {
     Daemon::start_with(
         cfg,
@@ -210,6 +220,17 @@ fn call(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> (u16, Val
 
 fn tenant(id: u32, prefix: &str, policy: Value) -> Value {
     json!({ "id": id, "rules": [ { "dst_ip": prefix } ], "policy": policy })
+}
+
+/// Admits tenant `id`, owning 10.`id`.0.0/16, with `policy`; the API must accept it.
+fn admit(d: &Daemon, id: u32, policy: Value) {
+    let (s, v) = call(
+        d,
+        "POST",
+        "/v1/tenants",
+        Some(&tenant(id, &format!("10.{id}.0.0/16"), policy)),
+    );
+    assert_eq!(s, 201, "{v}");
 }
 
 /// One UDP frame to `dst` carrying `payload`.
@@ -329,13 +350,7 @@ fn tenants_and_workers_change_at_run_time_and_every_frame_is_counted() {
 
     // Four tenants, spread over the two workers.
     for id in 1..=4u32 {
-        let (s, v) = call(
-            &d,
-            "POST",
-            "/v1/tenants",
-            Some(&tenant(id, &format!("10.{id}.0.0/16"), json!({}))),
-        );
-        assert_eq!(s, 201, "{v}");
+        admit(&d, id, json!({}));
     }
     let v = stats(&d);
     let workers: Vec<u64> = (1..=4)
@@ -448,11 +463,11 @@ fn a_stuck_worker_on_four_queues_loses_its_other_tenants_within_a_timeslot() {
     }
     let veth = Veth::with_queues(4);
     let dir = tempfile::tempdir().unwrap();
-    let d = start(config_with(
+    let d = start(config_native(
         dir.path(),
         &veth.a,
         "shift = 30",
-        "xdp_mode = \"native\"\nqueues = [0, 1, 2, 3]\n",
+        "[0, 1, 2, 3]",
     ));
     stuck_worker_case(d, AnySender::Queues(QueueSender::new(&veth.b, 4)));
 }
@@ -493,13 +508,7 @@ fn stuck_worker_case(d: Daemon, mut tx: AnySender) {
     // Tenant 1 stalls on a STALL frame; 2, 3, 4 are its victims (3 on its worker).
     for id in 1..=4u32 {
         let policy = json!({ "stall": id == 1 });
-        let (s, v) = call(
-            &d,
-            "POST",
-            "/v1/tenants",
-            Some(&tenant(id, &format!("10.{id}.0.0/16"), policy)),
-        );
-        assert_eq!(s, 201, "{v}");
+        admit(&d, id, policy);
     }
     let v = stats(&d);
     let worker_of = |v: &Value, id: u64| row(v, id).unwrap()["worker"].as_u64().unwrap();
@@ -571,13 +580,7 @@ fn a_removed_tenants_frames_in_a_stuck_worker_never_reach_the_next_tenant() {
     // Tenant 1 stalls (until released) on a STALL frame; tenant 3 shares its worker.
     for id in 1..=4u32 {
         let policy = json!({ "stall": id == 1, "until_released": true });
-        let (s, v) = call(
-            &d,
-            "POST",
-            "/v1/tenants",
-            Some(&tenant(id, &format!("10.{id}.0.0/16"), policy)),
-        );
-        assert_eq!(s, 201, "{v}");
+        admit(&d, id, policy);
     }
     let v = stats(&d);
     let worker_of = |v: &Value, id: u64| row(v, id).unwrap()["worker"].as_u64().unwrap();
@@ -594,13 +597,7 @@ fn a_removed_tenants_frames_in_a_stuck_worker_never_reach_the_next_tenant() {
     // Tenant 3 leaves; tenant 5 comes (the lowest free slot would be 3's).
     let (s, v) = call(&d, "DELETE", "/v1/tenants/3", None);
     assert!(s == 200 || s == 204, "{s} {v}");
-    let (s, v) = call(
-        &d,
-        "POST",
-        "/v1/tenants",
-        Some(&tenant(5, "10.5.0.0/16", json!({}))),
-    );
-    assert_eq!(s, 201, "{v}");
+    admit(&d, 5, json!({}));
     // The stuck handler comes back: the worker runs what it held.
     RELEASED.store(true, Ordering::Release);
     std::thread::sleep(Duration::from_millis(500));
@@ -710,12 +707,7 @@ fn the_xdp_dispatcher_serves_every_queue_including_a_worker_launched_at_run_time
     let dir = tempfile::tempdir().unwrap();
 
     // Queue 4 of a four-queue interface: refused at start, nothing attached.
-    let bad = config_with(
-        dir.path(),
-        &veth.a,
-        "",
-        "xdp_mode = \"native\"\nqueues = [0, 4]\n",
-    );
+    let bad = config_native(dir.path(), &veth.a, "", "[0, 4]");
     let e = Daemon::start_with(
         bad,
         Path::new("xdp.toml"),
@@ -733,22 +725,11 @@ fn the_xdp_dispatcher_serves_every_queue_including_a_worker_launched_at_run_time
     );
     assert!(!xdp_attached(&veth.a), "nothing left attached");
 
-    let d = start(config_with(
-        dir.path(),
-        &veth.a,
-        "",
-        "xdp_mode = \"native\"\nqueues = [0, 1, 2, 3]\n",
-    ));
+    let d = start(config_native(dir.path(), &veth.a, "", "[0, 1, 2, 3]"));
     assert!(xdp_attached(&veth.a));
     let mut tx = QueueSender::new(&veth.b, 4);
     for id in 1..=8u32 {
-        let (s, v) = call(
-            &d,
-            "POST",
-            "/v1/tenants",
-            Some(&tenant(id, &format!("10.{id}.0.0/16"), json!({}))),
-        );
-        assert_eq!(s, 201, "{v}");
+        admit(&d, id, json!({}));
     }
     let dst = |id: u8| [10, id, 0, 1];
     let all: Vec<[u8; 4]> = (1..=8).map(dst).collect();
@@ -764,13 +745,7 @@ fn the_xdp_dispatcher_serves_every_queue_including_a_worker_launched_at_run_time
     // every queue, ten on each.
     let (s, v) = call(&d, "POST", "/v1/workers", None);
     assert_eq!((s, v["id"].as_u64()), (201, Some(2)), "{v}");
-    let (s, v) = call(
-        &d,
-        "POST",
-        "/v1/tenants",
-        Some(&tenant(9, "10.9.0.0/16", json!({}))),
-    );
-    assert_eq!(s, 201, "{v}");
+    admit(&d, 9, json!({}));
     assert_eq!(row(&stats(&d), 9).unwrap()["worker"].as_u64(), Some(2));
     tx.each(&[dst(9)], 40);
     let v = wait_stats(&d, "tenant 9 on the launched worker", |v| seen(v, 9) == 40);
@@ -808,21 +783,10 @@ fn frames_on_queues_buffetd_does_not_read_are_counted_as_no_socket() {
     }
     let veth = Veth::with_queues(4);
     let dir = tempfile::tempdir().unwrap();
-    let d = start(config_with(
-        dir.path(),
-        &veth.a,
-        "",
-        "xdp_mode = \"native\"\nqueues = [0, 1]\n",
-    ));
+    let d = start(config_native(dir.path(), &veth.a, "", "[0, 1]"));
     let mut tx = QueueSender::new(&veth.b, 4);
     for id in 1..=2u32 {
-        let (s, v) = call(
-            &d,
-            "POST",
-            "/v1/tenants",
-            Some(&tenant(id, &format!("10.{id}.0.0/16"), json!({}))),
-        );
-        assert_eq!(s, 201, "{v}");
+        admit(&d, id, json!({}));
     }
     // 40 frames to each tenant, spread round robin over the four queues: ten of each
     // tenant's on every queue.
