@@ -6,7 +6,9 @@
 //! tenant's chain (labels `stage`, the index, and `nf`): packets in, passed, drops by
 //! cause. Per worker (label `worker`):
 //! packets, busy cycles, live. Server-wide: scheduler events seen (migrations, overload
-//! reports, faults), events dropped, unmatched packets, admitted tenants, and the
+//! reports, faults), events dropped, unmatched packets, malformed frames by parse error
+//! and the other server-wide drops by reason (the `global` counts of `/v1/stats`),
+//! admitted tenants, and the
 //! admission latency histogram. Counters of the report are encoded at scrape time from one
 //! snapshot ([`Snapshot`], a prometheus-client `Collector`); the daemon's own counters
 //! and the histogram live here. Nothing is hand-formatted.
@@ -14,7 +16,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use buffet_config::chain::{stage_rows, StageRow};
-use buffet_worker::Report;
+use buffet_sdk::ParseError;
+use buffet_worker::{GlobalReport, Report};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -149,6 +152,23 @@ fn counter(
         prometheus_client::metrics::MetricType::Counter,
     )?;
     ConstCounter::new(v).encode(m)
+}
+
+/// The report's server-wide drop counts that belong to no tenant's row, by the name
+/// `/v1/stats` gives them under `global`; every reason always, zero or not, so a
+/// dashboard finds each series from the first scrape.
+fn global_drops(g: &GlobalReport) -> [(&'static str, u64); 9] {
+    [
+        ("oversize", g.oversize),
+        ("no_live_worker", g.no_live_worker),
+        ("ring_full", g.ring_full),
+        ("no_port", g.no_port),
+        ("tx_no_buffer", g.tx_no_buffer),
+        ("removed_tenant", g.removed_tenant),
+        ("stuck_in_worker", g.stuck_in_worker),
+        ("untagged", g.untagged),
+        ("no_socket", g.no_socket),
+    ]
 }
 
 fn tenant(id: buffet_sdk::TenantId) -> Labels {
@@ -301,6 +321,24 @@ impl Collector for Snapshot {
             "Packets no tenant's rule matched",
             g.unmatched,
         )?;
+        counters(
+            &mut enc,
+            "buffet_malformed_packets",
+            "Frames the Packet Dispatcher could not parse, by reason (dropped)",
+            ParseError::ALL.iter().map(|e| {
+                let n = g.malformed.get(e.name()).copied().unwrap_or(0);
+                (vec![("reason", e.name().to_owned())], n)
+            }),
+        )?;
+        counters(
+            &mut enc,
+            "buffet_dropped_packets",
+            "Frames dropped outside any tenant's NF, by reason (ring_full ones also count \
+             in their tenant's drops; malformed and unmatched frames have families of their own)",
+            global_drops(g)
+                .into_iter()
+                .map(|(reason, n)| (vec![("reason", reason.to_owned())], n)),
+        )?;
         counter(
             &mut enc,
             "buffet_events_dropped",
@@ -314,5 +352,85 @@ impl Collector for Snapshot {
             self.refused,
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample `name{reason="reason"}` in `text`.
+    fn sample(text: &str, name: &str, reason: &str) -> Option<f64> {
+        let scrape =
+            prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && s.labels.get("reason") == Some(reason))
+            .map(|s| match s.value {
+                // The parser types a sample by its exact name, and a counter family's
+                // samples carry the `_total` suffix: they parse as untyped.
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            })
+    }
+
+    #[test]
+    fn every_global_drop_count_is_exported_by_reason() {
+        let mut report = Report::default();
+        let g = &mut report.global;
+        g.malformed.insert(ParseError::TruncatedIp.name(), 3);
+        // Distinct values, so a count exported under another reason's name shows.
+        for (i, c) in [
+            &mut g.oversize,
+            &mut g.no_live_worker,
+            &mut g.ring_full,
+            &mut g.no_port,
+            &mut g.tx_no_buffer,
+            &mut g.removed_tenant,
+            &mut g.stuck_in_worker,
+            &mut g.untagged,
+            &mut g.no_socket,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            *c = 10 + i as u64;
+        }
+        let text = Metrics::default().encode(report).unwrap();
+        for (i, reason) in [
+            "oversize",
+            "no_live_worker",
+            "ring_full",
+            "no_port",
+            "tx_no_buffer",
+            "removed_tenant",
+            "stuck_in_worker",
+            "untagged",
+            "no_socket",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(
+                sample(&text, "buffet_dropped_packets_total", reason),
+                Some(10.0 + i as f64),
+                "{reason} in\n{text}"
+            );
+        }
+        // Every parse error is a series from the first scrape, zero or not.
+        for e in ParseError::ALL {
+            let want = if e == ParseError::TruncatedIp {
+                3.0
+            } else {
+                0.0
+            };
+            assert_eq!(
+                sample(&text, "buffet_malformed_packets_total", e.name()),
+                Some(want),
+                "{}",
+                e.name()
+            );
+        }
     }
 }

@@ -531,6 +531,17 @@ fn metrics_parse_as_prometheus_text() {
     assert_eq!(find("buffet_tenants", None), Some(1.0));
     assert!(find("buffet_worker_packets_total", Some(("worker", "0"))).is_some());
     assert!(find("buffet_migrations_total", None).is_some());
+    // The server-wide drops, one series per reason from the first scrape.
+    assert!(find(
+        "buffet_dropped_packets_total",
+        Some(("reason", "no_live_worker"))
+    )
+    .is_some());
+    assert!(find(
+        "buffet_malformed_packets_total",
+        Some(("reason", "truncated_ip"))
+    )
+    .is_some());
     assert!(scrape
         .samples
         .iter()
