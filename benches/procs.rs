@@ -17,19 +17,32 @@
 //!   same NF with every tenant's state in the Tenant Table, fed by the same dispatcher
 //!   loop through one ring (bursts grouped per tenant).
 //!
-//! The dispatcher (core 1) sends every tenant's frames round robin and keeps at most
-//! `WINDOW` packets of each tenant in flight (the same for every arm), so the offered
-//! load follows what the NF side sustains. Per arm: aggregate throughput (packets back per
-//! second) and per-packet latency p50/p99 from the dispatcher's send timestamp to its
-//! receiving the packet back. NFs: monitor, firewall, ids, ipsec (outbound ESP); tenants
-//! 2, 4, 8, 16, 32, 64; 64-byte frames.
+//! The dispatcher (core 1) sends every tenant's frames round robin, in two ways:
 //!
-//! Run: `cargo bench --bench procs` (about 3 minutes). Environment: `BUFFET_PROCS_NFS`,
+//! - **saturated** (`load` = `window` in the output): it keeps at most `WINDOW` packets of
+//!   each tenant in flight (the same for every arm), so the offered load follows what the
+//!   NF side sustains and each arm runs at its own saturation: its throughput, and the
+//!   latency a closed loop of that many packets sees;
+//! - **at an offered load** (`load` = a fraction, `BUFFET_PROCS_LOADS`, default 0.5 and
+//!   0.9): open loop at that fraction of the rate the `processes` arm carried saturated,
+//!   the same rate for every arm, each packet stamped with the time it was due (so a late
+//!   dispatcher does not hide the wait) and lost when its tenant already has `QUEUE` (256)
+//!   packets queued, as a NIC queue overflows. This is the latency a tenant sees at a load
+//!   both systems carry.
+//!
+//! Per arm: aggregate throughput (packets back per second), per-packet latency p50/p99
+//! from the dispatcher's timestamp to its receiving the packet back, and at an offered
+//! load the packets lost. NFs: monitor, firewall, ids, ipsec (outbound ESP); tenants 2, 4,
+//! 8, 16, 32, 64; 64-byte frames.
+//!
+//! Run: `cargo bench --bench procs` (about 10 minutes). Environment: `BUFFET_PROCS_NFS`,
 //! `BUFFET_PROCS_TENANTS` (comma-separated), `BUFFET_PROCS_SECS` (measured seconds per
 //! run, default 1), `BUFFET_PROCS_ROUNDS` (runs of every arm, default 1; with more, each
 //! figure is the median over the rounds, with the throughput's and the p99's range, and
-//! the arms alternate their order from round to round), `BUFFET_PROCS_CSV` (a file for
-//! the CSV lines). `-- --test` is the smoke mode CI runs (one NF, 2 and 4 tenants, 0.1 s).
+//! the arms alternate their order from round to round), `BUFFET_PROCS_LOADS`
+//! (comma-separated fractions; empty for saturated runs only), `BUFFET_PROCS_CSV` (a file
+//! for the CSV lines). `-- --test` is the smoke mode CI runs (one NF, 2 and 4 tenants,
+//! 0.1 s).
 
 #[path = "common/procs_sys.rs"]
 mod procs_sys;
@@ -40,7 +53,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use buffet::dispatch::TenantSlot;
 use buffet::memory::{ArenaConfig, MemoryStorage, TenantTable};
@@ -54,8 +67,13 @@ use crossbeam::queue::ArrayQueue;
 use procs_sys::{Dir, Shm, SlotHeader, MAX_FRAME, SLOT};
 use report::{env_or, percentile};
 
-/// Packets of one tenant in flight at most, in every arm.
+/// Packets of one tenant in flight at most, in every arm, when the load follows the NF
+/// side ([`Offer::Window`]).
 const WINDOW: u64 = 32;
+/// Packets of one tenant queued at most at an offered rate ([`Offer::Rate`]), in every
+/// arm: a process's ring holds this many; a packet beyond it is lost, as a NIC queue
+/// that overflows loses it.
+const QUEUE: u64 = procs_sys::CAP;
 /// Empty polls before an NF process yields the core.
 const SPINS: u32 = 64;
 
@@ -206,11 +224,28 @@ fn serve<N: NetworkFunction>(shm: &Shm, nf: N, policy: Result<N::Policy, serde_j
 // The dispatcher and its arms
 // ---------------------------------------------------------------------------------------
 
+/// How the dispatcher offers packets.
+#[derive(Clone, Copy, Debug)]
+enum Offer {
+    /// Closed loop: at most [`WINDOW`] packets of each tenant in flight, so the load
+    /// follows what the NF side sustains (each arm at its own saturation).
+    Window,
+    /// Open loop: this many packets a second, round robin over the tenants, whatever
+    /// comes back (every arm at the same load). A packet is stamped with the time it was
+    /// due, not the time it went out, so a dispatcher that falls behind does not hide
+    /// the wait; one whose tenant already has [`QUEUE`] packets queued is lost.
+    Rate(f64),
+}
+
 /// What one run measured.
 struct Run {
     packets: u64,
     secs: f64,
     latencies_ns: Vec<u64>,
+    /// Packets due in the measured part ([`Offer::Rate`]; 0 in a closed loop).
+    offered: u64,
+    /// Of those, lost to a full queue.
+    lost: u64,
 }
 
 /// The NF side the dispatcher talks to.
@@ -221,8 +256,9 @@ trait Side {
     fn collect(&mut self, done: &mut dyn FnMut(u32, u64));
 }
 
-/// Drives `side` for `warm` then `secs` seconds; the measured part's figures.
-fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64) -> Run {
+/// Drives `side` for `warm` then `secs` seconds, offering packets as `offer` says; the
+/// measured part's figures.
+fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64, offer: Offer) -> Run {
     pin(1);
     let frames: Vec<Vec<Vec<u8>>> = (0..tenants)
         .map(|t| (0..64).map(|i| frame(t, i)).collect())
@@ -230,14 +266,26 @@ fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64) -> Run {
     let mut inflight = vec![0u64; tenants as usize];
     let mut next = vec![0usize; tenants as usize];
     let start = Instant::now();
-    let measure_from = Duration::from_secs_f64(warm);
-    let end = Duration::from_secs_f64(warm + secs);
-    let mut lat = Vec::with_capacity(1 << 20);
-    let mut packets = 0u64;
+    let measure_from = (warm * 1e9) as u64;
+    let end = ((warm + secs) * 1e9) as u64;
+    // Room for every latency the run records, reserved up front: growing the vector
+    // mid-run copies it, a stall of milliseconds that would land on the packets in flight.
+    let expected = match offer {
+        Offer::Rate(pps) => pps * (secs + 0.1),
+        Offer::Window => 40e6 * secs,
+    };
+    let mut lat = Vec::with_capacity((expected as usize).max(1 << 20));
+    let (mut packets, mut offered, mut lost) = (0u64, 0u64, 0u64);
     let mut measuring = false;
     let mut measure_start = start;
+    // Open loop: packets due so far, and the rate in packets per nanosecond.
+    let mut due = 0u64;
+    let per_ns = match offer {
+        Offer::Rate(pps) => pps / 1e9,
+        Offer::Window => 0.0,
+    };
     loop {
-        let now = start.elapsed();
+        let now = start.elapsed().as_nanos() as u64;
         if now >= end {
             break;
         }
@@ -245,13 +293,36 @@ fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64) -> Run {
             measuring = true;
             measure_start = Instant::now();
         }
-        let ts = now.as_nanos() as u64;
-        for t in 0..tenants as usize {
-            if inflight[t] < WINDOW {
-                let f = &frames[t][next[t] % 64];
-                if side.send(t as u32, ts, f) {
-                    inflight[t] += 1;
-                    next[t] += 1;
+        match offer {
+            Offer::Window => {
+                for t in 0..tenants as usize {
+                    if inflight[t] < WINDOW {
+                        let f = &frames[t][next[t] % 64];
+                        if side.send(t as u32, now, f) {
+                            inflight[t] += 1;
+                            next[t] += 1;
+                        }
+                    }
+                }
+            }
+            Offer::Rate(_) => {
+                // Every packet due by now, at most a burst of 256 before the returns are
+                // collected again.
+                let until = ((now as f64 * per_ns) as u64).min(due + 256);
+                while due < until {
+                    let t = (due % u64::from(tenants)) as usize;
+                    let ts = (due as f64 / per_ns) as u64;
+                    let f = &frames[t][next[t] % 64];
+                    let sent = inflight[t] < QUEUE && side.send(t as u32, ts, f);
+                    if sent {
+                        inflight[t] += 1;
+                        next[t] += 1;
+                    }
+                    if ts >= measure_from {
+                        offered += 1;
+                        lost += u64::from(!sent);
+                    }
+                    due += 1;
                 }
             }
         }
@@ -269,7 +340,39 @@ fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64) -> Run {
         packets,
         secs,
         latencies_ns: lat,
+        offered,
+        lost,
     }
+}
+
+/// How often the dispatcher's core stalls on its own: for `secs` seconds, pinned where the
+/// dispatcher runs, read the clock back to back and add up the gaps over 20 µs (the
+/// hypervisor or the kernel taking the core). Returns (gaps, their share of the time,
+/// the longest in µs). Every packet due during a gap waits for it, in every arm: when
+/// the share is over 1 %, no arm's p99 can be below about the gaps' length.
+fn stalls(secs: f64) -> (u64, f64, f64) {
+    pin(1);
+    let start = Instant::now();
+    let end = (secs * 1e9) as u64;
+    let (mut prev, mut gaps, mut total, mut longest) = (0u64, 0u64, 0u64, 0u64);
+    loop {
+        let now = start.elapsed().as_nanos() as u64;
+        let gap = now - prev;
+        if gap > 20_000 {
+            gaps += 1;
+            total += gap;
+            longest = longest.max(gap);
+        }
+        prev = now;
+        if now >= end {
+            break;
+        }
+    }
+    (
+        gaps,
+        100.0 * total as f64 / end as f64,
+        longest as f64 / 1e3,
+    )
 }
 
 /// NF processes, one per tenant.
@@ -365,7 +468,7 @@ struct Buffet {
 
 impl Buffet {
     fn start(nf: &str, tenants: u32) -> Buffet {
-        let ring = (tenants as u64 * WINDOW) as usize;
+        let ring = (u64::from(tenants) * WINDOW.max(QUEUE)) as usize;
         let to_worker = Arc::new(ArrayQueue::new(ring));
         let back = Arc::new(ArrayQueue::new(ring));
         let stop = Arc::new(AtomicBool::new(false));
@@ -473,17 +576,22 @@ struct Measure {
     kpps: f64,
     p50_us: f64,
     p99_us: f64,
+    /// Packets due per second, in thousands ([`Offer::Rate`]; 0 in a closed loop).
+    offered_kpps: f64,
+    /// Percent of the packets due that were lost to a full queue.
+    lost_pct: f64,
 }
 
 /// Runs `arm` for `nf` with `n` tenants once.
-fn measure(nf: &str, n: u32, arm: &str, warm: f64, secs: f64) -> Measure {
+fn measure(nf: &str, n: u32, arm: &str, warm: f64, secs: f64, offer: Offer) -> Measure {
     let mut run = match arm {
-        "buffet" => dispatch(&mut Buffet::start(nf, n), n, warm, secs),
+        "buffet" => dispatch(&mut Buffet::start(nf, n), n, warm, secs, offer),
         a => dispatch(
             &mut Processes::start(nf, n, a == "ns-processes"),
             n,
             warm,
             secs,
+            offer,
         ),
     };
     run.latencies_ns.sort_unstable();
@@ -491,6 +599,12 @@ fn measure(nf: &str, n: u32, arm: &str, warm: f64, secs: f64) -> Measure {
         kpps: run.packets as f64 / run.secs / 1e3,
         p50_us: percentile(&run.latencies_ns, 0.5) / 1e3,
         p99_us: percentile(&run.latencies_ns, 0.99) / 1e3,
+        offered_kpps: run.offered as f64 / secs / 1e3,
+        lost_pct: if run.offered == 0 {
+            0.0
+        } else {
+            100.0 * run.lost as f64 / run.offered as f64
+        },
     }
 }
 
@@ -542,23 +656,46 @@ fn main() {
     );
     let secs: f64 = env_or("BUFFET_PROCS_SECS", if smoke { 0.1 } else { 1.0 });
     let rounds: usize = env_or("BUFFET_PROCS_ROUNDS", 1usize).max(1);
+    let loads: Vec<f64> = env_or("BUFFET_PROCS_LOADS", "0.5,0.9".to_owned())
+        .split(',')
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| match l.trim().parse::<f64>() {
+            Ok(f) if f > 0.0 && f.is_finite() => f,
+            _ => panic!("BUFFET_PROCS_LOADS: {l:?} is not a positive fraction"),
+        })
+        .collect();
     let warm = secs * 0.3;
     let root = buffet_testkit::gate::is_root()
         && Command::new("unshare").arg("--version").output().is_ok();
     let cores = cores().len().max(1);
     println!(
-        "procs: NF side on core 0, dispatcher on core {}; window {WINDOW} packets per tenant; {secs} s per run, {rounds} round(s){}",
+        "procs: NF side on core 0, dispatcher on core {}; window {WINDOW} packets per tenant, \
+         then offered loads {loads:?} of the processes' rate with {QUEUE} packets queued per \
+         tenant at most; {secs} s per run, {rounds} round(s){}",
         1 % cores,
-        if root { "" } else { " (ns-processes needs root and unshare: skipped)" }
+        if root {
+            ""
+        } else {
+            " (ns-processes needs root and unshare: skipped)"
+        }
+    );
+    let (gaps, share, longest) = stalls(secs.min(1.0));
+    println!(
+        "procs: the dispatcher's core stalled {gaps} times over 20 µs in {:.1} s with nothing \
+         else running ({share:.2} % of the time, the longest {longest:.0} µs): packets due \
+         then wait, in every arm",
+        secs.min(1.0)
     );
     println!(
-        "{:<9} {:>7} {:<13} {:>11} {:>10} {:>10}  {}",
+        "{:<9} {:>7} {:<13} {:>6} {:>11} {:>10} {:>10} {:>7}  {}",
         "nf",
         "tenants",
         "arm",
+        "load",
         "kpps",
         "p50 µs",
         "p99 µs",
+        "lost %",
         if rounds > 1 {
             "(medians; kpps and p99 ranges)"
         } else {
@@ -566,7 +703,7 @@ fn main() {
         }
     );
     let mut csv = String::from(
-        "nf,tenants,arm,kpps,p50_us,p99_us,rounds,kpps_min,kpps_max,p99_min_us,p99_max_us\n",
+        "nf,tenants,arm,kpps,p50_us,p99_us,rounds,kpps_min,kpps_max,p99_min_us,p99_max_us,load,offered_kpps,lost_pct\n",
     );
     for nf in nfs.split(',') {
         for n in counts
@@ -577,38 +714,61 @@ fn main() {
             if root {
                 arms.push("ns-processes");
             }
-            // Every arm once per round, in the opposite order in every other round, so a
-            // drift of the machine falls on all arms alike.
-            let mut measured: Vec<Vec<Measure>> = vec![Vec::new(); arms.len()];
-            for round in 0..rounds {
-                let mut order: Vec<usize> = (0..arms.len()).collect();
-                if round % 2 == 1 {
-                    order.reverse();
-                }
-                for i in order {
-                    measured[i].push(measure(nf, n, arms[i], warm, secs));
-                }
-            }
-            for (arm, ms) in arms.iter().zip(&measured) {
-                let kpps = Spread::of(ms.iter().map(|m| m.kpps));
-                let p50 = Spread::of(ms.iter().map(|m| m.p50_us));
-                let p99 = Spread::of(ms.iter().map(|m| m.p99_us));
-                let ranges = if rounds > 1 {
-                    format!(
-                        "  ({:.1}–{:.1}; {:.1}–{:.1})",
-                        kpps.min, kpps.max, p99.min, p99.max
-                    )
-                } else {
-                    String::new()
+            // Each arm at its own saturation first; then every arm at the same offered
+            // loads, fractions of what the processes carried.
+            let mut capacity = 0.0;
+            for load in std::iter::once(None).chain(loads.iter().copied().map(Some)) {
+                let offer = match load {
+                    None => Offer::Window,
+                    Some(f) => Offer::Rate(f * capacity * 1e3),
                 };
-                println!(
-                    "{nf:<9} {n:>7} {arm:<13} {:>11.1} {:>10.1} {:>10.1}{ranges}",
-                    kpps.median, p50.median, p99.median
-                );
-                csv.push_str(&format!(
-                    "{nf},{n},{arm},{:.1},{:.1},{:.1},{rounds},{:.1},{:.1},{:.1},{:.1}\n",
-                    kpps.median, p50.median, p99.median, kpps.min, kpps.max, p99.min, p99.max
-                ));
+                // Every arm once per round, in the opposite order in every other round,
+                // so a drift of the machine falls on all arms alike.
+                let mut measured: Vec<Vec<Measure>> = vec![Vec::new(); arms.len()];
+                for round in 0..rounds {
+                    let mut order: Vec<usize> = (0..arms.len()).collect();
+                    if round % 2 == 1 {
+                        order.reverse();
+                    }
+                    for i in order {
+                        measured[i].push(measure(nf, n, arms[i], warm, secs, offer));
+                    }
+                }
+                let label = load.map_or("window".to_owned(), |f| format!("{f:.2}"));
+                for (arm, ms) in arms.iter().zip(&measured) {
+                    let kpps = Spread::of(ms.iter().map(|m| m.kpps));
+                    let p50 = Spread::of(ms.iter().map(|m| m.p50_us));
+                    let p99 = Spread::of(ms.iter().map(|m| m.p99_us));
+                    let offered = Spread::of(ms.iter().map(|m| m.offered_kpps));
+                    let lost = Spread::of(ms.iter().map(|m| m.lost_pct));
+                    if load.is_none() && *arm == "processes" {
+                        capacity = kpps.median;
+                    }
+                    let ranges = if rounds > 1 {
+                        format!(
+                            "  ({:.1}–{:.1}; {:.1}–{:.1})",
+                            kpps.min, kpps.max, p99.min, p99.max
+                        )
+                    } else {
+                        String::new()
+                    };
+                    println!(
+                        "{nf:<9} {n:>7} {arm:<13} {label:>6} {:>11.1} {:>10.1} {:>10.1} {:>7.2}{ranges}",
+                        kpps.median, p50.median, p99.median, lost.median
+                    );
+                    csv.push_str(&format!(
+                        "{nf},{n},{arm},{:.1},{:.1},{:.1},{rounds},{:.1},{:.1},{:.1},{:.1},{label},{:.1},{:.2}\n",
+                        kpps.median,
+                        p50.median,
+                        p99.median,
+                        kpps.min,
+                        kpps.max,
+                        p99.min,
+                        p99.max,
+                        offered.median,
+                        lost.median
+                    ));
+                }
             }
         }
     }

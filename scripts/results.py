@@ -324,15 +324,24 @@ def csv_section(suite, plots_dir, link, plt):
             ax.set_xlabel("Packet Buffers' latency bound (none: groups cut per 128-packet burst)")
             ax.set_ylabel("mean packets per group (first stage)")
         elif key == "procs":
-            # One column per NF: aggregate throughput on top, p99 latency (log) below,
-            # one line per arm, as the paper's Fig. 6 puts Buffet beside containers/VMs.
+            # One column per NF, one line per arm, as the paper's Fig. 6 puts Buffet beside
+            # containers/VMs: each arm at its own saturation (aggregate throughput on top,
+            # p99 latency below), then every arm at the same offered load (the highest
+            # measured, a fraction of the processes' rate): p99 and p50 (log).
             plt.close(fig)
             nfs = sorted({r["nf"] for r in rows})
             arms = sorted({r["arm"] for r in rows})
-            fig, axes = plt.subplots(2, len(nfs), figsize=(3.2 * len(nfs), 6), squeeze=False)
+            # CSVs from before the offered loads have no `load` column: all saturated.
+            sat = [r for r in rows if r.get("load", "window") in ("window", None)]
+            loads = sorted({r["load"] for r in rows if r.get("load") not in ("window", None)},
+                           key=float)
+            at = [r for r in rows if loads and r.get("load") == loads[-1]]
+            panels = 4 if at else 2
+            fig, axes = plt.subplots(panels, len(nfs), figsize=(3.2 * len(nfs), 3 * panels),
+                                     squeeze=False)
             for c, nf in enumerate(nfs):
                 for arm in arms:
-                    pts = [r for r in rows if r["nf"] == nf and r["arm"] == arm]
+                    pts = [r for r in sat if r["nf"] == nf and r["arm"] == arm]
                     xs = [r["tenants"] for r in pts]
                     line, = axes[0][c].plot(range(len(xs)), [float(r["kpps"]) for r in pts],
                                             marker="o", label=arm)
@@ -347,11 +356,22 @@ def csv_section(suite, plots_dir, link, plt):
                                              color=line.get_color(), alpha=0.15)
                     for ax_ in (axes[0][c], axes[1][c]):
                         ax_.set_xticks(range(len(xs)), xs)
+                    if at:
+                        lp = [r for r in at if r["nf"] == nf and r["arm"] == arm]
+                        lx = [r["tenants"] for r in lp]
+                        for ax_, col in ((axes[2][c], "p99_us"), (axes[3][c], "p50_us")):
+                            ax_.plot(range(len(lx)), [max(float(r[col]), 0.1) for r in lp],
+                                     marker="o", color=line.get_color(), label=arm)
+                            ax_.set_xticks(range(len(lx)), lx)
+                            ax_.set_yscale("log")
                 axes[0][c].set_title(nf)
                 axes[1][c].set_yscale("log")
-                axes[1][c].set_xlabel("tenants")
+                axes[panels - 1][c].set_xlabel("tenants")
+            if at:
+                axes[2][0].set_ylabel(f"p99 at {loads[-1]} load (µs, log)")
+                axes[3][0].set_ylabel(f"p50 at {loads[-1]} load (µs, log)")
             axes[0][0].set_ylabel("aggregate throughput (kpps)")
-            axes[1][0].set_ylabel("p99 latency (µs, log)")
+            axes[1][0].set_ylabel("p99 saturated (µs, log)")
             axes[0][0].legend(fontsize="x-small")
             fig.suptitle(title)
             fig.tight_layout()
