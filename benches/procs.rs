@@ -39,7 +39,9 @@
 //! `BUFFET_PROCS_TENANTS` (comma-separated), `BUFFET_PROCS_SECS` (measured seconds per
 //! run, default 1), `BUFFET_PROCS_ROUNDS` (runs of every arm, default 1; with more, each
 //! figure is the median over the rounds, with the throughput's and the p99's range, and
-//! the arms alternate their order from round to round), `BUFFET_PROCS_LOADS`
+//! the arms alternate their order from round to round), `BUFFET_PROCS_YIELD` (`idle`,
+//! the default: NF processes yield after 64 empty polls; `batch`: also after every
+//! batch), `BUFFET_PROCS_LOADS`
 //! (comma-separated fractions; empty for saturated runs only), `BUFFET_PROCS_CSV` (a file
 //! for the CSV lines). `-- --test` is the smoke mode CI runs (one NF, 2 and 4 tenants,
 //! 0.1 s).
@@ -76,6 +78,18 @@ const WINDOW: u64 = 32;
 const QUEUE: u64 = procs_sys::CAP;
 /// Empty polls before an NF process yields the core.
 const SPINS: u32 = 64;
+
+/// Whether an NF process also yields the core after every batch it served
+/// (`BUFFET_PROCS_YIELD=batch`), not only after [`SPINS`] empty polls (`idle`, the
+/// default): a process whose ring never quite empties then still hands the core over
+/// at once instead of at the end of its timeslice.
+fn yield_each_batch() -> bool {
+    match std::env::var("BUFFET_PROCS_YIELD").as_deref() {
+        Err(_) | Ok("idle") => false,
+        Ok("batch") => true,
+        Ok(other) => panic!("BUFFET_PROCS_YIELD: {other:?} is neither `idle` nor `batch`"),
+    }
+}
 
 /// Tenant `t`'s policy for `nf`, as JSON (the tenants file's `[tenant.policy]`).
 fn policy(nf: &str, t: u32) -> serde_json::Value {
@@ -178,6 +192,7 @@ fn serve<N: NetworkFunction>(shm: &Shm, nf: N, policy: Result<N::Policy, serde_j
     nf.init(&policy, &mut state).expect("init");
     let mut buf = vec![0u8; SLOT];
     let mut idle = 0u32;
+    let each_batch = yield_each_batch();
     while !shm.stopping() {
         let mut n = 0;
         while n < 32 {
@@ -216,6 +231,9 @@ fn serve<N: NetworkFunction>(shm: &Shm, nf: N, policy: Result<N::Policy, serde_j
             }
         } else {
             idle = 0;
+            if each_batch {
+                std::thread::yield_now();
+            }
         }
     }
 }
@@ -665,14 +683,22 @@ fn main() {
         })
         .collect();
     let warm = secs * 0.3;
+    // The NF processes inherit the environment; read it here first, so a bad value
+    // fails before any process starts.
+    let each_batch = yield_each_batch();
     let root = buffet_testkit::gate::is_root()
         && Command::new("unshare").arg("--version").output().is_ok();
     let cores = cores().len().max(1);
     println!(
-        "procs: NF side on core 0, dispatcher on core {}; window {WINDOW} packets per tenant, \
+        "procs: NF side on core 0, dispatcher on core {}; NF processes yield {}; window {WINDOW} packets per tenant, \
          then offered loads {loads:?} of the processes' rate with {QUEUE} packets queued per \
          tenant at most; {secs} s per run, {rounds} round(s){}",
         1 % cores,
+        if each_batch {
+            "after every batch and when idle"
+        } else {
+            "when idle"
+        },
         if root {
             ""
         } else {
