@@ -163,7 +163,9 @@ impl<S: Send> TenantEntry<S> {
         self.cell.try_lock().map(|g| self.guard(g))
     }
 
-    #[inline]
+    // Always inlined: once per packet group on the worker path, where a call cost as much
+    // as the rest of taking the lock (docs/results/notes.md).
+    #[inline(always)]
     fn guard<'a>(&'a self, inner: CellGuard<'a, S>) -> StateGuard<'a, S> {
         let entered = self.vkey.as_ref().map(|(mpk, v)| (*mpk, mpk.enter(v)));
         StateGuard { inner, entered }

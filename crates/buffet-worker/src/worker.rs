@@ -643,6 +643,11 @@ impl<N: NetworkFunction> Worker<N> {
     /// they came to (the caller publishes it with the group's cycles).
     /// `next_chunks`: load each next chunk's headers while a chunk runs (false when the
     /// caller already started loading every member's headers).
+    ///
+    /// Always inlined, with [`run_each`]: once per group, the calls, the register saves
+    /// around them and the tally copied out cost as much as the group's bookkeeping
+    /// (docs/results/notes.md).
+    #[inline(always)]
     fn run_group(
         &self,
         tenant: TenantSlot,
@@ -668,6 +673,15 @@ impl<N: NetworkFunction> Worker<N> {
                 // Whether every chunk recorded an outcome for each of its packets.
                 let mut completed = true;
                 let result = catch_unwind(AssertUnwindSafe(|| {
+                    if members.len() <= GROUP_CHUNK {
+                        // The usual group: one chunk, whose headers are loading already.
+                        completed = if N::PER_PACKET {
+                            run_each(nf, &mut state, id, burst, members, &mut tally)
+                        } else {
+                            run_chunk(nf, &mut state, id, burst, members, &mut tally)
+                        };
+                        return;
+                    }
                     for (c, chunk) in members.chunks(GROUP_CHUNK).enumerate() {
                         // A group larger than a chunk: load the next chunk's headers while
                         // this one runs (the first chunk's were loaded before the group),
@@ -956,6 +970,7 @@ fn run_chunk<N: NetworkFunction>(
 /// counts as `run_chunk`: malformed packets are counted and never reach the NF; a
 /// [`Verdict::Fault`] leaves that packet and the rest of the chunk pending (returns
 /// false); a panic in the NF unwinds from here with the verdicts before it recorded.
+#[inline(always)]
 fn run_each<N: NetworkFunction>(
     nf: &N,
     state: &mut N::State,
@@ -1108,38 +1123,51 @@ impl<S: Send + 'static> EntryCache<S> {
         });
     }
 
-    #[inline]
+    /// The cached entry of `slot`, loading it on a miss. A hit (the common case: one
+    /// per packet group) is inlined into the caller; the miss is out of line.
+    #[inline(always)]
     fn lookup(&mut self, table: &TenantTable<S>, slot: u32) -> Option<&TenantEntry<S>> {
+        // `revalidate` read the change count before checking every cached generation,
+        // and the table bumps a slot's generation before the change count: with the
+        // count unchanged, no slot changed since, so every cached entry is current.
+        let hit = match self.entries.get(slot as usize) {
+            Some(Some(c)) => {
+                table.changes() == self.seen_changes
+                    || c.generation == table.generation(TenantSlot(slot))
+            }
+            _ => false,
+        };
+        if !hit {
+            self.load(table, slot);
+        }
+        self.entries
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|c| &*c.entry)
+    }
+
+    /// Loads `slot`'s entry from the table into the cache (or forgets it when the slot
+    /// is empty now).
+    #[cold]
+    #[inline(never)]
+    fn load(&mut self, table: &TenantTable<S>, slot: u32) {
         let i = slot as usize;
         if i >= self.entries.len() {
             self.entries
                 .resize_with((i + 1).max(table.capacity() as usize), || None);
         }
-        // `revalidate` read the change count before checking every cached generation,
-        // and the table bumps a slot's generation before the change count: with the
-        // count unchanged, no slot changed since, so every cached entry is current.
-        let hit = match &self.entries[i] {
-            Some(c) => {
-                table.changes() == self.seen_changes
-                    || c.generation == table.generation(TenantSlot(slot))
-            }
-            None => false,
-        };
-        if !hit {
-            let generation = table.generation(TenantSlot(slot));
-            let was_cached = self.entries[i].is_some();
-            self.entries[i] = table.get_arc(TenantSlot(slot)).map(|entry| Cached {
-                generation,
-                state: entry.extent().base,
-                entry,
-            });
-            match (was_cached, self.entries[i].is_some()) {
-                (false, true) => self.cached.push(slot),
-                (true, false) => self.cached.retain(|&s| s != slot),
-                _ => {}
-            }
+        let generation = table.generation(TenantSlot(slot));
+        let was_cached = self.entries[i].is_some();
+        self.entries[i] = table.get_arc(TenantSlot(slot)).map(|entry| Cached {
+            generation,
+            state: entry.extent().base,
+            entry,
+        });
+        match (was_cached, self.entries[i].is_some()) {
+            (false, true) => self.cached.push(slot),
+            (true, false) => self.cached.retain(|&s| s != slot),
+            _ => {}
         }
-        self.entries[i].as_ref().map(|c| &*c.entry)
     }
 
     /// Starts loading the cache's own row for `slot` (far ahead of its group: the row
@@ -1181,93 +1209,108 @@ struct PacketBuffers {
     slots: Vec<SlotCount>,
     /// Slots of this burst in first-seen order.
     active: Vec<u32>,
-    /// Start of each active group in `order`.
+    /// Start of each active group in `order`, then the end of the last.
     starts: Vec<u32>,
     /// Burst indices grouped by tenant, arrival order within a group.
     order: Vec<u32>,
-    /// Each packet's tenant slot, read once from its mbuf.
-    tags: Vec<u32>,
 }
 
 impl PacketBuffers {
     /// Groups `burst` by tenant. `headers`: start loading every frame's headers during
     /// the walk (with few tenants, where the worker prefetches nothing else).
+    ///
+    /// Two passes over the burst's tags (the walk that counts, the scatter) and one over
+    /// its groups; the arrays are written by index, not pushed, as a push's capacity test
+    /// cost more than the write (25 instructions per packet at 1,024 tenants).
     fn build(&mut self, burst: &[PacketBuf], headers: bool) {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             self.slots.iter_mut().for_each(|s| s.epoch = 0);
             self.epoch = 1;
         }
-        self.active.clear();
-        self.tags.clear();
+        // At most one group per packet.
+        self.active.resize(burst.len(), 0);
         // The tag lives in the `PacketBuf`, apart from the frame: this walk touches no
         // frame. The groups run in tenant order, not arrival order. With few tenants the
         // headers start loading here, while the walk is sequential; with many
         // (`FAR_TENANTS`) the worker loads each group's headers a group ahead of its run
         // instead (`HEADERS_AHEAD`), as hundreds of back-to-back prefetches here stall the
-        // walk. Two loops, so the walk does not test `headers` per packet.
-        if headers {
-            self.tags.extend(burst.iter().map(|m| {
-                sys::prefetch_headers(m.data());
-                m.tenant.0
-            }));
+        // walk. Two instances, so the walk does not test `headers` per packet.
+        let groups = if headers {
+            self.walk::<true>(burst)
         } else {
-            self.tags.extend(burst.iter().map(|m| m.tenant.0));
-        }
-        // Counted by runs of one tenant: a packet of the same tenant as the one before it
-        // costs a compare and an increment, and the per-slot arrays are touched once per
-        // run.
-        let mut runs = Runs {
-            epoch: self.epoch,
-            slots: &mut self.slots,
-            active: &mut self.active,
+            self.walk::<false>(burst)
         };
-        let mut tags = self.tags.iter();
-        if let Some(&first) = tags.next() {
-            let (mut run_t, mut run_n) = (first, 1u32);
-            for &t in tags {
-                if t == run_t {
-                    run_n += 1;
-                } else {
-                    runs.add(run_t, run_n);
-                    (run_t, run_n) = (t, 1);
-                }
-            }
-            runs.add(run_t, run_n);
-        }
+        self.active.truncate(groups);
         self.starts.clear();
         self.order.clear();
-        if let [_] = self.active[..] {
+        if groups == 1 {
             // One group: the whole burst, in order.
-            self.starts.push(0);
+            self.starts.extend([0, burst.len() as u32]);
             self.order.extend(0..burst.len() as u32);
             return;
         }
+        self.starts.resize(groups + 1, 0);
         let mut at = 0u32;
-        for &t in &self.active {
-            self.starts.push(at);
+        for (start, &t) in self.starts.iter_mut().zip(&self.active) {
+            *start = at;
             let slot = &mut self.slots[t as usize];
             let n = slot.count;
             // `count` now holds the next write position of the group.
             slot.count = at;
             at += n;
         }
+        // The last group's end.
+        self.starts[groups] = at;
         self.order.resize(burst.len(), 0);
-        for (i, &t) in self.tags.iter().enumerate() {
-            let t = t as usize;
-            let slot = &mut self.slots[t];
+        for (i, m) in burst.iter().enumerate() {
+            let slot = &mut self.slots[m.tenant.0 as usize];
             self.order[slot.count as usize] = i as u32;
             slot.count += 1;
         }
     }
 
-    /// Group `g`: its tenant slot and the burst indices of its packets.
+    /// Counts the burst's tags by runs of one tenant (a packet of the same tenant as the
+    /// one before it costs a compare and an increment, and the per-slot arrays are
+    /// touched once per run), listing each tenant in `active` when first seen. Returns
+    /// how many it listed. `HEADERS`: start loading every frame's headers on the way.
+    #[inline(always)]
+    fn walk<const HEADERS: bool>(&mut self, burst: &[PacketBuf]) -> usize {
+        let mut runs = Runs {
+            epoch: self.epoch,
+            slots: &mut self.slots,
+            active: &mut self.active,
+            listed: 0,
+        };
+        let mut packets = burst.iter();
+        let Some(first) = packets.next() else {
+            return 0;
+        };
+        if HEADERS {
+            sys::prefetch_headers(first.data());
+        }
+        let (mut run_t, mut run_n) = (first.tenant.0, 1u32);
+        for m in packets {
+            if HEADERS {
+                sys::prefetch_headers(m.data());
+            }
+            let t = m.tenant.0;
+            if t == run_t {
+                run_n += 1;
+            } else {
+                runs.add(run_t, run_n);
+                (run_t, run_n) = (t, 1);
+            }
+        }
+        runs.add(run_t, run_n);
+        runs.listed
+    }
+
+    /// Group `g`: its tenant slot and the burst indices of its packets. Once per group:
+    /// always inlined (`starts` ends with the burst's length, so no end case).
+    #[inline(always)]
     fn group(&self, g: usize) -> (u32, &[u32]) {
-        let start = self.starts[g] as usize;
-        let end = self
-            .starts
-            .get(g + 1)
-            .map_or(self.order.len(), |&e| e as usize);
+        let (start, end) = (self.starts[g] as usize, self.starts[g + 1] as usize);
         (self.active[g], &self.order[start..end])
     }
 }
@@ -1276,7 +1319,9 @@ impl PacketBuffers {
 struct Runs<'a> {
     epoch: u32,
     slots: &'a mut Vec<SlotCount>,
-    active: &'a mut Vec<u32>,
+    /// Sized to the burst; the first `listed` hold this burst's slots.
+    active: &'a mut [u32],
+    listed: usize,
 }
 
 impl Runs<'_> {
@@ -1294,7 +1339,8 @@ impl Runs<'_> {
                 epoch: self.epoch,
                 count: n,
             };
-            self.active.push(t);
+            self.active[self.listed] = t;
+            self.listed += 1;
         } else {
             slot.count += n;
         }
