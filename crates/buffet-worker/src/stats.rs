@@ -82,22 +82,57 @@ fn add(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
-/// Totals gathered over one Packet Buffer before they are published.
+/// Totals gathered over one Packet Buffer before they are published: the counts every
+/// group adds to. Drops, rare, go straight to the counter row as they happen
+/// ([`Drops`]), so the tally stays three words the worker keeps in registers.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct GroupTally {
     pub packets: u64,
     pub bytes: u64,
     pub passed: u64,
-    pub nf_drops: [u64; NF_CAUSES],
-    pub malformed: u64,
-    pub no_tenant: u64,
-    pub quarantined: u64,
+}
+
+/// Where a worker counts one tenant's drops as they happen: its counter row (`None` for
+/// a slot beyond the counters, which counts nothing, as before).
+#[derive(Clone, Copy)]
+pub(crate) struct Drops<'a>(pub Option<&'a TenantCounters>);
+
+impl Drops<'_> {
+    /// `n` packets the NF dropped for `cause`.
+    #[inline]
+    pub(crate) fn nf(self, cause: DropCause, n: u64) {
+        if let Some(r) = self.0 {
+            bump(&r.nf_drops[cause.index()], n);
+        }
+    }
+
+    /// `n` packets that did not parse.
+    #[inline]
+    pub(crate) fn malformed(self, n: u64) {
+        if let Some(r) = self.0 {
+            bump(&r.malformed, n);
+        }
+    }
+
+    /// `n` packets of a quarantined tenant.
+    #[inline]
+    pub(crate) fn quarantined(self, n: u64) {
+        if let Some(r) = self.0 {
+            bump(&r.quarantined, n);
+        }
+    }
+
+    /// `n` packets of a slot with no tenant.
+    #[inline]
+    pub(crate) fn no_tenant(self, n: u64) {
+        if let Some(r) = self.0 {
+            bump(&r.no_tenant, n);
+        }
+    }
 }
 
 impl TenantCounters {
-    /// Adds one group's tally and cycles. The drop counters, rarely non-zero, are only
-    /// visited when the group did not pass every packet (every packet counts once, as
-    /// passed or under one drop reason).
+    /// Adds one group's tally and cycles (its drops were counted as they happened).
     #[inline(always)]
     pub(crate) fn publish(&self, t: &GroupTally, cycles: u64) {
         // A group has at least one packet and one byte.
@@ -106,20 +141,6 @@ impl TenantCounters {
         add(&self.groups, 1);
         bump(&self.passed, t.passed);
         bump(&self.cycles, cycles);
-        if t.passed != t.packets {
-            self.publish_drops(t);
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn publish_drops(&self, t: &GroupTally) {
-        bump(&self.malformed, t.malformed);
-        bump(&self.no_tenant, t.no_tenant);
-        bump(&self.quarantined, t.quarantined);
-        for (c, n) in self.nf_drops.iter().zip(t.nf_drops) {
-            bump(c, n);
-        }
     }
 
     pub(crate) fn add_into(&self, r: &mut TenantReport) {

@@ -28,7 +28,7 @@ use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 
 use crate::buffers::{BufferConfig, Clock, ClockSource, TenantBuffers};
-use crate::stats::{bump, GroupTally, WorkerCounters};
+use crate::stats::{bump, Drops, GroupTally, WorkerCounters};
 use crate::sys;
 use buffet_io::{Outcome, PacketBuf};
 
@@ -381,36 +381,51 @@ impl<N: NetworkFunction> Worker<N> {
         // `None` after a group that was not timed.
         let mut last = Some(t0);
         let sampled = self.sampler.burst();
-        for g in 0..n {
-            if far {
-                if let Some(&next) = groups.active.get(g + ROWS_AHEAD) {
-                    self.prefetch_rows(&cache, next);
+        // One `catch_unwind` for the burst, not one per group (a closure call and its
+        // captures cost about 60 instructions per group, docs/results/notes.md): should a
+        // group's NF panic, its tenant is quarantined here and the burst goes on with
+        // the next group, in a fresh `catch_unwind`. `g`, `tally` and `start` live out
+        // here so the handler knows which group panicked, what it had counted and when it
+        // began. Between NF calls the loop only indexes arrays the grouping pass sized,
+        // so a panic caught here is the NF's.
+        let mut g = 0usize;
+        let mut tally = GroupTally::default();
+        let mut start: Option<u64> = None;
+        while g < n {
+            let run = catch_unwind(AssertUnwindSafe(|| {
+                while g < n {
+                    if far {
+                        if let Some(&next) = groups.active.get(g + ROWS_AHEAD) {
+                            self.prefetch_rows(&cache, next);
+                        }
+                        if let Some(&next) = groups.active.get(g + ENTRY_AHEAD) {
+                            cache.prefetch_entry(next);
+                        }
+                        if g + HEADERS_AHEAD < n {
+                            prefetch_group_headers(burst, groups.group(g + HEADERS_AHEAD).1);
+                        }
+                    }
+                    let (tenant, members) = groups.group(g);
+                    let entry = cache.lookup(&self.shared.table, tenant);
+                    let scale = CycleSampler::scale(members.len(), sampled);
+                    start = (scale > 0).then(|| last.unwrap_or_else(sys::cycles));
+                    tally = GroupTally::default();
+                    // Below FAR_TENANTS the grouping pass loaded every header already.
+                    self.run_unguarded(TenantSlot(tenant), entry, burst, members, far, &mut tally);
+                    last = stamp(start);
+                    self.publish(tenant, &tally, charged(start, last, scale));
+                    g += 1;
                 }
-                if let Some(&next) = groups.active.get(g + ENTRY_AHEAD) {
-                    cache.prefetch_entry(next);
-                }
-                if g + HEADERS_AHEAD < n {
-                    prefetch_group_headers(burst, groups.group(g + HEADERS_AHEAD).1);
-                }
+            }));
+            if let Err(panic) = run {
+                // Group `g`'s NF panicked (its state lock was released on the way out).
+                let (tenant, members) = groups.group(g);
+                let scale = CycleSampler::scale(members.len(), sampled);
+                self.fault(TenantSlot(tenant), panic, burst, members, &mut tally);
+                last = stamp(start);
+                self.publish(tenant, &tally, charged(start, last, scale));
+                g += 1;
             }
-            let (tenant, members) = groups.group(g);
-            let entry = cache.lookup(&self.shared.table, tenant);
-            let scale = CycleSampler::scale(members.len(), sampled);
-            let start = (scale > 0).then(|| last.unwrap_or_else(sys::cycles));
-            // Below FAR_TENANTS the grouping pass loaded every header already.
-            let tally = self.run_group(TenantSlot(tenant), entry, burst, members, far);
-            let cycles = match start {
-                Some(s) => {
-                    let t1 = sys::cycles();
-                    last = Some(t1);
-                    t1.wrapping_sub(s).saturating_mul(scale)
-                }
-                None => {
-                    last = None;
-                    0
-                }
-            };
-            self.publish(tenant, &tally, cycles);
         }
         self.groups = groups;
         self.cache = cache;
@@ -656,8 +671,32 @@ impl<N: NetworkFunction> Worker<N> {
         members: &[u32],
         next_chunks: bool,
     ) -> GroupTally {
-        let idx = tenant.0 as usize;
         let mut tally = GroupTally::default();
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            self.run_unguarded(tenant, entry, burst, members, next_chunks, &mut tally);
+        }));
+        if let Err(panic) = result {
+            self.fault(tenant, panic, burst, members, &mut tally);
+        }
+        tally
+    }
+
+    /// [`run_group`](Self::run_group) without containing a panic of the NF: the caller
+    /// catches it and calls [`fault`](Self::fault). Counts into `tally`, which starts at
+    /// zero; on a panic, `tally` holds what the packets before it came to.
+    #[inline(always)]
+    fn run_unguarded(
+        &self,
+        tenant: TenantSlot,
+        entry: Option<&TenantEntry<N::State>>,
+        burst: &mut [PacketBuf],
+        members: &[u32],
+        next_chunks: bool,
+        tally: &mut GroupTally,
+    ) {
+        let idx = tenant.0 as usize;
+        tally.packets = members.len() as u64;
+        let drops = Drops(self.counters.tenants.get(idx));
         let quarantined = self
             .shared
             .quarantined
@@ -667,21 +706,19 @@ impl<N: NetworkFunction> Worker<N> {
             (Some(entry), false) => {
                 let id = entry.id();
                 let nf = &*self.shared.nf;
+                // Released when dropped, on a panic too (no poisoning).
                 let mut state = entry.lock();
-                // Chunks of up to GROUP_CHUNK packets: parse them, one `handle_group`
-                // call, count.
                 // Whether every chunk recorded an outcome for each of its packets.
                 let mut completed = true;
-                let result = catch_unwind(AssertUnwindSafe(|| {
-                    if members.len() <= GROUP_CHUNK {
-                        // The usual group: one chunk, whose headers are loading already.
-                        completed = if N::PER_PACKET {
-                            run_each(nf, &mut state, id, burst, members, &mut tally)
-                        } else {
-                            run_chunk(nf, &mut state, id, burst, members, &mut tally)
-                        };
-                        return;
-                    }
+                if members.len() <= GROUP_CHUNK {
+                    // The usual group: one chunk, whose headers are loading already.
+                    completed = if N::PER_PACKET {
+                        run_each(nf, &mut state, id, burst, members, tally, drops)
+                    } else {
+                        run_chunk(nf, &mut state, id, burst, members, tally, drops)
+                    };
+                } else {
+                    // Chunks of up to GROUP_CHUNK packets.
                     for (c, chunk) in members.chunks(GROUP_CHUNK).enumerate() {
                         // A group larger than a chunk: load the next chunk's headers while
                         // this one runs (the first chunk's were loaded before the group),
@@ -698,9 +735,9 @@ impl<N: NetworkFunction> Worker<N> {
                         // per packet: multitenancy at 8 tenants went from 0.87 to 1.03 of
                         // the single-tenant NF without it, docs/results/notes.md.)
                         let done = if N::PER_PACKET {
-                            run_each(nf, &mut state, id, burst, chunk, &mut tally)
+                            run_each(nf, &mut state, id, burst, chunk, tally, drops)
                         } else {
-                            run_chunk(nf, &mut state, id, burst, chunk, &mut tally)
+                            run_chunk(nf, &mut state, id, burst, chunk, tally, drops)
                         };
                         if !done {
                             // A fault verdict: the rest of the group stays pending and is
@@ -709,45 +746,54 @@ impl<N: NetworkFunction> Worker<N> {
                             break;
                         }
                     }
-                }));
+                }
                 drop(state);
                 // A chunk that completed left none of its packets pending, so the group
                 // is only searched for pending packets after one did not.
-                let result = match result {
-                    Ok(())
-                        if !completed
-                            && members
-                                .iter()
-                                .any(|&i| burst[i as usize].outcome == Outcome::Pending) =>
-                    {
-                        Err(Box::new("the NF reported a fault (Verdict::Fault)")
-                            as Box<dyn std::any::Any + Send>)
-                    }
-                    other => other,
-                };
-                if let Err(panic) = result {
-                    tally.quarantined +=
-                        self.quarantine(tenant, panic_message(&*panic), burst, members);
+                if !completed
+                    && members
+                        .iter()
+                        .any(|&i| burst[i as usize].outcome == Outcome::Pending)
+                {
+                    let message = "the NF reported a fault (Verdict::Fault)".to_string();
+                    drops.quarantined(self.quarantine(tenant, message, burst, members));
                     tally.bytes = group_bytes(burst, members);
                 }
             }
             (Some(_), true) => {
-                tally.quarantined = members.len() as u64;
+                drops.quarantined(members.len() as u64);
                 tally.bytes = group_bytes(burst, members);
                 members
                     .iter()
                     .for_each(|&i| burst[i as usize].outcome = Outcome::Quarantined);
             }
             (None, _) => {
-                tally.no_tenant = members.len() as u64;
+                drops.no_tenant(members.len() as u64);
                 tally.bytes = group_bytes(burst, members);
                 members
                     .iter()
                     .for_each(|&i| burst[i as usize].outcome = Outcome::NoTenant);
             }
         }
+    }
+
+    /// After tenant `tenant`'s NF panicked running the group `members`: quarantines the
+    /// tenant, drops the group's packets that had no outcome yet, and completes `tally`
+    /// (the packets before the panic keep their verdicts and counts).
+    #[cold]
+    #[inline(never)]
+    fn fault(
+        &self,
+        tenant: TenantSlot,
+        panic: Box<dyn std::any::Any + Send>,
+        burst: &mut [PacketBuf],
+        members: &[u32],
+        tally: &mut GroupTally,
+    ) {
+        let drops = Drops(self.counters.tenants.get(tenant.index()));
+        drops.quarantined(self.quarantine(tenant, panic_message(&*panic), burst, members));
         tally.packets = members.len() as u64;
-        tally
+        tally.bytes = group_bytes(burst, members);
     }
 
     fn quarantine(
@@ -794,6 +840,22 @@ impl<N: NetworkFunction> Worker<N> {
 struct CycleSampler {
     /// xorshift64 state, never zero.
     state: u64,
+}
+
+/// The end of a group that began at `start` (`None`: not timed, and nothing read).
+#[inline(always)]
+fn stamp(start: Option<u64>) -> Option<u64> {
+    start.map(|_| sys::cycles())
+}
+
+/// The cycles a group that ran from `start` to `end` is charged: what it took times its
+/// `scale` (see [`CycleSampler`]), 0 when it was not timed.
+#[inline(always)]
+fn charged(start: Option<u64>, end: Option<u64>, scale: u64) -> u64 {
+    match (start, end) {
+        (Some(s), Some(e)) => e.wrapping_sub(s).saturating_mul(scale),
+        _ => 0,
+    }
 }
 
 /// Groups of at least this many packets are always timed.
@@ -876,6 +938,7 @@ fn run_chunk<N: NetworkFunction>(
     burst: &mut [PacketBuf],
     chunk: &[u32],
     tally: &mut GroupTally,
+    drops: Drops<'_>,
 ) -> bool {
     const { assert!(GROUP_CHUNK <= 64) };
     debug_assert!(chunk.len() <= GROUP_CHUNK && chunk.windows(2).all(|w| w[0] < w[1]));
@@ -936,7 +999,7 @@ fn run_chunk<N: NetworkFunction>(
         // Every packet parsed: the `k`-th packet's verdict is `verdicts[k]`.
         for ((&i, &v), &len) in walked.iter().zip(&verdicts).zip(&lens) {
             let m = &mut burst[i as usize];
-            if !record_verdict(m, v, len, &mut passed, tally) {
+            if !record_verdict(m, v, len, &mut passed, drops) {
                 go_on = false;
                 break;
             }
@@ -946,11 +1009,11 @@ fn run_chunk<N: NetworkFunction>(
         for (pos, &i) in walked.iter().enumerate() {
             let m = &mut burst[i as usize];
             if malformed & (1 << pos) != 0 {
-                tally.malformed += 1;
+                drops.malformed(1);
                 m.outcome = Outcome::Malformed;
                 continue;
             }
-            if !record_verdict(m, verdicts[k], lens[k], &mut passed, tally) {
+            if !record_verdict(m, verdicts[k], lens[k], &mut passed, drops) {
                 go_on = false;
                 break;
             }
@@ -978,6 +1041,7 @@ fn run_each<N: NetworkFunction>(
     burst: &mut [PacketBuf],
     chunk: &[u32],
     tally: &mut GroupTally,
+    drops: Drops<'_>,
 ) -> bool {
     let mut go_on = true;
     for &i in chunk {
@@ -1006,14 +1070,14 @@ fn run_each<N: NetworkFunction>(
                 (v, pkt.len())
             }
             Err(_) => {
-                tally.malformed += 1;
+                drops.malformed(1);
                 m.outcome = Outcome::Malformed;
                 continue;
             }
         };
         // Counted at once: a panic in a later packet's handler keeps this one's count.
         let mut passed = 0u64;
-        let recorded = record_verdict(m, v, new_len, &mut passed, tally);
+        let recorded = record_verdict(m, v, new_len, &mut passed, drops);
         tally.passed += passed;
         if !recorded {
             go_on = false;
@@ -1031,13 +1095,13 @@ fn record_verdict(
     v: Verdict,
     len: usize,
     passed: &mut u64,
-    tally: &mut GroupTally,
+    drops: Drops<'_>,
 ) -> bool {
     match v {
         // Left pending: the rest of the group is quarantined.
         Verdict::Fault => return false,
         Verdict::Drop(cause) => {
-            tally.nf_drops[cause.index()] += 1;
+            drops.nf(cause, 1);
             m.outcome = Outcome::Nf(Verdict::Drop(cause));
         }
         v => {
@@ -1660,6 +1724,16 @@ mod tests {
     /// cause, malformed, no tenant, groups).
     #[test]
     fn process_matches_a_model_of_the_worker_path() {
+        /// What the model expects in a tenant's counter row.
+        #[derive(Default, Clone)]
+        struct ModelCounts {
+            packets: u64,
+            bytes: u64,
+            passed: u64,
+            nf_drops: [u64; buffet_sdk::DropCause::ALL.len()],
+            malformed: u64,
+            no_tenant: u64,
+        }
         let mut rng = buffet_testkit::rng::Rng::new(7);
         for &tenants in &[1u32, 3, 9, 70] {
             let storage = buffet_memory::MemoryStorage::new(buffet_memory::ArenaConfig {
@@ -1676,7 +1750,7 @@ mod tests {
             }
             let mut w = Worker::new(Arc::new(Script), table.clone());
             let mut expected_order: Vec<Vec<u64>> = vec![Vec::new(); tenants as usize];
-            let mut expected = vec![GroupTally::default(); tenants as usize];
+            let mut expected = vec![ModelCounts::default(); tenants as usize];
             let mut groups = vec![0u64; tenants as usize];
             let mut ts = 0u64;
             for _ in 0..60 {
