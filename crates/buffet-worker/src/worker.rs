@@ -1691,6 +1691,97 @@ mod tests {
 
     /// A random frame in a heap buffer: when `bad`, shorter than an Ethernet header;
     /// else a UDP frame of 0 to 39 payload bytes, half of them with the dispatcher's parse.
+    /// Panics on a packet whose `ts_ns` is 1,000 or more; passes the others.
+    struct Panicky;
+
+    impl NetworkFunction for Panicky {
+        type State = Vec<u64>;
+        type Policy = ();
+        fn name(&self) -> &'static str {
+            "panicky"
+        }
+        fn register(&self) -> buffet_sdk::MemorySpec {
+            buffet_sdk::MemorySpec::of::<Vec<u64>>()
+        }
+        fn init(&self, _: &(), _: &mut Vec<u64>) -> Result<(), buffet_sdk::InitError> {
+            Ok(())
+        }
+        fn handle(&self, pkt: &mut Packet<'_>, seen: &mut Vec<u64>) -> Verdict {
+            let ts = pkt.meta().ts_ns;
+            assert!(ts < 1_000, "boom at {ts}");
+            seen.push(ts);
+            Verdict::Pass
+        }
+    }
+
+    /// `process` contains a panic per burst, not per group: whichever group panics (the
+    /// first, one in the middle, the last), only its tenant is quarantined, its packets
+    /// before the panic keep their verdicts, the ones after it are dropped as
+    /// quarantined, every other group of the burst runs, every counter is exact, and the
+    /// tenant's state is unlocked again.
+    #[test]
+    fn a_panic_in_any_group_of_a_burst_quarantines_only_its_tenant() {
+        for bad in 0..3u32 {
+            let storage = buffet_memory::MemoryStorage::new(buffet_memory::ArenaConfig {
+                capacity: 16 << 20,
+            })
+            .unwrap();
+            let table = Arc::new(TenantTable::new(storage, 3));
+            for t in 0..3 {
+                table
+                    .admit(TenantSlot(t), buffet_sdk::TenantId(t + 1), 4096, Vec::new())
+                    .unwrap();
+            }
+            let mut w = Worker::new(Arc::new(Panicky), table.clone());
+            // Tenants 0, 1, 2 in that order of first appearance, three packets each,
+            // interleaved; tenant `bad`'s second packet panics.
+            let mut burst: Vec<PacketBuf> = (0..9u64)
+                .map(|i| {
+                    let t = (i % 3) as u32;
+                    let mut m = PacketBuf::heap();
+                    assert!(m.fill(&udp_frame(4)));
+                    m.tenant = TenantSlot(t);
+                    m.ts_ns = if t == bad && i / 3 == 1 { 1_000 + i } else { i };
+                    m
+                })
+                .collect();
+            w.process(&mut burst);
+            for (i, m) in burst.iter().enumerate() {
+                let t = (i % 3) as u32;
+                let want = match (t == bad, i / 3) {
+                    (false, _) | (true, 0) => Outcome::Nf(Verdict::Pass),
+                    (true, _) => Outcome::Quarantined,
+                };
+                assert_eq!(m.outcome, want, "bad {bad}, packet {i}");
+            }
+            for t in 0..3u32 {
+                let row = &w.counters.tenants[t as usize];
+                let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                let want = if t == bad { (3, 1, 2, 1) } else { (3, 3, 0, 1) };
+                assert_eq!(
+                    (
+                        load(&row.packets),
+                        load(&row.passed),
+                        load(&row.quarantined),
+                        load(&row.groups)
+                    ),
+                    want,
+                    "bad {bad}, tenant {t}"
+                );
+                assert_eq!(w.quarantined(t), t == bad, "bad {bad}, tenant {t}");
+                let got = table.get(TenantSlot(t));
+                let entry = got.entry().unwrap();
+                let state = entry.try_lock().expect("unlocked after the burst");
+                assert_eq!(state.len(), if t == bad { 1 } else { 3 }, "bad {bad}");
+            }
+            assert!(matches!(
+                w.shared.notices.pop(),
+                Some(Notice::Fault { tenant, message, .. })
+                    if tenant == TenantSlot(bad) && message.contains("boom")
+            ));
+        }
+    }
+
     fn random_packet(rng: &mut buffet_testkit::rng::Rng, bad: bool) -> PacketBuf {
         let frame = if bad {
             vec![0xabu8; 1 + rng.index(13)]
