@@ -1,17 +1,19 @@
 //! `/metrics`: the data plane's counters in the Prometheus text format, encoded by
 //! prometheus-client.
 //!
-//! Per tenant (label `tenant`, the tenant id): packets, bytes, drops by reason
-//! (label `reason`), CPU cycles, migrations, quarantined; with chains, per stage of the
-//! tenant's chain (labels `stage`, the index, and `nf`): packets in, passed, drops by
-//! cause. Per worker (label `worker`):
-//! packets, busy cycles, live. Server-wide: scheduler events seen (migrations, overload
-//! reports, faults), events dropped, unmatched packets, malformed frames by parse error
-//! and the other server-wide drops by reason (the `global` counts of `/v1/stats`),
-//! admitted tenants, and the
-//! admission latency histogram. Counters of the report are encoded at scrape time from one
-//! snapshot ([`Snapshot`], a prometheus-client `Collector`); the daemon's own counters
-//! and the histogram live here. Nothing is hand-formatted.
+//! - Per tenant (label `tenant`, the tenant id): packets, bytes, drops by reason (label
+//!   `reason`), CPU cycles, migrations, quarantined; with chains, per stage of the
+//!   tenant's chain (labels `stage`, the index, and `nf`): packets in, passed, drops by
+//!   cause.
+//! - Per worker (label `worker`): packets, busy cycles, live.
+//! - Server-wide: scheduler events seen (migrations, overload reports, faults), events
+//!   dropped, unmatched packets, malformed frames by parse error and the other
+//!   server-wide drops by reason (the `global` counts of `/v1/stats`), admitted tenants,
+//!   and the admission latency histogram.
+//!
+//! Counters of the report are encoded at scrape time from one snapshot ([`Snapshot`], a
+//! prometheus-client `Collector`); the daemon's own counters and the histogram live here.
+//! Nothing is hand-formatted.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
