@@ -5,7 +5,7 @@
 //!
 //! Before anything runs, the outputs (`--output`, `--stats-json`) are checked: none may
 //! be an input of the run (compared by device and inode), and each is opened as a
-//! temporary file beside it ([`output`](super::output)), renamed into place when the run
+//! temporary file beside it ([`output`]), renamed into place when the run
 //! succeeds. Records the capture cut short (snap length) are replayed as captured and
 //! counted (`input.truncated` in the JSON).
 

@@ -1,12 +1,13 @@
 //! The data plane as the daemon sees it: the NF chosen in the config is loaded, its
-//! pipeline built ([`buffet_worker::build`]) and its [`Dataplane`] driven on a thread of
-//! its own. With `nf.offered` in the config the pipeline's NF is a [`Chain`] holding the
-//! configured NF (the one-stage chain of a tenant that names none) and every offered
-//! stage NF, loaded at start, so that the Memory Manager's regions cover them all and a
-//! tenant's own chain is its policy; without it, the configured NF itself. A program that
-//! embeds the daemon can offer its own NFs as stages by name ([`start_registered`], with
-//! the registry `buffet`'s command uses). The API reaches the data plane only through the
-//! pipeline's [`Control`] handle, behind the NF-independent [`Plane`] trait object. Control requests become the pipeline's
+//! pipeline built ([`buffet_worker::build`]) and its
+//! [`Dataplane`](buffet_worker::Dataplane) driven on a thread of its own. With `nf.offered`
+//! in the config the pipeline's NF is a [`Chain`] holding the configured NF (the one-stage
+//! chain of a tenant that names none) and every offered stage NF, loaded at start, so that
+//! the Memory Manager's regions cover them all and a tenant's own chain is its policy;
+//! without it, the configured NF itself. A program that embeds the daemon can offer its own
+//! NFs as stages by name ([`start_registered`], with the registry `buffet`'s command uses).
+//! The API reaches the data plane only through the pipeline's [`Control`] handle, behind
+//! the NF-independent [`Plane`] trait object. Control requests become the pipeline's
 //! `Command`s, applied between bursts: other tenants' traffic never waits for tokio.
 //!
 //! The generator port is paced to the wall clock ([`SourcePort::paced`]), so that a

@@ -115,7 +115,7 @@ pub struct XdpStart {
 /// Opens the `af_xdp` port (no redirect program of its own, metadata on) on its queues,
 /// per worker up to `dataplane.max_workers` one socket per queue sharing its UMEM, loads
 /// the program and fills its Worker Table with the initial workers. The program is
-/// attached by [`XdpSide::attach`] once the data plane runs.
+/// attached by `XdpSide::attach` once the data plane runs.
 pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStartError> {
     buffet_xdp::dispatcher_object().map_err(|e| XdpStartError::Program(e.to_string()))?;
     let queues = x.queues.clone().unwrap_or_else(|| vec![x.tx_queue()]);

@@ -14,7 +14,7 @@
 //! or more (mask, value) pairs over that key — a port range is expanded into aligned
 //! power-of-two blocks (range-to-prefix expansion), so `1-65534` costs 30 pairs per port
 //! field, and a rule with both port ranges costs their product. The pairs go into a
-//! [`TupleSpace`](buffet_sdk::tss::TupleSpace), the SDK's tuple-space search: pairs sharing
+//! [`buffet_sdk::tss::TupleSpace`], the SDK's tuple-space search: pairs sharing
 //! a mask form a *tuple*, a hash map from masked key to the best rule with that value,
 //! where "best" is the lowest (priority, insertion sequence). Tuples are kept sorted by
 //! the best rule they hold, so a search stops as soon as no remaining tuple can beat what

@@ -3,7 +3,7 @@
 //!
 //! What PREVAIL is told (the [`BuffetPlatform`]):
 //!
-//! * **Context** (r1 at entry): `struct buffet_ctx`, [`CTX_SIZE`](crate::abi::CTX_SIZE)
+//! * **Context** (r1 at entry): `struct buffet_ctx`, [`crate::abi::CTX_SIZE`]
 //!   bytes, with the packet start at offset 0 and the packet end at offset 8 (64-bit
 //!   pointers). A load of those two fields yields a packet pointer; every packet access
 //!   must be proven within `[data, data_end)`; stores to the two pointer fields are

@@ -24,7 +24,7 @@
 //! frames are handed out as port-owned buffers (no copy between socket and NF), with the
 //! XDP program that redirects the queue to it.
 //!
-//! [`dpdk::DpdkPort`] (cargo feature `io-dpdk`, bound to the system's DPDK 22.11) is one
+//! `dpdk::DpdkPort` (cargo feature `io-dpdk`, bound to the system's DPDK 22.11) is one
 //! DPDK ethdev — on a kernel interface, DPDK's `net_af_packet` vdev — whose mbufs are
 //! handed out as port-owned buffers.
 //!

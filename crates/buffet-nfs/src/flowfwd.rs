@@ -3,7 +3,7 @@
 //! Each tenant has a static table `(src, dst, proto, src port, dst port) -> output port`,
 //! built at `init` and never grown. A packet whose 5-tuple is in the table is forwarded
 //! out of that port ([`Verdict::Forward`]); anything else gets the tenant's `default`:
-//! dropped with [`DropCause::Policy`] (`"drop"`, the default) or forwarded out of a given
+//! dropped with [`DropCause::Policy`](buffet_sdk::DropCause::Policy) (`"drop"`, the default) or forwarded out of a given
 //! port. Entries are directional: the reply of a flow needs its own entry. TCP, UDP and
 //! SCTP entries need both ports; for protocols without ports the ports are 0 and must be
 //! omitted; a non-first fragment of a TCP, UDP or SCTP flow carries no ports, looks up

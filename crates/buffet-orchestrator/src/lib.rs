@@ -57,7 +57,7 @@ pub struct Args {
     /// The API's address.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7900")]
     pub listen: SocketAddr,
-    /// The URL followers name as the leader's (default http://<listen>).
+    /// The URL followers name as the leader's (default `http://<listen>`).
     #[arg(long, value_name = "URL")]
     pub advertise: Option<String>,
     /// Election lease TTL, seconds: a dead leader is replaced within it.

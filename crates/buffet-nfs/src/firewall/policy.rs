@@ -14,7 +14,7 @@ use super::PORT_PROTOS;
 pub enum Action {
     /// Let the packet pass.
     Allow,
-    /// Drop the packet ([`DropCause::Policy`]).
+    /// Drop the packet ([`DropCause::Policy`](buffet_sdk::DropCause::Policy)).
     #[default]
     Deny,
 }
