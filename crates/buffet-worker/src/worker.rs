@@ -386,11 +386,13 @@ impl<N: NetworkFunction> Worker<N> {
         // group's NF panic, its tenant is quarantined here and the burst goes on with
         // the next group, in a fresh `catch_unwind`. `g`, `tally` and `start` live out
         // here so the handler knows which group panicked, what it had counted and when it
-        // began. Between NF calls the loop only indexes arrays the grouping pass sized,
-        // so a panic caught here is the NF's.
+        // began. `in_group` tells a group's panic from one in the loop's own steps
+        // (dropping a replaced tenant's state on a cache miss, say), which is raised
+        // again: the worker dies outside a handler, as it always did.
         let mut g = 0usize;
         let mut tally = GroupTally::default();
         let mut start: Option<u64> = None;
+        let mut in_group = false;
         while g < n {
             let run = catch_unwind(AssertUnwindSafe(|| {
                 while g < n {
@@ -411,13 +413,19 @@ impl<N: NetworkFunction> Worker<N> {
                     start = (scale > 0).then(|| last.unwrap_or_else(sys::cycles));
                     tally = GroupTally::default();
                     // Below FAR_TENANTS the grouping pass loaded every header already.
+                    in_group = true;
                     self.run_unguarded(TenantSlot(tenant), entry, burst, members, far, &mut tally);
+                    in_group = false;
                     last = stamp(start);
                     self.publish(tenant, &tally, charged(start, last, scale));
                     g += 1;
                 }
             }));
             if let Err(panic) = run {
+                if !in_group {
+                    std::panic::resume_unwind(panic);
+                }
+                in_group = false;
                 // Group `g`'s NF panicked (its state lock was released on the way out).
                 let (tenant, members) = groups.group(g);
                 let scale = CycleSampler::scale(members.len(), sampled);
