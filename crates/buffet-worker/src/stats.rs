@@ -1,8 +1,9 @@
 //! Per-tenant and per-worker accounting.
 //!
 //! Each worker owns one [`TenantCounters`] row per tenant slot and is the only writer
-//! of its rows, so updates are plain relaxed load + store (no locked instruction), made
-//! once per Packet Buffer, not per packet. Anyone may read them at any time.
+//! of its rows, so updates are plain relaxed load + store (no locked instruction): the
+//! packet, byte and pass counts once per Packet Buffer, a drop when it happens (drops are
+//! rare). Anyone may read them at any time.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -93,7 +94,7 @@ pub(crate) struct GroupTally {
 }
 
 /// Where a worker counts one tenant's drops as they happen: its counter row (`None` for
-/// a slot beyond the counters, which counts nothing, as before).
+/// a slot beyond the counters: nothing is counted).
 #[derive(Clone, Copy)]
 pub(crate) struct Drops<'a>(pub Option<&'a TenantCounters>);
 
