@@ -366,16 +366,17 @@ impl<N: NetworkFunction> Worker<N> {
         let far = cache.cached.len() >= FAR_TENANTS;
         groups.build(burst, !far);
         cache.revalidate(&self.shared.table);
-        let n = groups.active.len();
+        let view = groups.view();
+        let n = view.len();
         // The groups' order is known now: prime the first groups' rows and headers, then
         // keep loading the rows of the group ROWS_AHEAD on, the entry and state of the one
         // ENTRY_AHEAD on, and the headers of the one HEADERS_AHEAD on, while each runs.
         let ahead = if far { n } else { 0 };
         for g in 0..ahead.min(ROWS_AHEAD) {
-            self.prefetch_rows(&cache, groups.active[g]);
+            self.prefetch_rows(&cache, view.tenant(g));
         }
         for g in 0..ahead.min(HEADERS_AHEAD) {
-            prefetch_group_headers(burst, groups.group(g).1);
+            prefetch_group_headers(burst, view.group(g).1);
         }
         // The end of the last timed group (the burst's start before the first group):
         // `None` after a group that was not timed.
@@ -397,27 +398,39 @@ impl<N: NetworkFunction> Worker<N> {
             let run = catch_unwind(AssertUnwindSafe(|| {
                 while g < n {
                     if far {
-                        if let Some(&next) = groups.active.get(g + ROWS_AHEAD) {
-                            self.prefetch_rows(&cache, next);
+                        if g + ROWS_AHEAD < n {
+                            self.prefetch_rows(&cache, view.tenant(g + ROWS_AHEAD));
                         }
-                        if let Some(&next) = groups.active.get(g + ENTRY_AHEAD) {
-                            cache.prefetch_entry(next);
+                        if g + ENTRY_AHEAD < n {
+                            cache.prefetch_entry(view.tenant(g + ENTRY_AHEAD));
                         }
                         if g + HEADERS_AHEAD < n {
-                            prefetch_group_headers(burst, groups.group(g + HEADERS_AHEAD).1);
+                            prefetch_group_headers(burst, view.group(g + HEADERS_AHEAD).1);
                         }
                     }
-                    let (tenant, members) = groups.group(g);
+                    let (tenant, members) = view.group(g);
                     let entry = cache.lookup(&self.shared.table, tenant);
+                    // The tenant's counter row, looked up once for its drops and its tally.
+                    let row = self.counters.tenants.get(tenant as usize);
                     let scale = CycleSampler::scale(members.len(), sampled);
                     start = (scale > 0).then(|| last.unwrap_or_else(sys::cycles));
                     tally = GroupTally::default();
                     // Below FAR_TENANTS the grouping pass loaded every header already.
                     in_group = true;
-                    self.run_unguarded(TenantSlot(tenant), entry, burst, members, far, &mut tally);
+                    self.run_unguarded(
+                        TenantSlot(tenant),
+                        entry,
+                        burst,
+                        members,
+                        far,
+                        Drops(row),
+                        &mut tally,
+                    );
                     in_group = false;
                     last = stamp(start);
-                    self.publish(tenant, &tally, charged(start, last, scale));
+                    if let Some(row) = row {
+                        row.publish(&tally, charged(start, last, scale));
+                    }
                     g += 1;
                 }
             }));
@@ -427,7 +440,7 @@ impl<N: NetworkFunction> Worker<N> {
                 }
                 in_group = false;
                 // Group `g`'s NF panicked (its state lock was released on the way out).
-                let (tenant, members) = groups.group(g);
+                let (tenant, members) = view.group(g);
                 let scale = CycleSampler::scale(members.len(), sampled);
                 self.fault(TenantSlot(tenant), panic, burst, members, &mut tally);
                 last = stamp(start);
@@ -680,8 +693,17 @@ impl<N: NetworkFunction> Worker<N> {
         next_chunks: bool,
     ) -> GroupTally {
         let mut tally = GroupTally::default();
+        let drops = Drops(self.counters.tenants.get(tenant.index()));
         let result = catch_unwind(AssertUnwindSafe(|| {
-            self.run_unguarded(tenant, entry, burst, members, next_chunks, &mut tally);
+            self.run_unguarded(
+                tenant,
+                entry,
+                burst,
+                members,
+                next_chunks,
+                drops,
+                &mut tally,
+            );
         }));
         if let Err(panic) = result {
             self.fault(tenant, panic, burst, members, &mut tally);
@@ -690,9 +712,11 @@ impl<N: NetworkFunction> Worker<N> {
     }
 
     /// [`run_group`](Self::run_group) without containing a panic of the NF: the caller
-    /// catches it and calls [`fault`](Self::fault). Counts into `tally`, which starts at
-    /// zero; on a panic, `tally` holds what the packets before it came to.
+    /// catches it and calls [`fault`](Self::fault). Counts drops into `drops` (the
+    /// tenant's counter row) and the rest into `tally`, which starts at zero; on a panic,
+    /// `tally` holds what the packets before it came to.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn run_unguarded(
         &self,
         tenant: TenantSlot,
@@ -700,11 +724,11 @@ impl<N: NetworkFunction> Worker<N> {
         burst: &mut [PacketBuf],
         members: &[u32],
         next_chunks: bool,
+        drops: Drops<'_>,
         tally: &mut GroupTally,
     ) {
         let idx = tenant.0 as usize;
         tally.packets = members.len() as u64;
-        let drops = Drops(self.counters.tenants.get(idx));
         let quarantined = self
             .shared
             .quarantined
@@ -1323,21 +1347,26 @@ impl PacketBuffers {
             return;
         }
         self.starts.resize(groups + 1, 0);
+        self.order.resize(burst.len(), 0);
+        // The arrays as local slices: the loops below write through them, and the
+        // vectors' pointers and lengths would otherwise be read again for every packet.
+        let slots = &mut self.slots[..];
+        let starts = &mut self.starts[..];
+        let order = &mut self.order[..];
         let mut at = 0u32;
-        for (start, &t) in self.starts.iter_mut().zip(&self.active) {
+        for (start, &t) in starts.iter_mut().zip(&self.active) {
             *start = at;
-            let slot = &mut self.slots[t as usize];
+            let slot = &mut slots[t as usize];
             let n = slot.count;
             // `count` now holds the next write position of the group.
             slot.count = at;
             at += n;
         }
         // The last group's end.
-        self.starts[groups] = at;
-        self.order.resize(burst.len(), 0);
+        starts[groups] = at;
         for (i, m) in burst.iter().enumerate() {
-            let slot = &mut self.slots[m.tenant.0 as usize];
-            self.order[slot.count as usize] = i as u32;
+            let slot = &mut slots[m.tenant.0 as usize];
+            order[slot.count as usize] = i as u32;
             slot.count += 1;
         }
     }
@@ -1378,10 +1407,51 @@ impl PacketBuffers {
         runs.listed
     }
 
+    /// The groups built last, to read by index.
+    #[inline(always)]
+    fn view(&self) -> Groups<'_> {
+        let n = self.active.len();
+        Groups {
+            active: &self.active,
+            // Sliced to exactly one more than `active`: an index below `active.len()`
+            // needs no bounds check on either (once per group).
+            starts: &self.starts[..=n],
+            order: &self.order,
+        }
+    }
+
+    #[cfg(test)]
+    fn group(&self, g: usize) -> (u32, &[u32]) {
+        self.view().group(g)
+    }
+}
+
+/// The groups of a burst, as [`PacketBuffers::build`] left them.
+struct Groups<'a> {
+    /// Each group's tenant slot.
+    active: &'a [u32],
+    /// Each group's start in `order`, then the end of the last (one more than `active`).
+    starts: &'a [u32],
+    /// Burst indices grouped by tenant.
+    order: &'a [u32],
+}
+
+impl<'a> Groups<'a> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Group `g`'s tenant slot.
+    #[inline(always)]
+    fn tenant(&self, g: usize) -> u32 {
+        self.active[g]
+    }
+
     /// Group `g`: its tenant slot and the burst indices of its packets. Once per group:
     /// always inlined (`starts` ends with the burst's length, so no end case).
     #[inline(always)]
-    fn group(&self, g: usize) -> (u32, &[u32]) {
+    fn group(&self, g: usize) -> (u32, &'a [u32]) {
         let (start, end) = (self.starts[g] as usize, self.starts[g + 1] as usize);
         (self.active[g], &self.order[start..end])
     }
@@ -1402,10 +1472,10 @@ impl Runs<'_> {
     #[inline(always)]
     fn add(&mut self, t: u32, n: u32) {
         let i = t as usize;
-        if i >= self.slots.len() {
-            grow(self.slots, i + 1);
-        }
-        let slot = &mut self.slots[i];
+        let slot = match self.slots.get_mut(i) {
+            Some(slot) => slot,
+            None => grow(self.slots, i),
+        };
         if slot.epoch != self.epoch {
             *slot = SlotCount {
                 epoch: self.epoch,
@@ -1428,11 +1498,13 @@ struct SlotCount {
     count: u32,
 }
 
-/// Grows the per-slot array to `len` (once per new highest slot: kept out of line).
+/// Grows the per-slot array to hold slot `i` and returns its entry (once per new
+/// highest slot: kept out of line).
 #[cold]
 #[inline(never)]
-fn grow(slots: &mut Vec<SlotCount>, len: usize) {
-    slots.resize(len, SlotCount::default());
+fn grow(slots: &mut Vec<SlotCount>, i: usize) -> &mut SlotCount {
+    slots.resize(i + 1, SlotCount::default());
+    &mut slots[i]
 }
 
 #[cfg(test)]
