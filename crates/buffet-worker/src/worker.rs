@@ -381,7 +381,8 @@ impl<N: NetworkFunction> Worker<N> {
         // The end of the last timed group (the burst's start before the first group):
         // `None` after a group that was not timed.
         let mut last = Some(t0);
-        let sampled = self.sampler.burst();
+        // The shortest group this burst times (see `CycleSampler`).
+        let timed_from = CycleSampler::timed_from(self.sampler.burst());
         // One `catch_unwind` for the burst, not one per group (a closure call and its
         // captures cost about 60 instructions per group, docs/results/notes.md): should a
         // group's NF panic, its tenant is quarantined here and the burst goes on with
@@ -412,8 +413,7 @@ impl<N: NetworkFunction> Worker<N> {
                     let entry = cache.lookup(&self.shared.table, tenant);
                     // The tenant's counter row, looked up once for its drops and its tally.
                     let row = self.counters.tenants.get(tenant as usize);
-                    let scale = CycleSampler::scale(members.len(), sampled);
-                    start = (scale > 0).then(|| last.unwrap_or_else(sys::cycles));
+                    start = (members.len() >= timed_from).then(|| last.unwrap_or_else(sys::cycles));
                     tally = GroupTally::default();
                     // Below FAR_TENANTS the grouping pass loaded every header already.
                     in_group = true;
@@ -429,7 +429,7 @@ impl<N: NetworkFunction> Worker<N> {
                     in_group = false;
                     last = stamp(start);
                     if let Some(row) = row {
-                        row.publish(&tally, charged(start, last, scale));
+                        row.publish(&tally, charged(start, last, members.len()));
                     }
                     g += 1;
                 }
@@ -441,10 +441,9 @@ impl<N: NetworkFunction> Worker<N> {
                 in_group = false;
                 // Group `g`'s NF panicked (its state lock was released on the way out).
                 let (tenant, members) = view.group(g);
-                let scale = CycleSampler::scale(members.len(), sampled);
                 self.fault(TenantSlot(tenant), panic, burst, members, &mut tally);
                 last = stamp(start);
-                self.publish(tenant, &tally, charged(start, last, scale));
+                self.publish(tenant, &tally, charged(start, last, members.len()));
                 g += 1;
             }
         }
@@ -880,12 +879,12 @@ fn stamp(start: Option<u64>) -> Option<u64> {
     start.map(|_| sys::cycles())
 }
 
-/// The cycles a group that ran from `start` to `end` is charged: what it took times its
-/// `scale` (see [`CycleSampler`]), 0 when it was not timed.
+/// The cycles a group of `len` packets that ran from `start` to `end` is charged: what it
+/// took times [`CycleSampler::weight`], 0 when it was not timed.
 #[inline(always)]
-fn charged(start: Option<u64>, end: Option<u64>, scale: u64) -> u64 {
+fn charged(start: Option<u64>, end: Option<u64>, len: usize) -> u64 {
     match (start, end) {
-        (Some(s), Some(e)) => e.wrapping_sub(s).saturating_mul(scale),
+        (Some(s), Some(e)) => e.wrapping_sub(s).saturating_mul(CycleSampler::weight(len)),
         _ => 0,
     }
 }
@@ -914,16 +913,27 @@ impl CycleSampler {
         (x >> 32) % CYCLE_SAMPLE == 0
     }
 
-    /// What a group of `len` packets' measured cycles count for: 1 (always timed),
-    /// [`CYCLE_SAMPLE`] (a small group in a sampled burst) or 0 (not timed).
+    /// The shortest group a burst times: every group in a sampled burst, only the groups
+    /// of at least [`TIME_GROUPS_FROM`] packets in the others. Once per burst, so a group
+    /// pays one compare to know whether it is timed.
     #[inline]
-    fn scale(len: usize, sampled: bool) -> u64 {
+    fn timed_from(sampled: bool) -> usize {
+        if sampled {
+            0
+        } else {
+            TIME_GROUPS_FROM
+        }
+    }
+
+    /// What a timed group of `len` packets' measured cycles count for: 1 (such groups
+    /// are always timed) or [`CYCLE_SAMPLE`] (a small group, timed in sampled bursts
+    /// only).
+    #[inline(always)]
+    fn weight(len: usize) -> u64 {
         if len >= TIME_GROUPS_FROM {
             1
-        } else if sampled {
-            CYCLE_SAMPLE
         } else {
-            0
+            CYCLE_SAMPLE
         }
     }
 }
@@ -1705,16 +1715,19 @@ mod tests {
             })
             .1;
         assert!(longest < 200, "{longest} bursts in a row without a sample");
+        // Large groups are timed in every burst and count once; small ones only in a
+        // sampled burst, where they count CYCLE_SAMPLE times.
         for sampled in [false, true] {
-            assert_eq!(CycleSampler::scale(TIME_GROUPS_FROM, sampled), 1);
-            assert_eq!(CycleSampler::scale(GROUP_CHUNK * 3, sampled), 1);
+            for len in [TIME_GROUPS_FROM, GROUP_CHUNK * 3] {
+                assert!(len >= CycleSampler::timed_from(sampled));
+                assert_eq!(CycleSampler::weight(len), 1);
+            }
         }
-        assert_eq!(
-            CycleSampler::scale(TIME_GROUPS_FROM - 1, true),
-            CYCLE_SAMPLE
-        );
-        assert_eq!(CycleSampler::scale(1, true), CYCLE_SAMPLE);
-        assert_eq!(CycleSampler::scale(TIME_GROUPS_FROM - 1, false), 0);
+        for len in [1, TIME_GROUPS_FROM - 1] {
+            assert!(len >= CycleSampler::timed_from(true));
+            assert!(len < CycleSampler::timed_from(false));
+            assert_eq!(CycleSampler::weight(len), CYCLE_SAMPLE);
+        }
     }
 
     /// Runs `bursts` bursts of `per_tenant` packets of each of `tenants` tenants through
