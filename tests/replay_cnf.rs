@@ -145,3 +145,52 @@ fn replay_refuses_what_it_cannot_isolate() {
         "{stderr}"
     );
 }
+
+/// `BUFFET_CNF_WATCHDOG_MS` sets the watchdog's budget of the C NFs a run loads (at
+/// `trusted-native` here, which every CPU has); a value that is no budget stops the run
+/// before any packet with an error that names the variable and what it takes.
+#[test]
+fn the_watchdog_budget_comes_from_the_environment_and_a_bad_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let nf = build_nf(dir.path(), "portblock");
+    let tenants = tenants_file(dir.path(), None, &[(1, "blocked_ports = [22]")]);
+    let pcap = dir.path().join("in.pcap");
+    write_pcap(&pcap, &[udp(1, 22), udp(1, 53)]);
+    let run = |budget: &str| {
+        Command::new(env!("CARGO_BIN_EXE_buffet"))
+            .arg("replay")
+            .args([
+                "--nf-lib".as_ref(),
+                nf.as_os_str(),
+                "--isolation".as_ref(),
+                "trusted-native".as_ref(),
+                "--tenants".as_ref(),
+                tenants.as_os_str(),
+                "--input".as_ref(),
+                pcap.as_os_str(),
+                "--no-pin".as_ref(),
+            ])
+            .env("BUFFET_CNF_WATCHDOG_MS", budget)
+            .output()
+            .unwrap()
+    };
+    let out = run("250");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for bad in ["0", "10ms"] {
+        let out = run(bad);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "BUFFET_CNF_WATCHDOG_MS={bad:?}: expected the watchdog's budget per C NF call \
+                 in whole milliseconds, 1 to 60000"
+            )),
+            "{bad}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{bad}: {stderr}");
+    }
+}

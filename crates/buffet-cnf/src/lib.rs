@@ -98,6 +98,35 @@ const PLACE_WATCHDOG: i32 = 3;
 /// The watchdog's default budget for one call into a C NF.
 pub const DEFAULT_WATCHDOG: Duration = Duration::from_millis(10);
 
+/// The environment variable that replaces [`DEFAULT_WATCHDOG`] for the NFs
+/// [`CNf::load`] and [`CNf::load_with`] load guarded: the budget in whole milliseconds,
+/// 1 to 60,000. For slow or emulated CPUs, where an honest call can take more than 10 ms
+/// of CPU time (under QEMU's emulated CPU, examples/c-nf/portblock.c's
+/// `buffet_state_init` did).
+pub const WATCHDOG_ENV: &str = "BUFFET_CNF_WATCHDOG_MS";
+
+/// The watchdog's budget for guarded NFs: [`WATCHDOG_ENV`] when set, else
+/// [`DEFAULT_WATCHDOG`]. A value that is not a whole number of milliseconds from 1 to
+/// 60,000 is an error that says so.
+pub fn watchdog_budget() -> Result<Duration, CNfLoadError> {
+    match std::env::var_os(WATCHDOG_ENV) {
+        None => Ok(DEFAULT_WATCHDOG),
+        Some(v) => parse_watchdog(&v.to_string_lossy()),
+    }
+}
+
+fn parse_watchdog(value: &str) -> Result<Duration, CNfLoadError> {
+    value
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|ms| (1..=60_000).contains(ms))
+        .map(Duration::from_millis)
+        .ok_or_else(|| CNfLoadError::Watchdog {
+            value: value.to_owned(),
+        })
+}
+
 /// Why a C NF could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum CNfLoadError {
@@ -131,6 +160,15 @@ pub enum CNfLoadError {
     /// Inspection of the object on disk refused it (or could not read it).
     #[error(transparent)]
     Inspect(#[from] InspectError),
+    /// [`WATCHDOG_ENV`] holds no budget.
+    #[error(
+        "BUFFET_CNF_WATCHDOG_MS={value:?}: expected the watchdog's budget per C NF call in \
+         whole milliseconds, 1 to 60000"
+    )]
+    Watchdog {
+        /// What the variable held.
+        value: String,
+    },
 }
 
 /// Why a thread could not be confined for running C NFs ([`confine_nf_thread`]).
@@ -434,9 +472,14 @@ impl CNf {
     }
 
     /// Loads `path` with [`LoadConfig::for_containment`]: inspected before loading when
-    /// [`Containment::Guarded`] (the `mpk` level), the default watchdog when guarded.
+    /// [`Containment::Guarded`] (the `mpk` level); when guarded, the watchdog's budget is
+    /// [`watchdog_budget`] ([`WATCHDOG_ENV`] or the default).
     pub fn load_with(path: &Path, containment: Containment) -> Result<CNf, CNfLoadError> {
-        CNf::load_config(path, LoadConfig::for_containment(containment))
+        let mut config = LoadConfig::for_containment(containment);
+        if config.watchdog.is_some() {
+            config.watchdog = Some(watchdog_budget()?);
+        }
+        CNf::load_config(path, config)
     }
 
     /// Loads `path`: inspects it on disk (if `config.inspect`), `dlopen`s it, resolves the
@@ -796,6 +839,21 @@ impl NetworkFunction for CNf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watchdog_budget_takes_whole_milliseconds_and_refuses_the_rest() {
+        assert_eq!(parse_watchdog("200").unwrap(), Duration::from_millis(200));
+        assert_eq!(parse_watchdog(" 1 ").unwrap(), Duration::from_millis(1));
+        assert_eq!(parse_watchdog("60000").unwrap(), Duration::from_secs(60));
+        for bad in ["0", "60001", "-5", "1.5", "10ms", "", "ten"] {
+            let e = parse_watchdog(bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("BUFFET_CNF_WATCHDOG_MS={bad:?}:"))
+                    && e.contains("whole milliseconds, 1 to 60000"),
+                "{bad:?}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn verdicts_decode_as_the_header_says() {
