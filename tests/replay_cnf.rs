@@ -11,9 +11,15 @@ mod common;
 use common::cnf::{build_nf, tenant, tenants_file, udp, write_pcap};
 
 fn replay(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    replay_env(args, &[])
+}
+
+/// [`replay`] with `vars` set in its environment.
+fn replay_env(args: &[&std::ffi::OsStr], vars: &[(&str, &str)]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_buffet"))
         .arg("replay")
         .args(args)
+        .envs(vars.iter().copied())
         .output()
         .unwrap()
 }
@@ -157,9 +163,8 @@ fn the_watchdog_budget_comes_from_the_environment_and_a_bad_one_is_refused() {
     let pcap = dir.path().join("in.pcap");
     write_pcap(&pcap, &[udp(1, 22), udp(1, 53)]);
     let run = |budget: &str| {
-        Command::new(env!("CARGO_BIN_EXE_buffet"))
-            .arg("replay")
-            .args([
+        replay_env(
+            &[
                 "--nf-lib".as_ref(),
                 nf.as_os_str(),
                 "--isolation".as_ref(),
@@ -169,10 +174,9 @@ fn the_watchdog_budget_comes_from_the_environment_and_a_bad_one_is_refused() {
                 "--input".as_ref(),
                 pcap.as_os_str(),
                 "--no-pin".as_ref(),
-            ])
-            .env("BUFFET_CNF_WATCHDOG_MS", budget)
-            .output()
-            .unwrap()
+            ],
+            &[("BUFFET_CNF_WATCHDOG_MS", budget)],
+        )
     };
     let out = run("250");
     assert!(

@@ -162,8 +162,8 @@ pub enum CNfLoadError {
     Inspect(#[from] InspectError),
     /// [`WATCHDOG_ENV`] holds no budget.
     #[error(
-        "BUFFET_CNF_WATCHDOG_MS={value:?}: expected the watchdog's budget per C NF call in \
-         whole milliseconds, 1 to 60000"
+        "{WATCHDOG_ENV}={value:?}: expected the watchdog's budget per C NF call in whole \
+         milliseconds, 1 to 60000"
     )]
     Watchdog {
         /// What the variable held.
