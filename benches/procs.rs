@@ -6,7 +6,8 @@
 //! - **processes**: one OS process per tenant running the single-tenant NF (this binary
 //!   re-executed in NF mode: one state, the NF's own `init` and `handle`), fed by a
 //!   dispatcher process through a pair of shared-memory rings per tenant (/dev/shm,
-//!   [`procs_sys`](common/procs_sys.rs)); every NF process pinned to core 0, so the kernel
+//!   [`procs_sys`](common/procs_sys.rs); single-producer single-consumer, each side
+//!   caching the other's index as DPDK's rings do); every NF process pinned to core 0, so the kernel
 //!   switches between them as between containers sharing a core. Each NF process polls
 //!   its ring in batches of up to 32 packets; after 64 empty polls it yields the core
 //!   (`sched_yield`), so an idle tenant gives its turn to a busy one instead of spinning
@@ -15,7 +16,8 @@
 //!   PID namespace (`unshare --net --pid --fork`), as containers are.
 //! - **buffet**: one worker thread on core 0 running `buffet_worker::Worker` over the
 //!   same NF with every tenant's state in the Tenant Table, fed by the same dispatcher
-//!   loop through one ring (bursts grouped per tenant).
+//!   loop through one ring (bursts grouped per tenant), handing packets back a burst at a
+//!   time through a [`Completions`] ring, as a pipeline's worker thread does.
 //!
 //! The dispatcher (core 1) sends every tenant's frames round robin, in two ways:
 //!
@@ -64,7 +66,7 @@ use buffet::nfs::ids::{Ids, IdsPolicy};
 use buffet::nfs::ipsec::{Ipsec, IpsecPolicy};
 use buffet::nfs::monitor::{Monitor, MonitorPolicy};
 use buffet::sdk::{NetworkFunction, Packet, PacketMeta, TenantId, Verdict};
-use buffet::worker::{PacketBuf, Worker};
+use buffet::worker::{Completions, PacketBuf, Worker};
 use crossbeam::queue::ArrayQueue;
 use procs_sys::{Dir, Shm, SlotHeader, MAX_FRAME, SLOT};
 use report::{env_or, percentile};
@@ -76,6 +78,9 @@ const WINDOW: u64 = 32;
 /// arm: a process's ring holds this many; a packet beyond it is lost, as a NIC queue
 /// that overflows loses it.
 const QUEUE: u64 = procs_sys::CAP;
+/// Packets the Buffet worker takes from its input at most per burst (and hands back per
+/// completion batch).
+const BURST: usize = 256;
 /// Empty polls before an NF process yields the core.
 const SPINS: u32 = 64;
 
@@ -478,7 +483,7 @@ impl Drop for Processes {
 /// Buffet: one worker thread over a Tenant Table of every tenant.
 struct Buffet {
     to_worker: Arc<ArrayQueue<PacketBuf>>,
-    back: Arc<ArrayQueue<PacketBuf>>,
+    back: Arc<Completions>,
     free: Vec<PacketBuf>,
     stop: Arc<AtomicBool>,
     worker: Option<std::thread::JoinHandle<()>>,
@@ -488,7 +493,8 @@ impl Buffet {
     fn start(nf: &str, tenants: u32) -> Buffet {
         let ring = (u64::from(tenants) * WINDOW.max(QUEUE)) as usize;
         let to_worker = Arc::new(ArrayQueue::new(ring));
-        let back = Arc::new(ArrayQueue::new(ring));
+        // As a pipeline's worker: frames in one by one, back a burst at a time.
+        let back = Arc::new(Completions::new(ring, BURST));
         let stop = Arc::new(AtomicBool::new(false));
         let worker = {
             let (rx, tx, stop, nf) = (to_worker.clone(), back.clone(), stop.clone(), nf.to_owned());
@@ -515,7 +521,7 @@ fn work<N: NetworkFunction>(
     tenants: u32,
     name: &str,
     rx: &ArrayQueue<PacketBuf>,
-    tx: &ArrayQueue<PacketBuf>,
+    tx: &Completions,
     stop: &AtomicBool,
 ) {
     pin(0);
@@ -535,9 +541,9 @@ fn work<N: NetworkFunction>(
             .expect("admit");
     }
     let mut w = Worker::new(Arc::new(nf), table);
-    let mut burst = Vec::with_capacity(256);
+    let mut burst = Vec::with_capacity(BURST);
     while !stop.load(Ordering::Relaxed) {
-        while burst.len() < 256 {
+        while burst.len() < BURST {
             match rx.pop() {
                 Some(b) => burst.push(b),
                 None => break,
@@ -548,9 +554,7 @@ fn work<N: NetworkFunction>(
             continue;
         }
         w.process(&mut burst);
-        for b in burst.drain(..) {
-            let _ = tx.push(b);
-        }
+        tx.send(&mut burst);
     }
 }
 
@@ -572,9 +576,12 @@ impl Side for Buffet {
     }
 
     fn collect(&mut self, done: &mut dyn FnMut(u32, u64)) {
-        while let Some(b) = self.back.pop() {
-            done(b.tenant.0, b.ts_ns);
-            self.free.push(b);
+        while let Some(mut batch) = self.back.take() {
+            for b in batch.drain(..) {
+                done(b.tenant.0, b.ts_ns);
+                self.free.push(b);
+            }
+            self.back.recycle(batch);
         }
     }
 }

@@ -3,6 +3,7 @@
 //! rings of fixed-size packet slots (dispatcher → NF, NF → dispatcher) and a stop flag.
 //! All `unsafe` of the benchmark is here.
 
+use std::cell::Cell;
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -34,13 +35,22 @@ const RING_BYTES: usize = SLOT * CAP as usize;
 /// Bytes of one mapping.
 pub const SIZE: usize = std::mem::size_of::<Header>() + 2 * RING_BYTES;
 
-/// One mapping (see the module docs).
+/// One mapping (see the module docs), with this side's view of the other side's indexes.
 pub struct Shm {
     base: *mut u8,
+    /// Per ring: the consumer's head as the producer last read it. The producer reads
+    /// the shared head again only when this says the ring is full, the consumer the
+    /// shared tail only when its copy says empty: a ring in use moves the other side's
+    /// index line between cores once per run of packets, not once per packet (the
+    /// cached-index ring of DPDK's `rte_ring` and of Lamport's queue with caching).
+    seen_head: [Cell<u64>; 2],
+    /// Per ring: the producer's tail as the consumer last read it.
+    seen_tail: [Cell<u64>; 2],
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics (indexes, flag) and
-// through slots that the SPSC protocol gives to one side at a time.
+// through slots that the SPSC protocol gives to one side at a time; the cached indexes
+// are this side's own (`Cell`s: the value moves with it, and is not `Sync`).
 unsafe impl Send for Shm {}
 
 /// Which ring: packets to the NF, or back from it.
@@ -98,7 +108,11 @@ impl Shm {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(Shm { base: p.cast() })
+        Ok(Shm {
+            base: p.cast(),
+            seen_head: Default::default(),
+            seen_tail: Default::default(),
+        })
     }
 
     fn header(&self) -> &Header {
@@ -129,13 +143,19 @@ impl Shm {
     pub fn push(&self, dir: Dir, h: SlotHeader, frame: &[u8]) -> bool {
         let r = &self.header().rings[dir as usize];
         let tail = r.tail.0.load(Ordering::Relaxed);
-        if tail - r.head.0.load(Ordering::Acquire) == CAP {
-            return false;
+        let seen = &self.seen_head[dir as usize];
+        if tail - seen.get() == CAP {
+            seen.set(r.head.0.load(Ordering::Acquire));
+            if tail - seen.get() == CAP {
+                return false;
+            }
         }
         let len = frame.len().min(MAX_FRAME);
         let s = self.slot(dir, tail);
-        // SAFETY: slot `tail` belongs to the producer until the tail store below (the
-        // consumer only reads slots before tail); 16 + len <= SLOT.
+        // SAFETY: slot `tail` belongs to the producer until the tail store below: the
+        // consumer only reads slots before tail, and an Acquire load of head (this
+        // call's or an earlier one's, as `seen_head` holds) saw it done with the slot's
+        // previous frame; 16 + len <= SLOT.
         unsafe {
             s.cast::<u32>().write_unaligned(h.len);
             s.add(4).cast::<u32>().write_unaligned(h.tenant);
@@ -151,13 +171,18 @@ impl Shm {
     pub fn pop(&self, dir: Dir, buf: &mut [u8]) -> Option<SlotHeader> {
         let r = &self.header().rings[dir as usize];
         let head = r.head.0.load(Ordering::Relaxed);
-        if head == r.tail.0.load(Ordering::Acquire) {
-            return None;
+        let seen = &self.seen_tail[dir as usize];
+        if head == seen.get() {
+            seen.set(r.tail.0.load(Ordering::Acquire));
+            if head == seen.get() {
+                return None;
+            }
         }
         let s = self.slot(dir, head);
-        // SAFETY: slot `head` was published by the producer's Release store of tail,
-        // read after the Acquire load above, and stays the consumer's until the head
-        // store below; the copy is bounded by MAX_FRAME and buf's length.
+        // SAFETY: slot `head` was published by the producer's Release store of a tail
+        // beyond it, which an Acquire load read (this call's or an earlier one's: the
+        // cached `seen_tail` only ever holds a tail so read), and stays the consumer's
+        // until the head store below; the copy is bounded by MAX_FRAME and buf's length.
         let h = unsafe {
             let h = SlotHeader {
                 len: s.cast::<u32>().read_unaligned(),

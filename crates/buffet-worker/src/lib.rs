@@ -8,7 +8,8 @@
 //! AF_XDP socket; see [`build_with_sources`]). Each worker
 //! pops a burst, groups it by tenant into Packet Buffers (a stable in-place sort, no
 //! allocation), loads each tenant's state from the Memory Manager once per group, runs
-//! the NF over the group, and hands the packets back with their verdicts. With
+//! the NF over the group, and hands the packets back with their verdicts, a batch at a
+//! time through its completion ring. With
 //! [`PipelineConfig::flush_packets`] set, the Packet Buffers persist across bursts
 //! instead (one preallocated slab per worker): a tenant's group runs when its buffer is
 //! full or its oldest packet reached the latency bound, and ready buffers are served by
@@ -30,6 +31,7 @@
 #![deny(unsafe_code)]
 
 mod buffers;
+mod completions;
 mod pipeline;
 mod stats;
 #[allow(unsafe_code)]
@@ -38,6 +40,7 @@ mod worker;
 
 pub use buffers::{BufferConfig, ClockSource, VirtualClock};
 pub use buffet_io::{Outcome, PacketBuf, FRAME_CAPACITY};
+pub use completions::Completions;
 pub use pipeline::{
     build, build_with_sources, Command, Control, Dataplane, Pipeline, PipelineConfig,
     PipelineError, Polled, TenantSpec, WorkerEvent, EVENT_CAPACITY, MIN_STALL, QUARANTINE_BACKOFF,

@@ -36,6 +36,7 @@ use crossbeam::utils::Backoff;
 use serde::Serialize;
 
 use crate::buffers::{BufferConfig, ClockSource};
+use crate::completions::Completions;
 use crate::stats::{DropReason, GlobalReport, Report, TenantReport, WorkerCounters, WorkerReport};
 use crate::worker::{FlushSync, Notice, Shared, Worker, WorkerSource, WorkerThread, GATE_OPEN};
 
@@ -843,7 +844,7 @@ impl PendingAdmit {
 
 struct WorkerSlot {
     rx: Arc<ArrayQueue<PacketBuf>>,
-    done: Arc<ArrayQueue<PacketBuf>>,
+    done: Arc<Completions>,
     stop: Arc<AtomicBool>,
     flush: Arc<FlushSync>,
     counters: Arc<WorkerCounters>,
@@ -1084,7 +1085,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         let id = WorkerId(self.workers.len() as u16);
         let slot = WorkerSlot {
             rx: Arc::new(ArrayQueue::new(self.cfg.ring_size)),
-            done: Arc::new(ArrayQueue::new(self.cfg.ring_size)),
+            done: Arc::new(Completions::new(self.cfg.ring_size, self.cfg.burst)),
             stop: Arc::new(AtomicBool::new(false)),
             flush: Arc::new(FlushSync::default()),
             counters: Arc::new(WorkerCounters::new(self.cfg.tenant_capacity)),
@@ -1573,27 +1574,30 @@ impl<N: NetworkFunction> Dataplane<N> {
     pub fn poll_completions(&mut self) -> usize {
         let mut taken = 0;
         for wi in 0..self.workers.len() {
-            while let Some(m) = self.workers[wi].done.pop() {
-                taken += 1;
-                let w = &mut self.workers[wi];
-                w.completed += 1;
-                if w.sourced {
-                    w.dispatched += 1;
-                }
-                if w.stuck {
-                    // Its handler came back after all: the frame is no longer caught.
-                    self.global.stuck_in_worker = self.global.stuck_in_worker.saturating_sub(1);
-                }
-                if m.outcome == Outcome::Pending {
-                    // Only a dying worker hands back a frame it did not process.
-                    w.died_with += 1;
-                    if let Some(info) = self.slots.get_mut(m.tenant.index()) {
-                        info.worker_died += 1;
+            while let Some(mut batch) = self.workers[wi].done.take() {
+                for m in batch.drain(..) {
+                    taken += 1;
+                    let w = &mut self.workers[wi];
+                    w.completed += 1;
+                    if w.sourced {
+                        w.dispatched += 1;
                     }
-                    self.recycle(m);
-                    continue;
+                    if w.stuck {
+                        // Its handler came back after all: the frame is no longer caught.
+                        self.global.stuck_in_worker = self.global.stuck_in_worker.saturating_sub(1);
+                    }
+                    if m.outcome == Outcome::Pending {
+                        // Only a dying worker hands back a frame it did not process.
+                        w.died_with += 1;
+                        if let Some(info) = self.slots.get_mut(m.tenant.index()) {
+                            info.worker_died += 1;
+                        }
+                        self.recycle(m);
+                        continue;
+                    }
+                    self.route(m);
                 }
-                self.route(m);
+                self.workers[wi].done.recycle(batch);
             }
         }
         while let Some(Notice::Fault {
@@ -2155,7 +2159,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             if let Some(t) = w.thread.take() {
                 // Workers only exit once their ring is empty; drain completions meanwhile.
                 while !t.is_finished() {
-                    while w.done.pop().is_some() {}
+                    w.done.discard();
                     std::thread::yield_now();
                 }
                 let _ = t.join();

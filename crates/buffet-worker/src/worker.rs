@@ -28,6 +28,7 @@ use crossbeam::queue::ArrayQueue;
 use crossbeam::utils::Backoff;
 
 use crate::buffers::{BufferConfig, Clock, ClockSource, TenantBuffers};
+use crate::completions::Completions;
 use crate::stats::{bump, Drops, GroupTally, WorkerCounters};
 use crate::sys;
 use buffet_io::{Outcome, PacketBuf};
@@ -118,7 +119,7 @@ pub(crate) struct WorkerThread<N: NetworkFunction> {
     pub rx: Arc<ArrayQueue<PacketBuf>>,
     /// Polled instead of `rx` when set.
     pub source: Option<Box<dyn WorkerSource>>,
-    pub done: Arc<ArrayQueue<PacketBuf>>,
+    pub done: Arc<Completions>,
     pub stop: Arc<AtomicBool>,
     pub flush: Arc<FlushSync>,
     pub burst: usize,
@@ -189,22 +190,20 @@ impl<N: NetworkFunction> WorkerThread<N> {
                     if n > 0 {
                         bump(&self.engine.counters.received, n as u64);
                     }
-                    for mut m in rejected.drain(..) {
+                    for m in &mut rejected {
                         // A frame the source turned away without saying why had no
                         // tenant tag: not a tenant's, and not lost by this worker.
                         if m.outcome == Outcome::Pending {
                             m.outcome = Outcome::Untagged;
                         }
-                        push_done(&self.done, m);
                     }
+                    self.done.send(&mut rejected);
                 }
             }
             if !burst.is_empty() {
                 backoff.reset();
                 self.engine.enqueue(burst, out);
-                for m in out.drain(..) {
-                    push_done(&self.done, m);
-                }
+                self.done.send(out);
                 if self.flush.until.load(Ordering::Acquire) > acked {
                     self.flush_all(out);
                     acked = self.engine.settled();
@@ -240,9 +239,7 @@ impl<N: NetworkFunction> WorkerThread<N> {
     /// Runs every Packet Buffer not gated on a hand-over and hands the packets back.
     fn flush_all(&mut self, out: &mut Vec<PacketBuf>) {
         self.engine.flush(out);
-        for m in out.drain(..) {
-            push_done(&self.done, m);
-        }
+        self.done.send(out);
     }
 }
 
@@ -254,27 +251,15 @@ struct InFlight {
     burst: Vec<PacketBuf>,
     /// Packets run and not yet handed back.
     out: Vec<PacketBuf>,
-    done: Arc<ArrayQueue<PacketBuf>>,
+    done: Arc<Completions>,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            for m in self.burst.drain(..).chain(self.out.drain(..)) {
-                push_done(&self.done, m);
-            }
+            self.done.send(&mut self.burst);
+            self.done.send(&mut self.out);
         }
-    }
-}
-
-/// Hands a frame back to the data plane, waiting while its completion ring is full.
-#[inline]
-fn push_done(done: &ArrayQueue<PacketBuf>, m: PacketBuf) {
-    let mut m = m;
-    let back = Backoff::new();
-    while let Err(again) = done.push(m) {
-        m = again;
-        back.snooze();
     }
 }
 
