@@ -78,8 +78,7 @@ const WINDOW: u64 = 32;
 /// arm: a process's ring holds this many; a packet beyond it is lost, as a NIC queue
 /// that overflows loses it.
 const QUEUE: u64 = procs_sys::CAP;
-/// Packets the Buffet worker takes from its input at most per burst (and hands back per
-/// completion batch).
+/// Packets the Buffet worker takes from its input at most per burst.
 const BURST: usize = 256;
 /// Empty polls before an NF process yields the core.
 const SPINS: u32 = 64;
@@ -494,7 +493,7 @@ impl Buffet {
         let ring = (u64::from(tenants) * WINDOW.max(QUEUE)) as usize;
         let to_worker = Arc::new(ArrayQueue::new(ring));
         // As a pipeline's worker: frames in one by one, back a burst at a time.
-        let back = Arc::new(Completions::new(ring, BURST));
+        let back = Arc::new(Completions::new(ring));
         let stop = Arc::new(AtomicBool::new(false));
         let worker = {
             let (rx, tx, stop, nf) = (to_worker.clone(), back.clone(), stop.clone(), nf.to_owned());

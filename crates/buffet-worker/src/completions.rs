@@ -9,7 +9,8 @@
 //! takes back the frames of a lost worker from it one by one, and a worker that pops what
 //! is there takes bursts as large as the input allows.)
 //!
-//! See docs/results/notes.md, "The completion ring in batches", for what it bought.
+//! See docs/results/notes.md, "2026-11-29: the completion ring in batches", for what it
+//! bought.
 
 use buffet_io::PacketBuf;
 use crossbeam::queue::ArrayQueue;
@@ -24,26 +25,27 @@ pub struct Completions {
     full: ArrayQueue<Vec<PacketBuf>>,
     /// Emptied batches, for the worker to fill.
     empty: ArrayQueue<Vec<PacketBuf>>,
-    /// Frames per batch at most.
-    batch: usize,
 }
 
 impl Completions {
-    /// A ring with room for `frames` frames in full batches of `batch`, and twice as many
-    /// batches, so a worker handing back bursts smaller than `batch` (a light load) still
-    /// has room for many of them before it waits for the data plane.
-    pub fn new(frames: usize, batch: usize) -> Self {
-        let batch = batch.max(1);
-        let batches = 2 * frames.div_ceil(batch).max(1);
+    /// Frames per batch at most: enough that one exchange between the cores serves many
+    /// frames, small enough that a worker under a light load, handing back a few frames
+    /// at a time, has many batches before it waits.
+    pub const BATCH: usize = 32;
+
+    /// A ring with room for `frames` frames in full batches four times over: a worker
+    /// handing back bursts smaller than [`BATCH`](Self::BATCH) (a light load) still has
+    /// `frames / 8` batches, at least 8, before it waits for the data plane.
+    pub fn new(frames: usize) -> Self {
+        let batches = 4 * frames.div_ceil(Self::BATCH).max(2);
         let empty = ArrayQueue::new(batches);
         for _ in 0..batches {
             // Cannot fail: the queue holds `batches`.
-            let _ = empty.push(Vec::with_capacity(batch));
+            let _ = empty.push(Vec::with_capacity(Self::BATCH));
         }
         Completions {
             full: ArrayQueue::new(batches),
             empty,
-            batch,
         }
     }
 
@@ -57,7 +59,7 @@ impl Completions {
                 backoff.snooze();
                 continue;
             };
-            batch.extend(rest.by_ref().take(self.batch));
+            batch.extend(rest.by_ref().take(Self::BATCH));
             // Cannot fail: there are only as many batches as `full` holds.
             let _ = self.full.push(batch);
         }
@@ -70,7 +72,8 @@ impl Completions {
     }
 
     /// Data plane side: returns a batch [`take`](Self::take) gave, for the worker to
-    /// fill again. Frames still in it are dropped.
+    /// fill again. Frames still in it are dropped; a batch beyond the ring's count (one
+    /// it did not give) is dropped too.
     pub fn recycle(&self, mut batch: Vec<PacketBuf>) {
         batch.clear();
         // Cannot fail: there are only as many batches as `empty` holds.
@@ -102,8 +105,8 @@ mod tests {
 
     #[test]
     fn frames_come_back_in_order_in_batches_of_at_most_the_batch_size() {
-        let ring = Completions::new(64, 8);
-        let mut out: Vec<PacketBuf> = (0..20).map(frame).collect();
+        let ring = Completions::new(256);
+        let mut out: Vec<PacketBuf> = (0..80).map(frame).collect();
         ring.send(&mut out);
         assert!(out.is_empty());
         let mut seen = Vec::new();
@@ -113,45 +116,47 @@ mod tests {
             seen.extend(b.drain(..).map(|m| m.ts_ns));
             ring.recycle(b);
         }
-        assert_eq!(sizes, [8, 8, 4]);
-        assert_eq!(seen, (0..20).collect::<Vec<_>>());
+        assert_eq!(sizes, [32, 32, 16]);
+        assert_eq!(seen, (0..80).collect::<Vec<_>>());
         assert!(ring.is_empty());
     }
 
     #[test]
     fn a_worker_waits_for_the_data_plane_when_every_batch_is_out() {
-        // Two batches of 2 (room for 2 frames, twice over): the third batch's frames
-        // need a batch back first.
-        let ring = std::sync::Arc::new(Completions::new(2, 2));
+        // 8 batches (the least): the ninth hand-over needs a batch back first.
+        let ring = std::sync::Arc::new(Completions::new(1));
         let sender = {
             let ring = ring.clone();
             std::thread::spawn(move || {
-                let mut out: Vec<PacketBuf> = (0..6).map(frame).collect();
-                ring.send(&mut out);
+                for n in 0..12 {
+                    ring.send(&mut vec![frame(n)]);
+                }
             })
         };
         let mut seen = Vec::new();
-        while seen.len() < 6 {
+        while seen.len() < 12 {
             if let Some(mut b) = ring.take() {
                 seen.extend(b.drain(..).map(|m| m.ts_ns));
                 ring.recycle(b);
             }
         }
         sender.join().unwrap();
-        assert_eq!(seen, (0..6).collect::<Vec<_>>());
+        assert_eq!(seen, (0..12).collect::<Vec<_>>());
     }
 
     #[test]
-    fn discarding_empties_the_ring_and_keeps_every_batch() {
-        let ring = Completions::new(4, 4);
-        let mut out: Vec<PacketBuf> = (0..8).map(frame).collect();
-        ring.send(&mut out);
+    fn a_light_load_gets_many_batches_and_discarding_gives_every_one_back() {
+        let ring = Completions::new(1024);
+        // 128 hand-overs of one frame each fit without the data plane taking any (a
+        // lost batch, or fewer, would leave this test hanging).
+        for n in 0..128 {
+            ring.send(&mut vec![frame(n)]);
+        }
         ring.discard();
         assert!(ring.is_empty());
-        // Both batches are back for the worker: it can hand back 8 frames again without
-        // waiting (a lost batch would leave this test hanging).
-        let mut out: Vec<PacketBuf> = (0..8).map(frame).collect();
-        ring.send(&mut out);
-        assert_eq!(ring.take().map(|b| b.len()), Some(4));
+        for n in 0..128 {
+            ring.send(&mut vec![frame(n)]);
+        }
+        assert_eq!(ring.take().map(|b| b[0].ts_ns), Some(0));
     }
 }

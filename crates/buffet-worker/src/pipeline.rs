@@ -52,7 +52,9 @@ pub struct PipelineConfig {
     pub worker_max_nb: u64,
     /// Dispatcher settings (timeslot shift, overload threshold, tagging, unmatched policy).
     pub dispatcher: DispatcherConfig,
-    /// Slots of each worker's input ring.
+    /// Slots of each worker's input ring. Its completion ring has room for `ring_size`
+    /// frames in batches of [`Completions::BATCH`], four times over, so a worker handing
+    /// back a few frames at a time still has `ring_size / 8` batches before it waits.
     pub ring_size: usize,
     /// Packets a worker pops at once (a burst, grouped into Packet Buffers).
     pub burst: usize,
@@ -1085,7 +1087,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         let id = WorkerId(self.workers.len() as u16);
         let slot = WorkerSlot {
             rx: Arc::new(ArrayQueue::new(self.cfg.ring_size)),
-            done: Arc::new(Completions::new(self.cfg.ring_size, self.cfg.burst)),
+            done: Arc::new(Completions::new(self.cfg.ring_size)),
             stop: Arc::new(AtomicBool::new(false)),
             flush: Arc::new(FlushSync::default()),
             counters: Arc::new(WorkerCounters::new(self.cfg.tenant_capacity)),
