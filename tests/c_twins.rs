@@ -6,7 +6,7 @@
 use std::process::Command;
 
 mod common;
-use common::cnf::{build_nf, tenant, tenants_file, udp, write_pcap};
+use common::cnf::{build_nf, nf_lib_args, tenant, tenants_file, udp, write_pcap};
 
 fn replay(args: &[&std::ffi::OsStr]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
@@ -71,16 +71,7 @@ fn macswap_and_policer_c_nfs_decide_as_the_rust_nfs() {
             "--input".as_ref(),
             pcap.as_os_str(),
         ]);
-        let c = replay(&[
-            "--nf-lib".as_ref(),
-            so.as_os_str(),
-            "--isolation".as_ref(),
-            "trusted-native".as_ref(),
-            "--tenants".as_ref(),
-            tenants.as_os_str(),
-            "--input".as_ref(),
-            pcap.as_os_str(),
-        ]);
+        let c = replay(&nf_lib_args(&so, "trusted-native", &tenants, &pcap));
         let (r, cv) = (verdicts(&rust, &[1, 2, 3]), verdicts(&c, &[1, 2, 3]));
         assert_eq!(r, cv, "{nf}: C against Rust");
         if nf == "policer" {

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use buffet_testkit::require_mpk;
 mod common;
-use common::cnf::{build_nf, tenant, tenants_file, udp, write_pcap};
+use common::cnf::{build_nf, nf_lib_args, tenant, tenants_file, udp, write_pcap};
 
 fn replay(args: &[&std::ffi::OsStr]) -> std::process::Output {
     replay_env(args, &[])
@@ -113,17 +113,9 @@ fn replay_refuses_what_it_cannot_isolate() {
     )
     .unwrap();
     let common = |isolation: &'static str| {
-        replay(&[
-            "--nf-lib".as_ref(),
-            nf.as_os_str(),
-            "--isolation".as_ref(),
-            isolation.as_ref(),
-            "--tenants".as_ref(),
-            plain.as_os_str(),
-            "--input".as_ref(),
-            pcap.as_os_str(),
-            "--no-pin".as_ref(),
-        ])
+        let mut args = nf_lib_args(&nf, isolation, &plain, &pcap);
+        args.push("--no-pin".as_ref());
+        replay(&args)
     };
     for (level, expect) in [
         ("safe", "native code is not isolated by the type system"),
@@ -162,22 +154,9 @@ fn the_watchdog_budget_comes_from_the_environment_and_a_bad_one_is_refused() {
     let tenants = tenants_file(dir.path(), None, &[(1, "blocked_ports = [22]")]);
     let pcap = dir.path().join("in.pcap");
     write_pcap(&pcap, &[udp(1, 22), udp(1, 53)]);
-    let run = |budget: &str| {
-        replay_env(
-            &[
-                "--nf-lib".as_ref(),
-                nf.as_os_str(),
-                "--isolation".as_ref(),
-                "trusted-native".as_ref(),
-                "--tenants".as_ref(),
-                tenants.as_os_str(),
-                "--input".as_ref(),
-                pcap.as_os_str(),
-                "--no-pin".as_ref(),
-            ],
-            &[("BUFFET_CNF_WATCHDOG_MS", budget)],
-        )
-    };
+    let mut args = nf_lib_args(&nf, "trusted-native", &tenants, &pcap);
+    args.push("--no-pin".as_ref());
+    let run = |budget: &str| replay_env(&args, &[("BUFFET_CNF_WATCHDOG_MS", budget)]);
     let out = run("250");
     assert!(
         out.status.success(),

@@ -1,6 +1,8 @@
-//! Helpers shared by the C NF replay tests (tests/replay_cnf.rs, tests/replay_trusted.rs):
+//! Helpers shared by the C NF replay tests (tests/replay_cnf.rs, tests/replay_trusted.rs,
+//! tests/c_twins.rs):
 //! building an example C NF, frames, pcaps, tenants files and reading the stats JSON.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,6 +11,26 @@ use std::time::Duration;
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
+
+/// `buffet replay`'s arguments that run the C NF `so` at `isolation` over `pcap` for the
+/// tenants of `tenants` (callers add what their run needs besides).
+pub fn nf_lib_args<'a>(
+    so: &'a Path,
+    isolation: &'a str,
+    tenants: &'a Path,
+    pcap: &'a Path,
+) -> Vec<&'a OsStr> {
+    vec![
+        "--nf-lib".as_ref(),
+        so.as_os_str(),
+        "--isolation".as_ref(),
+        isolation.as_ref(),
+        "--tenants".as_ref(),
+        tenants.as_os_str(),
+        "--input".as_ref(),
+        pcap.as_os_str(),
+    ]
+}
 
 /// Compiles examples/c-nf/<name>.c with the system C compiler into `dir`.
 pub fn build_nf(dir: &Path, name: &str) -> PathBuf {
