@@ -1462,11 +1462,19 @@ impl<N: NetworkFunction> Dataplane<N> {
 
     fn send(&mut self, worker: WorkerId, m: PacketBuf, live: bool) {
         let i = worker.0 as usize;
+        // The common case through a borrow: no reference count touched per packet.
+        let mut m = match self.workers[i].rx.push(m) {
+            Ok(()) => {
+                self.workers[i].dispatched += 1;
+                return;
+            }
+            Err(back) => back,
+        };
+        // The ring is full: hold it by its own handle, as waiting polls completions
+        // (which need `self`).
         let rx = self.workers[i].rx.clone();
         let backoff = Backoff::new();
-        let mut m = m;
-        while let Err(back) = rx.push(m) {
-            m = back;
+        loop {
             if live {
                 self.global.ring_full += 1;
                 if let Some(info) = self.slots.get_mut(m.tenant.index()) {
@@ -1495,6 +1503,10 @@ impl<N: NetworkFunction> Dataplane<N> {
                 }
             }
             backoff.snooze();
+            match rx.push(m) {
+                Ok(()) => break,
+                Err(back) => m = back,
+            }
         }
         self.workers[i].dispatched += 1;
     }
