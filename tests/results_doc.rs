@@ -84,3 +84,58 @@ fn the_generator_writes_ratio_tables_and_lists_missing_suites() {
         "{doc}"
     );
 }
+
+/// The same command draws each suite's plot: a PNG that RESULTS.md links. It needs
+/// Debian's matplotlib under Debian's python3 (`python3-matplotlib`, which CI installs).
+#[test]
+fn the_generator_draws_a_linked_png_per_suite() {
+    const TEST: &str = "the_generator_draws_a_linked_png_per_suite";
+    let python = Path::new("/usr/bin/python3");
+    let has_matplotlib = Command::new(python)
+        .args(["-c", "import matplotlib"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_matplotlib
+        && buffet_testkit::gate::skip_privileged(
+            TEST,
+            "/usr/bin/python3 has no matplotlib (apt install python3-matplotlib)",
+        )
+    {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("target");
+    let criterion = target.join("criterion");
+    for (n, st, buffet) in [("1", 1e6, 1.1e6), ("8", 1e6, 1.25e6), ("64", 1.1e6, 1.5e6)] {
+        estimate(&criterion, "multitenancy", "single-tenant", n, st, 1000);
+        estimate(&criterion, "multitenancy", "buffet", n, buffet, 1000);
+    }
+    let plots = tmp.path().join("plots");
+    let out = tmp.path().join("RESULTS.md");
+    let run = Command::new(python)
+        .arg(Path::new(ROOT).join("scripts/results.py"))
+        .arg("--out")
+        .arg(&out)
+        .arg("--plots")
+        .arg(&plots)
+        .arg("--notes")
+        .arg("")
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "results.py failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let png = std::fs::read(plots.join("multitenancy.png")).expect("no multitenancy plot");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
+        "not a drawn PNG: {} bytes",
+        png.len()
+    );
+    let doc = std::fs::read_to_string(&out).unwrap();
+    assert!(doc.contains("(plots/multitenancy.png)"), "{doc}");
+    // Suites without data get no plot.
+    assert!(!plots.join("ebpf.png").exists());
+}
