@@ -421,10 +421,10 @@ fn dispatcher(c: &mut Criterion) {
 }
 
 /// A pipeline of one worker running the Monitor for `n` tenants, matched by destination
-/// prefix as the generator addresses them, each flow table sized to the traffic.
+/// prefix as the generator addresses them, each flow table with room for twice a
+/// tenant's share of the frames (at least 64 flows).
 fn monitor_pipeline(n: u32, frames: &[Vec<u8>]) -> Pipeline<Monitor> {
-    let flows = frames.len().max(1);
-    let per_tenant = (flows * 2 / n as usize).max(64) as u32;
+    let per_tenant = (frames.len() * 2 / n as usize).max(64) as u32;
     let monitor = Monitor::with_max_flows(per_tenant);
     let cfg = PipelineConfig {
         workers: 1,
