@@ -21,10 +21,15 @@
 //!
 //! The dispatcher (core 1) sends every tenant's frames round robin, in two ways:
 //!
-//! - **saturated** (`load` = `window` in the output): it keeps at most `WINDOW` packets of
-//!   each tenant in flight (the same for every arm), so the offered load follows what the
-//!   NF side sustains and each arm runs at its own saturation: its throughput, and the
-//!   latency a closed loop of that many packets sees;
+//! - **saturated** (`load` = `window` in the output): it keeps at most `WINDOW` (32, or
+//!   `BUFFET_PROCS_WINDOW`) packets of each tenant in flight (the same for every arm), so
+//!   the offered load follows what the NF side sustains and each arm runs at its own
+//!   saturation: its throughput, and the latency a closed loop of that many packets sees.
+//!   Each turn it sends round robin, a packet per tenant with room per round, until every
+//!   window is full or a burst (256) went out. In a closed loop the percentiles are taken
+//!   over the packets that came back, so a tenant served often weighs more: the mean
+//!   (which Little's law ties to the packets in flight) and the least-served tenant's
+//!   share of the packets (`least`, 1.00 when every tenant got the same) are printed too;
 //! - **at an offered load** (`load` = a fraction, `BUFFET_PROCS_LOADS`, default 0.5 and
 //!   0.9): open loop at that fraction of the rate the `processes` arm carried saturated,
 //!   the same rate for every arm, each packet stamped with the time it was due (so a late
@@ -33,12 +38,13 @@
 //!   both systems carry.
 //!
 //! Per arm: aggregate throughput (packets back per second), per-packet latency p50/p99
-//! from the dispatcher's timestamp to its receiving the packet back, and at an offered
-//! load the packets lost. NFs: monitor, firewall, ids, ipsec (outbound ESP); tenants 2, 4,
+//! (and, printed only, the mean) from the dispatcher's timestamp to its receiving the
+//! packet back, at an offered load the packets lost, and the least-served tenant's share. NFs: monitor, firewall, ids, ipsec (outbound ESP); tenants 2, 4,
 //! 8, 16, 32, 64; 64-byte frames.
 //!
 //! Run: `cargo bench --bench procs` (about 10 minutes). Environment: `BUFFET_PROCS_NFS`,
-//! `BUFFET_PROCS_TENANTS` (comma-separated), `BUFFET_PROCS_SECS` (measured seconds per
+//! `BUFFET_PROCS_TENANTS` (comma-separated), `BUFFET_PROCS_WINDOW` (packets of a
+//! tenant in flight when saturated, 1 to 256), `BUFFET_PROCS_SECS` (measured seconds per
 //! run, default 1), `BUFFET_PROCS_ROUNDS` (runs of every arm, default 1; with more, each
 //! figure is the median over the rounds, with the throughput's and the p99's range, and
 //! the arms alternate their order from round to round), `BUFFET_PROCS_YIELD` (`idle`,
@@ -72,7 +78,7 @@ use procs_sys::{Dir, Shm, SlotHeader, MAX_FRAME, SLOT};
 use report::{env_or, percentile};
 
 /// Packets of one tenant in flight at most, in every arm, when the load follows the NF
-/// side ([`Offer::Window`]).
+/// side ([`Offer::Window`]), unless `BUFFET_PROCS_WINDOW` says otherwise.
 const WINDOW: u64 = 32;
 /// Packets of one tenant queued at most at an offered rate ([`Offer::Rate`]), in every
 /// arm: a process's ring holds this many; a packet beyond it is lost, as a NIC queue
@@ -249,9 +255,9 @@ fn serve<N: NetworkFunction>(shm: &Shm, nf: N, policy: Result<N::Policy, serde_j
 /// How the dispatcher offers packets.
 #[derive(Clone, Copy, Debug)]
 enum Offer {
-    /// Closed loop: at most [`WINDOW`] packets of each tenant in flight, so the load
-    /// follows what the NF side sustains (each arm at its own saturation).
-    Window,
+    /// Closed loop: at most this many packets of each tenant in flight ([`WINDOW`] by
+    /// default), so the load follows what the NF side sustains.
+    Window(u64),
     /// Open loop: this many packets a second, round robin over the tenants, whatever
     /// comes back (every arm at the same load). A packet is stamped with the time it was
     /// due, not the time it went out, so a dispatcher that falls behind does not hide
@@ -268,6 +274,8 @@ struct Run {
     offered: u64,
     /// Of those, lost to a full queue.
     lost: u64,
+    /// Packets back in the measured part, per tenant.
+    per_tenant: Vec<u64>,
 }
 
 /// The NF side the dispatcher talks to.
@@ -287,6 +295,7 @@ fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64, offer: Offe
         .collect();
     let mut inflight = vec![0u64; tenants as usize];
     let mut next = vec![0usize; tenants as usize];
+    let mut per_tenant = vec![0u64; tenants as usize];
     let start = Instant::now();
     let measure_from = (warm * 1e9) as u64;
     let end = ((warm + secs) * 1e9) as u64;
@@ -294,7 +303,7 @@ fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64, offer: Offe
     // mid-run copies it, a stall of milliseconds that would land on the packets in flight.
     let expected = match offer {
         Offer::Rate(pps) => pps * (secs + 0.1),
-        Offer::Window => 40e6 * secs,
+        Offer::Window(_) => 40e6 * secs,
     };
     let mut lat = Vec::with_capacity((expected as usize).max(1 << 20));
     let (mut packets, mut offered, mut lost) = (0u64, 0u64, 0u64);
@@ -304,7 +313,7 @@ fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64, offer: Offe
     let mut due = 0u64;
     let per_ns = match offer {
         Offer::Rate(pps) => pps / 1e9,
-        Offer::Window => 0.0,
+        Offer::Window(_) => 0.0,
     };
     loop {
         let now = start.elapsed().as_nanos() as u64;
@@ -316,14 +325,26 @@ fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64, offer: Offe
             measure_start = Instant::now();
         }
         match offer {
-            Offer::Window => {
-                for t in 0..tenants as usize {
-                    if inflight[t] < WINDOW {
-                        let f = &frames[t][next[t] % 64];
-                        if side.send(t as u32, now, f) {
-                            inflight[t] += 1;
-                            next[t] += 1;
+            Offer::Window(window) => {
+                // Round robin, a packet per tenant with room per round, until every
+                // window is full or a burst went out: a turn's own cost (the clock, the
+                // collection) is then shared by up to a burst of packets, not by one per
+                // tenant, which had made this loop, not the NF side, the limit at 2 tenants.
+                let mut turn = 0;
+                loop {
+                    let before = turn;
+                    for t in 0..tenants as usize {
+                        if inflight[t] < window {
+                            let f = &frames[t][next[t] % 64];
+                            if side.send(t as u32, now, f) {
+                                inflight[t] += 1;
+                                next[t] += 1;
+                                turn += 1;
+                            }
                         }
+                    }
+                    if turn == before || turn >= BURST {
+                        break;
                     }
                 }
             }
@@ -353,6 +374,7 @@ fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64, offer: Offe
             inflight[t as usize] -= 1;
             if measuring {
                 packets += 1;
+                per_tenant[t as usize] += 1;
                 lat.push(at.saturating_sub(sent));
             }
         });
@@ -364,6 +386,7 @@ fn dispatch(side: &mut dyn Side, tenants: u32, warm: f64, secs: f64, offer: Offe
         latencies_ns: lat,
         offered,
         lost,
+        per_tenant,
     }
 }
 
@@ -490,7 +513,7 @@ struct Buffet {
 
 impl Buffet {
     fn start(nf: &str, tenants: u32) -> Buffet {
-        let ring = (u64::from(tenants) * WINDOW.max(QUEUE)) as usize;
+        let ring = (u64::from(tenants) * QUEUE) as usize;
         let to_worker = Arc::new(ArrayQueue::new(ring));
         // As a pipeline's worker: frames in one by one, back a burst at a time.
         let back = Arc::new(Completions::new(ring));
@@ -600,6 +623,11 @@ struct Measure {
     kpps: f64,
     p50_us: f64,
     p99_us: f64,
+    /// The mean latency: in a closed loop, what Little's law ties to the packets in
+    /// flight, however the percentiles split it.
+    mean_us: f64,
+    /// The least-served tenant's packets as a fraction of the tenants' mean.
+    least_share: f64,
     /// Packets due per second, in thousands ([`Offer::Rate`]; 0 in a closed loop).
     offered_kpps: f64,
     /// Percent of the packets due that were lost to a full queue.
@@ -623,6 +651,16 @@ fn measure(nf: &str, n: u32, arm: &str, warm: f64, secs: f64, offer: Offer) -> M
         kpps: run.packets as f64 / run.secs / 1e3,
         p50_us: percentile(&run.latencies_ns, 0.5) / 1e3,
         p99_us: percentile(&run.latencies_ns, 0.99) / 1e3,
+        mean_us: run.latencies_ns.iter().sum::<u64>() as f64
+            / run.latencies_ns.len().max(1) as f64
+            / 1e3,
+        least_share: {
+            let mean = run.packets as f64 / run.per_tenant.len().max(1) as f64;
+            run.per_tenant
+                .iter()
+                .min()
+                .map_or(0.0, |&m| m as f64 / mean.max(1.0))
+        },
         offered_kpps: run.offered as f64 / secs / 1e3,
         lost_pct: if run.offered == 0 {
             0.0
@@ -688,6 +726,13 @@ fn main() {
             _ => panic!("BUFFET_PROCS_LOADS: {l:?} is not a positive fraction"),
         })
         .collect();
+    let window = match std::env::var("BUFFET_PROCS_WINDOW") {
+        Err(_) => WINDOW,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(w) if (1..=QUEUE).contains(&w) => w,
+            _ => panic!("BUFFET_PROCS_WINDOW: {v:?} is not a number of packets from 1 to {QUEUE}"),
+        },
+    };
     let warm = secs * 0.3;
     // The NF processes inherit the environment; read it here first, so a bad value
     // fails before any process starts.
@@ -696,7 +741,7 @@ fn main() {
         && Command::new("unshare").arg("--version").output().is_ok();
     let cores = cores().len().max(1);
     println!(
-        "procs: NF side on core 0, dispatcher on core {}; NF processes yield {}; window {WINDOW} packets per tenant, \
+        "procs: NF side on core 0, dispatcher on core {}; NF processes yield {}; window {window} packets per tenant, \
          then offered loads {loads:?} of the processes' rate with {QUEUE} packets queued per \
          tenant at most; {secs} s per run, {rounds} round(s){}",
         1 % cores,
@@ -719,7 +764,7 @@ fn main() {
         secs.min(1.0)
     );
     println!(
-        "{:<9} {:>7} {:<13} {:>6} {:>11} {:>10} {:>10} {:>7}  {}",
+        "{:<9} {:>7} {:<13} {:>6} {:>11} {:>10} {:>10} {:>10} {:>7} {:>6}  {}",
         "nf",
         "tenants",
         "arm",
@@ -727,7 +772,9 @@ fn main() {
         "kpps",
         "p50 µs",
         "p99 µs",
+        "mean µs",
         "lost %",
+        "least",
         if rounds > 1 {
             "(medians; kpps and p99 ranges)"
         } else {
@@ -751,7 +798,7 @@ fn main() {
             let mut capacity = 0.0;
             for load in std::iter::once(None).chain(loads.iter().copied().map(Some)) {
                 let offer = match load {
-                    None => Offer::Window,
+                    None => Offer::Window(window),
                     Some(f) => Offer::Rate(f * capacity * 1e3),
                 };
                 // Every arm once per round, in the opposite order in every other round,
@@ -773,6 +820,8 @@ fn main() {
                     let p99 = Spread::of(ms.iter().map(|m| m.p99_us));
                     let offered = Spread::of(ms.iter().map(|m| m.offered_kpps));
                     let lost = Spread::of(ms.iter().map(|m| m.lost_pct));
+                    let mean = Spread::of(ms.iter().map(|m| m.mean_us));
+                    let least = Spread::of(ms.iter().map(|m| m.least_share));
                     if load.is_none() && *arm == "processes" {
                         capacity = kpps.median;
                     }
@@ -785,8 +834,8 @@ fn main() {
                         String::new()
                     };
                     println!(
-                        "{nf:<9} {n:>7} {arm:<13} {label:>6} {:>11.1} {:>10.1} {:>10.1} {:>7.2}{ranges}",
-                        kpps.median, p50.median, p99.median, lost.median
+                        "{nf:<9} {n:>7} {arm:<13} {label:>6} {:>11.1} {:>10.1} {:>10.1} {:>10.1} {:>7.2} {:>6.2}{ranges}",
+                        kpps.median, p50.median, p99.median, mean.median, lost.median, least.median
                     );
                     csv.push_str(&format!(
                         "{nf},{n},{arm},{:.1},{:.1},{:.1},{rounds},{:.1},{:.1},{:.1},{:.1},{label},{:.1},{:.2}\n",
