@@ -367,23 +367,13 @@ fn dispatcher(c: &mut Criterion) {
                 }
             })
         });
-        let mut d = Dispatcher::new(DispatcherConfig {
-            sched: SchedulerConfig {
-                shift: 20,
-                threshold: 3,
-            },
-            ..DispatcherConfig::default()
-        });
+        let mut d = Dispatcher::new(dispatcher_config());
         for _ in 0..2 {
             d.add_worker(u64::MAX);
         }
         for i in 0..n {
-            let (addr, len) = tenant_dst_prefix(i);
-            let m = Match {
-                dst_ip: Some(format!("{addr}/{len}").parse().expect("prefix")),
-                ..Match::default()
-            };
-            d.admit(TenantSlot(i), vec![(100, m)], 0).expect("admit");
+            d.admit(TenantSlot(i), vec![(100, tenant_rule(i))], 0)
+                .expect("admit");
         }
         group.bench_function(BenchmarkId::new("dispatch", n), |b| {
             let mut ts = 0u64;
@@ -420,6 +410,27 @@ fn dispatcher(c: &mut Criterion) {
     group.finish();
 }
 
+/// The `dispatcher` group's settings: timeslots of 2^20 ns (about 1 ms), and an overload
+/// report once a worker's run of overload detections (`times`) exceeds 3.
+fn dispatcher_config() -> DispatcherConfig {
+    DispatcherConfig {
+        sched: SchedulerConfig {
+            shift: 20,
+            threshold: 3,
+        },
+        ..DispatcherConfig::default()
+    }
+}
+
+/// Tenant `i`'s classifier rule: the destination prefix the generator addresses it by.
+fn tenant_rule(i: u32) -> Match {
+    let (addr, len) = tenant_dst_prefix(i);
+    Match {
+        dst_ip: Some(format!("{addr}/{len}").parse().expect("prefix")),
+        ..Match::default()
+    }
+}
+
 /// A pipeline of one worker running the Monitor for `n` tenants, matched by destination
 /// prefix as the generator addresses them, each flow table with room for twice a
 /// tenant's share of the frames (at least 64 flows).
@@ -429,26 +440,15 @@ fn monitor_pipeline(n: u32, frames: &[Vec<u8>]) -> Pipeline<Monitor> {
     let cfg = PipelineConfig {
         workers: 1,
         arena: ArenaConfig::for_regions(n as usize, monitor.register().bytes),
-        dispatcher: DispatcherConfig {
-            sched: SchedulerConfig {
-                shift: 20,
-                threshold: 3,
-            },
-            ..DispatcherConfig::default()
-        },
+        dispatcher: dispatcher_config(),
         ..PipelineConfig::default()
     };
     let mut pipe = Pipeline::new(monitor, cfg).expect("pipeline");
     for i in 0..n {
-        let (addr, len) = tenant_dst_prefix(i);
-        let m = Match {
-            dst_ip: Some(format!("{addr}/{len}").parse().expect("prefix")),
-            ..Match::default()
-        };
         pipe.admit(TenantSpec {
             id: TenantId(i + 1),
             name: format!("t{i}"),
-            rules: vec![(100, m)],
+            rules: vec![(100, tenant_rule(i))],
             max_nb: 0,
             policy: MonitorPolicy::default(),
         })
