@@ -27,6 +27,34 @@ fn estimate(criterion: &Path, group: &str, function: &str, value: &str, ns: f64,
     .unwrap();
 }
 
+/// Runs scripts/results.py under `python` on the criterion data under `dir/target`,
+/// writing `dir/RESULTS.md` (with `notes`; an empty path for none) and, with `plots`, the
+/// PNGs under `dir/plots`. Returns the document; fails the test if the script failed.
+fn generate(python: &Path, dir: &Path, notes: &Path, plots: bool) -> String {
+    let out = dir.join("RESULTS.md");
+    let mut cmd = Command::new(python);
+    cmd.arg(Path::new(ROOT).join("scripts/results.py"));
+    if !plots {
+        cmd.arg("--no-plots");
+    }
+    let run = cmd
+        .arg("--out")
+        .arg(&out)
+        .arg("--plots")
+        .arg(dir.join("plots"))
+        .arg("--notes")
+        .arg(notes)
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "results.py failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    std::fs::read_to_string(&out).unwrap()
+}
+
 #[test]
 fn the_committed_results_include_the_notes_unchanged() {
     let notes = std::fs::read_to_string(Path::new(ROOT).join("docs/results/notes.md")).unwrap();
@@ -52,25 +80,7 @@ fn the_generator_writes_ratio_tables_and_lists_missing_suites() {
     estimate(&criterion, "multitenancy", "buffet", "8", 1.25e6, 1000);
     let notes = tmp.path().join("notes.md");
     std::fs::write(&notes, "## Hand-written\n\nkept as is\n").unwrap();
-    let out = tmp.path().join("RESULTS.md");
-    let run = Command::new("python3")
-        .arg(Path::new(ROOT).join("scripts/results.py"))
-        .arg("--no-plots")
-        .arg("--out")
-        .arg(&out)
-        .arg("--plots")
-        .arg(tmp.path().join("plots"))
-        .arg("--notes")
-        .arg(&notes)
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "results.py failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let doc = std::fs::read_to_string(&out).unwrap();
+    let doc = generate(Path::new("python3"), tmp.path(), &notes, false);
     assert!(doc.contains("| n=8 | 1.00 | 0.80 | 0.800 |"), "{doc}");
     assert!(doc.contains("Measured 20"), "no measurement stamp: {doc}");
     let missing = doc
@@ -110,31 +120,14 @@ fn the_generator_draws_a_linked_png_per_suite() {
         estimate(&criterion, "multitenancy", "single-tenant", n, st, 1000);
         estimate(&criterion, "multitenancy", "buffet", n, buffet, 1000);
     }
+    let doc = generate(python, tmp.path(), Path::new(""), true);
     let plots = tmp.path().join("plots");
-    let out = tmp.path().join("RESULTS.md");
-    let run = Command::new(python)
-        .arg(Path::new(ROOT).join("scripts/results.py"))
-        .arg("--out")
-        .arg(&out)
-        .arg("--plots")
-        .arg(&plots)
-        .arg("--notes")
-        .arg("")
-        .env("CARGO_TARGET_DIR", &target)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "results.py failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let png = std::fs::read(plots.join("multitenancy.png")).expect("no multitenancy plot");
     assert!(
         png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
         "not a drawn PNG: {} bytes",
         png.len()
     );
-    let doc = std::fs::read_to_string(&out).unwrap();
     assert!(doc.contains("(plots/multitenancy.png)"), "{doc}");
     // Suites without data get no plot.
     assert!(!plots.join("ebpf.png").exists());
