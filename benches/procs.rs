@@ -29,7 +29,8 @@
 //!   window is full or a burst (256) went out. In a closed loop the percentiles are taken
 //!   over the packets that came back, so a tenant served often weighs more: the mean
 //!   (which Little's law ties to the packets in flight) and the least-served tenant's
-//!   share of the packets (`least`, 1.00 when every tenant got the same) are printed too;
+//!   share of the packets (`least`, 1.00 when every tenant got the same) are reported too
+//!   (`mean_us` and `least_share` in the CSV);
 //! - **at an offered load** (`load` = a fraction, `BUFFET_PROCS_LOADS`, default 0.5 and
 //!   0.9): open loop at that fraction of the rate the `processes` arm carried saturated,
 //!   the same rate for every arm, each packet stamped with the time it was due (so a late
@@ -38,9 +39,8 @@
 //!   both systems carry.
 //!
 //! Per arm: aggregate throughput (packets back per second), per-packet latency p50/p99
-//! (and, printed only, the mean) from the dispatcher's timestamp to its receiving the
-//! packet back, at an offered load the packets lost, and (printed only) the least-served
-//! tenant's share. NFs: monitor, firewall, ids, ipsec (outbound ESP); tenants 2, 4, 8,
+//! and mean from the dispatcher's timestamp to its receiving the packet back, at an
+//! offered load the packets lost, and the least-served tenant's share. NFs: monitor, firewall, ids, ipsec (outbound ESP); tenants 2, 4, 8,
 //! 16, 32, 64; 64-byte frames.
 //!
 //! Run: `cargo bench --bench procs` (about 10 minutes). Environment: `BUFFET_PROCS_NFS`,
@@ -783,7 +783,7 @@ fn main() {
         }
     );
     let mut csv = String::from(
-        "nf,tenants,arm,kpps,p50_us,p99_us,rounds,kpps_min,kpps_max,p99_min_us,p99_max_us,load,offered_kpps,lost_pct\n",
+        "nf,tenants,arm,kpps,p50_us,p99_us,rounds,kpps_min,kpps_max,p99_min_us,p99_max_us,load,offered_kpps,lost_pct,mean_us,least_share\n",
     );
     for nf in nfs.split(',') {
         for n in counts
@@ -839,7 +839,7 @@ fn main() {
                         kpps.median, p50.median, p99.median, mean.median, lost.median, least.median
                     );
                     csv.push_str(&format!(
-                        "{nf},{n},{arm},{:.1},{:.1},{:.1},{rounds},{:.1},{:.1},{:.1},{:.1},{label},{:.1},{:.2}\n",
+                        "{nf},{n},{arm},{:.1},{:.1},{:.1},{rounds},{:.1},{:.1},{:.1},{:.1},{label},{:.1},{:.2},{:.1},{:.2}\n",
                         kpps.median,
                         p50.median,
                         p99.median,
@@ -848,7 +848,9 @@ fn main() {
                         p99.min,
                         p99.max,
                         offered.median,
-                        lost.median
+                        lost.median,
+                        mean.median,
+                        least.median
                     ));
                 }
             }

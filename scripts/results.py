@@ -17,6 +17,14 @@ The hand-written prose (setups, readings, measurements taken by hand, numbers fr
 other machines) lives in docs/results/notes.md; it is included unchanged after the
 generated part, so regenerating loses nothing. Edit that file, never RESULTS.md.
 
+The data each table was made from is kept beside it, in docs/results/data/ (criterion's
+rates in criterion.csv, the bench binaries' CSV files as they wrote them, and in
+sources.csv when and on which machine each was measured). A suite's fresh data under
+target/ replaces its kept data (a whole criterion group, or a whole CSV file); a suite
+without fresh data is drawn from the kept data. So a clean checkout regenerates the whole
+document and its plots, and running one suite again leaves the others as they were. A
+suite with neither keeps its section of the previous RESULTS.md, marked as such.
+
 Absolute numbers on a 2-core VM mean little; the ratios are the result.
 """
 
@@ -26,6 +34,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 
@@ -33,6 +42,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 CRITERION = os.path.join(TARGET, "criterion")
 RESULTS = os.path.join(TARGET, "results")
+DATA = os.path.join(ROOT, "docs", "results", "data")
+# The line that marks a section carried over from the previous RESULTS.md.
+KEPT = ("_Kept from the previous RESULTS.md: neither target/ nor the kept data hold this "
+        "suite's measurements._")
 
 # Criterion suites: (key, title, bench, filter, groups, baseline arm, our arms, paper).
 # A baseline `buffet@1` means "our own arm at one tenant" (scale: the slope).
@@ -116,17 +129,37 @@ def machine():
         rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
     except OSError:
         rustc = "rustc unknown"
-    return (f"{model}, {os.cpu_count()} cores, Linux {platform.release()}, {rustc}; "
-            f"written {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    return f"{model}, {os.cpu_count()} cores, Linux {platform.release()}, {rustc}"
 
 
 def stamp(mtime):
     return f"{datetime.datetime.fromtimestamp(mtime, datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
 
 
-def criterion_rates():
-    """{(group, function, value): elements per second} from the latest runs, and
-    {group: modification time of its newest estimate}."""
+def criterion_rates(data, here):
+    """{(group, function, value): elements per second}, {group: time of its newest
+    estimate} and {group: machine}: the groups criterion measured under target/, and
+    the kept ones (`data`/criterion.csv) for the groups it did not. `here` is this
+    machine, which measured what is under target/."""
+    out, when = fresh_criterion_rates()
+    fresh = set(when)
+    where = {g: here for g in fresh}
+    path = os.path.join(data, "criterion.csv")
+    if os.path.exists(path):
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                g = r["group"]
+                if g in fresh:
+                    continue  # measured again: the new run replaces the whole group
+                out[(g, r["function"], r["value"])] = float(r["elements_per_s"])
+                when[g] = max(when.get(g, 0), float(r["measured"]))
+                where[g] = r["machine"]
+    return out, when, where
+
+
+def fresh_criterion_rates():
+    """{(group, function, value): elements per second} from the latest runs under
+    target/, and {group: modification time of its newest estimate}."""
     out = {}
     when = {}
     for dirpath, _dirs, files in os.walk(CRITERION):
@@ -162,14 +195,25 @@ def criterion_command(suite):
     return f"cargo bench --bench {bench}" + (f" -- '{filt}'" if filt else "")
 
 
-def criterion_section(suite, measured, plots_dir, link, plt):
-    """The suite's Markdown lines, or None when the last runs left no data for it."""
-    rates, when = measured
+def measured_text(times, machines, here):
+    """" Measured <when>[ on <machine>]." for data taken at `times` on `machines` (the
+    machine is named when it is not `here`, the machine of the document's header)."""
+    if not times:
+        return ""
+    text = f" Measured {stamp(min(times))}" + (
+        f" to {stamp(max(times))}" if max(times) - min(times) > 60 else "")
+    if set(machines) - {here}:
+        text += " on " + " and on ".join(sorted(set(machines)))
+    return text + "."
+
+
+def criterion_section(suite, measured, plots_dir, link, plt, here):
+    """The suite's Markdown lines, or None when there is no data for it."""
+    rates, when, where = measured
     key, title, bench, filt, groups, base, ours, paper = suite
     cmd = criterion_command(suite)
     times = [when[g] for g in groups if g in when]
-    ran = f" Measured {stamp(min(times))}" + (
-        f" to {stamp(max(times))}." if max(times) - min(times) > 60 else ".") if times else ""
+    ran = measured_text(times, [where[g] for g in groups if g in where], here)
     lines = [f"## {title}", "", f"Command: `{cmd}`. Paper: {paper}.{ran}", ""]
     series = {}
     origin = {}  # series label -> (group, arm)
@@ -259,13 +303,34 @@ def criterion_section(suite, measured, plots_dir, link, plt):
     return lines
 
 
-def csv_section(suite, plots_dir, link, plt):
+def csv_source(name, data, here):
+    """Where a CSV suite's data is: (path, time measured, machine) of the file a bench
+    wrote under target/results/, else of the kept copy in `data`; None without either."""
+    path = os.path.join(RESULTS, name)
+    if os.path.exists(path):
+        return path, os.path.getmtime(path), here
+    kept = kept_sources(data).get(name) if data else None
+    if kept and os.path.exists(os.path.join(data, name)):
+        return os.path.join(data, name), kept[0], kept[1]
+    return None
+
+
+def kept_sources(data):
+    """{file: (time measured, machine)} of the kept data (`data`/sources.csv)."""
+    path = os.path.join(data, "sources.csv")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {r["file"]: (float(r["measured"]), r["machine"]) for r in csv.DictReader(f)}
+
+
+def csv_section(suite, source, plots_dir, link, plt, here):
     """The suite's Markdown lines, or None when its CSV is missing or empty."""
     key, title, name, cmd, paper = suite
-    path = os.path.join(RESULTS, name)
-    if not os.path.exists(path):
+    if source is None:
         return None
-    ran = f" Measured {stamp(os.path.getmtime(path))}."
+    path, measured, machine = source
+    ran = measured_text([measured], [machine], here)
     lines = [f"## {title}", "", f"Command: `{cmd}`. Paper: {paper}.{ran}", ""]
     with open(path) as f:
         rows = list(csv.DictReader(f))
@@ -429,6 +494,8 @@ def main(argv):
                     help="directory for the PNG plots (linked relative to --out)")
     ap.add_argument("--notes", default=os.path.join(ROOT, "docs", "results", "notes.md"),
                     help="hand-written prose included unchanged ('' for none)")
+    ap.add_argument("--data", default=DATA,
+                    help="directory of the kept data the tables are made from ('' for none)")
     ap.add_argument("--no-plots", action="store_true")
     a = ap.parse_args(argv)
     if a.run:
@@ -446,26 +513,38 @@ def main(argv):
     plots_dir = os.path.abspath(a.plots)
     os.makedirs(plots_dir, exist_ok=True)
     link = lambda key: os.path.relpath(os.path.join(plots_dir, f"{key}.png"), out_dir)
-    measured = criterion_rates()
+    here = machine()
+    previous = previous_sections(a.out)
+    measured = criterion_rates(a.data, here) if a.data else \
+        (lambda r, w: (r, w, {g: here for g in w}))(*fresh_criterion_rates())
     lines = ["# Measured results", "",
              "<!-- Generated by scripts/results.py; edit docs/results/notes.md instead. -->", "",
              "The first part is generated by `/usr/bin/python3 scripts/results.py` from the "
-             "last benchmark runs (`--run` runs every suite first, `--quick` shortens the "
-             "criterion runs). Rates are criterion point estimates in million packets per "
-             "second; ratios compare two arms of the same group measured in the same run. "
-             "On a 2-core VM the ratios are the result, not the absolute numbers. The second "
-             "part is hand-written: setups, readings, and measurements taken by hand, each "
-             "with its command.", "",
-             f"Machine of the generated part: {machine()}.", ""]
+             "last benchmark runs, or the data kept from them in docs/results/data/ (`--run` "
+             "runs every suite first, `--quick` shortens the criterion runs). Rates are "
+             "criterion point estimates in million packets per second; ratios compare two "
+             "arms of the same group measured in the same run. On a 2-core VM the ratios are "
+             "the result, not the absolute numbers. The second part is hand-written: setups, "
+             "readings, and measurements taken by hand, each with its command.", "",
+             f"Machine: {here}, unless a section names another; written "
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.", ""]
     missing = []
+    sources = {}
     for s in CRITERION_SUITES:
-        sec = criterion_section(s, measured, plots_dir, link, plt)
+        sec = criterion_section(s, measured, plots_dir, link, plt, here)
+        if sec is None:
+            sec = kept_section(previous, s[1], here)
         if sec is None:
             missing.append((s[1], criterion_command(s)))
         else:
             lines += sec
     for s in CSV_SUITES:
-        sec = csv_section(s, plots_dir, link, plt)
+        source = csv_source(s[2], a.data, here)
+        if source is not None:
+            sources[s[2]] = source
+        sec = csv_section(s, source, plots_dir, link, plt, here)
+        if sec is None:
+            sec = kept_section(previous, s[1], here)
         if sec is None:
             missing.append((s[1], s[3]))
         else:
@@ -480,7 +559,78 @@ def main(argv):
     with open(a.out, "w") as f:
         f.write("\n".join(lines).rstrip() + "\n")
     print(f"results: wrote {a.out}", file=sys.stderr)
+    if a.data:
+        keep_data(a.data, measured, sources)
+        print(f"results: kept the data in {a.data}", file=sys.stderr)
     return 0
+
+
+def previous_sections(path):
+    """({title: lines} of the generated sections of the document at `path`, the machine
+    its header names): what a suite without data keeps. ({}, None) without a document."""
+    if not os.path.exists(path):
+        return {}, None
+    with open(path) as f:
+        text = f.read()
+    generated = text.split("\n---\n", 1)[0].split("\n")
+    out = {}
+    title = None
+    where = None
+    for line in generated:
+        if line.startswith("## "):
+            title = line[3:]
+            out[title] = []
+        if title is not None:
+            out[title].append(line)
+        elif line.startswith("Machine: "):
+            where = line[len("Machine: "):].split(", unless a section names another")[0]
+        elif line.startswith("Machine of the generated part: "):
+            where = line[len("Machine of the generated part: "):].split("; written")[0]
+    return out, where
+
+
+def kept_section(previous, title, here):
+    """The previous document's section `title`, marked as kept (once), or None. Its
+    command line names the machine it was measured on, if the header named another."""
+    sections, where = previous
+    sec = sections.get(title)
+    if not sec:
+        return None
+    body = list(sec)
+    if KEPT in body:
+        # Kept before: drop the mark and the blank line after it; it goes back below.
+        at = body.index(KEPT)
+        del body[at:at + 2]
+    for i, line in enumerate(body[:4]):
+        head, sep, measured = line.rpartition(" Measured ")
+        if line.startswith("Command: ") and sep and where and where != here \
+                and " on " not in measured:
+            body[i] = f"{head}{sep}{measured.rstrip('.')} on {where}."
+    # After the heading, the blank line, the command line and its blank line.
+    at = min(4, len(body))
+    return body[:at] + [KEPT, ""] + body[at:]
+
+
+def keep_data(data, measured, sources):
+    """Writes the data the tables were made from to `data`: criterion's rates with when
+    and where each group was measured, the CSV suites' files and where they came from."""
+    os.makedirs(data, exist_ok=True)
+    rates, when, where = measured
+    with open(os.path.join(data, "criterion.csv"), "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["group", "function", "value", "elements_per_s", "measured", "machine"])
+        for (g, fn, v) in sorted(rates, key=lambda k: (k[0], k[1], value_key(k[2]))):
+            w.writerow([g, fn, v, f"{rates[(g, fn, v)]:.1f}", f"{when[g]:.0f}", where[g]])
+    for name, (path, _t, _m) in sources.items():
+        dest = os.path.join(data, name)
+        if os.path.abspath(path) != os.path.abspath(dest):
+            shutil.copyfile(path, dest)
+    with open(os.path.join(data, "sources.csv"), "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["file", "measured", "machine"])
+        for name in sorted(sources):
+            _p, t, m = sources[name]
+            w.writerow([name, f"{t:.0f}", m])
 
 
 if __name__ == "__main__":

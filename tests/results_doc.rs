@@ -27,9 +27,10 @@ fn estimate(criterion: &Path, group: &str, function: &str, value: &str, ns: f64,
     .unwrap();
 }
 
-/// Runs scripts/results.py under `python` on the criterion data under `dir/target`,
-/// writing `dir/RESULTS.md` (with `notes`; an empty path for none) and, with `plots`, the
-/// PNGs under `dir/plots`. Returns the document; fails the test if the script failed.
+/// Runs scripts/results.py under `python` on the criterion data under `dir/target` and
+/// the kept data under `dir/data`, writing `dir/RESULTS.md` (with `notes`; an empty path
+/// for none), the kept data back to `dir/data` and, with `plots`, the PNGs under
+/// `dir/plots`. Returns the document; fails the test if the script failed.
 fn generate(python: &Path, dir: &Path, notes: &Path, plots: bool) -> String {
     let out = dir.join("RESULTS.md");
     let mut cmd = Command::new(python);
@@ -44,6 +45,8 @@ fn generate(python: &Path, dir: &Path, notes: &Path, plots: bool) -> String {
         .arg(dir.join("plots"))
         .arg("--notes")
         .arg(notes)
+        .arg("--data")
+        .arg(dir.join("data"))
         .env("CARGO_TARGET_DIR", dir.join("target"))
         .output()
         .unwrap();
@@ -93,6 +96,101 @@ fn the_generator_writes_ratio_tables_and_lists_missing_suites() {
         doc.trim_end().ends_with("## Hand-written\n\nkept as is"),
         "{doc}"
     );
+}
+
+/// The section of `doc` headed `title`, up to the next heading.
+fn section<'a>(doc: &'a str, title: &str) -> &'a str {
+    let start = doc
+        .find(&format!("## {title}\n"))
+        .unwrap_or_else(|| panic!("no section {title:?} in: {doc}"));
+    let rest = &doc[start + 3..];
+    &doc[start..start + 3 + rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+/// The data a table was made from is kept beside the document: a clean checkout (no
+/// target/) regenerates the same tables, a suite run again replaces only its own data,
+/// data from another machine says so, and a suite with no data at all keeps its previous
+/// section, marked.
+#[test]
+fn the_generator_keeps_its_data_and_regenerates_from_it() {
+    const MT: &str = "Multitenancy overhead (Buffet Fig. 5)";
+    const EBPF: &str = "eBPF DPI against the native DPI";
+    const NOISY: &str = "Noisy neighbours: well-behaved tenants alone and beside noisy ones";
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("target");
+    let criterion = target.join("criterion");
+    let none = Path::new("");
+    let python = Path::new("python3");
+    estimate(&criterion, "multitenancy", "single-tenant", "8", 1e6, 1000);
+    estimate(&criterion, "multitenancy", "buffet", "8", 1.25e6, 1000);
+    std::fs::create_dir_all(target.join("results")).unwrap();
+    std::fs::write(
+        target.join("results/noisy.csv"),
+        "round,arm,kpps,p99_us\n1,alone,812.5,40.1\n1,crowd,799.0,55.3\n",
+    )
+    .unwrap();
+    let first = generate(python, tmp.path(), none, false);
+    assert!(first.contains("| n=8 | 1.00 | 0.80 | 0.800 |"), "{first}");
+    assert!(first.contains("| 1 | crowd | 799.0 | 55.3 |"), "{first}");
+
+    // A clean checkout: no target/, the kept data only. The same tables, measured when
+    // they were.
+    std::fs::remove_dir_all(&target).unwrap();
+    let again = generate(python, tmp.path(), none, false);
+    for title in [MT, NOISY] {
+        assert_eq!(section(&again, title), section(&first, title));
+    }
+
+    // The multitenancy group run again at another count replaces the whole group; eBPF
+    // is new; the noisy suite stays as kept.
+    estimate(&criterion, "multitenancy", "single-tenant", "64", 2e6, 1000);
+    estimate(&criterion, "multitenancy", "buffet", "64", 2.5e6, 1000);
+    estimate(&criterion, "dpi", "native", "8", 1e6, 1000);
+    estimate(&criterion, "dpi", "ebpf-jit", "8", 2e6, 1000);
+    let third = generate(python, tmp.path(), none, false);
+    let mt = section(&third, MT);
+    assert!(mt.contains("| n=64 | 0.50 | 0.40 | 0.800 |"), "{mt}");
+    assert!(!mt.contains("n=8"), "the old run's row outlived its group: {mt}");
+    assert!(section(&third, EBPF).contains("| n=8 | 1.00 | 0.50 | 0.500 |"), "{third}");
+    assert_eq!(section(&third, NOISY), section(&first, NOISY));
+    let kept = std::fs::read_to_string(tmp.path().join("data/criterion.csv")).unwrap();
+    assert!(kept.contains("dpi,ebpf-jit,8,500000.0,"), "{kept}");
+    assert!(!kept.contains("multitenancy,buffet,8,"), "{kept}");
+
+    // Kept data measured on another machine names it.
+    std::fs::remove_dir_all(&target).unwrap();
+    let edited = kept.lines().map(|l| {
+        if l.starts_with("dpi,") {
+            // group, function, value, rate and time, then the machine (quoted: it has
+            // commas).
+            let head: Vec<&str> = l.splitn(6, ',').take(5).collect();
+            format!("{},\"Other CPU, 8 cores\"\n", head.join(","))
+        } else {
+            format!("{l}\n")
+        }
+    });
+    std::fs::write(tmp.path().join("data/criterion.csv"), edited.collect::<String>()).unwrap();
+    let fourth = generate(python, tmp.path(), none, false);
+    assert!(
+        section(&fourth, EBPF).contains(" on Other CPU, 8 cores."),
+        "{}",
+        section(&fourth, EBPF)
+    );
+    assert!(!section(&fourth, MT).contains("UTC on "), "{}", section(&fourth, MT));
+
+    // No data at all for the eBPF suite: its previous section stays, marked once.
+    std::fs::remove_dir_all(tmp.path().join("data")).unwrap();
+    let fifth = generate(python, tmp.path(), none, false);
+    let sixth = generate(python, tmp.path(), none, false);
+    let ebpf = section(&sixth, EBPF);
+    assert!(ebpf.contains("| n=8 | 1.00 | 0.50 | 0.500 |"), "{ebpf}");
+    assert_eq!(ebpf.matches("_Kept from the previous RESULTS.md").count(), 1, "{ebpf}");
+    assert_eq!(section(&fifth, EBPF), ebpf);
+    let missing = sixth
+        .split("## Suites without data in the last runs")
+        .nth(1)
+        .expect("no list of suites without data");
+    assert!(!missing.contains("`cargo bench --bench ebpf`"), "{missing}");
 }
 
 /// The same command draws each suite's plot: a PNG that RESULTS.md links. It needs
