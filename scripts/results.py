@@ -401,7 +401,9 @@ def csv_section(suite, source, plots_dir, link, plt, here):
             loads = sorted({r["load"] for r in rows if r.get("load") not in ("window", None)},
                            key=float)
             at = [r for r in rows if loads and r.get("load") == loads[-1]]
-            panels = 4 if at else 2
+            # CSVs from before the least-served share have no `least_share` column.
+            fair = bool(sat) and "least_share" in sat[0]
+            panels = (4 if at else 2) + fair
             fig, axes = plt.subplots(panels, len(nfs), figsize=(3.2 * len(nfs), 3 * panels),
                                      squeeze=False)
             for c, nf in enumerate(nfs):
@@ -421,6 +423,12 @@ def csv_section(suite, source, plots_dir, link, plt, here):
                                              color=line.get_color(), alpha=0.15)
                     for ax_ in (axes[0][c], axes[1][c]):
                         ax_.set_xticks(range(len(xs)), xs)
+                    if fair:
+                        axes[panels - 1][c].plot(range(len(xs)),
+                                                 [float(r["least_share"]) for r in pts],
+                                                 marker="o", color=line.get_color(), label=arm)
+                        axes[panels - 1][c].set_xticks(range(len(xs)), xs)
+                        axes[panels - 1][c].set_ylim(0, 1.05)
                     if at:
                         lp = [r for r in at if r["nf"] == nf and r["arm"] == arm]
                         lx = [r["tenants"] for r in lp]
@@ -435,6 +443,8 @@ def csv_section(suite, source, plots_dir, link, plt, here):
             if at:
                 axes[2][0].set_ylabel(f"p99 at {loads[-1]} load (µs, log)")
                 axes[3][0].set_ylabel(f"p50 at {loads[-1]} load (µs, log)")
+            if fair:
+                axes[panels - 1][0].set_ylabel("least-served tenant's share,\nsaturated")
             axes[0][0].set_ylabel("aggregate throughput (kpps)")
             axes[1][0].set_ylabel("p99 saturated (µs, log)")
             axes[0][0].legend(fontsize="x-small")
@@ -540,10 +550,10 @@ def main(argv):
             lines += sec
     for s in CSV_SUITES:
         source = csv_source(s[2], a.data, here)
-        if source is not None:
-            sources[s[2]] = source
         sec = csv_section(s, source, plots_dir, link, plt, here)
-        if sec is None:
+        if sec is not None:
+            sources[s[2]] = source
+        else:
             sec = kept_section(previous, s[1], here)
         if sec is None:
             missing.append((s[1], s[3]))

@@ -150,8 +150,14 @@ fn the_generator_keeps_its_data_and_regenerates_from_it() {
     let third = generate(python, tmp.path(), none, false);
     let mt = section(&third, MT);
     assert!(mt.contains("| n=64 | 0.50 | 0.40 | 0.800 |"), "{mt}");
-    assert!(!mt.contains("n=8"), "the old run's row outlived its group: {mt}");
-    assert!(section(&third, EBPF).contains("| n=8 | 1.00 | 0.50 | 0.500 |"), "{third}");
+    assert!(
+        !mt.contains("n=8"),
+        "the old run's row outlived its group: {mt}"
+    );
+    assert!(
+        section(&third, EBPF).contains("| n=8 | 1.00 | 0.50 | 0.500 |"),
+        "{third}"
+    );
     assert_eq!(section(&third, NOISY), section(&first, NOISY));
     let kept = std::fs::read_to_string(tmp.path().join("data/criterion.csv")).unwrap();
     assert!(kept.contains("dpi,ebpf-jit,8,500000.0,"), "{kept}");
@@ -169,14 +175,22 @@ fn the_generator_keeps_its_data_and_regenerates_from_it() {
             format!("{l}\n")
         }
     });
-    std::fs::write(tmp.path().join("data/criterion.csv"), edited.collect::<String>()).unwrap();
+    std::fs::write(
+        tmp.path().join("data/criterion.csv"),
+        edited.collect::<String>(),
+    )
+    .unwrap();
     let fourth = generate(python, tmp.path(), none, false);
     assert!(
         section(&fourth, EBPF).contains(" on Other CPU, 8 cores."),
         "{}",
         section(&fourth, EBPF)
     );
-    assert!(!section(&fourth, MT).contains("UTC on "), "{}", section(&fourth, MT));
+    assert!(
+        !section(&fourth, MT).contains("UTC on "),
+        "{}",
+        section(&fourth, MT)
+    );
 
     // No data at all for the eBPF suite: its previous section stays, marked once.
     std::fs::remove_dir_all(tmp.path().join("data")).unwrap();
@@ -184,7 +198,11 @@ fn the_generator_keeps_its_data_and_regenerates_from_it() {
     let sixth = generate(python, tmp.path(), none, false);
     let ebpf = section(&sixth, EBPF);
     assert!(ebpf.contains("| n=8 | 1.00 | 0.50 | 0.500 |"), "{ebpf}");
-    assert_eq!(ebpf.matches("_Kept from the previous RESULTS.md").count(), 1, "{ebpf}");
+    assert_eq!(
+        ebpf.matches("_Kept from the previous RESULTS.md").count(),
+        1,
+        "{ebpf}"
+    );
     assert_eq!(section(&fifth, EBPF), ebpf);
     let missing = sixth
         .split("## Suites without data in the last runs")
@@ -218,6 +236,19 @@ fn the_generator_draws_a_linked_png_per_suite() {
         estimate(&criterion, "multitenancy", "single-tenant", n, st, 1000);
         estimate(&criterion, "multitenancy", "buffet", n, buffet, 1000);
     }
+    // Fig. 6's CSV, with the least-served share (a row of its own in the plot).
+    std::fs::create_dir_all(target.join("results")).unwrap();
+    let mut procs = String::from(
+        "nf,tenants,arm,kpps,p50_us,p99_us,rounds,kpps_min,kpps_max,p99_min_us,p99_max_us,\
+         load,offered_kpps,lost_pct,mean_us,least_share\n",
+    );
+    for (n, least) in [(8, "0.90"), (64, "0.30")] {
+        for (arm, kpps) in [("buffet", 7000.0), ("processes", 5000.0)] {
+            procs += &format!("monitor,{n},{arm},{kpps},3.0,40.0,1,{kpps},{kpps},40.0,40.0,window,0.0,0.00,20.0,{least}\n");
+            procs += &format!("monitor,{n},{arm},4500.0,3.0,50.0,1,4500.0,4500.0,50.0,50.0,0.90,4500.0,0.00,4.0,1.00\n");
+        }
+    }
+    std::fs::write(target.join("results/procs.csv"), procs).unwrap();
     let doc = generate(python, tmp.path(), Path::new(""), true);
     let plots = tmp.path().join("plots");
     let png = std::fs::read(plots.join("multitenancy.png")).expect("no multitenancy plot");
@@ -227,6 +258,9 @@ fn the_generator_draws_a_linked_png_per_suite() {
         png.len()
     );
     assert!(doc.contains("(plots/multitenancy.png)"), "{doc}");
+    let png = std::fs::read(plots.join("procs.png")).expect("no procs plot");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000);
+    assert!(doc.contains("(plots/procs.png)"), "{doc}");
     // Suites without data get no plot.
     assert!(!plots.join("ebpf.png").exists());
 }
