@@ -40,8 +40,8 @@
 //!
 //! Per arm: aggregate throughput (packets back per second), per-packet latency p50/p99
 //! and mean from the dispatcher's timestamp to its receiving the packet back, at an
-//! offered load the packets lost, and the least-served tenant's share. NFs: monitor, firewall, ids, ipsec (outbound ESP); tenants 2, 4, 8,
-//! 16, 32, 64; 64-byte frames.
+//! offered load the packets lost, and the least-served tenant's share. NFs: monitor,
+//! firewall, ids, ipsec (outbound ESP); tenants 2, 4, 8, 16, 32, 64; 64-byte frames.
 //!
 //! Run: `cargo bench --bench procs` (about 10 minutes). Environment: `BUFFET_PROCS_NFS`,
 //! `BUFFET_PROCS_TENANTS` (comma-separated), `BUFFET_PROCS_WINDOW` (packets of a
