@@ -727,13 +727,11 @@ fn main() {
             _ => panic!("BUFFET_PROCS_LOADS: {l:?} is not a positive fraction"),
         })
         .collect();
-    let window = match std::env::var("BUFFET_PROCS_WINDOW") {
-        Err(_) => WINDOW,
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(w) if (1..=QUEUE).contains(&w) => w,
-            _ => panic!("BUFFET_PROCS_WINDOW: {v:?} is not a number of packets from 1 to {QUEUE}"),
-        },
-    };
+    let window: u64 = env_or("BUFFET_PROCS_WINDOW", WINDOW);
+    assert!(
+        (1..=QUEUE).contains(&window),
+        "BUFFET_PROCS_WINDOW: {window} is not a number of packets from 1 to {QUEUE}"
+    );
     let warm = secs * 0.3;
     // The NF processes inherit the environment; read it here first, so a bad value
     // fails before any process starts.
