@@ -13,6 +13,17 @@ struct Daemon {
     api: String,
 }
 
+// A test that fails midway must not leave its daemon running (holding the test's output
+// pipe open, so whatever reads it never sees the end).
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -481,4 +492,87 @@ fn sigkill_at_random_moments_never_leaves_a_half_changed_tenant() {
         "{acked_ops} acknowledged requests, {kills} SIGKILLs, {:?}",
         t0.elapsed()
     );
+}
+
+#[test]
+fn buffet_events_follows_the_stream_until_the_daemon_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut d = start_with(dir.path(), port, "max_workers = 2", None);
+    let mut events = Command::new(env!("CARGO_BIN_EXE_buffet"))
+        .args(["events", "--follow", "--json"])
+        .env("BUFFET_API", &d.api)
+        .env("BUFFET_TOKEN", ADMIN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = events.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    // The stream is open before the event: a worker launched after it is subscribed shows.
+    let t0 = Instant::now();
+    let launched = loop {
+        let (ok, v, err) = buffet(&d, &["workers", "add"]);
+        assert!(ok, "{err}");
+        let id = v["id"].as_u64().expect("the new worker's id");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut seen = None;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            let Ok(line) = rx.recv_timeout(left) else {
+                break;
+            };
+            let v: serde_json::Value =
+                serde_json::from_str(&line).expect("one JSON object per line");
+            if v["event"] == "worker_launched" {
+                seen = Some(v);
+                break;
+            }
+        }
+        if let Some(v) = seen {
+            break (id, v);
+        }
+        // Not subscribed yet when the worker came up: take it down and try again.
+        if let Some(status) = events.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut events.stderr.take().unwrap(), &mut err).unwrap();
+            panic!("buffet events exited ({status}): {err}");
+        }
+        let (ok, _, err) = buffet(&d, &["workers", "rm", &id.to_string()]);
+        assert!(ok, "{err}");
+        while rx.recv_timeout(Duration::from_millis(500)).is_ok() {}
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no event reached buffet events"
+        );
+    };
+    assert_eq!(
+        launched.1["worker"].as_u64(),
+        Some(launched.0),
+        "{}",
+        launched.1
+    );
+
+    // SIGTERM ends the stream, and the follower exits 0.
+    signal(&d, "TERM");
+    d.child.wait().unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = events.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "buffet events outlived the stream"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
 }

@@ -558,12 +558,7 @@ pub fn reload(a: &ReloadArgs) -> anyhow::Result<()> {
 /// Runs `buffet events --follow`: prints each server-sent event as it comes (one JSON
 /// object per line with `--json`).
 pub fn events(a: &EventsArgs) -> anyhow::Result<()> {
-    let resp = match a
-        .api
-        .request("GET", "/v1/events")
-        .timeout(Duration::MAX)
-        .call()
-    {
+    let resp = match a.api.request_untimed("GET", "/v1/events").call() {
         Ok(r) => r,
         Err(ureq::Error::Status(status, r)) => {
             let message = r.into_string().unwrap_or_default();
