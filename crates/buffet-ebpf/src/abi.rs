@@ -30,12 +30,16 @@ pub const MAP_ARRAY: u32 = 2;
 /// `BUFFET_MAP_STRSET`: up to `max_entries` byte strings of at most `key_size` bytes,
 /// looked up ignoring ASCII case.
 pub const MAP_STRSET: u32 = 40;
-/// `BUFFET_MAP_SCRATCH`: one element of `value_size` bytes (at most
-/// [`MAX_SCRATCH_BYTES`]), zeroed before every packet: per-invocation scratch memory the
-/// program reaches with `buffet_map_lookup(&map, 0)`.
+/// `BUFFET_MAP_SCRATCH`: one element of `value_size` bytes, zeroed before every packet:
+/// per-invocation scratch memory the program reaches with `buffet_map_lookup(&map, 0)`.
+/// A program's SCRATCH maps hold at most [`MAX_SCRATCH_BYTES`] in all.
 pub const MAP_SCRATCH: u32 = 41;
-/// Largest `BUFFET_MAP_SCRATCH` element.
+/// Most bytes a program's `BUFFET_MAP_SCRATCH` maps hold together: they are zeroed before
+/// every packet, so this bounds that work whatever the program declares.
 pub const MAX_SCRATCH_BYTES: u32 = 16 * 1024;
+/// Bytes of SCRATCH map zeroed per unit of the cost budget (a cache line per unit),
+/// charged before every packet.
+pub const SCRATCH_BYTES_PER_UNIT: u64 = 64;
 
 /// Helper ids (the `imm` of a `call`).
 pub mod helper {

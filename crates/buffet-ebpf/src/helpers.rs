@@ -16,6 +16,9 @@
 //! into a fault.
 
 use std::cell::{Cell, RefCell};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::OnceLock;
 
 use buffet_sdk::http::normalise_host;
 
@@ -266,7 +269,7 @@ pub(crate) fn strset_lookup(map: u64, off: u64, len: u64, flags: u64, _: u64) ->
                 run.region,
                 slot.offset,
                 slot.len,
-                |table| match strset_find(table, &slot, key, suffixes) {
+                |table| match strset_find(table, &slot, key, suffixes, &mut charge) {
                     Some(i) => i,
                     None => ERR,
                 },
@@ -372,31 +375,50 @@ pub(crate) fn dns_lookup(map: u64, off: u64, flags: u64, _: u64, _: u64) -> u64 
             return ERR;
         }
         sys::with_bytes(run.region, slot.offset, slot.len, |table| {
-            strset_find(table, &slot, &name[..len], suffixes).unwrap_or(ERR)
+            strset_find(table, &slot, &name[..len], suffixes, &mut charge).unwrap_or(ERR)
         })
         .unwrap_or(ERR)
     })
 }
 
-/// FNV-1a over ASCII-lowercased bytes.
+/// The strsets' hash: SipHash over the ASCII-lowercased bytes, keyed once per process
+/// with random keys, so that no policy can choose strings that collide into one long
+/// probe run (FNV, unkeyed, let a tenant's blocklist do exactly that).
 pub(crate) fn strset_hash(key: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in key {
-        h ^= u64::from(b.to_ascii_lowercase());
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    static KEYS: OnceLock<RandomState> = OnceLock::new();
+    let mut h = KEYS.get_or_init(RandomState::new).build_hasher();
+    let mut lower = [0u8; 64];
+    // Always the same chunks for the same bytes, so a key hashes the same every time.
+    for chunk in key.chunks(lower.len()) {
+        let l = &mut lower[..chunk.len()];
+        l.copy_from_slice(chunk);
+        l.make_ascii_lowercase();
+        h.write(l);
     }
-    h
+    h.finish()
 }
+
+/// Units a probe pays for each slot it visits past its first.
+pub(crate) const STRSET_SLOT_COST: u64 = 4;
 
 /// Looks `key` (and, with `suffixes`, every suffix after a `.`) up in a strset's storage
 /// (layout at [`STRSET_HEADER`]); the matching string's index.
 ///
 /// The storage is treated as untrusted: every offset is checked against the map and the
 /// slot count against the map's capacity, and a probe visits each slot at most once.
-pub(crate) fn strset_find(table: &[u8], slot: &MapSlot, key: &[u8], suffixes: bool) -> Option<u64> {
+/// `charge` pays for the walk as it goes: [`STRSET_SLOT_COST`] per slot past a probe's
+/// first and the length of every stored string compared with the key; when it refuses,
+/// the lookup stops and finds nothing.
+pub(crate) fn strset_find(
+    table: &[u8],
+    slot: &MapSlot,
+    key: &[u8],
+    suffixes: bool,
+    charge: &mut impl FnMut(u64) -> bool,
+) -> Option<u64> {
     let mut k = key;
     loop {
-        if let Some(i) = strset_find_one(table, slot, k) {
+        if let Some(i) = strset_find_one(table, slot, k, charge) {
             return Some(i);
         }
         if !suffixes {
@@ -407,7 +429,12 @@ pub(crate) fn strset_find(table: &[u8], slot: &MapSlot, key: &[u8], suffixes: bo
     }
 }
 
-fn strset_find_one(table: &[u8], slot: &MapSlot, key: &[u8]) -> Option<u64> {
+fn strset_find_one(
+    table: &[u8],
+    slot: &MapSlot,
+    key: &[u8],
+    charge: &mut impl FnMut(u64) -> bool,
+) -> Option<u64> {
     if key.is_empty() || key.len() as u64 > slot.elem {
         return None;
     }
@@ -417,7 +444,10 @@ fn strset_find_one(table: &[u8], slot: &MapSlot, key: &[u8]) -> Option<u64> {
     }
     let mask = slots - 1;
     let mut s = strset_hash(key) & mask;
-    for _ in 0..slots {
+    for visited in 0..slots {
+        if visited > 0 && !charge(STRSET_SLOT_COST) {
+            return None;
+        }
         let v = word(table, STRSET_HEADER + s * 4)?;
         if v == 0 {
             return None;
@@ -428,6 +458,9 @@ fn strset_find_one(table: &[u8], slot: &MapSlot, key: &[u8]) -> Option<u64> {
         let n = usize::from(u16::from_le_bytes([head[2], head[3]]));
         let start = r + STRSET_RECORD_HEADER as usize;
         if let Some(stored) = table.get(start..start.checked_add(n)?) {
+            if n == key.len() && !charge(n as u64) {
+                return None;
+            }
             if stored.eq_ignore_ascii_case(key) {
                 return Some(idx);
             }
@@ -442,10 +475,11 @@ fn strset_find_one(table: &[u8], slot: &MapSlot, key: &[u8]) -> Option<u64> {
 /// `keys` already validated (at most `entries`, each 1..=`key_size` bytes once
 /// normalised).
 pub(crate) fn strset_build(table: &mut [u8], slot: &MapSlot, keys: &[Vec<u8>]) -> u64 {
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
     let mut unique: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
     for k in keys {
         let k = normalise_name(k).to_ascii_lowercase();
-        if !unique.contains(&k) {
+        if seen.insert(k.clone()) {
             unique.push(k);
         }
     }
@@ -508,16 +542,104 @@ mod tests {
     #[test]
     fn strset_matches_case_insensitively_and_by_suffix() {
         let (t, s) = set(&["example.com", "Ads.Tracker.NET", "example.com"], 64, 8);
-        assert_eq!(strset_find(&t, &s, b"EXAMPLE.com", false), Some(0));
-        assert_eq!(strset_find(&t, &s, b"www.example.com", false), None);
-        assert_eq!(strset_find(&t, &s, b"www.example.com", true), Some(0));
-        assert_eq!(strset_find(&t, &s, b"x.ads.tracker.net", true), Some(1));
-        assert_eq!(strset_find(&t, &s, b"tracker.net", true), None);
-        assert_eq!(strset_find(&t, &s, b"badexample.com", true), None);
-        assert_eq!(strset_find(&t, &s, b"", true), None);
+        assert_eq!(
+            strset_find(&t, &s, b"EXAMPLE.com", false, &mut |_| true),
+            Some(0)
+        );
+        assert_eq!(
+            strset_find(&t, &s, b"www.example.com", false, &mut |_| true),
+            None
+        );
+        assert_eq!(
+            strset_find(&t, &s, b"www.example.com", true, &mut |_| true),
+            Some(0)
+        );
+        assert_eq!(
+            strset_find(&t, &s, b"x.ads.tracker.net", true, &mut |_| true),
+            Some(1)
+        );
+        assert_eq!(
+            strset_find(&t, &s, b"tracker.net", true, &mut |_| true),
+            None
+        );
+        assert_eq!(
+            strset_find(&t, &s, b"badexample.com", true, &mut |_| true),
+            None
+        );
+        assert_eq!(strset_find(&t, &s, b"", true, &mut |_| true), None);
         // Longer than the key size: never a match, but its suffixes may be.
         let long = format!("{}.example.com", "a".repeat(100));
-        assert_eq!(strset_find(&t, &s, long.as_bytes(), true), Some(0));
+        assert_eq!(
+            strset_find(&t, &s, long.as_bytes(), true, &mut |_| true),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn a_strset_walk_is_charged_slot_by_slot_and_stops_when_refused() {
+        // The worst probe run: storage (untrusted, like any) in which every slot points at
+        // a record of the key's length that is not the key. The walk visits every slot and
+        // compares at every one, and pays for each.
+        let (_, s) = set(&["aaaaaaaa"], 8, 64);
+        let slots = s.slots;
+        let mut t = vec![0u8; s.len as usize];
+        t[0..4].copy_from_slice(&(slots as u32).to_le_bytes());
+        t[4..8].copy_from_slice(&1u32.to_le_bytes());
+        let r = (STRSET_HEADER + slots * 4) as usize;
+        t[r..r + 4].copy_from_slice(&[0, 0, 8, 0]);
+        t[r + 4..r + 12].copy_from_slice(b"aaaaaaaa");
+        for i in 0..slots {
+            let at = (STRSET_HEADER + i * 4) as usize;
+            t[at..at + 4].copy_from_slice(&(r as u32 + 1).to_le_bytes());
+        }
+        let mut spent = 0;
+        let found = strset_find(&t, &s, b"bbbbbbbb", false, &mut |u| {
+            spent += u;
+            true
+        });
+        assert_eq!(found, None);
+        assert_eq!(spent, (slots - 1) * STRSET_SLOT_COST + slots * 8);
+        // A meter with 100 units left: the walk stops once they are gone.
+        let (mut left, mut calls) = (100i64, 0);
+        let found = strset_find(&t, &s, b"bbbbbbbb", false, &mut |u| {
+            calls += 1;
+            left -= u as i64;
+            left >= 0
+        });
+        assert_eq!(found, None);
+        assert!(left < 0 && left > -(8 + STRSET_SLOT_COST as i64), "{left}");
+        assert!(calls < 2 * 100 / 12 + 2, "{calls} charges");
+        // And the key itself is found only when its compare can be paid for.
+        let (t, s) = set(&["example.com"], 64, 8);
+        assert_eq!(
+            strset_find(&t, &s, b"example.com", false, &mut |_| false),
+            None
+        );
+        assert_eq!(
+            strset_find(&t, &s, b"example.com", false, &mut |_| true),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn the_strset_hash_is_keyed_case_blind_and_stable() {
+        let a = strset_hash(b"Example.COM");
+        assert_eq!(a, strset_hash(b"example.com"));
+        assert_eq!(a, strset_hash(b"EXAMPLE.com"));
+        assert_ne!(a, strset_hash(b"example.net"));
+        // Longer than a chunk: the same bytes hash the same, whatever their case.
+        let long = "Ab".repeat(100);
+        assert_eq!(
+            strset_hash(long.as_bytes()),
+            strset_hash(long.to_lowercase().as_bytes())
+        );
+        // Not FNV-1a: the unkeyed hash a policy could choose collisions for.
+        let mut fnv: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in b"example.com" {
+            fnv ^= u64::from(b);
+            fnv = fnv.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        assert_ne!(a, fnv);
     }
 
     #[test]
@@ -525,10 +647,10 @@ mod tests {
         let (_, s) = set(&["a"], 8, 4);
         for fill in [0u8, 1, 0x7f, 0xff] {
             let t = vec![fill; s.len as usize];
-            let _ = strset_find(&t, &s, b"abc.def", true);
+            let _ = strset_find(&t, &s, b"abc.def", true, &mut |_| true);
         }
         // Truncated storage.
-        let _ = strset_find(&[1, 0, 0], &s, b"a", true);
+        let _ = strset_find(&[1, 0, 0], &s, b"a", true, &mut |_| true);
     }
 
     #[test]
@@ -578,11 +700,19 @@ mod tests {
     fn strset_entries_and_keys_are_normalised_like_the_native_nfs() {
         let (t, s) = set(&["Example.COM.", " ads.net "], 64, 8);
         assert_eq!(
-            strset_find(&t, &s, normalise_name(b"example.com."), false),
+            strset_find(&t, &s, normalise_name(b"example.com."), false, &mut |_| {
+                true
+            }),
             Some(0)
         );
-        assert_eq!(strset_find(&t, &s, b"EXAMPLE.com", false), Some(0));
-        assert_eq!(strset_find(&t, &s, b"x.ADS.net", true), Some(1));
+        assert_eq!(
+            strset_find(&t, &s, b"EXAMPLE.com", false, &mut |_| true),
+            Some(0)
+        );
+        assert_eq!(
+            strset_find(&t, &s, b"x.ADS.net", true, &mut |_| true),
+            Some(1)
+        );
     }
 
     #[test]

@@ -473,6 +473,16 @@ impl NetworkFunction for EbpfNf {
             None => DEFAULT_COST_BUDGET,
         };
         let program = own.as_deref().unwrap_or(&self.program);
+        if cost_budget < program.scratch_cost() {
+            return Err(InitError::invalid(
+                "cost_budget",
+                format!(
+                    "{cost_budget} is less than the {} units zeroing the program's SCRATCH \
+                     maps costs every packet",
+                    program.scratch_cost()
+                ),
+            ));
+        }
         let mut region = vec![0u8; program.region_len()].into_boxed_slice();
         for (name, init) in &policy.maps {
             apply_map(program, &mut region, name, init)?;

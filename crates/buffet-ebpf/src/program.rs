@@ -122,6 +122,8 @@ pub struct Program {
     maps: Vec<MapSlot>,
     /// Byte ranges of the scratch maps in a tenant region, zeroed before every run.
     scratch: Vec<std::ops::Range<usize>>,
+    /// What zeroing them costs each packet, in units of the cost budget.
+    scratch_cost: u64,
     region_len: usize,
     counter_names: Vec<&'static str>,
     engine: Engine,
@@ -177,6 +179,7 @@ pub fn check(bytes: &[u8], opts: &LoadOptions) -> Result<CheckReport, ProgramErr
 fn layout(maps: &[MapDef]) -> Result<(Vec<MapSlot>, usize), ProgramError> {
     let mut offset = MAPS_OFFSET as u64;
     let mut slots = Vec::with_capacity(maps.len());
+    let mut scratch = 0u64;
     for m in maps {
         let err = |message: String| ProgramError::Map {
             map: m.name.clone(),
@@ -194,6 +197,16 @@ fn layout(maps: &[MapDef]) -> Result<(Vec<MapSlot>, usize), ProgramError> {
                         abi::MAX_SCRATCH_BYTES,
                         m.value_size
                     )));
+                }
+                if m.scratch {
+                    scratch += elem;
+                    if scratch > u64::from(abi::MAX_SCRATCH_BYTES) {
+                        return Err(err(format!(
+                            "the program's SCRATCH maps hold {scratch} bytes with this one; \
+                             at most {} in all (they are zeroed before every packet)",
+                            abi::MAX_SCRATCH_BYTES
+                        )));
+                    }
                 }
                 if m.key_size != 4 {
                     return Err(err(format!(
@@ -384,7 +397,11 @@ impl Program {
             .zip(&maps)
             .filter(|(def, _)| def.scratch)
             .map(|(_, s)| s.offset as usize..(s.offset + s.len) as usize)
-            .collect();
+            .collect::<Vec<_>>();
+        let scratch_cost = scratch
+            .iter()
+            .map(|r| (r.len() as u64).div_ceil(abi::SCRATCH_BYTES_PER_UNIT))
+            .sum();
         let counter_names = image
             .counter_names
             .iter()
@@ -398,6 +415,7 @@ impl Program {
             verified,
             maps,
             scratch,
+            scratch_cost,
             region_len,
             counter_names,
             engine,
@@ -414,6 +432,12 @@ impl Program {
     /// What the verifier proved.
     pub fn verified(&self) -> &Verified {
         &self.verified
+    }
+
+    /// Units of the cost budget each packet spends before the program starts: zeroing
+    /// its SCRATCH maps, one unit per [`abi::SCRATCH_BYTES_PER_UNIT`] bytes.
+    pub fn scratch_cost(&self) -> u64 {
+        self.scratch_cost
     }
 
     /// Bytes of one tenant's region (context, counters, maps).
@@ -543,7 +567,10 @@ impl GroupRun<'_, '_> {
         if program.host_helpers {
             RUN.with(|r| r.borrow_mut().packet = pkt_area);
         }
-        let start = i64::try_from(budget).unwrap_or(i64::MAX);
+        // Zeroing the scratch maps is the packet's first work: it is charged like any.
+        let start = i64::try_from(budget)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(program.scratch_cost as i64);
         let (r, left) = METER.with(|meter| {
             meter.set([start, 0]);
             let r = match program.engine {

@@ -381,6 +381,64 @@ fn map_layouts_are_checked() {
     assert!(bad(strset).contains("key_size"));
 }
 
+/// A tenant's program cannot buy unpaid work with SCRATCH maps, which are zeroed before
+/// every packet: thousands of them (64 MiB, a memset of milliseconds per packet, with a
+/// program of two instructions) are refused at load; what is allowed is charged to the
+/// packet's budget, and a budget that cannot pay for it is refused at admission.
+#[test]
+fn scratch_maps_are_bounded_and_their_zeroing_is_charged() {
+    let scratch = |name: &str, bytes: u32| MapDef {
+        scratch: true,
+        ..array(name, bytes, 1)
+    };
+    let code = [ins(MOV64_IMM, 0, 0, 0, 0), ins(EXIT, 0, 0, 0, 0)];
+    let many: Vec<MapDef> = (0..4095)
+        .map(|i| scratch(&format!("s{i}"), 16 * 1024))
+        .collect();
+    let err = Program::from_image(image(&code, many), &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("map `s1`:")
+            && err.contains("SCRATCH maps hold 32768 bytes")
+            && err.contains("at most 16384"),
+        "{err}"
+    );
+    for engine in engines() {
+        // Two of 8 KiB: the most a program may have, 256 units per packet.
+        let nf = nf(
+            &code,
+            vec![scratch("a", 8 * 1024), scratch("b", 8 * 1024)],
+            engine,
+        );
+        let mut st = EbpfState::default();
+        let err = nf
+            .init(
+                &EbpfPolicy {
+                    cost_budget: Some(255),
+                    ..EbpfPolicy::default()
+                },
+                &mut st,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cost_budget") && err.contains("255 is less than the 256 units"),
+            "{err}"
+        );
+        nf.init(
+            &EbpfPolicy {
+                cost_budget: Some(256),
+                ..EbpfPolicy::default()
+            },
+            &mut st,
+        )
+        .unwrap();
+        assert_eq!(run(&nf, &mut st, &udp()), Verdict::Pass, "{engine:?}");
+        assert_eq!(st.faults(), 0);
+    }
+}
+
 /// Under the JIT `buffet_counter_add` and `buffet_map_lookup` are inline code, under the
 /// interpreter helper calls: at every cost budget, from one that stops the first call to
 /// one that lets every call work, both engines leave the same counters and maps and give
