@@ -476,11 +476,39 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
         })
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(max_body))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            timeout,
-        ))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            run_to_completion(req, next, timeout)
+        }))
         .with_state(state)
+}
+
+/// Runs a request's handler on a task of its own and answers 408 when it takes longer
+/// than `timeout`. The handler is not cancelled then: a change it started (admitting,
+/// updating, removing a tenant: data plane, store and the API's own view, under the
+/// writes lock) finishes, so the three never disagree; the 408 says so. Dropping the
+/// handler's future instead would stop it between a change that was made and the record
+/// of it.
+async fn run_to_completion(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+    timeout: Duration,
+) -> Response {
+    let task = tokio::spawn(next.run(req));
+    match tokio::time::timeout(timeout, task).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            ApiError::internal(format!("the request's handler failed: {e}")).into_response()
+        }
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "no answer within {} ms; a change the request started still completes: \
+                 read the resource to see its outcome",
+                timeout.as_millis()
+            ),
+        )
+        .into_response(),
+    }
 }
 
 async fn openapi() -> Response {
@@ -1016,4 +1044,64 @@ async fn events(
         Some((Ok(ev), (rx, stop)))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use tower::ServiceExt;
+
+    /// A handler that outlives the request timeout is answered 408, in JSON, and still
+    /// runs to its end: the change it was making is not cut in half.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timed_out_request_is_answered_408_and_its_handler_finishes() {
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let app = Router::new()
+            .route(
+                "/slow",
+                post(move || async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    d.store(true, Ordering::SeqCst);
+                    StatusCode::NO_CONTENT
+                }),
+            )
+            .route("/fast", get(|| async { "ok" }))
+            .layer(axum::middleware::from_fn(move |req, next| {
+                run_to_completion(req, next, Duration::from_millis(20))
+            }));
+        let req = |method: &str, path: &str| {
+            axum::http::Request::builder()
+                .method(method)
+                .uri(path)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let r = app.clone().oneshot(req("POST", "/slow")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::REQUEST_TIMEOUT);
+        let body = axum::body::to_bytes(r.into_body(), 4096).await.unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("no answer within 20 ms"),
+            "{v}"
+        );
+        assert!(
+            !done.load(Ordering::SeqCst),
+            "answered before the handler ended"
+        );
+        let t0 = Instant::now();
+        while !done.load(Ordering::SeqCst) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the handler was cancelled"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let r = app.oneshot(req("GET", "/fast")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
 }
