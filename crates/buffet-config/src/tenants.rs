@@ -72,6 +72,14 @@ use crate::registry::{EbpfEngine, NfSpec};
 /// Priority of a rule that does not give one.
 pub const DEFAULT_PRIORITY: u32 = 100;
 
+/// Most classifier rules one tenant may have.
+pub const MAX_RULES_PER_TENANT: usize = 256;
+
+/// Most tuple-space entries one tenant's rules may expand to (a port range is the
+/// prefixes that cover it: `1-65534` is 30 of them, a pair of such ranges 900). Every
+/// entry is memory in the Classifier and work when the tenant leaves.
+pub const MAX_RULE_KEYS_PER_TENANT: usize = 4096;
+
 /// The two forms of a tenants file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Format {
@@ -590,11 +598,33 @@ fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, T
                 out
             }
         };
+        if t.rules.len() > MAX_RULES_PER_TENANT {
+            return Err(field_err(
+                "rules",
+                format!(
+                    "{} classifier rules; a tenant has at most {MAX_RULES_PER_TENANT}",
+                    t.rules.len()
+                ),
+            ));
+        }
         let mut rules = Vec::with_capacity(t.rules.len());
+        let mut keys = 0;
         for (r, rule) in t.rules.into_iter().enumerate() {
             let at = |f: &str| format!("rules[{r}]{}{f}", if f.is_empty() { "" } else { "." });
             let raw: RawRule = rule.decode().map_err(|e| field_err(&at(""), e))?;
-            rules.push(build_rule(raw).map_err(|(f, m)| field_err(&at(f), m))?);
+            let (priority, m) = build_rule(raw).map_err(|(f, m)| field_err(&at(f), m))?;
+            keys += m.key_count();
+            if keys > MAX_RULE_KEYS_PER_TENANT {
+                return Err(field_err(
+                    &at(""),
+                    format!(
+                        "the rules up to this one expand to {keys} classifier entries (port \
+                         ranges become the prefixes covering them); a tenant has at most \
+                         {MAX_RULE_KEYS_PER_TENANT}: use fewer or aligned port ranges"
+                    ),
+                ));
+            }
+            rules.push((priority, m));
         }
         if rules.is_empty() {
             return Err(field_err(
@@ -787,6 +817,41 @@ rules = [ { dst_ip = "2001:db8::/32", vlan = 12, src_mac = "02:00:00:00:00:01", 
         assert_eq!(t[1].name, "tenant-8");
         assert_eq!(t[1].rules[0].1.src_mac, Some([2, 0, 0, 0, 0, 1]));
         assert!(t.iter().all(|t| t.nf.is_none() && t.chain.is_empty()));
+    }
+
+    #[test]
+    fn a_tenant_s_rules_and_their_classifier_entries_are_bounded() {
+        let rules = |n: usize, rule: &str| {
+            let r: Vec<String> = (0..n)
+                .map(|i| {
+                    rule.replace("I", &(i % 256).to_string())
+                        .replace("J", &(i / 256).to_string())
+                })
+                .collect();
+            format!("[[tenant]]\nid = 1\nrules = [ {} ]\n", r.join(", "))
+        };
+        let one = "{ dst_ip = \"10.J.I.0/24\" }";
+        assert_eq!(
+            toml(&rules(MAX_RULES_PER_TENANT, one)).unwrap()[0]
+                .rules
+                .len(),
+            256
+        );
+        let e = err(&rules(MAX_RULES_PER_TENANT + 1, one));
+        assert!(
+            e.contains("rules: 257 classifier rules; a tenant has at most 256"),
+            "{e}"
+        );
+        // 1-65534 is 30 prefixes: one rule with two such ranges is 900 entries, the fifth
+        // passes 4,096 and is named.
+        let wide = "{ dst_ip = \"10.J.I.0/24\", protocol = \"tcp\", src_port = \"1-65534\", dst_port = \"1-65534\" }";
+        assert_eq!(toml(&rules(4, wide)).unwrap()[0].rules.len(), 4);
+        let e = err(&rules(5, wide));
+        assert!(
+            e.contains("rules[4]: the rules up to this one expand to 4500 classifier entries")
+                && e.contains("at most 4096"),
+            "{e}"
+        );
     }
 
     #[test]

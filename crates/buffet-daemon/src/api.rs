@@ -356,15 +356,7 @@ fn overlap(a: &Match, b: &Match) -> bool {
     if a.validate().is_err() || b.validate().is_err() {
         return false;
     }
-    let (ka, kb) = (a.key_pairs(), b.key_pairs());
-    ka.iter().any(|(ma, va)| {
-        kb.iter().any(|(mb, vb)| {
-            ma.iter()
-                .zip(va)
-                .zip(mb.iter().zip(vb))
-                .all(|((ma, va), (mb, vb))| (va ^ vb) & ma & mb == 0)
-        })
-    })
+    a.overlaps(b)
 }
 
 /// Refuses a tenant one of whose rules overlaps another tenant's rule at the same

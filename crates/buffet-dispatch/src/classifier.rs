@@ -384,6 +384,46 @@ impl Match {
     pub fn key_pairs(&self) -> Vec<([u64; KEY_WORDS], [u64; KEY_WORDS])> {
         expand(self).into_iter().map(|(m, v)| (m.0, v.0)).collect()
     }
+
+    /// How many (mask, value) pairs the match expands to in the tuple space (a port
+    /// range is the prefixes that cover it): what the rule costs the Classifier.
+    pub fn key_count(&self) -> usize {
+        let n = |r: Option<PortRange>| r.map_or(1, |r| r.prefixes().len());
+        n(self.src_port) * n(self.dst_port)
+    }
+
+    /// True when a key could match both `self` and `other`: some pair of their
+    /// [`key_pairs`](Self::key_pairs) agrees on every bit both masks cover. Decided field
+    /// by field (a range against a range, a prefix against a prefix), without expanding
+    /// either, so its cost does not grow with the port ranges. Both must be valid.
+    pub fn overlaps(&self, other: &Match) -> bool {
+        fn differ<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
+            matches!((a, b), (Some(a), Some(b)) if a != b)
+        }
+        fn disjoint_prefixes(a: &Option<IpPrefix>, b: &Option<IpPrefix>) -> bool {
+            match (a, b) {
+                (Some(a), Some(b)) => {
+                    (a.mapped_bits() ^ b.mapped_bits()) & a.mapped_mask() & b.mapped_mask() != 0
+                }
+                _ => false,
+            }
+        }
+        fn disjoint_ranges(a: &Option<PortRange>, b: &Option<PortRange>) -> bool {
+            matches!((a, b), (Some(a), Some(b)) if a.hi < b.lo || b.hi < a.lo)
+        }
+        let version = |m: &Match| m.src_ip.or(m.dst_ip).map(|p| p.is_ipv4());
+        !(differ(&self.in_port, &other.in_port)
+            || differ(&self.vlan, &other.vlan)
+            || differ(&self.protocol, &other.protocol)
+            || differ(&self.dscp, &other.dscp)
+            || differ(&self.src_mac, &other.src_mac)
+            || differ(&self.dst_mac, &other.dst_mac)
+            || differ(&version(self), &version(other))
+            || disjoint_prefixes(&self.src_ip, &other.src_ip)
+            || disjoint_prefixes(&self.dst_ip, &other.dst_ip)
+            || disjoint_ranges(&self.src_port, &other.src_port)
+            || disjoint_ranges(&self.dst_port, &other.dst_port))
+    }
 }
 
 /// The (mask, value) pairs a rule expands to. The match must be valid.
