@@ -68,3 +68,15 @@ fn demo_planner_ours_migrates_no_more_for_less_overload() {
     assert!(om <= gm, "ours {om} migrations, greedy {gm}");
     assert!(oo < go, "ours {oo} overload reports, greedy {go}");
 }
+
+/// Every reference NF the demo offers runs in it: those without a default policy (ids,
+/// policer) get the demo's own.
+#[test]
+fn demo_runs_every_reference_nf() {
+    for nf in [
+        "monitor", "firewall", "ids", "ipsec", "dpi", "macswap", "policer", "l2fwd", "flowfwd",
+    ] {
+        let out = demo(&["--nf", nf, "--tenants", "4"]);
+        assert!(out.contains("tenant-04"), "{nf}: {out}");
+    }
+}

@@ -26,7 +26,9 @@ use super::run::{self, Capacity};
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// The NF every tenant runs, with its default policy: a reference NF or one
-    /// registered by the program.
+    /// registered by the program. The two reference NFs that have no default policy get
+    /// one here: ids a single signature (`content:"attack"`), policer 100 Mbit/s with a
+    /// 64 KB burst.
     #[arg(long, value_name = "NF", default_value = "monitor")]
     pub nf: String,
     /// Tenants sharing the NF.
@@ -146,6 +148,7 @@ fn demo_tenants(a: &DemoArgs) -> anyhow::Result<Vec<TenantConfig>> {
                 )],
             );
             t.name = format!("tenant-{:02}", i + 1);
+            t.policy = demo_policy(&a.nf);
             t.max_nb = if i + 1 == policed {
                 (per_slot / a.tenants as f64 * 0.5) as u64 + 1
             } else {
@@ -158,6 +161,22 @@ fn demo_tenants(a: &DemoArgs) -> anyhow::Result<Vec<TenantConfig>> {
         first.chain = demo_chain()?;
     }
     Ok(tenants)
+}
+
+/// The policy every demo tenant gets for `nf`: empty (the NF's defaults) but for the
+/// reference NFs that need one.
+fn demo_policy(nf: &str) -> Policy {
+    let v = match nf {
+        "ids" => serde_json::json!({
+            "rules": "alert tcp any any (msg:\"demo signature\"; content:\"attack\"; sid:1;)"
+        }),
+        "policer" => serde_json::json!({ "rate": 12_500_000, "burst": 65_536 }),
+        _ => return Policy::new(),
+    };
+    match v {
+        serde_json::Value::Object(m) => Policy::from_map(m),
+        _ => Policy::new(),
+    }
 }
 
 /// Mean packets per timeslot.
