@@ -86,7 +86,22 @@ fn sim_rejects_bad_input_with_one_clear_line() {
             "optimal policy's search is exponential",
         ),
         (&["--tenants", "2"][..], "--tenants 2:"),
-        (&["--cases", "0"][..], "--cases must be at least 1"),
+        (&["--cases", "0"][..], "--cases must be 1 to 100000000"),
+        (
+            &["--cases", "100000000000"][..],
+            "--cases must be 1 to 100000000",
+        ),
+        (&["--threads", "100000"][..], "--threads"),
+        (&["--threads", "0"][..], "--threads"),
+        (
+            &["--workers", "0"][..],
+            "--workers must be 1 to 65535, not 0",
+        ),
+        (&["--tenants", "8,8"][..], "--tenants names 8 twice"),
+        (
+            &["--planner", "greedy,greedy"][..],
+            "--planner names greedy twice",
+        ),
         (
             &["--capacity-gbps", "0"][..],
             "--capacity-gbps must be a positive number",

@@ -45,13 +45,20 @@ pub struct SimArgs {
     /// workers of 4.2, i.e. 10/12.6 of the total capacity, for any worker count).
     #[arg(long)]
     total_gbps: Option<f64>,
-    /// Threads (default: the available cores).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Threads, 1 to 1024 (default: the available cores).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
     /// One CSV line per (tenant count, policy) instead of a table.
     #[arg(long)]
     csv: bool,
 }
+
+/// Most cases per tenant count: a hundred times the paper's million (4 bytes of timing
+/// each are kept for the p99).
+const MAX_CASES: u64 = 100_000_000;
+
+/// Most workers a simulated server has (worker ids are 16 bits).
+const MAX_WORKERS: usize = u16::MAX as usize;
 
 /// One (tenant count, policy) result.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,7 +81,30 @@ pub struct SimRow {
 
 /// Runs `buffet sim`.
 pub fn run(a: &SimArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(a.cases > 0, "--cases must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_CASES).contains(&a.cases),
+        "--cases must be 1 to {MAX_CASES} (each case's decision time is kept for the p99), \
+         not {}",
+        a.cases
+    );
+    anyhow::ensure!(
+        (1..=MAX_WORKERS).contains(&a.workers),
+        "--workers must be 1 to {MAX_WORKERS}, not {}",
+        a.workers
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(n) = a.tenants.iter().find(|n| !seen.insert(**n)) {
+        anyhow::bail!("--tenants names {n} twice");
+    }
+    if let Some(p) = a
+        .planners
+        .iter()
+        .enumerate()
+        .find(|(i, p)| a.planners[..*i].contains(p))
+        .map(|(_, p)| p)
+    {
+        anyhow::bail!("--planner names {} twice", p.name());
+    }
     anyhow::ensure!(!a.tenants.is_empty(), "--tenants needs at least one count");
     anyhow::ensure!(
         !a.planners.is_empty(),
@@ -95,10 +125,10 @@ pub fn run(a: &SimArgs) -> anyhow::Result<()> {
         }
         None => (capacity as f64 * a.workers as f64 * (10.0 / 12.6)).round() as u64,
     };
-    let threads = a
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let threads = a.threads.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        usize::from,
+    );
     let mut setups = Vec::new();
     for &n in &a.tenants {
         let setup = SimSetup {
