@@ -98,6 +98,9 @@ fn replay_counts_every_tenant_and_every_bad_frame() {
     for _ in 0..10 {
         frames.extend(malformed.iter().cloned());
     }
+    // Larger than a frame buffer (2 KiB): counted as input and oversize, nothing else.
+    frames.push(udp([10, 7, 0, 1], 53, &[0x55; 3000]));
+    frames.push(udp([10, 7, 0, 2], 53, &[0x55; 9000]));
     let input = dir.path().join("in.pcap");
     write_pcap(&input, &frames);
     let tenants = dir.path().join("tenants.toml");
@@ -163,6 +166,7 @@ rules = [ { dst_ip = "10.8.0.0/16", priority = 50 }, { dst_ip = "2001:db8::/64" 
     assert_eq!(tenant(7)["bytes"], bytes7 as u64);
     let g = &json["global"];
     assert_eq!(g["input_packets"], frames.len() as u64);
+    assert_eq!(g["oversize"], 2, "{g}");
     assert_eq!(g["unmatched"], 5);
     for reason in [
         "truncated_ethernet",

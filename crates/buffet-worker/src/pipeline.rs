@@ -931,6 +931,10 @@ pub struct Dataplane<N: NetworkFunction> {
     workers: Vec<WorkerSlot>,
     pool: HeapPool,
     ports: Vec<Box<dyn Port>>,
+    /// Each file or generator port's `rx_dropped` as last counted into the report's
+    /// input and oversize (such a port drops a frame only when it is larger than a
+    /// frame buffer).
+    port_dropped: Vec<u64>,
     /// Per port: packets waiting for its next `tx_burst`.
     tx: Vec<Vec<PacketBuf>>,
     slots: Vec<SlotInfo>,
@@ -1028,6 +1032,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         events: ev_tx,
         workers: Vec::new(),
         pool: HeapPool::default(),
+        port_dropped: Vec::new(),
         ports: Vec::new(),
         tx: Vec::new(),
         slots: vec![SlotInfo::default(); cap as usize],
@@ -1910,6 +1915,23 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
     }
 
+    /// Counts the frames file or generator port `pi` dropped since the last call as
+    /// input and oversize, as a frame too large for a heap frame is counted when it is
+    /// offered ([`push`](Self::push)); without this they vanished from the report.
+    fn count_port_oversize(&mut self, pi: usize) {
+        if self.port_dropped.len() < self.ports.len() {
+            self.port_dropped.resize(self.ports.len(), 0);
+        }
+        let dropped = self.ports[pi].stats().rx_dropped;
+        let seen = &mut self.port_dropped[pi];
+        if dropped > *seen {
+            let new = dropped - *seen;
+            *seen = dropped;
+            self.global.oversize += new;
+            self.global.input_packets += new;
+        }
+    }
+
     /// A heap copy of a port's frame (metadata and verdict included), the frame itself
     /// given back to its port; `None` (counted) when no heap frame is free or the frame is
     /// larger than one.
@@ -1996,6 +2018,9 @@ impl<N: NetworkFunction> Dataplane<N> {
                 self.cfg.burst.min(self.pool.available())
             };
             let rx = self.ports[pi].rx_burst(&mut self.pool, &mut burst, room);
+            if !live {
+                self.count_port_oversize(pi);
+            }
             match rx {
                 Ok(Rx::End) => {}
                 Ok(Rx::Idle) => ended = false,
