@@ -93,22 +93,47 @@ pub enum OutputError {
     },
 }
 
+/// What names one file: an existing regular file's device and inode, or, for a file
+/// that does not exist yet, its directory (resolved) and name.
+#[derive(PartialEq, Eq)]
+enum FileId {
+    Existing(u64, u64),
+    New(PathBuf),
+}
+
+fn file_id(p: &Path) -> Option<FileId> {
+    match std::fs::metadata(p) {
+        Ok(m) if m.file_type().is_file() => Some(FileId::Existing(m.dev(), m.ino())),
+        Ok(_) => None,
+        Err(_) => {
+            let name = p.file_name()?;
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            Some(FileId::New(std::fs::canonicalize(dir).ok()?.join(name)))
+        }
+    }
+}
+
 /// Refuses any output (`(flag, path)`) that is the same regular file as an input or as
-/// another output. Files that do not exist yet are nobody's input.
+/// another output, also when the file does not exist yet (two outputs naming one new
+/// file). Files that do not exist yet are nobody's input.
 pub fn refuse_same_files(
     inputs: &[(&'static str, &Path)],
     outputs: &[(&'static str, &Path)],
 ) -> Result<(), OutputError> {
-    let id = |p: &Path| {
-        std::fs::metadata(p)
-            .ok()
-            .filter(|m| m.file_type().is_file())
-            .map(|m| (m.dev(), m.ino()))
-    };
     for (i, &(flag, path)) in outputs.iter().enumerate() {
-        let Some(out) = id(path) else { continue };
-        let others = inputs.iter().chain(&outputs[..i]);
-        if let Some(&(other_flag, other)) = others.into_iter().find(|(_, p)| id(p) == Some(out)) {
+        let Some(out) = file_id(path) else { continue };
+        let same = |p: &Path, may_be_new: bool| match file_id(p) {
+            Some(FileId::New(_)) if !may_be_new => false,
+            id => id.as_ref() == Some(&out),
+        };
+        let clash = inputs
+            .iter()
+            .find(|(_, p)| same(p, false))
+            .or_else(|| outputs[..i].iter().find(|(_, p)| same(p, true)));
+        if let Some(&(other_flag, other)) = clash {
             return Err(OutputError::SameFile {
                 flag,
                 path: path.to_owned(),
@@ -284,6 +309,16 @@ mod tests {
             &[("--output", Path::new("/dev/null"))],
         )
         .unwrap();
+        // Two outputs naming one file that does not exist yet, by two spellings.
+        let new = dir.path().join("new.out");
+        let spelt = dir.path().join(".").join("new.out");
+        let e =
+            refuse_same_files(&[], &[("--output", &new), ("--stats-json", &spelt)]).unwrap_err();
+        assert!(e.to_string().starts_with("--stats-json"), "{e}");
+        assert!(!new.exists());
+        // A new output is nobody's input, and two different new files are fine.
+        refuse_same_files(&[("--input", &new)], &[("--output", &new)]).unwrap();
+        refuse_same_files(&[], &[("--output", &new), ("--stats-json", &other)]).unwrap();
     }
 
     #[test]
