@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path as UrlPath, Query, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -459,6 +459,41 @@ pub fn routes() -> Vec<(Method, &'static str)> {
     table().into_iter().map(|(m, p, _)| (m, p)).collect()
 }
 
+/// A path parameter; a path that does not parse is a 400 in JSON, like every other
+/// error (axum's own rejection is plain text).
+struct UrlPath<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for UrlPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(UrlPath(v)),
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
+/// A query string; one that does not parse is a 400 in JSON.
+struct Query<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Query(v)),
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
 /// The router, with the body limit and the request timeout.
 pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Router {
     table()
@@ -467,6 +502,14 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
             r.route(path, handler)
         })
         .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(|method: Method| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!(
+                    "{method} is not served on this route (GET /v1/openapi.json lists the API)"
+                ),
+            )
+        })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn(move |req, next| {
             run_to_completion(req, next, timeout)

@@ -377,7 +377,7 @@ fn run(
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Report, DaemonError> {
     let (token, origin) = auth::admin_token(cfg.api.admin_token_file.as_deref(), &cfg.data_dir)?;
-    eprintln!("buffetd: admin token from {origin}");
+    eprintln!("buffetd: admin token: {origin}");
     let store = Arc::new(Store::open(&cfg.data_dir)?);
     let contents = store.load()?;
     let started = starter(&cfg, &config_path)?;

@@ -407,6 +407,30 @@ fn bad_input_gets_a_4xx_naming_the_problem_and_changes_nothing() {
     let e = cfg.validate(Path::new("x.toml")).unwrap_err().to_string();
     assert!(e.contains("unknown NF \"nope\""), "{e}");
     assert_eq!(call(&d, "GET", "/v1/nothing", Some(ADMIN), None).0, 404);
+    // A path, query or method the API does not take: a 4xx whose body is JSON naming it.
+    for (method, path, status, needle) in [
+        ("GET", "/v1/tenants/abc", 400, "abc"),
+        ("GET", "/v1/tenants/4294967296", 400, "4294967296"),
+        ("DELETE", "/v1/tenants/-1", 400, "-1"),
+        ("DELETE", "/v1/workers/70000", 400, "70000"),
+        ("PUT", "/v1/tenants?dry_run=maybe", 400, "dry_run"),
+        ("PATCH", "/v1/tenants/1", 405, "PATCH is not served"),
+    ] {
+        let (s, v) = call(&d, method, path, Some(ADMIN), Some("{}"));
+        assert_eq!(s, status, "{method} {path}: {v}");
+        let msg = v["error"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains(needle),
+            "{method} {path}: {v} lacks {needle:?}"
+        );
+    }
+    assert_eq!(
+        admin(&d, "GET", "/v1/tenants", None).1["tenant"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     d.stop().unwrap();
 }
 
