@@ -311,6 +311,15 @@ fn errors_print_each_cause_once_and_briefly() {
     std::fs::write(&corrupt, &bytes).unwrap();
     let line = error_line(&replay(&tenants, &corrupt, &[]));
     once(&line, "record 0");
+    once(&line, "corrupt.pcap");
+    assert!(!line.contains("port "), "{line}");
+    // A file cut in the middle of a record: named once, with the record.
+    let bytes = std::fs::read(&input).unwrap();
+    let cut = dir.path().join("cut.pcap");
+    std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
+    let line = error_line(&replay(&tenants, &cut, &[]));
+    once(&line, "cut.pcap");
+    assert!(line.contains("record") && !line.contains("port "), "{line}");
     // Huge values are cut.
     let huge = dir.path().join("huge.toml");
     std::fs::write(

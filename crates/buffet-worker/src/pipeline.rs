@@ -219,14 +219,22 @@ pub enum PipelineError {
         /// What is left of it.
         remaining: Duration,
     },
-    /// A port failed.
-    #[error("port {port}: {source}")]
+    /// A port failed. A file's error names the file already, so only a live port's
+    /// error names the port.
+    #[error("{}", port_failed(.port, .source))]
     Port {
         /// The port's name.
         port: String,
         /// What failed.
         source: PortError,
     },
+}
+
+fn port_failed(port: &str, source: &PortError) -> String {
+    match source {
+        PortError::Source(_) | PortError::Pcap(_) => source.to_string(),
+        _ => format!("port {port}: {source}"),
+    }
 }
 
 /// Something the control side should know about, in the order it happened.
