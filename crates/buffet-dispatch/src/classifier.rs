@@ -594,15 +594,20 @@ impl Classifier {
     }
 
     /// Removes every rule of `tenant`; returns how many there were.
+    ///
+    /// Worst entries first: the tuple space looks for a tuple's next best entry only
+    /// when its best one goes, so taking a tenant's rules out best first would make
+    /// every removal search its tuple again (quadratic in the tenant's rules, while the
+    /// dispatcher waits).
     pub fn remove_tenant(&mut self, tenant: TenantSlot) -> usize {
-        let mut seqs: Vec<u64> = self
+        let mut seqs: Vec<(u32, u64)> = self
             .rules
             .iter()
             .filter(|(_, r)| r.tenant == tenant)
-            .map(|(&s, _)| s)
+            .map(|(&s, r)| (r.priority, s))
             .collect();
-        seqs.sort_unstable();
-        for &s in &seqs {
+        seqs.sort_unstable_by(|a, b| b.cmp(a));
+        for &(_, s) in &seqs {
             if let Some(rule) = self.rules.remove(&s) {
                 self.unlink(s, &rule);
             }
