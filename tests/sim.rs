@@ -131,3 +131,27 @@ fn sim_rejects_bad_input_with_one_clear_line() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A reader that goes away (`buffet sim 2>&1 | true`) ends the run with status 1, not a
+/// panic at reporting the error to the same closed pipe.
+#[test]
+fn sim_into_a_closed_pipe_fails_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = Command::new(env!("CARGO_BIN_EXE_buffet"))
+        .args([
+            "sim",
+            "--cases",
+            "2000",
+            "--tenants",
+            "8",
+            "--planner",
+            "none",
+            "--csv",
+        ])
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{status}");
+}

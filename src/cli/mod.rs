@@ -109,11 +109,22 @@ pub fn main_with(register: impl FnOnce(&mut Registry)) -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of the output went away (`buffet sim | head`): nothing to say, and
+        // saying it to a closed stderr must not panic.
+        Err(e) if broken_pipe(&e) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("error: {}", errors::chain(&e));
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "error: {}", errors::chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Parses `args` (the first is the program name) against `registry` and runs the
