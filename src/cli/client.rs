@@ -246,6 +246,9 @@ fn parse_rule(text: &str) -> anyhow::Result<Value> {
         let numeric = matches!(k, "priority" | "in_port" | "vlan" | "dscp");
         let value = match v.parse::<u64>() {
             Ok(n) if numeric || matches!(k, "src_port" | "dst_port" | "protocol") => json!(n),
+            Err(_) if numeric => {
+                anyhow::bail!("--rule {text:?}: {k} is a number, not {v:?}")
+            }
             _ => json!(v),
         };
         rule.insert(k.to_owned(), value);
@@ -607,5 +610,9 @@ mod tests {
             json!({ "dst_port": "5000-5099" })
         );
         assert!(parse_rule("dst_ip").is_err());
+        let e = parse_rule("dst_ip=10.0.3.0/24,priority=abc")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("priority is a number, not \"abc\""), "{e}");
     }
 }
