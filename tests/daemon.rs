@@ -101,6 +101,18 @@ fn buffet(d: &Daemon, args: &[&str]) -> (bool, serde_json::Value, String) {
     )
 }
 
+/// `child`'s exit status once it exits; fails with `why` if it has not within `limit`.
+fn exit_within(child: &mut Child, limit: Duration, why: &str) -> std::process::ExitStatus {
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(t0.elapsed() < limit, "{why}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn signal(d: &Daemon, sig: &str) {
     let ok = Command::new("kill")
         .arg(format!("-{sig}"))
@@ -180,17 +192,11 @@ fn buffetd_serves_the_client_survives_sigkill_and_exits_0_on_sigterm() {
 
     // SIGTERM: drains and exits 0.
     signal(&d, "TERM");
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = d.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "buffetd ignored SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exit_within(
+        &mut d.child,
+        Duration::from_secs(20),
+        "buffetd ignored SIGTERM",
+    );
     assert!(status.success(), "{status}");
 }
 
@@ -563,16 +569,10 @@ fn buffet_events_follows_the_stream_until_the_daemon_stops() {
     // SIGTERM ends the stream, and the follower exits 0.
     signal(&d, "TERM");
     d.child.wait().unwrap();
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = events.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "buffet events outlived the stream"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exit_within(
+        &mut events,
+        Duration::from_secs(20),
+        "buffet events outlived the stream",
+    );
     assert!(status.success(), "{status}");
 }

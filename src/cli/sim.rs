@@ -79,6 +79,14 @@ pub struct SimRow {
     pub p99: Duration,
 }
 
+/// The first value of `xs` that an earlier one equals (the lists are a few items long).
+fn repeated<T: PartialEq>(xs: &[T]) -> Option<&T> {
+    xs.iter()
+        .enumerate()
+        .find(|(i, x)| xs[..*i].contains(x))
+        .map(|(_, x)| x)
+}
+
 /// Runs `buffet sim`.
 pub fn run(a: &SimArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -92,17 +100,10 @@ pub fn run(a: &SimArgs) -> anyhow::Result<()> {
         "--workers must be 1 to {MAX_WORKERS}, not {}",
         a.workers
     );
-    let mut seen = std::collections::BTreeSet::new();
-    if let Some(n) = a.tenants.iter().find(|n| !seen.insert(**n)) {
+    if let Some(n) = repeated(&a.tenants) {
         anyhow::bail!("--tenants names {n} twice");
     }
-    if let Some(p) = a
-        .planners
-        .iter()
-        .enumerate()
-        .find(|(i, p)| a.planners[..*i].contains(p))
-        .map(|(_, p)| p)
-    {
+    if let Some(p) = repeated(&a.planners) {
         anyhow::bail!("--planner names {} twice", p.name());
     }
     anyhow::ensure!(!a.tenants.is_empty(), "--tenants needs at least one count");

@@ -1072,6 +1072,7 @@ impl<N: NetworkFunction> Dataplane<N> {
     /// that id as their input port; `Verdict::Forward(id)` sends to it.
     pub fn add_port(&mut self, port: Box<dyn Port>) -> PortId {
         self.ports.push(port);
+        self.port_dropped.push(0);
         self.tx.push(Vec::new());
         (self.ports.len() - 1) as PortId
     }
@@ -1927,9 +1928,6 @@ impl<N: NetworkFunction> Dataplane<N> {
     /// input and oversize, as a frame too large for a heap frame is counted when it is
     /// offered ([`push`](Self::push)); without this they vanished from the report.
     fn count_port_oversize(&mut self, pi: usize) {
-        if self.port_dropped.len() < self.ports.len() {
-            self.port_dropped.resize(self.ports.len(), 0);
-        }
         let dropped = self.ports[pi].stats().rx_dropped;
         let seen = &mut self.port_dropped[pi];
         if dropped > *seen {
