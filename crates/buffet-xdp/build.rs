@@ -85,6 +85,12 @@ fn main() {
         );
     }
     if let Some(why) = unavailable {
+        // Cargo does not run this script again when clang appears later: say how to
+        // rebuild, here and wherever the engine is refused at run time.
+        let why = format!(
+            "{why} when buffet-xdp was built; install clang and libbpf-dev, then \
+             `cargo clean -p buffet-xdp` and build again"
+        );
         println!("cargo:rustc-env=BUFFET_XDP_UNAVAILABLE={why}");
         println!("cargo:warning=xdp engine unavailable: {why}");
     }

@@ -39,7 +39,8 @@
 //! [`MAX_QUEUES`]` - 1` for sockets ([`check_queues`], [`SocketError`]).
 //!
 //! When this crate was built without clang or the libbpf headers, loading fails with
-//! [`LoadError::Unavailable`] ("xdp engine unavailable: clang not found").
+//! [`LoadError::Unavailable`], which names what was missing and how to rebuild ("xdp
+//! engine unavailable: clang not found when buffet-xdp was built; install clang ...").
 //!
 //! All `unsafe` is in the private `sys` module.
 #![deny(unsafe_code)]
