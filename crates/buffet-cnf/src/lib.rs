@@ -131,12 +131,12 @@ fn parse_watchdog(value: &str) -> Result<Duration, CNfLoadError> {
 #[derive(Debug, thiserror::Error)]
 pub enum CNfLoadError {
     /// `dlopen` failed.
-    #[error("cannot load C NF {path}: {source}")]
+    #[error("cannot load C NF {path}: {reason}")]
     Open {
         /// The shared object.
         path: PathBuf,
-        /// The loader's reason.
-        source: libloading::Error,
+        /// The loader's reason, without the path the loader puts in front of it.
+        reason: String,
     },
     /// A required function is not exported.
     #[error("the C NF does not export `{symbol}` (see include/buffet.h): {source}")]

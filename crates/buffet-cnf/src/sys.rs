@@ -166,7 +166,7 @@ impl Loaded {
         }
         .map_err(|source| CNfLoadError::Open {
             path: path.to_owned(),
-            source,
+            reason: dl_reason(&source.to_string(), open_path),
         })?
         .into();
         // SAFETY: for each symbol below, the type is the one include/buffet.h declares for
@@ -401,3 +401,33 @@ impl RegionPtr {
 /// `ABI_VERSION` is re-checked here so the header and this module cannot drift apart
 /// silently: the shim includes include/buffet.h.
 const _: () = assert!(ABI_VERSION == 1);
+
+/// The dynamic loader's message without the path it starts with (`x.so: cannot open
+/// shared object file: ...`): the error names the path once, itself.
+fn dl_reason(message: &str, opened: &Path) -> String {
+    let opened = opened.to_string_lossy();
+    match message.strip_prefix(opened.as_ref()) {
+        Some(rest) if rest.starts_with(": ") => rest[2..].to_owned(),
+        _ => message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loader_reason_drops_the_path_it_repeats() {
+        let p = Path::new("/tmp/x.so");
+        assert_eq!(
+            dl_reason(
+                "/tmp/x.so: cannot open shared object file: No such file or directory",
+                p
+            ),
+            "cannot open shared object file: No such file or directory"
+        );
+        // Another path, or no path at all: the message as the loader gave it.
+        assert_eq!(dl_reason("/tmp/y.so: bad ELF", p), "/tmp/y.so: bad ELF");
+        assert_eq!(dl_reason("/tmp/x.sox: bad", p), "/tmp/x.sox: bad");
+    }
+}

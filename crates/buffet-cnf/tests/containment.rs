@@ -438,4 +438,5 @@ fn policy_errors_and_missing_symbols_are_reported() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("cannot load C NF /nonexistent/nf.so"), "{e}");
+    assert_eq!(e.matches("nf.so").count(), 1, "the path once: {e}");
 }
