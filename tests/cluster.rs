@@ -1092,3 +1092,86 @@ fn an_agent_cut_off_from_etcd_stops_serving_before_its_tenants_are_placed_elsewh
         back.as_secs_f64()
     );
 }
+
+/// A tenant whose server died is re-placed; when the new server refuses it (its rules
+/// overlap a tenant there), the tenant is not lost: it stays recorded as `unplaced` with
+/// the refusal, a retried admission says so, and it is placed again when a server that
+/// has not refused it joins.
+#[test]
+fn a_tenant_refused_after_a_move_stays_unplaced_and_returns_when_a_server_can_take_it() {
+    let test = "a_tenant_refused_after_a_move_stays_unplaced_and_returns_when_a_server_can_take_it";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let mut agents: BTreeMap<String, Proc> = ["s1", "s2"]
+        .iter()
+        .map(|id| (id.to_string(), agent(dir.path(), id, &url, 100_000)))
+        .collect();
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "servers not registered", || {
+        server_loads(&o).len() == 2
+    });
+    // Two tenants with the same rule: allowed on two servers, not on one.
+    let doc = |id: u32| {
+        json!({
+            "id": id, "name": format!("t{id}"),
+            "rules": [ { "dst_ip": "10.1.0.0/24" } ],
+            "policy": { "default": "allow" },
+            "expected_pps": 100,
+        })
+    };
+    let (s, a) = call("POST", &format!("{}/v1/tenants", o.url), Some(&doc(10)));
+    assert_eq!(s, 201, "{a}");
+    let (s, b) = call("POST", &format!("{}/v1/tenants", o.url), Some(&doc(11)));
+    assert_eq!(s, 201, "{b}");
+    let home = a["server"].as_str().unwrap().to_owned();
+    let other = b["server"].as_str().unwrap().to_owned();
+    assert_ne!(home, other, "the policy spreads two equal tenants");
+
+    // Tenant 10's server dies; the other refuses it (overlapping rules).
+    agents.get_mut(&home).unwrap().kill();
+    let tenant10 = format!("{}/v1/tenants/10", o.url);
+    wait_for(
+        Duration::from_secs(30),
+        "tenant 10 not left unplaced",
+        || {
+            let (s, v) = call("GET", &tenant10, None);
+            s == 200 && v["state"] == "unplaced"
+        },
+    );
+    let (_, v) = call("GET", &tenant10, None);
+    let reason = v["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("refused by {other}")) && reason.contains("overlap"),
+        "{v}"
+    );
+    assert_eq!(v["doc"]["rules"][0]["dst_ip"], "10.1.0.0/24", "{v}");
+    // It is not retried on the server that refused it.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(call("GET", &tenant10, None).1["state"], "unplaced");
+    assert!(!served(&agents[&other]).contains_key(&10));
+    // Retrying the admission answers what happened to it.
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&doc(10)));
+    assert_eq!(s, 503, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("recorded with this document but placed on no server"),
+        "{v}"
+    );
+
+    // Its server comes back: the tenant is placed there again and serves.
+    agents.insert(home.clone(), agent(dir.path(), &home, &url, 100_000));
+    wait_for(Duration::from_secs(30), "tenant 10 not live again", || {
+        let (s, v) = call("GET", &tenant10, None);
+        s == 200 && v["state"] == "live" && v["server"] == home.as_str()
+    });
+    wait_for(Duration::from_secs(10), "tenant 10 not served", || {
+        served(&agents[&home]).contains_key(&10)
+    });
+    assert_eq!(disjoint(&[&agents["s1"], &agents["s2"]]).len(), 2);
+}

@@ -75,7 +75,9 @@ impl IntoResponse for ApiError {
 impl From<AdmitError> for ApiError {
     fn from(e: AdmitError) -> ApiError {
         let status = match &e {
-            AdmitError::NotLeader | AdmitError::Refusing(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AdmitError::NotLeader | AdmitError::Refusing(_) | AdmitError::Waiting(..) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             AdmitError::Duplicate(_)
             | AdmitError::Exists(..)
             | AdmitError::Unplaced(..)

@@ -60,14 +60,15 @@ pub struct Args {
     /// The URL followers name as the leader's (default `http://<listen>`).
     #[arg(long, value_name = "URL")]
     pub advertise: Option<String>,
-    /// Election lease TTL, seconds: a dead leader is replaced within it.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    /// Election lease TTL, seconds (1 to 3600): a dead leader is replaced within it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_SECONDS))]
     pub lease_ttl: u64,
-    /// Seconds an admission may take to become live before 504.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    /// Seconds an admission may take to become live before 504 (over 0, at most 3600).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = admit_timeout)]
     pub admit_timeout: f64,
     /// Expected rate of a tenant admitted without `expected_pps`, packets per second.
-    #[arg(long, value_name = "PPS", default_value_t = 10.0)]
+    #[arg(long, value_name = "PPS", default_value_t = 10.0, value_parser = expected_pps)]
     pub default_expected_pps: f64,
     /// File whose first line is the admin token (every request); else
     /// `BUFFET_ORCHESTRATOR_ADMIN_TOKEN`. One of the two is required.
@@ -113,9 +114,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     cfg.advertise = args.advertise;
     cfg.lease_ttl = Duration::from_secs(args.lease_ttl);
-    if !(args.admit_timeout.is_finite() && args.admit_timeout > 0.0) {
-        anyhow::bail!("--admit-timeout must be > 0");
-    }
+    // In range by `admit_timeout`, the flag's parser.
     cfg.admit_timeout = Duration::from_secs_f64(args.admit_timeout);
     cfg.default_expected_pps = args.default_expected_pps;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -136,4 +135,55 @@ fn run(args: Args) -> anyhow::Result<()> {
         o.stop().await;
         Ok(())
     })
+}
+
+/// The longest lease TTL and admission timeout, seconds: an hour.
+const MAX_SECONDS: u64 = 3600;
+
+/// `--admit-timeout`: seconds, over 0 and at most [`MAX_SECONDS`].
+fn admit_timeout(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= MAX_SECONDS as f64 => Ok(s),
+        _ => Err(format!(
+            "a number of seconds over 0 and at most {MAX_SECONDS}"
+        )),
+    }
+}
+
+/// `--default-expected-pps`: packets per second, a finite number >= 0.
+fn expected_pps(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(p) if p.is_finite() && p >= 0.0 => Ok(p),
+        _ => Err("a number of packets per second >= 0".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<Args, String> {
+        let mut argv = vec!["buffet-orchestrator", "--etcd", "http://127.0.0.1:2379"];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn out_of_range_durations_and_rates_are_refused_naming_the_flag() {
+        for (flag, value) in [
+            ("--admit-timeout", "1e30"),
+            ("--admit-timeout", "NaN"),
+            ("--admit-timeout", "0"),
+            ("--lease-ttl", "99999999999"),
+            ("--lease-ttl", "0"),
+            ("--default-expected-pps", "-1"),
+            ("--default-expected-pps", "inf"),
+        ] {
+            let arg = format!("{flag}={value}");
+            let e = parse(&[&arg]).expect_err(&arg);
+            assert!(e.contains(flag), "{arg}: {e}");
+        }
+        let a = parse(&["--admit-timeout", "3600", "--lease-ttl", "3600"]).unwrap();
+        assert_eq!((a.admit_timeout, a.lease_ttl), (3600.0, 3600));
+    }
 }

@@ -372,8 +372,28 @@ impl Shared {
         for id in &orphans {
             let (rec, _) = &view.tenants[id];
             let mut new = rec.clone();
-            match placement::choose(&cands, rec.expected_pps) {
-                Ok(i) => {
+            // A tenant that was placed somewhere has been answered: whatever happens to
+            // this placement, it is not removed (see `drop_failed`).
+            new.moved |= rec.server.is_some();
+            // The servers that refused it since it was last live are left out.
+            let allowed: Vec<usize> = (0..cands.len())
+                .filter(|&i| !rec.refused_by.contains(&cands[i].id))
+                .collect();
+            if allowed.is_empty() && !cands.is_empty() {
+                // Every server refused it: it keeps its record and its reason until one
+                // joins, or it is live again.
+                unplaced += 1;
+                if rec.server.is_some() {
+                    new.server = None;
+                    new.previous = None;
+                    moves.push((*id, new));
+                }
+                continue;
+            }
+            let open: Vec<Candidate> = allowed.iter().map(|&i| cands[i].clone()).collect();
+            match placement::choose(&open, rec.expected_pps) {
+                Ok(j) => {
+                    let i = allowed[j];
                     placement::book(&mut cands[i], rec.expected_pps);
                     new.server = Some(cands[i].id.clone());
                     new.reason = None;
@@ -382,7 +402,11 @@ impl Shared {
                 Err(e) => {
                     unplaced += 1;
                     new.server = None;
-                    new.reason = Some(e.to_string());
+                    new.reason = Some(if rec.refused_by.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("{e} (refused by {})", rec.refused_by.join(", "))
+                    });
                     new.previous = None;
                     if rec.server.is_none() && rec.reason == new.reason {
                         continue;
@@ -451,6 +475,7 @@ impl Shared {
                         let mut r = view.tenants[id].0.clone();
                         r.server = Some(cands[*target].id.clone());
                         r.previous = None;
+                        r.moved = true;
                         (*id, r)
                     })
                     .collect();
@@ -479,13 +504,32 @@ impl Shared {
         Ok(())
     }
 
-    /// Removes a tenant whose admission failed on the server it is placed on.
+    /// Removes a tenant whose admission failed on the server it is placed on: the
+    /// client that asked for it gets the refusal. A tenant that was moved there (off a
+    /// dead or overloaded server) was answered long ago: it is left unplaced with the
+    /// reason, and placed again on a server that has not refused it.
     async fn drop_failed(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
         let Some((rec, rev)) = view.tenants.get(&id).cloned() else {
             return Ok(());
         };
         if rec.server.as_deref() != Some(st.server.as_str()) {
             return Ok(());
+        }
+        let why = st.reason.as_deref().unwrap_or("no reason given");
+        if rec.moved {
+            let mut new = rec;
+            new.server = None;
+            new.previous = None;
+            new.reason = Some(format!("refused by {}: {why}", st.server));
+            if !new.refused_by.contains(&st.server) {
+                new.refused_by.push(st.server.clone());
+            }
+            self.apply_moves(view, vec![(id, new)]).await?;
+            eprintln!(
+                "buffet-orchestrator: tenant {id} refused by {} after a move: {why}; left unplaced",
+                st.server
+            );
+            return self.place_orphans(view, None).await;
         }
         self.commit(
             vec![Compare::mod_revision(
@@ -508,6 +552,19 @@ impl Shared {
         Ok(())
     }
 
+    /// A tenant live again after servers refused it: they may be chosen for it again.
+    async fn confirm_live(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
+        let Some((rec, _)) = view.tenants.get(&id).cloned() else {
+            return Ok(());
+        };
+        if rec.refused_by.is_empty() || rec.server.as_deref() != Some(st.server.as_str()) {
+            return Ok(());
+        }
+        let mut new = rec;
+        new.refused_by.clear();
+        self.apply_moves(view, vec![(id, new)]).await.map(|_| ())
+    }
+
     /// Admission (the leader's part): validates against the view, picks the server,
     /// writes record and placement in one transaction. Returns the server and the
     /// placement's revision.
@@ -525,7 +582,12 @@ impl Shared {
             return if rec.doc == doc && rec.expected_pps == expected_pps {
                 match &rec.server {
                     Some(s) => Err(AdmitError::Exists(s.clone(), *rev)),
-                    None => Err(AdmitError::Duplicate(id)),
+                    None => Err(AdmitError::Waiting(
+                        id,
+                        rec.reason
+                            .clone()
+                            .unwrap_or_else(|| "no reason recorded".into()),
+                    )),
                 }
             } else {
                 Err(AdmitError::Duplicate(id))
@@ -552,6 +614,8 @@ impl Shared {
             server: Some(server.clone()),
             reason: None,
             previous: None,
+            moved: false,
+            refused_by: Vec::new(),
         };
         let rev = self
             .commit(
@@ -790,6 +854,12 @@ pub enum AdmitError {
     /// Another tenant (or another document) has this id.
     #[error("tenant {0} exists in the cluster with another document")]
     Duplicate(u32),
+    /// The same document is recorded but placed on no server now (a retried request).
+    #[error(
+        "tenant {0} is recorded with this document but placed on no server now ({1}); \
+         it is placed when a server can take it"
+    )]
+    Waiting(u32, String),
     /// The same document is already placed (a retried request).
     #[error("tenant already placed on {0}")]
     Exists(String, i64),
@@ -1039,6 +1109,8 @@ async fn lead(
                                     } else {
                                         shared.drop_failed(&mut view, id, &st).await?;
                                     }
+                                } else {
+                                    shared.confirm_live(&mut view, id, &st).await?;
                                 }
                             }
                         }

@@ -166,6 +166,15 @@ pub struct TenantRecord {
     /// if the server refuses the update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Value>,
+    /// Placed before its current placement (re-placed off a server that went away, or
+    /// moved off an overloaded one): its admission was answered long ago, so a server
+    /// refusing it leaves it unplaced, with the reason, instead of removing it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub moved: bool,
+    /// Servers that refused it since it was last live: not chosen for it again until it
+    /// is live somewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_by: Vec<String>,
 }
 
 /// An admission's outcome.
