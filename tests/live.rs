@@ -36,6 +36,10 @@
 //! on a second pair, with every count of the software dispatcher's test agreeing (the
 //! program's frames seen, unmatched and malformed are the report's global counts).
 //!
+//! Stopped by SIGTERM in the middle of a flood, a `--dispatch xdp` run's port counters
+//! are read after the workers' last frames were sent: `tx` + `tx_dropped` are the
+//! frames the tenants passed.
+//!
 //! The rate line: with stderr on a pseudo-terminal, `buffet run` (either dispatcher)
 //! prints the packets received so far once a second, and they follow the traffic sent
 //! from B; with stderr on a pipe, as in every other test here, it prints none.
@@ -3493,4 +3497,148 @@ fn xdp_dispatch_on_four_queues_counts_every_tenant_exactly() {
             "{mode}: detached at the end"
         );
     }
+}
+
+/// Runs in namespace B: sends the frames of the pcap `BUFFET_FLOOD_SEND` round robin out
+/// of `BUFFET_FLOOD_IFACE`, in bursts of 64 and as fast as the link takes them, for
+/// `BUFFET_FLOOD_SECS` seconds, then prints `FLOOD-SENT <frames>`. Does nothing when
+/// `BUFFET_FLOOD_SEND` is unset.
+#[test]
+#[ignore = "helper: run by the flood tests inside a network namespace"]
+fn flood_helper() {
+    let Ok(pcap) = std::env::var("BUFFET_FLOOD_SEND") else {
+        return;
+    };
+    let iface = std::env::var("BUFFET_FLOOD_IFACE").unwrap();
+    let secs: f64 = std::env::var("BUFFET_FLOOD_SECS").unwrap().parse().unwrap();
+    let mut frames = Vec::new();
+    let mut reader = buffet::io::pcap::PcapReader::open(Path::new(&pcap)).unwrap();
+    while let Some(p) = buffet::io::PacketSource::next_packet(&mut reader).unwrap() {
+        frames.push(p.data.to_vec());
+    }
+    let mut port = buffet::io::afpacket::AfPacketPort::open(
+        buffet::io::afpacket::AfPacketConfig::new(&iface, 0),
+    )
+    .unwrap();
+    let mut pool = HeapPool::new(256);
+    let mut burst = Vec::new();
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let mut i = 0;
+    while Instant::now() < until {
+        for _ in 0..64 {
+            let mut b = pool.take().unwrap();
+            assert!(b.fill(&frames[i % frames.len()]));
+            burst.push(b);
+            i += 1;
+        }
+        port.tx_burst(&mut burst, &mut pool).unwrap();
+    }
+    println!("FLOOD-SENT {}", port.stats().tx);
+}
+
+/// Floods `ns.vb` with `frames` for `secs` seconds from namespace B (see
+/// [`flood_helper`]); the caller waits for the child.
+fn start_flood(ns: &NsPair, dir: &Path, frames: &[Vec<u8>], secs: f64) -> std::process::Child {
+    let pcap = dir.join("flood.pcap");
+    write_pcap(&pcap, frames);
+    ns_helper(&ns.b, "flood_helper")
+        .env("BUFFET_FLOOD_SEND", &pcap)
+        .env("BUFFET_FLOOD_IFACE", &ns.vb)
+        .env("BUFFET_FLOOD_SECS", secs.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `buffet run --dispatch xdp --xdp-mode generic` (plus `extra`) on A, flooded from B
+/// with `frames`; SIGTERM while the flood still runs; returns the stats JSON and stdout.
+fn xdp_run_stopped_under_flood(
+    ns: &NsPair,
+    frames: &[Vec<u8>],
+    extra: &[&str],
+) -> (serde_json::Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("t.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let stats = dir.path().join("s.json");
+    let fixed = [
+        "--iface",
+        ns.va.as_str(),
+        "--dispatch",
+        "xdp",
+        "--xdp-mode",
+        "generic",
+        "--nf",
+        "monitor",
+        "--no-pin",
+    ];
+    let mut args: Vec<&std::ffi::OsStr> = fixed.iter().map(|s| s.as_ref()).collect();
+    args.extend(extra.iter().map(|s| -> &std::ffi::OsStr { s.as_ref() }));
+    args.extend(["--tenants".as_ref(), tenants.as_os_str()]);
+    args.extend(["--stats-json".as_ref(), stats.as_os_str()]);
+    let (child, stderr) = start_run(&ns.a, &args);
+    let flood = start_flood(ns, dir.path(), frames, 4.0);
+    std::thread::sleep(Duration::from_millis(2000));
+    signal(&child, "TERM");
+    let out = child.wait_with_output().unwrap();
+    let err = stderr.join().unwrap();
+    let f = flood.wait_with_output().unwrap();
+    assert!(
+        f.status.success(),
+        "flood: {}{}",
+        String::from_utf8_lossy(&f.stdout),
+        String::from_utf8_lossy(&f.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{err}{stdout}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    (json, stdout)
+}
+
+/// `--dispatch xdp` stopped by SIGTERM in the middle of a flood: the frames the workers
+/// complete while stopping are sent before the port's counters are read, so the port's
+/// `tx` and `tx_dropped` (in `--stats-json` and on stdout) add up to the frames the
+/// tenants passed, exactly.
+#[test]
+fn xdp_dispatch_stopped_under_flood_reports_every_passed_frame_sent() {
+    let test = "live::xdp_dispatch_stopped_under_flood_reports_every_passed_frame_sent";
+    if !privileged(test) {
+        return;
+    }
+    if let Some(why) = buffet_xdp::UNAVAILABLE {
+        gate::skip_privileged(test, format_args!("xdp engine unavailable: {why}"));
+        return;
+    }
+    let ns = NsPair::new();
+    let t = traffic();
+    let frames: Vec<Vec<u8>> = t
+        .frames
+        .iter()
+        .zip(&t.tenant_of)
+        .filter(|(_, &id)| id != 0)
+        .map(|(f, _)| f.clone())
+        .collect();
+    let (json, stdout) = xdp_run_stopped_under_flood(&ns, &frames, &["--workers", "2"]);
+    let passed: u64 = tenant_rows(&json).iter().map(|r| r.2).sum();
+    assert!(passed > 10_000, "a flood: {passed} frames passed");
+    let port = &json["input"]["ports"][0];
+    let (tx, tx_dropped) = (
+        port["tx"].as_u64().unwrap(),
+        port["tx_dropped"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        tx + tx_dropped,
+        passed,
+        "the port's tx + tx_dropped are the frames passed: {port}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("port "))
+        .unwrap_or_default();
+    assert!(
+        line.contains(&format!(" tx {tx} "))
+            && line.ends_with(&format!(" tx_dropped {tx_dropped}")),
+        "stdout says the same: {stdout}"
+    );
 }

@@ -768,9 +768,10 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         (r, _) => r?,
     };
     let took = start.elapsed();
-    let ports = p.dataplane().port_stats();
     let faults = p.nf().contained_faults();
-    let mut report = p.finish();
+    // The ports' counters once the workers' last frames were sent (with --dispatch xdp,
+    // those they finish while stopping leave only in `finish`).
+    let (mut report, ports) = p.finish_with_port_stats();
     for (id, n) in xdp_policed {
         if let Some(t) = report.tenants.iter_mut().find(|t| t.id == id) {
             *t.drops.entry(DropReason::Policed.name()).or_default() += n;

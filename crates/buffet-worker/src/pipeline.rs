@@ -2220,7 +2220,15 @@ impl<N: NetworkFunction> Dataplane<N> {
     }
 
     /// Processes everything in flight, stops and joins every worker, and reports.
-    pub fn finish(mut self) -> Report {
+    pub fn finish(self) -> Report {
+        self.finish_with_port_stats().0
+    }
+
+    /// [`finish`](Self::finish), and the ports' counters read after the last frame was
+    /// transmitted and every port flushed: with workers reading their own sources, the
+    /// frames they complete while stopping are sent only here, so counters read before
+    /// this miss them.
+    pub fn finish_with_port_stats(mut self) -> (Report, Vec<(String, PortStats)>) {
         self.flush();
         for w in &self.workers {
             w.stop.store(true, Ordering::Release);
@@ -2245,7 +2253,8 @@ impl<N: NetworkFunction> Dataplane<N> {
         if let Some(e) = self.port_error.take() {
             report.sink_error.get_or_insert_with(|| e.to_string());
         }
-        report
+        let ports = self.port_stats();
+        (report, ports)
     }
 }
 
@@ -2485,6 +2494,12 @@ impl<N: NetworkFunction> Pipeline<N> {
 
     /// Processes everything in flight, stops and joins every worker, and reports.
     pub fn finish(self) -> Report {
+        self.finish_with_port_stats().0
+    }
+
+    /// [`finish`](Self::finish), and the ports' counters once everything was sent (see
+    /// [`Dataplane::finish_with_port_stats`]).
+    pub fn finish_with_port_stats(self) -> (Report, Vec<(String, PortStats)>) {
         let Pipeline {
             control,
             mut dataplane,
@@ -2492,10 +2507,10 @@ impl<N: NetworkFunction> Pipeline<N> {
         } = self;
         dataplane.flush();
         events.extend(control.events.try_iter());
-        let mut r = dataplane.finish();
+        let (mut r, ports) = dataplane.finish_with_port_stats();
         events.extend(control.events.try_iter());
         r.events = events;
-        r
+        (r, ports)
     }
 }
 
