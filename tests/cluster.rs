@@ -1175,3 +1175,42 @@ fn a_tenant_refused_after_a_move_stays_unplaced_and_returns_when_a_server_can_ta
     });
     assert_eq!(disjoint(&[&agents["s1"], &agents["s2"]]).len(), 2);
 }
+
+/// In cluster mode the Agent owns the server's tenant set: a tenant admitted through
+/// buffetd's own API is removed at the next reconciliation, and the Orchestrator can then
+/// place a tenant of that id there.
+#[test]
+fn a_tenant_admitted_behind_the_agents_back_is_removed_at_the_next_reconciliation() {
+    let test = "a_tenant_admitted_behind_the_agents_back_is_removed_at_the_next_reconciliation";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let s1 = agent(dir.path(), "s1", &url, 100_000);
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "server not registered", || {
+        server_loads(&o).len() == 1
+    });
+    let mut rogue = tenant(77);
+    rogue.as_object_mut().unwrap().remove("expected_pps");
+    let (s, v) = try_call(
+        "POST",
+        &format!("{}/v1/tenants", s1.url),
+        Some(ADMIN),
+        Some(&rogue),
+    )
+    .unwrap();
+    assert_eq!(s, 201, "{v}");
+    assert!(served(&s1).contains_key(&77));
+    // A placement on s1 makes its Agent reconcile.
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(1)));
+    assert_eq!(s, 201, "{v}");
+    wait_for(Duration::from_secs(10), "tenant 77 still served", || {
+        !served(&s1).contains_key(&77)
+    });
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(77)));
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(served(&s1).keys().copied().collect::<Vec<_>>(), vec![1, 77]);
+}

@@ -249,13 +249,25 @@ impl Agent {
         eprintln!("buffetd: cluster agent {}: {msg}", self.cfg.server_id);
     }
 
-    async fn run(mut self) {
-        let (_, list) = self.call(Method::GET, "/v1/tenants", None).await;
+    /// Adds every tenant the server serves that the Agent does not know of (restored
+    /// from buffetd's store, or admitted through buffetd's own API) to its tenant set,
+    /// as not placed here yet: the next reconciliation removes it, or applies its
+    /// placement's document to it, and fencing removes it.
+    async fn adopt_served(&mut self) {
+        let (s, list) = self.call(Method::GET, "/v1/tenants", None).await;
+        if !s.is_success() {
+            self.log(format!("cannot list the server's tenants: {s} {list}"));
+            return;
+        }
         for t in list["tenant"].as_array().into_iter().flatten() {
             if let Some(id) = t["id"].as_u64().and_then(|i| u32::try_from(i).ok()) {
-                self.local.insert(id, Local { rev: 0, doc: None });
+                self.local.entry(id).or_insert(Local { rev: 0, doc: None });
             }
         }
+    }
+
+    async fn run(mut self) {
+        self.adopt_served().await;
         loop {
             if *self.shutdown.borrow() {
                 return;
@@ -276,6 +288,7 @@ impl Agent {
 
     /// Removes every tenant (the server serves nothing without its lease).
     async fn fence(&mut self) {
+        self.adopt_served().await;
         if self.local.is_empty() {
             return;
         }
@@ -394,6 +407,7 @@ impl Agent {
 
     /// Makes the tenant set equal to the placements; returns the revision read.
     async fn reconcile(&mut self, client: &mut Client) -> Result<i64, AgentError> {
+        self.adopt_served().await;
         let prefix = schema::placements_of(&self.cfg.server_id);
         let g = timed(client.get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()))).await?;
         let rev = g.header().map_or(0, |h| h.revision());
@@ -663,7 +677,9 @@ impl Agent {
         };
         let Ok(resp) = self.api.clone().oneshot(req).await;
         let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        // In-process, and the list of every tenant grows with the tenants: no cap (a
+        // 1 MiB cap once left a large server's tenant set unread, so never fenced).
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
             .unwrap_or_default();
         (
