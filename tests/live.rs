@@ -3552,11 +3552,14 @@ fn start_flood(ns: &NsPair, dir: &Path, frames: &[Vec<u8>], secs: f64) -> std::p
 }
 
 /// `buffet run --dispatch xdp --xdp-mode generic` (plus `extra`) on A, flooded from B
-/// with `frames`; SIGTERM while the flood still runs; returns the stats JSON and stdout.
+/// with `frames` (with `pause`, buffet is stopped, SIGSTOP, for a second of it: its
+/// workers read nothing meanwhile); SIGTERM while the flood still runs; returns the stats
+/// JSON and stdout.
 fn xdp_run_stopped_under_flood(
     ns: &NsPair,
     frames: &[Vec<u8>],
     extra: &[&str],
+    pause: bool,
 ) -> (serde_json::Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let tenants = dir.path().join("t.toml");
@@ -3579,7 +3582,15 @@ fn xdp_run_stopped_under_flood(
     args.extend(["--stats-json".as_ref(), stats.as_os_str()]);
     let (child, stderr) = start_run(&ns.a, &args);
     let flood = start_flood(ns, dir.path(), frames, 4.0);
-    std::thread::sleep(Duration::from_millis(2000));
+    if pause {
+        std::thread::sleep(Duration::from_millis(500));
+        signal(&child, "STOP");
+        std::thread::sleep(Duration::from_millis(1000));
+        signal(&child, "CONT");
+        std::thread::sleep(Duration::from_millis(500));
+    } else {
+        std::thread::sleep(Duration::from_millis(2000));
+    }
     signal(&child, "TERM");
     let out = child.wait_with_output().unwrap();
     let err = stderr.join().unwrap();
@@ -3619,7 +3630,7 @@ fn xdp_dispatch_stopped_under_flood_reports_every_passed_frame_sent() {
         .filter(|(_, &id)| id != 0)
         .map(|(f, _)| f.clone())
         .collect();
-    let (json, stdout) = xdp_run_stopped_under_flood(&ns, &frames, &["--workers", "2"]);
+    let (json, stdout) = xdp_run_stopped_under_flood(&ns, &frames, &["--workers", "2"], false);
     let passed: u64 = tenant_rows(&json).iter().map(|r| r.2).sum();
     assert!(passed > 10_000, "a flood: {passed} frames passed");
     let port = &json["input"]["ports"][0];
@@ -3640,5 +3651,67 @@ fn xdp_dispatch_stopped_under_flood_reports_every_passed_frame_sent() {
         line.contains(&format!(" tx {tx} "))
             && line.ends_with(&format!(" tx_dropped {tx_dropped}")),
         "stdout says the same: {stdout}"
+    );
+}
+
+/// `--dispatch xdp` with one worker flooded while it reads nothing (buffet stopped with
+/// SIGSTOP for a second): the kernel drops frames at the worker's AF_XDP socket (its
+/// receive ring full, its fill ring empty)
+/// that the program counted as passed. They are `global.socket_dropped` (and a line
+/// under the table's `input` line), so the global counts still add up to the frames the
+/// program saw: tenants' packets and policed + unmatched + malformed + no_live_worker +
+/// no_socket + untagged + socket_dropped = input.
+#[test]
+fn xdp_dispatch_counts_frames_dropped_at_a_workers_socket_globally() {
+    let test = "live::xdp_dispatch_counts_frames_dropped_at_a_workers_socket_globally";
+    if !privileged(test) {
+        return;
+    }
+    if let Some(why) = buffet_xdp::UNAVAILABLE {
+        gate::skip_privileged(test, format_args!("xdp engine unavailable: {why}"));
+        return;
+    }
+    let ns = NsPair::new();
+    let t = traffic();
+    let (json, stdout) = xdp_run_stopped_under_flood(&ns, &t.frames, &["--workers", "1"], true);
+    let g = &json["global"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let socket_dropped = n(&g["socket_dropped"]);
+    let lost: u64 = json["input"]["ports"][0]["sockets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["worker"].is_u64())
+        .map(|s| n(&s["rx_dropped"]) + n(&s["rx_ring_full"]) + n(&s["rx_invalid_descs"]))
+        .sum();
+    assert!(lost > 0, "the flood overran the worker's socket: {json}");
+    assert_eq!(socket_dropped, lost, "the workers' sockets' drops: {g}");
+    let tenants: u64 = json["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| n(&x["packets"]) + n(&x["drops"]["policed"]))
+        .sum();
+    let malformed: u64 = g["malformed"].as_object().unwrap().values().map(n).sum();
+    let accounted = tenants
+        + n(&g["unmatched"])
+        + malformed
+        + n(&g["no_live_worker"])
+        + n(&g["no_socket"])
+        + n(&g["untagged"])
+        + socket_dropped;
+    assert_eq!(
+        n(&g["input_packets"]),
+        accounted,
+        "every frame the program saw is accounted for: {g}"
+    );
+    assert_eq!(
+        json["input"]["xdp"]["passed"].as_u64().unwrap(),
+        n(&json["input"]["packets"]) + n(&g["no_socket"]) + socket_dropped,
+        "the program's passed frames: received by the workers, or dropped at their sockets"
+    );
+    assert!(
+        stdout.contains(&format!("(socket_dropped): {socket_dropped}\n")),
+        "{stdout}"
     );
 }

@@ -789,6 +789,14 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         if s.malformed > 0 {
             *g.malformed.entry("xdp").or_default() += s.malformed;
         }
+        // The frames it passed that the kernel dropped at a worker's socket (its receive
+        // ring full, no frame in the fill ring) never reached a worker, nor any tenant's
+        // row: without them the global counts would not add up to the frames seen.
+        g.socket_dropped += sockets
+            .iter()
+            .filter(|k| k.receiver.is_some())
+            .map(|k| k.stats.rx_lost())
+            .sum::<u64>();
     }
     if let Some(e) = &report.sink_error {
         anyhow::bail!("{}: {e}", a.iface);

@@ -184,6 +184,13 @@ pub fn print_tenants(out: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         g.malformed_total(),
         g.oversize
     )?;
+    if g.socket_dropped > 0 {
+        writeln!(
+            out,
+            "  dropped by the kernel at the workers' AF_XDP sockets (socket_dropped): {}",
+            g.socket_dropped
+        )?;
+    }
     for (why, n) in &g.malformed {
         writeln!(out, "  malformed {why}: {n}")?;
     }

@@ -292,6 +292,13 @@ pub struct GlobalReport {
     /// The program counts them only in total, not per tenant.
     #[serde(skip_serializing_if = "is_zero")]
     pub no_socket: u64,
+    /// Frames the XDP Packet Dispatcher redirected to a worker's AF_XDP socket that the
+    /// kernel dropped there before the worker read them (the socket's receive ring full,
+    /// no free frame in the fill ring, an invalid descriptor: its `rx_ring_full`,
+    /// `rx_dropped` and `rx_invalid_descs`). They never reach userspace, so they are
+    /// counted only in total, not per tenant.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub socket_dropped: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
