@@ -179,9 +179,11 @@ impl Auth {
 
     /// Who presents `authorization` (an `Authorization` header value).
     pub fn identify(&self, authorization: Option<&str>) -> Result<Principal, Denied> {
+        // The scheme is case-blind (RFC 9110 §11.1): `bearer` and `BEARER` are `Bearer`.
         let token = authorization
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("Bearer"))
+            .map(|(_, t)| t.trim())
             .filter(|t| !t.is_empty())
             .ok_or(Denied::Unauthenticated)?;
         let h = hash(token);
@@ -263,6 +265,21 @@ mod tests {
             Ok(Principal::Tenant(TenantId(7)))
         );
         assert_eq!(auth.identify(None), Err(Denied::Unauthenticated));
+        // The scheme is case-blind; another scheme or no token is not a bearer token.
+        for h in [
+            "bearer admin-token-0123456789",
+            "BEARER admin-token-0123456789",
+        ] {
+            assert_eq!(auth.identify(Some(h)), Ok(Principal::Admin), "{h}");
+        }
+        for h in [
+            "Basic admin-token-0123456789",
+            "Bearer",
+            "Bearer  ",
+            "admin-token-0123456789",
+        ] {
+            assert_eq!(auth.identify(Some(h)), Err(Denied::Unauthenticated), "{h}");
+        }
         assert_eq!(
             auth.identify(Some("Bearer admin-token-0123456788")),
             Err(Denied::Unauthenticated)
