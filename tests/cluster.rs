@@ -519,6 +519,36 @@ fn bad_input_gets_clear_errors() {
     }
     let (s, _) = try_call("GET", &format!("{}/healthz", o.url), None, None).unwrap();
     assert_eq!(s, 200);
+    // axum's own rejections are JSON too, naming the problem.
+    for (method, path, body, status, words) in [
+        ("GET", "/v1/tenants/abc", None, 400, "Cannot parse"),
+        ("GET", "/v1/tenants/99999999999", None, 400, "Cannot parse"),
+        ("PATCH", "/v1/tenants/1", None, 405, "method not allowed"),
+        (
+            "POST",
+            "/v1/tenants",
+            Some(json!({ "name": "x".repeat(1 << 20) })),
+            413,
+            "",
+        ),
+    ] {
+        let (s, v) = call(method, &format!("{}{path}", o.url), body.as_ref());
+        assert_eq!(s, status, "{method} {path}: {v}");
+        assert!(
+            v["error"].as_str().is_some_and(|e| e.contains(words)),
+            "{method} {path}: {v}"
+        );
+    }
+    // The scheme is case-blind.
+    let lower = ureq::get(&tenants_url)
+        .set("Authorization", &format!("bearer {ORCH}"))
+        .call()
+        .map(|r| r.status())
+        .unwrap_or_else(|e| match e {
+            ureq::Error::Status(code, _) => code,
+            e => panic!("{e}"),
+        });
+    assert_eq!(lower, 200, "a lowercase `bearer` scheme");
     // No server registered.
     let (s, v) = post(&tenant(1));
     assert_eq!(s, 503, "{v}");

@@ -107,8 +107,52 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/tenants/{id}", get(one).put(update).delete(remove))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
+        .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(shared.clone(), authorize))
         .with_state(shared)
+}
+
+/// Every error is `{"error": ...}`: axum's own rejections (a path id that is not a
+/// number, a body over the limit, a method a route does not have) answer in plain text
+/// or with an empty body; this rewrites them, keeping their status and their words.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_owned();
+    let message = if text.is_empty() {
+        match status {
+            StatusCode::METHOD_NOT_ALLOWED => {
+                let allowed = parts
+                    .headers
+                    .get(header::ALLOW)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                format!("method not allowed here (allowed: {allowed})")
+            }
+            s => s.canonical_reason().unwrap_or("error").to_owned(),
+        }
+    } else {
+        text
+    };
+    let mut out = (status, Json(json!({ "error": message }))).into_response();
+    for name in [header::ALLOW, header::WWW_AUTHENTICATE] {
+        if let Some(v) = parts.headers.get(&name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
 }
 
 /// Lets a request through when its bearer token allows it (see the module doc).
