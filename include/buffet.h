@@ -86,7 +86,9 @@ struct buffet_pkt {
 /* ---- optional: named counters for stats output ------------------------------------ */
 
 struct buffet_counter {
-    const char *name; /* a string with static storage duration (a literal) */
+    const char *name; /* a string with static storage duration (a literal), at most 63
+                         bytes; one Buffet cannot read, or longer, quarantines the tenant;
+                         NULL leaves the counter out */
     uint64_t value;
 };
 
@@ -110,7 +112,8 @@ int buffet_state_init(const char *policy_json, void *state, size_t len, char *er
 /* Process one packet of the tenant whose state is [state, state + len). */
 buffet_verdict buffet_pkt_handler(struct buffet_pkt *pkt, void *state, size_t len);
 
-/* Optional: a short, stable NF name ("portblock"); default: the file name. */
+/* Optional: a short, stable NF name ("portblock", at most 63 bytes); default: the file
+ * name. A name Buffet cannot read, or a longer one, refuses the NF at load. */
 const char *buffet_nf_name(void);
 
 /* Optional: BUFFET_ABI_VERSION the NF was built against; checked at load. */

@@ -502,17 +502,108 @@ struct summary_call {
     struct buffet_counter *out;
     size_t max;
     size_t *n;
+    const struct summary_names *names;
+};
+
+/* Copies the NUL-terminated string at `src` into dst[0 .. cap): its length, or
+ * BUFFET_NAME_NULL for a null pointer, BUFFET_NAME_LONG when no NUL comes within cap - 1
+ * bytes. Runs inside the guarded call: a pointer the NF handed over is read with the NF's
+ * own access rights, and an unreadable one is the NF's fault, contained like any other. */
+#define BUFFET_NAME_NULL (-1)
+#define BUFFET_NAME_LONG (-2)
+static int32_t copy_name(const char *src, char *dst, size_t cap) {
+    if (src == NULL) {
+        return BUFFET_NAME_NULL;
+    }
+    const volatile char *s = (const volatile char *)src;
+    for (size_t i = 0; i < cap; i++) {
+        char ch = s[i];
+        dst[i] = ch;
+        if (ch == 0) {
+            return (int32_t)i;
+        }
+    }
+    dst[cap - 1] = 0;
+    return BUFFET_NAME_LONG;
+}
+
+struct summary_names {
+    char *buf; /* max * cap bytes: counter i's name at buf + i * cap */
+    size_t cap;
+    int32_t *lens; /* copy_name's result per counter */
 };
 
 static void summary_thunk(void *p) {
     struct summary_call *c = p;
-    *c->n = c->f(c->state, c->len, c->out, c->max);
+    size_t n = c->f(c->state, c->len, c->out, c->max);
+    *c->n = n;
+    const struct summary_names *names = c->names;
+    if (n > c->max) {
+        n = c->max;
+    }
+    /* The names are read here, still inside the guarded call, never by the caller. */
+    for (size_t i = 0; i < n; i++) {
+        names->lens[i] = copy_name(c->out[i].name, names->buf + i * names->cap, names->cap);
+    }
 }
 
+/* `names`: where the counters' names are copied (see copy_name), inside the call. */
 int buffet_guard_summary(int all, uint64_t budget_ns, summary_fn f, const void *state, size_t len,
-                         struct buffet_counter *out, size_t max, size_t *n) {
-    struct summary_call c = {f, state, len, out, max, n};
+                         struct buffet_counter *out, size_t max, size_t *n, char *name_buf,
+                         size_t name_cap, int32_t *name_lens) {
+    struct summary_names names = {name_buf, name_cap, name_lens};
+    struct summary_call c = {f, state, len, out, max, n, &names};
     return guarded(all, budget_ns, summary_thunk, &c);
+}
+
+/* The functions an NF answers at load: each through the same containment as its other
+ * calls, so a crash or an endless loop there refuses the NF instead of ending the
+ * process. */
+typedef size_t (*size_fn)(void);
+typedef uint32_t (*u32_fn)(void);
+typedef const char *(*name_fn)(void);
+
+struct load_call {
+    size_fn size_f;
+    u32_fn u32_f;
+    name_fn name_f;
+    size_t *size_out;
+    uint32_t *u32_out;
+    char *name_buf;
+    size_t name_cap;
+    int32_t *name_len;
+};
+
+static void size_thunk(void *p) {
+    struct load_call *c = p;
+    *c->size_out = c->size_f();
+}
+
+static void u32_thunk(void *p) {
+    struct load_call *c = p;
+    *c->u32_out = c->u32_f();
+}
+
+static void name_thunk(void *p) {
+    struct load_call *c = p;
+    *c->name_len = copy_name(c->name_f(), c->name_buf, c->name_cap);
+}
+
+int buffet_guard_size(int all, uint64_t budget_ns, size_fn f, size_t *out) {
+    struct load_call c = {.size_f = f, .size_out = out};
+    return guarded(all, budget_ns, size_thunk, &c);
+}
+
+int buffet_guard_u32(int all, uint64_t budget_ns, u32_fn f, uint32_t *out) {
+    struct load_call c = {.u32_f = f, .u32_out = out};
+    return guarded(all, budget_ns, u32_thunk, &c);
+}
+
+/* buffet_nf_name(), its string copied into buf[0 .. cap) inside the call (copy_name). */
+int buffet_guard_name(int all, uint64_t budget_ns, name_fn f, char *buf, size_t cap,
+                      int32_t *len) {
+    struct load_call c = {.name_f = f, .name_buf = buf, .name_cap = cap, .name_len = len};
+    return guarded(all, budget_ns, name_thunk, &c);
 }
 
 /* What the last recovered fault on this thread was. */

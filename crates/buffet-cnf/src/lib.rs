@@ -82,6 +82,17 @@ pub const ABI_VERSION: u32 = 1;
 /// How many fault records [`CNf::faults`] keeps (the first ones).
 const MAX_FAULT_RECORDS: usize = 1024;
 
+/// Most counters one `buffet_summary` call may write.
+pub(crate) const SUMMARY_MAX: usize = 32;
+
+/// Most distinct counter names one NF's summaries may use; a counter with a new name past
+/// these is left out (each distinct name is kept for the life of the process).
+const MAX_COUNTER_NAMES: usize = 1024;
+
+/// Most bytes of a name the NF hands over (a counter's, `buffet_nf_name`'s), without its
+/// NUL: a longer one is the NF's error.
+pub const MAX_NAME_BYTES: usize = sys::NAME_CAP - 1;
+
 /// `si_code` of a protection-key fault.
 const SEGV_PKUERR: i32 = 4;
 /// `si_code` of an access to a mapped page whose protection forbids it.
@@ -160,6 +171,16 @@ pub enum CNfLoadError {
     /// Inspection of the object on disk refused it (or could not read it).
     #[error(transparent)]
     Inspect(#[from] InspectError),
+    /// A function the NF answers at load (`buffet_mem_register`, `buffet_nf_name`,
+    /// `buffet_abi_version`) crashed, ran past the watchdog's budget, or returned a name
+    /// that cannot be read.
+    #[error("the C NF's `{symbol}` {what}: not loaded")]
+    Call {
+        /// The function.
+        symbol: &'static str,
+        /// What went wrong, in words.
+        what: String,
+    },
     /// [`WATCHDOG_ENV`] holds no budget.
     #[error(
         "{WATCHDOG_ENV}={value:?}: expected the watchdog's budget per C NF call in whole \
@@ -280,6 +301,15 @@ pub enum FaultKind {
         /// Its number.
         nr: i32,
     },
+    /// `buffet_summary` wrote a counter whose name is no string Buffet takes: not
+    /// NUL-terminated within [`MAX_NAME_BYTES`] bytes. (A name pointer that cannot be read
+    /// at all is a fault of the call, like any other.)
+    BadName {
+        /// The counter's index in what the call wrote.
+        index: usize,
+        /// What is wrong with it, in words.
+        problem: &'static str,
+    },
     /// Any other crash of the NF's code, contained at every guarded level: a SIGSEGV
     /// outside the tenant arenas (a NULL or wild pointer), SIGBUS, SIGFPE or SIGILL.
     Signal {
@@ -328,55 +358,52 @@ pub struct CFault {
     pub pkru_after: Option<u32>,
 }
 
-impl std::fmt::Display for CFault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl CFault {
+    /// What happened, without the tenant: `buffet_pkt_handler touched 0x…, …` (the
+    /// [`Display`](std::fmt::Display) form is `tenant <id>: ` and this).
+    pub fn describe(&self) -> String {
+        let (during, addr) = (self.during, self.addr);
         match self.kind {
-            FaultKind::ProtectionKey { pkey } => write!(
-                f,
-                "tenant {}: {} touched {:#x}, a region it may not access (protection key {pkey})",
-                self.tenant, self.during, self.addr
+            FaultKind::ProtectionKey { pkey } => format!(
+                "{during} touched {addr:#x}, a region it may not access (protection key {pkey})"
             ),
-            FaultKind::GuardPage => write!(
-                f,
-                "tenant {}: {} touched {:#x}, a guard page or unused part of the tenant arena",
-                self.tenant, self.during, self.addr
+            FaultKind::GuardPage => format!(
+                "{during} touched {addr:#x}, a guard page or unused part of the tenant arena"
             ),
-            FaultKind::BadVerdict(v) => write!(
-                f,
-                "tenant {}: {} returned {v}, which is not a buffet.h verdict",
-                self.tenant, self.during
+            FaultKind::BadVerdict(v) => {
+                format!("{during} returned {v}, which is not a buffet.h verdict")
+            }
+            FaultKind::StackOverflow => {
+                format!("{during} overflowed its stack (touched {addr:#x}, the NF stack's guard)")
+            }
+            FaultKind::Watchdog { budget } => {
+                format!("{during} ran past the watchdog's budget of {budget:?} and was interrupted")
+            }
+            FaultKind::Syscall { nr } => format!(
+                "{during} made system call {nr} at {addr:#x}, which the NF seccomp filter \
+                 forbids"
             ),
-            FaultKind::StackOverflow => write!(
-                f,
-                "tenant {}: {} overflowed its stack (touched {:#x}, the NF stack's guard)",
-                self.tenant, self.during, self.addr
-            ),
-            FaultKind::Watchdog { budget } => write!(
-                f,
-                "tenant {}: {} ran past the watchdog's budget of {budget:?} and was \
-                 interrupted",
-                self.tenant, self.during
-            ),
-            FaultKind::Syscall { nr } => write!(
-                f,
-                "tenant {}: {} made system call {nr} at {:#x}, which the NF seccomp \
-                 filter forbids",
-                self.tenant, self.during, self.addr
-            ),
+            FaultKind::BadName { index, problem } => {
+                format!("{during} returned counter {index} with a name that {problem}")
+            }
             FaultKind::Signal { signal, code } => {
                 let (name, what) = describe_signal(signal, code);
-                let why = if self.during == "buffet_state_init" {
-                    "a crash in buffet_state_init refuses the admission"
-                } else {
-                    "trusted-native: fault containment without hardware isolation"
+                let why = match during {
+                    "buffet_state_init" => "a crash in buffet_state_init refuses the admission",
+                    "buffet_mem_register" | "buffet_nf_name" | "buffet_abi_version" => {
+                        "a crash while loading refuses the NF"
+                    }
+                    _ => "trusted-native: fault containment without hardware isolation",
                 };
-                write!(
-                    f,
-                    "tenant {}: {} raised {name} at {:#x} ({what}), contained ({why})",
-                    self.tenant, self.during, self.addr
-                )
+                format!("{during} raised {name} at {addr:#x} ({what}), contained ({why})")
             }
         }
+    }
+}
+
+impl std::fmt::Display for CFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tenant {}: {}", self.tenant, self.describe())
     }
 }
 
@@ -425,6 +452,20 @@ pub(crate) struct RawFault {
 #[derive(Debug, Default)]
 pub struct CState {
     region: Option<sys::RegionPtr>,
+    /// The tenant whose packets the state handled (from its first packet call on).
+    tenant: Option<TenantId>,
+    /// A fault of `buffet_summary` (a crash, an unreadable or overlong counter name):
+    /// the tenant's summaries stay empty, and its next packet call is a fault, which
+    /// quarantines it. Boxed: the state stays within its 64 bytes.
+    summary_fault: Mutex<Option<Box<SummaryFault>>>,
+}
+
+/// A fault of `buffet_summary`, and whether [`CNf::faults`] has it yet (not before the
+/// tenant is known).
+#[derive(Debug)]
+struct SummaryFault {
+    fault: CFault,
+    recorded: bool,
 }
 
 impl CState {
@@ -490,18 +531,50 @@ impl CNf {
         if config.inspect {
             inspect::inspect(path)?;
         }
-        let (lib, id) = sys::Loaded::open(path)?;
-        if let Some(found) = id.abi.filter(|&v| v != ABI_VERSION) {
-            return Err(CNfLoadError::Abi { found });
-        }
-        if containment != Containment::Unguarded {
+        let lib = sys::Loaded::open(path)?;
+        let guarded = containment != Containment::Unguarded;
+        if guarded {
             sys::install_guard().map_err(CNfLoadError::Guard)?;
         }
-        let name = id.name.unwrap_or_else(|| {
-            path.file_stem()
-                .map_or_else(|| "c-nf".into(), |s| s.to_string_lossy().into_owned())
-        });
-        let state_bytes = lib.mem_register();
+        let budget_ns = match containment {
+            Containment::Unguarded => 0,
+            _ => config.watchdog.map_or(0, |d| {
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+            }),
+        };
+        // Each call runs the NF's code through the shim, as every later call does: a crash
+        // (or an endless loop) refuses the NF with an error naming the function.
+        let load_fault = |symbol: &'static str, raw: RawFault| CNfLoadError::Call {
+            symbol,
+            what: load_fault_text(symbol, raw),
+        };
+        let abi = lib
+            .abi_version(guarded, budget_ns)
+            .map_err(|raw| load_fault("buffet_abi_version", raw))?;
+        if let Some(found) = abi.filter(|&v| v != ABI_VERSION) {
+            return Err(CNfLoadError::Abi { found });
+        }
+        let name = match lib
+            .nf_name(guarded, budget_ns)
+            .map_err(|raw| load_fault("buffet_nf_name", raw))?
+        {
+            Some(sys::NfName::Name(name)) => name,
+            Some(sys::NfName::TooLong) => {
+                return Err(CNfLoadError::Call {
+                    symbol: "buffet_nf_name",
+                    what: format!(
+                        "returned a name that is not NUL-terminated within \
+                         {MAX_NAME_BYTES} bytes"
+                    ),
+                })
+            }
+            None | Some(sys::NfName::Null) => path
+                .file_stem()
+                .map_or_else(|| "c-nf".into(), |s| s.to_string_lossy().into_owned()),
+        };
+        let state_bytes = lib
+            .mem_register(guarded, budget_ns)
+            .map_err(|raw| load_fault("buffet_mem_register", raw))?;
         Ok(CNf {
             lib,
             path: path.to_owned(),
@@ -509,12 +582,7 @@ impl CNf {
             name: Box::leak(name.into_boxed_str()),
             state_bytes,
             containment,
-            budget_ns: match containment {
-                Containment::Unguarded => 0,
-                _ => config.watchdog.map_or(0, |d| {
-                    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
-                }),
-            },
+            budget_ns,
             faults: Mutex::new(Vec::new()),
             counter_names: Mutex::new(HashMap::new()),
         })
@@ -576,21 +644,7 @@ impl CNf {
     }
 
     fn record_raw(&self, tenant: TenantId, during: &'static str, raw: RawFault) -> CFault {
-        let kind = match (raw.signo, raw.code, raw.place) {
-            (_, _, PLACE_WATCHDOG) => FaultKind::Watchdog {
-                budget: Duration::from_nanos(raw.addr),
-            },
-            (libc::SIGSEGV, _, PLACE_NF_STACK) => FaultKind::StackOverflow,
-            (libc::SIGSEGV, SEGV_PKUERR, _) => FaultKind::ProtectionKey { pkey: raw.aux },
-            (libc::SIGSEGV, SEGV_ACCERR, PLACE_ARENA) => FaultKind::GuardPage,
-            (libc::SIGSYS, SYS_SECCOMP, _) => FaultKind::Syscall { nr: raw.aux },
-            // Recovered only under `Containment::AnyFault`, or in `buffet_state_init`.
-            (signal, code, _) => FaultKind::Signal { signal, code },
-        };
-        let addr = match kind {
-            FaultKind::Watchdog { .. } => 0,
-            _ => raw.addr,
-        };
+        let (addr, kind) = fault_kind(raw);
         self.record(tenant, during, kind, addr);
         CFault {
             tenant,
@@ -601,20 +655,109 @@ impl CNf {
         }
     }
 
-    fn intern(&self, name: String) -> &'static str {
+    /// `None` once the NF has used [`MAX_COUNTER_NAMES`] distinct names and this is a new
+    /// one.
+    fn intern(&self, name: String) -> Option<&'static str> {
         let mut names = self
             .counter_names
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(&s) = names.get(&name) {
-            return s;
+            return Some(s);
+        }
+        if names.len() >= MAX_COUNTER_NAMES {
+            return None;
         }
         // One leak per distinct counter name (a handful per NF).
         let s: &'static str = Box::leak(name.clone().into_boxed_str());
         names.insert(name, s);
-        s
+        Some(s)
+    }
+
+    /// Takes a fault of `buffet_summary` in `state`: recorded now if the tenant is known
+    /// (it has had a packet call), else at its next packet call, which is a fault.
+    fn summary_fault(&self, state: &CState, kind: FaultKind, addr: u64) {
+        let fault = CFault {
+            tenant: state.tenant.unwrap_or(TenantId(0)),
+            during: "buffet_summary",
+            kind,
+            addr,
+            pkru_after: buffet_memory::current_pkru(),
+        };
+        let recorded = state.tenant.is_some();
+        if recorded {
+            self.record(fault.tenant, fault.during, kind, addr);
+        }
+        *state
+            .summary_fault
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) =
+            Some(Box::new(SummaryFault { fault, recorded }));
+    }
+
+    /// At a packet call: whether an earlier `buffet_summary` of the tenant faulted (the
+    /// call is then a fault instead), recording that fault under `tenant` if it is not
+    /// yet. Remembers the tenant for later summaries.
+    #[inline]
+    fn summary_faulted(&self, state: &mut CState, tenant: TenantId) -> bool {
+        state.tenant = Some(tenant);
+        let pending = state
+            .summary_fault
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(p) = pending else {
+            return false;
+        };
+        if !p.recorded {
+            p.recorded = true;
+            p.fault.tenant = tenant;
+            self.record(tenant, p.fault.during, p.fault.kind, p.fault.addr);
+        }
+        true
     }
 }
+
+/// What the shim recorded, as the fault's address and kind.
+fn fault_kind(raw: RawFault) -> (u64, FaultKind) {
+    let kind = match (raw.signo, raw.code, raw.place) {
+        (_, _, PLACE_WATCHDOG) => FaultKind::Watchdog {
+            budget: Duration::from_nanos(raw.addr),
+        },
+        (libc::SIGSEGV, _, PLACE_NF_STACK) => FaultKind::StackOverflow,
+        (libc::SIGSEGV, SEGV_PKUERR, _) => FaultKind::ProtectionKey { pkey: raw.aux },
+        (libc::SIGSEGV, SEGV_ACCERR, PLACE_ARENA) => FaultKind::GuardPage,
+        (libc::SIGSYS, SYS_SECCOMP, _) => FaultKind::Syscall { nr: raw.aux },
+        // Recovered only under `Containment::AnyFault`, or in `buffet_state_init`.
+        (signal, code, _) => FaultKind::Signal { signal, code },
+    };
+    let addr = match kind {
+        FaultKind::Watchdog { .. } => 0,
+        _ => raw.addr,
+    };
+    (addr, kind)
+}
+
+/// What a fault of `symbol` at load was, in words, without the function's name (the
+/// error names it) and without a tenant (none is involved).
+fn load_fault_text(symbol: &'static str, raw: RawFault) -> String {
+    let (addr, kind) = fault_kind(raw);
+    let text = CFault {
+        tenant: TenantId(0),
+        during: symbol,
+        kind,
+        addr,
+        pkru_after: None,
+    }
+    .describe();
+    match text.strip_prefix(symbol) {
+        Some(rest) => rest.trim_start().to_owned(),
+        None => text,
+    }
+}
+
+/// [`FaultKind::BadName`]'s problem for a name without a NUL within [`MAX_NAME_BYTES`].
+const NAME_TOO_LONG: &str = "is not NUL-terminated within 63 bytes";
+const _: () = assert!(MAX_NAME_BYTES == 63);
 
 /// A buffet.h verdict as a [`Verdict`]; `None` for values the header does not define.
 fn decode_verdict(v: i32) -> Option<Verdict> {
@@ -753,6 +896,9 @@ impl NetworkFunction for CNf {
             return Verdict::Fault;
         };
         let tenant = pkt.tenant();
+        if self.summary_faulted(state, tenant) {
+            return Verdict::Fault;
+        }
         let mut c = describe(pkt);
         let mut v = 0;
         match self.lib.pkt_batch(
@@ -782,6 +928,12 @@ impl NetworkFunction for CNf {
         let Some(tenant) = pkts.first().map(Packet::tenant) else {
             return;
         };
+        if self.summary_faulted(state, tenant) {
+            if let Some(v) = verdicts.first_mut() {
+                *v = Verdict::Fault;
+            }
+            return;
+        }
         let mut descs: ArrayVec<CPacket, GROUP_CHUNK> = ArrayVec::new();
         for p in pkts.iter_mut().take(GROUP_CHUNK) {
             descs.push(describe(p));
@@ -814,25 +966,64 @@ impl NetworkFunction for CNf {
         }
     }
 
+    /// A fault of the NF's `buffet_summary` — a crash, or a counter name that cannot be
+    /// read (it is copied inside the guarded call, never read by Buffet) or is not
+    /// NUL-terminated within [`MAX_NAME_BYTES`] bytes — leaves the tenant's summaries
+    /// empty from then on, and makes its next packet call a fault, which quarantines it
+    /// ([`NetworkFunction::fault_reason`] says why). A null name leaves that counter out.
     fn summary(&self, state: &CState) -> Vec<(&'static str, u64)> {
         let Some(region) = state.region else {
             return Vec::new();
         };
+        if state
+            .summary_fault
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+        {
+            return Vec::new();
+        }
         let mut out = [Counter {
             name: std::ptr::null(),
             value: 0,
-        }; 32];
+        }; SUMMARY_MAX];
         let guarded = self.containment != Containment::Unguarded;
-        match self.lib.summary(region, &mut out, guarded, self.budget_ns) {
-            Ok(n) => out[..n]
-                .iter()
-                .filter_map(|c| Some((self.intern(sys::counter_name(c)?), c.value)))
-                .collect(),
+        let counters = match self.lib.summary(region, &mut out, guarded, self.budget_ns) {
+            Ok(counters) => counters,
             Err(raw) => {
-                self.record_raw(TenantId(0), "buffet_summary", raw);
-                Vec::new()
+                let (addr, kind) = fault_kind(raw);
+                self.summary_fault(state, kind, addr);
+                return Vec::new();
             }
+        };
+        if let Some(index) = counters
+            .iter()
+            .position(|(name, _)| *name == sys::NfName::TooLong)
+        {
+            let kind = FaultKind::BadName {
+                index,
+                problem: NAME_TOO_LONG,
+            };
+            self.summary_fault(state, kind, 0);
+            return Vec::new();
         }
+        counters
+            .into_iter()
+            .filter_map(|(name, value)| match name {
+                sys::NfName::Name(name) => Some((self.intern(name)?, value)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Why the tenant was quarantined, when it was for a fault of its `buffet_summary`.
+    fn fault_reason(&self, state: &CState) -> Option<String> {
+        state
+            .summary_fault
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|p| format!("earlier, {}", p.fault.describe()))
     }
 }
 

@@ -15,7 +15,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
 use std::ptr::NonNull;
 
-use crate::{CNfLoadError, CPacket, Counter, RawFault, ABI_VERSION};
+use crate::{CNfLoadError, CPacket, Counter, RawFault, ABI_VERSION, SUMMARY_MAX};
 
 type MemRegisterFn = unsafe extern "C" fn() -> usize;
 type StateInitFn =
@@ -60,6 +60,19 @@ extern "C" {
         out: *mut Counter,
         max: usize,
         n: *mut usize,
+        name_buf: *mut c_char,
+        name_cap: usize,
+        name_lens: *mut i32,
+    ) -> c_int;
+    fn buffet_guard_size(all: c_int, budget_ns: u64, f: MemRegisterFn, out: *mut usize) -> c_int;
+    fn buffet_guard_u32(all: c_int, budget_ns: u64, f: AbiFn, out: *mut u32) -> c_int;
+    fn buffet_guard_name(
+        all: c_int,
+        budget_ns: u64,
+        f: NameFn,
+        buf: *mut c_char,
+        cap: usize,
+        len: *mut i32,
     ) -> c_int;
     fn buffet_guard_last_fault(out: *mut RawFault);
 }
@@ -118,25 +131,51 @@ pub(crate) fn install_guard() -> Result<(), std::io::Error> {
     }
 }
 
+/// Bytes a name the NF hands over (a counter's, `buffet_nf_name`'s) may take, its NUL
+/// included: a longer one is the NF's error.
+pub(crate) const NAME_CAP: usize = 64;
+
+/// A string the NF handed over, copied inside the guarded call ([`NAME_CAP`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NfName {
+    /// A null pointer.
+    Null,
+    /// No NUL within [`NAME_CAP`] bytes.
+    TooLong,
+    /// The string (lossily UTF-8).
+    Name(String),
+}
+
+impl NfName {
+    /// From the shim's copy: `len` as `copy_name` returned it, the bytes in `buf`.
+    fn from_copy(len: i32, buf: &[c_char]) -> NfName {
+        match usize::try_from(len) {
+            Ok(n) if n < buf.len() => {
+                let bytes: Vec<u8> = buf[..n].iter().map(|&c| c as u8).collect();
+                NfName::Name(String::from_utf8_lossy(&bytes).into_owned())
+            }
+            _ if len == -1 => NfName::Null,
+            _ => NfName::TooLong,
+        }
+    }
+}
+
 /// A loaded C NF: the library and the function pointers taken from it.
 pub(crate) struct Loaded {
     mem_register: MemRegisterFn,
     state_init: StateInitFn,
     pkt_handler: PktHandlerFn,
     summary: Option<SummaryFn>,
+    name: Option<NameFn>,
+    abi: Option<AbiFn>,
     /// Keeps the code of the pointers above mapped; dropped last.
     _lib: libloading::Library,
 }
 
-/// What the optional symbols said.
-pub(crate) struct Identity {
-    pub name: Option<String>,
-    pub abi: Option<u32>,
-}
-
 impl Loaded {
-    /// `dlopen`s `path` and resolves the three required functions and the optional ones.
-    pub(crate) fn open(path: &Path) -> Result<(Loaded, Identity), CNfLoadError> {
+    /// `dlopen`s `path` and resolves the three required functions and the optional ones
+    /// (none of them is called here).
+    pub(crate) fn open(path: &Path) -> Result<Loaded, CNfLoadError> {
         // dlopen searches the library path for a name without a slash: a bare file name
         // means the file in the current directory, as everywhere else on the command line.
         let bare = path.components().count() == 1
@@ -172,40 +211,82 @@ impl Loaded {
         // SAFETY: for each symbol below, the type is the one include/buffet.h declares for
         // that name; a library exporting the name with another type violates the ABI it
         // links against. The pointers are copied out of the `Symbol`s and used only while
-        // `lib` is alive (it moves into the same `Loaded`). The optional name and ABI
-        // functions take no arguments; a non-null name points to a NUL-terminated string
-        // of the library (checked for null before reading).
+        // `lib` is alive (it moves into the same `Loaded`).
         unsafe {
             let mem_register = *required::<MemRegisterFn>(&lib, "buffet_mem_register")?;
             let state_init = *required::<StateInitFn>(&lib, "buffet_state_init")?;
             let pkt_handler = *required::<PktHandlerFn>(&lib, "buffet_pkt_handler")?;
             let summary = lib.get::<SummaryFn>(b"buffet_summary\0").ok().map(|s| *s);
-            let name = lib
-                .get::<NameFn>(b"buffet_nf_name\0")
-                .ok()
-                .map(|f| f())
-                .filter(|p| !p.is_null())
-                .map(|p| CStr::from_ptr(p).to_string_lossy().into_owned());
-            let abi = lib.get::<AbiFn>(b"buffet_abi_version\0").ok().map(|f| f());
-            Ok((
-                Loaded {
-                    mem_register,
-                    state_init,
-                    pkt_handler,
-                    summary,
-                    _lib: lib,
-                },
-                Identity { name, abi },
-            ))
+            let name = lib.get::<NameFn>(b"buffet_nf_name\0").ok().map(|s| *s);
+            let abi = lib.get::<AbiFn>(b"buffet_abi_version\0").ok().map(|s| *s);
+            Ok(Loaded {
+                mem_register,
+                state_init,
+                pkt_handler,
+                summary,
+                name,
+                abi,
+                _lib: lib,
+            })
         }
     }
 
-    /// `buffet_mem_register()`.
-    pub(crate) fn mem_register(&self) -> usize {
-        // SAFETY: a function of the ABI without arguments; it runs the NF's code, which
-        // the operator trusts to the extent of running it at all (it runs once, at load,
-        // on the loading thread, before any tenant region exists).
-        unsafe { (self.mem_register)() }
+    /// `buffet_mem_register()` through the shim (`all`: every fault contained,
+    /// `budget_ns`: the watchdog's budget, 0 for none).
+    pub(crate) fn mem_register(&self, all: bool, budget_ns: u64) -> Result<usize, RawFault> {
+        let mut out = 0usize;
+        // SAFETY: a function of the ABI without arguments, called by the shim between its
+        // setjmp and the jump target; `out` is a local.
+        let faulted =
+            unsafe { buffet_guard_size(c_int::from(all), budget_ns, self.mem_register, &mut out) };
+        if faulted != 0 {
+            Err(last_fault())
+        } else {
+            Ok(out)
+        }
+    }
+
+    /// `buffet_abi_version()` through the shim, if the NF exports it.
+    pub(crate) fn abi_version(&self, all: bool, budget_ns: u64) -> Result<Option<u32>, RawFault> {
+        let Some(f) = self.abi else {
+            return Ok(None);
+        };
+        let mut out = 0u32;
+        // SAFETY: as for `mem_register`.
+        let faulted = unsafe { buffet_guard_u32(c_int::from(all), budget_ns, f, &mut out) };
+        if faulted != 0 {
+            Err(last_fault())
+        } else {
+            Ok(Some(out))
+        }
+    }
+
+    /// `buffet_nf_name()` through the shim, if the NF exports it: the string it points to
+    /// is copied inside the guarded call, so a pointer that cannot be read is a contained
+    /// fault, never a read by the framework.
+    pub(crate) fn nf_name(&self, all: bool, budget_ns: u64) -> Result<Option<NfName>, RawFault> {
+        let Some(f) = self.name else {
+            return Ok(None);
+        };
+        let mut buf = [0 as c_char; NAME_CAP];
+        let mut len = 0i32;
+        // SAFETY: as for `mem_register`; `buf` is a local of `NAME_CAP` bytes, the length
+        // the shim is given, and `len` a local.
+        let faulted = unsafe {
+            buffet_guard_name(
+                c_int::from(all),
+                budget_ns,
+                f,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut len,
+            )
+        };
+        if faulted != 0 {
+            Err(last_fault())
+        } else {
+            Ok(Some(NfName::from_copy(len, &buf)))
+        }
     }
 
     /// `buffet_state_init(policy, region, err)`, guarded or not.
@@ -306,19 +387,24 @@ impl Loaded {
     }
 
     /// `buffet_summary(state, out)`, always through the shim; empty without the symbol.
+    /// Each counter's value with its name, which the shim copied inside the guarded call
+    /// (a name pointer that cannot be read is a contained fault).
     pub(crate) fn summary(
         &self,
         region: RegionPtr,
-        out: &mut [Counter],
+        out: &mut [Counter; SUMMARY_MAX],
         all: bool,
         budget_ns: u64,
-    ) -> Result<usize, RawFault> {
+    ) -> Result<Vec<(NfName, u64)>, RawFault> {
         let Some(f) = self.summary else {
-            return Ok(0);
+            return Ok(Vec::new());
         };
         let mut n = 0usize;
+        let mut names = [0 as c_char; SUMMARY_MAX * NAME_CAP];
+        let mut lens = [0i32; SUMMARY_MAX];
         // SAFETY: as for the packet handler; `out` is a local array of `out.len()`
-        // counters the NF may fill.
+        // counters the NF may fill, `names` holds `NAME_CAP` bytes for each of them and
+        // `lens` one length each, the sizes the shim is given.
         let faulted = unsafe {
             buffet_guard_summary(
                 c_int::from(all),
@@ -329,13 +415,21 @@ impl Loaded {
                 out.as_mut_ptr(),
                 out.len(),
                 &mut n,
+                names.as_mut_ptr(),
+                NAME_CAP,
+                lens.as_mut_ptr(),
             )
         };
         if faulted != 0 {
-            Err(last_fault())
-        } else {
-            Ok(n.min(out.len()))
+            return Err(last_fault());
         }
+        let n = n.min(out.len());
+        Ok((0..n)
+            .map(|i| {
+                let buf = &names[i * NAME_CAP..(i + 1) * NAME_CAP];
+                (NfName::from_copy(lens[i], buf), out[i].value)
+            })
+            .collect())
     }
 }
 
@@ -354,20 +448,6 @@ unsafe fn required<'l, T>(
         symbol: name,
         source,
     })
-}
-
-/// The name of a counter the NF wrote (a static C string), or `None` when null.
-pub(crate) fn counter_name(c: &Counter) -> Option<String> {
-    if c.name.is_null() {
-        return None;
-    }
-    // SAFETY: the ABI requires `name` to point to a NUL-terminated string with static
-    // storage duration in the loaded library, which is still loaded (we hold it).
-    Some(
-        unsafe { CStr::from_ptr(c.name) }
-            .to_string_lossy()
-            .into_owned(),
-    )
 }
 
 /// Where a tenant's C state lives: the bytes of its region past the `CState` header.
