@@ -1244,3 +1244,64 @@ fn a_tenant_admitted_behind_the_agents_back_is_removed_at_the_next_reconciliatio
     assert_eq!(s, 201, "{v}");
     assert_eq!(served(&s1).keys().copied().collect::<Vec<_>>(), vec![1, 77]);
 }
+
+/// Two buffetd started with the same `server_id`: the second is refused registration,
+/// says why, and serves none of the tenants placed on that id; a restarted server (the
+/// same data directory) takes its registration back at once.
+#[test]
+fn a_second_server_with_the_same_id_is_refused_and_a_restarted_one_takes_its_id_back() {
+    let test = "a_second_server_with_the_same_id_is_refused_and_a_restarted_one_takes_its_id_back";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let (dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let url = etcd.url();
+    let mut first = agent(dir.path(), "s1", &url, 100_000);
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "server not registered", || {
+        server_loads(&o).len() == 1
+    });
+    let second = agent(other_dir.path(), "s1", &url, 100_000);
+    let log = other_dir.path().join("s1/buffetd.log");
+    wait_for(
+        Duration::from_secs(10),
+        "the second server says nothing",
+        || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("is registered by another buffetd")
+        },
+    );
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(1)));
+    assert_eq!(s, 201, "{v}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(served(&first).keys().copied().collect::<Vec<_>>(), vec![1]);
+    assert!(served(&second).is_empty(), "{:?}", served(&second));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.matches("is registered by another buffetd").count(),
+        1,
+        "said once: {text}"
+    );
+    drop(second);
+
+    // The first restarts within its lease: it registers again at once, with its tenant.
+    first.kill();
+    let t0 = Instant::now();
+    let first = agent(dir.path(), "s1", &url, 100_000);
+    let first_log = dir.path().join("s1/buffetd.log");
+    wait_for(Duration::from_secs(5), "not registered again", || {
+        std::fs::read_to_string(&first_log)
+            .unwrap_or_default()
+            .contains("registered (lease")
+    });
+    wait_for(Duration::from_secs(5), "tenant 1 not served again", || {
+        served(&first).contains_key(&1)
+    });
+    assert!(
+        t0.elapsed() < Duration::from_secs(6),
+        "took its id back only after the old lease expired: {:?}",
+        t0.elapsed()
+    );
+}

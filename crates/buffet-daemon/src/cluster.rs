@@ -44,7 +44,7 @@ use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use buffet_orchestrator::lease::{self, LeaseState};
 use buffet_orchestrator::schema::{self, ServerLoad, State, Status, WorkerLoad};
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, TxnOp, WatchOptions};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -122,6 +122,7 @@ impl ClusterConfig {
 /// What the daemon hands the Agent at start.
 pub struct Hook {
     cfg: ClusterConfig,
+    instance: String,
     token: String,
     plane: Arc<dyn Plane>,
     refusing: Arc<Mutex<Option<String>>>,
@@ -132,6 +133,7 @@ impl Hook {
     /// Captures what the Agent needs before the daemon's token is dropped.
     pub fn new(
         cfg: ClusterConfig,
+        instance: String,
         admin_token: &str,
         plane: Arc<dyn Plane>,
         refusing: Arc<Mutex<Option<String>>>,
@@ -139,6 +141,7 @@ impl Hook {
     ) -> Hook {
         Hook {
             cfg,
+            instance,
             token: admin_token.to_owned(),
             plane,
             refusing,
@@ -156,6 +159,8 @@ impl Hook {
     ) -> tokio::task::JoinHandle<()> {
         let agent = Agent {
             cfg: self.cfg,
+            instance: self.instance,
+            last_error: None,
             token: self.token,
             plane: self.plane,
             refusing: self.refusing,
@@ -196,6 +201,36 @@ enum AgentError {
     Etcd(#[from] etcd_client::Error),
     #[error("etcd: no answer within {0:?}")]
     Timeout(Duration),
+    #[error(
+        "server id {id:?} is registered by another buffetd (instance {other}, API {api}): \
+         each server needs its own cluster.server_id; registering when that one is gone"
+    )]
+    Taken {
+        id: String,
+        other: String,
+        api: String,
+    },
+    #[error("the server's key changed while registering: retrying")]
+    Raced,
+}
+
+/// This server's instance id: a random id kept in `data_dir/cluster-instance`, made at
+/// the first start in cluster mode.
+pub fn instance_id(data_dir: &std::path::Path) -> std::io::Result<String> {
+    let path = data_dir.join("cluster-instance");
+    match std::fs::read_to_string(&path) {
+        Ok(s) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
+        Ok(_) | Err(_) => {
+            let id = buffet_config::auth::generate()
+                .trim_start_matches("bt_")
+                .chars()
+                .take(32)
+                .collect::<String>();
+            std::fs::create_dir_all(data_dir)?;
+            std::fs::write(&path, format!("{id}\n"))?;
+            Ok(id)
+        }
+    }
 }
 
 const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
@@ -227,6 +262,11 @@ type Sample = (Instant, HashMap<u16, u64>, HashMap<u32, u64>);
 
 struct Agent {
     cfg: ClusterConfig,
+    /// This buffetd's instance id ([`instance_id`]).
+    instance: String,
+    /// The last registration error logged, so a retry every half second does not log
+    /// the same line again.
+    last_error: Option<String>,
     token: String,
     plane: Arc<dyn Plane>,
     refusing: Arc<Mutex<Option<String>>>,
@@ -274,8 +314,17 @@ impl Agent {
             }
             match self.session().await {
                 Ok(End::Stop) => return,
-                Ok(End::Lost) => self.log("lease lost: fencing"),
-                Err(e) => self.log(format!("not registered: {e}")),
+                Ok(End::Lost) => {
+                    self.last_error = None;
+                    self.log("lease lost: fencing");
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    if self.last_error.as_ref() != Some(&e) {
+                        self.log(format!("not registered: {e}"));
+                        self.last_error = Some(e);
+                    }
+                }
             }
             self.fence().await;
             let mut stop = self.shutdown.clone();
@@ -312,10 +361,15 @@ impl Agent {
 
     async fn session(&mut self) -> Result<End, AgentError> {
         let mut client = lease::connect(&self.cfg.etcd, ETCD_TIMEOUT).await?;
+        self.claim(&mut client).await?;
         let lease_id = timed(client.lease_grant(self.cfg.lease_ttl_s as i64, None))
             .await?
             .id();
-        self.publish(&mut client, lease_id).await?;
+        if let Err(e) = self.register(&mut client, lease_id).await {
+            let _ = timed(client.lease_revoke(lease_id)).await;
+            return Err(e);
+        }
+        self.last_error = None;
         let (mut held, keeper) = lease::hold(client.clone(), lease_id, self.ttl());
         let end = self.serve(&mut client, lease_id, &mut held).await;
         keeper.abort();
@@ -554,6 +608,53 @@ impl Agent {
     }
 
     /// Writes the server's key (under the lease) with its current load.
+    /// Refuses to register while another buffetd's registration holds this server id.
+    async fn claim(&self, client: &mut Client) -> Result<(), AgentError> {
+        let key = schema::server_key(&self.cfg.server_id);
+        let g = timed(client.get(key.as_bytes(), None)).await?;
+        let Some(kv) = g.kvs().first() else {
+            return Ok(());
+        };
+        match serde_json::from_slice::<ServerLoad>(kv.value()) {
+            Ok(ServerLoad {
+                instance: Some(other),
+                api,
+                ..
+            }) if other != self.instance => Err(AgentError::Taken {
+                id: self.cfg.server_id.clone(),
+                other,
+                api: api.unwrap_or_else(|| "unknown".into()),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The first report of a session: written only if no other buffetd registered the
+    /// id since [`claim`](Self::claim) looked (a transaction on the key's revision).
+    async fn register(&mut self, client: &mut Client, lease_id: i64) -> Result<(), AgentError> {
+        let key = schema::server_key(&self.cfg.server_id);
+        let g = timed(client.get(key.as_bytes(), None)).await?;
+        let seen = g.kvs().first().map_or(0, |kv| kv.mod_revision());
+        let load = self.load().await;
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                key.as_bytes(),
+                CompareOp::Equal,
+                seen,
+            )])
+            .and_then(vec![TxnOp::put(
+                key.as_bytes(),
+                serde_json::to_vec(&load).unwrap_or_default(),
+                Some(PutOptions::new().with_lease(lease_id)),
+            )]);
+        if timed(client.txn(txn)).await?.succeeded() {
+            return Ok(());
+        }
+        // Someone wrote the key meanwhile: say who, or retry.
+        self.claim(client).await?;
+        Err(AgentError::Raced)
+    }
+
     async fn publish(&mut self, client: &mut Client, lease_id: i64) -> Result<(), AgentError> {
         let load = self.load().await;
         timed(client.put(
@@ -570,6 +671,7 @@ impl Agent {
         let slot_ns = 1u64 << d.shift.min(63);
         let mut l = ServerLoad {
             server: self.cfg.server_id.clone(),
+            instance: Some(self.instance.clone()),
             api: Some(format!("http://{}", self.addr)),
             slot_ns,
             worker_max_nb: d.worker_max_nb,

@@ -400,9 +400,25 @@ fn run(
             .iter()
             .map(|(h, id)| (*h, buffet_sdk::TenantId(*id))),
     );
-    let cluster = cfg.cluster.clone().map(|c| {
-        crate::cluster::Hook::new(c, &token, plane.clone(), refusing.clone(), &cfg.dataplane)
-    });
+    let cluster = match cfg.cluster.clone() {
+        Some(c) => {
+            let instance = crate::cluster::instance_id(&cfg.data_dir).map_err(|e| {
+                DaemonError::Runtime(format!(
+                    "cannot keep the cluster instance id in {}: {e}",
+                    cfg.data_dir.display()
+                ))
+            })?;
+            Some(crate::cluster::Hook::new(
+                c,
+                instance,
+                &token,
+                plane.clone(),
+                refusing.clone(),
+                &cfg.dataplane,
+            ))
+        }
+        None => None,
+    };
     drop(token);
     let state = Arc::new(AppState::new(Parts {
         plane: plane.clone(),

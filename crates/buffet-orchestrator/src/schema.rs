@@ -127,6 +127,11 @@ pub struct ServerLoad {
     /// Report counter (0 = registration).
     #[serde(default)]
     pub seq: u64,
+    /// Which buffetd registered the id: a random id kept in its data directory, so a
+    /// restarted server takes its registration back and a second server started with
+    /// the same `server_id` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 impl ServerLoad {
