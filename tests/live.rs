@@ -3715,3 +3715,114 @@ fn xdp_dispatch_counts_frames_dropped_at_a_workers_socket_globally() {
         "{stdout}"
     );
 }
+
+/// Runs in namespace B: sends `BUFFET_GSO_COUNT` UDP datagrams of 8000 bytes with UDP
+/// GSO (8 segments of 1000 bytes) to `BUFFET_GSO_DST`: each crosses the veth as one
+/// super-packet. Does nothing when `BUFFET_GSO_DST` is unset.
+#[test]
+#[ignore = "helper: run by live_super_packets_are_oversize inside a network namespace"]
+fn gso_sender_helper() {
+    let Ok(dst) = std::env::var("BUFFET_GSO_DST") else {
+        return;
+    };
+    let n: u32 = std::env::var("BUFFET_GSO_COUNT").unwrap().parse().unwrap();
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    buffet_testkit::net::set_udp_segment(&s, 1000).unwrap();
+    for _ in 0..n {
+        assert_eq!(s.send_to(&[b'g'; 8000], dst.as_str()).unwrap(), 8000);
+    }
+}
+
+/// Frames larger than a frame buffer on a live port — here UDP GSO super-packets from
+/// the veth peer (8 segments of 1000 bytes crossing as one 8 kB frame; GRO/LRO on a
+/// NIC makes the same) — are counted as input and oversize in the report, with every
+/// port: AF_PACKET, `--port af-xdp` (generic mode: the kernel drops them at the socket)
+/// and `--dispatch xdp` (dropped at the worker's socket); and the run warns once on
+/// stderr, naming the interface and the ethtool commands that turn the offloads off.
+#[test]
+fn live_super_packets_are_oversize() {
+    let test = "live::live_super_packets_are_oversize";
+    if !privileged(test) {
+        return;
+    }
+    let mut variants: Vec<&[&str]> = vec![&[], &["--port", "af-xdp", "--xdp-mode", "generic"]];
+    match buffet_xdp::UNAVAILABLE {
+        None => variants.push(&["--dispatch", "xdp", "--xdp-mode", "generic"]),
+        Some(why) => {
+            gate::skip_privileged(
+                &format!("{test} (--dispatch xdp)"),
+                format_args!("xdp engine unavailable: {why}"),
+            );
+        }
+    }
+    for extra in variants {
+        let ns = NsPair::new();
+        let dir = tempfile::tempdir().unwrap();
+        let tenants = dir.path().join("t.toml");
+        std::fs::write(&tenants, TENANTS).unwrap();
+        let stats = dir.path().join("s.json");
+        // B reaches 10.1.0.1 (tenant 1's prefix) through the veth, at A's address.
+        let link = Command::new("ip")
+            .args(["-n", &ns.a, "link", "show", &ns.va])
+            .output()
+            .unwrap();
+        let link = String::from_utf8_lossy(&link.stdout).into_owned();
+        let mac = link
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .unwrap()
+            .to_owned();
+        ip(&["-n", &ns.b, "addr", "add", "10.1.0.2/16", "dev", &ns.vb]);
+        ip(&[
+            "-n", &ns.b, "neigh", "add", "10.1.0.1", "lladdr", &mac, "dev", &ns.vb,
+        ]);
+        let fixed = ["--iface", ns.va.as_str(), "--nf", "monitor", "--no-pin"];
+        let mut args: Vec<&std::ffi::OsStr> = fixed.iter().map(|s| s.as_ref()).collect();
+        args.extend(extra.iter().map(|s| -> &std::ffi::OsStr { s.as_ref() }));
+        args.extend(["--tenants".as_ref(), tenants.as_os_str()]);
+        args.extend(["--stats-json".as_ref(), stats.as_os_str()]);
+        let (child, stderr) = start_run(&ns.a, &args);
+        let sender = ns_helper(&ns.b, "gso_sender_helper")
+            .env("BUFFET_GSO_DST", "10.1.0.1:53")
+            .env("BUFFET_GSO_COUNT", "20")
+            .output()
+            .unwrap();
+        assert!(
+            sender.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&sender.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        signal(&child, "TERM");
+        let out = child.wait_with_output().unwrap();
+        let err = stderr.join().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{extra:?}: {err}{stdout}");
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+        let g = &json["global"];
+        assert_eq!(g["oversize"].as_u64(), Some(20), "{extra:?}: {g}\n{stdout}");
+        assert_eq!(g["input_packets"].as_u64(), Some(20), "{extra:?}: {g}");
+        assert_eq!(g.get("socket_dropped"), None, "{extra:?}: {g}");
+        assert!(
+            stdout.contains("oversize 20\n"),
+            "{extra:?}: the table's input line\n{stdout}"
+        );
+        let warned: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+        assert_eq!(warned.len(), 1, "{extra:?}: one warning\n{err}");
+        let w = warned[0];
+        for part in [
+            format!(
+                "{} delivers frames larger than a 2048-byte frame buffer",
+                ns.va
+            ),
+            "GRO/LRO".to_owned(),
+            "TSO/GSO".to_owned(),
+            format!("`ethtool -K {} gro off lro off`", ns.va),
+            "`ethtool -K PEER tso off gso off`".to_owned(),
+        ] {
+            assert!(w.contains(&part), "{extra:?}: {part:?} in {w}");
+        }
+    }
+}

@@ -524,10 +524,60 @@ impl NfVisitor for Live<'_> {
 }
 
 /// A port that also publishes how many frames it received, for the live rate line (one
-/// atomic add per burst).
+/// atomic add per burst), and about once a second looks whether it dropped frames larger
+/// than a frame buffer, to say so once.
 struct Counted<P> {
     inner: P,
     received: Arc<AtomicU64>,
+    oversize: Arc<OversizeWarning>,
+    checked: Instant,
+}
+
+/// The warning, once per run, that the interface delivers frames larger than a frame
+/// buffer (GRO/LRO or TSO/GSO super-packets), which are dropped and counted as oversize.
+struct OversizeWarning {
+    iface: String,
+    said: AtomicBool,
+}
+
+impl OversizeWarning {
+    /// `n` frames too large were dropped so far: says so the first time `n` is not 0.
+    fn saw(&self, n: u64) {
+        if n > 0 && !self.said.swap(true, Ordering::AcqRel) {
+            let i = &self.iface;
+            eprintln!(
+                "warning: {i} delivers frames larger than a {}-byte frame buffer ({n} so far): \
+                 GRO/LRO super-packets on {i} or TSO/GSO super-packets from its sending peer \
+                 (a veth's other end, a local sender). Buffet does not segment them: they are \
+                 dropped and counted as oversize. Turn the offloads off with \
+                 `ethtool -K {i} gro off lro off` and, on the sending peer, \
+                 `ethtool -K PEER tso off gso off`",
+                buffet_io::FRAME_CAPACITY
+            );
+        }
+    }
+}
+
+/// Of the kernel's drops at a set of AF_XDP sockets, the frames too large for a UMEM
+/// frame (see [`buffet_io::afxdp::oversize_drops`]): per queue, the sockets on it share
+/// its fill ring.
+fn xsk_oversize(sockets: &[SocketStatistics]) -> u64 {
+    let mut queues: Vec<u32> = sockets.iter().map(|k| k.queue).collect();
+    queues.sort_unstable();
+    queues.dedup();
+    queues
+        .iter()
+        .map(|&q| {
+            let on: Vec<_> = sockets.iter().filter(|k| k.queue == q).collect();
+            let dropped = on.iter().map(|k| k.stats.rx_dropped).sum();
+            let empty = on
+                .iter()
+                .map(|k| k.stats.rx_fill_ring_empty_descs)
+                .collect::<Option<Vec<u64>>>()
+                .map(|v| v.into_iter().max().unwrap_or(0));
+            buffet_io::afxdp::oversize_drops(dropped, empty)
+        })
+        .sum()
 }
 
 impl<P: Port> Port for Counted<P> {
@@ -543,6 +593,12 @@ impl<P: Port> Port for Counted<P> {
         let rx = self.inner.rx_burst(pool, out, max)?;
         if let Rx::Packets(n) = rx {
             self.received.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        if self.checked.elapsed() >= Duration::from_secs(1) {
+            self.checked = Instant::now();
+            if !self.oversize.said.load(Ordering::Relaxed) {
+                self.oversize.saw(self.inner.stats().rx_oversize);
+            }
         }
         Ok(rx)
     }
@@ -661,9 +717,15 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         }
     };
     let stop = afpacket::stop_on_signals().context("installing the SIGINT/SIGTERM handler")?;
+    let oversize = Arc::new(OversizeWarning {
+        iface: a.iface.clone(),
+        said: AtomicBool::new(false),
+    });
     p.add_port(Box::new(Counted {
         inner: rx,
         received: received.clone(),
+        oversize: oversize.clone(),
+        checked: Instant::now(),
     }));
     if let Some(tx) = tx {
         p.add_port(Box::new(tx));
@@ -691,13 +753,23 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         let received = received.clone();
         let tty = std::io::stderr().is_terminal();
         let mut dispatcher = dispatcher.take();
+        let oversize = oversize.clone();
         std::thread::Builder::new()
             .name("buffet-run-watch".into())
             .spawn(move || {
                 let (mut last_n, mut last_t) = (0u64, Instant::now());
+                let mut checked = Instant::now();
                 while !done.load(Ordering::Acquire) {
                     if let Some(d) = &mut dispatcher {
                         control.dispatcher_events(d.drain_events());
+                        // The kernel drops frames too large for a UMEM frame at the
+                        // workers' sockets: their counters say so, not the port's.
+                        if checked.elapsed() >= Duration::from_secs(1) {
+                            checked = Instant::now();
+                            if let Some(Ok(s)) = xsk.as_ref().map(XskStatsReader::read) {
+                                oversize.saw(xsk_oversize(&s));
+                            }
+                        }
                     }
                     if stop.load(Ordering::Acquire)
                         || duration.is_some_and(|d| start.elapsed() >= d)
@@ -720,13 +792,13 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                 if tty {
                     eprintln!();
                 }
-                dispatcher
+                (dispatcher, xsk)
             })
             .context("starting the stop watcher")?
     };
     let result = p.run(|_| {});
     done.store(true, Ordering::Release);
-    let mut dispatcher = watcher.join().unwrap_or(None);
+    let (mut dispatcher, xsk) = watcher.join().unwrap_or((None, None));
     // Detached before the report: nothing arrives any more; a detach that fails is said.
     let xdp_json = match &mut dispatcher {
         Some(d) => {
@@ -791,12 +863,21 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         }
         // The frames it passed that the kernel dropped at a worker's socket (its receive
         // ring full, no frame in the fill ring) never reached a worker, nor any tenant's
-        // row: without them the global counts would not add up to the frames seen.
-        g.socket_dropped += sockets
+        // row: without them the global counts would not add up to the frames seen. Those
+        // too large for a UMEM frame (GRO/LRO, TSO/GSO super-packets) are oversize.
+        let lost: u64 = sockets
             .iter()
             .filter(|k| k.receiver.is_some())
             .map(|k| k.stats.rx_lost())
-            .sum::<u64>();
+            .sum();
+        let too_large = xsk_oversize(&sockets).min(lost);
+        g.oversize += too_large;
+        g.socket_dropped += lost - too_large;
+        oversize.saw(too_large);
+    }
+    // Frames too large that arrived in the last second, or in a run shorter than one.
+    if let Some((_, s)) = ports.first() {
+        oversize.saw(s.rx_oversize);
     }
     if let Some(e) = &report.sink_error {
         anyhow::bail!("{}: {e}", a.iface);

@@ -330,6 +330,12 @@ impl Port for AfPacketPort {
                 Some(f) => {
                     self.stats.rx += 1;
                     if (f.data.len() as u64) < u64::from(f.len) || !fill(&mut buf, &f) {
+                        // Cut short by the ring (its frames hold a frame buffer) or too
+                        // large for one once its VLAN tag is back.
+                        let tag = if f.vlan.is_some() { 4 } else { 0 };
+                        if f.len as usize + tag > crate::buf::FRAME_CAPACITY {
+                            self.stats.rx_oversize += 1;
+                        }
                         self.stats.rx_dropped += 1;
                         pool.give(buf);
                     } else {

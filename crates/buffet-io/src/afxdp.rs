@@ -717,6 +717,16 @@ pub struct XskStatistics {
     pub tx_ring_empty_descs: Option<u64>,
 }
 
+/// Of the `rx_dropped` the kernel counted at the sockets sharing one fill ring (the
+/// sum over those sockets), the frames it dropped because they were larger than a UMEM
+/// frame: in copy mode the kernel counts a frame too large for a frame, and one for
+/// which the fill ring had no frame, both in `rx_dropped`, and the latter also once in
+/// the fill ring's `rx_fill_ring_empty_descs`, so the difference is the former. 0 on a
+/// kernel before 5.9, which does not count an empty fill ring apart.
+pub fn oversize_drops(rx_dropped: u64, fill_ring_empty: Option<u64>) -> u64 {
+    fill_ring_empty.map_or(0, |e| rx_dropped.saturating_sub(e))
+}
+
 impl XskStatistics {
     /// Frames redirected to this socket that never reached its receive ring:
     /// `rx_dropped + rx_ring_full + rx_invalid_descs`.
@@ -1359,6 +1369,9 @@ impl AfXdpPort {
                     n += 1;
                 }
                 None => {
+                    if d.len as usize > capacity {
+                        self.stats.rx_oversize += 1;
+                    }
                     self.stats.rx_dropped += 1;
                     self.free.push(base);
                 }
@@ -1540,8 +1553,12 @@ impl Port for AfXdpPort {
         }
         let others = self.queues.iter().filter_map(|q| q.own.as_ref());
         for socket in std::iter::once(&self.socket).chain(others.map(|(_, s)| s)) {
-            if let Ok(k) = socket.statistics() {
+            if let Ok((k, extended)) = socket.statistics_versioned() {
                 s.rx_dropped += k.rx_dropped + k.rx_ring_full + k.rx_invalid_descs;
+                // Each of the port's own sockets has its own fill ring: its drops beyond
+                // the times it found that ring empty are frames too large for a frame.
+                s.rx_oversize +=
+                    oversize_drops(k.rx_dropped, extended.then_some(k.rx_fill_ring_empty_descs));
                 s.tx_dropped += k.tx_invalid_descs;
                 s.tx = s.tx.saturating_sub(k.tx_invalid_descs);
             }

@@ -64,6 +64,10 @@ pub struct PortStats {
     pub rx_dropped: u64,
     /// Frames the port could not send.
     pub tx_dropped: u64,
+    /// Of `rx_dropped`, the frames dropped because they are larger than a frame buffer
+    /// (a jumbo frame; on a live port, a GRO/LRO or TSO/GSO super-packet): the pipeline
+    /// counts them as input and oversize.
+    pub rx_oversize: u64,
 }
 
 /// Empty heap frames for ports that copy into heap memory. The data plane owns one and

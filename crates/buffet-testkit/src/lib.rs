@@ -21,13 +21,14 @@
 //! linking a second copy of that crate.
 //!
 //! The `unsafe` code (the allocator's `unsafe impl GlobalAlloc`, opening a
-//! pseudo-terminal) is in the private `sys` module, with a `// SAFETY:` comment on every
+//! pseudo-terminal, setting UDP GSO on a socket) is in the private `sys` module, with a `// SAFETY:` comment on every
 //! block.
 #![deny(unsafe_code)]
 
 pub mod alloc;
 pub mod gate;
 pub mod http;
+pub mod net;
 pub mod rng;
 #[allow(unsafe_code)]
 mod sys;

@@ -1,5 +1,5 @@
-//! The testkit's only `unsafe` code: the counting global allocator, and opening a
-//! pseudo-terminal ([`open_pty`]).
+//! The testkit's only `unsafe` code: the counting global allocator, opening a
+//! pseudo-terminal ([`open_pty`]) and setting UDP GSO on a socket.
 //!
 //! [`CountingAllocator`] forwards every call to [`System`] and, while counting is on for
 //! the calling thread, counts `alloc`, `alloc_zeroed` and `realloc` calls. The counters
@@ -102,4 +102,26 @@ pub(crate) fn open_pty() -> std::io::Result<(std::fs::File, std::os::fd::OwnedFd
         }
     }
     Ok((controller, terminal))
+}
+
+/// Sets `UDP_SEGMENT` (UDP GSO) on a UDP socket: each datagram it sends is cut into
+/// segments of `size` payload bytes — below the socket, as one super-packet.
+pub(crate) fn set_udp_segment(fd: std::os::fd::BorrowedFd<'_>, size: u16) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::from(size);
+    // SAFETY: `v` lives across the call and the length passed is its size; the kernel
+    // only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

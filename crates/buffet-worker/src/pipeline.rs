@@ -939,9 +939,9 @@ pub struct Dataplane<N: NetworkFunction> {
     workers: Vec<WorkerSlot>,
     pool: HeapPool,
     ports: Vec<Box<dyn Port>>,
-    /// Each file or generator port's `rx_dropped` as last counted into the report's
-    /// input and oversize (such a port drops a frame only when it is larger than a
-    /// frame buffer).
+    /// Each port's oversize drops as last counted into the report's input and oversize:
+    /// a file or generator port's `rx_dropped` (such a port drops a frame only when it
+    /// is larger than a frame buffer), a live port's `rx_oversize`.
     port_dropped: Vec<u64>,
     /// Per port: packets waiting for its next `tx_burst`.
     tx: Vec<Vec<PacketBuf>>,
@@ -1924,11 +1924,19 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
     }
 
-    /// Counts the frames file or generator port `pi` dropped since the last call as
-    /// input and oversize, as a frame too large for a heap frame is counted when it is
-    /// offered ([`push`](Self::push)); without this they vanished from the report.
+    /// Counts the frames port `pi` dropped for being larger than a frame buffer since
+    /// the last call as input and oversize, as a frame too large for a heap frame is
+    /// counted when it is offered ([`push`](Self::push)); without this they vanished
+    /// from the report. A file or generator port's every drop is one; a live port says
+    /// which of its drops are (`rx_oversize`). Live ports are counted when the data
+    /// plane finishes (reading a live port's counters may take system calls).
     fn count_port_oversize(&mut self, pi: usize) {
-        let dropped = self.ports[pi].stats().rx_dropped;
+        let s = self.ports[pi].stats();
+        let dropped = if self.ports[pi].is_live() {
+            s.rx_oversize
+        } else {
+            s.rx_dropped
+        };
         let seen = &mut self.port_dropped[pi];
         if dropped > *seen {
             let new = dropped - *seen;
@@ -2244,6 +2252,11 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
         self.poll_completions();
         self.flush_tx();
+        for pi in 0..self.ports.len() {
+            if self.ports[pi].is_live() {
+                self.count_port_oversize(pi);
+            }
+        }
         let mut report = self.report();
         for p in &mut self.ports {
             if let Err(e) = p.flush() {

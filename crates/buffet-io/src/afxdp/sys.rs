@@ -510,11 +510,6 @@ impl XskSocket {
         Ok(o.flags & libc::XDP_OPTIONS_ZEROCOPY != 0)
     }
 
-    /// The kernel's counters for this socket (`XDP_STATISTICS`, cumulative).
-    pub(crate) fn statistics(&self) -> io::Result<libc::xdp_statistics> {
-        self.statistics_versioned().map(|(s, _)| s)
-    }
-
     /// The kernel's counters for this socket and whether the kernel filled the whole
     /// struct (Linux 5.9 and later: `rx_ring_full`, `rx_fill_ring_empty_descs`,
     /// `tx_ring_empty_descs` after the first three) or only its first version
