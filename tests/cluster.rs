@@ -1305,3 +1305,69 @@ fn a_second_server_with_the_same_id_is_refused_and_a_restarted_one_takes_its_id_
         t0.elapsed()
     );
 }
+
+/// Tenant documents whose sum is over gRPC's default 4 MiB reply: every read of a whole
+/// prefix (the Agent's placements, the API's list, a new leader's load) still works, and
+/// a document over the Orchestrator's limit is refused with 413 naming the limit.
+#[test]
+fn large_documents_in_sum_are_read_and_one_too_large_is_refused() {
+    let test = "large_documents_in_sum_are_read_and_one_too_large_is_refused";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let s1 = agent(dir.path(), "s1", &url, 100_000);
+    let mut o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "server not registered", || {
+        server_loads(&o).len() == 1
+    });
+    let big = |i: u32, bytes: usize| {
+        let mut t = tenant(i);
+        t["name"] = json!(format!("t{i}-{}", "x".repeat(bytes)));
+        t
+    };
+    // 20 documents of 240 KB: 4.8 MB in all.
+    for i in 1..=20u32 {
+        let (s, v) = call(
+            "POST",
+            &format!("{}/v1/tenants", o.url),
+            Some(&big(i, 240_000)),
+        );
+        assert_eq!(
+            s,
+            201,
+            "tenant {i}: {}",
+            v.to_string().chars().take(300).collect::<String>()
+        );
+    }
+    assert_eq!(served(&s1).len(), 20);
+    let (s, v) = call(
+        "POST",
+        &format!("{}/v1/tenants", o.url),
+        Some(&big(21, 300_000)),
+    );
+    assert_eq!(
+        s,
+        413,
+        "{}",
+        v.to_string().chars().take(300).collect::<String>()
+    );
+    assert!(
+        v["error"].as_str().unwrap().contains("at most 262144"),
+        "{v}"
+    );
+    assert_eq!(listed(&o).len(), 20);
+    // A new leader loads them all.
+    o.kill();
+    let o = orchestrator(dir.path(), "orch2", &url);
+    leader_of(&[&o]);
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(22)));
+    assert_eq!(s, 201, "{v}");
+    let all = listed(&o);
+    assert_eq!(all.len(), 21, "{:?}", all.keys().collect::<Vec<_>>());
+    assert!(all
+        .values()
+        .all(|(srv, st)| srv.as_deref() == Some("s1") && st == "live"));
+}

@@ -463,7 +463,12 @@ impl Agent {
     async fn reconcile(&mut self, client: &mut Client) -> Result<i64, AgentError> {
         self.adopt_served().await;
         let prefix = schema::placements_of(&self.cfg.server_id);
-        let g = timed(client.get(prefix.as_bytes(), Some(GetOptions::new().with_prefix()))).await?;
+        let g = timed(schema::get_all(
+            client,
+            prefix.as_bytes(),
+            Some(GetOptions::new().with_prefix()),
+        ))
+        .await?;
         let rev = g.header().map_or(0, |h| h.revision());
         let wanted: BTreeMap<u32, (Value, i64)> = g
             .kvs()

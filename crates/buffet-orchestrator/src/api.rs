@@ -210,10 +210,12 @@ async fn leader(State(s): State<Arc<Shared>>) -> Json<Value> {
 }
 
 async fn servers(State(s): State<Arc<Shared>>) -> Result<Json<Value>, ApiError> {
-    let mut c = s.client.clone();
-    let g = c
-        .get(schema::SERVERS, Some(GetOptions::new().with_prefix()))
-        .await?;
+    let g = schema::get_all(
+        &s.client,
+        schema::SERVERS,
+        Some(GetOptions::new().with_prefix()),
+    )
+    .await?;
     let list: Vec<Value> = g
         .kvs()
         .iter()
@@ -229,17 +231,19 @@ async fn servers(State(s): State<Arc<Shared>>) -> Result<Json<Value>, ApiError> 
 
 /// Every tenant record joined with its status.
 async fn tenants(s: &Shared) -> Result<BTreeMap<u32, Value>, ApiError> {
-    let mut c = s.client.clone();
-    let t = c
-        .get(schema::TENANTS, Some(GetOptions::new().with_prefix()))
-        .await?;
+    let t = schema::get_all(
+        &s.client,
+        schema::TENANTS,
+        Some(GetOptions::new().with_prefix()),
+    )
+    .await?;
     let rev = t.header().map_or(0, |h| h.revision());
-    let st = c
-        .get(
-            schema::STATUS,
-            Some(GetOptions::new().with_prefix().with_revision(rev)),
-        )
-        .await?;
+    let st = schema::get_all(
+        &s.client,
+        schema::STATUS,
+        Some(GetOptions::new().with_prefix().with_revision(rev)),
+    )
+    .await?;
     let statuses: BTreeMap<u32, Status> = st
         .kvs()
         .iter()
@@ -358,6 +362,17 @@ fn parse_doc(body: &[u8], path_id: Option<u32>) -> Result<(u32, Value, Option<f6
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?
         .pop()
         .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "no tenant"))?;
+    let size = v.to_string().len();
+    if size > schema::MAX_DOC_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the tenant's document is {size} bytes of JSON; at most {} (etcd stores it \
+                 in one request)",
+                schema::MAX_DOC_BYTES
+            ),
+        ));
+    }
     Ok((cfg.id.0, v, pps))
 }
 

@@ -283,7 +283,24 @@ impl Shared {
         moves: Vec<(u32, TenantRecord)>,
     ) -> Result<usize, LeadError> {
         let mut done = 0;
-        for chunk in moves.chunks(24) {
+        // At most 24 tenants and about 1 MiB of documents per transaction: etcd refuses
+        // a request over 1.5 MiB, and a move writes a document twice (record and
+        // placement).
+        let mut chunks: Vec<&[(u32, TenantRecord)]> = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, (_, rec)) in moves.iter().enumerate() {
+            let size = 2 * rec.doc.to_string().len()
+                + rec.previous.as_ref().map_or(0, |p| p.to_string().len());
+            if i > start && (i - start == 24 || bytes + size > 1 << 20) {
+                chunks.push(&moves[start..i]);
+                (start, bytes) = (i, 0);
+            }
+            bytes += size;
+        }
+        if start < moves.len() {
+            chunks.push(&moves[start..]);
+        }
+        for chunk in chunks {
             let mut compares = Vec::new();
             let mut ops = Vec::new();
             for (id, rec) in chunk {
@@ -317,14 +334,13 @@ impl Shared {
     /// Reads servers, tenants and statuses from etcd into `view`; returns the revision
     /// read at. Failed admissions found are cleaned up, statuses are announced.
     pub(crate) async fn load(&self, view: &mut View) -> Result<i64, LeadError> {
-        let mut c = self.client.clone();
-        let servers = c
-            .get(schema::SERVERS, Some(GetOptions::new().with_prefix()))
-            .await?;
+        let c = &self.client;
+        let servers =
+            schema::get_all(c, schema::SERVERS, Some(GetOptions::new().with_prefix())).await?;
         let rev = servers.header().map_or(0, |h| h.revision());
         let opts = || Some(GetOptions::new().with_prefix().with_revision(rev));
-        let tenants = c.get(schema::TENANTS, opts()).await?;
-        let statuses = c.get(schema::STATUS, opts()).await?;
+        let tenants = schema::get_all(c, schema::TENANTS, opts()).await?;
+        let statuses = schema::get_all(c, schema::STATUS, opts()).await?;
         view.servers = servers
             .kvs()
             .iter()

@@ -13,8 +13,33 @@
 
 use std::collections::BTreeMap;
 
+use etcd_client::{Client, GetOptions, GetResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// The largest tenant document the Orchestrator stores, bytes of JSON: during an update
+/// a record holds it twice (the document and the one before it), and it is written
+/// beside its placement, all within etcd's default 1.5 MiB request limit.
+pub const MAX_DOC_BYTES: usize = 256 << 10;
+
+/// The largest reply a read of a whole prefix (every tenant, every status, a server's
+/// placements) may be: far above gRPC's 4 MiB default, which a few thousand tenants'
+/// documents exceed.
+pub const MAX_READ_BYTES: usize = 1 << 30;
+
+/// Reads `key` (with `options`) through a client that takes replies up to
+/// [`MAX_READ_BYTES`].
+pub async fn get_all(
+    client: &Client,
+    key: impl Into<Vec<u8>>,
+    options: Option<GetOptions>,
+) -> Result<GetResponse, etcd_client::Error> {
+    client
+        .kv_client()
+        .max_decoding_message_size(MAX_READ_BYTES)
+        .get(key, options)
+        .await
+}
 
 /// Every key of a cluster starts with this.
 pub const ROOT: &str = "/buffet/";
