@@ -615,7 +615,7 @@ fn each_stage_gets_its_own_page_aligned_part_of_the_region() {
     let pol = policy(json!([{ "nf": "a" }, { "nf": "m" }, { "nf": "b" }]));
     c.init_in_region(&pol, &mut s, &mut region).unwrap();
     // Each probe filled its own part with 0xa5: two parts of `part` bytes each, page
-    // aligned, apart; the monitor's part between them untouched.
+    // aligned, apart; the monitor's part between them untouched, a guard page after each.
     let base = region.as_ptr() as usize;
     let filled: Vec<(usize, usize)> = runs(&region, 0xa5)
         .into_iter()
@@ -628,7 +628,7 @@ fn each_stage_gets_its_own_page_aligned_part_of_the_region() {
     }
     assert_eq!(
         filled[1].0 - filled[0].0,
-        2 * part,
+        2 * (part + PAGE),
         "the monitor's part lies between"
     );
     // A region too small for the chain is an admission error.

@@ -3,9 +3,9 @@
  * prove per-stage protection keys (docs/chains.md, "Memory and isolation").
  *
  * A chain gives each stage its own part of the tenant's region, page-aligned and all of
- * one size, one after another; buffet_state_init and buffet_pkt_handler get that part
- * as (state, len). So the state of the stage just before this one starts at
- * (char *)state - len. As a victim (the default) it counts packets and keeps a canary; as
+ * one size, one after another with a guard page after each; buffet_state_init and
+ * buffet_pkt_handler get that part as (state, len). So the state of the stage just before
+ * this one starts at (char *)state - len - one page. As a victim (the default) it counts packets and keeps a canary; as
  * an attacker, once it has seen `attack_after` packets, it reads the previous stage's
  * first counter and overwrites it.
  *
@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buffet.h"
 
@@ -67,7 +68,7 @@ buffet_verdict buffet_pkt_handler(struct buffet_pkt *pkt, void *mem, size_t len)
     if (!s->attack || s->packets <= s->attack_after) {
         return BUFFET_PASS;
     }
-    volatile uint64_t *previous = (volatile uint64_t *)((char *)mem - len);
+    volatile uint64_t *previous = (volatile uint64_t *)((char *)mem - len - getpagesize());
     s->stolen = *previous;  /* read ...      */
     *previous = 0xdeadbeef; /* ... then write */
     return BUFFET_PASS;

@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use buffet_dispatch::Match;
-use buffet_memory::{Mpk, PartKey};
+use buffet_memory::{Mpk, PartKey, SealError, SealedPages};
 use buffet_sdk::{
     DropCause, InitError, MemorySpec, NetworkFunction, Packet, Verdict, WorkerThreadError,
     GROUP_CHUNK,
@@ -460,6 +460,8 @@ impl Stage {
 pub struct ChainState {
     stages: Vec<Stage>,
     fault: Option<String>,
+    /// The guard pages sealed on either side of each C stage's part (without stage keys).
+    guards: Vec<SealedPages>,
 }
 
 impl fmt::Debug for ChainState {
@@ -474,6 +476,7 @@ impl fmt::Debug for ChainState {
                     .collect::<Vec<_>>(),
             )
             .field("fault", &self.fault)
+            .field("guard_pages", &self.guards.len())
             .finish()
     }
 }
@@ -703,20 +706,33 @@ impl Chain {
             ));
         }
         let part = self.stage_region();
-        // Page-align the first part: the region after the chain's own state.
+        // Page-align the first part: the region after the chain's own state. The parts
+        // follow a guard page, each part followed by its own: `G p0 G p1 G …`.
+        let needed = |skip: usize| skip + PAGE + n * (part + PAGE);
+        let mut lead: &mut [u8] = &mut [];
         let mut rest: &mut [u8] = match region.take() {
             Some(r) => {
                 let addr = r.as_ptr() as usize;
                 let skip = addr.next_multiple_of(PAGE) - addr;
                 let available = r.len();
-                r.get_mut(skip..).ok_or(InitError::OutOfMemory {
-                    needed: skip + n * part,
+                let oom = InitError::OutOfMemory {
+                    needed: needed(skip),
                     available,
-                })?
+                };
+                if available < needed(skip) {
+                    return Err(oom);
+                }
+                let (g, tail) = r[skip..].split_at_mut(PAGE);
+                lead = g;
+                tail
             }
             None => &mut [],
         };
         let carve = !rest.is_empty();
+        // The guard pages: before stage 0 and after each stage.
+        let mut guard_pages: Vec<&mut [u8]> = Vec::with_capacity(n + 1);
+        guard_pages.push(lead);
+        let mut is_c = Vec::with_capacity(n);
         let keys = self.keys.filter(|_| carve);
         if let Some(mpk) = keys {
             let native = policy
@@ -737,18 +753,21 @@ impl Chain {
             })?;
             let own: &mut [u8] = if carve {
                 let available = rest.len();
-                if available < part {
+                if available < part + PAGE {
                     return Err(InitError::OutOfMemory {
-                        needed: part * n,
+                        needed: (part + PAGE) * n,
                         available,
                     });
                 }
                 let (own, tail) = std::mem::take(&mut rest).split_at_mut(part);
+                let (guard, tail) = tail.split_at_mut(PAGE);
+                guard_pages.push(guard);
                 rest = tail;
                 own
             } else {
                 &mut []
             };
+            is_c.push(entry.kind() == NfKind::C);
             let run = entry.build(&sp.policy, &mut *own).map_err(|e| match e {
                 InitError::InvalidPolicy { field, message } => InitError::InvalidPolicy {
                     field: format!("stages[{k}].{field}"),
@@ -772,9 +791,30 @@ impl Chain {
                 key,
             });
         }
+        // Without stage keys (trusted-native), the guard pages on either side of each C
+        // stage's part are sealed, so a C stage running off its part faults there (and its
+        // tenant is quarantined) instead of writing into the next stage's state. With
+        // stage keys (mpk) they carry the tenant's key, closed while a C stage runs.
+        let mut guards = Vec::new();
+        if carve && keys.is_none() {
+            for (g, page) in guard_pages.into_iter().enumerate() {
+                let before_c = is_c.get(g).copied().unwrap_or(false);
+                let after_c = g > 0 && is_c.get(g - 1).copied().unwrap_or(false);
+                if !(before_c || after_c) {
+                    continue;
+                }
+                match buffet_memory::seal_pages(page) {
+                    Ok(sealed) => guards.push(sealed),
+                    // A region outside any tenant arena (a test's buffer): no guards.
+                    Err(SealError::NotInRegion { .. }) => break,
+                    Err(e) => return Err(InitError::invalid("stages", format!("guard page: {e}"))),
+                }
+            }
+        }
         *state = ChainState {
             stages,
             fault: None,
+            guards,
         };
         Ok(())
     }
@@ -1133,7 +1173,10 @@ impl NetworkFunction for Chain {
 
     fn register(&self) -> MemorySpec {
         MemorySpec {
-            bytes: std::mem::size_of::<ChainState>() + PAGE + MAX_STAGES * self.stage_region(),
+            // Page alignment, a guard page, then each stage's part and the guard after it.
+            bytes: std::mem::size_of::<ChainState>()
+                + 2 * PAGE
+                + MAX_STAGES * (self.stage_region() + PAGE),
         }
     }
 
@@ -1328,4 +1371,139 @@ flow_capacity = 8
         );
         assert!(e.contains("maybe"), "{e}");
     }
+}
+
+/// A C stage running off the end of its part, at trusted-native (no stage keys): the
+/// guard page after the part stops it, so the next stage's state is untouched.
+#[cfg(test)]
+mod guard_tests {
+    use super::*;
+    use buffet_cnf::{CNf, Containment, FaultKind};
+    use buffet_memory::{ArenaConfig, MemoryStorage};
+    use buffet_sdk::PacketMeta;
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    fn malicious(dir: &Path) -> PathBuf {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = dir.join("malicious.so");
+        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args([
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-nostartfiles",
+                "-fno-stack-protector",
+            ])
+            .arg("-I")
+            .arg(root.join("include"))
+            .arg("-o")
+            .arg(&out)
+            .arg(root.join("examples/c-nf/malicious.c"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        out
+    }
+
+    /// Ethernet, IPv4, UDP to port 53, 8 bytes of payload.
+    fn udp_frame() -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8 + 8];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&36u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        f[26..30].copy_from_slice(&[10, 0, 0, 2]);
+        f[30..34].copy_from_slice(&[10, 0, 1, 1]);
+        f[34..36].copy_from_slice(&1000u16.to_be_bytes());
+        f[36..38].copy_from_slice(&53u16.to_be_bytes());
+        f[38..40].copy_from_slice(&16u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_c_stage_overrunning_its_part_faults_on_the_guard_page_not_the_next_stage() {
+        let dir = tempfile::tempdir().unwrap();
+        let nf = CNf::load_with(&malicious(dir.path()), Containment::AnyFault).unwrap();
+        let nf = Arc::new(nf);
+        let c = Chain::new().with_kind(
+            "c:malicious".to_owned(),
+            SharedC(Arc::clone(&nf)),
+            NfKind::C,
+        );
+        let bytes = c.register().bytes;
+        let storage = MemoryStorage::new(ArenaConfig::for_regions(1, bytes)).unwrap();
+        let mut region = storage.alloc(bytes).unwrap();
+        let pol: ChainPolicy = serde_json::from_value(serde_json::json!({ "stages": [
+            { "nf": "c:malicious", "policy": { "attack": "overrun", "attack_after": 3 } },
+            { "nf": "c:malicious", "policy": { "canary": 77 } },
+        ] }))
+        .unwrap();
+        let mut state = ChainState::default();
+        c.init_in_region(&pol, &mut state, region.bytes_mut())
+            .unwrap();
+        assert_eq!(state.guards.len(), 3, "{state:?}");
+        let mut verdicts = Vec::new();
+        for _ in 0..6 {
+            let mut f = udp_frame();
+            let mut pkt = Packet::parse(&mut f, PacketMeta::default()).unwrap();
+            let mut v = [Verdict::Fault];
+            c.handle_group(std::slice::from_mut(&mut pkt), &mut state, &mut v);
+            verdicts.push(v[0]);
+            if v[0] == Verdict::Fault {
+                break;
+            }
+        }
+        assert_eq!(
+            verdicts,
+            [Verdict::Pass, Verdict::Pass, Verdict::Pass, Verdict::Fault]
+        );
+        let faults = nf.faults();
+        assert_eq!(faults.len(), 1, "{faults:?}");
+        assert_eq!(faults[0].kind, FaultKind::GuardPage, "{}", faults[0]);
+        // The next stage's state: exactly the packets it was handed, its canary intact.
+        let next: BTreeMap<_, _> = state.stage_summary(1).into_iter().collect();
+        assert_eq!(next.get("packets"), Some(&3), "{next:?}");
+        assert_eq!(next.get("canary"), Some(&77), "{next:?}");
+        // Dropping the state opens the guard pages again: the region is scrubbed whole.
+        drop(state);
+        region.bytes_mut().fill(0);
+    }
+
+    /// The loaded C NF shared with the test, which reads its faults.
+    struct SharedC(Arc<CNf>);
+
+    impl NetworkFunction for SharedC {
+        type State = <CNf as NetworkFunction>::State;
+        type Policy = <CNf as NetworkFunction>::Policy;
+        fn name(&self) -> &'static str {
+            self.0.name()
+        }
+        fn register(&self) -> MemorySpec {
+            self.0.register()
+        }
+        fn init(&self, p: &Self::Policy, s: &mut Self::State) -> Result<(), InitError> {
+            self.0.init(p, s)
+        }
+        fn init_in_region(
+            &self,
+            p: &Self::Policy,
+            s: &mut Self::State,
+            region: &mut [u8],
+        ) -> Result<(), InitError> {
+            self.0.init_in_region(p, s, region)
+        }
+        fn handle(&self, pkt: &mut Packet<'_>, s: &mut Self::State) -> Verdict {
+            self.0.handle(pkt, s)
+        }
+        fn handle_group(&self, pkts: &mut [Packet<'_>], s: &mut Self::State, v: &mut [Verdict]) {
+            self.0.handle_group(pkts, s, v)
+        }
+        fn summary(&self, s: &Self::State) -> Vec<(&'static str, u64)> {
+            self.0.summary(s)
+        }
+    }
+
+    impl RegisteredNf for SharedC {}
 }

@@ -87,7 +87,8 @@ pub use storage::{
     PACKED_MAX_BYTES,
 };
 pub use sys::{
-    current_pkru, in_tenant_arena, pku_supported, tail_offset as region_tail_offset, SysError,
+    current_pkru, in_tenant_arena, pku_supported, seal_pages, tail_offset as region_tail_offset,
+    SealError, SealedPages, SysError,
 };
 pub use table::{
     AdmitWithError, MemoryError, Replacement, StateGuard, TenantEntry, TenantRef, TenantTable,

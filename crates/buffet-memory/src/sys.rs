@@ -148,12 +148,16 @@ impl Mapping {
             });
         };
         register_arena(base.as_ptr() as usize, len);
-        Ok(Arc::new(Mapping {
+        let map = Arc::new(Mapping {
             base,
             len,
             page,
             claims: Mutex::new(BTreeMap::new()),
-        }))
+        });
+        let mut live = LIVE_MAPPINGS.lock().unwrap_or_else(PoisonError::into_inner);
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&map));
+        Ok(map)
     }
 
     /// Bytes reserved.
@@ -217,8 +221,9 @@ impl Mapping {
         debug_assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
         // SAFETY: [off, off+len) lies inside this reservation (callers pass a claimed
         // range), so only pages this Mapping owns change protection. When `prot` removes
-        // access, the caller (`OpenSpan::retire`) has given up every way to form a Rust
-        // reference into the range, so no live reference becomes inaccessible.
+        // access, the caller has given up every way to form a Rust reference into the
+        // range (`OpenSpan::retire`), or held the range's only one, `&mut`, and gives the
+        // pages up as long as they are sealed (`seal_pages`: guard pages nobody reads).
         let rc = unsafe { libc::mprotect(self.at(off).cast(), len, prot) };
         if rc == 0 {
             Ok(())
@@ -291,6 +296,101 @@ impl Drop for Mapping {
         // holds an `Arc<Mapping>`, so when this runs no span, region or state cell — and
         // so no reference into the range — is left.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Every reservation made, to find the one a range lies in ([`seal_pages`]).
+static LIVE_MAPPINGS: Mutex<Vec<std::sync::Weak<Mapping>>> = Mutex::new(Vec::new());
+
+/// Why [`seal_pages`] could not seal a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// The range is empty, not whole pages, or not inside one live region of an arena.
+    #[error("{len} bytes at {addr:#x} are not whole pages of one live tenant region")]
+    NotInRegion {
+        /// First address.
+        addr: usize,
+        /// Length.
+        len: usize,
+    },
+    /// `mprotect` failed.
+    #[error(transparent)]
+    Sys(#[from] SysError),
+}
+
+/// Whole pages of a live tenant region made inaccessible (`PROT_NONE`) by [`seal_pages`]:
+/// an access to them faults, and fault handlers see an address in a tenant arena (a guard
+/// page). Dropping it makes them readable and writable again, if the region is still
+/// live. (Under MPK, re-tagging the region opens them again: seal only regions without a
+/// protection key.)
+pub struct SealedPages {
+    map: Arc<Mapping>,
+    off: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for SealedPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealedPages")
+            .field(
+                "addr",
+                &format_args!("{:#x}", self.map.base_addr() + self.off),
+            )
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Seals `pages` — whole pages inside one live region of a tenant arena, which the caller
+/// holds exclusively — until the returned [`SealedPages`] drops. For guard pages inside
+/// a region, between parts of it that different code owns.
+pub fn seal_pages(pages: &mut [u8]) -> Result<SealedPages, SealError> {
+    let (addr, len) = (pages.as_ptr() as usize, pages.len());
+    let not_in = SealError::NotInRegion { addr, len };
+    let map = LIVE_MAPPINGS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .find(|m| addr.wrapping_sub(m.base_addr()) < m.len)
+        .ok_or(not_in)?;
+    let off = addr - map.base_addr();
+    if len == 0 || off % map.page != 0 || len % map.page != 0 || !map.claimed(off, len) {
+        return Err(not_in);
+    }
+    map.protect(off, len, libc::PROT_NONE)?;
+    Ok(SealedPages { map, off, len })
+}
+
+impl Drop for SealedPages {
+    fn drop(&mut self) {
+        // A range no longer claimed was retired with its region (sealed anyway); one
+        // claimed again belongs to a region that opened it whole.
+        let claims = self
+            .map
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if Mapping::covers(&claims, self.off, self.len) {
+            let _ = self
+                .map
+                .protect(self.off, self.len, libc::PROT_READ | libc::PROT_WRITE);
+        }
+    }
+}
+
+impl Mapping {
+    /// Whether `[off, off+len)` lies inside one live claim.
+    fn claimed(&self, off: usize, len: usize) -> bool {
+        let claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        Self::covers(&claims, off, len)
+    }
+
+    fn covers(claims: &BTreeMap<usize, usize>, off: usize, len: usize) -> bool {
+        claims
+            .range(..=off)
+            .next_back()
+            .is_some_and(|(&o, &l)| off + len <= o + l)
     }
 }
 
@@ -390,6 +490,9 @@ impl OpenSpan {
             Scrub::Zero => true,
         };
         if zero_by_hand {
+            // Pages sealed inside the span (`seal_pages`) are opened again first.
+            self.map
+                .protect(self.off, self.len, libc::PROT_READ | libc::PROT_WRITE)?;
             self.bytes_mut().fill(0);
         }
         self.live = false;
