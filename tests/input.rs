@@ -364,3 +364,56 @@ fn errors_print_each_cause_once_and_briefly() {
     once(&line, "Loop counter is too large");
     once(&line, "rejected by the verifier");
 }
+
+/// `buffet run --duration` beyond what a `Duration` holds (1e300 s) is a one-line error
+/// naming the flag, not a panic; so are zero, negative and non-finite values. Checked
+/// before any port is opened, so no privilege is needed to see it.
+#[test]
+fn run_duration_out_of_range_is_an_error_naming_the_flag() {
+    let (_dir, tenants, _) = setup(0);
+    for (d, says) in [
+        (
+            "1e300",
+            "--duration must be at most 18446744073709551615 seconds, not 1e300",
+        ),
+        (
+            "0",
+            "--duration must be a positive number of seconds, not 0",
+        ),
+        (
+            "-3",
+            "--duration must be a positive number of seconds, not -3",
+        ),
+        (
+            "inf",
+            "--duration must be a positive number of seconds, not inf",
+        ),
+        (
+            "NaN",
+            "--duration must be a positive number of seconds, not NaN",
+        ),
+    ] {
+        let o = buffet()
+            .args([
+                "run",
+                "--iface",
+                "buffet-nope0",
+                "--nf",
+                "monitor",
+                "--tenants",
+            ])
+            .arg(&tenants)
+            .arg(format!("--duration={d}"))
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "--duration {d}: {e}");
+        assert!(e.contains(says), "--duration {d}: {e}");
+        assert!(!e.contains("panicked"), "--duration {d}: {e}");
+        assert_eq!(
+            e.trim_end().lines().count(),
+            1,
+            "--duration {d}: one line\n{e}"
+        );
+    }
+}

@@ -199,7 +199,12 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         Some(s) if !(s.is_finite() && s > 0.0) => {
             anyhow::bail!("--duration must be a positive number of seconds, not {s}")
         }
-        Some(s) => Some(Duration::from_secs_f64(s)),
+        Some(s) => Some(Duration::try_from_secs_f64(s).map_err(|_| {
+            anyhow::anyhow!(
+                "--duration must be at most {} seconds, not {s:e}",
+                Duration::MAX.as_secs()
+            )
+        })?),
         None => None,
     };
     let mut cfg = PipelineConfig::default();
