@@ -664,12 +664,9 @@ fn bad_chain_policies_are_init_errors_naming_the_stage() {
     };
     let e =
         init(json!([{ "nf": "monitor" }, { "nf": "firewall", "policy": { "default": "maybe" } }]));
-    assert!(e.contains("stages[1].policy"), "{e}");
+    assert!(e.contains("chain[1].policy"), "{e}");
     let e = init(json!([{ "nf": "dpi" }]));
-    assert!(
-        e.contains("stages[0].nf") && e.contains("not loaded"),
-        "{e}"
-    );
+    assert!(e.contains("chain[0].nf") && e.contains("not loaded"), "{e}");
     let e = init(json!([]));
     assert!(e.contains("0 stages"), "{e}");
     let nine: Vec<_> = (0..=MAX_STAGES)
@@ -874,7 +871,7 @@ fn a_hostile_ebpf_stage_cannot_touch_the_firewall_or_other_tenants() {
         "{msg}"
     );
     assert!(
-        msg.contains("stages[1].program") && msg.contains("verifier"),
+        msg.contains("chain[1].program") && msg.contains("verifier"),
         "{msg}"
     );
     assert_eq!(p.report().tenants.len(), before.tenants.len());
@@ -1530,4 +1527,38 @@ proptest::proptest! {
 
 fn stages_of(s: &ChainState) -> Vec<StageCounters> {
     s.stages().map(|(_, c)| *c).collect()
+}
+
+/// A C stage whose `buffet_state_init` refuses its policy, inside a chain: the admission
+/// fails naming the stage as the tenants file does (`chain[k].policy`) with the NF's own
+/// words, and the pipeline's other tenant keeps running.
+#[test]
+fn a_c_stage_refusing_its_policy_is_named_as_the_tenants_file_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let so = common::cnf::build_nf(dir.path(), "portblock");
+    let key = format!("c:{}", so.display());
+    let nf = buffet::cnf::CNf::load_with(&so, buffet::cnf::Containment::AnyFault).unwrap();
+    let c = Chain::new()
+        .with_nf("monitor", Monitor::default())
+        .with_kind(key.clone(), nf, NfKind::C);
+    let mut p = Pipeline::new(c, pipeline_cfg()).unwrap();
+    p.admit(spec(2, json!([{ "nf": "monitor" }]))).unwrap();
+    let e = p
+        .admit(spec(
+            1,
+            json!([{ "nf": "monitor" }, { "nf": key, "policy": { "blocked_ports": 53 } }]),
+        ))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("chain[1].policy") && e.contains("blocked_ports must be an array"),
+        "{e}"
+    );
+    assert!(!e.contains("stages["), "{e}");
+    for k in 0..10 {
+        p.push(k, 0, &frame(2, k as u32, 5000));
+    }
+    let r = p.finish();
+    assert_eq!(r.tenants.len(), 1);
+    assert_eq!(r.tenants[0].packets, 10);
 }

@@ -880,11 +880,12 @@ impl NetworkFunction for CNf {
             Ok(Err(message)) => Err(InitError::invalid("(policy)", message)),
             Err(raw) => {
                 // The tenant is not admitted; which one it would have been is not known
-                // here, so the record carries id 0.
+                // here, so the record carries id 0, and the message leaves the tenant to
+                // the caller, which names it.
                 let f = self.record_raw(TenantId(0), "buffet_state_init", raw);
                 Err(InitError::invalid(
                     "(state)",
-                    format!("fault contained: {f}"),
+                    format!("fault contained: {}", f.describe()),
                 ))
             }
         }

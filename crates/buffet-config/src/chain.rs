@@ -741,13 +741,13 @@ impl Chain {
                 .filter(|sp| self.entry(&sp.nf).is_some_and(|e| e.kind() == NfKind::C))
                 .count();
             mpk.check_parts(native)
-                .map_err(|e| InitError::invalid("stages", e.to_string()))?;
+                .map_err(|e| InitError::invalid("chain", e.to_string()))?;
         }
         let mut stages = Vec::with_capacity(n);
         for (k, sp) in policy.stages.iter().enumerate() {
             let entry = self.entry(&sp.nf).ok_or_else(|| {
                 InitError::invalid(
-                    format!("stages[{k}].nf"),
+                    format!("chain[{k}].nf"),
                     format!("{} is not loaded in this run", sp.nf),
                 )
             })?;
@@ -769,8 +769,14 @@ impl Chain {
             };
             is_c.push(entry.kind() == NfKind::C);
             let run = entry.build(&sp.policy, &mut *own).map_err(|e| match e {
+                // Named as the tenants file names the stage (`chain[k]`); a C NF's
+                // refusal is of its whole policy.
                 InitError::InvalidPolicy { field, message } => InitError::InvalidPolicy {
-                    field: format!("stages[{k}].{field}"),
+                    field: match field.as_str() {
+                        "(policy)" => format!("chain[{k}].policy"),
+                        "(state)" => format!("chain[{k}]"),
+                        f => format!("chain[{k}].{f}"),
+                    },
                     message,
                 },
                 other => other,
@@ -779,7 +785,7 @@ impl Chain {
             let key = match keys {
                 Some(mpk) if entry.kind() == NfKind::C => Some(
                     mpk.carve_part(own)
-                        .map_err(|e| InitError::invalid(format!("stages[{k}]"), e.to_string()))?,
+                        .map_err(|e| InitError::invalid(format!("chain[{k}]"), e.to_string()))?,
                 ),
                 _ => None,
             };
