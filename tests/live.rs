@@ -36,7 +36,9 @@
 //! on a second pair, with every count of the software dispatcher's test agreeing (the
 //! program's frames seen, unmatched and malformed are the report's global counts).
 //!
-//! Stopped by SIGTERM in the middle of a flood, a `--dispatch xdp` run's port counters
+//! An interface deleted mid-run (each dispatcher and port) stops the run with its report
+//! and an error naming the interface. UDP GSO super-packets from the peer are counted as
+//! oversize, with one warning. Stopped by SIGTERM in the middle of a flood, a `--dispatch xdp` run's port counters
 //! are read after the workers' last frames were sent: `tx` + `tx_dropped` are the
 //! frames the tenants passed.
 //!
@@ -3824,5 +3826,70 @@ fn live_super_packets_are_oversize() {
         ] {
             assert!(w.contains(&part), "{extra:?}: {part:?} in {w}");
         }
+    }
+}
+
+/// The interface deleted in the middle of a run (here the veth, with the software
+/// dispatcher, `--port af-xdp` and `--dispatch xdp`): the run notices within about a
+/// second, stops, prints its report and writes `--stats-json` as on SIGTERM, and ends
+/// with an error naming the interface (exit status 1).
+#[test]
+fn a_deleted_interface_stops_the_run_with_its_report_and_an_error() {
+    let test = "live::a_deleted_interface_stops_the_run_with_its_report_and_an_error";
+    if !privileged(test) {
+        return;
+    }
+    let mut variants = dispatch_variants(test);
+    variants.push(&["--port", "af-xdp", "--xdp-mode", "generic"]);
+    for extra in variants {
+        let ns = NsPair::new();
+        let dir = tempfile::tempdir().unwrap();
+        let tenants = dir.path().join("t.toml");
+        std::fs::write(&tenants, TENANTS).unwrap();
+        let stats = dir.path().join("s.json");
+        let fixed = ["--iface", ns.va.as_str(), "--nf", "monitor", "--no-pin"];
+        let mut args: Vec<&std::ffi::OsStr> = fixed.iter().map(|s| s.as_ref()).collect();
+        args.extend(extra.iter().map(|s| -> &std::ffi::OsStr { s.as_ref() }));
+        args.extend(["--tenants".as_ref(), tenants.as_os_str()]);
+        args.extend(["--stats-json".as_ref(), stats.as_os_str()]);
+        let (child, stderr) = start_run(&ns.a, &args);
+        std::thread::sleep(Duration::from_millis(500));
+        ip(&["-n", &ns.a, "link", "del", &ns.va]);
+        let deleted = Instant::now();
+        let mut child = child;
+        while child.try_wait().unwrap().is_none() {
+            if deleted.elapsed() > Duration::from_secs(8) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{extra:?}: still running 8 s after its interface was deleted\n{}",
+                    stderr.join().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = stderr.join().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            deleted.elapsed() < Duration::from_secs(5),
+            "{extra:?}: stopped promptly"
+        );
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}{stdout}");
+        assert!(
+            err.contains(&format!(
+                "error: interface {} is gone (deleted, or moved to another network \
+                 namespace) during the run",
+                ns.va
+            )),
+            "{extra:?}: {err}"
+        );
+        assert!(
+            stdout.contains("tenant name") && stdout.contains("\ninput "),
+            "{extra:?}: the report\n{stdout}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+        assert_eq!(json["tenants"].as_array().unwrap().len(), 10, "{extra:?}");
     }
 }

@@ -747,8 +747,14 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
             .map(|d| format!(" or after {:.1} s", d.as_secs_f64()))
             .unwrap_or_default()
     );
-    // The watcher stops the data plane on a signal or at the deadline, and prints the
+    // The watcher stops the data plane on a signal or at the deadline, or when an
+    // interface of the run is gone (its name no longer resolves to the index it had:
+    // deleted, or moved to another namespace; looked up once a second), and prints the
     // rate every second when stderr is a terminal.
+    let watched: Vec<(String, u32)> = std::iter::once(&a.iface)
+        .chain(&a.tx_iface)
+        .filter_map(|name| Some((name.clone(), afpacket::interface_index(name)?)))
+        .collect();
     let done = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     // With --dispatch xdp it also moves the program's ring-buffer events into the run's.
@@ -764,7 +770,20 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
             .spawn(move || {
                 let (mut last_n, mut last_t) = (0u64, Instant::now());
                 let mut checked = Instant::now();
+                let mut looked = Instant::now();
+                let mut gone = None;
                 while !done.load(Ordering::Acquire) {
+                    if looked.elapsed() >= Duration::from_secs(1) {
+                        looked = Instant::now();
+                        gone = watched
+                            .iter()
+                            .find(|(name, i)| afpacket::interface_index(name) != Some(*i))
+                            .map(|(name, _)| name.clone());
+                        if gone.is_some() {
+                            control.stop();
+                            break;
+                        }
+                    }
                     if let Some(d) = &mut dispatcher {
                         control.dispatcher_events(d.drain_events());
                         // The kernel drops frames too large for a UMEM frame at the
@@ -797,19 +816,28 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                 if tty {
                     eprintln!();
                 }
-                (dispatcher, xsk)
+                (dispatcher, xsk, gone)
             })
             .context("starting the stop watcher")?
     };
     let result = p.run(|_| {});
     done.store(true, Ordering::Release);
-    let (mut dispatcher, xsk) = watcher.join().unwrap_or((None, None));
+    let (mut dispatcher, xsk, gone) = watcher.join().unwrap_or((None, None, None));
+    if let Some(name) = &gone {
+        eprintln!(
+            "stopping: interface {name} is gone (deleted, or moved to another network \
+             namespace)"
+        );
+    }
     // Detached before the report: nothing arrives any more; a detach that fails is said.
     let xdp_json = match &mut dispatcher {
         Some(d) => {
             let late = d.drain_events();
+            // A deleted interface took the program with it.
             if let Err(e) = d.detach() {
-                eprintln!("detaching the XDP Packet Dispatcher from {}: {e}", a.iface);
+                if gone.is_none() {
+                    eprintln!("detaching the XDP Packet Dispatcher from {}: {e}", a.iface);
+                }
             }
             p.control().dispatcher_events(late);
             p.dataplane().apply_commands();
@@ -885,7 +913,11 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         oversize.saw(s.rx_oversize);
     }
     if let Some(e) = &report.sink_error {
-        anyhow::bail!("{}: {e}", a.iface);
+        // Sending to a vanished interface fails too: the report still comes first.
+        match &gone {
+            None => anyhow::bail!("{}: {e}", a.iface),
+            Some(_) => eprintln!("{}: {e}", a.iface),
+        }
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -945,6 +977,12 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         }
         replay::write_stats(&mut f, &report, input)?;
         f.commit()?;
+    }
+    if let Some(name) = gone {
+        anyhow::bail!(
+            "interface {name} is gone (deleted, or moved to another network namespace) \
+             during the run"
+        );
     }
     Ok(())
 }

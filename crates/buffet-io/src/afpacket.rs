@@ -435,6 +435,13 @@ fn fill(buf: &mut PacketBuf, f: &sys::RingFrame<'_>) -> bool {
     true
 }
 
+/// The index of interface `name` in this network namespace, or `None` when no
+/// interface has that name (any more): a live run compares it with the index it
+/// started with to find its interface deleted, or moved to another namespace.
+pub fn interface_index(name: &str) -> Option<u32> {
+    sys::if_index(name).ok()
+}
+
 /// Installs SIGINT and SIGTERM handlers for a live run and returns the flag they set
 /// (once set, it stays set). The handler does nothing else: the run polls the flag and
 /// stops its pipeline. Each handler fires once: a second signal of the same kind takes
