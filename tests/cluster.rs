@@ -1125,8 +1125,8 @@ fn an_agent_cut_off_from_etcd_stops_serving_before_its_tenants_are_placed_elsewh
 
 /// A tenant whose server died is re-placed; when the new server refuses it (its rules
 /// overlap a tenant there), the tenant is not lost: it stays recorded as `unplaced` with
-/// the refusal, a retried admission says so, and it is placed again when a server that
-/// has not refused it joins.
+/// the refusal, a retried admission says so, and it is placed on that server once the
+/// tenant it overlapped is removed.
 #[test]
 fn a_tenant_refused_after_a_move_stays_unplaced_and_returns_when_a_server_can_take_it() {
     let test = "a_tenant_refused_after_a_move_stays_unplaced_and_returns_when_a_server_can_take_it";
@@ -1194,16 +1194,22 @@ fn a_tenant_refused_after_a_move_stays_unplaced_and_returns_when_a_server_can_ta
         "{v}"
     );
 
-    // Its server comes back: the tenant is placed there again and serves.
-    agents.insert(home.clone(), agent(dir.path(), &home, &url, 100_000));
+    // Removing the tenant it overlapped offers that server to it again: it is placed
+    // there and serves.
+    let (s, v) = call("DELETE", &format!("{}/v1/tenants/11", o.url), None);
+    assert!((200..300).contains(&s), "{s} {v}");
     wait_for(Duration::from_secs(30), "tenant 10 not live again", || {
         let (s, v) = call("GET", &tenant10, None);
-        s == 200 && v["state"] == "live" && v["server"] == home.as_str()
+        s == 200 && v["state"] == "live" && v["server"] == other.as_str()
     });
     wait_for(Duration::from_secs(10), "tenant 10 not served", || {
-        served(&agents[&home]).contains_key(&10)
+        served(&agents[&other]).contains_key(&10)
     });
-    assert_eq!(disjoint(&[&agents["s1"], &agents["s2"]]).len(), 2);
+    // Its old server comes back and gets nothing of it.
+    agents.insert(home.clone(), agent(dir.path(), &home, &url, 100_000));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(disjoint(&[&agents["s1"], &agents["s2"]]).len(), 1);
+    assert!(served(&agents[&home]).is_empty());
 }
 
 /// In cluster mode the Agent owns the server's tenant set: a tenant admitted through

@@ -903,7 +903,12 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
             .filter(|k| k.receiver.is_some())
             .map(|k| k.stats.rx_lost())
             .sum();
-        let too_large = xsk_oversize(&sockets).min(lost);
+        let workers: Vec<SocketStatistics> = sockets
+            .iter()
+            .filter(|k| k.receiver.is_some())
+            .copied()
+            .collect();
+        let too_large = xsk_oversize(&workers).min(lost);
         g.oversize += too_large;
         g.socket_dropped += lost - too_large;
         oversize.saw(too_large);

@@ -813,7 +813,7 @@ impl Chain {
                     Ok(sealed) => guards.push(sealed),
                     // A region outside any tenant arena (a test's buffer): no guards.
                     Err(SealError::NotInRegion { .. }) => break,
-                    Err(e) => return Err(InitError::invalid("stages", format!("guard page: {e}"))),
+                    Err(e) => return Err(InitError::invalid("chain", format!("guard page: {e}"))),
                 }
             }
         }

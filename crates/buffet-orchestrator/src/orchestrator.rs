@@ -402,6 +402,10 @@ impl Shared {
                 if rec.server.is_some() {
                     new.server = None;
                     new.previous = None;
+                    new.reason = Some(format!(
+                        "every server refused it ({})",
+                        rec.refused_by.join(", ")
+                    ));
                     moves.push((*id, new));
                 }
                 continue;
@@ -537,7 +541,11 @@ impl Shared {
             new.server = None;
             new.previous = None;
             new.reason = Some(format!("refused by {}: {why}", st.server));
-            if !new.refused_by.contains(&st.server) {
+            // A refusal that lasts (409: its rules overlap a tenant there; 422: the
+            // server finds the document invalid) keeps the server out until the tenant
+            // is live again or a tenant is removed there; a passing one (503: no room
+            // now, and the like) does not, and it is tried again.
+            if matches!(st.code, Some(409 | 422)) && !new.refused_by.contains(&st.server) {
                 new.refused_by.push(st.server.clone());
             }
             self.apply_moves(view, vec![(id, new)]).await?;
@@ -570,10 +578,16 @@ impl Shared {
 
     /// A tenant live again after servers refused it: they may be chosen for it again.
     async fn confirm_live(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
-        let Some((rec, _)) = view.tenants.get(&id).cloned() else {
+        let Some((rec, rev)) = view.tenants.get(&id).cloned() else {
             return Ok(());
         };
-        if rec.refused_by.is_empty() || rec.server.as_deref() != Some(st.server.as_str()) {
+        // Only for the placement the record still answers: an update written since then
+        // (the record's revision moved) must find the record as it wrote it, to put the
+        // previous document back if the server refuses it.
+        if rec.refused_by.is_empty()
+            || rec.server.as_deref() != Some(st.server.as_str())
+            || rev != st.placement_rev
+        {
             return Ok(());
         }
         let mut new = rec;
@@ -843,6 +857,13 @@ impl Shared {
             e => AdmitError::Etcd(e.to_string()),
         })?;
         view.tenants.remove(&id);
+        // The removal may end what made that server refuse other tenants (their rules
+        // overlapped this one's): offer it to them again.
+        if let Some(server) = &rec.server {
+            for (r, _) in view.tenants.values_mut() {
+                r.refused_by.retain(|s| s != server);
+            }
+        }
         Ok(())
     }
 }
