@@ -479,8 +479,10 @@ impl OpenSpan {
 
     /// Scrubs the range to zero, makes it `PROT_NONE` and drops the claim. Idempotent.
     ///
-    /// `Err` means the range is zeroed and unclaimed but `mprotect(PROT_NONE)` failed, so it
-    /// is still accessible: the caller must not hand it out again (quarantine it).
+    /// `Err` means the range must not be handed out again (quarantine it): either it is
+    /// zeroed and unclaimed but `mprotect(PROT_NONE)` failed, so it is still accessible,
+    /// or opening its sealed pages to zero it by hand failed, so it is still live and
+    /// claimed with its old bytes (a later `retire`, at the latest on drop, tries again).
     pub(crate) fn retire(&mut self, scrub: Scrub) -> Result<(), SysError> {
         if !self.live {
             return Ok(());
