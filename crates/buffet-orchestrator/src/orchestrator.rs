@@ -545,7 +545,8 @@ impl Shared {
             // server finds the document invalid) keeps the server out until the tenant
             // is live again or a tenant is removed there; a passing one (503: no room
             // now, and the like) does not, and it is tried again.
-            if matches!(st.code, Some(409 | 422)) && !new.refused_by.contains(&st.server) {
+            let lasting = matches!(st.code, Some(409 | 422));
+            if lasting && !new.refused_by.contains(&st.server) {
                 new.refused_by.push(st.server.clone());
             }
             self.apply_moves(view, vec![(id, new)]).await?;
@@ -553,7 +554,13 @@ impl Shared {
                 "buffet-orchestrator: tenant {id} refused by {} after a move: {why}; left unplaced",
                 st.server
             );
-            return self.place_orphans(view, None).await;
+            // Placed elsewhere at once; after a passing refusal, at the next second's
+            // tick (at once, it would go back to the same server as fast as it refuses).
+            return if lasting {
+                self.place_orphans(view, None).await
+            } else {
+                Ok(())
+            };
         }
         self.commit(
             vec![Compare::mod_revision(
