@@ -83,7 +83,8 @@ impl Rig {
             .map(|slot| {
                 let e = self.table.get_arc(TenantSlot(slot)).unwrap();
                 let mut g = e.lock();
-                g.split().1.to_vec()
+                let bytes = g.split().expect("no sealed pages").1.to_vec();
+                bytes
             })
             .collect()
     }

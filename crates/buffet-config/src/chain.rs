@@ -800,7 +800,10 @@ impl Chain {
         // Without stage keys (trusted-native), the guard pages on either side of each C
         // stage's part are sealed, so a C stage running off its part faults there (and its
         // tenant is quarantined) instead of writing into the next stage's state. With
-        // stage keys (mpk) they carry the tenant's key, closed while a C stage runs.
+        // stage keys (mpk) they carry the tenant's key, closed while a C stage runs. The
+        // Memory Manager seals them when this call's borrow of the region ends, and from
+        // then on hands out no slice over the region's bytes until they are unsealed
+        // (when this state drops).
         let mut guards = Vec::new();
         if carve && keys.is_none() {
             for (g, page) in guard_pages.into_iter().enumerate() {
@@ -813,6 +816,9 @@ impl Chain {
                     Ok(sealed) => guards.push(sealed),
                     // A region outside any tenant arena (a test's buffer): no guards.
                     Err(SealError::NotInRegion { .. }) => break,
+                    // A region under a protection key without stage keys: its key, not a
+                    // sealed page, keeps it (a re-tag would open a sealed page again).
+                    Err(SealError::Tagged { .. }) => break,
                     Err(e) => return Err(InitError::invalid("chain", format!("guard page: {e}"))),
                 }
             }
@@ -1447,9 +1453,12 @@ mod guard_tests {
         ] }))
         .unwrap();
         let mut state = ChainState::default();
-        c.init_in_region(&pol, &mut state, region.bytes_mut())
+        c.init_in_region(&pol, &mut state, &mut region.bytes_mut().unwrap())
             .unwrap();
         assert_eq!(state.guards.len(), 3, "{state:?}");
+        // Sealed once the borrow ended: no safe accessor reaches the region's bytes now.
+        assert!(region.has_sealed_pages());
+        assert!(region.bytes().is_err() && region.bytes_mut().is_err());
         let mut verdicts = Vec::new();
         for _ in 0..6 {
             let mut f = udp_frame();
@@ -1472,9 +1481,9 @@ mod guard_tests {
         let next: BTreeMap<_, _> = state.stage_summary(1).into_iter().collect();
         assert_eq!(next.get("packets"), Some(&3), "{next:?}");
         assert_eq!(next.get("canary"), Some(&77), "{next:?}");
-        // Dropping the state opens the guard pages again: the region is scrubbed whole.
+        // Dropping the state opens the guard pages again: the region is reachable whole.
         drop(state);
-        region.bytes_mut().fill(0);
+        region.bytes_mut().unwrap().fill(0);
     }
 
     /// The loaded C NF shared with the test, which reads its faults.

@@ -35,7 +35,11 @@
 //! faults (the worker's fault containment does; here a guard-page or protection-key hit
 //! is a plain `SIGSEGV`). The state `S` is moved into its region by value, so very large
 //! states pass through the stack once; the bytes of a region past the state are reachable
-//! through [`StateGuard::split`] (C and eBPF NFs keep their state there). No NUMA
+//! through [`StateGuard::split`] (C and eBPF NFs keep their state there). Whole pages of
+//! a page region can be sealed ([`seal_pages`]: guard pages between parts of a tenant's
+//! region, a chain's stages); the region knows them, and while any is sealed its bytes are
+//! not handed out ([`RegionSealed`]), so safe code never holds a reference over a sealed
+//! page. No NUMA
 //! placement; huge pages only where the kernel's transparent huge pages allow them.
 //!
 //! Limits: Linux only (`MADV_DONTNEED` zero-fill semantics). Each live page region splits
@@ -88,7 +92,7 @@ pub use storage::{
 };
 pub use sys::{
     current_pkru, in_tenant_arena, pku_supported, seal_pages, tail_offset as region_tail_offset,
-    SealError, SealedPages, SysError,
+    RegionBytesMut, RegionSealed, SealError, SealedPages, SysError,
 };
 pub use table::{
     AdmitWithError, MemoryError, Replacement, StateGuard, TenantEntry, TenantRef, TenantTable,

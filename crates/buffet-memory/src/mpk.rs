@@ -1390,11 +1390,12 @@ mod tests {
         assert_eq!(open_keys(mpk, mpk.current_pkru()), Vec::<i32>::new());
         // The whole region is open inside the guard: the bytes past the state too.
         let mut g = b.lock();
-        let (state, tail) = g.split();
+        let (state, mut tail) = g.split().unwrap();
         assert_eq!(state[7], 2);
         assert_eq!(tail.len(), 4096 - 64);
-        tail[tail.len() - 1] = 9;
-        assert_eq!(tail[tail.len() - 1], 9);
+        let last = tail.len() - 1;
+        tail[last] = 9;
+        assert_eq!(tail[last], 9);
     }
 
     #[test]
@@ -1426,7 +1427,7 @@ mod tests {
         .unwrap();
         let e = t.get_arc(TenantSlot(0)).unwrap();
         let mut g = e.lock();
-        let (s, tail) = g.split();
+        let (s, tail) = g.split().unwrap();
         assert_eq!((*s, tail[0], tail.len()), (6, 42, 8192 - 64));
     }
 
@@ -1516,7 +1517,7 @@ mod tests {
         let e = plain.get_arc(TenantSlot(0)).unwrap();
         assert_eq!(e.tail_extent().map(|t| t.base), Some(base));
         assert_eq!(*e.lock(), 0);
-        assert!(e.lock().split().1.iter().all(|&b| b == 0));
+        assert!(e.lock().split().unwrap().1.iter().all(|&b| b == 0));
         assert_eq!(e.pkey(), None);
     }
 

@@ -33,7 +33,9 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::domain::RegionExtent;
-use crate::sys::{self, Mapping, OpenError, OpenSpan, PackedBlock, Scrub, SysError};
+use crate::sys::{
+    self, Mapping, OpenError, OpenSpan, PackedBlock, RegionBytesMut, RegionSealed, Scrub, SysError,
+};
 
 /// Alignment, and size granularity, of packed regions: one cache line.
 pub const PACKED_ALIGN: usize = 64;
@@ -358,7 +360,7 @@ impl MemoryStorage {
                 }
             }
         };
-        let span = match self.inner.map.open(off, len) {
+        let span = match self.inner.map.open_chunk(off, len) {
             Ok(span) => span,
             Err(OpenError::Sys(cause)) => {
                 self.inner.books().free.give(off, len + page);
@@ -530,19 +532,32 @@ impl Region {
         }
     }
 
-    /// The region's bytes.
-    pub fn bytes(&self) -> &[u8] {
+    /// The region's bytes. Refused while pages inside it are sealed
+    /// ([`seal_pages`](crate::seal_pages)): a reference over them would fault.
+    pub fn bytes(&self) -> Result<&[u8], RegionSealed> {
         match &self.backing {
             Backing::Pages(span) => span.bytes(),
-            Backing::Packed(block) => block.bytes(),
+            Backing::Packed(block) => Ok(block.bytes()),
         }
     }
 
-    /// The region's bytes, mutably.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
+    /// The region's bytes, mutably, for as long as the region is borrowed. Refused while
+    /// pages inside it are sealed; pages [`seal_pages`](crate::seal_pages) is given
+    /// inside them are sealed when the borrow ends (the [`RegionBytesMut`] drops).
+    pub fn bytes_mut(&mut self) -> Result<RegionBytesMut<'_>, RegionSealed> {
         match &mut self.backing {
             Backing::Pages(span) => span.bytes_mut(),
-            Backing::Packed(block) => block.bytes_mut(),
+            Backing::Packed(block) => Ok(block.bytes_mut()),
+        }
+    }
+
+    /// Whether pages inside the region are sealed (or given to
+    /// [`seal_pages`](crate::seal_pages) and sealed when the current borrow ends): while
+    /// they are, [`bytes`](Self::bytes) and [`bytes_mut`](Self::bytes_mut) refuse.
+    pub fn has_sealed_pages(&self) -> bool {
+        match &self.backing {
+            Backing::Pages(span) => span.check_unsealed().is_err(),
+            Backing::Packed(_) => false,
         }
     }
 
@@ -785,7 +800,7 @@ mod tests {
                 match s.alloc(bytes) {
                     Ok(mut r) => {
                         // Every byte is ours and writable.
-                        r.bytes_mut().fill((round % 251) as u8);
+                        r.bytes_mut().unwrap().fill((round % 251) as u8);
                         live.push(r);
                         allocated += 1;
                     }
@@ -824,14 +839,14 @@ mod tests {
             let mut r = s.alloc(3 * s.page_size()).unwrap();
             let _after = s.alloc(1).unwrap();
             let base = r.base();
-            for (i, b) in r.bytes_mut().iter_mut().enumerate() {
+            for (i, b) in r.bytes_mut().unwrap().iter_mut().enumerate() {
                 *b = (i % 255) as u8 + 1;
             }
             drop(r);
             let r = s.alloc(3 * s.page_size()).unwrap();
             assert_eq!(r.base(), base, "{scrub:?}: the freed range is reused");
             assert!(
-                r.bytes().iter().all(|&b| b == 0),
+                r.bytes().unwrap().iter().all(|&b| b == 0),
                 "{scrub:?}: reused region still holds old bytes"
             );
         }
@@ -847,7 +862,7 @@ mod tests {
         drop(big);
         let small = s.alloc(2 * page).unwrap();
         assert_eq!(small.base().as_ptr() as usize, base);
-        assert!(small.bytes().iter().all(|&b| b == 0));
+        assert!(small.bytes().unwrap().iter().all(|&b| b == 0));
     }
 
     #[test]
@@ -889,8 +904,8 @@ mod tests {
         let s = storage(8);
         let mut r = s.alloc(1).unwrap();
         drop(s);
-        r.bytes_mut()[0] = 7;
-        assert_eq!(r.bytes()[0], 7);
+        r.bytes_mut().unwrap()[0] = 7;
+        assert_eq!(r.bytes().unwrap()[0], 7);
     }
 
     #[test]
@@ -963,10 +978,10 @@ mod tests {
                 }
             }
             assert!(
-                r.bytes().iter().all(|&b| b == 0),
+                r.bytes().unwrap().iter().all(|&b| b == 0),
                 "round {round}: a new region holds old bytes"
             );
-            r.bytes_mut().fill(fill);
+            r.bytes_mut().unwrap().fill(fill);
             live.push((r, fill));
         }
         assert!(
@@ -976,7 +991,7 @@ mod tests {
         // No region wrote into another: each still holds only its own byte.
         for (r, fill) in &live {
             assert!(
-                r.bytes().iter().all(|b| b == fill),
+                r.bytes().unwrap().iter().all(|b| b == fill),
                 "{:?} overwritten",
                 r.extent()
             );
@@ -1103,13 +1118,13 @@ mod tests {
         println!("child: touching {mode}");
         match mode.as_str() {
             // Control: the last byte of a region is writable.
-            "inside" => second.bytes_mut()[page - 1] = 1,
+            "inside" => second.bytes_mut().unwrap()[page - 1] = 1,
             "before-first" => s.mapping().poke(first_off - 1),
             "after-first" => s.mapping().poke(first_off + first.len()),
             "before-second" => s.mapping().poke(second_off - 1),
             "released" => s.mapping().poke(released_off),
             // Control: a packed region is writable.
-            "packed" => packed.bytes_mut()[63] = 1,
+            "packed" => packed.bytes_mut().unwrap()[63] = 1,
             "before-chunk" => s.mapping().poke(chunk_off - 1),
             "after-chunk" => s.mapping().poke(chunk_off + chunk_len),
             other => panic!("unknown mode {other}"),

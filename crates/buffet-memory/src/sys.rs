@@ -103,8 +103,34 @@ pub(crate) struct Mapping {
     base: NonNull<u8>,
     len: usize,
     page: usize,
-    /// Live claims: offset -> length. Disjoint by construction (see [`Mapping::open`]).
-    claims: Mutex<BTreeMap<usize, usize>>,
+    /// Live claims by offset. Disjoint by construction (see [`Mapping::open`]).
+    claims: Mutex<BTreeMap<usize, Claim>>,
+}
+
+/// One live claim of a [`Mapping`]: its length, and the pages sealed inside it.
+struct Claim {
+    len: usize,
+    /// Whether pages of it may be sealed ([`seal_pages`]): a page region's yes, a packed
+    /// chunk's no (its bytes are other regions').
+    sealable: bool,
+    /// A protection-key tag was handed out for it ([`OpenSpan::tag`]): re-tagging would
+    /// open sealed pages again, so none may be sealed.
+    tagged: bool,
+    /// The sealed ranges: whole pages, disjoint, inside the claim.
+    seals: Vec<Seal>,
+    /// `seals.len()`, shared with the claim's [`OpenSpan`], whose accessors read it
+    /// without the lock. Also the claim's identity (a later claim of the same range has
+    /// another).
+    sealed: Arc<AtomicUsize>,
+}
+
+/// A range of a claim given to [`seal_pages`].
+struct Seal {
+    off: usize,
+    len: usize,
+    /// Made `PROT_NONE` (when the borrow it was reached through ended); until then
+    /// pending, still readable and writable.
+    applied: bool,
 }
 
 // SAFETY: `base` is only used to compute addresses inside the reservation; those go to
@@ -175,9 +201,27 @@ impl Mapping {
         self.base.as_ptr().wrapping_add(off)
     }
 
-    /// Claims `[off, off+len)` and makes it readable and writable.
+    /// Claims `[off, off+len)` for a page region and makes it readable and writable.
     pub(crate) fn open(self: &Arc<Self>, off: usize, len: usize) -> Result<OpenSpan, OpenError> {
-        self.claim(off, len)?;
+        self.open_with(off, len, true)
+    }
+
+    /// Like [`open`](Self::open), for a packed chunk: no pages of it can be sealed.
+    pub(crate) fn open_chunk(
+        self: &Arc<Self>,
+        off: usize,
+        len: usize,
+    ) -> Result<OpenSpan, OpenError> {
+        self.open_with(off, len, false)
+    }
+
+    fn open_with(
+        self: &Arc<Self>,
+        off: usize,
+        len: usize,
+        sealable: bool,
+    ) -> Result<OpenSpan, OpenError> {
+        let sealed = self.claim(off, len, sealable)?;
         if let Err(e) = self.protect(off, len, libc::PROT_READ | libc::PROT_WRITE) {
             self.unclaim(off);
             return Err(OpenError::Sys(e));
@@ -187,10 +231,11 @@ impl Mapping {
             off,
             len,
             live: true,
+            sealed,
         })
     }
 
-    fn claim(&self, off: usize, len: usize) -> Result<(), OpenError> {
+    fn claim(&self, off: usize, len: usize, sealable: bool) -> Result<Arc<AtomicUsize>, OpenError> {
         let end = off.checked_add(len).ok_or(OpenError::OutOfBounds)?;
         if len == 0 || end > self.len || off % self.page != 0 || len % self.page != 0 {
             return Err(OpenError::OutOfBounds);
@@ -198,16 +243,26 @@ impl Mapping {
         let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
         // Claims are disjoint, so the one starting last before `end` is the only candidate
         // for an overlap: any other overlapping claim would overlap it too.
-        if let Some((&o, &l)) = claims.range(..end).next_back() {
-            if o + l > off {
+        if let Some((&o, c)) = claims.range(..end).next_back() {
+            if o + c.len > off {
                 return Err(OpenError::Overlap {
                     other_off: o,
-                    other_len: l,
+                    other_len: c.len,
                 });
             }
         }
-        claims.insert(off, len);
-        Ok(())
+        let sealed = Arc::new(AtomicUsize::new(0));
+        claims.insert(
+            off,
+            Claim {
+                len,
+                sealable,
+                tagged: false,
+                seals: Vec::new(),
+                sealed: Arc::clone(&sealed),
+            },
+        );
+        Ok(sealed)
     }
 
     fn unclaim(&self, off: usize) {
@@ -222,8 +277,10 @@ impl Mapping {
         // SAFETY: [off, off+len) lies inside this reservation (callers pass a claimed
         // range), so only pages this Mapping owns change protection. When `prot` removes
         // access, the caller has given up every way to form a Rust reference into the
-        // range (`OpenSpan::retire`), or held the range's only one, `&mut`, and gives the
-        // pages up as long as they are sealed (`seal_pages`: guard pages nobody reads).
+        // range (`OpenSpan::retire`), or the pages are sealed ones (`seal_pages`), applied
+        // only once the borrow they were reached through ended (`RegionBytesMut`), and
+        // while they stay sealed every accessor of their region refuses to hand out its
+        // bytes (`OpenSpan::sealed`).
         let rc = unsafe { libc::mprotect(self.at(off).cast(), len, prot) };
         if rc == 0 {
             Ok(())
@@ -305,7 +362,8 @@ static LIVE_MAPPINGS: Mutex<Vec<std::sync::Weak<Mapping>>> = Mutex::new(Vec::new
 /// Why [`seal_pages`] could not seal a range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SealError {
-    /// The range is empty, not whole pages, or not inside one live region of an arena.
+    /// The range is empty, not whole pages, or not inside one live page region of an
+    /// arena (a packed region's bytes are never whole pages of their own).
     #[error("{len} bytes at {addr:#x} are not whole pages of one live tenant region")]
     NotInRegion {
         /// First address.
@@ -313,18 +371,44 @@ pub enum SealError {
         /// Length.
         len: usize,
     },
-    /// `mprotect` failed.
-    #[error(transparent)]
-    Sys(#[from] SysError),
+    /// The region carries a protection key (MPK), and re-tagging it would open the pages
+    /// again: under MPK, give the pages their own key instead (`Mpk::carve_part`).
+    #[error("{len} bytes at {addr:#x} lie in a region under a protection key, which would open them again; give them a key of their own instead")]
+    Tagged {
+        /// First address.
+        addr: usize,
+        /// Length.
+        len: usize,
+    },
+    /// Some of the pages are sealed already.
+    #[error("{len} bytes at {addr:#x} overlap pages that are sealed already")]
+    Overlap {
+        /// First address.
+        addr: usize,
+        /// Length.
+        len: usize,
+    },
 }
 
-/// Whole pages of a live tenant region made inaccessible (`PROT_NONE`) by [`seal_pages`]:
-/// an access to them faults, and fault handlers see an address in a tenant arena (a guard
-/// page). Dropping it makes them readable and writable again, if the region is still
-/// live. (Under MPK, re-tagging the region opens them again: seal only regions without a
-/// protection key.)
+/// A region's bytes can not be handed out: pages inside them are sealed
+/// ([`seal_pages`]), and a reference over a sealed page would fault when read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{ranges} range(s) of pages inside this region are sealed: its bytes are handed out again once their `SealedPages` are dropped")]
+pub struct RegionSealed {
+    /// Sealed (or pending) ranges inside the region.
+    pub ranges: usize,
+}
+
+/// Whole pages of a live page region that [`seal_pages`] seals (`PROT_NONE`): an access
+/// to them faults, and fault handlers see an address in a tenant arena (a guard page).
+/// While it lives, no accessor of the region hands out its bytes ([`RegionSealed`]).
+/// Dropping it makes the pages readable and writable again, if the region is still live;
+/// a region released first is scrubbed whole, sealed pages included.
 pub struct SealedPages {
     map: Arc<Mapping>,
+    /// The claim the pages lie in, and its identity.
+    claim_off: usize,
+    claim: Arc<AtomicUsize>,
     off: usize,
     len: usize,
 }
@@ -341,9 +425,17 @@ impl std::fmt::Debug for SealedPages {
     }
 }
 
-/// Seals `pages` — whole pages inside one live region of a tenant arena, which the caller
-/// holds exclusively — until the returned [`SealedPages`] drops. For guard pages inside
-/// a region, between parts of it that different code owns.
+/// Seals `pages` — whole pages inside one live page region of a tenant arena — until the
+/// returned [`SealedPages`] drops. For guard pages inside a region, between parts of it
+/// that different code owns.
+///
+/// The pages are sealed when the borrow they were reached through ends: when the
+/// [`RegionBytesMut`] that `pages` borrows from ([`Region::bytes_mut`],
+/// [`StateGuard::split`](crate::StateGuard::split)) is dropped or
+/// [sealed](RegionBytesMut::seal) — so no reference over them is alive once they are
+/// `PROT_NONE`. Until then they stay readable and writable. From then on, while the
+/// `SealedPages` lives, the region's accessors refuse to hand out its bytes
+/// ([`RegionSealed`]), so safe code can never form a reference over a sealed page.
 pub fn seal_pages(pages: &mut [u8]) -> Result<SealedPages, SealError> {
     let (addr, len) = (pages.as_ptr() as usize, pages.len());
     let not_in = SealError::NotInRegion { addr, len };
@@ -355,42 +447,189 @@ pub fn seal_pages(pages: &mut [u8]) -> Result<SealedPages, SealError> {
         .find(|m| addr.wrapping_sub(m.base_addr()) < m.len)
         .ok_or(not_in)?;
     let off = addr - map.base_addr();
-    if len == 0 || off % map.page != 0 || len % map.page != 0 || !map.claimed(off, len) {
+    if len == 0 || off % map.page != 0 || len % map.page != 0 {
         return Err(not_in);
     }
-    map.protect(off, len, libc::PROT_NONE)?;
-    Ok(SealedPages { map, off, len })
+    let mut claims = map.claims.lock().unwrap_or_else(PoisonError::into_inner);
+    let (claim_off, claim) = claims
+        .range_mut(..=off)
+        .next_back()
+        .filter(|(&o, c)| off + len <= o + c.len && c.sealable)
+        .ok_or(not_in)?;
+    if claim.tagged {
+        return Err(SealError::Tagged { addr, len });
+    }
+    if claim
+        .seals
+        .iter()
+        .any(|s| s.off < off + len && off < s.off + s.len)
+    {
+        return Err(SealError::Overlap { addr, len });
+    }
+    claim.seals.push(Seal {
+        off,
+        len,
+        applied: false,
+    });
+    claim.sealed.store(claim.seals.len(), Ordering::Release);
+    let (claim_off, claim) = (*claim_off, Arc::clone(&claim.sealed));
+    drop(claims);
+    Ok(SealedPages {
+        map,
+        claim_off,
+        claim,
+        off,
+        len,
+    })
 }
 
 impl Drop for SealedPages {
     fn drop(&mut self) {
-        // A range no longer claimed was retired with its region (sealed anyway); one
-        // claimed again belongs to a region that opened it whole.
-        let claims = self
+        // A claim gone was retired with its region (scrubbed whole, sealed anyway); one
+        // claimed again is another region's, which opened it whole.
+        let mut claims = self
             .map
             .claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if Mapping::covers(&claims, self.off, self.len) {
-            let _ = self
-                .map
-                .protect(self.off, self.len, libc::PROT_READ | libc::PROT_WRITE);
+        let Some(claim) = claims
+            .get_mut(&self.claim_off)
+            .filter(|c| Arc::ptr_eq(&c.sealed, &self.claim))
+        else {
+            return;
+        };
+        let Some(i) = claim
+            .seals
+            .iter()
+            .position(|s| (s.off, s.len) == (self.off, self.len))
+        else {
+            return;
+        };
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        if claim.seals[i].applied && self.map.protect(self.off, self.len, rw).is_err() {
+            // Still PROT_NONE: stays recorded, so the region's bytes stay out of reach
+            // (its release opens and scrubs it whole).
+            return;
         }
+        claim.seals.swap_remove(i);
+        claim.sealed.store(claim.seals.len(), Ordering::Release);
     }
 }
 
 impl Mapping {
-    /// Whether `[off, off+len)` lies inside one live claim.
-    fn claimed(&self, off: usize, len: usize) -> bool {
-        let claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        Self::covers(&claims, off, len)
+    /// Seals the pending seals of claim `claim_off` that lie in `[off, off+len)` (the
+    /// bytes of a borrow that just ended). The first `mprotect` failure is returned; the
+    /// seals not applied stay pending (their pages readable and writable, the region's
+    /// bytes out of reach).
+    fn apply_seals(&self, claim_off: usize, off: usize, len: usize) -> Result<(), SysError> {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(claim) = claims.get_mut(&claim_off) else {
+            return Ok(());
+        };
+        for s in &mut claim.seals {
+            if !s.applied && s.off >= off && s.off + s.len <= off + len {
+                self.protect(s.off, s.len, libc::PROT_NONE)?;
+                s.applied = true;
+            }
+        }
+        Ok(())
     }
 
-    fn covers(claims: &BTreeMap<usize, usize>, off: usize, len: usize) -> bool {
-        claims
-            .range(..=off)
-            .next_back()
-            .is_some_and(|(&o, &l)| off + len <= o + l)
+    /// Forgets every seal of claim `claim_off`, whose pages were all made readable and
+    /// writable again (before it is scrubbed by hand).
+    fn clear_seals(&self, claim_off: usize) {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(claim) = claims.get_mut(&claim_off) {
+            claim.seals.clear();
+            claim.sealed.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// A page region's bytes (or a part of them), mutably, for as long as the region (or the
+/// state guard) they come from is borrowed: derefs to `[u8]`. When it drops — or
+/// [`seal`](Self::seal) consumes it — the pages [`seal_pages`] was given inside it during
+/// the borrow are made `PROT_NONE`.
+pub struct RegionBytesMut<'a> {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// The page region's span, whose seals inside these bytes apply when the borrow ends
+    /// (`None`: a packed region, or already applied).
+    span: Option<&'a OpenSpan>,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: it is a `&'a mut [u8]` (exclusive, Send and Sync like one) plus a shared
+// `&'a OpenSpan`, whose only use here is through the mapping's claims Mutex and syscalls.
+unsafe impl Send for RegionBytesMut<'_> {}
+// SAFETY: as for `Send`: `&RegionBytesMut` gives only `&[u8]`.
+unsafe impl Sync for RegionBytesMut<'_> {}
+
+impl<'a> RegionBytesMut<'a> {
+    /// Bytes `[ptr, ptr+len)`; `span` is the page region they lie in (`None` for a packed
+    /// region, which has no seals).
+    ///
+    /// # Safety
+    ///
+    /// The bytes are readable, writable and initialised, none of them sealed, and nothing
+    /// else reads or writes them for `'a` (the caller holds them exclusively for `'a`).
+    unsafe fn new(ptr: *mut u8, len: usize, span: Option<&'a OpenSpan>) -> Self {
+        RegionBytesMut {
+            ptr: NonNull::new(ptr).expect("region bytes are never at address 0"),
+            len,
+            span,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Ends the borrow now and seals the pages [`seal_pages`] was given inside these
+    /// bytes, reporting an `mprotect` failure (dropping does the same, silently).
+    pub fn seal(mut self) -> Result<(), SysError> {
+        self.apply()
+    }
+
+    fn apply(&mut self) -> Result<(), SysError> {
+        let Some(span) = self.span.take() else {
+            return Ok(());
+        };
+        if span.sealed.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let off = self.ptr.as_ptr() as usize - span.map.base_addr();
+        span.map.apply_seals(span.off, off, self.len)
+    }
+}
+
+impl Deref for RegionBytesMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `new`'s callers hand over bytes exclusively borrowed for `'a`, readable,
+        // writable and initialised; none of them is sealed while this lives (seals
+        // given during the borrow apply only in `apply`, from `drop` or `seal`, which
+        // take the value whole, so no reference derived from it is alive then).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for RegionBytesMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes the slice unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for RegionBytesMut<'_> {
+    fn drop(&mut self) {
+        let _ = self.apply();
+    }
+}
+
+impl std::fmt::Debug for RegionBytesMut<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionBytesMut")
+            .field("addr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
     }
 }
 
@@ -442,6 +681,9 @@ pub(crate) struct OpenSpan {
     len: usize,
     /// False once retired: the range is no longer ours and may be `PROT_NONE`.
     live: bool,
+    /// How many ranges of pages inside it are sealed (or pending): its bytes are handed
+    /// out only while none is. Shared with its claim.
+    sealed: Arc<AtomicUsize>,
 }
 
 impl OpenSpan {
@@ -460,21 +702,35 @@ impl OpenSpan {
         NonNull::new(self.map.at(self.off)).expect("mapping base is non-null")
     }
 
-    /// The range's bytes.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        assert!(self.live, "span used after retire");
-        // SAFETY: the claim registry makes this span the only owner of the range; it is
-        // readable (opened RW, `live`), inside a mapping kept alive by `self.map`, and
-        // initialized (zero pages from the kernel or bytes written through this span).
-        // `&self` rules out a concurrent `&mut` from `bytes_mut`.
-        unsafe { std::slice::from_raw_parts(self.map.at(self.off), self.len) }
+    /// Refused while pages inside the range are sealed (or pending).
+    pub(crate) fn check_unsealed(&self) -> Result<(), RegionSealed> {
+        match self.sealed.load(Ordering::Acquire) {
+            0 => Ok(()),
+            ranges => Err(RegionSealed { ranges }),
+        }
     }
 
-    /// The range's bytes, mutably.
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+    /// The range's bytes; refused while pages of it are sealed.
+    pub(crate) fn bytes(&self) -> Result<&[u8], RegionSealed> {
         assert!(self.live, "span used after retire");
-        // SAFETY: as in `bytes`; `&mut self` makes this the only reference to the range.
-        unsafe { std::slice::from_raw_parts_mut(self.map.at(self.off), self.len) }
+        self.check_unsealed()?;
+        // SAFETY: the claim registry makes this span the only owner of the range; it is
+        // readable (opened RW, `live`, no page of it sealed: checked above, and sealing
+        // needs a `&mut` borrow of it, which `&self` rules out while this lives), inside a
+        // mapping kept alive by `self.map`, and initialized (zero pages from the kernel
+        // or bytes written through this span). `&self` rules out a concurrent `&mut`.
+        Ok(unsafe { std::slice::from_raw_parts(self.map.at(self.off), self.len) })
+    }
+
+    /// The range's bytes, mutably; refused while pages of it are sealed. Pages sealed
+    /// during the borrow are sealed when it ends.
+    pub(crate) fn bytes_mut(&mut self) -> Result<RegionBytesMut<'_>, RegionSealed> {
+        assert!(self.live, "span used after retire");
+        self.check_unsealed()?;
+        let ptr = self.map.at(self.off);
+        // SAFETY: as in `bytes`, and `&mut self`, borrowed for the result's lifetime,
+        // makes it the only reference to the range.
+        Ok(unsafe { RegionBytesMut::new(ptr, self.len, Some(self)) })
     }
 
     /// Scrubs the range to zero, makes it `PROT_NONE` and drops the claim. Idempotent.
@@ -495,14 +751,27 @@ impl OpenSpan {
             // Pages sealed inside the span (`seal_pages`) are opened again first.
             self.map
                 .protect(self.off, self.len, libc::PROT_READ | libc::PROT_WRITE)?;
-            self.bytes_mut().fill(0);
+            self.map.clear_seals(self.off);
+            self.bytes_mut()
+                .expect("no seal is left after clear_seals")
+                .fill(0);
         }
         self.live = false;
         self.map.seal_and_unclaim(self.off, self.len)
     }
 
-    /// The capability to move this span to another protection key while it is live.
+    /// The capability to move this span to another protection key while it is live. From
+    /// now on no page of it can be sealed (a re-tag would open it again).
     pub(crate) fn tag(&self) -> RegionTag {
+        if let Some(c) = self
+            .map
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&self.off)
+        {
+            c.tagged = true;
+        }
         RegionTag {
             map: Arc::clone(&self.map),
             claim_off: self.off,
@@ -580,10 +849,12 @@ impl PackedBlock {
         unsafe { std::slice::from_raw_parts(self.map.at(self.off), self.len) }
     }
 
-    /// The block's bytes, mutably.
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`; `&mut self` makes this the only reference to the range.
-        unsafe { std::slice::from_raw_parts_mut(self.map.at(self.off), self.len) }
+    /// The block's bytes, mutably. A packed block has no seals.
+    pub(crate) fn bytes_mut(&mut self) -> RegionBytesMut<'_> {
+        // SAFETY: as in `bytes`; `&mut self`, borrowed for the result's lifetime, makes it
+        // the only reference to the range. No page of a chunk is ever sealed
+        // (`Mapping::open_chunk`).
+        unsafe { RegionBytesMut::new(self.map.at(self.off), self.len, None) }
     }
 }
 
@@ -747,32 +1018,41 @@ pub(crate) const TAIL_ALIGN: usize = 64;
 impl<S> CellGuard<'_, S> {
     /// The state and its untyped bytes — the tail region's, or the region's past the
     /// state (`tail_offset::<S>()..region_len`, empty when the state fills the region) —
-    /// both exclusive for as long as the borrow lasts.
-    pub(crate) fn split(&mut self) -> (&mut S, &mut [u8]) {
-        let (tail, tail_len) = match &self.cell.tail {
-            Some(t) => (t.base().as_ptr(), t.len()),
+    /// both exclusive for as long as the borrow lasts. Refused while pages of those bytes
+    /// are sealed ([`seal_pages`]); pages sealed during the borrow are sealed when it ends.
+    pub(crate) fn split(&mut self) -> Result<(&mut S, RegionBytesMut<'_>), RegionSealed> {
+        let (tail, tail_len, span) = match &self.cell.tail {
+            Some(t) => (t.base().as_ptr(), t.len(), t.span()),
             None => {
                 let region_len = self.cell.region.len();
                 let off = tail_offset::<S>().min(region_len);
                 // `base` is the region's first byte (the state is placed at the region
                 // base, with the mapping's provenance); `off` stays inside the region.
                 let base = self.cell.ptr.as_ptr().cast::<u8>();
-                (base.wrapping_add(off), region_len - off)
+                (
+                    base.wrapping_add(off),
+                    region_len - off,
+                    self.cell.region.span(),
+                )
             }
         };
+        if let Some(span) = span {
+            span.check_unsealed()?;
+        }
         // SAFETY: the lock is held by this guard and `&mut self` makes these the only
         // references derived from it. The state occupies [0, size_of::<S>()) of its region.
         // The untyped bytes are either the whole tail region — a different region, owned
         // by the cell and reached only through its guards — or the state's region from
         // `off` (>= size_of::<S>(), or the region's end) to its end; either way they never
-        // overlap the state, are readable, writable and initialised (zero pages from the
+        // overlap the state, are readable, writable (no page of their span sealed,
+        // checked above; a packed region has none) and initialised (zero pages from the
         // kernel or bytes written through earlier guards), and live as long as the cell the
         // guard borrows.
         unsafe {
-            (
+            Ok((
                 &mut *self.cell.ptr.as_ptr(),
-                std::slice::from_raw_parts_mut(tail, tail_len),
-            )
+                RegionBytesMut::new(tail, tail_len, span),
+            ))
         }
     }
 }
@@ -992,7 +1272,12 @@ impl RegionTag {
             .claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if claims.get(&self.claim_off) != Some(&self.claim_len) {
+        // A claim with sealed pages is refused too: the re-tag would open them (sealing
+        // refuses a tagged claim, so this only guards against a tag taken after a seal).
+        let live = claims
+            .get(&self.claim_off)
+            .is_some_and(|c| c.len == self.claim_len && c.seals.is_empty());
+        if !live {
             return Err(SysError {
                 call: "pkey_mprotect",
                 errno: libc::EINVAL,
@@ -1175,12 +1460,15 @@ mod tests {
         let m = mapping(4);
         for scrub in [Scrub::Discard, Scrub::Zero] {
             let mut s = m.open(page, 2 * page).unwrap();
-            s.bytes_mut().fill(0x5A);
+            s.bytes_mut().unwrap().fill(0x5A);
             s.retire(scrub).unwrap();
             assert!(s.retire(scrub).is_ok(), "retire is idempotent");
             drop(s);
             let s = m.open(page, 2 * page).unwrap();
-            assert!(s.bytes().iter().all(|&b| b == 0), "{scrub:?} left bytes");
+            assert!(
+                s.bytes().unwrap().iter().all(|&b| b == 0),
+                "{scrub:?} left bytes"
+            );
         }
     }
 

@@ -54,6 +54,10 @@ pub enum MemoryError {
     /// The region could not be tagged with its MPK protection key.
     #[error("tagging the tenant region with its protection key: {0}")]
     Tag(SysError),
+    /// The pages the initialiser sealed inside the region (guard pages) could not be
+    /// sealed.
+    #[error("sealing guard pages inside the tenant region: {0} (each sealed range splits a kernel mapping: if this is ENOMEM, raise `sysctl vm.max_map_count`)")]
+    Seal(SysError),
 }
 
 /// Why [`TenantTable::admit_with`] did not admit a tenant: the table refused, or the
@@ -199,7 +203,12 @@ impl<S> StateGuard<'_, S> {
     /// 64 bytes to the end of the region; empty when the state fills it — both exclusive
     /// for as long as the guard is borrowed. For NFs whose state is (also) untyped memory:
     /// C NFs, eBPF programs.
-    pub fn split(&mut self) -> (&mut S, &mut [u8]) {
+    ///
+    /// Refused while pages of those bytes are sealed ([`seal_pages`](crate::seal_pages),
+    /// e.g. the guard pages a chain keeps between its stages' parts): a reference over a
+    /// sealed page would fault. Pages sealed during the borrow are sealed when the
+    /// [`RegionBytesMut`](crate::RegionBytesMut) drops.
+    pub fn split(&mut self) -> Result<(&mut S, crate::RegionBytesMut<'_>), crate::RegionSealed> {
         self.inner.split()
     }
 }
@@ -507,8 +516,10 @@ impl<S: Send + 'static> TenantTable<S> {
         });
         {
             let mut guard = entry.lock();
-            let (state, tail) = guard.split();
-            init(state, tail).map_err(AdmitWithError::Init)?;
+            let (state, mut tail) = guard.split().expect("a new region has no sealed pages");
+            init(state, &mut tail).map_err(AdmitWithError::Init)?;
+            // The guard pages `init` sealed, sealed now that its borrow of the bytes ended.
+            tail.seal().map_err(MemoryError::Seal)?;
         }
         Ok(entry)
     }

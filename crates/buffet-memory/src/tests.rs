@@ -77,10 +77,11 @@ fn state_lives_in_its_region() {
     assert_eq!(addr, entry.extent().base, "state sits at the region's base");
     assert!(entry.extent().contains(addr + 64 * 8 - 1));
     assert_eq!(guard[63], 7);
-    let (_, tail) = guard.split();
+    let (_, tail) = guard.split().unwrap();
     assert_eq!(tail.as_ptr() as usize, entry.tail_extent().unwrap().base);
     assert_eq!(tail.len(), 3 * page);
     assert!(tail.iter().all(|&b| b == 0));
+    drop(tail);
     drop(guard);
     let st = table.storage().stats();
     assert_eq!((st.regions, st.in_use), (2, 512 + 3 * page));
@@ -289,22 +290,22 @@ fn released_tenant_memory_is_zero_for_the_next_tenant() {
         .unwrap();
     let entry = table.get_arc(TenantSlot(0)).unwrap();
     let (base, tail) = (entry.extent().base, entry.tail_extent().unwrap().base);
-    entry.lock().split().1.fill(0xCD);
+    entry.lock().split().unwrap().1.fill(0xCD);
     drop(entry);
     drop(table.remove(TenantSlot(0)));
     // The next tenant lands in the same ranges; its bytes are zero: the packed state's
     // and the page region's past it.
     let mut packed = table.storage().alloc_packed(512).unwrap();
     assert_eq!(packed.extent().base, base);
-    assert!(packed.bytes().iter().all(|&b| b == 0));
-    packed.bytes_mut()[0] = 1;
+    assert!(packed.bytes().unwrap().iter().all(|&b| b == 0));
+    packed.bytes_mut().unwrap()[0] = 1;
     // Best fit may first hand out a smaller free range (beside the packed chunk); every
     // region on the way is zero too, until the old range comes back.
     let mut taken = Vec::new();
     loop {
         let mut region = table.storage().alloc(page).unwrap();
-        assert!(region.bytes().iter().all(|&b| b == 0));
-        region.bytes_mut()[0] = 1;
+        assert!(region.bytes().unwrap().iter().all(|&b| b == 0));
+        region.bytes_mut().unwrap()[0] = 1;
         let base = region.extent().base;
         taken.push(region);
         if base == tail {
@@ -663,4 +664,167 @@ fn a_prepared_replacement_serves_nothing_until_published() {
     table.remove(TenantSlot(1)).unwrap();
     assert!(table.publish(r).is_err());
     assert!(table.get(TenantSlot(1)).entry().is_none());
+}
+
+// ---------------------------------------------------------------------------------------
+// Sealed pages: never reachable through a safe accessor
+// ---------------------------------------------------------------------------------------
+
+/// The protection of the page at `addr` (`"rw-"`, `"---"`, …) from /proc/self/maps.
+fn prot_of(addr: usize) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (range, perms) = (f.next().unwrap(), f.next().unwrap());
+        let (lo, hi) = range.split_once('-').unwrap();
+        let lo = usize::from_str_radix(lo, 16).unwrap();
+        let hi = usize::from_str_radix(hi, 16).unwrap();
+        if (lo..hi).contains(&addr) {
+            return perms[..3].to_owned();
+        }
+    }
+    panic!("{addr:#x} is not mapped");
+}
+
+#[test]
+fn sealed_pages_are_out_of_reach_of_every_safe_accessor() {
+    let s = storage(1);
+    let page = s.page_size();
+    let mut region = s.alloc(4 * page).unwrap();
+    let base = region.extent().base;
+    let sealed = {
+        let mut bytes = region.bytes_mut().unwrap();
+        let sealed = seal_pages(&mut bytes[page..2 * page]).unwrap();
+        // Until the borrow ends, the pages stay readable and writable.
+        bytes[page] = 7;
+        assert_eq!(prot_of(base + page), "rw-");
+        sealed
+    };
+    assert_eq!(prot_of(base + page), "---");
+    assert_eq!(
+        (prot_of(base), prot_of(base + 2 * page)),
+        ("rw-".into(), "rw-".into())
+    );
+    assert!(region.has_sealed_pages());
+    assert_eq!(region.bytes().err(), Some(RegionSealed { ranges: 1 }));
+    assert_eq!(region.bytes_mut().err(), Some(RegionSealed { ranges: 1 }));
+    drop(sealed);
+    assert_eq!(prot_of(base + page), "rw-");
+    assert_eq!(
+        region.bytes().unwrap()[page],
+        7,
+        "unsealing keeps the bytes"
+    );
+    region.bytes_mut().unwrap().fill(1);
+}
+
+#[test]
+fn a_tenant_whose_init_sealed_pages_has_no_split_until_it_leaves() {
+    let table = TenantTable::<Vec<SealedPages>>::new(storage(1), 2);
+    let page = table.storage().page_size();
+    let bytes = region_tail_offset::<Vec<SealedPages>>() + 3 * page;
+    let seal_middle = |state: &mut Vec<SealedPages>, tail: &mut [u8]| {
+        tail.fill(0x5A);
+        state.push(seal_pages(&mut tail[page..2 * page])?);
+        Ok::<(), SealError>(())
+    };
+    table
+        .admit_with(TenantSlot(0), TenantId(1), bytes, Vec::new(), seal_middle)
+        .unwrap();
+    let entry = table.get_arc(TenantSlot(0)).unwrap();
+    let tail = entry
+        .tail_extent()
+        .expect("a packed state, its bytes apart");
+    assert_eq!(prot_of(tail.base + page), "---");
+    assert_eq!(entry.lock().len(), 1);
+    assert_eq!(
+        entry.lock().split().err(),
+        Some(RegionSealed { ranges: 1 }),
+        "the bytes past the state hold a sealed page"
+    );
+    drop(entry);
+    // The state (and its seal) goes first, then the region, scrubbed whole.
+    drop(table.remove(TenantSlot(0)));
+    table
+        .admit(TenantSlot(0), TenantId(2), bytes, Vec::new())
+        .unwrap();
+    let entry = table.get_arc(TenantSlot(0)).unwrap();
+    assert_eq!(entry.tail_extent(), Some(tail), "the same range again");
+    assert_eq!(prot_of(tail.base + page), "rw-");
+    assert!(entry.lock().split().unwrap().1.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn a_seal_outliving_its_region_leaves_the_next_region_whole() {
+    for scrub in [sys::Scrub::Discard, sys::Scrub::Zero] {
+        let s = MemoryStorage::with_scrub(ArenaConfig { capacity: 1 << 20 }, scrub).unwrap();
+        let page = s.page_size();
+        let _before = s.alloc(1).unwrap();
+        let mut region = s.alloc(3 * page).unwrap();
+        let _after = s.alloc(1).unwrap();
+        let base = region.extent().base;
+        let sealed = {
+            let mut bytes = region.bytes_mut().unwrap();
+            bytes.fill(0xEE);
+            seal_pages(&mut bytes[page..2 * page]).unwrap()
+        };
+        assert_eq!(prot_of(base + page), "---");
+        // Released with its page still sealed: scrubbed whole (zeroing by hand opens it).
+        drop(region);
+        let mut next = s.alloc(3 * page).unwrap();
+        assert_eq!(next.extent().base, base, "{scrub:?}: the range is reused");
+        assert!(!next.has_sealed_pages());
+        assert!(
+            next.bytes().unwrap().iter().all(|&b| b == 0),
+            "{scrub:?}: old bytes"
+        );
+        // The old seal, dropped now, neither seals nor opens anything of the new region.
+        drop(sealed);
+        assert_eq!(prot_of(base + page), "rw-");
+        next.bytes_mut().unwrap().fill(1);
+        assert_eq!(s.stats().quarantined, 0);
+    }
+}
+
+#[test]
+fn seal_pages_refuses_what_it_cannot_keep_sealed() {
+    let s = storage(1);
+    let page = s.page_size();
+    // Not whole pages of a page region: a packed region, a heap buffer, half a page.
+    let mut packed = s.alloc_packed(64).unwrap();
+    assert!(matches!(
+        seal_pages(&mut packed.bytes_mut().unwrap()),
+        Err(SealError::NotInRegion { .. })
+    ));
+    let mut heap = vec![0u8; 4 * page];
+    assert!(matches!(
+        seal_pages(&mut heap[..]),
+        Err(SealError::NotInRegion { .. })
+    ));
+    let mut region = s.alloc(3 * page).unwrap();
+    assert!(matches!(
+        seal_pages(&mut region.bytes_mut().unwrap()[..page / 2]),
+        Err(SealError::NotInRegion { .. })
+    ));
+    // Pages sealed already.
+    let (kept, again) = {
+        let mut bytes = region.bytes_mut().unwrap();
+        let kept = seal_pages(&mut bytes[page..2 * page]).unwrap();
+        (kept, seal_pages(&mut bytes[..2 * page]))
+    };
+    assert!(matches!(again, Err(SealError::Overlap { .. })), "{again:?}");
+    // A region with a protection-key tag: re-tagging would open the pages again.
+    let tag = region.span().unwrap().tag();
+    assert_eq!(
+        tag.set_pkey_except(0, &[]).err().map(|e| e.errno),
+        Some(libc::EINVAL),
+        "a re-tag is refused while a page is sealed"
+    );
+    drop(kept);
+    let tagged = seal_pages(&mut region.bytes_mut().unwrap()[..page]);
+    assert!(
+        matches!(tagged, Err(SealError::Tagged { .. })),
+        "{tagged:?}"
+    );
+    assert!(!region.has_sealed_pages());
 }
