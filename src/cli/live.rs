@@ -163,6 +163,13 @@ pub struct RunArgs {
     /// Do not pin workers to cores.
     #[arg(long)]
     pub no_pin: bool,
+    /// Idle threads: after 200 µs without a frame, the dispatcher and the workers block
+    /// on the port's sockets (a frame wakes them at once) and look again at least this
+    /// often, in µs (how late a frame no socket announces, or Ctrl-C, is seen); 0 = never
+    /// block (they poll, napping some 20-50 µs between polls).
+    #[arg(long, value_name = "US", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub idle_wait_us: u64,
 }
 
 /// Runs `buffet run` with the NFs of `registry`.
@@ -518,6 +525,10 @@ impl WorkerSource for XskSource {
         }
         n
     }
+
+    fn readiness_fds(&self) -> Option<Vec<std::os::fd::RawFd>> {
+        Some(self.rx.readiness_fds())
+    }
 }
 
 impl NfVisitor for Live<'_> {
@@ -626,6 +637,9 @@ impl<P: Port> Port for Counted<P> {
     fn flush(&mut self) -> Result<(), PortError> {
         self.inner.flush()
     }
+    fn readiness_fds(&self) -> Option<Vec<std::os::fd::RawFd>> {
+        self.inner.readiness_fds()
+    }
 }
 
 fn port_json(name: &str, s: &PortStats) -> serde_json::Value {
@@ -721,6 +735,7 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
             (p, Some(d))
         }
     };
+    p.set_idle_wait(Duration::from_micros(a.idle_wait_us));
     let stop = afpacket::stop_on_signals().context("installing the SIGINT/SIGTERM handler")?;
     let oversize = Arc::new(OversizeWarning {
         iface: a.iface.clone(),

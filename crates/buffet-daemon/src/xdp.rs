@@ -263,6 +263,12 @@ impl WorkerSource for XdpSource {
         }
         0
     }
+
+    /// The worker's sockets: an idle worker blocks on them (a frame redirected to one
+    /// wakes it).
+    fn readiness_fds(&self) -> Option<Vec<std::os::fd::RawFd>> {
+        self.rx.as_ref().map(XskReceivers::readiness_fds)
+    }
 }
 
 impl Drop for XdpSource {

@@ -402,6 +402,16 @@ impl Port for AfPacketPort {
         true
     }
 
+    /// The socket: readable once the kernel retired a block of the ring to us (full, or
+    /// after `block_timeout_ms`), which is also when [`rx_burst`](Port::rx_burst) sees
+    /// its frames.
+    fn readiness_fds(&self) -> Option<Vec<std::os::fd::RawFd>> {
+        Some(match self.ring {
+            Some(_) => vec![self.socket.raw_fd()],
+            None => Vec::new(),
+        })
+    }
+
     fn stats(&self) -> PortStats {
         if self.ring.is_some() {
             if let Ok(st) = self.socket.take_stats() {

@@ -82,7 +82,7 @@
 //! Dispatcher's program.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -1545,6 +1545,19 @@ impl Port for AfXdpPort {
         true
     }
 
+    /// Every queue's socket: readable when its receive ring holds a frame.
+    fn readiness_fds(&self) -> Option<Vec<RawFd>> {
+        Some(
+            self.queues
+                .iter()
+                .map(|q| match &q.own {
+                    Some((_, socket)) => socket.borrowed().as_raw_fd(),
+                    None => self.socket.borrowed().as_raw_fd(),
+                })
+                .collect(),
+        )
+    }
+
     fn stats(&self) -> PortStats {
         let mut s = self.stats;
         if let Some(c) = &self.shared {
@@ -1720,6 +1733,14 @@ impl XskReceivers {
     /// The sockets, in the order given.
     pub fn sockets(&self) -> &[XskReceiver] {
         &self.sockets
+    }
+
+    /// Their descriptors, each readable (`poll(2)`) when its receive ring holds a frame.
+    pub fn readiness_fds(&self) -> Vec<RawFd> {
+        self.sockets
+            .iter()
+            .map(|s| s.socket_fd().as_raw_fd())
+            .collect()
     }
 
     /// As [`XskReceiver::receive`], over every socket round robin: at most `max` frames

@@ -63,7 +63,9 @@ pub mod port;
 mod sys;
 
 pub use buf::{FrameOwner, Outcome, PacketBuf, FRAME_CAPACITY};
-pub use port::{HeapPool, PcapTap, Port, PortError, PortStats, Rx, SourcePort, TapDirection};
+pub use port::{
+    wait_readable, HeapPool, PcapTap, Port, PortError, PortStats, Rx, SourcePort, TapDirection,
+};
 
 pub use gen::GenError;
 pub use pcap::PcapError;

@@ -16,6 +16,8 @@
 //! Not here: threads, clocks (a port's timestamps are the source's), routing (the data
 //! plane decides which port a verdict names).
 
+use std::os::fd::RawFd;
+
 use buffet_sdk::{PortId, TenantSlot};
 
 use crate::buf::PacketBuf;
@@ -150,6 +152,21 @@ pub trait Port: Send {
     fn flush(&mut self) -> Result<(), PortError> {
         Ok(())
     }
+
+    /// Descriptors that `poll(2)` reports readable (`POLLIN`) whenever this port has
+    /// frames to receive, for a data plane that waits on them ([`wait_readable`])
+    /// instead of polling when nothing arrives: `None` when the port cannot say (it must
+    /// be polled: files, the generator, DPDK), empty when it never receives.
+    fn readiness_fds(&self) -> Option<Vec<RawFd>> {
+        None
+    }
+}
+
+/// Waits until one of `fds` is readable or `timeout` passed (at most about 24 days);
+/// returns whether one is. Interrupted by a signal, it returns early. With no `fds` it
+/// sleeps `timeout`.
+pub fn wait_readable(fds: &[RawFd], timeout: std::time::Duration) -> bool {
+    crate::sys::poll_readable(fds, timeout)
 }
 
 /// Any [`PacketSource`] as a port: receive reads the source, transmit writes a pcap (or
@@ -414,6 +431,10 @@ impl<P: Port> Port for PcapTap<P> {
         self.writer.flush()?;
         self.inner.flush()
     }
+
+    fn readiness_fds(&self) -> Option<Vec<RawFd>> {
+        self.inner.readiness_fds()
+    }
 }
 
 impl Port for Box<dyn Port> {
@@ -449,6 +470,9 @@ impl Port for Box<dyn Port> {
     }
     fn flush(&mut self) -> Result<(), PortError> {
         (**self).flush()
+    }
+    fn readiness_fds(&self) -> Option<Vec<RawFd>> {
+        (**self).readiness_fds()
     }
 }
 

@@ -1,5 +1,5 @@
 //! The one place buffet-io touches raw memory: frames that live in a port's own memory
-//! (AF_XDP UMEM, DPDK mbufs) viewed as byte slices.
+//! (AF_XDP UMEM, DPDK mbufs) viewed as byte slices, and waiting on descriptors.
 
 use std::ptr::NonNull;
 
@@ -63,4 +63,32 @@ impl PacketBuf {
         let frame = unsafe { PortFrame::new(ptr, capacity, owner) };
         PacketBuf::over_port_frame(frame, len)
     }
+}
+
+/// `poll(2)` for `POLLIN` on `fds`, at most `timeout` (rounded up to whole
+/// microseconds by `ppoll`); whether one is readable. An empty `fds` just sleeps.
+pub(crate) fn poll_readable(fds: &[std::os::fd::RawFd], timeout: std::time::Duration) -> bool {
+    const MAX: usize = 256;
+    let mut set = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; MAX];
+    let n = fds.len().min(MAX);
+    for (p, &fd) in set.iter_mut().zip(fds) {
+        *p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+    }
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64 / 1000) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `set` holds `n` (at most MAX) initialised `pollfd`s the kernel may write
+    // `revents` into; `ts` is a valid timespec read by the kernel; no signal mask is
+    // passed (null). The result is only read as a count or an error.
+    let r = unsafe { libc::ppoll(set.as_mut_ptr(), n as libc::nfds_t, &ts, std::ptr::null()) };
+    r > 0
 }

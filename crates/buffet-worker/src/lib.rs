@@ -32,6 +32,7 @@
 
 mod buffers;
 mod completions;
+mod idle;
 mod pipeline;
 mod stats;
 #[allow(unsafe_code)]
@@ -41,6 +42,7 @@ mod worker;
 pub use buffers::{BufferConfig, ClockSource, VirtualClock};
 pub use buffet_io::{Outcome, PacketBuf, FRAME_CAPACITY};
 pub use completions::Completions;
+pub use idle::{DEFAULT_IDLE_WAIT, IDLE_AFTER};
 pub use pipeline::{
     build, build_with_sources, Command, Control, Dataplane, Pipeline, PipelineConfig,
     PipelineError, Polled, TenantSpec, WorkerEvent, EVENT_CAPACITY, MIN_STALL, QUARANTINE_BACKOFF,

@@ -15,6 +15,7 @@
 //! data plane then only takes finished frames back, routes and transmits them, and
 //! records the outside dispatcher's events ([`Control::dispatcher_events`]).
 
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -37,6 +38,7 @@ use serde::Serialize;
 
 use crate::buffers::{BufferConfig, ClockSource};
 use crate::completions::Completions;
+use crate::idle::{Idle, IdleShared};
 use crate::stats::{DropReason, GlobalReport, Report, TenantReport, WorkerCounters, WorkerReport};
 use crate::worker::{FlushSync, Notice, Shared, Worker, WorkerSource, WorkerThread, GATE_OPEN};
 
@@ -960,6 +962,10 @@ pub struct Dataplane<N: NetworkFunction> {
     /// Frames taken off the workers' completion queues since the last
     /// [`poll`](Self::poll), wherever they were taken (commands wait for completions too).
     completed_since_poll: usize,
+    /// How idle threads wait (see `idle.rs`), shared with the workers.
+    idle: Arc<IdleShared>,
+    /// The workers' own sources' descriptors (`None`: one must be polled).
+    source_fds: Option<Vec<RawFd>>,
 }
 
 /// Builds a pipeline: reserves the arena, starts `cfg.workers` workers, and returns the
@@ -1053,6 +1059,8 @@ pub fn build_with_sources<N: NetworkFunction>(
         stopping: false,
         port_error: None,
         completed_since_poll: 0,
+        idle: Arc::new(IdleShared::default()),
+        source_fds: Some(Vec::new()),
         cfg,
     };
     let mut sources = sources.into_iter();
@@ -1099,6 +1107,12 @@ impl<N: NetworkFunction> Dataplane<N> {
         // The id the dispatcher will give it; it learns of the worker only once the
         // thread is ready, so a worker whose thread the NF refused leaves no trace.
         let id = WorkerId(self.workers.len() as u16);
+        if let Some(s) = &source {
+            match (&mut self.source_fds, s.readiness_fds()) {
+                (Some(all), Some(fds)) => all.extend(fds),
+                (all, _) => *all = None,
+            }
+        }
         let slot = WorkerSlot {
             rx: Arc::new(ArrayQueue::new(self.cfg.ring_size)),
             done: Arc::new(Completions::new(self.cfg.ring_size)),
@@ -1128,6 +1142,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             done: slot.done.clone(),
             stop: slot.stop.clone(),
             flush: slot.flush.clone(),
+            idle: self.idle.clone(),
             burst: self.cfg.burst,
             pin: self.cfg.pin.then_some(id.0 as usize),
             ready: Some(ready_tx),
@@ -2074,37 +2089,22 @@ impl<N: NetworkFunction> Dataplane<N> {
     pub fn run(&mut self, mut progress: impl FnMut(u64)) -> Result<u64, PipelineError> {
         let mut total = 0u64;
         let mut last = 0u64;
-        let backoff = Backoff::new();
-        loop {
-            if !self.apply_commands() {
-                break;
-            }
-            let polled = self.poll()?;
-            let (n, ended) = (polled.received, polled.ended);
-            total += n as u64;
-            if total - last >= 8192 {
-                last = total;
-                progress(total);
-            }
-            if ended && !self.ports.is_empty() {
-                break;
-            }
-            if polled.is_idle() {
-                if backoff.is_completed() {
-                    // Idle: wait for a command instead of spinning.
-                    if let Ok(cmd) = self
-                        .commands
-                        .recv_timeout(std::time::Duration::from_micros(50))
-                    {
-                        self.apply(cmd);
-                    }
-                } else {
-                    backoff.snooze();
-                }
-            } else {
-                backoff.reset();
-            }
-        }
+        let mut idle = Idle::new();
+        // What an idle loop (this one, and the workers fed by the software dispatcher)
+        // may block on: every port's descriptors and the workers' own sources'.
+        let ports: Option<Vec<RawFd>> = self
+            .ports
+            .iter()
+            .map(|p| p.readiness_fds())
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat());
+        self.idle.set_ports(ports.clone().map(Into::into));
+        let mine: Option<Arc<[RawFd]>> = ports
+            .zip(self.source_fds.clone())
+            .map(|(p, s)| [p, s].concat().into());
+        let result = self.run_loop(&mut total, &mut last, &mut idle, mine, &mut progress);
+        self.idle.set_ports(None);
+        result?;
         self.flush();
         for p in &mut self.ports {
             p.flush().map_err(|source| PipelineError::Port {
@@ -2114,6 +2114,65 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
         progress(total);
         Ok(total)
+    }
+
+    /// How long an idle thread blocks, at most, before it looks again when no frame
+    /// arrives (default [`DEFAULT_IDLE_WAIT`](crate::DEFAULT_IDLE_WAIT)); zero: idle
+    /// threads never block (they nap briefly between polls, as before a frame arrives).
+    pub fn set_idle_wait(&mut self, wait: std::time::Duration) {
+        self.idle.set_wait(wait);
+    }
+
+    /// [`run`](Self::run)'s loop.
+    fn run_loop(
+        &mut self,
+        total: &mut u64,
+        last: &mut u64,
+        idle: &mut Idle,
+        fds: Option<Arc<[RawFd]>>,
+        progress: &mut impl FnMut(u64),
+    ) -> Result<(), PipelineError> {
+        loop {
+            if !self.apply_commands() {
+                break;
+            }
+            let polled = self.poll()?;
+            let (n, ended) = (polled.received, polled.ended);
+            *total += n as u64;
+            if *total - *last >= 8192 {
+                *last = *total;
+                progress(*total);
+            }
+            if ended && !self.ports.is_empty() {
+                break;
+            }
+            if polled.is_idle() {
+                // Blocks only with nothing in the workers' hands.
+                let wait = if self.in_flight() == 0 {
+                    self.idle.wait()
+                } else {
+                    std::time::Duration::ZERO
+                };
+                let mut cmd = None;
+                idle.empty(
+                    wait,
+                    || fds.clone(),
+                    // Idle: wait for a command instead of spinning.
+                    || {
+                        cmd = self
+                            .commands
+                            .recv_timeout(std::time::Duration::from_micros(50))
+                            .ok()
+                    },
+                );
+                if let Some(cmd) = cmd {
+                    self.apply(cmd);
+                }
+            } else {
+                idle.busy();
+            }
+        }
+        Ok(())
     }
 
     /// A snapshot of everything counted so far (call [`flush`](Self::flush) first for
@@ -2371,6 +2430,11 @@ impl<N: NetworkFunction> Pipeline<N> {
     /// The dispatcher (read-only: tables, stats).
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dataplane.dispatcher
+    }
+
+    /// How long an idle thread blocks at most (see [`Dataplane::set_idle_wait`]).
+    pub fn set_idle_wait(&mut self, wait: Duration) {
+        self.dataplane.set_idle_wait(wait);
     }
 
     /// Adds a port (see [`Dataplane::add_port`]).

@@ -16,19 +16,21 @@
 //! same share of the worker's time as a cheap one of equal weight, not the same share of
 //! packets. [`Worker::process`] keeps the one-burst form: group one burst and run it all.
 
+use std::os::fd::RawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrayvec::ArrayVec;
 use buffet_dispatch::{TenantSlot, WorkerId};
 use buffet_memory::{TenantEntry, TenantTable};
 use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict, WorkerThreadError, GROUP_CHUNK};
 use crossbeam::queue::ArrayQueue;
-use crossbeam::utils::Backoff;
 
 use crate::buffers::{BufferConfig, Clock, ClockSource, TenantBuffers};
 use crate::completions::Completions;
+use crate::idle::{Idle, IdleShared};
 use crate::stats::{bump, Drops, GroupTally, WorkerCounters};
 use crate::sys;
 use buffet_io::{Outcome, PacketBuf};
@@ -112,6 +114,13 @@ pub trait WorkerSource: Send + 'static {
         rejected: &mut Vec<PacketBuf>,
         max: usize,
     ) -> usize;
+
+    /// Descriptors that `poll(2)` reports readable whenever the source has frames, on
+    /// which an idle worker blocks instead of polling (see [`crate::IDLE_AFTER`]); `None`
+    /// (the default): the source must be polled, and the worker only naps briefly.
+    fn readiness_fds(&self) -> Option<Vec<std::os::fd::RawFd>> {
+        None
+    }
 }
 
 pub(crate) struct WorkerThread<N: NetworkFunction> {
@@ -122,6 +131,8 @@ pub(crate) struct WorkerThread<N: NetworkFunction> {
     pub done: Arc<Completions>,
     pub stop: Arc<AtomicBool>,
     pub flush: Arc<FlushSync>,
+    /// Where it learns the ports' descriptors and the idle wait.
+    pub idle: Arc<IdleShared>,
     pub burst: usize,
     pub pin: Option<usize>,
     /// Told once the NF prepared the thread (or why it could not).
@@ -174,7 +185,14 @@ impl<N: NetworkFunction> WorkerThread<N> {
         let mut rejected: Vec<PacketBuf> = Vec::with_capacity(self.burst);
         // How many of the packets taken from the input are known run and handed back.
         let mut acked = 0u64;
-        let backoff = Backoff::new();
+        let mut idle = Idle::new();
+        // A source's descriptors are its own for its life; the ports' are published by
+        // the data plane.
+        let own_fds: Option<Arc<[RawFd]>> = self
+            .source
+            .as_ref()
+            .and_then(|s| s.readiness_fds())
+            .map(Into::into);
         loop {
             match &mut self.source {
                 None => {
@@ -201,7 +219,7 @@ impl<N: NetworkFunction> WorkerThread<N> {
                 }
             }
             if !burst.is_empty() {
-                backoff.reset();
+                idle.busy();
                 self.engine.enqueue(burst, out);
                 self.done.send(out);
                 if self.flush.until.load(Ordering::Acquire) > acked {
@@ -228,11 +246,22 @@ impl<N: NetworkFunction> WorkerThread<N> {
                 self.flush.done.store(u64::MAX, Ordering::Release);
                 return;
             }
-            if backoff.is_completed() {
-                std::thread::sleep(std::time::Duration::from_micros(20));
+            // Blocks only with nothing held back (a gated tenant's packets wait for a
+            // hand-over the worker must keep looking at).
+            let wait = if self.engine.held() == 0 {
+                self.idle.wait()
             } else {
-                backoff.snooze();
-            }
+                Duration::ZERO
+            };
+            let sourced = self.source.is_some();
+            idle.empty(
+                wait,
+                || match sourced {
+                    true => own_fds.clone(),
+                    false => self.idle.ports(),
+                },
+                || std::thread::sleep(Duration::from_micros(20)),
+            );
         }
     }
 

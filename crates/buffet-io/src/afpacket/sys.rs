@@ -42,6 +42,11 @@ impl Socket {
         Ok(Socket { fd })
     }
 
+    /// The descriptor, for `poll(2)`.
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     fn setsockopt<T>(&self, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
         // SAFETY: `value` points to a live `T` of the size passed; the kernel only reads it.
         check(unsafe {
