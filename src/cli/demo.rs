@@ -78,7 +78,11 @@ pub fn run(a: &DemoArgs, registry: &Registry) -> anyhow::Result<()> {
             buffet_config::NfSpec::Reference(name).load()?.visit(demo)
         }
         Some(Selected::Registered(nf)) => nf.run(Visit::Demo(demo)),
-        None => anyhow::bail!("unknown NF {:?}", a.nf),
+        None => anyhow::bail!(
+            "unknown NF {:?}: give one of {}",
+            a.nf,
+            registry.names().join(", ")
+        ),
     }
 }
 

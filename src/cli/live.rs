@@ -971,9 +971,7 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         )?;
     }
     run::print_events(&mut out, &report, 20)?;
-    for f in &faults {
-        writeln!(out, "  contained fault: {f}")?;
-    }
+    replay::print_faults(&mut out, &report.events, &faults, 20)?;
     eprintln!(
         "received {n} packets on {} in {:.3} s ({:.2} kpps)",
         a.iface,

@@ -20,7 +20,8 @@ use buffet_config::TenantConfig;
 use buffet_dispatch::{DispatcherConfig, Planner, SchedulerConfig};
 use buffet_io::pcap::{PcapCounters, PcapReader, PcapWriter};
 use buffet_io::{PacketSource, SourcePort};
-use buffet_worker::{Pipeline, PipelineConfig, Report};
+use buffet_sdk::TenantId;
+use buffet_worker::{Pipeline, PipelineConfig, Report, WorkerEvent};
 use clap::Args;
 
 use super::chain::{self as cli_chain, ChainRun};
@@ -433,10 +434,8 @@ fn replay_with<N: RegisteredNf>(nf: N, r: Replay<'_>) -> anyhow::Result<()> {
             "input {truncated} of {n} records truncated by the capture's snap length (replayed as captured)"
         )?;
     }
-    run::print_events(&mut out, &report, 20)?;
-    for f in &faults {
-        writeln!(out, "  contained fault: {f}")?;
-    }
+    run::print_events(&mut out, &report, EVENTS_SHOWN)?;
+    print_faults(&mut out, &report.events, &faults, EVENTS_SHOWN)?;
     eprintln!(
         "replayed {n} packets in {:.3} s ({:.2} Mpps)",
         took.as_secs_f64(),
@@ -453,6 +452,48 @@ fn replay_with<N: RegisteredNf>(nf: N, r: Replay<'_>) -> anyhow::Result<()> {
         });
         write_stats(&mut stats, &report, input)?;
         stats.commit()?;
+    }
+    Ok(())
+}
+
+/// How many scheduler events a run's text report lists (the rest are counted).
+pub(crate) const EVENTS_SHOWN: usize = 20;
+
+/// Prints the NF's contained faults (`tenant N: reason`, from
+/// [`RegisteredNf::contained_faults`]) that the first `shown` events (the ones
+/// [`run::print_events`] listed) do not already say: a tenant's quarantine event carries
+/// the NF's reason, and printing it again as a `contained fault:` line says it twice. A
+/// fault whose details the event lacks (a C NF's signal and address behind a chain
+/// stage's "reported a fault"), or whose event is past the listed ones, is printed
+/// (shared with `buffet run`).
+pub(crate) fn print_faults(
+    out: &mut dyn Write,
+    events: &[WorkerEvent],
+    faults: &[String],
+    shown: usize,
+) -> std::io::Result<()> {
+    // Each listed quarantine event accounts for at most one contained fault.
+    let mut listed: Vec<Option<(TenantId, &str)>> = events
+        .iter()
+        .take(shown)
+        .filter_map(|e| match e {
+            WorkerEvent::Fault {
+                tenant, message, ..
+            } => Some(Some((*tenant, message.as_str()))),
+            _ => None,
+        })
+        .collect();
+    for f in faults {
+        let said = f.split_once(": ").and_then(|(who, reason)| {
+            let tenant = TenantId(who.strip_prefix("tenant ")?.parse().ok()?);
+            listed.iter().position(|l| {
+                l.is_some_and(|(t, message)| t == tenant && message.ends_with(reason))
+            })
+        });
+        match said {
+            Some(i) => listed[i] = None,
+            None => writeln!(out, "  contained fault: {f}")?,
+        }
     }
     Ok(())
 }
@@ -613,5 +654,55 @@ rules = [ { action = "deny", proto = "udp", dst_port = "120-130" } ]
             "{e}"
         );
         assert!(!dir.path().join("stats.json").exists());
+    }
+
+    #[test]
+    fn a_fault_its_quarantine_event_already_says_is_printed_once() {
+        let fault = |tenant, message: &str| WorkerEvent::Fault {
+            tenant: TenantId(tenant),
+            worker: 1,
+            message: message.to_owned(),
+        };
+        let events = [
+            fault(
+                2,
+                "the NF reported a fault (Verdict::Fault): return value 0xdead is not a verdict",
+            ),
+            fault(
+                3,
+                "the NF reported a fault (Verdict::Fault): chain stage 1 (c): reported a fault",
+            ),
+            fault(
+                5,
+                "the NF reported a fault (Verdict::Fault): return value 0xbad is not a verdict",
+            ),
+        ];
+        let faults = [
+            "tenant 2: return value 0xdead is not a verdict".to_owned(),
+            // What the event does not say: printed.
+            "tenant 3: buffet_pkt_handler raised SIGSEGV at 0x0 (address not mapped)".to_owned(),
+            // Said by tenant 2's event, but that event already accounts for one fault.
+            "tenant 2: return value 0xdead is not a verdict".to_owned(),
+            // Tenant 5's event is past the listed ones.
+            "tenant 5: return value 0xbad is not a verdict".to_owned(),
+        ];
+        let mut out = Vec::new();
+        print_faults(&mut out, &events, &faults, 2).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "  contained fault: tenant 3: buffet_pkt_handler raised SIGSEGV at 0x0 (address not mapped)\n\
+             \x20 contained fault: tenant 2: return value 0xdead is not a verdict\n\
+             \x20 contained fault: tenant 5: return value 0xbad is not a verdict\n"
+        );
+        // Every event listed and each fault said by one: nothing more to print.
+        let mut out = Vec::new();
+        print_faults(
+            &mut out,
+            &events,
+            &[faults[0].clone(), faults[3].clone()],
+            20,
+        )
+        .unwrap();
+        assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
     }
 }

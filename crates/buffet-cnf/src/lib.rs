@@ -149,6 +149,16 @@ pub enum CNfLoadError {
         /// The loader's reason, without the path the loader puts in front of it.
         reason: String,
     },
+    /// The file is not a shared object at all: an eBPF object, a relocatable object, or
+    /// not ELF ([`not_shared_object`]). Said before inspection or `dlopen` read it, whose
+    /// messages (`cannot open shared object file`, `invalid ELF header`) would not.
+    #[error("cannot load C NF {path}: {what}")]
+    NotSharedObject {
+        /// The file.
+        path: PathBuf,
+        /// What it is instead.
+        what: NotSharedObject,
+    },
     /// A required function is not exported.
     #[error("the C NF does not export `{symbol}` (see include/buffet.h): {source}")]
     Missing {
@@ -190,6 +200,73 @@ pub enum CNfLoadError {
         /// What the variable held.
         value: String,
     },
+}
+
+/// What a file given as a C NF is, when it is not a shared object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotSharedObject {
+    /// An ELF object for the BPF machine (`clang -target bpf`): an eBPF NF.
+    #[error(
+        "it is an eBPF object (ELF machine BPF), not a shared object: load eBPF NFs with \
+         --nf-ebpf (`nf_ebpf` in a tenants file or buffetd's config)"
+    )]
+    Ebpf,
+    /// A relocatable ELF object (`cc -c`), not linked into a shared object.
+    #[error(
+        "it is a relocatable object (ELF type REL), not a shared object: link it with \
+         `cc -shared -fPIC -nostartfiles` (docs/nf-authors.md)"
+    )]
+    Relocatable,
+    /// Not an ELF file.
+    #[error("it is not a shared object (not an ELF file)")]
+    NotElf,
+}
+
+/// ELF machine number of BPF (`EM_BPF`).
+const EM_BPF: u16 = 247;
+/// ELF type of a relocatable object (`ET_REL`).
+const ET_REL: u16 = 1;
+
+/// What the file at `path` is, when its first bytes show it is not a shared object; `None`
+/// when it may be one (then `dlopen` decides), or cannot be read (then `dlopen` says why).
+pub fn not_shared_object(path: &Path) -> Option<NotSharedObject> {
+    use std::io::Read;
+    let mut head = [0u8; 20];
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut len = 0;
+    while len < head.len() {
+        match file.read(&mut head[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    elf_kind(&head[..len])
+}
+
+/// [`not_shared_object`] over the file's first (up to 20) bytes.
+fn elf_kind(head: &[u8]) -> Option<NotSharedObject> {
+    if !head.starts_with(b"\x7fELF") {
+        return Some(NotSharedObject::NotElf);
+    }
+    let (Some(&data), Some(e_type), Some(e_machine)) =
+        (head.get(5), head.get(16..18), head.get(18..20))
+    else {
+        // Too short to say more: `dlopen` explains.
+        return None;
+    };
+    let half = |b: &[u8]| match data {
+        2 => u16::from_be_bytes([b[0], b[1]]),
+        _ => u16::from_le_bytes([b[0], b[1]]),
+    };
+    if half(e_machine) == EM_BPF {
+        Some(NotSharedObject::Ebpf)
+    } else if half(e_type) == ET_REL {
+        Some(NotSharedObject::Relocatable)
+    } else {
+        None
+    }
 }
 
 /// Why a thread could not be confined for running C NFs ([`confine_nf_thread`]).
@@ -528,6 +605,12 @@ impl CNf {
     /// size and (guarded) installs the fault and watchdog handlers.
     pub fn load_config(path: &Path, config: LoadConfig) -> Result<CNf, CNfLoadError> {
         let containment = config.containment;
+        if let Some(what) = not_shared_object(path) {
+            return Err(CNfLoadError::NotSharedObject {
+                path: path.to_owned(),
+                what,
+            });
+        }
         if config.inspect {
             inspect::inspect(path)?;
         }
@@ -1031,6 +1114,74 @@ impl NetworkFunction for CNf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first 20 bytes of an ELF header: 64-bit, `data` (1 little-, 2 big-endian),
+    /// `e_type`, `e_machine`.
+    fn elf_head(data: u8, e_type: u16, e_machine: u16) -> Vec<u8> {
+        let mut h = b"\x7fELF".to_vec();
+        h.extend([2, data, 1, 0]);
+        h.extend([0; 8]);
+        let half = |v: u16| match data {
+            2 => v.to_be_bytes(),
+            _ => v.to_le_bytes(),
+        };
+        h.extend(half(e_type));
+        h.extend(half(e_machine));
+        h
+    }
+
+    #[test]
+    fn a_file_that_is_no_shared_object_says_what_it_is() {
+        const ET_DYN: u16 = 3;
+        const EM_X86_64: u16 = 62;
+        assert_eq!(
+            elf_kind(&elf_head(1, ET_REL, EM_BPF)),
+            Some(NotSharedObject::Ebpf)
+        );
+        assert_eq!(
+            elf_kind(&elf_head(2, ET_REL, EM_BPF)),
+            Some(NotSharedObject::Ebpf)
+        );
+        assert_eq!(
+            elf_kind(&elf_head(1, ET_REL, EM_X86_64)),
+            Some(NotSharedObject::Relocatable)
+        );
+        assert_eq!(elf_kind(&elf_head(1, ET_DYN, EM_X86_64)), None);
+        assert_eq!(elf_kind(b"#!/bin/sh\n"), Some(NotSharedObject::NotElf));
+        assert_eq!(elf_kind(b""), Some(NotSharedObject::NotElf));
+        // A header too short to read the machine: the loader explains.
+        assert_eq!(elf_kind(b"\x7fELF\x02\x01"), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("nf.so");
+        std::fs::write(&text, "int x;\n").unwrap();
+        let bpf = dir.path().join("nf.o");
+        std::fs::write(&bpf, elf_head(1, ET_REL, EM_BPF)).unwrap();
+        for containment in [Containment::Guarded, Containment::AnyFault] {
+            let config = LoadConfig::for_containment(containment);
+            let e = CNf::load_config(&text, config).unwrap_err().to_string();
+            assert!(
+                e.ends_with("nf.so: it is not a shared object (not an ELF file)"),
+                "{e}"
+            );
+            let e = CNf::load_config(&bpf, config).unwrap_err().to_string();
+            assert!(
+                e.contains(
+                    "nf.o: it is an eBPF object (ELF machine BPF), not a shared object: \
+                     load eBPF NFs with --nf-ebpf"
+                ),
+                "{e}"
+            );
+        }
+        // A missing file is still the loader's error.
+        let e = CNf::load_config(
+            &dir.path().join("none.so"),
+            LoadConfig::for_containment(Containment::AnyFault),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("No such file"), "{e}");
+    }
 
     #[test]
     fn the_watchdog_budget_takes_whole_milliseconds_and_refuses_the_rest() {

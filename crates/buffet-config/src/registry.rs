@@ -101,7 +101,7 @@ impl FromStr for NfName {
         NfName::ALL
             .into_iter()
             .find(|n| n.name() == s)
-            .ok_or_else(|| RegistryError::UnknownNf(s.to_owned()))
+            .ok_or_else(|| RegistryError::unknown(s))
     }
 }
 
@@ -285,7 +285,7 @@ impl FromStr for NfSpec {
                 path: path()?,
                 engine: engine.unwrap_or_default(),
             }),
-            _ => Err(RegistryError::UnknownNf(s.to_owned())),
+            _ => Err(RegistryError::unknown(s)),
         }
     }
 }
@@ -421,12 +421,15 @@ impl LoadedNf {
 /// An NF that cannot be named or loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    /// Neither a reference NF nor `c:`/`ebpf:` followed by a path.
-    #[error(
-        "unknown NF {0:?}: give a reference NF (monitor, firewall, ids, ipsec, dpi, macswap, \
-         policer, l2fwd, flowfwd), c:PATH or ebpf[+jit]:PATH"
-    )]
-    UnknownNf(String),
+    /// Neither a reference NF, nor an NF registered in scope, nor `c:`/`ebpf:` followed by
+    /// a path.
+    #[error("unknown NF {name:?}: give {}", choices(registered))]
+    UnknownNf {
+        /// The name as given.
+        name: String,
+        /// The registered NFs in scope where it was given ([`with_registered_names`]).
+        registered: Vec<String>,
+    },
     /// `c:` or `ebpf:` without a path.
     #[error("NF {0:?} names no file")]
     NoPath(String),
@@ -444,6 +447,30 @@ pub enum RegistryError {
     /// The eBPF object could not be read or verified.
     #[error(transparent)]
     Ebpf(#[from] buffet_ebpf::EbpfFileError),
+}
+
+impl RegistryError {
+    /// [`RegistryError::UnknownNf`] for `name`, listing the registered NFs in scope.
+    fn unknown(name: &str) -> RegistryError {
+        RegistryError::UnknownNf {
+            name: name.to_owned(),
+            registered: REGISTERED.with(|r| r.borrow().clone()),
+        }
+    }
+}
+
+/// What an NF name may be: the reference NFs, the `registered` ones, and C or eBPF objects.
+fn choices(registered: &[String]) -> String {
+    let reference: Vec<&str> = NfName::ALL.iter().map(|n| n.name()).collect();
+    let mut s = format!("a reference NF ({})", reference.join(", "));
+    if !registered.is_empty() {
+        s.push_str(&format!(
+            ", an NF this program registered ({})",
+            registered.join(", ")
+        ));
+    }
+    s.push_str(", c:PATH or ebpf[+jit]:PATH");
+    s
 }
 
 #[cfg(test)]
@@ -537,7 +564,11 @@ mod tests {
         let names = ["my-nf".to_owned(), "edge_2".to_owned()];
         let err = |s: &str| s.parse::<NfSpec>().unwrap_err().to_string();
         // Outside the scope: an unknown NF, exactly as any misspelt name.
-        assert!(err("my-nf").starts_with("unknown NF \"my-nf\": give a reference NF"));
+        assert_eq!(
+            err("my-nf"),
+            "unknown NF \"my-nf\": give a reference NF (monitor, firewall, ids, ipsec, dpi, \
+             macswap, policer, l2fwd, flowfwd), c:PATH or ebpf[+jit]:PATH"
+        );
         let spec = with_registered_names(&names, || {
             // Reference NFs and objects parse as always; a name not registered is unknown.
             assert_eq!(
@@ -549,6 +580,15 @@ mod tests {
                 NfSpec::C("x.so".into())
             );
             assert!(err("walls").starts_with("unknown NF \"walls\": give a reference NF"));
+            // Every name the program accepts here is listed.
+            assert!(
+                err("walls").ends_with(
+                    "l2fwd, flowfwd), an NF this program registered (my-nf, edge_2), \
+                     c:PATH or ebpf[+jit]:PATH"
+                ),
+                "{}",
+                err("walls")
+            );
             // Nested scopes see only their own names, and give the outer ones back.
             with_registered_names(&[], || assert!(err("my-nf").starts_with("unknown NF")));
             "my-nf".parse::<NfSpec>().unwrap()
