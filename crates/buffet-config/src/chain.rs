@@ -302,6 +302,26 @@ pub enum ChainError {
     /// A tenant's chain is not valid for the NFs of the run.
     #[error(transparent)]
     Tenants(#[from] TenantsError),
+    /// One stage NF's region makes every tenant's chain region larger than the arena can
+    /// give ([`Chain::check_region`]).
+    #[error(
+        "chain stage NF {nf} asks {stage_bytes} bytes per tenant, and every tenant's chain \
+         region holds {MAX_STAGES} parts of the largest stage NF: {region} bytes, more than \
+         the {limit} bytes the arena gives one region; give {nf} a smaller region or a \
+         larger arena (at least {arena_mib} MiB: --arena-mib, dataplane.arena_mib)"
+    )]
+    RegionTooLarge {
+        /// The stage NF with the largest region (its spec, `c:x.so`, or name).
+        nf: String,
+        /// The bytes it registers.
+        stage_bytes: usize,
+        /// The chain's region per tenant.
+        region: usize,
+        /// The largest region the arena gives.
+        limit: usize,
+        /// An arena size, in MiB, that holds one such region.
+        arena_mib: usize,
+    },
 }
 
 /// The isolation level of a chained run. Reference and eBPF stages run at every level
@@ -374,6 +394,7 @@ trait ChainNf: Send + Sync {
 trait StageRun: Send {
     fn run(&mut self, pkts: &mut [Packet<'_>], verdicts: &mut [Verdict]);
     fn summary(&self) -> Vec<(&'static str, u64)>;
+    fn quarantined_summary(&self) -> Vec<(&'static str, u64)>;
     fn fault_reason(&self) -> Option<String>;
 }
 
@@ -431,6 +452,10 @@ impl<N: RegisteredNf> StageRun for Running<N> {
         self.nf.summary(&self.state)
     }
 
+    fn quarantined_summary(&self) -> Vec<(&'static str, u64)> {
+        self.nf.quarantined_summary(&self.state)
+    }
+
     fn fault_reason(&self) -> Option<String> {
         self.nf.fault_reason(&self.state)
     }
@@ -452,6 +477,13 @@ impl Stage {
     fn summary(&self) -> Vec<(&'static str, u64)> {
         let _open = self.key.as_ref().map(PartKey::open);
         self.run.summary()
+    }
+
+    /// [`summary`](Self::summary) of a quarantined tenant's stage: what the stage NF
+    /// reads from its state without running its code.
+    fn quarantined_summary(&self) -> Vec<(&'static str, u64)> {
+        let _open = self.key.as_ref().map(PartKey::open);
+        self.run.quarantined_summary()
     }
 }
 
@@ -645,6 +677,36 @@ impl Chain {
             .max()
             .unwrap_or(0)
             .max(PAGE)
+    }
+
+    /// Checks, before any tenant is admitted, that a tenant's chain region
+    /// ([`register`](NetworkFunction::register): [`MAX_STAGES`] parts of the largest stage
+    /// NF's region, whatever stages the tenant names) fits `limit`, the largest region
+    /// the Memory Manager's arena gives (`ArenaConfig::largest_region`). The refusal names
+    /// the stage NF whose size made it too large, its size, and the limit.
+    pub fn check_region(&self, limit: usize) -> Result<(), ChainError> {
+        let region = self.register().bytes;
+        if region <= limit {
+            return Ok(());
+        }
+        let (key, entry) = self
+            .entries
+            .iter()
+            .max_by_key(|(_, e)| e.region_bytes())
+            .map(|(k, e)| (k.as_str(), &**e))
+            .expect("a chain with a region larger than any limit has a stage NF");
+        let nf = if key == DEFAULT_KEY {
+            entry.name().to_owned()
+        } else {
+            key.to_owned()
+        };
+        Err(ChainError::RegionTooLarge {
+            nf,
+            stage_bytes: entry.region_bytes(),
+            region,
+            limit,
+            arena_mib: (region + (4 << 20)).div_ceil(1 << 20),
+        })
     }
 
     /// Checks every tenant's chain against the NFs of the run before any is admitted:
@@ -1240,6 +1302,25 @@ impl NetworkFunction for Chain {
     }
 
     fn summary(&self, state: &ChainState) -> Vec<(&'static str, u64)> {
+        self.stages_summary(state, Stage::summary)
+    }
+
+    /// A quarantined tenant's chain: every stage's counters, which the chain keeps
+    /// itself (packets, passed, drops, faults, time), and what each stage NF reads from
+    /// its state without running its code (a C stage: nothing).
+    fn quarantined_summary(&self, state: &ChainState) -> Vec<(&'static str, u64)> {
+        self.stages_summary(state, Stage::quarantined_summary)
+    }
+}
+
+impl Chain {
+    /// The per-stage summary keys ([`stage_key`]), each stage NF's own counters from
+    /// `nf_counters`.
+    fn stages_summary(
+        &self,
+        state: &ChainState,
+        nf_counters: fn(&Stage) -> Vec<(&'static str, u64)>,
+    ) -> Vec<(&'static str, u64)> {
         let mut out = Vec::new();
         for (i, s) in state.stages.iter().enumerate() {
             let c = &s.counters;
@@ -1258,7 +1339,7 @@ impl NetworkFunction for Chain {
             if self.timed {
                 out.push((key("ns"), c.ns));
             }
-            for (k, v) in s.summary() {
+            for (k, v) in nf_counters(s) {
                 out.push((key(&format!("nf.{k}")), v));
             }
         }
@@ -1302,6 +1383,59 @@ flow_capacity = 8
 
     fn tenants() -> Vec<TenantConfig> {
         parse(Format::Toml, Path::new("t.toml"), FILE).unwrap()
+    }
+
+    /// A stage NF that registers `bytes`.
+    struct Fat(usize);
+
+    impl NetworkFunction for Fat {
+        type State = ();
+        type Policy = serde_json::Value;
+        fn name(&self) -> &'static str {
+            "fat"
+        }
+        fn register(&self) -> MemorySpec {
+            MemorySpec { bytes: self.0 }
+        }
+        fn init(&self, _: &Self::Policy, _: &mut ()) -> Result<(), InitError> {
+            Ok(())
+        }
+        fn handle(&self, _: &mut Packet<'_>, _: &mut ()) -> Verdict {
+            Verdict::Pass
+        }
+    }
+
+    impl RegisteredNf for Fat {}
+
+    #[test]
+    fn a_region_past_the_arena_names_the_stage_that_made_it() {
+        let c = Chain::new()
+            .with_nf(DEFAULT_KEY, Fat(PAGE))
+            .with_nf("c:big.so", Fat(3 << 30))
+            .with_nf("ebpf:small.o", Fat(64 << 10));
+        let region = c.register().bytes;
+        assert!(region > MAX_STAGES * (3 << 30));
+        c.check_region(region).unwrap();
+        let e = c.check_region(16 << 30).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                ChainError::RegionTooLarge { nf, stage_bytes, limit, .. }
+                    if nf == "c:big.so" && *stage_bytes == 3 << 30 && *limit == 16 << 30
+            ),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("chain stage NF c:big.so asks 3221225472 bytes per tenant"),
+            "{text}"
+        );
+        assert!(text.contains("more than the 17179869184 bytes"), "{text}");
+        // Without the fat stage the same arena holds the region.
+        let thin = Chain::new()
+            .with_nf(DEFAULT_KEY, Fat(PAGE))
+            .with_nf("ebpf:small.o", Fat(64 << 10));
+        thin.check_region(16 << 30).unwrap();
     }
 
     #[test]

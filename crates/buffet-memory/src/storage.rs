@@ -82,6 +82,17 @@ impl ArenaConfig {
     }
 }
 
+impl ArenaConfig {
+    /// The largest region an empty arena of this capacity gives: its pages less the
+    /// leading guard page and the region's own ([`AllocError::TooLarge`]'s `max`).
+    pub fn largest_region(&self) -> usize {
+        let page = sys::page_size();
+        self.capacity
+            .checked_next_multiple_of(page)
+            .map_or(usize::MAX - 2 * page, |c| c.saturating_sub(2 * page))
+    }
+}
+
 impl Default for ArenaConfig {
     /// [`ArenaConfig::DEFAULT_CAPACITY`] of address space.
     fn default() -> Self {
@@ -727,6 +738,27 @@ mod tests {
                 "no guard page between {:?} and {:?}",
                 w[0],
                 w[1]
+            );
+        }
+    }
+
+    #[test]
+    fn largest_region_is_what_an_empty_arena_gives() {
+        for pages in [3, 16, 1000] {
+            let cfg = ArenaConfig {
+                capacity: pages * sys::page_size(),
+            };
+            let s = MemoryStorage::new(cfg).unwrap();
+            let max = cfg.largest_region();
+            assert_eq!(max, s.stats().largest_free);
+            assert!(s.alloc(max).is_ok());
+            let s = MemoryStorage::new(cfg).unwrap();
+            assert_eq!(
+                s.alloc(max + 1).err(),
+                Some(AllocError::TooLarge {
+                    requested: max + 1,
+                    max
+                })
             );
         }
     }
