@@ -3987,3 +3987,52 @@ fn an_idle_run_sleeps_and_still_wakes_for_traffic() {
         assert_eq!(tenant_rows(&json), want, "{extra:?}");
     }
 }
+
+/// Native XDP on a veth whose MTU is 9000: the kernel refuses the program with a bare
+/// ERANGE; `--port af-xdp` and `--dispatch xdp` say what it means (the driver's native
+/// XDP cannot take frames of that MTU) and what to do (the veth's limit, or generic
+/// mode), and leave nothing attached.
+#[test]
+fn native_xdp_on_a_jumbo_mtu_veth_says_what_to_do() {
+    if !privileged("live::native_xdp_on_a_jumbo_mtu_veth_says_what_to_do") {
+        return;
+    }
+    let ns = NsPair::new();
+    ip(&["-n", &ns.a, "link", "set", &ns.va, "mtu", "9000"]);
+    ip(&["-n", &ns.b, "link", "set", &ns.vb, "mtu", "9000"]);
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let tenants = tenants.to_str().unwrap();
+    let variants = dispatch_variants("live::native_xdp_on_a_jumbo_mtu_veth_says_what_to_do");
+    // The software dispatcher's AF_XDP port, and the XDP Packet Dispatcher where built.
+    for dispatch in variants.iter().map(|v| match v {
+        [] => &["--port", "af-xdp"][..],
+        v => v,
+    }) {
+        let mut args = vec![
+            "--iface",
+            &ns.va,
+            "--nf",
+            "monitor",
+            "--tenants",
+            tenants,
+            "--duration",
+            "1",
+            "--xdp-mode",
+            "native",
+        ];
+        args.extend_from_slice(dispatch);
+        let out = run_output(Some(&ns.a), &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{dispatch:?}: {err}");
+        assert!(
+            err.contains("native XDP cannot take frames of this interface's MTU (9000 bytes)")
+                && err.contains("at most 3506")
+                && err.contains("--xdp-mode generic"),
+            "{dispatch:?}: {err}"
+        );
+        assert!(!err.contains("Numerical result out of range"), "{err}");
+        assert_eq!(xdp_attached(&ns.a, &ns.va), None, "{dispatch:?}");
+    }
+}

@@ -244,6 +244,15 @@ pub enum AfXdpError {
         /// What is wrong.
         why: String,
     },
+    /// The driver's native XDP cannot take frames of the interface's MTU (the kernel's
+    /// `ERANGE`).
+    #[error("af_xdp on {iface}: {why}")]
+    NativeMtu {
+        /// The interface.
+        iface: String,
+        /// What it means and what to do ([`native_mtu_refused`]).
+        why: String,
+    },
     /// Another XDP program is attached and is not a leftover of a Buffet run.
     #[error(
         "af_xdp on {iface}: XDP program {name:?} (id {id}) is attached already{why}; {advice}"
@@ -280,6 +289,28 @@ pub enum AfXdpError {
         /// What the OS said.
         source: io::Error,
     },
+}
+
+/// The largest MTU a veth takes with an XDP program in native mode: one page (4 KiB on
+/// x86-64) less the 256 bytes of XDP headroom, the skb's shared info and the Ethernet
+/// header (the kernel's check in `veth_xdp_set`).
+pub const VETH_NATIVE_XDP_MAX_MTU: u32 = 3506;
+
+/// What the kernel's `ERANGE` on attaching an XDP program in native mode to `iface`
+/// means, and what to do: its driver's native XDP handles frames of one page only, and
+/// the MTU (`/sys/class/net/IF/mtu`; a veth's peer's counts too) is larger.
+pub fn native_mtu_refused(iface: &str) -> String {
+    let mtu = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        .ok()
+        .and_then(|m| m.trim().parse::<u32>().ok());
+    format!(
+        "native XDP cannot take frames of this interface's MTU{} (the kernel said ERANGE): \
+         the driver's native XDP handles frames of one memory page only. Lower the MTU \
+         (a veth takes at most {max} with 4 KiB pages, on both ends: `ip link set dev \
+         {iface} mtu {max}` and the same on its peer) or use --xdp-mode generic",
+        mtu.map(|m| format!(" ({m} bytes)")).unwrap_or_default(),
+        max = VETH_NATIVE_XDP_MAX_MTU
+    )
 }
 
 fn sys_error(iface: &str, call: &'static str, source: io::Error) -> AfXdpError {
@@ -512,7 +543,13 @@ impl RedirectProgram {
                 Err(_) => XDP_FLAGS_SKB_MODE,
             },
         };
-        try_attach(flags).map_err(|e| sys_error(iface, "rtnetlink(RTM_SETLINK, IFLA_XDP)", e))?;
+        try_attach(flags).map_err(|e| match e.raw_os_error() {
+            Some(libc::ERANGE) if flags == XDP_FLAGS_DRV_MODE => AfXdpError::NativeMtu {
+                iface: iface.to_owned(),
+                why: native_mtu_refused(iface),
+            },
+            _ => sys_error(iface, "rtnetlink(RTM_SETLINK, IFLA_XDP)", e),
+        })?;
         Ok(RedirectProgram {
             iface: iface.to_owned(),
             ifindex,

@@ -465,6 +465,15 @@ pub enum AttachError {
         /// What went wrong.
         why: String,
     },
+    /// The driver's native XDP cannot take frames of the interface's MTU (the kernel's
+    /// `ERANGE`).
+    #[error("attaching the XDP dispatcher to {iface}: {why}")]
+    NativeMtu {
+        /// The interface.
+        iface: String,
+        /// What it means and what to do.
+        why: String,
+    },
     /// The netlink/link attach failed.
     #[error("attaching the XDP dispatcher to {iface}: {source}")]
     Attach {
@@ -672,6 +681,20 @@ impl std::fmt::Debug for XdpDispatcher {
 
 /// Why [`XdpDispatcher::attach`] leaves the program in its way: it is not a dead run's
 /// ([`AttachError::Busy`]), or that could not be told ([`AttachError::Check`]).
+/// Whether the kernel answered `ERANGE` somewhere in `e`'s chain.
+fn is_erange(e: &ProgramError) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.raw_os_error() == Some(libc::ERANGE) {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
+}
+
 fn refused(iface: &str, e: buffet_io::afxdp::AfXdpError) -> AttachError {
     match e {
         buffet_io::afxdp::AfXdpError::Busy {
@@ -1630,6 +1653,12 @@ impl XdpDispatcher {
                 match buffet_io::afxdp::clear_leftover_program(iface) {
                     Ok(Some(_)) => {}
                     // The hook was free: the attach failed for another reason.
+                    Ok(None) if mode == AttachMode::Native && is_erange(&first) => {
+                        return Err(AttachError::NativeMtu {
+                            iface: iface.into(),
+                            why: buffet_io::afxdp::native_mtu_refused(iface),
+                        })
+                    }
                     Ok(None) => {
                         return Err(AttachError::Attach {
                             iface: iface.into(),
