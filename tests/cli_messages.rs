@@ -1,7 +1,8 @@
 //! What `buffet replay` says to its user, end to end: a file given to `--nf-lib` that is
 //! no shared object (an eBPF object, a text file) is named for what it is, with the
 //! option that loads it; a contained fault's reason is printed once; an `unknown NF` in a
-//! tenants file lists every NF the program could run there, its registered ones too.
+//! tenants file lists every NF the program could run there, its registered ones too; a
+//! quarantined tenant with a chain keeps its `chain` array in `--stats-json`.
 //!
 //! The eBPF objects come from tests/build.rs (clang; without it those tests are privilege
 //! skips, a failure under `CI=true` or `BUFFET_REQUIRE_PRIVILEGED=1`). The C NFs are built
@@ -138,6 +139,67 @@ fn a_contained_faults_reason_is_printed_once() {
         "{stdout}"
     );
     assert!(!stdout.contains("contained fault:"), "{stdout}");
+}
+
+#[test]
+fn a_quarantined_tenant_keeps_its_chain_in_the_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let nf = build_nf(dir.path(), "malicious");
+    let nf = nf.to_str().unwrap();
+    // Tenant 1: monitor then the C NF, behaving; tenant 2: the same chain, its C stage
+    // writing to NULL after 40 packets.
+    std::fs::write(
+        dir.path().join("tenants.toml"),
+        format!(
+            "[[tenant]]\nid = 1\nrules = [ {{ dst_ip = \"10.1.0.0/16\" }} ]\n\
+             [[tenant.chain]]\nnf = \"monitor\"\n\
+             [[tenant.chain]]\nnf = \"c:{nf}\"\npolicy = {{ canary = 11 }}\n\n\
+             [[tenant]]\nid = 2\nrules = [ {{ dst_ip = \"10.2.0.0/16\" }} ]\n\
+             [[tenant.chain]]\nnf = \"monitor\"\n\
+             [[tenant.chain]]\nnf = \"c:{nf}\"\npolicy = {{ attack = \"null\", attack_after = 40 }}\n"
+        ),
+    )
+    .unwrap();
+    traffic(dir.path());
+    let out = buffet(
+        dir.path(),
+        &[
+            "replay",
+            "--isolation",
+            "trusted-native",
+            "--tenants",
+            "tenants.toml",
+            "--input",
+            "in.pcap",
+            "--stats-json",
+            "stats.json",
+            "--no-pin",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let stats: serde_json::Value =
+        serde_json::from_reader(File::open(dir.path().join("stats.json")).unwrap()).unwrap();
+    let healthy = tenant(&stats, 1);
+    assert_eq!(healthy["quarantined"], false, "{healthy}");
+    assert_eq!(healthy["chain"][1]["packets"], 100, "{healthy}");
+    let faulty = tenant(&stats, 2);
+    assert_eq!(faulty["quarantined"], true, "{faulty}");
+    let chain = faulty["chain"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{faulty}"));
+    assert_eq!(chain.len(), 2, "{faulty}");
+    assert_eq!(chain[0]["nf"], "monitor", "{faulty}");
+    assert_eq!(chain[1]["nf"], "malicious", "{faulty}");
+    // The counters the chain keeps per stage: the 41st packet faulted in stage 1 (stage 0
+    // ran over the whole chunk it came in). The stage NFs' own counters are not read:
+    // that would run the quarantined tenant's code.
+    let first = chain[0]["packets"].as_u64().unwrap();
+    assert!(first >= 41, "{faulty}");
+    assert_eq!(chain[0]["passed"], first, "{faulty}");
+    assert_eq!(chain[1]["packets"], 41, "{faulty}");
+    assert_eq!(chain[1]["passed"], 40, "{faulty}");
+    assert_eq!(chain[1]["faults"], 1, "{faulty}");
 }
 
 #[test]

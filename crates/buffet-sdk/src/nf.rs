@@ -297,4 +297,14 @@ pub trait NetworkFunction: Send + Sync + 'static {
         let _ = state;
         Vec::new()
     }
+
+    /// [`summary`](Self::summary) for a tenant a fault quarantined: only the counters
+    /// that can be read from `state` without running tenant code (as
+    /// [`fault_reason`](Self::fault_reason)); stats output then has them instead of
+    /// none (a chain: each stage's packets, verdicts and faults). Called off the hot
+    /// path. Default: none.
+    fn quarantined_summary(&self, state: &Self::State) -> Vec<(&'static str, u64)> {
+        let _ = state;
+        Vec::new()
+    }
 }

@@ -2216,14 +2216,19 @@ impl<N: NetworkFunction> Dataplane<N> {
                 r.worker = row.worker.0;
             }
             if let Some(entry) = &*self.core.shared.table.get(slot) {
-                if !r.quarantined {
-                    // Never wait on a handler for long: one that does not return (a stuck
-                    // worker) would stop this thread, and with it the supervision that
-                    // finds the worker stuck. A state held past REPORT_LOCK_WAIT leaves
-                    // this snapshot without the tenant's NF counters.
-                    if let Some(state) = lock_within(entry, REPORT_LOCK_WAIT) {
-                        r.nf = self.core.shared.nf.summary(&state).into_iter().collect();
-                    }
+                // Never wait on a handler for long: one that does not return (a stuck
+                // worker) would stop this thread, and with it the supervision that finds
+                // the worker stuck. A state held past REPORT_LOCK_WAIT leaves this
+                // snapshot without the tenant's NF counters. A quarantined tenant's NF
+                // code is not run again: only what its state holds is read.
+                if let Some(state) = lock_within(entry, REPORT_LOCK_WAIT) {
+                    let nf = &self.core.shared.nf;
+                    let summary = if r.quarantined {
+                        nf.quarantined_summary(&state)
+                    } else {
+                        nf.summary(&state)
+                    };
+                    r.nf = summary.into_iter().collect();
                 }
             }
             tenants.push(r);
