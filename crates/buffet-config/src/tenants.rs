@@ -156,6 +156,61 @@ impl Policy {
     pub fn decode<P: DeserializeOwned>(&self) -> Result<P, String> {
         P::deserialize(&self.0).map_err(|e| e.to_string())
     }
+
+    /// [`decode`](Self::decode) whose error also names the field the NF's policy type
+    /// refused (`policy.flow_capacity`, `policy.rules[2].proto`).
+    pub fn decode_field<P: DeserializeOwned>(&self) -> Result<P, PolicyError> {
+        serde_path_to_error::deserialize(&self.0).map_err(|e| PolicyError {
+            path: path_text(e.path()),
+            message: e.inner().to_string().trim().to_owned(),
+        })
+    }
+}
+
+/// A policy the NF's policy type refused ([`Policy::decode_field`]); shown as
+/// `policy.flow_capacity: invalid type: ...`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {message}", self.field())]
+pub struct PolicyError {
+    /// The refused field inside the policy (`flow_capacity`, `rules[2].proto`); empty
+    /// when it is the policy as a whole (an unknown field, which the message names).
+    pub path: String,
+    /// The deserializer's message.
+    pub message: String,
+}
+
+impl PolicyError {
+    /// The field as the tenants file names it: `policy`, `policy.flow_capacity`.
+    pub fn field(&self) -> String {
+        join_field("policy", &self.path)
+    }
+}
+
+/// `base` and a path below it: `rules[0]` + `vlan` is `rules[0].vlan`, `chain` + `[1]`
+/// is `chain[1]`, and an empty path is `base`.
+fn join_field(base: &str, path: &str) -> String {
+    match path.chars().next() {
+        None => base.to_owned(),
+        Some('[') => format!("{base}{path}"),
+        Some(_) if base.is_empty() => path.to_owned(),
+        Some(_) => format!("{base}.{path}"),
+    }
+}
+
+/// A deserializer's path as a field name (`rules[2].proto`); empty at the top, and cut
+/// before a segment it cannot name.
+fn path_text(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } => out = join_field(&out, key),
+            Segment::Enum { variant } => out = join_field(&out, variant),
+            Segment::Unknown => break,
+        }
+    }
+    out
 }
 
 /// One stage of a tenant's chain (`[[tenant.chain]]`), validated.
@@ -228,11 +283,11 @@ impl TenantConfig {
     /// `file` (the tenants file, or whatever the tenants came from), the tenant and
     /// `policy`.
     pub fn policy_as<P: DeserializeOwned>(&self, file: &Path) -> Result<P, TenantsError> {
-        self.policy.decode().map_err(|message| TenantsError::Field {
+        self.policy.decode_field().map_err(|e| TenantsError::Field {
             path: file.to_owned(),
             tenant: format!("{} ({:?})", self.id, self.name),
-            field: "policy".to_owned(),
-            message: message.trim().to_owned(),
+            field: e.field(),
+            message: e.message,
         })
     }
 }
@@ -280,8 +335,9 @@ pub enum TenantsError {
 trait Doc: DeserializeOwned {
     fn int(&self, key: &str) -> Option<i64>;
     fn str(&self, key: &str) -> Option<&str>;
-    /// Converts to `T`; the error is the message alone (no position).
-    fn decode<T: DeserializeOwned>(self) -> Result<T, String>;
+    /// Converts to `T`; the error is the path of the refused field inside the value
+    /// (`max_nb`, `""` for the value as a whole) and the message alone (no position).
+    fn decode<T: DeserializeOwned>(self) -> Result<T, (String, String)>;
     /// The value as a policy object.
     fn into_policy(self) -> Result<Policy, String>;
 }
@@ -295,9 +351,11 @@ impl Doc for toml::Value {
         self.get(key).and_then(toml::Value::as_str)
     }
 
-    fn decode<T: DeserializeOwned>(self) -> Result<T, String> {
-        self.try_into()
-            .map_err(|e: toml::de::Error| e.message().trim().to_owned())
+    fn decode<T: DeserializeOwned>(self) -> Result<T, (String, String)> {
+        serde_path_to_error::deserialize(self).map_err(|e| {
+            let path = path_text(e.path());
+            (path, e.into_inner().message().trim().to_owned())
+        })
     }
 
     fn into_policy(self) -> Result<Policy, String> {
@@ -317,8 +375,11 @@ impl Doc for serde_json::Value {
         self.get(key).and_then(serde_json::Value::as_str)
     }
 
-    fn decode<T: DeserializeOwned>(self) -> Result<T, String> {
-        serde_json::from_value(self).map_err(|e| e.to_string().trim().to_owned())
+    fn decode<T: DeserializeOwned>(self) -> Result<T, (String, String)> {
+        serde_path_to_error::deserialize(self).map_err(|e| {
+            let path = path_text(e.path());
+            (path, e.into_inner().to_string().trim().to_owned())
+        })
     }
 
     fn into_policy(self) -> Result<Policy, String> {
@@ -415,7 +476,7 @@ struct RawGuard {
 }
 
 fn build_stage<V: Doc>(raw: V) -> Result<StageConfig, (String, String)> {
-    let raw: RawStage<V> = raw.decode().map_err(|e| (String::new(), e))?;
+    let raw: RawStage<V> = raw.decode()?;
     let nf = match (raw.nf, raw.nf_lib, raw.nf_ebpf) {
         (Some(nf), None, None) => nf
             .parse::<NfSpec>()
@@ -449,7 +510,8 @@ fn build_stage<V: Doc>(raw: V) -> Result<StageConfig, (String, String)> {
     };
     let when = match raw.when {
         Some(w) => {
-            let json: serde_json::Value = w.decode().map_err(|e| ("when".to_owned(), e))?;
+            let json: serde_json::Value =
+                w.decode().map_err(|(p, e)| (join_field("when", &p), e))?;
             Some(guard_from_json(json).map_err(|(f, m)| (format!("when{f}"), m))?)
         }
         None => None,
@@ -543,7 +605,8 @@ pub fn parse(format: Format, path: &Path, text: &str) -> Result<Vec<TenantConfig
 
 fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, TenantsError> {
     let mut out = Vec::with_capacity(tenants.len());
-    let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+    // Each id's entry (its index) and name, for a duplicate's error.
+    let mut seen: BTreeMap<u32, (usize, Option<String>)> = BTreeMap::new();
     for (i, value) in tenants.into_iter().enumerate() {
         let label = tenant_label(&value, i);
         let field_err = |field: &str, message: String| TenantsError::Field {
@@ -552,13 +615,24 @@ fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, T
             field: field.to_owned(),
             message,
         };
-        let t: RawTenant<V> = value.decode().map_err(|e| field_err("(tenant)", e))?;
-        if let Some(first) = seen.insert(t.id, i) {
+        // A field of the wrong type is named (`max_nb`); a missing one is the entry's.
+        let t: RawTenant<V> = value
+            .decode()
+            .map_err(|(p, e)| field_err(if p.is_empty() { "(tenant)" } else { &p }, e))?;
+        if let Some((first, first_name)) = seen.get(&t.id) {
+            let named = first_name
+                .as_ref()
+                .map_or(String::new(), |n| format!(", {n:?}"));
             return Err(field_err(
                 "id",
-                format!("duplicate tenant id {} (also tenant #{})", t.id, first + 1),
+                format!(
+                    "duplicate tenant id {} (also the {} tenant entry{named})",
+                    t.id,
+                    ordinal(first + 1),
+                ),
             ));
         }
+        seen.insert(t.id, (i, t.name.clone()));
         if t.nf.is_some() {
             return Err(field_err(
                 "nf",
@@ -568,7 +642,9 @@ fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, T
         let chain = match t.chain {
             None => Vec::new(),
             Some(c) => {
-                let stages: Vec<V> = c.decode().map_err(|e| field_err("chain", e))?;
+                let stages: Vec<V> = c
+                    .decode()
+                    .map_err(|(p, e)| field_err(&join_field("chain", &p), e))?;
                 if stages.is_empty() || stages.len() > MAX_STAGES {
                     return Err(field_err(
                         "chain",
@@ -611,7 +687,7 @@ fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, T
         let mut keys = 0;
         for (r, rule) in t.rules.into_iter().enumerate() {
             let at = |f: &str| format!("rules[{r}]{}{f}", if f.is_empty() { "" } else { "." });
-            let raw: RawRule = rule.decode().map_err(|e| field_err(&at(""), e))?;
+            let raw: RawRule = rule.decode().map_err(|(p, e)| field_err(&at(&p), e))?;
             let (priority, m) = build_rule(raw).map_err(|(f, m)| field_err(&at(f), m))?;
             keys += m.key_count();
             if keys > MAX_RULE_KEYS_PER_TENANT {
@@ -652,6 +728,18 @@ fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, T
         out.push(tenant);
     }
     Ok(out)
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, ..., `11th`, ..., `21st`.
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 fn tenant_label<V: Doc>(value: &V, i: usize) -> String {
@@ -935,8 +1023,93 @@ rules = [ { action = "allow", proto = "udp", dst_port = 53 },
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("t.toml: tenant 7 (\"acme\"): policy: unknown field `flow_capacityy`"),
+            e.starts_with(
+                "t.toml: tenant 7 (\"acme\"): policy.flow_capacityy: unknown field `flow_capacityy`"
+            ),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn type_errors_name_the_field_not_the_whole_entry() {
+        // A policy field of the wrong type, from the file and as the NF decodes it.
+        let t = toml(
+            "[[tenant]]\nid = 1\nname = \"a\"\nrules = [ { vlan = 1 } ]\n[tenant.policy]\nflow_capacity = -1\n",
+        )
+        .unwrap();
+        let e = t[0]
+            .policy_as::<buffet_nfs::monitor::MonitorPolicy>(Path::new("t.toml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "t.toml: tenant 1 (\"a\"): policy.flow_capacity: invalid value: integer `-1`, expected u32"
+        );
+        let j =
+            json(r#"{"tenant":[{"id":1,"rules":[{"vlan":1}],"policy":{"flow_capacity":"x"}}]}"#)
+                .unwrap();
+        let e = j[0]
+            .policy_as::<buffet_nfs::monitor::MonitorPolicy>(Path::new("t.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("t.json: tenant 1 (\"tenant-1\"): policy.flow_capacity: invalid type"),
+            "{e}"
+        );
+        // Nested: the index and the field inside it.
+        let e = Policy::from_map(
+            serde_json::json!({ "rules": [ { "action": "allow" }, { "action": 3 } ] })
+                .as_object()
+                .unwrap()
+                .clone(),
+        )
+        .decode_field::<buffet_nfs::firewall::FirewallPolicy>()
+        .unwrap_err();
+        assert_eq!(e.field(), "policy.rules[1].action", "{e}");
+        // A tenant's own field of the wrong type, in both formats.
+        let e = err("[[tenant]]\nid = 1\nname = \"a\"\nmax_nb = -5\nrules = [ { vlan = 1 } ]\n");
+        assert_eq!(
+            e,
+            "t.toml: tenant 1 (\"a\"): max_nb: invalid value: integer `-5`, expected u64"
+        );
+        let e = json(r#"{"tenant":[{"id":1,"weight":"x","rules":[{"vlan":1}]}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tenant 1: weight: invalid type"), "{e}");
+        // A rule's field of the wrong type.
+        let e = err("[[tenant]]\nid = 1\nrules = [ { vlan = 1 }, { vlan = \"x\" } ]\n");
+        assert!(e.contains("tenant 1: rules[1].vlan: invalid type"), "{e}");
+        // A missing field is the entry's.
+        let e = err("[[tenant]]\nname = \"a\"\nrules = [ { vlan = 1 } ]\n");
+        assert!(e.contains("(tenant): missing field `id`"), "{e}");
+    }
+
+    #[test]
+    fn a_duplicate_id_names_the_first_entry_by_position_and_name() {
+        let two = "rules = [ { vlan = 1 } ]\n";
+        let e = err(&format!(
+            "[[tenant]]\nid = 1\nname = \"a\"\n{two}[[tenant]]\nid = 1\nname = \"b\"\n{two}"
+        ));
+        assert_eq!(
+            e,
+            "t.toml: tenant 1 (\"b\"): id: duplicate tenant id 1 (also the 1st tenant entry, \"a\")"
+        );
+        let e = err(&format!(
+            "[[tenant]]\nid = 2\n{two}[[tenant]]\nid = 1\n{two}[[tenant]]\nid = 1\n{two}"
+        ));
+        assert!(e.ends_with("(also the 2nd tenant entry)"), "{e}");
+        let e = json(
+            r#"{"tenant":[{"id":5,"name":"x","rules":[{"vlan":1}]},{"id":5,"rules":[{"vlan":1}]}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.ends_with("(also the 1st tenant entry, \"x\")"), "{e}");
+        assert_eq!(
+            [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111].map(ordinal),
+            [
+                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st",
+                "111th"
+            ]
         );
     }
 
@@ -1197,7 +1370,7 @@ rules = [ { dst_ip = "10.8.0.0/16" } ]
         let e = stage("nf = \"dpi\"\nwhen = { mark = -1 }");
         assert!(e.contains("chain[1].when"), "{e}");
         let e = stage("nf = \"dpi\"\ncolour = 1");
-        assert!(e.contains("chain[1]: unknown field `colour`"), "{e}");
+        assert!(e.contains("chain[1].colour: unknown field `colour`"), "{e}");
         let e = stage("nf = \"dpi\"\npolicy = 3");
         assert!(e.contains("chain[1].policy: a policy is a table"), "{e}");
         // Over the limit, and empty.

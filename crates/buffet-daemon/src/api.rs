@@ -113,7 +113,7 @@ impl From<PlaneError> for ApiError {
     fn from(e: PlaneError) -> ApiError {
         let message = e.to_string();
         let status = match &e {
-            PlaneError::Policy(_) | PlaneError::Chain(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            PlaneError::Policy { .. } | PlaneError::Chain(_) => StatusCode::UNPROCESSABLE_ENTITY,
             PlaneError::Xdp(x) => match x {
                 XdpChangeError::Rules { .. } => StatusCode::UNPROCESSABLE_ENTITY,
                 XdpChangeError::Worker(buffet_xdp::WorkerTableError::NotLive(_)) => {

@@ -75,9 +75,15 @@ fn open_dpdk(d: &crate::config::DpdkPortConfig, _id: PortId) -> Result<Box<dyn P
 /// Why a data-plane operation failed. When a control call returns it, nothing changed.
 #[derive(Debug, thiserror::Error)]
 pub enum PlaneError {
-    /// The tenant's policy is not one the NF understands.
-    #[error("policy: {0}")]
-    Policy(String),
+    /// The tenant's policy is not one the NF understands: `tenant 9:
+    /// policy.flow_capacity: invalid type: ...`.
+    #[error("tenant {tenant}: {error}")]
+    Policy {
+        /// The tenant.
+        tenant: u32,
+        /// The refused field and why.
+        error: buffet_config::tenants::PolicyError,
+    },
     /// The tenant's chain names an NF this server does not offer, or a stage's policy
     /// or guard is invalid (the message names the tenant, the stage and the field).
     #[error("{0}")]
@@ -187,8 +193,11 @@ impl<N: RegisteredNf> Typed<N> {
     /// its chain (its own stages, or the configured NF with its policy).
     fn policy(&self, t: &TenantConfig) -> Result<N::Policy, PlaneError> {
         let decode = |p: &buffet_config::tenants::Policy| {
-            p.decode::<N::Policy>()
-                .map_err(|m| PlaneError::Policy(m.trim().to_owned()))
+            p.decode_field::<N::Policy>()
+                .map_err(|error| PlaneError::Policy {
+                    tenant: t.id.0,
+                    error,
+                })
         };
         if self.offered.is_none() {
             if !t.chain.is_empty() {

@@ -361,7 +361,17 @@ fn bad_input_gets_a_4xx_naming_the_problem_and_changes_nothing() {
         (
             json!({ "id": 5, "rules": [ { "dst_ip": "10.0.2.0/24" } ], "policy": { "default": "sometimes" } }).to_string(),
             422,
-            "policy",
+            "tenant 5: policy.default: unknown variant `sometimes`",
+        ),
+        (
+            json!({ "id": 5, "rules": [ { "dst_ip": "10.0.2.0/24" } ], "policy": { "conntrack_capacity": "x" } }).to_string(),
+            422,
+            "tenant 5: policy.conntrack_capacity: invalid type: string \"x\", expected u32",
+        ),
+        (
+            json!({ "id": 5, "rules": [ { "dst_ip": "10.0.2.0/24" } ], "policy": { "conntrack_capacty": 4 } }).to_string(),
+            422,
+            "tenant 5: policy.conntrack_capacty: unknown field `conntrack_capacty`",
         ),
         (
             json!({ "id": 5, "rules": [ { "dst_ip": "10.0.2.0/33" } ] }).to_string(),
@@ -494,6 +504,12 @@ fn applying_a_tenant_set_is_all_or_nothing() {
     ]});
     let (s, v) = admin(&d, "PUT", "/v1/tenants", Some(&bad));
     assert_eq!(s, 422, "{v}");
+    // The refusal names the tenant among the set, and the field.
+    let msg = v["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("tenant 4: policy.default: unknown variant `sometimes`"),
+        "{msg}"
+    );
     assert_eq!(ids(&d), vec![1, 2]);
     assert_eq!(
         admin(&d, "GET", "/v1/tenants/1", None).1["policy"]["default"],
