@@ -197,7 +197,7 @@ enum End {
 enum AgentError {
     #[error(transparent)]
     Connect(#[from] lease::ConnectError),
-    #[error("etcd: {0}")]
+    #[error("etcd: {}", lease::describe(.0))]
     Etcd(#[from] etcd_client::Error),
     #[error("etcd: no answer within {0:?}")]
     Timeout(Duration),

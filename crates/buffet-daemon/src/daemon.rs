@@ -1,5 +1,6 @@
-//! The daemon's life: start (admin token, store, data plane, re-admission of every
-//! stored tenant, then the API), the event pump and the Agent, and an orderly stop
+//! The daemon's life: start (the API's address, the store, the admin token, the data
+//! plane, re-admission of every stored tenant, then the API serves; a start that fails
+//! leaves data_dir as it found it), the event pump and the Agent, and an orderly stop
 //! (stop intake, drain the data plane, return its final report).
 //!
 //! The API runs on a tokio runtime of its own thread; the data plane on its own thread
@@ -376,9 +377,22 @@ fn run(
     ready: std::sync::mpsc::Sender<(SocketAddr, Arc<Live>)>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Report, DaemonError> {
-    let (token, origin) = auth::admin_token(cfg.api.admin_token_file.as_deref(), &cfg.data_dir)?;
-    eprintln!("buffetd: admin token: {origin}");
-    let store = Arc::new(Store::open(&cfg.data_dir)?);
+    // What can fail without changing anything on disk comes first: the API's address
+    // (in use by another process), then the store's lock (another buffetd on this
+    // data_dir). Whatever this start creates in data_dir afterwards is removed again if
+    // it fails before the API serves.
+    let listener = std::net::TcpListener::bind(cfg.api.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|source| DaemonError::Listen {
+            addr: cfg.api.listen,
+            source,
+        })?;
+    let mut created = Created::new(&cfg.data_dir);
+    let store = created.file("buffetd.redb", || Store::open(&cfg.data_dir))?;
+    let store = Arc::new(store);
+    let (token, origin) = created.file("admin.token", || {
+        auth::admin_token(cfg.api.admin_token_file.as_deref(), &cfg.data_dir)
+    })?;
     let contents = store.load()?;
     let started = starter(&cfg, &config_path)?;
     let plane = started.plane.clone();
@@ -402,12 +416,16 @@ fn run(
     );
     let cluster = match cfg.cluster.clone() {
         Some(c) => {
-            let instance = crate::cluster::instance_id(&cfg.data_dir).map_err(|e| {
-                DaemonError::Runtime(format!(
-                    "cannot keep the cluster instance id in {}: {e}",
-                    cfg.data_dir.display()
-                ))
-            })?;
+            let instance = created
+                .file("cluster-instance", || {
+                    crate::cluster::instance_id(&cfg.data_dir)
+                })
+                .map_err(|e| {
+                    DaemonError::Runtime(format!(
+                        "cannot keep the cluster instance id in {}: {e}",
+                        cfg.data_dir.display()
+                    ))
+                })?;
             Some(crate::cluster::Hook::new(
                 c,
                 instance,
@@ -490,9 +508,8 @@ fn run(
         None => Err(ReloadError::Stopping),
     }));
     let served = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|source| DaemonError::Listen {
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(|source| DaemonError::Listen {
                 addr: listen,
                 source,
             })?;
@@ -503,7 +520,11 @@ fn run(
                 source,
             })?;
         state.set_ready(true);
+        // Said once started: a failed start removes a token it generated.
+        eprintln!("buffetd: admin token: {origin}");
         eprintln!("buffetd: API on http://{addr}");
+        // Started: what this start wrote into data_dir is the daemon's data now.
+        created.keep();
         let _ = ready.send((addr, live));
         // The cluster Agent admits placed tenants through the API's own routes, as set up
         // at start (a reload's new request limits apply to clients, not to it).
@@ -530,6 +551,69 @@ fn run(
     let _ = pump.join();
     served?;
     Ok(report)
+}
+
+/// The files a start creates in the data directory (and the directory itself), removed
+/// again when the start fails before the API serves: a failed start leaves the disk as
+/// it found it. A file that was there before is never removed, nor one whose creating
+/// step failed (another buffetd may have made it meanwhile).
+struct Created {
+    dir: PathBuf,
+    /// The directories of `dir`'s path that did not exist, deepest first: removed
+    /// too, each if empty.
+    new_dirs: Vec<PathBuf>,
+    /// Files this start created.
+    files: Vec<PathBuf>,
+    keep: bool,
+}
+
+impl Created {
+    fn new(dir: &Path) -> Created {
+        Created {
+            dir: dir.to_owned(),
+            new_dirs: dir
+                .ancestors()
+                .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+                .map(Path::to_owned)
+                .collect(),
+            files: Vec::new(),
+            keep: false,
+        }
+    }
+
+    /// Runs `make`, which may create `<dir>/<name>`; if it succeeds and the file was not
+    /// there before, the file is this start's.
+    fn file<T, E>(&mut self, name: &str, make: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        let path = self.dir.join(name);
+        let before = path.exists();
+        let out = make()?;
+        if !before && path.exists() {
+            self.files.push(path);
+        }
+        Ok(out)
+    }
+
+    /// The start succeeded: keep everything.
+    fn keep(&mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for f in self.files.iter().rev() {
+            let _ = std::fs::remove_file(f);
+        }
+        for d in &self.new_dirs {
+            // Only if empty: anything else in it is not this start's.
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    }
 }
 
 /// The Agent: reads the data plane's events, counts them, fans them out to

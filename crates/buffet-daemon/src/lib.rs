@@ -67,7 +67,9 @@ pub fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("buffetd: error: {e:#}");
+            // The message alone: every error here already ends with its cause
+            // (`path: why`), so walking the cause chain would print each cause twice.
+            eprintln!("buffetd: error: {e}");
             ExitCode::FAILURE
         }
     }

@@ -11,7 +11,7 @@
 //! This module knows nothing of the data plane; [`crate::api`] orders the two (see
 //! docs/daemon.md, "Persistence").
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableTable, TableDefinition};
 
@@ -20,14 +20,26 @@ const TENANTS: TableDefinition<'_, u32, &[u8]> = TableDefinition::new("tenants")
 /// SHA-256 of a tenant-scoped token → the tenant it reads.
 const TOKENS: TableDefinition<'_, &[u8], u32> = TableDefinition::new("tokens");
 
-/// A store operation that failed; nothing of it was committed. (redb's error, boxed:
-/// it is large and errors are rare.)
+/// A store operation that failed; nothing of it was committed.
 #[derive(Debug, thiserror::Error)]
-#[error("store: {0}")]
-pub struct StoreError(Box<redb::Error>);
+pub enum StoreError {
+    /// redb's error (boxed: it is large and errors are rare).
+    #[error("store: {0}")]
+    Redb(Box<redb::Error>),
+    /// Another process (another buffetd) has the store open: redb locks its file.
+    #[error(
+        "data_dir {}: another buffetd is using it (its store, buffetd.redb, is locked): \
+         stop that buffetd, or give this one its own data_dir",
+        dir.display()
+    )]
+    InUse {
+        /// The data directory.
+        dir: PathBuf,
+    },
+}
 
 fn e(x: impl Into<redb::Error>) -> StoreError {
-    StoreError(Box::new(x.into()))
+    StoreError::Redb(Box::new(x.into()))
 }
 
 /// What the store holds, read at start.
@@ -57,7 +69,12 @@ impl Store {
     /// Opens (or creates) `<dir>/buffetd.redb`, creating `dir` if needed.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
         std::fs::create_dir_all(dir).map_err(|io| e(redb::StorageError::Io(io)))?;
-        let db = Database::create(dir.join("buffetd.redb")).map_err(e)?;
+        let db = Database::create(dir.join("buffetd.redb")).map_err(|x| match x {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::InUse {
+                dir: dir.to_owned(),
+            },
+            x => e(x),
+        })?;
         let tx = db.begin_write().map_err(e)?;
         tx.open_table(TENANTS).map_err(e)?;
         tx.open_table(TOKENS).map_err(e)?;
@@ -135,5 +152,20 @@ mod tests {
         let c = Store::open(dir.path()).unwrap().load().unwrap();
         assert_eq!(c.tenants, vec![(8, b"{\"id\":8}".to_vec())]);
         assert_eq!(c.tokens, vec![([2; 32], 8)]);
+    }
+
+    #[test]
+    fn a_store_already_open_is_named_as_another_buffetd_using_the_data_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = Store::open(dir.path()).unwrap();
+        let e = Store::open(dir.path()).err().unwrap().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "data_dir {}: another buffetd is using it (its store, buffetd.redb, is \
+                 locked): stop that buffetd, or give this one its own data_dir",
+                dir.path().display()
+            )
+        );
     }
 }

@@ -22,13 +22,47 @@ pub enum ConnectError {
     #[error("no etcd endpoint given")]
     NoEndpoint,
     /// The endpoints did not answer.
-    #[error("etcd at {endpoints} is unreachable: {message}")]
+    #[error("cannot reach etcd at {endpoints}: {message}")]
     Unreachable {
         /// The endpoints, comma-separated.
         endpoints: String,
-        /// The client's error.
+        /// Why, in words ([`describe`]): `connection refused`.
         message: String,
     },
+}
+
+/// An etcd client error in words for a person: the system's reason when the connection
+/// failed (`connection refused`, `host is unreachable`), else etcd's own message
+/// (`etcdserver: requested lease not found`), never the client's debug structures.
+pub fn describe(e: &etcd_client::Error) -> String {
+    use std::error::Error;
+    // The client's error does not chain to what it wraps: start from that.
+    let mut cause: Option<&(dyn Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(s) => Some(s),
+        etcd_client::Error::TransportError(t) => Some(t),
+        etcd_client::Error::IoError(io) => Some(io),
+        e => Some(e),
+    };
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return io_words(io);
+        }
+        cause = c.source();
+    }
+    match e {
+        etcd_client::Error::GRpcStatus(s) if !s.message().is_empty() => s.message().to_owned(),
+        etcd_client::Error::GRpcStatus(s) => s.code().description().to_owned(),
+        e => e.to_string(),
+    }
+}
+
+/// An I/O error's reason, without the `(os error N)` suffix: `connection refused`.
+fn io_words(io: &std::io::Error) -> String {
+    match io.raw_os_error() {
+        // The kind's own words are the system's, lower-case, for the usual ones.
+        Some(_) if io.kind() != std::io::ErrorKind::Other => io.kind().to_string(),
+        _ => io.to_string(),
+    }
 }
 
 /// Connects to etcd and checks that it answers (a `Status` call) within `timeout`. No
@@ -49,11 +83,11 @@ pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Client, 
     let mut client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
         .await
         .map_err(|_| unreachable(format!("no answer within {timeout:?}")))?
-        .map_err(|e| unreachable(e.to_string()))?;
+        .map_err(|e| unreachable(describe(&e)))?;
     tokio::time::timeout(timeout, client.status())
         .await
         .map_err(|_| unreachable(format!("no answer within {timeout:?}")))?
-        .map_err(|e| unreachable(e.to_string()))?;
+        .map_err(|e| unreachable(describe(&e)))?;
     Ok(client)
 }
 
@@ -132,4 +166,25 @@ pub async fn lost(held: &mut watch::Receiver<LeaseState>) {
 /// Resolves once `flag` turns true (or its sender is gone).
 pub async fn raised(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|s| *s).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_etcd_nobody_listens_on_is_named_with_the_reason_in_words() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let e = connect(std::slice::from_ref(&url), Duration::from_secs(3))
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(e, format!("cannot reach etcd at {url}: connection refused"));
+    }
 }

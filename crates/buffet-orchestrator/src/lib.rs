@@ -86,7 +86,9 @@ pub fn main() -> ExitCode {
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("buffet-orchestrator: error: {e:#}");
+            // The message alone: every error here already ends with its cause
+            // (`path: why`), so walking the cause chain would print each cause twice.
+            eprintln!("buffet-orchestrator: error: {e}");
             ExitCode::FAILURE
         }
     }

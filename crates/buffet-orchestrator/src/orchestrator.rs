@@ -121,7 +121,7 @@ pub enum LeadError {
     #[error("this orchestrator is not the leader")]
     NotLeader,
     /// etcd failed.
-    #[error("etcd: {0}")]
+    #[error("etcd: {}", lease::describe(.0))]
     Etcd(#[from] etcd_client::Error),
     /// Somebody changed the record meanwhile.
     #[error("the tenant changed meanwhile")]
@@ -639,6 +639,7 @@ impl Shared {
             // the watch yet: read etcd itself before answering that there is none.
             self.load(&mut view).await.map_err(|e| match e {
                 LeadError::NotLeader => AdmitError::NotLeader,
+                LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
                 e => AdmitError::Etcd(e.to_string()),
             })?;
             cands = view.candidates();
@@ -667,7 +668,7 @@ impl Shared {
             .map_err(|e| match e {
                 LeadError::Conflict => AdmitError::Duplicate(id),
                 LeadError::NotLeader => AdmitError::NotLeader,
-                LeadError::Etcd(e) => AdmitError::Etcd(e.to_string()),
+                LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
             })?;
         view.tenants.insert(id, (rec, rev));
         Ok((server, rev))
@@ -828,7 +829,7 @@ impl Shared {
             .map_err(|e| match e {
                 LeadError::Conflict => AdmitError::Changed(id),
                 LeadError::NotLeader => AdmitError::NotLeader,
-                LeadError::Etcd(e) => AdmitError::Etcd(e.to_string()),
+                LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
             })?;
         view.tenants.insert(id, (new, new_rev));
         Ok((server, new_rev))
@@ -861,6 +862,7 @@ impl Shared {
         .await
         .map_err(|e| match e {
             LeadError::NotLeader => AdmitError::NotLeader,
+            LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
             e => AdmitError::Etcd(e.to_string()),
         })?;
         view.tenants.remove(&id);

@@ -1,0 +1,221 @@
+//! `buffetd` and `buffet-orchestrator` refusing to start: one line that names each cause
+//! once, and a failed start leaves the data directory as it found it.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const ADMIN: &str = "start-test-admin-token-0123456789";
+
+/// Kills the daemon a test started when the test ends, however it ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A config for `data_dir` listening on `port`, with `port_table` as its `[[port]]`.
+fn config(dir: &Path, data_dir: &Path, port: u16, port_table: &str) -> std::path::PathBuf {
+    let cfg = dir.join("buffet.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data_dir = \"{d}\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\nname = \"firewall\"\n\
+             [dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 64\n{port_table}",
+            d = data_dir.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+const GENERATOR: &str = "[[port]]\nkind = \"generator\"\ntenants = 2\nrate_pps = 1000\n";
+
+fn buffetd(args: &[&str], token: bool) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_buffetd"));
+    c.args(args);
+    if token {
+        c.env("BUFFETD_ADMIN_TOKEN", ADMIN);
+    } else {
+        c.env_remove("BUFFETD_ADMIN_TOKEN");
+    }
+    c
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The error line (`<program>: error: ...`) of a run that must have failed.
+fn error_line(out: &Output, program: &str) -> String {
+    assert!(!out.status.success(), "{}", stderr(out));
+    let err = stderr(out);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with(&format!("{program}: error: ")))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    lines[0].to_owned()
+}
+
+/// The names in `dir` (sorted), or `None` when it does not exist.
+fn listing(dir: &Path) -> Option<Vec<String>> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    Some(v)
+}
+
+#[test]
+fn a_missing_config_names_its_cause_once() {
+    let out = buffetd(&["--config", "/nonexistent/buffet.toml"], true)
+        .output()
+        .unwrap();
+    let line = error_line(&out, "buffetd");
+    assert_eq!(
+        line,
+        "buffetd: error: /nonexistent/buffet.toml: No such file or directory (os error 2)"
+    );
+}
+
+#[test]
+fn a_busy_api_port_names_its_cause_once_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    // A data_dir that does not exist yet: it must not exist after the failed start either.
+    let fresh = dir.path().join("fresh/data");
+    let cfg = config(dir.path(), &fresh, port, GENERATOR);
+    // No admin token given: a start that got further would generate one into data_dir.
+    let out = buffetd(&["--config", cfg.to_str().unwrap()], false)
+        .output()
+        .unwrap();
+    let line = error_line(&out, "buffetd");
+    assert_eq!(
+        line,
+        format!(
+            "buffetd: error: api.listen 127.0.0.1:{port}: Address already in use (os error 98)"
+        )
+    );
+    assert_eq!(listing(&dir.path().join("fresh")), None, "{line}");
+    // A data_dir that exists, with something in it: kept as it was, nothing added.
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("keep.txt"), "mine").unwrap();
+    let out = buffetd(
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--data-dir",
+            old.to_str().unwrap(),
+        ],
+        false,
+    )
+    .output()
+    .unwrap();
+    error_line(&out, "buffetd");
+    assert_eq!(listing(&old), Some(vec!["keep.txt".to_owned()]));
+    drop(busy);
+}
+
+#[test]
+fn a_data_plane_that_cannot_start_leaves_no_files_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = dir.path().join("data");
+    let cfg = config(
+        dir.path(),
+        &data,
+        port,
+        "[[port]]\nkind = \"af_packet\"\niface = \"bfnoiface0\"\n",
+    );
+    let out = buffetd(&["--config", cfg.to_str().unwrap()], false)
+        .output()
+        .unwrap();
+    let line = error_line(&out, "buffetd");
+    assert!(line.contains("port[0]"), "{line}");
+    assert_eq!(listing(&data), None, "{line}");
+}
+
+#[test]
+fn a_second_buffetd_on_the_same_data_dir_is_told_another_one_uses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let port = free();
+    let cfg = config(dir.path(), &data, port, GENERATOR);
+    let _first = Running(
+        buffetd(&["--config", cfg.to_str().unwrap()], true)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let api = format!("http://127.0.0.1:{port}/readyz");
+    let t0 = Instant::now();
+    while ureq::get(&api).call().is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "buffetd did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = listing(&data);
+    let other = free().to_string();
+    let out = buffetd(
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{other}"),
+        ],
+        true,
+    )
+    .output()
+    .unwrap();
+    let line = error_line(&out, "buffetd");
+    assert_eq!(
+        line,
+        format!(
+            "buffetd: error: data_dir {}: another buffetd is using it (its store, \
+             buffetd.redb, is locked): stop that buffetd, or give this one its own data_dir",
+            data.display()
+        )
+    );
+    // The first one's files are untouched, and it still serves.
+    assert_eq!(listing(&data), before);
+    assert!(ureq::get(&api).call().is_ok());
+}
+
+#[test]
+fn an_unreadable_orchestrator_token_file_names_its_cause_once() {
+    let out = Command::new(env!("CARGO_BIN_EXE_buffet-orchestrator"))
+        .args([
+            "--etcd",
+            "http://127.0.0.1:1",
+            "--admin-token-file",
+            "/nonexistent/admin.token",
+        ])
+        .output()
+        .unwrap();
+    let line = error_line(&out, "buffet-orchestrator");
+    assert_eq!(
+        line,
+        "buffet-orchestrator: error: --admin-token-file: /nonexistent/admin.token: \
+         No such file or directory (os error 2)"
+    );
+}
