@@ -4,8 +4,10 @@
 //! The daemon's address and token come from `--api URL` / `--token T` or the
 //! environment variables `BUFFET_API` / `BUFFET_TOKEN`. Output is a human table by
 //! default, the daemon's JSON with `--json`. A daemon error is printed as its status and
-//! message and fails the command. HTTP via ureq (blocking, no TLS: put a TLS-terminating
-//! proxy in front of a daemon that listens beyond loopback). This module does not
+//! message and fails the command. `buffet tenant ls` also reads buffet-orchestrator's
+//! listing (rows of placements: server, state and the document under `doc`), told apart
+//! by its rows' shape, and prints it as placements. HTTP via ureq (blocking, no TLS: put
+//! a TLS-terminating proxy in front of a daemon that listens beyond loopback). This module does not
 //! validate tenants beyond what `buffet tenant apply` reads from a file: the daemon does.
 
 use std::io::{BufRead, BufReader, Write};
@@ -332,7 +334,45 @@ fn cell(v: &Value) -> String {
     }
 }
 
+/// Whether `list` is buffet-orchestrator's tenant listing (each row the tenant's
+/// placement: `server`, `state`, and its admission document under `doc`) rather than
+/// buffetd's (each row the admission document itself).
+fn is_orchestrator_listing(list: &[Value]) -> bool {
+    list.iter()
+        .any(|t| t.get("doc").is_some_and(Value::is_object) && t.get("state").is_some())
+}
+
+/// buffet-orchestrator's tenant listing: where each tenant is placed and in what state
+/// (`live`, `pending`, `failed`, `unplaced`, with the reason), and its rules.
+fn print_placement_rows(out: &mut dyn Write, list: &[Value]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:>8}  {:<20} {:<24} {:<9} {:>12}  rules",
+        "id", "name", "server", "state", "expected_pps"
+    )?;
+    for t in list {
+        let state = match t["reason"].as_str() {
+            Some(r) => format!("{} ({r})", cell(&t["state"])),
+            None => cell(&t["state"]),
+        };
+        writeln!(
+            out,
+            "{:>8}  {:<20} {:<24} {:<9} {:>12}  {}",
+            cell(&t["id"]),
+            t["name"].as_str().unwrap_or(""),
+            cell(&t["server"]),
+            state,
+            cell(&t["expected_pps"]),
+            rules_text(&t["doc"])
+        )?;
+    }
+    Ok(())
+}
+
 fn print_tenant_rows(out: &mut dyn Write, list: &[Value]) -> std::io::Result<()> {
+    if is_orchestrator_listing(list) {
+        return print_placement_rows(out, list);
+    }
     writeln!(out, "{:>8}  {:<20} {:>10}  rules", "id", "name", "max_nb")?;
     for t in list {
         writeln!(
@@ -614,5 +654,72 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("priority is a number, not \"abc\""), "{e}");
+    }
+
+    #[test]
+    fn tenant_ls_reads_the_orchestrators_listing_and_buffetds() {
+        // buffet-orchestrator's GET /v1/tenants rows (api.rs `view`): placement and state,
+        // the admission document under `doc`.
+        let orchestrator = json!({ "tenant": [
+            { "id": 1, "name": "acme", "server": "edge-1", "state": "live", "reason": null,
+              "expected_pps": 1000.0,
+              "doc": { "id": 1, "name": "acme", "max_nb": 64,
+                       "rules": [ { "dst_ip": "10.1.0.0/16" } ] } },
+            { "id": 2, "name": null, "server": null, "state": "unplaced",
+              "reason": "no server has room", "expected_pps": 5e6,
+              "doc": { "id": 2, "rules": [ { "vlan": 7 } ] } },
+        ] });
+        let mut out = Vec::new();
+        print_tenant_rows(&mut out, orchestrator["tenant"].as_array().unwrap()).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        for want in ["id", "name", "server", "state", "expected_pps", "rules"] {
+            assert!(lines[0].contains(want), "{text}");
+        }
+        let words = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(
+            words(lines[1]),
+            [
+                "1",
+                "acme",
+                "edge-1",
+                "live",
+                "1000.0",
+                "dst_ip=10.1.0.0/16"
+            ],
+            "{text}"
+        );
+        assert_eq!(
+            words(lines[2]),
+            [
+                "2",
+                "-",
+                "unplaced",
+                "(no",
+                "server",
+                "has",
+                "room)",
+                "5000000.0",
+                "vlan=7"
+            ],
+            "{text}"
+        );
+        // buffetd's rows are the documents themselves: the usual columns.
+        let daemon = [json!({ "id": 3, "name": "b", "max_nb": 32, "rules": [ { "vlan": 9 } ] })];
+        let mut out = Vec::new();
+        print_tenant_rows(&mut out, &daemon).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with(&format!(
+                "{:>8}  {:<20} {:>10}  rules",
+                "id", "name", "max_nb"
+            )),
+            "{text}"
+        );
+        assert_eq!(
+            words(text.lines().nth(1).unwrap()),
+            ["3", "b", "32", "vlan=9"]
+        );
     }
 }
