@@ -574,28 +574,6 @@ impl OversizeWarning {
     }
 }
 
-/// Of the kernel's drops at a set of AF_XDP sockets, the frames too large for a UMEM
-/// frame (see [`buffet_io::afxdp::oversize_drops`]): per queue, the sockets on it share
-/// its fill ring.
-fn xsk_oversize(sockets: &[SocketStatistics]) -> u64 {
-    let mut queues: Vec<u32> = sockets.iter().map(|k| k.queue).collect();
-    queues.sort_unstable();
-    queues.dedup();
-    queues
-        .iter()
-        .map(|&q| {
-            let on: Vec<_> = sockets.iter().filter(|k| k.queue == q).collect();
-            let dropped = on.iter().map(|k| k.stats.rx_dropped).sum();
-            let empty = on
-                .iter()
-                .map(|k| k.stats.rx_fill_ring_empty_descs)
-                .collect::<Option<Vec<u64>>>()
-                .map(|v| v.into_iter().max().unwrap_or(0));
-            buffet_io::afxdp::oversize_drops(dropped, empty)
-        })
-        .sum()
-}
-
 impl<P: Port> Port for Counted<P> {
     fn name(&self) -> String {
         self.inner.name()
@@ -806,7 +784,7 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                         if checked.elapsed() >= Duration::from_secs(1) {
                             checked = Instant::now();
                             if let Some(Ok(s)) = xsk.as_ref().map(XskStatsReader::read) {
-                                oversize.saw(xsk_oversize(&s));
+                                oversize.saw(buffet_io::afxdp::receiver_drops(&s).oversize);
                             }
                         }
                     }
@@ -913,20 +891,10 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         // ring full, no frame in the fill ring) never reached a worker, nor any tenant's
         // row: without them the global counts would not add up to the frames seen. Those
         // too large for a UMEM frame (GRO/LRO, TSO/GSO super-packets) are oversize.
-        let lost: u64 = sockets
-            .iter()
-            .filter(|k| k.receiver.is_some())
-            .map(|k| k.stats.rx_lost())
-            .sum();
-        let workers: Vec<SocketStatistics> = sockets
-            .iter()
-            .filter(|k| k.receiver.is_some())
-            .copied()
-            .collect();
-        let too_large = xsk_oversize(&workers).min(lost);
-        g.oversize += too_large;
-        g.socket_dropped += lost - too_large;
-        oversize.saw(too_large);
+        let lost = buffet_io::afxdp::receiver_drops(&sockets);
+        g.oversize += lost.oversize;
+        g.socket_dropped += lost.dropped;
+        oversize.saw(lost.oversize);
     }
     // Frames too large that arrived in the last second, or in a run shorter than one.
     if let Some((_, s)) = ports.first() {

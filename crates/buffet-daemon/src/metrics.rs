@@ -159,7 +159,7 @@ fn counter(
 /// The report's server-wide drop counts that belong to no tenant's row, by the name
 /// `/v1/stats` gives them under `global`; every reason always, zero or not, so a
 /// dashboard finds each series from the first scrape.
-fn global_drops(g: &GlobalReport) -> [(&'static str, u64); 9] {
+fn global_drops(g: &GlobalReport) -> [(&'static str, u64); 10] {
     [
         ("oversize", g.oversize),
         ("no_live_worker", g.no_live_worker),
@@ -170,6 +170,7 @@ fn global_drops(g: &GlobalReport) -> [(&'static str, u64); 9] {
         ("stuck_in_worker", g.stuck_in_worker),
         ("untagged", g.untagged),
         ("no_socket", g.no_socket),
+        ("socket_dropped", g.socket_dropped),
     ]
 }
 
@@ -393,6 +394,7 @@ mod tests {
             &mut g.stuck_in_worker,
             &mut g.untagged,
             &mut g.no_socket,
+            &mut g.socket_dropped,
         ]
         .into_iter()
         .enumerate()
@@ -410,6 +412,7 @@ mod tests {
             "stuck_in_worker",
             "untagged",
             "no_socket",
+            "socket_dropped",
         ]
         .into_iter()
         .enumerate()

@@ -498,6 +498,10 @@ fn xdp_report<N: RegisteredNf>(x: &XdpSide, control: &Control<N>, r: &mut Report
     if stats.malformed > 0 {
         *g.malformed.entry("xdp").or_default() += stats.malformed;
     }
+    // Frames it passed that the kernel dropped at a worker's socket, as `buffet run`.
+    let lost = x.socket_drops();
+    g.oversize += lost.oversize;
+    g.socket_dropped += lost.dropped;
 }
 
 /// A started data plane: its control surface and the thread that drives it (which

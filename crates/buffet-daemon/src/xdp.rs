@@ -33,7 +33,9 @@
 //!
 //! The program's ring-buffer events (migrations, overload reports) are moved into the
 //! data plane's events every [`EVENT_PERIOD`] by a thread of this module, so the Agent,
-//! `/v1/events` and `/metrics` see them like the software dispatcher's.
+//! `/v1/events` and `/metrics` see them like the software dispatcher's. What the kernel
+//! dropped at the workers' sockets ([`XdpSide::socket_drops`]) goes into every report as
+//! `global.socket_dropped` and `global.oversize`, as `buffet run --dispatch xdp` counts it.
 //!
 //! What it does not do: offload to a NIC (the nfp subset), the "ours" planner. Worker ids are the same in the data plane and the program's Worker
 //! Table; a terminated worker's row is never reused, so at most
@@ -46,7 +48,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use buffet_dispatch::{Match, TenantSlot, WorkerId};
-use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XskReceivers};
+use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, ReceiverDrops, XskReceivers, XskStatsReader};
 use buffet_io::{Outcome, PacketBuf};
 use buffet_worker::WorkerSource;
 use buffet_xdp::{AttachMode, XdpConfig, XdpDispatcher, XdpStats};
@@ -78,6 +80,26 @@ pub enum XdpStartError {
     /// Loading the program or filling its Worker Table.
     #[error("dispatch.mode = \"xdp\": {0}")]
     Program(String),
+    /// Attaching the program to the interface (names the interface; native mode on an
+    /// MTU the driver's native XDP cannot take says what to do, as `buffet run` does).
+    #[error("dispatch.mode = \"xdp\": {0}")]
+    Attach(buffet_xdp::AttachError),
+}
+
+/// The attach error as buffetd shows it: native mode refused for the interface's MTU
+/// names the port's `xdp_mode` setting as the way to generic mode (not `buffet run`'s
+/// flag).
+fn attach_error(e: buffet_xdp::AttachError) -> XdpStartError {
+    XdpStartError::Attach(match e {
+        buffet_xdp::AttachError::NativeMtu { iface, .. } => buffet_xdp::AttachError::NativeMtu {
+            why: buffet_io::afxdp::native_mtu_refused_or(
+                &iface,
+                "xdp_mode = \"generic\" in port[0]",
+            ),
+            iface,
+        },
+        e => e,
+    })
 }
 
 /// Why an XDP map change was refused; when it is, nothing changed.
@@ -157,6 +179,9 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
         }
         receivers.push(XskReceivers::new(set));
     }
+    // Every worker's socket is open (a launched worker takes a spare set): the reader
+    // sees them all for the whole run.
+    let sockets = port.statistics_reader();
     let mut dispatcher = XdpDispatcher::load(XdpConfig {
         shift: d.shift,
         threshold: d.threshold,
@@ -203,6 +228,7 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
         worker_max_nb,
         ring_size: port.config().ring_size,
         queues: queues.len() as u32,
+        sockets,
         admitted: Mutex::new(std::collections::HashMap::new()),
         stop: AtomicBool::new(false),
         pump: Mutex::new(None),
@@ -299,6 +325,8 @@ pub struct XdpSide {
     ring_size: u32,
     /// Sockets per worker (one per queue).
     queues: u32,
+    /// The kernel's counters of the port's sockets and of every worker's.
+    sockets: XskStatsReader,
     /// Per admitted slot: its rules and MAX_NB (to put it back if a removal fails half
     /// way).
     admitted: Mutex<std::collections::HashMap<u32, KeptRules>>,
@@ -325,8 +353,7 @@ impl XdpSide {
     ) -> Result<(), XdpStartError> {
         {
             let mut d = lock(&self.d);
-            d.attach(iface, mode)
-                .map_err(|e| XdpStartError::Program(format!("attaching to {iface}: {e}")))?;
+            d.attach(iface, mode).map_err(attach_error)?;
             eprintln!(
                 "buffetd: XDP Packet Dispatcher attached to {iface} in {} mode, {} workers{}",
                 match mode {
@@ -564,6 +591,16 @@ impl XdpSide {
     /// Whether worker `w`'s Worker Table row is open.
     pub fn is_live(&self, w: WorkerId) -> bool {
         lock(&self.d).live_workers().contains(&w)
+    }
+
+    /// What the kernel dropped at the workers' sockets so far (cumulative): frames the
+    /// program passed that never reached a worker ([`buffet_io::afxdp::receiver_drops`]).
+    /// Nothing when the counters cannot be read.
+    pub fn socket_drops(&self) -> ReceiverDrops {
+        self.sockets
+            .read()
+            .map(|s| buffet_io::afxdp::receiver_drops(&s))
+            .unwrap_or_default()
     }
 
     /// The program's counters, and per admitted slot its Tenant Table worker and the

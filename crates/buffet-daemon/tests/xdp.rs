@@ -6,7 +6,9 @@
 //! in a safe Rust handler whose other tenants move to live workers; and on a veth with
 //! four queues, every worker with a socket on each (a worker launched at run time too),
 //! frames spread over all of them (sent through one AF_XDP socket per queue) counted
-//! exactly, and the stuck worker found again. The NF is this file's own (`Stallable`:
+//! exactly, and the stuck worker found again; a worker that reads nothing for a second
+//! under a flood, whose socket's drops `/v1/stats` and `/metrics` count as
+//! `socket_dropped`; and native mode on a veth of MTU 9000 refused with what to do. The NF is this file's own (`Stallable`:
 //! counts, and never returns for a tenant whose policy says so when a frame asks), run
 //! through `Daemon::start_with` and `plane::start_nf`.
 //!
@@ -31,7 +33,8 @@ const ADMIN: &str = "admin-token-for-the-xdp-daemon-tests";
 
 /// Counts its packets and passes them; with `stall` in its policy, never returns from a
 /// frame whose payload is `STALL` (a safe Rust handler that cannot be interrupted) —
-/// with `until_released` too, it returns once [`RELEASED`] is set.
+/// with `until_released` too, it returns once [`RELEASED`] is set; with `hold_ms`, sleeps
+/// that long on a frame whose payload is `HOLD` (its worker reads nothing meanwhile).
 struct Stallable;
 
 /// Ends the stalls of tenants whose policy says `until_released`.
@@ -41,6 +44,7 @@ static RELEASED: AtomicBool = AtomicBool::new(false);
 struct StallState {
     stall: bool,
     until_released: bool,
+    hold_ms: u64,
     seen: u64,
 }
 
@@ -50,6 +54,8 @@ struct StallPolicy {
     stall: bool,
     #[serde(default)]
     until_released: bool,
+    #[serde(default)]
+    hold_ms: u64,
 }
 
 impl NetworkFunction for Stallable {
@@ -64,6 +70,7 @@ impl NetworkFunction for Stallable {
     fn init(&self, p: &StallPolicy, state: &mut StallState) -> Result<(), InitError> {
         state.stall = p.stall;
         state.until_released = p.until_released;
+        state.hold_ms = p.hold_ms;
         Ok(())
     }
     fn handle(&self, pkt: &mut Packet<'_>, state: &mut StallState) -> Verdict {
@@ -72,6 +79,9 @@ impl NetworkFunction for Stallable {
             while !(state.until_released && RELEASED.load(Ordering::Acquire)) {
                 std::hint::spin_loop();
             }
+        }
+        if state.hold_ms > 0 && pkt.payload() == b"HOLD" {
+            std::thread::sleep(Duration::from_millis(state.hold_ms));
         }
         Verdict::Pass
     }
@@ -803,5 +813,133 @@ fn frames_on_queues_buffetd_does_not_read_are_counted_as_no_socket() {
     for id in 1..=2 {
         assert_eq!(row(&v, id).unwrap()["packets"].as_u64(), Some(20), "{v}");
     }
+    d.stop().unwrap();
+}
+
+/// buffetd's XDP Packet Dispatcher in native mode on a veth whose MTU is 9000: the
+/// kernel refuses the program with a bare ERANGE; buffetd says what it means (the
+/// driver's native XDP cannot take frames of that MTU) and what to do (the veth's
+/// limit, or `xdp_mode = "generic"` in the port's table), as `buffet run` does, and
+/// leaves nothing attached.
+#[test]
+fn native_xdp_on_a_jumbo_mtu_veth_says_what_to_do() {
+    let test = "xdp::native_xdp_on_a_jumbo_mtu_veth_says_what_to_do";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::new();
+    ip(&["link", "set", &veth.a, "mtu", "9000"]);
+    ip(&["link", "set", &veth.b, "mtu", "9000"]);
+    let dir = tempfile::tempdir().unwrap();
+    let e = Daemon::start_with(
+        config_native(dir.path(), &veth.a, "", "[0]"),
+        Path::new("xdp.toml"),
+        Box::new(|cfg, _| buffet_daemon::plane::start_nf(cfg, Stallable)),
+    )
+    .err()
+    .expect("native XDP on MTU 9000 is refused");
+    let e = format!("{e:#}");
+    assert!(
+        e.starts_with(&format!(
+            "dispatch.mode = \"xdp\": attaching the XDP dispatcher to {}: native XDP cannot \
+             take frames of this interface's MTU (9000 bytes)",
+            veth.a
+        )) && e.contains("at most 3506")
+            && e.ends_with("or use xdp_mode = \"generic\" in port[0]"),
+        "{e}"
+    );
+    assert_eq!(
+        e.matches(veth.a.as_str()).count(),
+        2,
+        "the interface, and the ip command: {e}"
+    );
+    assert!(!e.contains("Numerical result out of range"), "{e}");
+    assert!(
+        !e.contains("--xdp-mode"),
+        "buffet run's flag is no buffetd setting: {e}"
+    );
+    assert!(!xdp_attached(&veth.a), "nothing left attached");
+}
+
+/// The sample `name{reason="reason"}` of buffetd's `/metrics`.
+fn metric(d: &Daemon, name: &str, reason: &str) -> Option<f64> {
+    let text = ureq::get(&format!("http://{}/metrics", d.addr()))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name && s.labels.get("reason") == Some(reason))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        })
+}
+
+/// Every frame the program saw, accounted for: what the tenants' workers ran and the
+/// program policed, and the global counts.
+fn accounted(v: &Value) -> u64 {
+    let g = &v["global"];
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let tenants: u64 = v["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| n(&t["packets"]) + n(&t["drops"]["policed"]))
+        .sum();
+    let malformed: u64 = g["malformed"].as_object().unwrap().values().map(n).sum();
+    tenants
+        + malformed
+        + [
+            "unmatched",
+            "no_live_worker",
+            "no_socket",
+            "untagged",
+            "socket_dropped",
+            "oversize",
+        ]
+        .iter()
+        .map(|k| n(&g[k]))
+        .sum::<u64>()
+}
+
+/// A worker that reads nothing for a second (its handler sleeps on a HOLD frame) while
+/// 6000 frames come for its tenant: the kernel drops at the worker's AF_XDP socket what
+/// its receive ring (and the fill ring) cannot hold. While buffetd runs, `/v1/stats`
+/// counts them as `global.socket_dropped` (none as oversize: they fitted a frame),
+/// every frame the program saw is accounted for, and `/metrics` exports the same count as
+/// `buffet_dropped_packets_total{reason="socket_dropped"}`.
+#[test]
+fn frames_the_kernel_dropped_at_a_workers_socket_are_counted_and_exported() {
+    let test = "xdp::frames_the_kernel_dropped_at_a_workers_socket_are_counted_and_exported";
+    if !ready(test) {
+        return;
+    }
+    let veth = Veth::new();
+    let dir = tempfile::tempdir().unwrap();
+    // A timeslot of 17 s: a worker asleep in a handler for a second is not stuck.
+    let d = start(config(dir.path(), &veth.a, "shift = 34\n"));
+    admit(&d, 1, json!({ "hold_ms": 1000 }));
+    let mut tx = Sender::new(&veth.b);
+    let dst = [10, 1, 0, 1];
+    tx.send(&[frame(dst, b"HOLD")]);
+    std::thread::sleep(Duration::from_millis(50));
+    tx.each(&[dst], 6000);
+    let v = wait_stats(&d, "every frame accounted for", |v| {
+        v["global"]["input_packets"].as_u64() == Some(6001) && accounted(v) == 6001
+    });
+    let g = &v["global"];
+    let dropped = g["socket_dropped"].as_u64().unwrap_or(0);
+    assert!(dropped > 0, "the flood overran the worker's socket: {v}");
+    assert_eq!(g["oversize"].as_u64(), Some(0), "{v}");
+    assert_eq!(seen(&v, 1) + dropped, 6001, "{v}");
+    assert_eq!(
+        metric(&d, "buffet_dropped_packets_total", "socket_dropped"),
+        Some(dropped as f64),
+        "/metrics: {v}"
+    );
     d.stop().unwrap();
 }

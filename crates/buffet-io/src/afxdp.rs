@@ -300,6 +300,12 @@ pub const VETH_NATIVE_XDP_MAX_MTU: u32 = 3506;
 /// means, and what to do: its driver's native XDP handles frames of one page only, and
 /// the MTU (`/sys/class/net/IF/mtu`; a veth's peer's counts too) is larger.
 pub fn native_mtu_refused(iface: &str) -> String {
+    native_mtu_refused_or(iface, "--xdp-mode generic")
+}
+
+/// [`native_mtu_refused`], naming `generic` as the way to generic mode (a program's
+/// own setting for it, e.g. a config key).
+pub fn native_mtu_refused_or(iface: &str, generic: &str) -> String {
     let mtu = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
         .ok()
         .and_then(|m| m.trim().parse::<u32>().ok());
@@ -307,7 +313,7 @@ pub fn native_mtu_refused(iface: &str) -> String {
         "native XDP cannot take frames of this interface's MTU{} (the kernel said ERANGE): \
          the driver's native XDP handles frames of one memory page only. Lower the MTU \
          (a veth takes at most {max} with 4 KiB pages, on both ends: `ip link set dev \
-         {iface} mtu {max}` and the same on its peer) or use --xdp-mode generic",
+         {iface} mtu {max}` and the same on its peer) or use {generic}",
         mtu.map(|m| format!(" ({m} bytes)")).unwrap_or_default(),
         max = VETH_NATIVE_XDP_MAX_MTU
     )
@@ -762,6 +768,46 @@ pub struct XskStatistics {
 /// kernel before 5.9, which does not count an empty fill ring apart.
 pub fn oversize_drops(rx_dropped: u64, fill_ring_empty: Option<u64>) -> u64 {
     fill_ring_empty.map_or(0, |e| rx_dropped.saturating_sub(e))
+}
+
+/// What the kernel dropped at the shared receivers' sockets of a port (the workers'
+/// sockets the XDP Packet Dispatcher redirects to) before their readers saw it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReceiverDrops {
+    /// Frames larger than a UMEM frame (GRO/LRO, TSO/GSO super-packets).
+    pub oversize: u64,
+    /// The others: a receive ring full, no frame in the fill ring, an invalid
+    /// descriptor.
+    pub dropped: u64,
+}
+
+/// Of `sockets` (an [`XskStatsReader`]'s), what the kernel dropped at the shared
+/// receivers' (`receiver` is `Some`; the port's own sockets are left out): every
+/// `rx_lost`, of which [`oversize_drops`] per queue (the receivers on one queue share
+/// its fill ring, whose empty count each of them reports) are oversize.
+pub fn receiver_drops(sockets: &[SocketStatistics]) -> ReceiverDrops {
+    let receivers = || sockets.iter().filter(|k| k.receiver.is_some());
+    let lost: u64 = receivers().map(|k| k.stats.rx_lost()).sum();
+    let mut queues: Vec<u32> = receivers().map(|k| k.queue).collect();
+    queues.sort_unstable();
+    queues.dedup();
+    let oversize: u64 = queues
+        .iter()
+        .map(|&q| {
+            let on = || receivers().filter(move |k| k.queue == q);
+            let dropped = on().map(|k| k.stats.rx_dropped).sum();
+            let empty = on()
+                .map(|k| k.stats.rx_fill_ring_empty_descs)
+                .collect::<Option<Vec<u64>>>()
+                .map(|v| v.into_iter().max().unwrap_or(0));
+            oversize_drops(dropped, empty)
+        })
+        .sum();
+    let oversize = oversize.min(lost);
+    ReceiverDrops {
+        oversize,
+        dropped: lost - oversize,
+    }
 }
 
 impl XskStatistics {
@@ -1835,6 +1881,62 @@ fn fair_round_robin(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn socket(queue: u32, receiver: Option<usize>, stats: XskStatistics) -> SocketStatistics {
+        SocketStatistics {
+            queue,
+            receiver,
+            received: 0,
+            stats,
+        }
+    }
+
+    /// The receivers' drops only (the port's own socket left out), each queue's
+    /// oversize its receivers' `rx_dropped` beyond its fill ring's empty count (which
+    /// each of them reports once), the rest of every loss dropped.
+    #[test]
+    fn receiver_drops_split_oversize_from_the_rest_per_queue() {
+        let k = |dropped, full, empty| XskStatistics {
+            rx_dropped: dropped,
+            rx_ring_full: Some(full),
+            rx_fill_ring_empty_descs: empty,
+            ..XskStatistics::default()
+        };
+        let sockets = [
+            // The port's own socket: never counted.
+            socket(0, None, k(100, 100, Some(0))),
+            // Queue 0: 7 dropped, 3 of them for an empty fill ring (both report it):
+            // 4 oversize; 5 + 2 receive rings full.
+            socket(0, Some(0), k(5, 5, Some(3))),
+            socket(0, Some(1), k(2, 2, Some(3))),
+            // Queue 1: 4 dropped, all for an empty fill ring; 1 ring full.
+            socket(1, Some(2), k(4, 1, Some(4))),
+        ];
+        assert_eq!(
+            receiver_drops(&sockets),
+            ReceiverDrops {
+                oversize: 4,
+                dropped: 3 + 7 + 4 + 1,
+            }
+        );
+        // A kernel before 5.9 does not tell: everything is dropped, nothing oversize.
+        let old = [socket(
+            0,
+            Some(0),
+            XskStatistics {
+                rx_dropped: 6,
+                rx_invalid_descs: 1,
+                ..XskStatistics::default()
+            },
+        )];
+        assert_eq!(
+            receiver_drops(&old),
+            ReceiverDrops {
+                oversize: 0,
+                dropped: 7,
+            }
+        );
+    }
 
     #[test]
     fn out_of_descriptors_says_which_limit_to_raise() {
