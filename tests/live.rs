@@ -38,7 +38,8 @@
 //!
 //! An interface deleted mid-run (each dispatcher and port) stops the run with its report
 //! and an error naming the interface. UDP GSO super-packets from the peer are counted as
-//! oversize, with one warning. Stopped by SIGTERM in the middle of a flood, a `--dispatch xdp` run's port counters
+//! oversize, with one warning; buffetd (each live port kind) counts them in `/v1/stats`
+//! while it runs. Stopped by SIGTERM in the middle of a flood, a `--dispatch xdp` run's port counters
 //! are read after the workers' last frames were sent: `tx` + `tx_dropped` are the
 //! frames the tenants passed.
 //!
@@ -4034,5 +4035,148 @@ fn native_xdp_on_a_jumbo_mtu_veth_says_what_to_do() {
         );
         assert!(!err.contains("Numerical result out of range"), "{err}");
         assert_eq!(xdp_attached(&ns.a, &ns.va), None, "{dispatch:?}");
+    }
+}
+
+/// buffetd on a live port — AF_PACKET, an AF_XDP port (generic mode) and the XDP Packet
+/// Dispatcher — while UDP GSO super-packets come from the veth peer: `/v1/stats` counts
+/// them as input and oversize while the daemon runs, not only in the report it ends
+/// with (a live port's oversize drops are read when a report is asked for; the XDP
+/// Packet Dispatcher's, from the workers' sockets).
+#[test]
+fn buffetd_counts_super_packets_as_oversize_while_it_runs() {
+    let test = "live::buffetd_counts_super_packets_as_oversize_while_it_runs";
+    if !privileged(test) {
+        return;
+    }
+    let mut ports = vec![
+        "kind = \"af_packet\"\n",
+        "kind = \"af_xdp\"\nxdp_mode = \"generic\"\n",
+    ];
+    match buffet_xdp::UNAVAILABLE {
+        None => {
+            ports.push("kind = \"af_xdp\"\nxdp_mode = \"generic\"\n[dispatch]\nmode = \"xdp\"\n")
+        }
+        Some(why) => {
+            gate::skip_privileged(
+                &format!("{test} (dispatch.mode = \"xdp\")"),
+                format_args!("xdp engine unavailable: {why}"),
+            );
+        }
+    }
+    for port in ports {
+        let ns = NsPair::new();
+        ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
+        let dir = tempfile::tempdir().unwrap();
+        let token = "admin-token-for-the-live-oversize-test";
+        let cfg = dir.path().join("buffet.toml");
+        // The port table last: the XDP variant's [dispatch] table follows it.
+        std::fs::write(
+            &cfg,
+            format!(
+                "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:7981\"\n[nf]\nname = \"monitor\"\n\
+                 [dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
+                 [[port]]\niface = \"{iface}\"\n{port}",
+                d = dir.path().display(),
+                iface = ns.va
+            ),
+        )
+        .unwrap();
+        let mut daemon = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.a,
+                env!("CARGO_BIN_EXE_buffetd"),
+                "--config",
+            ])
+            .arg(&cfg)
+            .env("BUFFETD_ADMIN_TOKEN", token)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let client = |args: &[&str]| -> (bool, serde_json::Value, String) {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &ns.a, env!("CARGO_BIN_EXE_buffet")])
+                .args(args)
+                .arg("--json")
+                .env("BUFFET_API", "http://127.0.0.1:7981")
+                .env("BUFFET_TOKEN", token)
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let t0 = Instant::now();
+        while !client(&["workers", "ls"]).0 {
+            if let Some(status) = daemon.try_wait().unwrap() {
+                let mut err = String::new();
+                daemon
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("{port:?}: buffetd ended ({status}): {err}");
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{port:?}: buffetd did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (ok, _, err) = client(&["tenant", "add", "--id", "1", "--rule", "dst_ip=10.1.0.0/16"]);
+        assert!(ok, "{port:?}: {err}");
+        // B reaches 10.1.0.1 (tenant 1's prefix) through the veth, at A's address.
+        let link = Command::new("ip")
+            .args(["-n", &ns.a, "link", "show", &ns.va])
+            .output()
+            .unwrap();
+        let link = String::from_utf8_lossy(&link.stdout).into_owned();
+        let mac = link
+            .split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .unwrap()
+            .to_owned();
+        ip(&["-n", &ns.b, "addr", "add", "10.1.0.2/16", "dev", &ns.vb]);
+        ip(&[
+            "-n", &ns.b, "neigh", "add", "10.1.0.1", "lladdr", &mac, "dev", &ns.vb,
+        ]);
+        let sender = ns_helper(&ns.b, "gso_sender_helper")
+            .env("BUFFET_GSO_DST", "10.1.0.1:53")
+            .env("BUFFET_GSO_COUNT", "20")
+            .output()
+            .unwrap();
+        assert!(
+            sender.status.success(),
+            "{port:?}: {}",
+            String::from_utf8_lossy(&sender.stderr)
+        );
+        let t0 = Instant::now();
+        let v = loop {
+            let (ok, v, err) = client(&["stats"]);
+            assert!(ok, "{port:?}: {err}");
+            if v["global"]["oversize"].as_u64() == Some(20) {
+                break v;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{port:?}: 20 oversize while buffetd runs: {v}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let g = &v["global"];
+        assert_eq!(g["input_packets"].as_u64(), Some(20), "{port:?}: {g}");
+        assert_eq!(g.get("socket_dropped"), None, "{port:?}: {g}");
+        // Asked again, nothing counts twice.
+        let (_, again, _) = client(&["stats"]);
+        assert_eq!(again["global"]["oversize"].as_u64(), Some(20), "{port:?}");
+        signal(&daemon, "TERM");
+        assert!(daemon.wait().unwrap().success(), "{port:?}");
     }
 }

@@ -1313,6 +1313,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                 let _ = reply.send(self.release(slot));
             }
             Command::Report { reply } => {
+                self.count_live_oversize();
                 let _ = reply.send(self.report());
             }
             Command::DispatcherEvents(events) => {
@@ -1943,8 +1944,11 @@ impl<N: NetworkFunction> Dataplane<N> {
     /// the last call as input and oversize, as a frame too large for a heap frame is
     /// counted when it is offered ([`push`](Self::push)); without this they vanished
     /// from the report. A file or generator port's every drop is one; a live port says
-    /// which of its drops are (`rx_oversize`). Live ports are counted when the data
-    /// plane finishes (reading a live port's counters may take system calls).
+    /// which of its drops are (`rx_oversize`). Live ports are counted when a report is
+    /// asked for and when the data plane finishes ([`count_live_oversize`]), not per
+    /// burst (reading a live port's counters may take system calls).
+    ///
+    /// [`count_live_oversize`]: Self::count_live_oversize
     fn count_port_oversize(&mut self, pi: usize) {
         let s = self.ports[pi].stats();
         let dropped = if self.ports[pi].is_live() {
@@ -1958,6 +1962,17 @@ impl<N: NetworkFunction> Dataplane<N> {
             *seen = dropped;
             self.global.oversize += new;
             self.global.input_packets += new;
+        }
+    }
+
+    /// Counts every live port's oversize drops since the last count
+    /// ([`count_port_oversize`](Self::count_port_oversize)): called before a report is
+    /// built, so that a report taken while the data plane runs has them too.
+    fn count_live_oversize(&mut self) {
+        for pi in 0..self.ports.len() {
+            if self.ports[pi].is_live() {
+                self.count_port_oversize(pi);
+            }
         }
     }
 
@@ -2316,11 +2331,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
         self.poll_completions();
         self.flush_tx();
-        for pi in 0..self.ports.len() {
-            if self.ports[pi].is_live() {
-                self.count_port_oversize(pi);
-            }
-        }
+        self.count_live_oversize();
         let mut report = self.report();
         for p in &mut self.ports {
             if let Err(e) = p.flush() {
@@ -2569,6 +2580,7 @@ impl<N: NetworkFunction> Pipeline<N> {
     /// A snapshot of everything counted so far, with the events kept so far.
     pub fn report(&mut self) -> Report {
         self.drain_events();
+        self.dataplane.count_live_oversize();
         let mut r = self.dataplane.report();
         r.events = self.events.clone();
         r
