@@ -8,7 +8,8 @@
 //! AF_PACKET transmit port's heap frames). Also: an interface that does not exist is
 //! refused before the EAL starts; and buffetd with a `kind = "dpdk"` port in its config
 //! (the same vdev), tenants applied through the `buffet` client, counts each tenant's
-//! frames exactly and sends the passed ones back.
+//! frames exactly and sends the passed ones back. A 3000-byte frame from DPDK's
+//! `net_pcap` vdev (two mbuf segments) is counted as oversize.
 //!
 //! The sender is this test binary itself, re-run inside namespace B (`ip netns exec`)
 //! as the ignored test `dpdk_sender_helper`, which sends a pcap through buffet's own
@@ -437,4 +438,69 @@ fn buffetd_serves_a_dpdk_port() {
         )),
         "buffetd says which EAL arguments it used: {err}"
     );
+}
+
+/// A frame larger than a frame buffer on a DPDK port: DPDK's `net_pcap` vdev reads a
+/// pcap holding five frames for tenant 1 and one of 3000 bytes, which it hands over as
+/// an mbuf chain of two segments. The port counts it as oversize (`rx_oversize`), and the
+/// report as input and `global.oversize`.
+#[test]
+fn a_dpdk_frame_larger_than_a_frame_buffer_is_oversize() {
+    if !privileged("live_dpdk::a_dpdk_frame_larger_than_a_frame_buffer_is_oversize") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(&tenants, TENANTS).unwrap();
+    let pcap = dir.path().join("jumbo.pcap");
+    let mut w = PcapWriter::create(&pcap).unwrap();
+    for seq in 0..5 {
+        w.write(
+            seq * 1000,
+            &udp4([172, 16, 0, 1], [10, 1, 0, 1], 80, seq as u32),
+        )
+        .unwrap();
+    }
+    let mut jumbo = Vec::new();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0xb, 1], [2, 0, 0, 0, 0xa, 1])
+        .ipv4([172, 16, 0, 1], [10, 1, 0, 1], 64)
+        .udp(40000, 80)
+        .write(&mut jumbo, &[b'j'; 2958])
+        .unwrap();
+    assert_eq!(jumbo.len(), 3000);
+    w.write(6000, &jumbo).unwrap();
+    w.flush().unwrap();
+    let stats = dir.path().join("stats.json");
+    let eal = format!(
+        "--no-huge --no-pci --vdev net_pcap0,rx_pcap={}",
+        pcap.display()
+    );
+    let args = [
+        "--port",
+        "dpdk",
+        "--iface",
+        &ns.va,
+        "--eal",
+        &eal,
+        "--nf",
+        "monitor",
+        "--no-pin",
+        "--duration",
+        "2",
+        "--tenants",
+        tenants.to_str().unwrap(),
+        "--stats-json",
+        stats.to_str().unwrap(),
+    ];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    let (child, stderr) = start_run(&ns.a, &args);
+    let out = child.wait_with_output().unwrap();
+    let err = stderr.join().unwrap();
+    assert!(out.status.success(), "{err}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let g = &json["global"];
+    assert_eq!(g["oversize"].as_u64(), Some(1), "{g}\n{err}");
+    assert_eq!(g["input_packets"].as_u64(), Some(6), "{g}");
+    assert_eq!(tenant_rows(&json).first().map(|r| r.1), Some(5), "{json}");
 }

@@ -12,7 +12,7 @@
 //!   mbuf and the NF. [`recycle`](Port::recycle) frees a dropped frame's mbuf back to
 //!   the pool. The arrival time is the wall clock, read once per burst. A frame in more
 //!   than one segment (larger than an mbuf) is counted in
-//!   [`PortStats::rx_dropped`] and freed.
+//!   [`PortStats::rx_dropped`] and [`PortStats::rx_oversize`] and freed.
 //! * Transmit: a frame of this port's own mbufs goes to `rte_eth_tx_burst` as it is; a
 //!   heap frame (or another port's) is copied into a fresh mbuf. What the driver does not
 //!   take after a few tries is freed and counted in [`PortStats::tx_dropped`].
@@ -510,8 +510,11 @@ impl Port for DpdkPort {
         for m in self.burst.take() {
             self.stats.rx += 1;
             let v = m.view();
+            // Larger than a frame buffer (an mbuf's data room): oversize, as the other
+            // live ports count it.
             if v.segs != 1 || v.len > v.room {
                 self.stats.rx_dropped += 1;
+                self.stats.rx_oversize += 1;
                 continue;
             }
             let mut b = m.lend(self.cfg.id);
