@@ -579,6 +579,11 @@ pub fn start_registered(
         // `buffet replay`/`run` do: a tenant's C stage cannot touch the C stage beside it.
         chain = chain.stage_keys(isolation::mpk()?);
     }
+    // Every tenant's chain region holds parts of the largest stage NF's region: refused
+    // here, naming that stage, rather than at the first tenant's admission.
+    chain
+        .check_region(pipeline.arena.largest_region())
+        .map_err(|e| StartError::Nf(format!("nf.offered: {e}")))?;
     Build {
         name: spec.to_string(),
         level,

@@ -800,6 +800,35 @@ fn chain_config(dir: &Path) -> DaemonConfig {
     DaemonConfig::parse(Path::new("test.toml"), &text).unwrap()
 }
 
+/// A stage NF whose region makes every tenant's chain region larger than the arena gives
+/// one region is refused when the daemon starts, naming that stage and the arena it
+/// needs, not at the first tenant's admission.
+#[test]
+fn a_stage_nf_too_large_for_the_arena_is_named_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(dir.path(), "")
+        .replace(
+            "name = \"firewall\"\n",
+            "name = \"monitor\"\noffered = [\"firewall\", \"monitor\"]\n",
+        )
+        .replace("arena_mib = 64", "arena_mib = 4");
+    assert!(text.contains("arena_mib = 4\n"), "{text}");
+    let cfg = DaemonConfig::parse(Path::new("test.toml"), &text).unwrap();
+    let e = match Daemon::start(cfg, Path::new("test.toml")) {
+        Ok(d) => {
+            d.stop().unwrap();
+            panic!("a chain region larger than a 4 MiB arena was accepted");
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("nf.offered: chain stage NF firewall asks")
+            && e.contains("larger arena (at least"),
+        "{e}"
+    );
+    assert_eq!(e.matches("firewall asks").count(), 1, "{e}");
+}
+
 /// Tenant `id` on generator prefix `i` with the chain firewall(`fw`) -> monitor.
 fn chained(id: u32, i: u32, fw: Value) -> Value {
     json!({ "id": id, "name": format!("t{id}"), "rules": [ { "dst_ip": format!("10.0.{i}.0/24") } ],
