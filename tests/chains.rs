@@ -1301,7 +1301,7 @@ fn a_policy_a_stage_rejects_stops_the_run_naming_the_stage() {
     let bad = [
         (
             CLI_TENANTS.replace("default = \"allow\"", "default = \"maybe\""),
-            "t.toml: tenant 1 (\"a\"): chain[0].policy: ",
+            "t.toml: tenant 1 (\"a\"): chain[0].policy.default: ",
         ),
         (
             CLI_TENANTS.replace("nf = \"dpi\"", "nf = \"dpii\""),

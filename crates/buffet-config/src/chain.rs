@@ -268,11 +268,16 @@ impl RegisteredStages for () {
 /// Why a chained run cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum ChainError {
-    /// A stage's NF could not be loaded.
-    #[error("{}: chain stage NF {spec}: {source}", file.display())]
+    /// A stage's NF could not be loaded: named by the first tenant and stage that name
+    /// it, as the tenants file's other errors name a field (`chain[k].nf`).
+    #[error("{}: tenant {tenant}: chain[{stage}].nf: {source}", file.display())]
     Load {
         /// The tenants file.
         file: std::path::PathBuf,
+        /// The first tenant naming the NF, `7 ("acme")`.
+        tenant: String,
+        /// That tenant's stage index.
+        stage: usize,
         /// The NF.
         spec: NfSpec,
         /// Why.
@@ -422,9 +427,10 @@ impl<N: RegisteredNf> ChainNf for Entry<N> {
     }
 
     fn build(&self, policy: &Policy, region: &mut [u8]) -> Result<Box<dyn StageRun>, InitError> {
+        // `policy` or the field inside it (`policy.flow_capacity`).
         let p: N::Policy = policy
-            .decode()
-            .map_err(|m| InitError::invalid("policy", m.trim().to_owned()))?;
+            .decode_field()
+            .map_err(|e| InitError::invalid(e.field(), e.message))?;
         let mut state = N::State::default();
         self.nf.init_in_region(&p, &mut state, region)?;
         Ok(Box::new(Running {
@@ -640,8 +646,17 @@ impl Chain {
         registered: &dyn RegisteredStages,
     ) -> Result<Chain, ChainError> {
         for spec in stage_specs(tenants) {
+            let (tenant, stage) = tenants
+                .iter()
+                .find_map(|t| {
+                    let k = t.chain.iter().position(|s| s.nf == spec)?;
+                    Some((format!("{} ({:?})", t.id, t.name), k))
+                })
+                .unwrap_or_default();
             let load_err = |source| ChainError::Load {
                 file: file.to_owned(),
+                tenant: tenant.clone(),
+                stage,
                 spec: spec.clone(),
                 source: Box::new(source),
             };
@@ -747,7 +762,19 @@ impl Chain {
                 }
                 let mut scratch = vec![0u8; entry.region_bytes().min(1 << 24)];
                 if let Err(e) = entry.build(&stage.policy, &mut scratch) {
-                    return Err(err(policy_field, init_message(&e)));
+                    // A field the policy's type refused is named inside the stage's
+                    // policy (`chain[1].policy.flow_capacity`).
+                    let inside = match &e {
+                        InitError::InvalidPolicy { field, message } => field
+                            .strip_prefix("policy")
+                            .filter(|rest| rest.starts_with(['.', '[']))
+                            .map(|rest| (format!("{policy_field}{rest}"), message.clone())),
+                        _ => None,
+                    };
+                    return Err(match inside {
+                        Some((field, message)) => err(field, message),
+                        None => err(policy_field, init_message(&e)),
+                    });
                 }
             }
         }
@@ -1490,6 +1517,24 @@ flow_capacity = 8
     }
 
     #[test]
+    fn a_stage_nf_that_does_not_load_is_named_by_its_tenant_and_stage() {
+        let mut t = tenants();
+        t[0].chain[1].nf = "c:no-such-nf.so".parse().unwrap();
+        let Err(e) = Chain::new().load_stages(&t, Isolation::TrustedNative, Path::new("t.toml"))
+        else {
+            panic!("a missing shared object does not load");
+        };
+        let e = e.to_string();
+        assert!(
+            e.starts_with(
+                "t.toml: tenant 1 (\"tenant-1\"): chain[1].nf: cannot load C NF no-such-nf.so: "
+            ),
+            "{e}"
+        );
+        assert!(!e.contains("chain stage NF"), "{e}");
+    }
+
+    #[test]
     fn check_tenants_names_the_stage_and_needs_a_default() {
         let chain = Chain::new()
             .with_nf("firewall", buffet_nfs::Firewall::default())
@@ -1512,10 +1557,27 @@ flow_capacity = 8
         );
         let e = chain.check_tenants(&bad, f).unwrap_err().to_string();
         assert!(
-            e.starts_with("t.toml: tenant 1 (\"tenant-1\"): chain[2].policy: "),
+            e.starts_with("t.toml: tenant 1 (\"tenant-1\"): chain[2].policy.default: "),
             "{e}"
         );
         assert!(e.contains("maybe"), "{e}");
+        // A field of the wrong type is named inside the stage's policy, once.
+        let mut bad = t.clone();
+        bad[0].chain[1].policy = Policy::from_map(
+            serde_json::json!({ "flow_capacity": "many" })
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        let e = chain.check_tenants(&bad, f).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "t.toml: tenant 1 (\"tenant-1\"): chain[1].policy.flow_capacity: invalid type: \
+                 string \"many\""
+            ),
+            "{e}"
+        );
+        assert_eq!(e.matches("flow_capacity").count(), 1, "{e}");
     }
 }
 

@@ -873,6 +873,20 @@ fn no_address_comparisons(
     Ok(())
 }
 
+/// PREVAIL's refusal of an instruction the platform lacks (`rejected: DETAIL (at
+/// LABEL)`) in the form of its other findings, `LABEL: DETAIL` (the caller already says
+/// the program was rejected); any other message as it is.
+fn label_first(message: &str) -> String {
+    message
+        .strip_prefix("rejected: ")
+        .and_then(|m| m.strip_suffix(')'))
+        .and_then(|m| m.rsplit_once(" (at "))
+        .map_or_else(
+            || message.to_owned(),
+            |(detail, label)| format!("{label}: {detail}"),
+        )
+}
+
 fn run_prevail(
     insns: &[EbpfInst],
     platform: &BuffetPlatform,
@@ -888,7 +902,7 @@ fn run_prevail(
     let seq = unmarshal::unmarshal(insns, &mut notes, &info, platform, opts)
         .map_err(|e| VerifyError::Malformed(e.to_string()))?;
     let program = PrevailProgram::from_sequence(&seq, &mut info, platform, opts)
-        .map_err(|e| VerifyError::ControlFlow(e.to_string()))?;
+        .map_err(|e| VerifyError::ControlFlow(label_first(&e.to_string())))?;
     let ctx = DomainContext {
         program_info: &info,
         program: &program,
@@ -915,6 +929,19 @@ fn run_prevail(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unavailable_instruction_reads_like_the_other_findings() {
+        assert_eq!(
+            label_first("rejected: helper function is unavailable on this platform (at 6)"),
+            "6: helper function is unavailable on this platform"
+        );
+        assert_eq!(
+            label_first("rejected: kfunc prototype is unavailable on this platform: x (at 12)"),
+            "12: kfunc prototype is unavailable on this platform: x"
+        );
+        assert_eq!(label_first("jump out of bounds"), "jump out of bounds");
+    }
 
     #[test]
     fn verdicts_cross_the_pipe_unchanged() {

@@ -5,7 +5,9 @@
 //! converts timestamps to nanoseconds. It accepts only link type Ethernet
 //! (`LINKTYPE_ETHERNET`, 1): Buffet's dispatcher parses Ethernet II frames, so
 //! any other link type is reported as [`PcapError::LinkType`] when the file is
-//! opened, not discovered packet by packet. pcapng is not supported.
+//! opened, not discovered packet by packet. pcapng is not read: a pcapng file is
+//! recognised by its magic number and refused as such ([`PcapError::Pcapng`], saying how
+//! to convert it).
 //!
 //! The writer always writes nanosecond-resolution, native-byte-order files with
 //! link type Ethernet and a snap length of 65535.
@@ -66,6 +68,18 @@ pub enum PcapError {
         /// What is wrong with the header.
         reason: String,
     },
+    /// The file is pcapng (its first block is a Section Header Block), which the reader
+    /// does not read.
+    #[error(
+        "{} is a pcapng file, which buffet does not read; convert it with \
+         `editcap -F pcap {} out.pcap`",
+        path.display(),
+        path.display()
+    )]
+    Pcapng {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file's link type is not Ethernet.
     #[error(
         "{}: link type {linktype} is not supported (only Ethernet, link type 1)",
@@ -123,6 +137,27 @@ pub enum PcapError {
         /// Why (frame too long, timestamp out of range).
         reason: String,
     },
+}
+
+/// A capture format, told by a file's magic number ([`capture_kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureKind {
+    /// Classic pcap (microsecond or nanosecond, either byte order): what
+    /// [`PcapReader`] reads.
+    Pcap,
+    /// pcapng (a Section Header Block, type `0x0A0D0D0A`).
+    Pcapng,
+}
+
+/// The capture format `head`, a file's first bytes, starts with, or `None` when its first
+/// four bytes are no capture's magic number.
+pub fn capture_kind(head: &[u8]) -> Option<CaptureKind> {
+    let magic: [u8; 4] = head.get(..4)?.try_into().ok()?;
+    match u32::from_be_bytes(magic) {
+        0x0A0D_0D0A => Some(CaptureKind::Pcapng),
+        0xA1B2_C3D4 | 0xD4C3_B2A1 | 0xA1B2_3C4D | 0x4D3C_B2A1 => Some(CaptureKind::Pcap),
+        _ => None,
+    }
 }
 
 /// The largest captured length of a record the reader accepts, whatever the file's
@@ -205,9 +240,12 @@ impl PcapReader {
         let header = match PcapHeader::from_slice(&raw) {
             Ok((_, h)) => h,
             Err(pcap_file::PcapError::InvalidField(_)) => {
-                return Err(PcapError::BadHeader {
-                    path,
-                    reason: "unknown magic number (pcapng is not supported)".to_string(),
+                return Err(match capture_kind(&raw) {
+                    Some(CaptureKind::Pcapng) => PcapError::Pcapng { path },
+                    _ => PcapError::BadHeader {
+                        path,
+                        reason: "unknown magic number".to_string(),
+                    },
                 })
             }
             Err(other) => {
@@ -551,6 +589,43 @@ mod tests {
             }
         };
         (res, counters.truncated())
+    }
+
+    #[test]
+    fn a_pcapng_file_is_named_as_such_and_anything_else_is_not_a_pcap() {
+        let dir = tempfile::tempdir().unwrap();
+        // A pcapng Section Header Block (little-endian, 28 bytes), then nothing.
+        let mut shb = Vec::new();
+        shb.extend_from_slice(&0x0A0D_0D0Au32.to_le_bytes());
+        shb.extend_from_slice(&28u32.to_le_bytes());
+        shb.extend_from_slice(&0x1A2B_3C4Du32.to_le_bytes());
+        shb.extend_from_slice(&1u16.to_le_bytes());
+        shb.extend_from_slice(&0u16.to_le_bytes());
+        shb.extend_from_slice(&u64::MAX.to_le_bytes());
+        shb.extend_from_slice(&28u32.to_le_bytes());
+        let ng = dir.path().join("in.pcapng");
+        std::fs::write(&ng, &shb).unwrap();
+        let e = PcapReader::open(&ng).unwrap_err();
+        assert!(matches!(e, PcapError::Pcapng { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("in.pcapng is a pcapng file"), "{text}");
+        assert!(text.contains("editcap -F pcap"), "{text}");
+        let toml = dir.path().join("t.toml");
+        std::fs::write(&toml, "[[tenant]]\nid = 1\nrules = [ { vlan = 1 } ]\n").unwrap();
+        let text = PcapReader::open(&toml).unwrap_err().to_string();
+        assert!(
+            text.ends_with("t.toml is not a pcap file: unknown magic number"),
+            "{text}"
+        );
+        assert!(!text.contains("pcapng"), "{text}");
+        assert_eq!(capture_kind(&shb), Some(CaptureKind::Pcapng));
+        assert_eq!(
+            capture_kind(&pcap(64, &[])),
+            Some(CaptureKind::Pcap),
+            "microsecond, little-endian"
+        );
+        assert_eq!(capture_kind(b"0,1\n"), None);
+        assert_eq!(capture_kind(b"ab"), None);
     }
 
     #[test]
