@@ -2,7 +2,11 @@
 //! no shared object (an eBPF object, a text file) is named for what it is, with the
 //! option that loads it; a contained fault's reason is printed once; an `unknown NF` in a
 //! tenants file lists every NF the program could run there, its registered ones too; a
-//! quarantined tenant with a chain keeps its `chain` array in `--stats-json`.
+//! quarantined tenant with a chain keeps its `chain` array in `--stats-json`; the
+//! `trusted-native` warning once; a default `mpk` level MPK cannot give says it was the
+//! default; a C stage that does not load, or whose region the arena cannot give, is named
+//! by the file's field before any tenant is admitted; a tenant the NF refuses is named
+//! once; a pcapng, a tenants file or a trace of the wrong kind is named for what it is.
 //!
 //! The eBPF objects come from tests/build.rs (clang; without it those tests are privilege
 //! skips, a failure under `CI=true` or `BUFFET_REQUIRE_PRIVILEGED=1`). The C NFs are built
@@ -248,4 +252,393 @@ fn an_unknown_nf_lists_every_nf_the_program_runs() {
         ),
         "{stderr}"
     );
+}
+
+/// `buffet replay ARGS` in `dir` with protection keys looking absent (`BUFFET_MPK=off`),
+/// so a run that would pick `mpk` fails the same way on every CPU.
+fn replay_without_mpk(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_buffet"))
+        .current_dir(dir)
+        .arg("replay")
+        .args(args)
+        .args(["--input", "in.pcap", "--no-pin"])
+        .env("BUFFET_MPK", "off")
+        .output()
+        .unwrap()
+}
+
+/// `dir/t.toml`: tenant 7 ("a"), whose chain is the one stage `nf`.
+fn c_stage_tenants(dir: &Path, nf: &str) {
+    std::fs::write(
+        dir.join("t.toml"),
+        format!(
+            "[[tenant]]\nid = 7\nname = \"a\"\nrules = [ {{ dst_ip = \"10.1.0.0/16\" }} ]\n\
+             [[tenant.chain]]\nnf = \"{nf}\"\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_trusted_native_warning_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let nf = build_nf(dir.path(), "portblock");
+    traffic(dir.path());
+    c_stage_tenants(dir.path(), &format!("c:{}", nf.display()));
+    let out = replay_without_mpk(
+        dir.path(),
+        &[
+            "--nf",
+            "monitor",
+            "--isolation",
+            "trusted-native",
+            "--tenants",
+            "t.toml",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stderr.matches("WARNING: isolation: trusted-native").count(),
+        1,
+        "{stderr}"
+    );
+    // A C NF alone (no chain) warns once too.
+    std::fs::write(
+        dir.path().join("plain.toml"),
+        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
+    )
+    .unwrap();
+    let out = replay_without_mpk(
+        dir.path(),
+        &[
+            "--nf-lib",
+            nf.to_str().unwrap(),
+            "--isolation",
+            "trusted-native",
+            "--tenants",
+            "plain.toml",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stderr.matches("WARNING: isolation: trusted-native").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_default_mpk_level_that_is_unavailable_says_it_was_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let nf = build_nf(dir.path(), "portblock");
+    traffic(dir.path());
+    let stage = format!("c:{}", nf.display());
+    c_stage_tenants(dir.path(), &stage);
+    // A C chain stage under --nf monitor, no --isolation: mpk is the chain's default.
+    let out = replay_without_mpk(dir.path(), &["--nf", "monitor", "--tenants", "t.toml"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "error: no --isolation given: the default isolation level for a C NF (t.toml: \
+             tenant 7 (\"a\"): chain[0].nf = {stage:?}) is mpk, and MPK isolation is \
+             unavailable: "
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("pass --isolation trusted-native") && !stderr.contains("--isolation mpk"),
+        "{stderr}"
+    );
+    // --nf-lib without --isolation: the same, naming the flag.
+    std::fs::write(
+        dir.path().join("plain.toml"),
+        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
+    )
+    .unwrap();
+    let lib = nf.to_str().unwrap();
+    let out = replay_without_mpk(dir.path(), &["--nf-lib", lib, "--tenants", "plain.toml"]);
+    let (_, stderr) = text(&out);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: no --isolation given: the default isolation level for a C NF (--nf-lib \
+             {lib}) is mpk"
+        )),
+        "{stderr}"
+    );
+    // Asked for: the flag's own error.
+    let out = replay_without_mpk(
+        dir.path(),
+        &[
+            "--nf-lib",
+            lib,
+            "--isolation",
+            "mpk",
+            "--tenants",
+            "plain.toml",
+        ],
+    );
+    let (_, stderr) = text(&out);
+    assert!(
+        stderr.starts_with("error: --isolation mpk: MPK isolation is unavailable"),
+        "{stderr}"
+    );
+    // The help says which NFs default to mpk.
+    let help = buffet(dir.path(), &["replay", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout).replace('\n', " ");
+    assert!(
+        help.contains("when a chain stage of the tenants file is a C NF"),
+        "{help}"
+    );
+}
+
+#[test]
+fn a_c_stage_that_does_not_load_is_named_like_the_files_other_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    traffic(dir.path());
+    c_stage_tenants(dir.path(), "c:x.so");
+    let out = replay_without_mpk(
+        dir.path(),
+        &[
+            "--nf",
+            "monitor",
+            "--isolation",
+            "trusted-native",
+            "--tenants",
+            "t.toml",
+        ],
+    );
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let error = stderr.lines().last().unwrap();
+    assert!(
+        error.starts_with("error: t.toml: tenant 7 (\"a\"): chain[0].nf: cannot load C NF x.so: "),
+        "{stderr}"
+    );
+    assert!(!error.contains("chain stage NF"), "{stderr}");
+}
+
+/// Writes and builds `dir/fat.so`, a C NF that registers `bytes` of state per tenant.
+fn fat_nf(dir: &Path, bytes: u64) -> std::path::PathBuf {
+    let src = dir.join("fat.c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include \"buffet.h\"\n\
+             const char *buffet_nf_name(void) {{ return \"fat\"; }}\n\
+             uint32_t buffet_abi_version(void) {{ return BUFFET_ABI_VERSION; }}\n\
+             size_t buffet_mem_register(void) {{ return {bytes}ull; }}\n\
+             int buffet_state_init(const char *p, void *s, size_t len, char *err, size_t n) {{\n\
+             (void)p; (void)s; (void)len; (void)err; (void)n; return 0; }}\n\
+             buffet_verdict buffet_pkt_handler(struct buffet_pkt *pkt, void *s, size_t len) {{\n\
+             (void)pkt; (void)s; (void)len; return BUFFET_PASS; }}\n"
+        ),
+    )
+    .unwrap();
+    let so = dir.join("fat.so");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .args([
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-nostartfiles",
+            "-fno-stack-protector",
+        ])
+        .arg("-I")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("include"))
+        .arg("-o")
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(st.success());
+    so
+}
+
+#[test]
+fn a_c_stage_too_large_for_the_arena_is_named_before_any_tenant_is_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    traffic(dir.path());
+    // 32 MiB per stage: a chain region holds 8 such parts, past a 64 MiB arena.
+    let so = fat_nf(dir.path(), 32 << 20);
+    let stage = format!("c:{}", so.display());
+    c_stage_tenants(dir.path(), &stage);
+    let out = replay_without_mpk(
+        dir.path(),
+        &[
+            "--nf",
+            "monitor",
+            "--isolation",
+            "trusted-native",
+            "--arena-mib",
+            "64",
+            "--tenants",
+            "t.toml",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let error = stderr.lines().last().unwrap();
+    // The C NF's part holds its 32 MiB and the loader's few bytes of its own.
+    assert!(
+        error.starts_with(&format!("error: t.toml: chain stage NF {stage} asks 3355")),
+        "{stderr}"
+    );
+    assert!(
+        error.contains(
+            " bytes per tenant, and every tenant's chain region holds 8 parts of the largest \
+             stage NF: "
+        ),
+        "{stderr}"
+    );
+    assert!(error.contains("--arena-mib"), "{stderr}");
+    assert!(!stderr.contains("cannot admit"), "{stderr}");
+    // With the arena it asks for, the run goes ahead.
+    let out = replay_without_mpk(
+        dir.path(),
+        &[
+            "--nf",
+            "monitor",
+            "--isolation",
+            "trusted-native",
+            "--arena-mib",
+            "1024",
+            "--tenants",
+            "t.toml",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+}
+
+#[test]
+fn a_policy_the_nf_refuses_names_the_tenant_once() {
+    let dir = tempfile::tempdir().unwrap();
+    traffic(dir.path());
+    std::fs::write(
+        dir.path().join("t.toml"),
+        "[[tenant]]\nid = 1\nname = \"a\"\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n\
+         [tenant.policy]\nflow_capacity = 0\n",
+    )
+    .unwrap();
+    let out = replay_without_mpk(dir.path(), &["--nf", "monitor", "--tenants", "t.toml"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(
+        stderr,
+        "error: t.toml: cannot admit tenant 1 (\"a\"): invalid policy field `flow_capacity`: \
+         must be at least 1\n"
+    );
+    // A chain stage's policy of the wrong type names the field inside it.
+    std::fs::write(
+        dir.path().join("t.toml"),
+        "[[tenant]]\nid = 1\nname = \"a\"\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n\
+         [[tenant.chain]]\nnf = \"firewall\"\n\
+         [[tenant.chain]]\nnf = \"monitor\"\npolicy = { flow_capacity = \"many\" }\n",
+    )
+    .unwrap();
+    let out = replay_without_mpk(dir.path(), &["--tenants", "t.toml"]);
+    let (_, stderr) = text(&out);
+    assert!(
+        stderr.starts_with(
+            "error: t.toml: tenant 1 (\"a\"): chain[1].policy.flow_capacity: invalid type: \
+             string \"many\""
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn inputs_of_the_wrong_kind_are_named_for_what_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    traffic(dir.path());
+    std::fs::write(
+        dir.path().join("t.toml"),
+        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
+    )
+    .unwrap();
+    // A pcapng Section Header Block, as editcap writes one.
+    let mut shb = Vec::new();
+    for w in [0x0A0D_0D0Au32, 28, 0x1A2B_3C4D] {
+        shb.extend_from_slice(&w.to_le_bytes());
+    }
+    shb.extend_from_slice(&[1, 0, 0, 0]);
+    shb.extend_from_slice(&u64::MAX.to_le_bytes());
+    shb.extend_from_slice(&28u32.to_le_bytes());
+    std::fs::write(dir.path().join("in.pcapng"), &shb).unwrap();
+    let replay = |input: &str| {
+        let out = buffet(
+            dir.path(),
+            &[
+                "replay",
+                "--nf",
+                "monitor",
+                "--tenants",
+                "t.toml",
+                "--input",
+                input,
+            ],
+        );
+        text(&out).1
+    };
+    assert_eq!(
+        replay("in.pcapng"),
+        "error: in.pcapng is a pcapng file, which buffet does not read; convert it with \
+         `editcap -F pcap in.pcapng out.pcap`\n"
+    );
+    assert_eq!(
+        replay("t.toml"),
+        "error: t.toml is not a pcap file: unknown magic number\n"
+    );
+
+    // demo --tenants is a count.
+    let out = buffet(dir.path(), &["demo", "--tenants", "t.toml"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "demo --tenants takes a count of tenants (a whole number); to run a tenants file \
+             use `buffet replay --tenants FILE`"
+        ),
+        "{stderr}"
+    );
+
+    // trace: --input or --frames, named both; a pcap named as one; a bad line prints
+    // nothing before the error.
+    let trace = |args: &[&str]| {
+        let mut all = vec!["trace", "--workers", "2", "--worker-max", "3"];
+        all.extend_from_slice(args);
+        buffet(dir.path(), &all)
+    };
+    let out = trace(&[]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("<--input <INPUT>|--frames <FRAMES>>"),
+        "{stderr}"
+    );
+    let out = trace(&["--input", "in.pcap"]);
+    let (stdout, stderr) = text(&out);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.starts_with(
+            "error: in.pcap is a pcap file: --input takes a CSV trace, one `ts_ns,tenant_id` \
+             line per packet; to run a pcap through the Packet Dispatcher and the workers use \
+             `buffet replay --input FILE`"
+        ),
+        "{stderr}"
+    );
+    std::fs::write(dir.path().join("bad.csv"), "0,0\n1,x\n").unwrap();
+    let out = trace(&["--input", "bad.csv"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty(), "printed before the error: {stdout}");
+    assert!(stderr.starts_with("error: bad.csv: line 2: "), "{stderr}");
+    std::fs::write(dir.path().join("good.csv"), "0,0\n1,1\n").unwrap();
+    let out = trace(&["--input", "good.csv"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout, "0,0,pass,0\n1,1,pass,1\n");
 }

@@ -157,6 +157,8 @@ fn the_mpk_error_names_trusted_native() {
             "replay",
             "--nf-lib",
             "portblock.so",
+            "--isolation",
+            "mpk",
             "--tenants",
             "tenants.toml",
             "--input",
@@ -167,6 +169,8 @@ fn the_mpk_error_names_trusted_native() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
+    // Without --isolation, mpk is the default, and the error says that instead
+    // (tests/cli_messages.rs).
     assert!(
         stderr.contains("error: --isolation mpk: MPK isolation is unavailable"),
         "{stderr}"

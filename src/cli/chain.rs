@@ -30,6 +30,9 @@ pub(crate) struct ChainRun<'a> {
     pub level: Isolation,
     pub file: &'a Path,
     pub registry: &'a Registry,
+    /// The largest region the run's arena gives (`ArenaConfig::largest_region`): every
+    /// tenant's chain region must fit it.
+    pub largest_region: usize,
 }
 
 /// Builds the [`Chain`] around the run's NF, then hands it to the command.
@@ -51,24 +54,22 @@ impl<V: NfVisitor<Output = anyhow::Result<()>>> NfVisitor for Chained<'_, V> {
     }
 }
 
-/// Loads the stages' NFs, checks every tenant's chain against them (nothing is admitted
-/// before all pass), and runs the command with the chain.
+/// Loads the stages' NFs, checks every tenant's chain against them and the chain's
+/// region against the arena (nothing is admitted before all pass), and runs the command
+/// with the chain.
 fn finish<V: NfVisitor<Output = anyhow::Result<()>>>(
     chain: Chain,
     run: ChainRun<'_>,
     inner: V,
 ) -> anyhow::Result<()> {
-    let native = chain::stage_specs(run.tenants)
-        .iter()
-        .any(|s| s.kind() == NfKind::C);
-    if native && run.level == Isolation::TrustedNative {
-        eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
-    }
     let mut chain = chain.load_stages_with(run.tenants, run.level, run.file, run.registry)?;
     if run.level == Isolation::Mpk {
         // Each C stage's part of a tenant's region under its own protection key.
         chain = chain.stage_keys(isolation::mpk()?);
     }
+    chain
+        .check_region(run.largest_region)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", run.file.display()))?;
     chain.check_tenants(run.tenants, run.file)?;
     let stages = run.tenants.iter().map(|t| t.chain.len().max(1)).max();
     eprintln!(
@@ -104,7 +105,7 @@ pub(crate) fn level(
         Chosen::Nothing => None,
     };
     let level = chain::resolve_level(requested, default.as_ref(), tenants, file)?;
-    replay::announce_mpk(level)?;
+    replay::announce_mpk(level, requested, chosen, tenants, file)?;
     Ok(level)
 }
 

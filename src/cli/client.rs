@@ -1,10 +1,10 @@
 //! The client of `buffetd`: `buffet tenant add|update|rm|ls|show|apply|token`,
-//! `buffet stats`, `buffet workers ls|add|rm`, `buffet events --follow`, `buffet reload`.
+//! `buffet stats`, `buffet workers ls|add|rm`, `buffet events`, `buffet reload`.
 //!
 //! The daemon's address and token come from `--api URL` / `--token T` or the
 //! environment variables `BUFFET_API` / `BUFFET_TOKEN`. Output is a human table by
 //! default, the daemon's JSON with `--json`. A daemon error is printed as its status and
-//! message and fails the command. `buffet tenant ls` also reads buffet-orchestrator's
+//! message (and, for a missing or refused token, what to do) and fails the command. `buffet tenant ls` also reads buffet-orchestrator's
 //! listing (rows of placements: server, state and the document under `doc`), told apart
 //! by its rows' shape, and prints it as placements. HTTP via ureq (blocking, no TLS: put
 //! a TLS-terminating proxy in front of a daemon that listens beyond loopback). This module does not
@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 /// Where the daemon is and who we are.
 #[derive(Args, Debug, Clone)]
 pub struct ApiArgs {
-    /// The daemon's API, e.g. http://127.0.0.1:7878.
+    /// The daemon's API, e.g. http://127.0.0.1:7878 (a bare 127.0.0.1:7878 means http).
     #[arg(
         long,
         env = "BUFFET_API",
@@ -55,7 +55,9 @@ pub enum TenantAction {
     /// Admit a tenant: a JSON admission document (the tenants-file schema) from
     /// --file, or one built from --id, --name, --rule, --max-nb, --policy.
     Add(TenantSpecArgs),
-    /// Change a tenant in place: its whole new document (policy, name, rules, MAX_NB).
+    /// Change a tenant in place: its whole new document (policy, name, rules, MAX_NB),
+    /// which replaces the old one; a field not given is not kept. To change one field,
+    /// edit the output of `buffet tenant show ID` and pass it with --file.
     Update(TenantSpecArgs),
     /// Remove a tenant.
     Rm {
@@ -88,7 +90,8 @@ pub enum TenantAction {
 /// A tenant given on the command line.
 #[derive(Args, Debug)]
 pub struct TenantSpecArgs {
-    /// A JSON file holding one tenant (`{"id": 7, "rules": [...], "policy": {...}}`).
+    /// A JSON file holding one tenant (`{"id": 7, "rules": [...], "policy": {...}}`);
+    /// a tenants file goes to `buffet tenant apply`.
     #[arg(long, conflicts_with_all = ["id", "name", "rule", "max_nb", "policy"])]
     pub file: Option<PathBuf>,
     /// Tenant id.
@@ -115,7 +118,7 @@ pub struct StatsArgs {
     /// The daemon.
     #[command(flatten)]
     pub api: ApiArgs,
-    /// Only this tenant (works with a tenant token).
+    /// Only this tenant (a tenant token reads only its own: it needs --tenant).
     #[arg(long)]
     pub tenant: Option<u32>,
     /// Print again every second until interrupted.
@@ -154,8 +157,8 @@ pub struct EventsArgs {
     /// The daemon.
     #[command(flatten)]
     pub api: ApiArgs,
-    /// Keep printing events as they come (the only mode: the stream has no history).
-    #[arg(long)]
+    /// Accepted for compatibility: `buffet events` always follows the stream.
+    #[arg(long, hide = true)]
     pub follow: bool,
 }
 
@@ -171,12 +174,14 @@ pub struct ReloadArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The daemon answered with an error.
-    #[error("buffetd: {status}: {message}")]
+    #[error("buffetd: {status}: {message}{}", hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
     Status {
         /// HTTP status.
         status: u16,
         /// The daemon's message.
         message: String,
+        /// What to do about it, when the client can tell.
+        hint: Option<String>,
     },
     /// No answer.
     #[error("cannot reach buffetd at {api}: {message}")]
@@ -188,7 +193,77 @@ pub enum ClientError {
     },
 }
 
+impl ClientError {
+    /// The error with `hint` as what to do, when it is the daemon's `status`.
+    fn with_hint(self, status: u16, hint: &str) -> ClientError {
+        match self {
+            ClientError::Status {
+                status: s,
+                message,
+                hint: None,
+            } if s == status => ClientError::Status {
+                status: s,
+                message,
+                hint: Some(hint.to_owned()),
+            },
+            other => other,
+        }
+    }
+}
+
+/// How to get a token the daemon takes, after a 401.
+const TOKEN_HINT_NONE: &str = "no token given: set BUFFET_TOKEN or pass --token (buffetd \
+    writes a generated admin token to <data_dir>/admin.token)";
+const TOKEN_HINT_UNKNOWN: &str = "buffetd does not know the token given (BUFFET_TOKEN or \
+    --token): the admin token is in <data_dir>/admin.token (or api.admin_token_file, or \
+    BUFFETD_ADMIN_TOKEN), a tenant's comes from `buffet tenant token ID`";
+
 impl ApiArgs {
+    /// `--api` as a base URL: a bare `host:port` is taken as `http://host:port`.
+    fn base(&self) -> String {
+        let api = self.api.trim_end_matches('/');
+        if api.contains("://") {
+            api.to_owned()
+        } else {
+            format!("http://{api}")
+        }
+    }
+
+    /// The daemon's error answer as a [`ClientError`], with what to do when the status
+    /// says it (a missing or unknown token, a tenant token reading more than its tenant).
+    fn status_error(&self, path: &str, status: u16, r: ureq::Response) -> ClientError {
+        let text = r.into_string().unwrap_or_default();
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_owned))
+            .unwrap_or(text);
+        let hint = match status {
+            401 if self.token.is_none() => Some(TOKEN_HINT_NONE),
+            401 => Some(TOKEN_HINT_UNKNOWN),
+            403 if path == "/v1/stats" => Some(
+                "a tenant token reads only its own tenant: pass --tenant ID (the admin token \
+                 reads every tenant)",
+            ),
+            403 => Some(
+                "a tenant token only reads its own tenant (`buffet stats --tenant ID`, \
+                 `buffet tenant show ID`); everything else needs the admin token",
+            ),
+            _ => None,
+        };
+        ClientError::Status {
+            status,
+            message,
+            hint: hint.map(str::to_owned),
+        }
+    }
+
+    fn transport_error(&self, e: ureq::Error) -> ClientError {
+        ClientError::Transport {
+            api: self.api.clone(),
+            message: e.to_string(),
+        }
+    }
+
     fn request(&self, method: &str, path: &str) -> ureq::Request {
         self.request_untimed(method, path)
             .timeout(Duration::from_secs(60))
@@ -196,7 +271,7 @@ impl ApiArgs {
 
     /// A request with no deadline (the event stream).
     fn request_untimed(&self, method: &str, path: &str) -> ureq::Request {
-        let url = format!("{}{path}", self.api.trim_end_matches('/'));
+        let url = format!("{}{path}", self.base());
         let mut r = ureq::request(method, &url);
         if let Some(t) = &self.token {
             r = r.set("Authorization", &format!("Bearer {t}"));
@@ -217,18 +292,8 @@ impl ApiArgs {
                 let text = r.into_string().unwrap_or_default();
                 Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
             }
-            Err(ureq::Error::Status(status, r)) => {
-                let text = r.into_string().unwrap_or_default();
-                let message = serde_json::from_str::<Value>(&text)
-                    .ok()
-                    .and_then(|v| v["error"].as_str().map(str::to_owned))
-                    .unwrap_or(text);
-                Err(ClientError::Status { status, message })
-            }
-            Err(e) => Err(ClientError::Transport {
-                api: self.api.clone(),
-                message: e.to_string(),
-            }),
+            Err(ureq::Error::Status(status, r)) => Err(self.status_error(path, status, r)),
+            Err(e) => Err(self.transport_error(e)),
         }
     }
 
@@ -262,7 +327,17 @@ impl TenantSpecArgs {
     fn document(&self) -> anyhow::Result<Value> {
         if let Some(f) = &self.file {
             let text = std::fs::read_to_string(f).with_context(|| format!("{}", f.display()))?;
-            return serde_json::from_str(&text).with_context(|| format!("{}", f.display()));
+            let tenants_file = "--file takes one tenant as JSON ({\"id\": 7, \"rules\": \
+                [...], \"policy\": {...}}); for a tenants file use `buffet tenant apply FILE`";
+            let doc: Value = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: not JSON ({e}); {tenants_file}", f.display()))?;
+            if doc.get("tenant").is_some_and(Value::is_array) {
+                anyhow::bail!(
+                    "{}: a tenants file (a list of tenants); {tenants_file}",
+                    f.display()
+                );
+            }
+            return Ok(doc);
         }
         let mut doc = serde_json::Map::new();
         doc.insert("id".into(), json!(self.id));
@@ -437,7 +512,12 @@ pub fn tenant(a: &TenantArgs) -> anyhow::Result<()> {
             let id = doc["id"]
                 .as_u64()
                 .context("the tenant document has no id")?;
-            let v = api.send("PUT", &format!("/v1/tenants/{id}"), Some(&doc))?;
+            let v = api
+                .send("PUT", &format!("/v1/tenants/{id}"), Some(&doc))
+                .map_err(|e| match &spec.file {
+                    Some(_) => e,
+                    None => e.with_hint(422, &update_hint(id)),
+                })?;
             if api.json {
                 api.print(&mut out, &v)?;
             } else {
@@ -489,6 +569,17 @@ pub fn tenant(a: &TenantArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What to do after buffetd refused an update built from flags: the document replaces
+/// the tenant's whole one, so what was not given is gone from it.
+fn update_hint(id: u64) -> String {
+    format!(
+        "`buffet tenant update` sends the tenant's whole new document, which replaces the \
+         old one (fields not given are not kept): give every field the tenant keeps \
+         (--rule, --policy, --name, --max-nb), or save `buffet tenant show {id}`, edit it \
+         and pass it with --file"
+    )
 }
 
 /// Runs `buffet stats`.
@@ -598,22 +689,16 @@ pub fn reload(a: &ReloadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `buffet events --follow`: prints each server-sent event as it comes (one JSON
-/// object per line with `--json`).
+/// Runs `buffet events`: prints each server-sent event as it comes (one JSON object per
+/// line with `--json`) until the daemon ends the stream.
 pub fn events(a: &EventsArgs) -> anyhow::Result<()> {
-    let resp = match a.api.request_untimed("GET", "/v1/events").call() {
+    let path = "/v1/events";
+    let resp = match a.api.request_untimed("GET", path).call() {
         Ok(r) => r,
         Err(ureq::Error::Status(status, r)) => {
-            let message = r.into_string().unwrap_or_default();
-            return Err(ClientError::Status { status, message }.into());
+            return Err(a.api.status_error(path, status, r).into())
         }
-        Err(e) => {
-            return Err(ClientError::Transport {
-                api: a.api.api.clone(),
-                message: e.to_string(),
-            }
-            .into())
-        }
+        Err(e) => return Err(a.api.transport_error(e).into()),
     };
     let reader = BufReader::new(resp.into_reader());
     let stdout = std::io::stdout();

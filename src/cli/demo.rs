@@ -31,8 +31,8 @@ pub struct DemoArgs {
     /// 64 KB burst.
     #[arg(long, value_name = "NF", default_value = "monitor")]
     pub nf: String,
-    /// Tenants sharing the NF.
-    #[arg(long, default_value_t = 12)]
+    /// How many tenants share the NF (a count: `replay` and `run` take a tenants file).
+    #[arg(long, value_name = "N", default_value_t = 12, value_parser = tenant_count)]
     pub tenants: u32,
     /// Threads, arena and Tenant Table slots.
     #[command(flatten)]
@@ -59,6 +59,16 @@ pub struct DemoArgs {
     /// packet) or ours (a plan at every timeslot boundary; docs/scheduler.md).
     #[arg(long, default_value = "greedy")]
     pub planner: Planner,
+}
+
+/// `--tenants`: a count. A file name there is someone reaching for `replay`'s
+/// `--tenants FILE`, so the error says where that is.
+fn tenant_count(s: &str) -> Result<u32, String> {
+    s.parse().map_err(|_| {
+        "demo --tenants takes a count of tenants (a whole number); to run a tenants file use \
+         `buffet replay --tenants FILE`"
+            .to_owned()
+    })
 }
 
 /// Runs `buffet demo` with the NFs of `registry`.

@@ -341,9 +341,15 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     let chain = chained
         .is_some()
         .then_some((tenants.as_slice(), a.choice.tenants.as_path()));
-    replay::visit_run(chosen, level, chain, registry, live, |l| {
-        Visit::Live(Box::new(l))
-    })
+    replay::visit_run(
+        chosen,
+        level,
+        chain,
+        &a.capacity.arena(),
+        registry,
+        live,
+        |l| Visit::Live(Box::new(l)),
+    )
 }
 
 /// A live run with whichever NF was loaded.

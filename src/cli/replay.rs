@@ -15,11 +15,14 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use buffet_config::chain;
 use buffet_config::isolation::{self, Isolation};
-use buffet_config::registry::{EbpfEngine, LoadedNf, NfName, NfSpec, NfVisitor, RegisteredNf};
+use buffet_config::registry::{
+    EbpfEngine, LoadedNf, NfKind, NfName, NfSpec, NfVisitor, RegisteredNf,
+};
 use buffet_config::TenantConfig;
 use buffet_dispatch::{DispatcherConfig, Planner, SchedulerConfig};
 use buffet_io::pcap::{PcapCounters, PcapReader, PcapWriter};
 use buffet_io::{PacketSource, SourcePort};
+use buffet_memory::ArenaConfig;
 use buffet_sdk::TenantId;
 use buffet_worker::{Pipeline, PipelineConfig, Report, WorkerEvent};
 use clap::Args;
@@ -57,7 +60,9 @@ pub struct NfChoice {
     /// guard pages and fault containment, NO hardware isolation) or `ebpf` (verified
     /// bytecode; required for --nf-ebpf).
     /// Default: the tenants file's `isolation` if every tenant names the same one, else
-    /// `mpk` with --nf-lib, `ebpf` with --nf-ebpf and `safe` with --nf.
+    /// `mpk` with --nf-lib or when a chain stage of the tenants file is a C NF (`c:...`),
+    /// `ebpf` with --nf-ebpf, and `safe` with --nf otherwise. On a CPU without protection
+    /// keys, pass `--isolation trusted-native` to run C NFs.
     #[arg(long, value_enum)]
     pub isolation: Option<Isolation>,
     /// The tenants file: TOML (`.toml`) or JSON (`.json`).
@@ -221,21 +226,78 @@ pub(crate) fn isolation_level(
         Chosen::Nothing => anyhow::bail!(NO_NF),
     };
     let level = isolation::resolve(requested, &kind_of, tenants, file)?;
-    announce_mpk(level)?;
+    announce_mpk(level, requested, chosen, tenants, file)?;
     Ok(level)
 }
 
 /// At the `mpk` level: checks the CPU's protection keys and says how many cache tenant
-/// regions.
-pub(crate) fn announce_mpk(level: Isolation) -> anyhow::Result<()> {
-    if level == Isolation::Mpk {
-        let mpk = isolation::mpk()?;
-        eprintln!(
-            "isolation: mpk ({} protection keys cache tenant regions)",
-            mpk.cache_keys()
+/// regions. When the level was nobody's choice (no `--isolation`, no `isolation` in
+/// the tenants file) and MPK is unavailable, the error says `mpk` is the default for
+/// the C NF of the run, and how to run it without protection keys.
+pub(crate) fn announce_mpk(
+    level: Isolation,
+    requested: Option<Isolation>,
+    chosen: &Chosen,
+    tenants: &[TenantConfig],
+    file: &Path,
+) -> anyhow::Result<()> {
+    if level != Isolation::Mpk {
+        return Ok(());
+    }
+    let mpk = match (isolation::mpk(), requested) {
+        (Ok(mpk), _) => mpk,
+        (Err(e), Some(_)) => return Err(e.into()),
+        (Err(isolation::IsolationError::MpkUnavailable(e)), None) => {
+            return Err(mpk_default_error(&e, chosen, tenants, file))
+        }
+        (Err(e), None) => return Err(e.into()),
+    };
+    eprintln!(
+        "isolation: mpk ({} protection keys cache tenant regions)",
+        mpk.cache_keys()
+    );
+    Ok(())
+}
+
+/// The error of a run whose `mpk` level came from a default (no `--isolation`) on a
+/// machine without protection keys: who chose `mpk` and what to pass instead.
+fn mpk_default_error(
+    e: &buffet_memory::MpkError,
+    chosen: &Chosen,
+    tenants: &[TenantConfig],
+    file: &Path,
+) -> anyhow::Error {
+    const FIX: &str = "pass --isolation trusted-native to run native NF code you trust \
+        without hardware isolation (guard pages and fault containment only; \
+        docs/isolation.md)";
+    if !tenants.is_empty() && tenants.iter().all(|t| t.isolation == Some(Isolation::Mpk)) {
+        return anyhow::anyhow!(
+            "{}: every tenant names isolation \"mpk\", and {e}; to run native NF code you \
+             trust without hardware isolation (guard pages and fault containment only; \
+             docs/isolation.md), name isolation \"trusted-native\" there instead",
+            file.display()
         );
     }
-    Ok(())
+    let which = match chosen {
+        Chosen::Spec(NfSpec::C(lib)) => format!("--nf-lib {}", lib.display()),
+        _ => tenants
+            .iter()
+            .find_map(|t| {
+                let k = t.chain.iter().position(|s| s.nf.kind() == NfKind::C)?;
+                Some(format!(
+                    "{}: tenant {} ({:?}): chain[{k}].nf = {:?}",
+                    file.display(),
+                    t.id,
+                    t.name,
+                    t.chain[k].nf.to_string()
+                ))
+            })
+            .unwrap_or_else(|| "this run".to_owned()),
+    };
+    anyhow::anyhow!(
+        "no --isolation given: the default isolation level for a C NF ({which}) is mpk, \
+         and {e}; {FIX}"
+    )
 }
 
 /// Loads `chosen` at `level` and hands it, as its own type, to `visitor` (a registered
@@ -252,9 +314,6 @@ where
 {
     match chosen {
         Chosen::Spec(spec) => {
-            if level == Isolation::TrustedNative {
-                eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
-            }
             let nf = spec.load_at(level)?;
             if let (LoadedNf::Ebpf(nf), Some(obj)) = (&nf, spec.path()) {
                 let p = nf.program();
@@ -295,11 +354,13 @@ pub(crate) fn plan(
 }
 
 /// [`load_and_visit`], with a chain around the NF when `chain` gives the tenants as the
-/// file names them and the file (shared with `buffet run`).
+/// file names them and the file; `arena` is the run's, which every tenant's chain region
+/// must fit (shared with `buffet run`).
 pub(crate) fn visit_run<'v, V>(
     chosen: Chosen,
     level: Isolation,
     chain: Option<(&'v [TenantConfig], &'v Path)>,
+    arena: &ArenaConfig,
     registry: &'v Registry,
     visitor: V,
     wrap: impl FnOnce(V) -> Visit<'v>,
@@ -307,6 +368,16 @@ pub(crate) fn visit_run<'v, V>(
 where
     V: NfVisitor<Output = anyhow::Result<()>>,
 {
+    // Said once, before anything is loaded: when the run's NF is native code (a C NF or
+    // a reference NF run at this level) or a chain stage is a C NF.
+    let native_stage = chain.is_some_and(|(tenants, _)| {
+        chain::stage_specs(tenants)
+            .iter()
+            .any(|s| s.kind() == NfKind::C)
+    });
+    if level == Isolation::TrustedNative && (matches!(chosen, Chosen::Spec(_)) || native_stage) {
+        eprintln!("{}", isolation::TRUSTED_NATIVE_WARNING);
+    }
     match chain {
         Some((tenants, file)) => {
             let run = ChainRun {
@@ -314,6 +385,7 @@ where
                 level,
                 file,
                 registry,
+                largest_region: arena.largest_region(),
             };
             cli_chain::visit(chosen, run, registry, visitor, wrap)
         }
@@ -357,6 +429,7 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
     set_schedule(&mut cfg, a.worker_max, sched, a.planner, !a.no_pin);
     cfg.domain = level.domain();
     let counters = source.counters();
+    let arena = cfg.arena;
     let replay = Replay {
         a,
         tenants: chained.as_deref().unwrap_or(&tenants),
@@ -368,7 +441,7 @@ pub fn run(a: &ReplayArgs, registry: &Registry) -> anyhow::Result<()> {
     let chain = chained
         .is_some()
         .then_some((tenants.as_slice(), a.choice.tenants.as_path()));
-    visit_run(chosen, level, chain, registry, replay, |r| {
+    visit_run(chosen, level, chain, &arena, registry, replay, |r| {
         Visit::Replay(Box::new(r))
     })
 }

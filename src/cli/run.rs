@@ -9,7 +9,7 @@ use anyhow::Context;
 use buffet_io::Port;
 use buffet_memory::ArenaConfig;
 use buffet_sdk::NetworkFunction;
-use buffet_worker::{Pipeline, PipelineConfig, Report, TenantSpec, WorkerEvent};
+use buffet_worker::{Pipeline, PipelineConfig, PipelineError, Report, TenantSpec, WorkerEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffet_config::TenantConfig;
@@ -64,13 +64,18 @@ impl Default for Capacity {
 }
 
 impl Capacity {
+    /// The Memory Manager's arena `--arena-mib` asks for.
+    pub fn arena(&self) -> ArenaConfig {
+        ArenaConfig {
+            capacity: usize::try_from(self.arena_mib << 20).unwrap_or(usize::MAX),
+        }
+    }
+
     /// Checks the flags and applies them to `cfg`.
     pub fn apply(&self, cfg: &mut PipelineConfig) -> Result<(), limits::WorkersError> {
         cfg.workers =
             limits::check_workers(self.workers, limits::cores(), self.allow_oversubscribe)?;
-        cfg.arena = ArenaConfig {
-            capacity: usize::try_from(self.arena_mib << 20).unwrap_or(usize::MAX),
-        };
+        cfg.arena = self.arena();
         cfg.tenant_capacity = self.tenant_slots;
         cfg.flush_packets = self.flush_packets as usize;
         cfg.flush_ns = self.flush_us * 1_000;
@@ -94,6 +99,7 @@ pub fn admit_all<N: NetworkFunction>(
             policy,
         })
         .and_then(|_| p.set_weight(t.id, t.weight))
+        .map_err(admission_cause)
         .with_context(|| {
             format!(
                 "{}: cannot admit tenant {} ({:?})",
@@ -106,19 +112,58 @@ pub fn admit_all<N: NetworkFunction>(
     Ok(())
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
+/// Why a tenant was refused, without the tenant: [`admit_all`]'s context names it (the
+/// pipeline's error names it too, and said twice it reads `tenant 1 ("a"): tenant 1: …`).
+fn admission_cause(e: PipelineError) -> anyhow::Error {
+    match e {
+        PipelineError::Policy { source, .. } => source.into(),
+        PipelineError::Memory { source, .. } => source.into(),
+        PipelineError::Dispatch { source, .. } => source.into(),
+        other => other.into(),
+    }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal): a bar of `len`
+/// packets when the source knows how many it holds, else a spinner with the count so far.
 pub fn progress(len: Option<u64>, what: &str) -> ProgressBar {
     let bar = match len {
         Some(n) => ProgressBar::new(n),
         None => ProgressBar::new_spinner(),
     };
-    let style = ProgressStyle::with_template(
-        "{spinner} {msg} [{elapsed_precise}] {wide_bar} {pos}/{len} ({per_sec})",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let style = ProgressStyle::with_template(progress_template(len.is_some()))
+        .map(|s| {
+            s.with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = w.write_str(&rate_text(state.per_sec()));
+                },
+            )
+        })
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     bar.set_message(what.to_owned());
     bar
+}
+
+/// The progress line's template: with a known length a bar and `pos/len`; without one
+/// no bar (it would stay empty) and no length (it would read `pos/pos`).
+fn progress_template(known_len: bool) -> &'static str {
+    if known_len {
+        "{spinner} {msg} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} packets ({rate})"
+    } else {
+        "{spinner} {msg} [{elapsed_precise}] {human_pos} packets ({rate})"
+    }
+}
+
+/// Packets per second as the progress line shows it: a whole number with thousands
+/// separators (`1,310,627/s`).
+fn rate_text(per_sec: f64) -> String {
+    let n = if per_sec.is_finite() && per_sec > 0.0 {
+        per_sec.round() as u64
+    } else {
+        0
+    };
+    format!("{}/s", indicatif::HumanCount(n))
 }
 
 /// Adds `port` as port 0 and runs the pipeline until the port ends; returns how many
@@ -248,4 +293,33 @@ pub fn print_events(out: &mut dyn Write, r: &Report, limit: usize) -> std::io::R
         writeln!(out, "  … {} more events", r.events.len() - limit)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_progress_line_without_a_length_has_no_bar_and_a_whole_rate() {
+        let unknown = progress_template(false);
+        for absent in ["bar", "len"] {
+            assert!(!unknown.contains(absent), "{unknown}");
+        }
+        assert!(
+            unknown.contains("{human_pos} packets ({rate})"),
+            "{unknown}"
+        );
+        let known = progress_template(true);
+        assert!(
+            known.contains("{wide_bar} {human_pos}/{human_len}"),
+            "{known}"
+        );
+        assert_eq!(rate_text(1_310_626.853_9), "1,310,627/s");
+        assert_eq!(rate_text(0.4), "0/s");
+        assert_eq!(rate_text(f64::NAN), "0/s");
+        // Both templates parse, with the `rate` key.
+        for t in [unknown, known] {
+            ProgressStyle::with_template(t).unwrap();
+        }
+    }
 }

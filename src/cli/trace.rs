@@ -2,20 +2,26 @@
 //! (`--input`), or the classifier and the scheduler over a `ts_ns,hex_frame` trace of
 //! whole frames with a tenants file (`--frames`, `--tenants`)
 //! ([`buffet_config::trace`] does the work; this reads the files and writes the output).
+//!
+//! The output is written once the whole trace has run: a malformed line stops the
+//! command with nothing on standard output. A capture file (pcap, pcapng) or any other
+//! binary file given as a trace is named for what it is before a line is read.
 
-use std::io::{BufReader, BufWriter, Write};
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 
 use buffet_config::trace;
-use clap::Args;
+use buffet_io::pcap::{capture_kind, CaptureKind};
+use clap::{ArgGroup, Args};
 
 use super::registry::Registry;
 
 /// `buffet trace` arguments.
 #[derive(Args, Debug)]
+#[command(group(ArgGroup::new("trace").required(true).args(["input", "frames"])))]
 pub struct TraceArgs {
     /// The trace: one `ts_ns,tenant_id` line per packet.
-    #[arg(long, required_unless_present = "frames", conflicts_with_all = ["frames", "tenants"])]
+    #[arg(long, conflicts_with_all = ["frames", "tenants"])]
     input: Option<PathBuf>,
     /// A trace of whole frames: one `ts_ns,hex_frame` line per frame (needs --tenants).
     #[arg(long, requires = "tenants")]
@@ -61,39 +67,99 @@ pub fn run(a: &TraceArgs, registry: &Registry) -> anyhow::Result<()> {
         threshold: a.threshold,
         engine: a.engine,
     };
-    let open = |path: &PathBuf| {
-        std::fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
-    };
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
-    let mut out = BufWriter::new(stdout.lock());
-    let mut err = BufWriter::new(stderr.lock());
+    // Both outputs are kept until the trace has run: an error prints nothing else.
+    let mut out = Vec::new();
+    let mut err = Vec::new();
     match (&a.input, &a.frames, &a.tenants) {
         (Some(input), None, None) => {
-            trace::run_trace(BufReader::new(open(input)?), &mut out, &mut err, &cfg)
+            let file = open_text(input, "--input", "ts_ns,tenant_id")?;
+            trace::run_trace(file, &mut out, &mut err, &cfg)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
         }
         (None, Some(frames), Some(tenants_file)) => {
             let tenants = super::chain::load_tenants(tenants_file, registry)?;
-            let file = open(frames)?;
-            trace::frames::run_frame_trace(
-                BufReader::new(file),
-                &tenants,
-                &mut out,
-                &mut err,
-                &cfg,
-            )
-            .map_err(|e| match e {
-                e @ trace::TraceError::Rules { .. } => {
-                    anyhow::anyhow!("{}: {e}", tenants_file.display())
-                }
-                e => anyhow::anyhow!("{}: {e}", frames.display()),
-            })?;
+            let file = open_text(frames, "--frames", "ts_ns,hex_frame")?;
+            trace::frames::run_frame_trace(file, &tenants, &mut out, &mut err, &cfg).map_err(
+                |e| match e {
+                    e @ trace::TraceError::Rules { .. } => {
+                        anyhow::anyhow!("{}: {e}", tenants_file.display())
+                    }
+                    e => anyhow::anyhow!("{}: {e}", frames.display()),
+                },
+            )?;
         }
         // clap enforces the combinations.
         _ => anyhow::bail!("give --input, or --frames with --tenants"),
     }
-    out.flush()?;
-    err.flush()?;
+    let stdout = std::io::stdout();
+    let mut stdout = stdout.lock();
+    stdout.write_all(&out)?;
+    stdout.flush()?;
+    let stderr = std::io::stderr();
+    let mut stderr = stderr.lock();
+    stderr.write_all(&err)?;
+    stderr.flush()?;
     Ok(())
+}
+
+/// Opens the trace `path` (given as `flag`, whose lines are `ts_ns,{what}`), refusing a
+/// capture or another binary file before any line is read.
+fn open_text(path: &Path, flag: &str, line: &str) -> anyhow::Result<BufReader<std::fs::File>> {
+    let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut r = BufReader::new(file);
+    let head = r
+        .fill_buf()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if let Some(why) = not_a_trace(head) {
+        anyhow::bail!(
+            "{} is {why}: {flag} takes a CSV trace, one `{line}` line per packet; to run a \
+             pcap through the Packet Dispatcher and the workers use `buffet replay --input \
+             FILE`",
+            path.display()
+        );
+    }
+    Ok(r)
+}
+
+/// What `head`, a file's first bytes, is when it is no CSV text: a capture or binary.
+fn not_a_trace(head: &[u8]) -> Option<&'static str> {
+    match capture_kind(head) {
+        Some(CaptureKind::Pcap) => return Some("a pcap file"),
+        Some(CaptureKind::Pcapng) => return Some("a pcapng file"),
+        None => {}
+    }
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        // Cut inside a character at the end of the buffer: the rest is text.
+        Err(e) if e.error_len().is_none() => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
+        Err(_) => return Some("a binary file (not UTF-8 text)"),
+    };
+    text.contains('\0')
+        .then_some("a binary file (it holds NUL bytes)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captures_and_binary_files_are_not_traces() {
+        assert_eq!(
+            not_a_trace(&0xa1b2_c3d4u32.to_le_bytes()),
+            Some("a pcap file")
+        );
+        assert_eq!(
+            not_a_trace(&[0x0a, 0x0d, 0x0d, 0x0a, 28, 0]),
+            Some("a pcapng file")
+        );
+        assert!(not_a_trace(b"\x7fELF\x02\x01\x01\0").is_some());
+        assert!(not_a_trace(&[0xff, 0xfe, b'0', b',']).is_some());
+        assert_eq!(not_a_trace(b"ts_ns,tenant_id\n0,1\n"), None);
+        assert_eq!(not_a_trace(b""), None);
+        // A character cut by the end of the buffer is still text.
+        assert_eq!(
+            not_a_trace("0,1 # é".as_bytes().split_last().unwrap().1),
+            None
+        );
+    }
 }

@@ -1,0 +1,202 @@
+//! What the `buffet` client of buffetd says when a request goes wrong: the daemon's
+//! message once (never its raw JSON), and what to do — a missing or unknown token, a
+//! tenant token without `--tenant`, a tenants file given to `tenant add --file`, an update
+//! that left out the fields it replaces; a bare `host:port` as `--api` is taken as http.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const ADMIN: &str = "client-test-admin-token-0123456789";
+
+struct Daemon {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Daemon {
+    fn api(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// buffetd running the firewall over the generator, with the admin token [`ADMIN`].
+fn start(dir: &Path) -> Daemon {
+    let port = free_port();
+    let cfg = dir.join("buffet.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\n\
+             name = \"firewall\"\n[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 64\n\
+             [[port]]\nkind = \"generator\"\ntenants = 4\nrate_pps = 1000\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_buffetd"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("BUFFETD_ADMIN_TOKEN", ADMIN)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let d = Daemon { child, port };
+    let t0 = Instant::now();
+    while ureq::get(&format!("{}/readyz", d.api())).call().is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "buffetd did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d
+}
+
+/// `buffet ARGS` with `BUFFET_API` set to the daemon and `BUFFET_TOKEN` to `token`.
+fn buffet(d: &Daemon, token: Option<&str>, args: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_buffet"));
+    c.args(args)
+        .env("BUFFET_API", d.api())
+        .env_remove("BUFFET_TOKEN")
+        .stdin(Stdio::null());
+    if let Some(t) = token {
+        c.env("BUFFET_TOKEN", t);
+    }
+    c.output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The one error line of a failed command.
+fn error_line(out: &Output) -> String {
+    assert!(!out.status.success(), "{}", stderr(out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+    let e = stderr(out);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    e
+}
+
+#[test]
+fn client_errors_say_what_is_wrong_once_and_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+
+    // No token: events as every other command, the daemon's message without its JSON,
+    // and where a token comes from.
+    for args in [&["events"][..], &["stats"]] {
+        let e = error_line(&buffet(&d, None, args));
+        assert!(
+            e.starts_with("error: buffetd: 401: missing or unknown bearer token"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("{\""), "{args:?}: raw JSON: {e}");
+        assert!(
+            e.contains("set BUFFET_TOKEN or pass --token") && e.contains("<data_dir>/admin.token"),
+            "{args:?}: {e}"
+        );
+    }
+    let e = error_line(&buffet(&d, Some("not-a-token"), &["stats"]));
+    assert!(e.contains("buffetd does not know the token given"), "{e}");
+
+    // A bare host:port is http.
+    let bare = format!("127.0.0.1:{}", d.port);
+    let out = buffet(&d, Some(ADMIN), &["stats", "--api", &bare]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A tenants file given as one tenant's document.
+    let tenants = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tenants.toml");
+    let e = error_line(&buffet(
+        &d,
+        Some(ADMIN),
+        &["tenant", "add", "--file", tenants.to_str().unwrap()],
+    ));
+    assert!(
+        e.contains("--file takes one tenant as JSON") && e.contains("buffet tenant apply FILE"),
+        "{e}"
+    );
+    let json_file = dir.path().join("tenants.json");
+    std::fs::write(
+        &json_file,
+        r#"{ "tenant": [ { "id": 1, "rules": [ { "dst_ip": "10.0.0.0/24" } ] } ] }"#,
+    )
+    .unwrap();
+    let e = error_line(&buffet(
+        &d,
+        Some(ADMIN),
+        &["tenant", "add", "--file", json_file.to_str().unwrap()],
+    ));
+    assert!(e.contains("buffet tenant apply FILE"), "{e}");
+
+    // An update from flags replaces the whole document: the refusal says so.
+    let out = buffet(
+        &d,
+        Some(ADMIN),
+        &["tenant", "add", "--id", "2", "--rule", "dst_ip=10.0.1.0/24"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let e = error_line(&buffet(
+        &d,
+        Some(ADMIN),
+        &["tenant", "update", "--id", "2", "--max-nb", "10"],
+    ));
+    assert!(e.starts_with("error: buffetd: 422: "), "{e}");
+    assert!(
+        e.contains("sends the tenant's whole new document") && e.contains("buffet tenant show 2"),
+        "{e}"
+    );
+
+    // A tenant token reads its own tenant, and needs --tenant to say which.
+    let out = buffet(&d, Some(ADMIN), &["tenant", "token", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let e = error_line(&buffet(&d, Some(&token), &["stats"]));
+    assert!(
+        e.starts_with("error: buffetd: 403: this token may not do that; ")
+            && e.contains("pass --tenant ID"),
+        "{e}"
+    );
+    let out = buffet(&d, Some(&token), &["stats", "--tenant", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn events_follow_is_accepted_and_not_offered() {
+    let help = Command::new(env!("CARGO_BIN_EXE_buffet"))
+        .args(["events", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    assert!(!help.contains("--follow"), "{help}");
+    assert!(!help.contains("the only mode"), "{help}");
+    // Still parsed: the failure is the unreachable daemon's, not a usage error.
+    let out = Command::new(env!("CARGO_BIN_EXE_buffet"))
+        .args(["events", "--follow", "--api", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("error: cannot reach buffetd at http://127.0.0.1:1"),
+        "{}",
+        stderr(&out)
+    );
+}
