@@ -164,8 +164,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_pin: bool,
     /// Idle threads: after 200 µs without a frame, the dispatcher and the workers block
-    /// on the port's sockets (a frame wakes them at once) and look again at least this
-    /// often, in µs (how late a frame no socket announces, or Ctrl-C, is seen); 0 = never
+    /// (on the port's sockets and on each other's notices: a frame or a command wakes
+    /// them at once) and look again at least this often, in µs (a backstop); 0 = never
     /// block (they poll, napping some 20-50 µs between polls).
     #[arg(long, value_name = "US", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]

@@ -162,9 +162,13 @@ pub trait Port: Send {
     }
 }
 
+/// The most descriptors [`wait_readable`] watches; a caller with more must not block on
+/// them (the rest would go unwatched).
+pub const MAX_WAIT_FDS: usize = crate::sys::MAX_POLL_FDS;
+
 /// Waits until one of `fds` is readable or `timeout` passed (at most about 24 days);
 /// returns whether one is. Interrupted by a signal, it returns early. With no `fds` it
-/// sleeps `timeout`.
+/// sleeps `timeout`. Only the first [`MAX_WAIT_FDS`] are watched.
 pub fn wait_readable(fds: &[RawFd], timeout: std::time::Duration) -> bool {
     crate::sys::poll_readable(fds, timeout)
 }

@@ -65,10 +65,14 @@ impl PacketBuf {
     }
 }
 
-/// `poll(2)` for `POLLIN` on `fds`, at most `timeout` (rounded up to whole
-/// microseconds by `ppoll`); whether one is readable. An empty `fds` just sleeps.
+/// How many descriptors [`poll_readable`] watches at most.
+pub(crate) const MAX_POLL_FDS: usize = 256;
+
+/// `poll(2)` for `POLLIN` on the first [`MAX_POLL_FDS`] of `fds`, at most `timeout`
+/// (`ppoll` takes it in nanoseconds; the timer's slack may add a little); whether one is
+/// readable. An empty `fds` just sleeps.
 pub(crate) fn poll_readable(fds: &[std::os::fd::RawFd], timeout: std::time::Duration) -> bool {
-    const MAX: usize = 256;
+    const MAX: usize = MAX_POLL_FDS;
     let mut set = [libc::pollfd {
         fd: -1,
         events: 0,

@@ -80,7 +80,8 @@ impl Completions {
         let _ = self.empty.push(batch);
     }
 
-    /// Whether no batch waits for the data plane.
+    /// Whether no batch waits for the data plane (read sequentially consistently, as
+    /// the hand-back's push writes: see the pipeline's idle wait).
     pub fn is_empty(&self) -> bool {
         self.full.is_empty()
     }

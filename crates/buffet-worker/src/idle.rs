@@ -2,22 +2,29 @@
 //! waits when its loop finds nothing to do. While frames arrive it never waits. Once a
 //! turn finds nothing it spins and yields a few turns, then naps briefly between turns
 //! (the thread's own short nap); after [`IDLE_AFTER`] of finding nothing it blocks in
-//! `poll(2)` on the descriptors that become readable when frames arrive (the live ports'
-//! sockets, a worker's own AF_XDP sockets) for at most the idle wait (default
-//! [`DEFAULT_IDLE_WAIT`]). A frame arriving wakes it at once; it then keeps looking,
-//! napping briefly, for [`IDLE_AFTER`] again before it blocks, so the frames the other
-//! threads pass on to it meanwhile (dispatched to a worker's ring, completed by a
-//! worker) are seen without waiting. A thread with no such descriptors (a port that
-//! must be polled: files, the generator, DPDK) keeps napping and never blocks.
+//! `poll(2)` for at most the idle wait (default [`DEFAULT_IDLE_WAIT`]) on the
+//! descriptors of what only it drains (the live ports' sockets for the data plane, a
+//! worker's own AF_XDP sockets) and on its [`Waker`], which the other threads notify
+//! when they hand it work: the data plane when it pushes frames into a worker's ring, a
+//! flush request or stop; a worker when it hands frames back; a command sent to the
+//! data plane. A thread never blocks on a descriptor another thread drains: that one
+//! could take the frame first, and the sleeper, woken, would find nothing readable and
+//! sleep on. A data plane whose ports must be polled (files, the generator, DPDK) keeps
+//! napping and never blocks.
+//!
+//! No wake-up is lost: the sleeper marks itself asleep, then looks for work once more,
+//! then blocks; the thread handing it work publishes the work, then looks at the mark.
+//! Both steps are sequentially consistent, so one of the two sees the other's.
 //!
 //! [`Dataplane::run`]: crate::Dataplane::run
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam::utils::Backoff;
+
+use crate::sys::EventFd;
 
 /// How long a thread finds nothing, after spinning, before it blocks on its
 /// descriptors.
@@ -28,12 +35,9 @@ pub const IDLE_AFTER: Duration = Duration::from_micros(200);
 /// frame whose arrival no descriptor announced.
 pub const DEFAULT_IDLE_WAIT: Duration = Duration::from_millis(1);
 
-/// What the data plane and its workers share about waiting.
+/// What the data plane and its workers share about waiting: the idle wait.
 #[derive(Debug)]
 pub(crate) struct IdleShared {
-    /// The live ports' descriptors, published by the data plane while it runs; `None`
-    /// when a port must be polled (or the data plane is not running its loop).
-    ports: Mutex<Option<Arc<[RawFd]>>>,
     /// The idle wait in ns; 0 never blocks.
     wait_ns: AtomicU64,
 }
@@ -41,24 +45,12 @@ pub(crate) struct IdleShared {
 impl Default for IdleShared {
     fn default() -> Self {
         IdleShared {
-            ports: Mutex::new(None),
             wait_ns: AtomicU64::new(DEFAULT_IDLE_WAIT.as_nanos() as u64),
         }
     }
 }
 
 impl IdleShared {
-    pub(crate) fn set_ports(&self, fds: Option<Arc<[RawFd]>>) {
-        *self.ports.lock().unwrap_or_else(PoisonError::into_inner) = fds;
-    }
-
-    pub(crate) fn ports(&self) -> Option<Arc<[RawFd]>> {
-        self.ports
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
     pub(crate) fn set_wait(&self, wait: Duration) {
         let ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
         self.wait_ns.store(ns, Ordering::Relaxed);
@@ -66,6 +58,46 @@ impl IdleShared {
 
     pub(crate) fn wait(&self) -> Duration {
         Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed))
+    }
+}
+
+/// How one thread is woken from its idle wait: a mark saying it sleeps (or is about to)
+/// and an eventfd it blocks on beside its sockets.
+#[derive(Debug)]
+pub(crate) struct Waker {
+    asleep: AtomicBool,
+    /// `None` where no eventfd could be made: the thread then never blocks.
+    fd: Option<EventFd>,
+}
+
+impl Waker {
+    pub(crate) fn new() -> Waker {
+        Waker {
+            asleep: AtomicBool::new(false),
+            fd: EventFd::new().ok(),
+        }
+    }
+
+    /// After publishing work for the thread (a sequentially consistent write, or a
+    /// read-modify-write such as a ring's push): wakes it if it sleeps. One load while
+    /// it is awake; the first caller after it fell asleep also writes the eventfd.
+    #[inline]
+    pub(crate) fn wake(&self) {
+        if self.asleep.load(Ordering::SeqCst) && self.asleep.swap(false, Ordering::SeqCst) {
+            if let Some(fd) = &self.fd {
+                fd.notify();
+            }
+        }
+    }
+
+    /// Wakes the thread whatever its mark says (it may be just about to sleep): for rare
+    /// requests published with weaker orderings (stop, flush, a command). The next
+    /// sleep returns at once and finds the request.
+    pub(crate) fn notify(&self) {
+        self.asleep.store(false, Ordering::SeqCst);
+        if let Some(fd) = &self.fd {
+            fd.notify();
+        }
     }
 }
 
@@ -90,13 +122,16 @@ impl Idle {
         self.since = None;
     }
 
-    /// The loop found nothing: spins, or naps with `nap`, or, idle long enough and with
-    /// descriptors to wait on (`fds`, asked only then), blocks on them for at most `wait`
-    /// (zero: never blocks).
+    /// The loop found nothing: spins, or naps with `nap`, or, idle long enough, blocks
+    /// on `waker` and on `fds` (descriptors only this thread drains; `None`: something
+    /// must be polled, so it naps) for at most `wait` (zero: never blocks). `has_work`
+    /// looks once more after the thread marked itself asleep.
     pub(crate) fn empty(
         &mut self,
         wait: Duration,
-        fds: impl FnOnce() -> Option<Arc<[RawFd]>>,
+        waker: &Waker,
+        fds: Option<&[RawFd]>,
+        has_work: impl FnOnce() -> bool,
         nap: impl FnOnce(),
     ) {
         if !self.backoff.is_completed() {
@@ -108,14 +143,23 @@ impl Idle {
         if wait.is_zero() || now.duration_since(since) < IDLE_AFTER {
             return nap();
         }
-        match fds() {
-            Some(fds) => {
-                if buffet_io::wait_readable(&fds, wait) {
-                    // Woken by a frame: look for what follows before blocking again.
-                    self.since = Some(Instant::now());
-                }
-            }
-            None => nap(),
+        let (Some(fds), Some(efd)) = (fds, &waker.fd) else {
+            return nap();
+        };
+        if fds.len() >= buffet_io::MAX_WAIT_FDS {
+            // More than one wait can watch: some would go unwatched.
+            return nap();
+        }
+        let mut set = [0 as RawFd; buffet_io::MAX_WAIT_FDS];
+        set[..fds.len()].copy_from_slice(fds);
+        set[fds.len()] = efd.raw();
+        waker.asleep.store(true, Ordering::SeqCst);
+        let woken = has_work() || buffet_io::wait_readable(&set[..=fds.len()], wait);
+        waker.asleep.store(false, Ordering::SeqCst);
+        efd.drain();
+        if woken {
+            // Look for what follows before blocking again.
+            self.since = Some(Instant::now());
         }
     }
 }

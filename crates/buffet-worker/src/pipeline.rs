@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use crate::buffers::{BufferConfig, ClockSource};
 use crate::completions::Completions;
-use crate::idle::{Idle, IdleShared};
+use crate::idle::{Idle, IdleShared, Waker};
 use crate::stats::{DropReason, GlobalReport, Report, TenantReport, WorkerCounters, WorkerReport};
 use crate::worker::{FlushSync, Notice, Shared, Worker, WorkerSource, WorkerThread, GATE_OPEN};
 
@@ -437,6 +437,8 @@ pub struct Control<N: NetworkFunction> {
     core: Arc<Core<N>>,
     commands: Sender<Command>,
     events: Receiver<WorkerEvent>,
+    /// The data plane's: woken when a command is sent.
+    waker: Arc<Waker>,
 }
 
 impl<N: NetworkFunction> Clone for Control<N> {
@@ -445,6 +447,7 @@ impl<N: NetworkFunction> Clone for Control<N> {
             core: self.core.clone(),
             commands: self.commands.clone(),
             events: self.events.clone(),
+            waker: self.waker.clone(),
         }
     }
 }
@@ -478,8 +481,7 @@ impl<N: NetworkFunction> Control<N> {
 
     fn ask<T>(&self, make: impl FnOnce(Sender<T>) -> Command) -> Option<Receiver<T>> {
         let (tx, rx) = channel::bounded(1);
-        self.commands.send(make(tx)).ok()?;
-        Some(rx)
+        self.command(make(tx)).then_some(rx)
     }
 
     /// Admits a tenant: `init` builds its state in its own region (on this thread, in the
@@ -740,7 +742,7 @@ impl<N: NetworkFunction> Control<N> {
     /// its events as the software dispatcher's do.
     pub fn dispatcher_events(&self, events: Vec<Event>) {
         if !events.is_empty() {
-            let _ = self.commands.send(Command::DispatcherEvents(events));
+            self.command(Command::DispatcherEvents(events));
         }
     }
 
@@ -769,7 +771,14 @@ impl<N: NetworkFunction> Control<N> {
     /// Asks the data plane to finish what is in flight and return from
     /// [`Dataplane::run`].
     pub fn stop(&self) {
-        let _ = self.commands.send(Command::Stop);
+        self.command(Command::Stop);
+    }
+
+    /// Sends `cmd` to the data plane and wakes it; false when it is gone.
+    fn command(&self, cmd: Command) -> bool {
+        let sent = self.commands.send(cmd).is_ok();
+        self.waker.notify();
+        sent
     }
 }
 
@@ -856,6 +865,8 @@ impl PendingAdmit {
 
 struct WorkerSlot {
     rx: Arc<ArrayQueue<PacketBuf>>,
+    /// Woken after frames are pushed into `rx`, and with a flush request or stop.
+    waker: Arc<Waker>,
     done: Arc<Completions>,
     stop: Arc<AtomicBool>,
     flush: Arc<FlushSync>,
@@ -962,10 +973,11 @@ pub struct Dataplane<N: NetworkFunction> {
     /// Frames taken off the workers' completion queues since the last
     /// [`poll`](Self::poll), wherever they were taken (commands wait for completions too).
     completed_since_poll: usize,
-    /// How idle threads wait (see `idle.rs`), shared with the workers.
+    /// The idle wait (see `idle.rs`), shared with the workers.
     idle: Arc<IdleShared>,
-    /// The workers' own sources' descriptors (`None`: one must be polled).
-    source_fds: Option<Vec<RawFd>>,
+    /// This data plane's waker: the workers wake it when they hand frames back, and
+    /// [`Control`] when it sends a command.
+    waker: Arc<Waker>,
 }
 
 /// Builds a pipeline: reserves the arena, starts `cfg.workers` workers, and returns the
@@ -1060,7 +1072,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         port_error: None,
         completed_since_poll: 0,
         idle: Arc::new(IdleShared::default()),
-        source_fds: Some(Vec::new()),
+        waker: Arc::new(Waker::new()),
         cfg,
     };
     let mut sources = sources.into_iter();
@@ -1071,6 +1083,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         core,
         commands: cmd_tx,
         events: ev_rx,
+        waker: d.waker.clone(),
     };
     Ok((control, d))
 }
@@ -1107,14 +1120,9 @@ impl<N: NetworkFunction> Dataplane<N> {
         // The id the dispatcher will give it; it learns of the worker only once the
         // thread is ready, so a worker whose thread the NF refused leaves no trace.
         let id = WorkerId(self.workers.len() as u16);
-        if let Some(s) = &source {
-            match (&mut self.source_fds, s.readiness_fds()) {
-                (Some(all), Some(fds)) => all.extend(fds),
-                (all, _) => *all = None,
-            }
-        }
         let slot = WorkerSlot {
             rx: Arc::new(ArrayQueue::new(self.cfg.ring_size)),
+            waker: Arc::new(Waker::new()),
             done: Arc::new(Completions::new(self.cfg.ring_size)),
             stop: Arc::new(AtomicBool::new(false)),
             flush: Arc::new(FlushSync::default()),
@@ -1143,6 +1151,8 @@ impl<N: NetworkFunction> Dataplane<N> {
             stop: slot.stop.clone(),
             flush: slot.flush.clone(),
             idle: self.idle.clone(),
+            waker: slot.waker.clone(),
+            dataplane: self.waker.clone(),
             burst: self.cfg.burst,
             pin: self.cfg.pin.then_some(id.0 as usize),
             ready: Some(ready_tx),
@@ -1213,6 +1223,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         let slot = &mut self.workers[w.0 as usize];
         slot.live = false;
         slot.stop.store(true, Ordering::Release);
+        slot.waker.notify();
         self.emit(WorkerEvent::WorkerTerminated {
             worker: w.0,
             reassigned: moved.len(),
@@ -1269,6 +1280,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                     // Workers run what they buffered before the removal promptly.
                     for (w, &d) in self.workers.iter().zip(&snapshot) {
                         w.flush.until.fetch_max(d, Ordering::AcqRel);
+                        w.waker.notify();
                     }
                     // Held too: every worker fed by its own source found stuck, whose
                     // thread may come back with frames of the slot in hand.
@@ -1376,6 +1388,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         let snapshot: Vec<u64> = self.workers.iter().map(|w| w.dispatched).collect();
         for (w, &d) in self.workers.iter().zip(&snapshot) {
             w.flush.until.fetch_max(d, Ordering::AcqRel);
+            w.waker.notify();
         }
         let backoff = Backoff::new();
         loop {
@@ -1496,6 +1509,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         let mut m = match self.workers[i].rx.push(m) {
             Ok(()) => {
                 self.workers[i].dispatched += 1;
+                self.workers[i].waker.wake();
                 return;
             }
             Err(back) => back,
@@ -1539,6 +1553,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
         }
         self.workers[i].dispatched += 1;
+        self.workers[i].waker.wake();
     }
 
     fn collect_events(&mut self, seq: u64) {
@@ -1578,6 +1593,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
         self.core.shared.gates[tenant.index()].store(u32::from(from.0), Ordering::Release);
         w.flush.until.fetch_max(dispatched, Ordering::AcqRel);
+        w.waker.notify();
         self.handovers.push(Handover {
             slot: tenant,
             from,
@@ -1745,6 +1761,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         self.workers[wi].live = false;
         self.workers[wi].lost = true;
         self.workers[wi].stop.store(true, Ordering::Release);
+        self.workers[wi].waker.notify();
         let moved = self.dispatcher.terminate_worker(w);
         let rx = self.workers[wi].rx.clone();
         let mut requeued = 0;
@@ -2105,21 +2122,15 @@ impl<N: NetworkFunction> Dataplane<N> {
         let mut total = 0u64;
         let mut last = 0u64;
         let mut idle = Idle::new();
-        // What an idle loop (this one, and the workers fed by the software dispatcher)
-        // may block on: every port's descriptors and the workers' own sources'.
+        // What this loop, idle, blocks on beside its waker: the ports' descriptors, which
+        // only it drains (`None`: a port must be polled).
         let ports: Option<Vec<RawFd>> = self
             .ports
             .iter()
             .map(|p| p.readiness_fds())
             .collect::<Option<Vec<_>>>()
             .map(|v| v.concat());
-        self.idle.set_ports(ports.clone().map(Into::into));
-        let mine: Option<Arc<[RawFd]>> = ports
-            .zip(self.source_fds.clone())
-            .map(|(p, s)| [p, s].concat().into());
-        let result = self.run_loop(&mut total, &mut last, &mut idle, mine, &mut progress);
-        self.idle.set_ports(None);
-        result?;
+        self.run_loop(&mut total, &mut last, &mut idle, ports, &mut progress)?;
         self.flush();
         for p in &mut self.ports {
             p.flush().map_err(|source| PipelineError::Port {
@@ -2144,7 +2155,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         total: &mut u64,
         last: &mut u64,
         idle: &mut Idle,
-        fds: Option<Arc<[RawFd]>>,
+        fds: Option<Vec<RawFd>>,
         progress: &mut impl FnMut(u64),
     ) -> Result<(), PipelineError> {
         loop {
@@ -2162,16 +2173,20 @@ impl<N: NetworkFunction> Dataplane<N> {
                 break;
             }
             if polled.is_idle() {
-                // Blocks only with nothing in the workers' hands.
-                let wait = if self.in_flight() == 0 {
+                // Frames in the workers' hands wake it when they come back; a hand-over
+                // waits for a worker's flush, which it looks for.
+                let wait = if self.handovers.is_empty() {
                     self.idle.wait()
                 } else {
                     std::time::Duration::ZERO
                 };
                 let mut cmd = None;
+                let (commands, workers) = (&self.commands, &self.workers);
                 idle.empty(
                     wait,
-                    || fds.clone(),
+                    &self.waker,
+                    fds.as_deref(),
+                    || !commands.is_empty() || workers.iter().any(|w| !w.done.is_empty()),
                     // Idle: wait for a command instead of spinning.
                     || {
                         cmd = self
@@ -2281,6 +2296,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
         for w in &self.workers {
             w.stop.store(true, Ordering::Release);
+            w.waker.notify();
         }
         for w in &mut self.workers {
             if w.stuck {
@@ -2319,6 +2335,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         self.flush();
         for w in &self.workers {
             w.stop.store(true, Ordering::Release);
+            w.waker.notify();
         }
         for w in &mut self.workers {
             if w.stuck {

@@ -124,3 +124,44 @@ pub(crate) fn thread_state(tid: i32) -> Option<ThreadState> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     stat.get(close + 2).copied().map(ThreadState)
 }
+
+/// An `eventfd(2)` counter: one thread [`notify`](EventFd::notify)s, another waits for it
+/// to become readable (`poll(2)`, with the sockets it waits on) and
+/// [`drain`](EventFd::drain)s it. Non-blocking, closed on exec.
+#[derive(Debug)]
+pub(crate) struct EventFd(std::os::fd::OwnedFd);
+
+impl EventFd {
+    pub(crate) fn new() -> std::io::Result<EventFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd takes no pointers; it returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a descriptor eventfd just opened and nothing else owns.
+        Ok(EventFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    pub(crate) fn raw(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+
+    /// Makes the counter readable. Cannot block (the counter would have to reach
+    /// 2^64 - 1 first); an error leaves the waiter to its timeout.
+    pub(crate) fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of `one`, which lives across the call, to an open
+        // eventfd this value owns.
+        let _ = unsafe { libc::write(self.raw(), (&raw const one).cast(), 8) };
+    }
+
+    /// Resets the counter (readable no more until the next notify).
+    pub(crate) fn drain(&self) {
+        let mut n: u64 = 0;
+        // SAFETY: reads at most 8 bytes into `n`, which lives across the call, from an
+        // open non-blocking eventfd this value owns (EAGAIN when it was not readable).
+        let _ = unsafe { libc::read(self.raw(), (&raw mut n).cast(), 8) };
+    }
+}

@@ -30,7 +30,7 @@ use crossbeam::queue::ArrayQueue;
 
 use crate::buffers::{BufferConfig, Clock, ClockSource, TenantBuffers};
 use crate::completions::Completions;
-use crate::idle::{Idle, IdleShared};
+use crate::idle::{Idle, IdleShared, Waker};
 use crate::stats::{bump, Drops, GroupTally, WorkerCounters};
 use crate::sys;
 use buffet_io::{Outcome, PacketBuf};
@@ -131,8 +131,12 @@ pub(crate) struct WorkerThread<N: NetworkFunction> {
     pub done: Arc<Completions>,
     pub stop: Arc<AtomicBool>,
     pub flush: Arc<FlushSync>,
-    /// Where it learns the ports' descriptors and the idle wait.
+    /// The idle wait.
     pub idle: Arc<IdleShared>,
+    /// Woken by the data plane when it hands this worker frames, a flush or stop.
+    pub waker: Arc<Waker>,
+    /// The data plane's: woken when this worker hands frames back.
+    pub dataplane: Arc<Waker>,
     pub burst: usize,
     pub pin: Option<usize>,
     /// Told once the NF prepared the thread (or why it could not).
@@ -186,13 +190,12 @@ impl<N: NetworkFunction> WorkerThread<N> {
         // How many of the packets taken from the input are known run and handed back.
         let mut acked = 0u64;
         let mut idle = Idle::new();
-        // A source's descriptors are its own for its life; the ports' are published by
-        // the data plane.
-        let own_fds: Option<Arc<[RawFd]>> = self
-            .source
-            .as_ref()
-            .and_then(|s| s.readiness_fds())
-            .map(Into::into);
+        // An idle worker blocks on its waker, and on its own source's descriptors (its
+        // for its life; a source that cannot name them must be polled).
+        let own_fds: Option<Vec<RawFd>> = match &self.source {
+            None => Some(Vec::new()),
+            Some(s) => s.readiness_fds(),
+        };
         loop {
             match &mut self.source {
                 None => {
@@ -215,13 +218,17 @@ impl<N: NetworkFunction> WorkerThread<N> {
                             m.outcome = Outcome::Untagged;
                         }
                     }
-                    self.done.send(&mut rejected);
+                    if !rejected.is_empty() {
+                        self.done.send(&mut rejected);
+                        self.dataplane.wake();
+                    }
                 }
             }
             if !burst.is_empty() {
                 idle.busy();
                 self.engine.enqueue(burst, out);
                 self.done.send(out);
+                self.dataplane.wake();
                 if self.flush.until.load(Ordering::Acquire) > acked {
                     self.flush_all(out);
                     acked = self.engine.settled();
@@ -253,12 +260,15 @@ impl<N: NetworkFunction> WorkerThread<N> {
             } else {
                 Duration::ZERO
             };
-            let sourced = self.source.is_some();
+            let (rx, stop, flush) = (&self.rx, &self.stop, &self.flush);
             idle.empty(
                 wait,
-                || match sourced {
-                    true => own_fds.clone(),
-                    false => self.idle.ports(),
+                &self.waker,
+                own_fds.as_deref(),
+                || {
+                    !rx.is_empty()
+                        || stop.load(Ordering::SeqCst)
+                        || flush.until.load(Ordering::SeqCst) > acked
                 },
                 || std::thread::sleep(Duration::from_micros(20)),
             );
@@ -269,6 +279,7 @@ impl<N: NetworkFunction> WorkerThread<N> {
     fn flush_all(&mut self, out: &mut Vec<PacketBuf>) {
         self.engine.flush(out);
         self.done.send(out);
+        self.dataplane.wake();
     }
 }
 

@@ -1,0 +1,170 @@
+//! An idle pipeline blocks, and is woken at once by what arrives: a frame on a port that
+//! announces its frames on a descriptor, a command. The idle wait is set to seconds here,
+//! so a thread that missed its wake-up (a worker blocked on the port's descriptor, which
+//! the data plane drains first; a data plane that missed a worker's hand-back or a
+//! command) would show as a frame or an answer seconds late.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixDatagram;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use buffet_dispatch::Match;
+use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
+use buffet_nfs::monitor::{Monitor, MonitorPolicy};
+use buffet_sdk::TenantId;
+use buffet_worker::{build, PipelineConfig, TenantSpec};
+use etherparse::PacketBuilder;
+
+/// Far longer than any wake-up may take: a frame or answer this late missed one.
+const IDLE_WAIT: Duration = Duration::from_secs(3);
+/// What a frame's or answer's way through an idle pipeline may take on a loaded machine.
+const PROMPT: Duration = Duration::from_millis(800);
+
+fn frame(tenant: u8, seq: u32) -> Vec<u8> {
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2([2; 6], [4; 6])
+        .ipv4([192, 168, 0, 1], [10, 0, tenant, 1], 64)
+        .udp(1000, 53)
+        .write(&mut v, &seq.to_be_bytes())
+        .unwrap();
+    v
+}
+
+fn spec(t: u32) -> TenantSpec<MonitorPolicy> {
+    TenantSpec {
+        id: TenantId(t),
+        name: format!("t{t}"),
+        rules: vec![(
+            100,
+            Match {
+                dst_ip: Some(format!("10.0.{t}.0/24").parse().unwrap()),
+                ..Match::default()
+            },
+        )],
+        max_nb: 0,
+        policy: MonitorPolicy::default(),
+    }
+}
+
+/// A live port whose frames arrive as datagrams on a socket (readable while one waits,
+/// as a packet socket is) and whose sent frames are reported with the instant they
+/// left.
+struct SocketPort {
+    socket: UnixDatagram,
+    sent: mpsc::Sender<(u32, Instant)>,
+    stats: PortStats,
+}
+
+impl Port for SocketPort {
+    fn name(&self) -> String {
+        "socket".into()
+    }
+    fn rx_burst(
+        &mut self,
+        pool: &mut HeapPool,
+        out: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> Result<Rx, PortError> {
+        let mut n = 0;
+        let mut buf = [0u8; 2048];
+        while n < max {
+            let Ok(len) = self.socket.recv(&mut buf) else {
+                break;
+            };
+            let Some(mut b) = pool.take() else { break };
+            assert!(b.fill(&buf[..len]));
+            b.in_port = 0;
+            out.push(b);
+            self.stats.rx += 1;
+            n += 1;
+        }
+        Ok(if n == 0 { Rx::Idle } else { Rx::Packets(n) })
+    }
+    fn tx_burst(
+        &mut self,
+        pkts: &mut Vec<PacketBuf>,
+        pool: &mut HeapPool,
+    ) -> Result<(), PortError> {
+        let now = Instant::now();
+        for b in pkts.drain(..) {
+            let d = b.data();
+            let seq = u32::from_be_bytes(d[d.len() - 4..].try_into().unwrap());
+            let _ = self.sent.send((seq, now));
+            self.stats.tx += 1;
+            pool.give(b);
+        }
+        Ok(())
+    }
+    fn is_live(&self) -> bool {
+        true
+    }
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+    fn readiness_fds(&self) -> Option<Vec<RawFd>> {
+        Some(vec![self.socket.as_raw_fd()])
+    }
+}
+
+#[test]
+fn an_idle_pipeline_is_woken_at_once_by_a_frame_and_by_a_command() {
+    let cfg = PipelineConfig {
+        workers: 2,
+        pin: false,
+        ..PipelineConfig::default()
+    };
+    let (control, mut dataplane) = build(Monitor::default(), cfg).unwrap();
+    dataplane.set_idle_wait(IDLE_WAIT);
+    let (ours, theirs) = UnixDatagram::pair().unwrap();
+    theirs.set_nonblocking(true).unwrap();
+    let (sent_tx, sent) = mpsc::channel();
+    dataplane.add_port(Box::new(SocketPort {
+        socket: theirs,
+        sent: sent_tx,
+        stats: PortStats::default(),
+    }));
+    let runner = std::thread::spawn(move || {
+        dataplane.run(|_| {}).unwrap();
+        dataplane.finish()
+    });
+    // Admissions while the data plane sleeps: each answer comes at once.
+    for t in 1..=4 {
+        std::thread::sleep(Duration::from_millis(50));
+        let t0 = Instant::now();
+        control.admit(spec(t)).unwrap();
+        assert!(
+            t0.elapsed() < PROMPT,
+            "admitting tenant {t} to an idle data plane took {:?}",
+            t0.elapsed()
+        );
+    }
+    // One frame at a time into the idle pipeline, each after every thread has had time
+    // to block: each comes back at once, whichever worker its tenant is on.
+    let mut slowest = Duration::ZERO;
+    for seq in 0..24u32 {
+        std::thread::sleep(Duration::from_millis(20));
+        let tenant = 1 + (seq % 4) as u8;
+        let t0 = Instant::now();
+        ours.send(&frame(tenant, seq)).unwrap();
+        let (got, at) = sent
+            .recv_timeout(IDLE_WAIT * 2)
+            .expect("the frame came back");
+        assert_eq!(got, seq);
+        slowest = slowest.max(at - t0);
+    }
+    assert!(
+        slowest < PROMPT,
+        "a frame into an idle pipeline took {slowest:?} to come back (idle wait {IDLE_WAIT:?})"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    control.stop();
+    let report = runner.join().unwrap();
+    assert!(
+        t0.elapsed() < PROMPT,
+        "an idle data plane took {:?} to stop",
+        t0.elapsed()
+    );
+    assert_eq!(report.global.input_packets, 24, "{:?}", report.global);
+}
