@@ -201,6 +201,73 @@ fn a_second_buffetd_on_the_same_data_dir_is_told_another_one_uses_it() {
     assert!(ureq::get(&api).call().is_ok());
 }
 
+/// Starts the daemon of `cfg` in this process on a thread, with a data plane that starts
+/// only once the test says so (`true`: as configured; `false`: a start that fails), and
+/// returns once the start is waiting for that.
+fn start_held(
+    cfg: &Path,
+) -> (
+    std::sync::mpsc::Sender<bool>,
+    std::thread::JoinHandle<Result<buffet_daemon::Daemon, buffet_daemon::DaemonError>>,
+) {
+    use buffet_daemon::plane::{self, StartError};
+    let cfg_path = cfg.to_owned();
+    let cfg = buffet_daemon::DaemonConfig::load(cfg).unwrap();
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<bool>();
+    let starter: buffet_daemon::PlaneStarter = Box::new(move |cfg, path| {
+        entered_tx.send(()).unwrap();
+        if go_rx.recv().unwrap_or(false) {
+            plane::start(cfg, path)
+        } else {
+            Err(StartError::Nf("refused by the test".into()))
+        }
+    });
+    let start =
+        std::thread::spawn(move || buffet_daemon::Daemon::start_with(cfg, &cfg_path, starter));
+    entered_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the start reached the data plane");
+    (go_tx, start)
+}
+
+fn connect(port: u16) -> std::io::Result<std::net::TcpStream> {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(2),
+    )
+}
+
+#[test]
+fn connections_during_the_start_are_refused_until_the_api_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = dir.path().join("data");
+    let cfg = config(dir.path(), &data, port, GENERATOR);
+    // A start that fails after the API's address is taken: refused throughout, never
+    // accepted and then reset.
+    let (go, start) = start_held(&cfg);
+    let e = connect(port).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    go.send(false).unwrap();
+    let err = start.join().unwrap().err().unwrap().to_string();
+    assert_eq!(err, "nf: refused by the test");
+    assert_eq!(listing(&data), None, "{err}");
+    // A start that succeeds: refused while the data plane starts, served once it has.
+    let (go, start) = start_held(&cfg);
+    let e = connect(port).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    go.send(true).unwrap();
+    let daemon = start.join().unwrap().unwrap();
+    assert_eq!(daemon.addr().port(), port);
+    connect(port).unwrap();
+    daemon.stop().unwrap();
+}
+
 #[test]
 fn an_unreadable_orchestrator_token_file_names_its_cause_once() {
     let out = Command::new(env!("CARGO_BIN_EXE_buffet-orchestrator"))

@@ -133,23 +133,50 @@ pub fn admin_token(file: Option<&Path>, data_dir: &Path) -> Result<(String, Stri
         return checked(t, format!("{}", path.display()));
     }
     let t = generate();
-    let write = |path: &Path| -> std::io::Result<()> {
+    write_whole(&path, |f| {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::create_dir_all(data_dir)?;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)?;
-        writeln!(f, "{t}")?;
-        f.sync_all()
-    };
-    write(&path).map_err(|source| TokenError::Write {
+        writeln!(f, "{t}")
+    })
+    .map_err(|source| TokenError::Write {
         path: path.clone(),
         source,
     })?;
     Ok((t, format!("generated into {}", path.display())))
+}
+
+/// Writes the file `path` (mode 0600, its directory created if needed) with what `fill`
+/// writes, all or nothing: into `<path>.new` first, synced, then renamed over `path` and
+/// the directory synced. A write that fails (or a crash) part-way leaves no `path`, never
+/// a partial one that a later start would read as a too-short token. The rename replaces
+/// a `path` made meanwhile: buffetd generates its token while it holds the store's lock.
+fn write_whole(
+    path: &Path,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    let tmp = PathBuf::from(tmp);
+    // One left by a crash part-way: not ours to read, only to replace.
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    let written = fill(&mut f)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The tokens a server accepts.
@@ -297,6 +324,31 @@ mod tests {
             auth.identify(Some(&format!("Bearer {t7}"))),
             Err(Denied::Unauthenticated)
         );
+    }
+
+    #[test]
+    fn a_token_file_whose_write_fails_is_not_left_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data/admin.token");
+        let e = write_whole(&path, |f| {
+            use std::io::Write;
+            f.write_all(b"bt_0123")?;
+            Err(std::io::Error::other("disk full"))
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "disk full");
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("data"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        // The next start generates a whole token instead of refusing a partial one.
+        let (t, origin) = admin_token(None, &dir.path().join("data")).unwrap();
+        assert!(origin.starts_with("generated into"), "{origin}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{t}\n"));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]

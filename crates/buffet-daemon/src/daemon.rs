@@ -378,18 +378,14 @@ fn run(
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<Report, DaemonError> {
     // What can fail without changing anything on disk comes first: the API's address
-    // (in use by another process), then the store's lock (another buffetd on this
-    // data_dir). Whatever this start creates in data_dir afterwards is removed again if
-    // it fails before the API serves.
-    let listener = std::net::TcpListener::bind(cfg.api.listen)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|source| DaemonError::Listen {
-            addr: cfg.api.listen,
-            source,
-        })?;
+    // (in use by another process; reserved, not yet listening), then the store's lock
+    // (another buffetd on this data_dir). Whatever this start creates in data_dir
+    // afterwards is removed again if it fails before the API serves.
+    let reserved = Reserved::bind(cfg.api.listen)?;
     let mut created = Created::new(&cfg.data_dir);
     let store = created.file("buffetd.redb", || Store::open(&cfg.data_dir))?;
     let store = Arc::new(store);
+    created.hold(store.clone());
     let (token, origin) = created.file("admin.token", || {
         auth::admin_token(cfg.api.admin_token_file.as_deref(), &cfg.data_dir)
     })?;
@@ -508,11 +504,14 @@ fn run(
         None => Err(ReloadError::Stopping),
     }));
     let served = rt.block_on(async {
-        let listener =
-            tokio::net::TcpListener::from_std(listener).map_err(|source| DaemonError::Listen {
+        // Only now does the kernel accept connections: one made earlier in the start was
+        // refused, not left waiting in the backlog of a daemon that might still fail.
+        let listener = reserved.listen().and_then(|l| {
+            tokio::net::TcpListener::from_std(l).map_err(|source| DaemonError::Listen {
                 addr: listen,
                 source,
-            })?;
+            })
+        })?;
         let addr = listener
             .local_addr()
             .map_err(|source| DaemonError::Listen {
@@ -553,10 +552,45 @@ fn run(
     Ok(report)
 }
 
+/// The API's address, bound but not listening: a busy address is found before anything
+/// else is done, yet a client connecting during the start is refused (ECONNREFUSED)
+/// instead of waiting in the backlog of a daemon that is not serving yet, and a TCP
+/// readiness probe does not pass before the API serves.
+struct Reserved {
+    socket: socket2::Socket,
+    addr: SocketAddr,
+}
+
+impl Reserved {
+    /// Binds `addr` with `SO_REUSEADDR`, as std's and tokio's listeners do (a restart
+    /// binds while the last run's connections are in TIME_WAIT).
+    fn bind(addr: SocketAddr) -> Result<Reserved, DaemonError> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let err = |source| DaemonError::Listen { addr, source };
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(err)?;
+        socket.set_reuse_address(true).map_err(err)?;
+        socket.bind(&addr.into()).map_err(err)?;
+        Ok(Reserved { socket, addr })
+    }
+
+    /// Starts listening (non-blocking, for tokio). Another process that bound the same
+    /// address meanwhile and listens first makes this fail with "address in use".
+    fn listen(self) -> Result<std::net::TcpListener, DaemonError> {
+        let addr = self.addr;
+        let err = |source| DaemonError::Listen { addr, source };
+        self.socket.listen(1024).map_err(err)?;
+        self.socket.set_nonblocking(true).map_err(err)?;
+        Ok(self.socket.into())
+    }
+}
+
 /// The files a start creates in the data directory (and the directory itself), removed
 /// again when the start fails before the API serves: a failed start leaves the disk as
 /// it found it. A file that was there before is never removed, nor one whose creating
-/// step failed (another buffetd may have made it meanwhile).
+/// step failed (another buffetd may have made it meanwhile). The files are removed while
+/// the store is still open ([`hold`](Self::hold)): no other buffetd can take the
+/// data_dir as its own until they are gone.
 struct Created {
     dir: PathBuf,
     /// The directories of `dir`'s path that did not exist, deepest first: removed
@@ -564,6 +598,9 @@ struct Created {
     new_dirs: Vec<PathBuf>,
     /// Files this start created.
     files: Vec<PathBuf>,
+    /// The open store, whose lock keeps other buffetds out of the data_dir: released
+    /// only after the files are removed (a field drops after `drop` has run).
+    store: Option<Arc<Store>>,
     keep: bool,
 }
 
@@ -577,8 +614,14 @@ impl Created {
                 .map(Path::to_owned)
                 .collect(),
             files: Vec::new(),
+            store: None,
             keep: false,
         }
+    }
+
+    /// Keeps `store` open until the files this start created are removed.
+    fn hold(&mut self, store: Arc<Store>) {
+        self.store = Some(store);
     }
 
     /// Runs `make`, which may create `<dir>/<name>`; if it succeeds and the file was not
@@ -596,6 +639,7 @@ impl Created {
     /// The start succeeded: keep everything.
     fn keep(&mut self) {
         self.keep = true;
+        self.store = None;
     }
 }
 
@@ -688,5 +732,60 @@ impl Agent {
             eprintln!("buffetd: agent: refusing new tenants: {reason}");
         }
         *flag = Some(reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn a_reserved_address_refuses_connections_until_it_listens() {
+        let reserved = Reserved::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = reserved.socket.local_addr().unwrap().as_socket().unwrap();
+        let e = std::net::TcpStream::connect(addr).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+        let listener = reserved.listen().unwrap();
+        std::net::TcpStream::connect(addr).unwrap();
+        drop(listener);
+    }
+
+    #[test]
+    fn a_reserved_address_another_process_listens_on_first_is_in_use_at_listen() {
+        let reserved = Reserved::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = reserved.socket.local_addr().unwrap().as_socket().unwrap();
+        // SO_REUSEADDR lets another listener bind an address only bound, not listened on.
+        let other = std::net::TcpListener::bind(addr).unwrap();
+        let e = reserved.listen().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            // The address as configured.
+            "api.listen 127.0.0.1:0: Address already in use (os error 98)"
+        );
+        drop(other);
+    }
+
+    #[test]
+    fn a_failed_start_removes_its_files_before_it_unlocks_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let mut created = Created::new(&data);
+        let store = Arc::new(created.file("buffetd.redb", || Store::open(&data)).unwrap());
+        created.hold(store.clone());
+        created
+            .file("admin.token", || {
+                std::fs::write(data.join("admin.token"), "t\n")
+            })
+            .unwrap();
+        // The daemon's state, which owns the store, goes first on a failed start.
+        drop(store);
+        // Another buffetd opening the data_dir now is still kept out: it cannot take the
+        // files as its own and then lose them to this start's clean-up.
+        assert!(matches!(Store::open(&data), Err(StoreError::InUse { .. })));
+        drop(created);
+        assert!(!data.exists(), "{:?}", std::fs::read_dir(&data).ok());
+        // And the lock went with it.
+        Store::open(&data).unwrap();
     }
 }
