@@ -870,7 +870,9 @@ impl Chain {
                 },
                 other => other,
             })?;
-            // The stage built its state in its part; from now on only its key opens it.
+            // The stage built its state in its part; once this call's borrow of the region
+            // ends, only its key opens it (until then it keeps the tenant's key), and the
+            // Memory Manager hands out no slice over the region while the part has a key.
             let key = match keys {
                 Some(mpk) if entry.kind() == NfKind::C => Some(
                     mpk.carve_part(own)
@@ -905,9 +907,16 @@ impl Chain {
                     Ok(sealed) => guards.push(sealed),
                     // A region outside any tenant arena (a test's buffer): no guards.
                     Err(SealError::NotInRegion { .. }) => break,
-                    // A region under a protection key without stage keys: its key, not a
-                    // sealed page, keeps it (a re-tag would open a sealed page again).
-                    Err(SealError::Tagged { .. }) => break,
+                    // A region under a protection key: sealed pages would be opened again
+                    // by its re-tags, so its C stages need stage keys instead.
+                    Err(SealError::Tagged { .. }) => {
+                        return Err(InitError::invalid(
+                            "chain",
+                            "the tenant's region is under a protection key (mpk), where guard \
+                             pages cannot be sealed: give the chain stage keys \
+                             (Chain::stage_keys) so each C stage's part gets its own key",
+                        ))
+                    }
                     Err(e) => return Err(InitError::invalid("chain", format!("guard page: {e}"))),
                 }
             }
@@ -1680,6 +1689,84 @@ mod guard_tests {
         // Dropping the state opens the guard pages again: the region is reachable whole.
         drop(state);
         region.bytes_mut().unwrap().fill(0);
+    }
+
+    /// The process's MPK key cache, or `None` (and the hardware skip line) on a CPU
+    /// without protection keys; under `BUFFET_REQUIRE_PKU=1` that is a failure, as in
+    /// buffet-testkit's `require_mpk` (not a dependency of this crate).
+    fn mpk_or_skip(test: &str) -> Option<&'static Mpk> {
+        match Mpk::get() {
+            Ok(mpk) => Some(mpk),
+            Err(e) if std::env::var("BUFFET_REQUIRE_PKU").is_ok_and(|v| v == "1") => {
+                panic!("{test}: BUFFET_REQUIRE_PKU=1 but {e}")
+            }
+            Err(e) => {
+                eprintln!("SKIP (hardware: no pku): {test}: {e}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn under_mpk_a_chain_without_stage_keys_is_refused_and_stage_keys_close_the_region() {
+        let Some(mpk) = mpk_or_skip(
+            "under_mpk_a_chain_without_stage_keys_is_refused_and_stage_keys_close_the_region",
+        ) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let nf = Arc::new(CNf::load_with(&malicious(dir.path()), Containment::AnyFault).unwrap());
+        let chain = || {
+            Chain::new().with_kind(
+                "c:malicious".to_owned(),
+                SharedC(Arc::clone(&nf)),
+                NfKind::C,
+            )
+        };
+        let bytes = chain().register().bytes;
+        let storage = MemoryStorage::new(ArenaConfig::for_regions(2, bytes)).unwrap();
+        let table = buffet_memory::TenantTable::<ChainState>::with_mpk(storage, 2, mpk);
+        let pol: ChainPolicy = serde_json::from_value(serde_json::json!({ "stages": [
+            { "nf": "c:malicious", "policy": { "canary": 1 } },
+            { "nf": "c:malicious", "policy": { "canary": 2 } },
+        ] }))
+        .unwrap();
+        let plain = chain();
+        let e = table
+            .admit_with(
+                buffet_sdk::TenantSlot(0),
+                buffet_sdk::TenantId(1),
+                bytes,
+                ChainState::default(),
+                |state, region| plain.init_in_region(&pol, state, region),
+            )
+            .unwrap_err();
+        let buffet_memory::AdmitWithError::Init(InitError::InvalidPolicy { field, message }) = e
+        else {
+            panic!("refused for another reason: {e:?}");
+        };
+        assert_eq!(field, "chain");
+        assert!(message.contains("stage keys"), "{message}");
+        assert!(table.is_empty());
+        let keyed = chain().stage_keys(mpk);
+        table
+            .admit_with(
+                buffet_sdk::TenantSlot(0),
+                buffet_sdk::TenantId(1),
+                bytes,
+                ChainState::default(),
+                |state, region| keyed.init_in_region(&pol, state, region),
+            )
+            .unwrap();
+        let entry = table.get_arc(buffet_sdk::TenantSlot(0)).unwrap();
+        let mut guard = entry.lock();
+        assert_eq!(
+            guard.split().err(),
+            Some(buffet_memory::RegionSealed { ranges: 2 }),
+            "the stages' parts are out of reach of a slice under the tenant's key"
+        );
+        let summary: BTreeMap<_, _> = guard.stage_summary(1).into_iter().collect();
+        assert_eq!(summary.get("canary"), Some(&2), "{summary:?}");
     }
 
     /// The loaded C NF shared with the test, which reads its faults.

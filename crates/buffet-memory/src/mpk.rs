@@ -234,6 +234,10 @@ pub(crate) struct VKeyShared {
     tag: Tag,
     /// A region's parts with their own key (sorted `(addr, len)`): its re-tags skip them.
     holes: Mutex<Vec<(usize, usize)>>,
+    /// A region's parts carved while a borrow of its bytes covering them is alive: they
+    /// keep the region's key (its re-tags cover them) until that borrow ends and they
+    /// become holes ([`Mpk::finish_part`]).
+    pending: Mutex<Vec<(usize, usize)>>,
     /// A part's region.
     parent: Option<Arc<VKeyShared>>,
     /// A region that was unregistered (its pages carry key 0 until released).
@@ -274,6 +278,29 @@ impl Tag {
             Tag::Hw(t) => t.part(addr, len).map(Tag::Hw),
             #[cfg(test)]
             Tag::Sim(t) => t.part(addr, len).map(Tag::Sim),
+        }
+    }
+
+    /// Records these pages as a carved part of their region, whose accessors refuse to
+    /// hand out its bytes from now on; `apply` runs when the borrow of the region's bytes
+    /// covering them ends (at once in the simulation, which has no borrows).
+    fn add_part(&self, apply: sys::PartApply) -> Result<(), SysError> {
+        match self {
+            Tag::Hw(t) => t.add_part(apply),
+            #[cfg(test)]
+            Tag::Sim(_) => {
+                apply();
+                Ok(())
+            }
+        }
+    }
+
+    /// Forgets what [`add_part`](Self::add_part) recorded.
+    fn remove_part(&self) {
+        match self {
+            Tag::Hw(t) => t.remove_part(),
+            #[cfg(test)]
+            Tag::Sim(_) => {}
         }
     }
 
@@ -428,15 +455,25 @@ impl Mpk {
     }
 
     /// Gives `part` — whole pages inside a live region of this cache, not already a part
-    /// — its own virtual key ([`PartKey`]); from now on only [`PartKey::open`] opens it,
-    /// and the region's own key no longer covers it. The pages carry the parking key
-    /// until the part first runs: whoever built state in them must be done with them.
+    /// — its own virtual key ([`PartKey`]): once the borrow of the region's bytes that
+    /// `part` was reached through ends (the [`RegionBytesMut`](crate::RegionBytesMut)
+    /// from [`StateGuard::split`](crate::StateGuard::split) drops or is sealed), only
+    /// [`PartKey::open`] opens the pages, and the region's own key no longer covers them.
+    /// Until then they keep the region's key, so the bytes borrowed stay reachable; from
+    /// then on they carry the parking key until the part first runs.
+    ///
+    /// From this call until the `PartKey` drops (or the tenant leaves), the region's
+    /// accessors ([`StateGuard::split`](crate::StateGuard::split), `Region::bytes`,
+    /// `Region::bytes_mut`) refuse to hand out its bytes
+    /// ([`RegionSealed`](crate::RegionSealed)): a slice over the part would fault under
+    /// the tenant's key. A part carved from bytes that no such borrow covers keeps the
+    /// region's key (no isolation from the tenant's own key, none lost to anyone else).
     pub fn carve_part(&'static self, part: &mut [u8]) -> Result<PartKey, PartKeyError> {
         let v = self.carve(part.as_ptr() as usize, part.len())?;
         Ok(PartKey { mpk: self, v })
     }
 
-    fn carve(&self, addr: usize, len: usize) -> Result<Arc<VKeyShared>, PartKeyError> {
+    fn carve(&'static self, addr: usize, len: usize) -> Result<Arc<VKeyShared>, PartKeyError> {
         let not_in = PartKeyError::NotInRegion { addr, len };
         let owners = self.owners();
         let region = self
@@ -448,30 +485,77 @@ impl Mpk {
             .and_then(|(_, w)| w.upgrade())
             .ok_or_else(|| not_in.clone())?;
         let tag = region.tag.part(addr, len).ok_or(not_in)?;
-        let mut holes = region.holes.lock().unwrap_or_else(PoisonError::into_inner);
-        let at = holes.partition_point(|&(h, _)| h < addr);
-        let overlaps = holes.get(at).is_some_and(|&(h, _)| h < addr + len)
-            || at
-                .checked_sub(1)
-                .is_some_and(|i| holes[i].0 + holes[i].1 > addr);
+        let holes = region.holes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pending = region
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let overlaps = holes
+            .iter()
+            .chain(pending.iter())
+            .any(|&(h, l)| h < addr + len && addr < h + l);
         if overlaps {
             return Err(PartKeyError::Overlaps { addr, len });
         }
-        tag.set_pkey_except(self.parking, &[])
-            .map_err(PartKeyError::Tag)?;
-        holes.insert(at, (addr, len));
+        pending.push((addr, len));
+        drop(pending);
         drop(holes);
         drop(owners);
         self.parts.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(VKeyShared {
+        let v = Arc::new(VKeyShared {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             slot: AtomicU32::new(PARKED),
             tag,
             holes: Mutex::new(Vec::new()),
+            pending: Mutex::new(Vec::new()),
             parent: Some(region),
             gone: AtomicBool::new(false),
             heat: AtomicU64::new(0),
-        }))
+        });
+        // The pages move to the part's key when the borrow they were reached through
+        // ends; until the part drops, its region hands out no slice over them.
+        let part = Arc::downgrade(&v);
+        if let Err(e) = v.tag.add_part(Box::new(move || self.finish_part(&part))) {
+            self.drop_part(&v);
+            return Err(PartKeyError::Tag(e));
+        }
+        Ok(v)
+    }
+
+    /// Moves a carved part's pages to its own key (the parking key, or the cache key it
+    /// took if it ran meanwhile), and out of its region's re-tags: the borrow of the
+    /// region's bytes it was carved from ended. Nothing if the part or its region is gone.
+    fn finish_part(&self, part: &Weak<VKeyShared>) {
+        let owners = self.owners();
+        let Some(v) = part.upgrade() else {
+            return;
+        };
+        let region = v.parent.as_ref().expect("a part has a region");
+        let at = (v.tag.addr(), v.tag.len());
+        let mut pending = region
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(i) = pending.iter().position(|&p| p == at) else {
+            return;
+        };
+        pending.swap_remove(i);
+        drop(pending);
+        if region.gone.load(Ordering::Acquire) {
+            // Key 0 with the rest of the region (see `unregister`).
+            return;
+        }
+        let mut holes = region.holes.lock().unwrap_or_else(PoisonError::into_inner);
+        let i = holes.partition_point(|&(h, _)| h < at.0);
+        holes.insert(i, at);
+        drop(holes);
+        if let Err(e) = v.tag.set_pkey_except(v.pkey(self), &[]) {
+            // Fail closed, as for any re-tag that cannot be done: the pages must not keep
+            // a key the region may give up.
+            panic!("buffet-memory: cannot tag a part with its protection key: {e}");
+        }
+        drop(owners);
+        drop(v);
     }
 
     /// Gives up a part's cache key and gives its pages back to its region: the region's
@@ -483,6 +567,14 @@ impl Mpk {
         let mut holes = region.holes.lock().unwrap_or_else(PoisonError::into_inner);
         holes.retain(|&(h, _)| h != v.tag.addr());
         drop(holes);
+        let mut pending = region
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        pending.retain(|&(h, _)| h != v.tag.addr());
+        drop(pending);
+        // The region's bytes are handed out again (once no other part or seal is left).
+        v.tag.remove_part();
         self.parts.fetch_sub(1, Ordering::Relaxed);
         if region.gone.load(Ordering::Acquire) {
             // Already key 0 with the rest of the region (see `unregister`).
@@ -562,6 +654,7 @@ impl Mpk {
             slot: AtomicU32::new(PARKED),
             tag,
             holes: Mutex::new(Vec::new()),
+            pending: Mutex::new(Vec::new()),
             parent: None,
             gone: AtomicBool::new(false),
             heat: AtomicU64::new(0),
@@ -1347,7 +1440,7 @@ mod tests {
     use buffet_testkit::require_mpk;
 
     use super::*;
-    use crate::{AdmitWithError, ArenaConfig, Domain, MemoryStorage, TenantTable};
+    use crate::{AdmitWithError, ArenaConfig, Domain, MemoryStorage, RegionSealed, TenantTable};
 
     fn table<S: Send + 'static>(mpk: &'static Mpk, slots: u32) -> TenantTable<S> {
         let storage = MemoryStorage::new(ArenaConfig { capacity: 64 << 20 }).unwrap();
@@ -1521,6 +1614,133 @@ mod tests {
         assert_eq!(e.pkey(), None);
     }
 
+    /// Admits tenant `id` at `slot` whose init carves the first whole page of the bytes
+    /// past its state out under its own key, then keeps using the bytes it borrowed
+    /// (the part's included): they keep the tenant's key until that borrow ends.
+    fn admit_carving(t: &TenantTable<Vec<PartKey>>, mpk: &'static Mpk, slot: u32, id: u32) {
+        t.admit_with(
+            TenantSlot(slot),
+            TenantId(id),
+            4 * PAGE,
+            Vec::new(),
+            |parts, tail| {
+                let skip = (tail.as_ptr() as usize).next_multiple_of(PAGE) - tail.as_ptr() as usize;
+                let part = mpk.carve_part(&mut tail[skip..skip + PAGE])?;
+                // Still the borrower's: reading and writing them must not fault.
+                tail[skip] = 0x42;
+                tail[skip + PAGE - 1] = tail[skip] + 1;
+                tail[0] = 9;
+                parts.push(part);
+                Ok::<(), PartKeyError>(())
+            },
+        )
+        .unwrap();
+    }
+
+    const PAGE: usize = 4096;
+
+    #[test]
+    fn a_carved_part_stays_open_until_the_borrow_ends_then_no_accessor_reaches_it() {
+        let Some(mpk) = require_mpk(
+            "a_carved_part_stays_open_until_the_borrow_ends_then_no_accessor_reaches_it",
+            Mpk::get,
+        ) else {
+            return;
+        };
+        let t = table::<Vec<PartKey>>(mpk, 2);
+        admit_carving(&t, mpk, 0, 1);
+        let e = t.get_arc(TenantSlot(0)).unwrap();
+        let mut g = e.lock();
+        let (addr, len) = g[0].extent();
+        // The borrow ended: the part left the tenant's key for its own.
+        assert_ne!(
+            open_keys(mpk, mpk.current_pkru()),
+            vec![g[0].pkey()],
+            "the part is closed while only the tenant's key is open"
+        );
+        assert_eq!(
+            g.split().err(),
+            Some(RegionSealed { ranges: 1 }),
+            "a slice over the part would fault under the tenant's key"
+        );
+        {
+            // The PartKey itself lives on the heap (key 0); the Vec holding it is in the
+            // region, closed while the part is open.
+            let part: &PartKey = &g[0];
+            let _open = part.open();
+            assert_eq!(open_keys(mpk, mpk.current_pkru()), vec![part.pkey()]);
+            assert_eq!(
+                (crate::sys::peek(addr), crate::sys::peek(addr + len - 1)),
+                (0x42, 0x43),
+                "the part kept what init wrote into it"
+            );
+        }
+        // The part dropped: its pages are the tenant's again, and so are the bytes.
+        g.clear();
+        let (_, tail) = g.split().expect("no part left");
+        let skip = addr - tail.as_ptr() as usize;
+        assert_eq!((tail[0], tail[skip], tail[skip + len - 1]), (9, 0x42, 0x43));
+    }
+
+    #[test]
+    fn a_tenant_leaving_with_a_carved_part_leaves_its_range_open_and_zero() {
+        let Some(mpk) = require_mpk(
+            "a_tenant_leaving_with_a_carved_part_leaves_its_range_open_and_zero",
+            Mpk::get,
+        ) else {
+            return;
+        };
+        let t = table::<Vec<PartKey>>(mpk, 2);
+        admit_carving(&t, mpk, 0, 1);
+        let base = t.get_arc(TenantSlot(0)).unwrap().extent().base;
+        assert!(t.get_arc(TenantSlot(0)).unwrap().lock().split().is_err());
+        // It leaves with its part still carved: the part goes with it.
+        drop(t.remove(TenantSlot(0)));
+        t.admit(TenantSlot(0), TenantId(2), 4 * PAGE, Vec::new())
+            .unwrap();
+        let e = t.get_arc(TenantSlot(0)).unwrap();
+        assert_eq!(e.extent().base, base, "the same range again");
+        let mut g = e.lock();
+        let (_, tail) = g.split().expect("the successor's bytes are handed out");
+        assert!(
+            tail.iter().all(|&b| b == 0),
+            "scrubbed, the part's pages too"
+        );
+    }
+
+    #[test]
+    fn carving_refuses_overlaps_and_a_failed_admission_gives_the_part_back() {
+        let Some(mpk) = require_mpk(
+            "carving_refuses_overlaps_and_a_failed_admission_gives_the_part_back",
+            Mpk::get,
+        ) else {
+            return;
+        };
+        let t = table::<Vec<PartKey>>(mpk, 2);
+        let e = t
+            .admit_with(
+                TenantSlot(0),
+                TenantId(1),
+                4 * PAGE,
+                Vec::new(),
+                |parts, tail| {
+                    let skip =
+                        (tail.as_ptr() as usize).next_multiple_of(PAGE) - tail.as_ptr() as usize;
+                    parts.push(mpk.carve_part(&mut tail[skip..skip + PAGE]).unwrap());
+                    let twice = mpk.carve_part(&mut tail[skip..skip + PAGE]).unwrap_err();
+                    assert!(matches!(twice, PartKeyError::Overlaps { .. }), "{twice}");
+                    tail[skip] = 1;
+                    Err("a later stage refused")
+                },
+            )
+            .unwrap_err();
+        assert_eq!(e, AdmitWithError::Init("a later stage refused"));
+        t.admit(TenantSlot(0), TenantId(1), 4 * PAGE, Vec::new())
+            .unwrap();
+        let e = t.get_arc(TenantSlot(0)).unwrap();
+        assert!(e.lock().split().unwrap().1.iter().all(|&b| b == 0));
+    }
+
     const CHILD_ENV: &str = "BUFFET_MPK_TEST_CHILD";
 
     fn run_child(mode: &str) -> std::process::Output {
@@ -1547,6 +1767,17 @@ mod tests {
         }
         crate::sys::disable_core_dumps();
         let mpk = Mpk::get().unwrap();
+        if mode == "carved-part" {
+            let t = table::<Vec<PartKey>>(mpk, 1);
+            admit_carving(&t, mpk, 0, 1);
+            let e = t.get_arc(TenantSlot(0)).unwrap();
+            let g = e.lock();
+            let (addr, _) = g[0].extent();
+            println!("child: touching {mode}");
+            let got = crate::sys::peek(addr);
+            println!("child: survived {mode}: {got}");
+            return;
+        }
         let t = table::<u64>(mpk, 2);
         t.admit(TenantSlot(0), TenantId(1), 4096, 1).unwrap();
         t.admit(TenantSlot(1), TenantId(2), 4096, 2).unwrap();
@@ -1584,7 +1815,7 @@ mod tests {
             own.status.success() && out.contains("survived own: 1"),
             "{out}"
         );
-        for mode in ["neighbour-cached", "after-leave"] {
+        for mode in ["neighbour-cached", "after-leave", "carved-part"] {
             let o = run_child(mode);
             let out = String::from_utf8_lossy(&o.stdout);
             assert!(out.contains("child: touching"), "child did not run: {out}");

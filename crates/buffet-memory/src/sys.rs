@@ -118,11 +118,34 @@ struct Claim {
     tagged: bool,
     /// The sealed ranges: whole pages, disjoint, inside the claim.
     seals: Vec<Seal>,
-    /// `seals.len()`, shared with the claim's [`OpenSpan`], whose accessors read it
-    /// without the lock. Also the claim's identity (a later claim of the same range has
-    /// another).
+    /// The parts carved out of it under their own protection key (`Mpk::carve_part`):
+    /// whole pages, disjoint, inside the claim.
+    parts: Vec<Part>,
+    /// `seals.len() + parts.len()`, shared with the claim's [`OpenSpan`], whose
+    /// accessors read it without the lock. Also the claim's identity (a later claim of
+    /// the same range has another).
     sealed: Arc<AtomicUsize>,
 }
+
+impl Claim {
+    /// Publishes how many ranges of it are out of reach of its accessors.
+    fn publish(&self) {
+        self.sealed
+            .store(self.seals.len() + self.parts.len(), Ordering::Release);
+    }
+}
+
+/// A range of a claim carved out under its own protection key ([`RegionTag::add_part`]).
+struct Part {
+    off: usize,
+    len: usize,
+    /// Moves the pages to the part's key; run once, when the borrow the part was reached
+    /// through ends (until then the pages keep the region's key). `None` once run.
+    apply: Option<PartApply>,
+}
+
+/// What moves a carved part's pages to its own key (see [`Part::apply`]).
+pub(crate) type PartApply = Box<dyn FnOnce() + Send>;
 
 /// A range of a claim given to [`seal_pages`].
 struct Seal {
@@ -259,6 +282,7 @@ impl Mapping {
                 sealable,
                 tagged: false,
                 seals: Vec::new(),
+                parts: Vec::new(),
                 sealed: Arc::clone(&sealed),
             },
         );
@@ -391,11 +415,12 @@ pub enum SealError {
 }
 
 /// A region's bytes can not be handed out: pages inside them are sealed
-/// ([`seal_pages`]), and a reference over a sealed page would fault when read.
+/// ([`seal_pages`]) or carved out under a protection key of their own
+/// (`Mpk::carve_part`), and a reference over such a page would fault when read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{ranges} range(s) of pages inside this region are sealed: its bytes are handed out again once their `SealedPages` are dropped")]
+#[error("{ranges} range(s) of pages inside this region are sealed or under a protection key of their own: its bytes are handed out again once their `SealedPages` or `PartKey`s are dropped")]
 pub struct RegionSealed {
-    /// Sealed (or pending) ranges inside the region.
+    /// Sealed (or pending) ranges and carved parts inside the region.
     pub ranges: usize,
 }
 
@@ -471,7 +496,7 @@ pub fn seal_pages(pages: &mut [u8]) -> Result<SealedPages, SealError> {
         len,
         applied: false,
     });
-    claim.sealed.store(claim.seals.len(), Ordering::Release);
+    claim.publish();
     let (claim_off, claim) = (*claim_off, Arc::clone(&claim.sealed));
     drop(claims);
     Ok(SealedPages {
@@ -512,7 +537,7 @@ impl Drop for SealedPages {
             return;
         }
         claim.seals.swap_remove(i);
-        claim.sealed.store(claim.seals.len(), Ordering::Release);
+        claim.publish();
     }
 }
 
@@ -521,27 +546,43 @@ impl Mapping {
     /// bytes of a borrow that just ended). The first `mprotect` failure is returned; the
     /// seals not applied stay pending (their pages readable and writable, the region's
     /// bytes out of reach).
+    ///
+    /// The parts carved inside that range during the borrow move to their own key first
+    /// (outside the claims lock: moving them re-tags through a [`RegionTag`]).
     fn apply_seals(&self, claim_off: usize, off: usize, len: usize) -> Result<(), SysError> {
         let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(claim) = claims.get_mut(&claim_off) else {
             return Ok(());
         };
+        let parts: Vec<PartApply> = claim
+            .parts
+            .iter_mut()
+            .filter(|p| p.off >= off && p.off + p.len <= off + len)
+            .filter_map(|p| p.apply.take())
+            .collect();
+        let mut r = Ok(());
         for s in &mut claim.seals {
             if !s.applied && s.off >= off && s.off + s.len <= off + len {
-                self.protect(s.off, s.len, libc::PROT_NONE)?;
+                if let Err(e) = self.protect(s.off, s.len, libc::PROT_NONE) {
+                    r = Err(e);
+                    break;
+                }
                 s.applied = true;
             }
         }
-        Ok(())
+        drop(claims);
+        parts.into_iter().for_each(|apply| apply());
+        r
     }
 
-    /// Forgets every seal of claim `claim_off`, whose pages were all made readable and
-    /// writable again (before it is scrubbed by hand).
+    /// Forgets every seal and carved part of claim `claim_off`, whose pages were all made
+    /// readable and writable again, under key 0 (before it is scrubbed by hand).
     fn clear_seals(&self, claim_off: usize) {
         let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(claim) = claims.get_mut(&claim_off) {
             claim.seals.clear();
-            claim.sealed.store(0, Ordering::Release);
+            claim.parts.clear();
+            claim.publish();
         }
     }
 }
@@ -681,8 +722,9 @@ pub(crate) struct OpenSpan {
     len: usize,
     /// False once retired: the range is no longer ours and may be `PROT_NONE`.
     live: bool,
-    /// How many ranges of pages inside it are sealed (or pending): its bytes are handed
-    /// out only while none is. Shared with its claim.
+    /// How many ranges of pages inside it are sealed (or pending) or carved out under
+    /// their own protection key: its bytes are handed out only while none is. Shared with
+    /// its claim.
     sealed: Arc<AtomicUsize>,
 }
 
@@ -776,6 +818,7 @@ impl OpenSpan {
             map: Arc::clone(&self.map),
             claim_off: self.off,
             claim_len: self.len,
+            claim: Arc::clone(&self.sealed),
             off: self.off,
             len: self.len,
         }
@@ -1217,6 +1260,8 @@ pub(crate) struct RegionTag {
     /// The region's claim, which must still be live for any re-tag.
     claim_off: usize,
     claim_len: usize,
+    /// The claim's identity ([`Claim::sealed`]).
+    claim: Arc<AtomicUsize>,
     /// The pages this tag re-tags: the whole claim, or a part of it.
     off: usize,
     len: usize,
@@ -1249,9 +1294,64 @@ impl RegionTag {
             map: Arc::clone(&self.map),
             claim_off: self.claim_off,
             claim_len: self.claim_len,
+            claim: Arc::clone(&self.claim),
             off: self.off + (addr - start),
             len,
         })
+    }
+
+    /// Records this tag's pages as a part of its region carved out under its own key:
+    /// from now on, until [`remove_part`](Self::remove_part) or the region's release, the
+    /// region's accessors refuse to hand out its bytes ([`RegionSealed`]), since the part's
+    /// pages are closed to whoever holds only the region's key. `apply` moves the pages
+    /// to the part's key; it runs when the borrow of the region's bytes (a
+    /// [`RegionBytesMut`]) covering the part ends, so no reference over them is alive
+    /// then. Refused (`EINVAL`) if the claim is no longer live.
+    pub(crate) fn add_part(&self, apply: PartApply) -> Result<(), SysError> {
+        let mut claims = self
+            .map
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let claim = claims
+            .get_mut(&self.claim_off)
+            .filter(|c| Arc::ptr_eq(&c.sealed, &self.claim))
+            .ok_or(SysError {
+                call: "pkey_mprotect",
+                errno: libc::EINVAL,
+            })?;
+        claim.parts.push(Part {
+            off: self.off,
+            len: self.len,
+            apply: Some(apply),
+        });
+        claim.publish();
+        Ok(())
+    }
+
+    /// Forgets the part [`add_part`](Self::add_part) recorded for this tag's pages (its
+    /// `apply` too, if it has not run), if its claim is still the same live one.
+    pub(crate) fn remove_part(&self) {
+        let mut claims = self
+            .map
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(claim) = claims
+            .get_mut(&self.claim_off)
+            .filter(|c| Arc::ptr_eq(&c.sealed, &self.claim))
+        else {
+            return;
+        };
+        let removed = claim
+            .parts
+            .iter()
+            .position(|p| (p.off, p.len) == (self.off, self.len))
+            .map(|i| claim.parts.swap_remove(i));
+        claim.publish();
+        drop(claims);
+        // Dropped outside the lock: the `apply` it may still hold owns key-cache handles.
+        drop(removed);
     }
 
     /// Tags the pages with protection key `key` (they stay readable and writable; the
