@@ -254,13 +254,14 @@ for line in sys.stdin:
 '
 }
 
-# The six groups .ci/run names: package | cargo target selection | target name | filter |
+# The seven groups .ci/run names: package | cargo target selection | target name | filter |
 # environment. The filter keeps a binary that holds other tests to its MPK ones, and
 # docs_blocks runs only the doc blocks marked `needs pku`: the rest run on the host in
 # `cargo test --workspace`, and under TCG the demo's block alone outlasts the block time
 # limit.
 TEST_GROUPS=(
   "buffet-memory|--lib|buffet_memory|mpk::"
+  "buffet-config|--lib|buffet_config|guard_tests::under_mpk"
   "buffet-worker|--test mpk|mpk|"
   "buffet-cnf|--test containment|containment|"
   "buffet|--test replay_cnf|replay_cnf|"
