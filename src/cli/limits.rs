@@ -1,7 +1,8 @@
 //! Capacity limits the command puts on its arguments, so that a typo cannot ask for
 //! minutes of CPU and gigabytes of memory: the number of workers.
 //!
-//! Every worker is a thread polling its ring (it spins while idle) and owns its rings
+//! Every worker is a thread polling its ring while it has work (idle, it naps, then
+//! blocks until handed work) and owns its rings
 //! and Packet Buffers (several MB), so more workers than cores only slows a run down.
 //! `--workers` is bounded by the cores available ([`std::thread::available_parallelism`],
 //! at least [`ALWAYS_ALLOWED`]) unless `--allow-oversubscribe` is given, and never

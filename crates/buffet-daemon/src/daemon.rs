@@ -390,6 +390,23 @@ fn run(
         auth::admin_token(cfg.api.admin_token_file.as_deref(), &cfg.data_dir)
     })?;
     let contents = store.load()?;
+    // The cluster instance id only touches data_dir: kept before the data plane starts,
+    // so failing here stops nothing that runs.
+    let instance = match &cfg.cluster {
+        Some(_) => Some(
+            created
+                .file("cluster-instance", || {
+                    crate::cluster::instance_id(&cfg.data_dir)
+                })
+                .map_err(|e| {
+                    DaemonError::Runtime(format!(
+                        "cannot keep the cluster instance id in {}: {e}",
+                        cfg.data_dir.display()
+                    ))
+                })?,
+        ),
+        None => None,
+    };
     let started = starter(&cfg, &config_path)?;
     let plane = started.plane.clone();
     let dataplane = started.thread;
@@ -410,28 +427,16 @@ fn run(
             .iter()
             .map(|(h, id)| (*h, buffet_sdk::TenantId(*id))),
     );
-    let cluster = match cfg.cluster.clone() {
-        Some(c) => {
-            let instance = created
-                .file("cluster-instance", || {
-                    crate::cluster::instance_id(&cfg.data_dir)
-                })
-                .map_err(|e| {
-                    DaemonError::Runtime(format!(
-                        "cannot keep the cluster instance id in {}: {e}",
-                        cfg.data_dir.display()
-                    ))
-                })?;
-            Some(crate::cluster::Hook::new(
-                c,
-                instance,
-                &token,
-                plane.clone(),
-                refusing.clone(),
-                &cfg.dataplane,
-            ))
-        }
-        None => None,
+    let cluster = match (cfg.cluster.clone(), instance) {
+        (Some(c), Some(instance)) => Some(crate::cluster::Hook::new(
+            c,
+            instance,
+            &token,
+            plane.clone(),
+            refusing.clone(),
+            &cfg.dataplane,
+        )),
+        _ => None,
     };
     drop(token);
     let state = Arc::new(AppState::new(Parts {
@@ -468,17 +473,34 @@ fn run(
             last_action: None,
         };
         let stop = pump_stop.clone();
-        std::thread::Builder::new()
+        match std::thread::Builder::new()
             .name("buffetd-events".into())
             .spawn(move || agent.run(&stop))
-            .map_err(|e| DaemonError::Runtime(format!("cannot start the event thread: {e}")))?
+        {
+            Ok(pump) => pump,
+            Err(e) => {
+                // The data plane runs: stopped before the error returns.
+                let _ = finish(&plane, dataplane);
+                return Err(DaemonError::Runtime(format!(
+                    "cannot start the event thread: {e}"
+                )));
+            }
+        }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("buffetd-tokio")
         .enable_all()
         .build()
-        .map_err(|e| DaemonError::Runtime(format!("tokio runtime: {e}")))?;
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            pump_stop.store(true, Ordering::Release);
+            let _ = finish(&plane, dataplane);
+            let _ = pump.join();
+            return Err(DaemonError::Runtime(format!("tokio runtime: {e}")));
+        }
+    };
     let (setup, setup_rx) = watch::channel(conn_setup(&state, &cfg));
     let max_connections = cfg.api.max_connections;
     let listen = cfg.api.listen;

@@ -34,8 +34,10 @@
 //! The program's ring-buffer events (migrations, overload reports) are moved into the
 //! data plane's events every [`EVENT_PERIOD`] by a thread of this module, so the Agent,
 //! `/v1/events` and `/metrics` see them like the software dispatcher's. What the kernel
-//! dropped at the workers' sockets ([`XdpSide::socket_drops`]) goes into every report as
-//! `global.socket_dropped` and `global.oversize`, as `buffet run --dispatch xdp` counts it.
+//! dropped at the workers' sockets ([`XdpSide::socket_drops`]) goes into every report
+//! taken while the daemon runs (`/v1/stats`, `/metrics`) as `global.socket_dropped` and
+//! `global.oversize`, as `buffet run --dispatch xdp` counts it; the final report
+//! `Daemon::stop` returns does not have it yet.
 //!
 //! What it does not do: offload to a NIC (the nfp subset), the "ours" planner. Worker ids are the same in the data plane and the program's Worker
 //! Table; a terminated worker's row is never reused, so at most

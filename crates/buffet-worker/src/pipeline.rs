@@ -2174,8 +2174,9 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
             if polled.is_idle() {
                 // Frames in the workers' hands wake it when they come back; a hand-over
-                // waits for a worker's flush, which it looks for.
-                let wait = if self.handovers.is_empty() {
+                // and a retiring slot wait for a worker's flush or idle count, which it
+                // looks for.
+                let wait = if self.handovers.is_empty() && self.retiring.is_empty() {
                     self.idle.wait()
                 } else {
                     std::time::Duration::ZERO

@@ -184,6 +184,7 @@ impl<N: NetworkFunction> WorkerThread<N> {
             burst: Vec::with_capacity(self.burst),
             out: Vec::with_capacity(self.engine.capacity() + self.burst),
             done: self.done.clone(),
+            dataplane: self.dataplane.clone(),
         };
         let InFlight { burst, out, .. } = &mut in_flight;
         let mut rejected: Vec<PacketBuf> = Vec::with_capacity(self.burst);
@@ -292,6 +293,8 @@ struct InFlight {
     /// Packets run and not yet handed back.
     out: Vec<PacketBuf>,
     done: Arc<Completions>,
+    /// Woken once the frames are back.
+    dataplane: Arc<Waker>,
 }
 
 impl Drop for InFlight {
@@ -299,6 +302,7 @@ impl Drop for InFlight {
         if std::thread::panicking() {
             self.done.send(&mut self.burst);
             self.done.send(&mut self.out);
+            self.dataplane.wake();
         }
     }
 }
