@@ -288,7 +288,7 @@ fn bad_my_nf_stages_name_the_tenant_and_stage() {
     );
     let e = run("nf = \"my-nf\"\npolicy = { block_tcp = true }");
     assert!(
-        e.contains("tenant 7 (\"a\"): chain[1].policy: unknown field `block_tcp`"),
+        e.contains("tenant 7 (\"a\"): chain[1].policy.block_tcp: unknown field `block_tcp`"),
         "{e}"
     );
 }
