@@ -39,8 +39,13 @@ fn start(dir: &Path, port: u16) -> Daemon {
 /// Writes `<dir>/buffet.toml` (`extra` appended to `[dataplane]`) and starts buffetd on
 /// it, its stderr appended to `log` (or discarded); returns once it is ready.
 fn start_with(dir: &Path, port: u16, extra: &str, log: Option<&Path>) -> Daemon {
+    start_config(dir, port, &config_text(dir, port, extra), log)
+}
+
+/// Writes `text` to `<dir>/buffet.toml` and starts buffetd on it (see [`start_with`]).
+fn start_config(dir: &Path, port: u16, text: &str, log: Option<&Path>) -> Daemon {
     let cfg = dir.join("buffet.toml");
-    std::fs::write(&cfg, config_text(dir, port, extra)).unwrap();
+    std::fs::write(&cfg, text).unwrap();
     let stderr = match log {
         Some(p) => Stdio::from(
             std::fs::OpenOptions::new()
@@ -575,4 +580,73 @@ fn buffet_events_follows_the_stream_until_the_daemon_stops() {
         "buffet events outlived the stream",
     );
     assert!(status.success(), "{status}");
+}
+
+/// The CPU time `pid` has used, in seconds (utime + stime of /proc/PID/stat).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): utime is field 14, stime 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    let hz = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .unwrap()
+        .stdout;
+    let hz: f64 = String::from_utf8(hz).unwrap().trim().parse().unwrap();
+    ticks as f64 / hz
+}
+
+/// A buffetd whose only port has ended (a replayed pcap) and which has no traffic sleeps:
+/// with `dataplane.idle_wait_us` = 1 s its data plane and workers block until a command
+/// or a frame comes, using almost no CPU (its data plane used to nap 100 µs at a time
+/// whatever the setting, about a tenth of a core), and an admission through the API is
+/// still answered at once, not after the idle wait.
+#[test]
+fn an_idle_buffetd_sleeps_and_still_answers_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // A pcap of no frames: the port ends at once.
+    let pcap = dir.path().join("empty.pcap");
+    let mut header = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+    header.extend([0u8; 8]);
+    header.extend(65535u32.to_le_bytes());
+    header.extend(1u32.to_le_bytes());
+    std::fs::write(&pcap, header).unwrap();
+    let text = format!(
+        "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\nname = \"firewall\"\n\
+         [dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 64\nidle_wait_us = 1000000\n\
+         [[port]]\nkind = \"pcap\"\npath = \"{p}\"\n",
+        d = dir.path().display(),
+        p = pcap.display()
+    );
+    let d = start_config(dir.path(), port, &text, None);
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = d.child.id();
+    let (c0, t0) = (cpu_seconds(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(3));
+    let cores = (cpu_seconds(pid) - c0) / t0.elapsed().as_secs_f64();
+    eprintln!("idle buffetd: {cores:.3} cores");
+    assert!(
+        cores < 0.04,
+        "an idle buffetd used {cores:.3} cores over 3 s"
+    );
+    // Asleep, it still answers an admission (the API's command wakes the data plane).
+    let body = serde_json::json!({
+        "id": 1,
+        "rules": [ { "dst_ip": "10.0.0.0/24" } ],
+        "policy": { "default": "allow" },
+    });
+    let t0 = Instant::now();
+    let (status, v) = http(&d.api, "POST", "/v1/tenants", Some(&body)).expect("answered");
+    let took = t0.elapsed();
+    assert_eq!(status, 201, "{v}");
+    assert!(
+        took < Duration::from_millis(500),
+        "an admission to an idle buffetd took {took:?} (its idle wait is 1 s)"
+    );
+    let (status, v) = http(&d.api, "GET", "/v1/stats", None).expect("answered");
+    assert_eq!(status, 200, "{v}");
+    assert!(v["tenants"].as_array().is_some_and(|t| t.len() == 1), "{v}");
 }

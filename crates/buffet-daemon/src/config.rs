@@ -233,6 +233,12 @@ pub struct DataplaneConfig {
     /// Pin worker `i` to core `i`.
     #[serde(default)]
     pub pin: bool,
+    /// Idle threads: after 200 µs without a frame, the data plane and the workers block
+    /// (on their sockets and on each other's notices: a frame, a command or an API
+    /// request wakes them at once) and look again at least this often, µs (a
+    /// backstop); 0 = never block (they poll, napping 20-50 µs between polls).
+    #[serde(default = "default_idle_wait_us")]
+    pub idle_wait_us: u64,
 }
 
 impl Default for DataplaneConfig {
@@ -248,6 +254,7 @@ impl Default for DataplaneConfig {
             tenant_slots: default_tenant_slots(),
             arena_mib: default_arena_mib(),
             pin: false,
+            idle_wait_us: default_idle_wait_us(),
         }
     }
 }
@@ -272,6 +279,9 @@ fn default_tenant_slots() -> u32 {
 }
 fn default_arena_mib() -> u64 {
     1024
+}
+fn default_idle_wait_us() -> u64 {
+    buffet_worker::DEFAULT_IDLE_WAIT.as_micros() as u64
 }
 
 /// `[agent]`: what an overload report from the scheduler does.
@@ -531,6 +541,12 @@ impl DaemonConfig {
             return bad(
                 "dataplane.arena_mib",
                 format!("must be 1..=16777216, got {}", d.arena_mib),
+            );
+        }
+        if d.idle_wait_us > 1_000_000 {
+            return bad(
+                "dataplane.idle_wait_us",
+                format!("must be 0..=1000000, got {}", d.idle_wait_us),
             );
         }
         if self.api.max_body_bytes < 1024 {
@@ -848,6 +864,13 @@ mod tests {
         );
         let c = parse(&format!("{MINIMAL}[dataplane]\nplanner = \"ours\"\n")).unwrap();
         assert_eq!(c.dataplane.planner, "ours");
+        let e = parse(&format!("{MINIMAL}[dataplane]\nidle_wait_us = 1000001\n")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "b.toml: dataplane.idle_wait_us: must be 0..=1000000, got 1000001"
+        );
+        let c = parse(&format!("{MINIMAL}[dataplane]\nidle_wait_us = 0\n")).unwrap();
+        assert_eq!(c.dataplane.idle_wait_us, 0);
         let e = parse("data_dir = \"/x\"\n[nf]\nname = \"nope\"\n").unwrap_err();
         assert!(
             e.to_string().starts_with("b.toml: nf: unknown NF \"nope\""),

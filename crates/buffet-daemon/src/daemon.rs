@@ -312,7 +312,7 @@ fn fixed_change(cur: &DaemonConfig, new: &DaemonConfig) -> Option<String> {
     probe.dataplane.default_tenant_max_nb = cur.dataplane.default_tenant_max_nb;
     probe.agent = cur.agent.clone();
     let (p, c) = (&probe, cur);
-    let fields: [(&str, bool); 15] = [
+    let fields: [(&str, bool); 16] = [
         ("data_dir", p.data_dir != c.data_dir),
         ("api.listen", p.api.listen != c.api.listen),
         (
@@ -346,6 +346,10 @@ fn fixed_change(cur: &DaemonConfig, new: &DaemonConfig) -> Option<String> {
             p.dataplane.arena_mib != c.dataplane.arena_mib,
         ),
         ("dataplane.pin", p.dataplane.pin != c.dataplane.pin),
+        (
+            "dataplane.idle_wait_us",
+            p.dataplane.idle_wait_us != c.dataplane.idle_wait_us,
+        ),
         ("port", p.ports != c.ports),
         ("dispatch", p.dispatch != c.dispatch),
         ("dataplane", p.dataplane != c.dataplane),
@@ -410,12 +414,15 @@ fn run(
     let started = starter(&cfg, &config_path)?;
     let plane = started.plane.clone();
     let dataplane = started.thread;
-    let finish = |plane: &Arc<dyn Plane>, dataplane: JoinHandle<Report>| {
-        plane.stop();
-        dataplane
-            .join()
-            .map_err(|_| DaemonError::Runtime("the data plane panicked".into()))
-    };
+    let finish =
+        |plane: &Arc<dyn Plane>, dataplane: JoinHandle<Report>| -> Result<Report, DaemonError> {
+            plane.stop();
+            let mut report = dataplane
+                .join()
+                .map_err(|_| DaemonError::Runtime("the data plane panicked".into()))?;
+            plane.complete_report(&mut report);
+            Ok(report)
+        };
     let metrics = Arc::new(Metrics::default());
     let (events_tx, _) = broadcast::channel(4096);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);

@@ -95,9 +95,18 @@ fn run(args: &Args) -> anyhow::Result<()> {
     wait_for_signal(|| reload(&daemon))?;
     eprintln!("buffetd: stopping: no new requests, draining the data plane");
     let report = daemon.stop()?;
+    let g = &report.global;
+    let mut lost = String::new();
+    if g.socket_dropped > 0 {
+        let n = g.socket_dropped;
+        lost += &format!(", {n} dropped by the kernel at the workers' AF_XDP sockets");
+    }
+    if g.oversize > 0 {
+        lost += &format!(", {} too large for a frame (oversize)", g.oversize);
+    }
     eprintln!(
-        "buffetd: stopped: {} input packets, {} tenants",
-        report.global.input_packets,
+        "buffetd: stopped: {} input packets{lost}; {} tenants",
+        g.input_packets,
         report.tenants.len()
     );
     Ok(())

@@ -171,6 +171,11 @@ pub trait Plane: Send + Sync {
     fn on_event(&self, _e: &WorkerEvent) {}
     /// Asks the data plane to finish what is in flight and stop.
     fn stop(&self);
+    /// Adds to the final report (the data plane thread's, once stopped) what the data
+    /// plane does not count itself: with the XDP Packet Dispatcher, the program's
+    /// counters and the frames the kernel dropped at the workers' sockets, as every
+    /// [`report`](Plane::report) taken while running has them.
+    fn complete_report(&self, r: &mut Report);
 }
 
 struct Typed<N: RegisteredNf> {
@@ -466,6 +471,12 @@ impl<N: RegisteredNf> Plane for Typed<N> {
         }
         self.control.stop();
     }
+
+    fn complete_report(&self, r: &mut Report) {
+        if let Some(x) = &self.xdp {
+            xdp_report(x, &self.control, r);
+        }
+    }
 }
 
 /// The report of a data plane fed by the XDP program: each tenant's worker is the
@@ -555,6 +566,7 @@ pub fn start_registered(
             offered: None,
             registered: names,
             xdp,
+            idle_wait: idle_wait(cfg),
         });
     }
     // Chains: the configured NF under the default key, then every offered stage NF.
@@ -592,6 +604,7 @@ pub fn start_registered(
         offered: Some(offered.iter().map(ToString::to_string).collect()),
         registered: names,
         xdp,
+        idle_wait: idle_wait(cfg),
     }
     .visit(chain)
 }
@@ -612,6 +625,7 @@ pub fn start_nf<N: RegisteredNf>(cfg: &DaemonConfig, nf: N) -> Result<Started, S
         offered: None,
         registered: Vec::new(),
         xdp,
+        idle_wait: idle_wait(cfg),
     }
     .visit(nf)
 }
@@ -744,6 +758,13 @@ struct Build {
     offered: Option<Vec<String>>,
     registered: Vec<String>,
     xdp: Option<XdpStart>,
+    /// How long the idle data plane and workers block at most (`dataplane.idle_wait_us`).
+    idle_wait: Duration,
+}
+
+/// `dataplane.idle_wait_us`.
+fn idle_wait(cfg: &DaemonConfig) -> Duration {
+    Duration::from_micros(cfg.dataplane.idle_wait_us)
 }
 
 impl NfVisitor for Build {
@@ -766,32 +787,13 @@ impl NfVisitor for Build {
         for p in self.ports {
             dataplane.add_port(p);
         }
+        dataplane.set_idle_wait(self.idle_wait);
         let thread = std::thread::Builder::new()
             .name("buffet-dataplane".into())
             .spawn(move || {
                 // Until stopped: ports that end (a pcap) leave the data plane idle, still
-                // applying control commands.
-                let mut idle = 0u32;
-                loop {
-                    if !dataplane.apply_commands() {
-                        break;
-                    }
-                    match dataplane.poll() {
-                        Ok(polled) if polled.is_idle() => {
-                            idle = idle.saturating_add(1);
-                            if idle > 64 {
-                                std::thread::sleep(Duration::from_micros(100));
-                            } else {
-                                std::thread::yield_now();
-                            }
-                        }
-                        Ok(_) => idle = 0,
-                        Err(e) => {
-                            eprintln!("buffetd: data plane: {e}");
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
-                    }
-                }
+                // applying control commands; idle, it blocks until a frame or a command.
+                dataplane.serve(|e| eprintln!("buffetd: data plane: {e}"));
                 dataplane.finish()
             })
             .map_err(StartError::Spawn)?;

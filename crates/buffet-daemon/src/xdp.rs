@@ -36,8 +36,8 @@
 //! `/v1/events` and `/metrics` see them like the software dispatcher's. What the kernel
 //! dropped at the workers' sockets ([`XdpSide::socket_drops`]) goes into every report
 //! taken while the daemon runs (`/v1/stats`, `/metrics`) as `global.socket_dropped` and
-//! `global.oversize`, as `buffet run --dispatch xdp` counts it; the final report
-//! `Daemon::stop` returns does not have it yet.
+//! `global.oversize`, as `buffet run --dispatch xdp` counts it, and into the final report
+//! `Daemon::stop` returns, with the program's counters.
 //!
 //! What it does not do: offload to a NIC (the nfp subset), the "ours" planner. Worker ids are the same in the data plane and the program's Worker
 //! Table; a terminated worker's row is never reused, so at most

@@ -774,6 +774,13 @@ fn a_reload_changes_what_may_change_and_refuses_the_rest() {
         e.to_string(),
         "dataplane.tenant_slots cannot change without a restart"
     );
+    let mut fixed = next.clone();
+    fixed.dataplane.idle_wait_us = 5;
+    let e = d.reload(fixed).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "dataplane.idle_wait_us cannot change without a restart"
+    );
     assert_eq!(
         call(&d, "POST", "/v1/workers", Some(new_token), None).0,
         409

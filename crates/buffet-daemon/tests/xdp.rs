@@ -910,8 +910,9 @@ fn accounted(v: &Value) -> u64 {
 /// 6000 frames come for its tenant: the kernel drops at the worker's AF_XDP socket what
 /// its receive ring (and the fill ring) cannot hold. While buffetd runs, `/v1/stats`
 /// counts them as `global.socket_dropped` (none as oversize: they fitted a frame),
-/// every frame the program saw is accounted for, and `/metrics` exports the same count as
-/// `buffet_dropped_packets_total{reason="socket_dropped"}`.
+/// every frame the program saw is accounted for, `/metrics` exports the same count as
+/// `buffet_dropped_packets_total{reason="socket_dropped"}`, and the final report
+/// `Daemon::stop` returns has the same counts.
 #[test]
 fn frames_the_kernel_dropped_at_a_workers_socket_are_counted_and_exported() {
     let test = "xdp::frames_the_kernel_dropped_at_a_workers_socket_are_counted_and_exported";
@@ -941,5 +942,11 @@ fn frames_the_kernel_dropped_at_a_workers_socket_are_counted_and_exported() {
         Some(dropped as f64),
         "/metrics: {v}"
     );
-    d.stop().unwrap();
+    // The final report has the program's counts and the kernel's drops too.
+    let r = d.stop().unwrap();
+    let g = &r.global;
+    assert_eq!(g.input_packets, 6001, "{g:?}");
+    assert_eq!(g.socket_dropped, dropped, "{g:?}");
+    let tenant = r.tenants.iter().find(|t| t.id.0 == 1).expect("tenant 1");
+    assert_eq!(tenant.packets + g.socket_dropped, 6001, "{g:?}");
 }

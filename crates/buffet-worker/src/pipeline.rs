@@ -2122,14 +2122,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         let mut total = 0u64;
         let mut last = 0u64;
         let mut idle = Idle::new();
-        // What this loop, idle, blocks on beside its waker: the ports' descriptors, which
-        // only it drains (`None`: a port must be polled).
-        let ports: Option<Vec<RawFd>> = self
-            .ports
-            .iter()
-            .map(|p| p.readiness_fds())
-            .collect::<Option<Vec<_>>>()
-            .map(|v| v.concat());
+        let ports = self.readiness_fds();
         self.run_loop(&mut total, &mut last, &mut idle, ports, &mut progress)?;
         self.flush();
         for p in &mut self.ports {
@@ -2140,6 +2133,49 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
         progress(total);
         Ok(total)
+    }
+
+    /// What a loop driving the data plane, idle, blocks on beside its waker: the ports'
+    /// descriptors, which only it drains (`None`: a port must be polled).
+    fn readiness_fds(&self) -> Option<Vec<RawFd>> {
+        self.ports
+            .iter()
+            .map(|p| p.readiness_fds())
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat())
+    }
+
+    /// Runs until a [`Command::Stop`] arrives, as a daemon's data plane does: unlike
+    /// [`run`](Self::run), ports that end (a pcap) leave it idle, still applying
+    /// commands, and a port's error goes to `on_error` (the loop naps 10 ms and goes
+    /// on). Idle, it blocks as `run` does, for at most the
+    /// [idle wait](Self::set_idle_wait); once every port has ended, on commands and
+    /// completions alone. Call [`finish`](Self::finish) after it returns.
+    pub fn serve(&mut self, mut on_error: impl FnMut(PipelineError)) {
+        let mut idle = Idle::new();
+        let mut fds = self.readiness_fds();
+        loop {
+            if !self.apply_commands() {
+                break;
+            }
+            match self.poll() {
+                Ok(polled) => {
+                    if polled.ended {
+                        // Nothing left to poll: only commands and completions wake it.
+                        fds = Some(Vec::new());
+                    }
+                    if polled.is_idle() {
+                        self.idle_turn(&mut idle, fds.as_deref());
+                    } else {
+                        idle.busy();
+                    }
+                }
+                Err(e) => {
+                    on_error(e);
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+        }
     }
 
     /// How long an idle thread blocks, at most, before it looks again when no frame
@@ -2173,37 +2209,44 @@ impl<N: NetworkFunction> Dataplane<N> {
                 break;
             }
             if polled.is_idle() {
-                // Frames in the workers' hands wake it when they come back; a hand-over
-                // and a retiring slot wait for a worker's flush or idle count, which it
-                // looks for.
-                let wait = if self.handovers.is_empty() && self.retiring.is_empty() {
-                    self.idle.wait()
-                } else {
-                    std::time::Duration::ZERO
-                };
-                let mut cmd = None;
-                let (commands, workers) = (&self.commands, &self.workers);
-                idle.empty(
-                    wait,
-                    &self.waker,
-                    fds.as_deref(),
-                    || !commands.is_empty() || workers.iter().any(|w| !w.done.is_empty()),
-                    // Idle: wait for a command instead of spinning.
-                    || {
-                        cmd = self
-                            .commands
-                            .recv_timeout(std::time::Duration::from_micros(50))
-                            .ok()
-                    },
-                );
-                if let Some(cmd) = cmd {
-                    self.apply(cmd);
-                }
+                self.idle_turn(idle, fds.as_deref());
             } else {
                 idle.busy();
             }
         }
         Ok(())
+    }
+
+    /// One idle turn of a loop driving the data plane: spins, naps, or blocks on the
+    /// waker and `fds` (see [`Idle::empty`]); a command that arrives while it naps is
+    /// applied.
+    fn idle_turn(&mut self, idle: &mut Idle, fds: Option<&[RawFd]>) {
+        // Frames in the workers' hands wake it when they come back; a hand-over
+        // and a retiring slot wait for a worker's flush or idle count, which it
+        // looks for.
+        let wait = if self.handovers.is_empty() && self.retiring.is_empty() {
+            self.idle.wait()
+        } else {
+            std::time::Duration::ZERO
+        };
+        let mut cmd = None;
+        let (commands, workers) = (&self.commands, &self.workers);
+        idle.empty(
+            wait,
+            &self.waker,
+            fds,
+            || !commands.is_empty() || workers.iter().any(|w| !w.done.is_empty()),
+            // Idle: wait for a command instead of spinning.
+            || {
+                cmd = self
+                    .commands
+                    .recv_timeout(std::time::Duration::from_micros(50))
+                    .ok()
+            },
+        );
+        if let Some(cmd) = cmd {
+            self.apply(cmd);
+        }
     }
 
     /// A snapshot of everything counted so far (call [`flush`](Self::flush) first for
