@@ -147,9 +147,10 @@ pub fn admin_token(file: Option<&Path>, data_dir: &Path) -> Result<(String, Stri
 /// Writes the file `path` (mode 0600, its directory created if needed) with what `fill`
 /// writes, all or nothing: into `<path>.new` first, synced, then renamed over `path` and
 /// the directory synced. A write that fails (or a crash) part-way leaves no `path`, never
-/// a partial one that a later start would read as a too-short token. The rename replaces
-/// a `path` made meanwhile: buffetd generates its token while it holds the store's lock.
-fn write_whole(
+/// a partial one that a later start would read as a too-short token or a truncated
+/// identity. The rename replaces a `path` made meanwhile: buffetd generates its token
+/// and its cluster instance id while it holds the store's lock.
+pub fn write_whole(
     path: &Path,
     fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {

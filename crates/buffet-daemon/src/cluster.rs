@@ -219,18 +219,25 @@ enum AgentError {
 pub fn instance_id(data_dir: &std::path::Path) -> std::io::Result<String> {
     let path = data_dir.join("cluster-instance");
     match std::fs::read_to_string(&path) {
-        Ok(s) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
-        Ok(_) | Err(_) => {
-            let id = buffet_config::auth::generate()
-                .trim_start_matches("bt_")
-                .chars()
-                .take(32)
-                .collect::<String>();
-            std::fs::create_dir_all(data_dir)?;
-            std::fs::write(&path, format!("{id}\n"))?;
-            Ok(id)
-        }
+        Ok(s) if !s.trim().is_empty() => return Ok(s.trim().to_owned()),
+        // Absent, or empty: a new identity. Unreadable: an error, never a new identity
+        // (the cluster would take this server for another one).
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
+    let id = buffet_config::auth::generate()
+        .trim_start_matches("bt_")
+        .chars()
+        .take(32)
+        .collect::<String>();
+    // All or nothing: a crash part-way leaves no file (a new id at the next start), never
+    // a truncated id another start would take as this server's.
+    buffet_config::auth::write_whole(&path, |f| {
+        use std::io::Write;
+        writeln!(f, "{id}")
+    })?;
+    Ok(id)
 }
 
 const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
@@ -793,5 +800,48 @@ impl Agent {
             status,
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::instance_id;
+
+    #[test]
+    fn the_instance_id_is_made_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let id = instance_id(&data).unwrap();
+        assert_eq!(id.len(), 32, "{id}");
+        assert_eq!(instance_id(&data).unwrap(), id, "read back, not made again");
+        let path = data.join("cluster-instance");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{id}\n"));
+        // No temporary file left beside it.
+        assert!(!data.join("cluster-instance.new").exists());
+        // An empty file (never written by this code, but possible by hand): a new id.
+        std::fs::write(&path, "").unwrap();
+        let other = instance_id(&data).unwrap();
+        assert_ne!(other, id);
+        assert_eq!(instance_id(&data).unwrap(), other);
+    }
+
+    #[test]
+    fn an_unreadable_instance_file_is_an_error_not_a_new_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the file should be: reading it fails (EISDIR).
+        std::fs::create_dir_all(dir.path().join("cluster-instance")).unwrap();
+        let e = instance_id(dir.path()).unwrap_err();
+        assert_ne!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        assert!(
+            dir.path().join("cluster-instance").is_dir(),
+            "left as it was"
+        );
+        // A file that is not text: an error, and the file is not replaced.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster-instance");
+        std::fs::write(&path, [0xff, 0xfe, b'\n']).unwrap();
+        let e = instance_id(dir.path()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), [0xff, 0xfe, b'\n']);
     }
 }
