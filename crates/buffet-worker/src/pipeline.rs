@@ -891,6 +891,21 @@ struct WorkerSlot {
     tid: Option<i32>,
 }
 
+impl WorkerSlot {
+    /// Asks its thread to stop (after what it holds) and wakes it.
+    fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.waker.notify();
+    }
+
+    /// Asks its thread to run what it buffered up to the `dispatched`-th frame promptly,
+    /// and wakes it.
+    fn request_flush(&self, dispatched: u64) {
+        self.flush.until.fetch_max(dispatched, Ordering::AcqRel);
+        self.waker.notify();
+    }
+}
+
 /// Per-slot counters the data plane keeps beside the workers' (the tenant's identity is
 /// the Tenant Table's).
 #[derive(Default, Clone)]
@@ -1222,8 +1237,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
         let slot = &mut self.workers[w.0 as usize];
         slot.live = false;
-        slot.stop.store(true, Ordering::Release);
-        slot.waker.notify();
+        slot.request_stop();
         self.emit(WorkerEvent::WorkerTerminated {
             worker: w.0,
             reassigned: moved.len(),
@@ -1279,8 +1293,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                     let snapshot: Vec<u64> = self.workers.iter().map(|w| w.dispatched).collect();
                     // Workers run what they buffered before the removal promptly.
                     for (w, &d) in self.workers.iter().zip(&snapshot) {
-                        w.flush.until.fetch_max(d, Ordering::AcqRel);
-                        w.waker.notify();
+                        w.request_flush(d);
                     }
                     // Held too: every worker fed by its own source found stuck, whose
                     // thread may come back with frames of the slot in hand.
@@ -1387,8 +1400,7 @@ impl<N: NetworkFunction> Dataplane<N> {
     fn quiesce(&mut self) {
         let snapshot: Vec<u64> = self.workers.iter().map(|w| w.dispatched).collect();
         for (w, &d) in self.workers.iter().zip(&snapshot) {
-            w.flush.until.fetch_max(d, Ordering::AcqRel);
-            w.waker.notify();
+            w.request_flush(d);
         }
         let backoff = Backoff::new();
         loop {
@@ -1592,8 +1604,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             return;
         }
         self.core.shared.gates[tenant.index()].store(u32::from(from.0), Ordering::Release);
-        w.flush.until.fetch_max(dispatched, Ordering::AcqRel);
-        w.waker.notify();
+        w.request_flush(dispatched);
         self.handovers.push(Handover {
             slot: tenant,
             from,
@@ -1760,8 +1771,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         let w = WorkerId(wi as u16);
         self.workers[wi].live = false;
         self.workers[wi].lost = true;
-        self.workers[wi].stop.store(true, Ordering::Release);
-        self.workers[wi].waker.notify();
+        self.workers[wi].request_stop();
         let moved = self.dispatcher.terminate_worker(w);
         let rx = self.workers[wi].rx.clone();
         let mut requeued = 0;
@@ -2339,8 +2349,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             self.core.shared.gates[h.slot.index()].store(GATE_OPEN, Ordering::Release);
         }
         for w in &self.workers {
-            w.stop.store(true, Ordering::Release);
-            w.waker.notify();
+            w.request_stop();
         }
         for w in &mut self.workers {
             if w.stuck {
@@ -2378,8 +2387,7 @@ impl<N: NetworkFunction> Dataplane<N> {
     pub fn finish_with_port_stats(mut self) -> (Report, Vec<(String, PortStats)>) {
         self.flush();
         for w in &self.workers {
-            w.stop.store(true, Ordering::Release);
-            w.waker.notify();
+            w.request_stop();
         }
         for w in &mut self.workers {
             if w.stuck {
