@@ -3,12 +3,16 @@
 //! whole frames with a tenants file (`--frames`, `--tenants`)
 //! ([`buffet_config::trace`] does the work; this reads the files and writes the output).
 //!
-//! The output is written once the whole trace has run: a malformed line stops the
-//! command with nothing on standard output. A capture file (pcap, pcapng) or any other
+//! The output is written once the whole trace has run (kept meanwhile in unnamed
+//! temporary files, not in memory): a malformed line stops the command with nothing on
+//! standard output. A capture file (pcap, pcapng) or any other
 //! binary file given as a trace is named for what it is before a line is read.
 
-use std::io::{BufRead, BufReader, Write};
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 
 use buffet_config::trace;
 use buffet_io::pcap::{capture_kind, CaptureKind};
@@ -67,9 +71,10 @@ pub fn run(a: &TraceArgs, registry: &Registry) -> anyhow::Result<()> {
         threshold: a.threshold,
         engine: a.engine,
     };
-    // Both outputs are kept until the trace has run: an error prints nothing else.
-    let mut out = Vec::new();
-    let mut err = Vec::new();
+    // Both outputs are kept until the trace has run, in unnamed files (a trace of a
+    // billion packets is tens of GB of output): an error prints nothing else.
+    let mut out = spill()?;
+    let mut err = spill()?;
     match (&a.input, &a.frames, &a.tenants) {
         (Some(input), None, None) => {
             let file = open_text(input, "--input", "ts_ns,tenant_id")?;
@@ -91,14 +96,24 @@ pub fn run(a: &TraceArgs, registry: &Registry) -> anyhow::Result<()> {
         // clap enforces the combinations.
         _ => anyhow::bail!("give --input, or --frames with --tenants"),
     }
-    let stdout = std::io::stdout();
-    let mut stdout = stdout.lock();
-    stdout.write_all(&out)?;
-    stdout.flush()?;
-    let stderr = std::io::stderr();
-    let mut stderr = stderr.lock();
-    stderr.write_all(&err)?;
-    stderr.flush()?;
+    copy_out(out, &mut std::io::stdout().lock())?;
+    copy_out(err, &mut std::io::stderr().lock())?;
+    Ok(())
+}
+
+/// Where an output waits until the trace has run: a temporary file no one else sees
+/// (gone when closed), so a long trace's output is not held in memory.
+fn spill() -> anyhow::Result<BufWriter<File>> {
+    let f = tempfile::tempfile().context("cannot create a temporary file for the output")?;
+    Ok(BufWriter::with_capacity(1 << 16, f))
+}
+
+/// Writes what `spilled` holds to `to`.
+fn copy_out(spilled: BufWriter<File>, to: &mut impl Write) -> anyhow::Result<()> {
+    let mut f = spilled.into_inner().map_err(|e| e.into_error())?;
+    f.seek(SeekFrom::Start(0))?;
+    std::io::copy(&mut f, to)?;
+    to.flush()?;
     Ok(())
 }
 
