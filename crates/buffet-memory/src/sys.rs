@@ -127,6 +127,16 @@ struct Claim {
     sealed: Arc<AtomicUsize>,
 }
 
+/// The claim at `off` in `claims` if it is still the one whose identity is `id` (a claim
+/// retired meanwhile is gone; one made again at the same offset is another region's).
+fn live_claim<'a>(
+    claims: &'a mut BTreeMap<usize, Claim>,
+    off: usize,
+    id: &Arc<AtomicUsize>,
+) -> Option<&'a mut Claim> {
+    claims.get_mut(&off).filter(|c| Arc::ptr_eq(&c.sealed, id))
+}
+
 impl Claim {
     /// Publishes how many ranges of it are out of reach of its accessors.
     fn publish(&self) {
@@ -517,10 +527,7 @@ impl Drop for SealedPages {
             .claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some(claim) = claims
-            .get_mut(&self.claim_off)
-            .filter(|c| Arc::ptr_eq(&c.sealed, &self.claim))
-        else {
+        let Some(claim) = live_claim(&mut claims, self.claim_off, &self.claim) else {
             return;
         };
         let Some(i) = claim
@@ -1313,13 +1320,10 @@ impl RegionTag {
             .claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let claim = claims
-            .get_mut(&self.claim_off)
-            .filter(|c| Arc::ptr_eq(&c.sealed, &self.claim))
-            .ok_or(SysError {
-                call: "pkey_mprotect",
-                errno: libc::EINVAL,
-            })?;
+        let claim = live_claim(&mut claims, self.claim_off, &self.claim).ok_or(SysError {
+            call: "pkey_mprotect",
+            errno: libc::EINVAL,
+        })?;
         claim.parts.push(Part {
             off: self.off,
             len: self.len,
@@ -1337,10 +1341,7 @@ impl RegionTag {
             .claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some(claim) = claims
-            .get_mut(&self.claim_off)
-            .filter(|c| Arc::ptr_eq(&c.sealed, &self.claim))
-        else {
+        let Some(claim) = live_claim(&mut claims, self.claim_off, &self.claim) else {
             return;
         };
         let removed = claim
