@@ -5,14 +5,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig, TenantSlot};
+use buffet_dispatch::{DispatcherConfig, SchedulerConfig, TenantSlot};
 use buffet_memory::{ArenaConfig, MemoryStorage, TenantTable};
 use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
 use buffet_worker::{
-    BufferConfig, ClockSource, PacketBuf, Pipeline, PipelineConfig, TenantSpec, VirtualClock,
-    Worker, WorkerEvent,
+    BufferConfig, ClockSource, PacketBuf, Pipeline, PipelineConfig, VirtualClock, Worker,
+    WorkerEvent,
 };
-use etherparse::PacketBuilder;
+
+mod common;
+use common::{spec_with, udp_frame};
 
 /// What the probe NF saw of one tenant.
 #[derive(Default)]
@@ -65,14 +67,9 @@ impl NetworkFunction for Probe {
     }
 }
 
+/// A frame of `tenant` from UDP port 1000 with 18 zero bytes of payload.
 fn frame(tenant: u32) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4([192, 168, 0, 1], [10, 0, tenant as u8, 1], 64)
-        .udp(1000, 53)
-        .write(&mut v, &[0; 18])
-        .unwrap();
-    v
+    udp_frame(tenant, 1000, &[0; 18])
 }
 
 /// A packet of tenant slot `t` stamped `ts` (its arrival, for the order check and the
@@ -317,26 +314,6 @@ fn a_flooding_tenant_cannot_take_a_well_behaved_tenants_share() {
     );
 }
 
-fn rules(tenant: u32) -> Vec<(u32, Match)> {
-    vec![(
-        100,
-        Match {
-            dst_ip: Some(format!("10.0.{tenant}.0/24").parse().unwrap()),
-            ..Match::default()
-        },
-    )]
-}
-
-fn spec(t: u32) -> TenantSpec<()> {
-    TenantSpec {
-        id: TenantId(t),
-        name: format!("t{t}"),
-        rules: rules(t),
-        max_nb: 0,
-        policy: (),
-    }
-}
-
 #[test]
 fn migrations_neither_reorder_nor_lose_a_tenants_packets() {
     let cfg = PipelineConfig {
@@ -359,7 +336,7 @@ fn migrations_neither_reorder_nor_lose_a_tenants_packets() {
     };
     let mut p = Pipeline::new(Probe::default(), cfg).unwrap();
     for t in 0..6 {
-        p.admit(spec(t)).unwrap();
+        p.admit(spec_with(t, ())).unwrap();
     }
     let mut rng = Lcg(3);
     let n = 60_000u64;
@@ -400,7 +377,7 @@ fn stopping_flushes_every_buffer_and_loses_nothing() {
         };
         let mut p = Pipeline::new(Probe::default(), cfg).unwrap();
         for t in 0..50 {
-            p.admit(spec(t)).unwrap();
+            p.admit(spec_with(t, ())).unwrap();
         }
         for i in 0..5_000u64 {
             p.push(i + 1, 0, &frame((i % 50) as u32));

@@ -10,8 +10,10 @@ use buffet_dispatch::{DispatcherConfig, Match};
 use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_nfs::monitor::{Monitor, MonitorPolicy};
 use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
-use buffet_worker::{build, Control, Dataplane, PipelineConfig, PipelineError, TenantSpec};
-use etherparse::PacketBuilder;
+use buffet_worker::{build, Control, Dataplane, PipelineConfig, PipelineError};
+
+mod common;
+use common::{answered, seq_frame, seq_of, spec};
 
 /// Victim tenants whose packets are checked one by one.
 const VICTIMS: u32 = 4;
@@ -19,32 +21,6 @@ const VICTIMS: u32 = 4;
 const PER_VICTIM: u32 = 30_000;
 /// The tenant admitted and removed over and over.
 const CHURN: u32 = 50;
-
-fn frame(tenant: u32, seq: u32) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4([192, 168, 0, 1], [10, 0, tenant as u8, 1], 64)
-        .udp(1000, 53)
-        .write(&mut v, &seq.to_be_bytes())
-        .unwrap();
-    v
-}
-
-fn spec(t: u32) -> TenantSpec<MonitorPolicy> {
-    TenantSpec {
-        id: TenantId(t),
-        name: format!("t{t}"),
-        rules: vec![(
-            100,
-            Match {
-                dst_ip: Some(format!("10.0.{t}.0/24").parse().unwrap()),
-                ..Match::default()
-            },
-        )],
-        max_nb: 0,
-        policy: MonitorPolicy::default(),
-    }
-}
 
 /// A port over frames in memory that records what is sent on it: (tenant octet, seq).
 /// `live`: it stands for an interface (the dispatcher drops at a full worker ring rather
@@ -90,8 +66,7 @@ impl Port for MemPort {
         let mut sent = self.sent.lock().unwrap();
         for b in pkts.drain(..) {
             let d = b.data();
-            let seq = u32::from_be_bytes(d[d.len() - 4..].try_into().unwrap());
-            sent.push((d[14 + 18], seq));
+            sent.push((d[14 + 18], seq_of(d)));
             self.stats.tx += 1;
             pool.give(b);
         }
@@ -129,9 +104,9 @@ fn admissions_from_another_thread_cost_other_tenants_nothing() {
     let mut frames = Vec::new();
     for seq in 0..PER_VICTIM {
         for t in 1..=VICTIMS {
-            frames.push(frame(t, seq));
+            frames.push(seq_frame(t, seq));
         }
-        frames.push(frame(CHURN, seq));
+        frames.push(seq_frame(CHURN, seq));
     }
     let sent = Arc::new(Mutex::new(Vec::new()));
     dataplane.add_port(Box::new(MemPort {
@@ -143,11 +118,7 @@ fn admissions_from_another_thread_cost_other_tenants_nothing() {
     for t in 1..=VICTIMS {
         // Before the data plane runs, answers come when it starts applying commands.
         let c = control.clone();
-        let h = std::thread::spawn(move || c.admit(spec(t)).unwrap());
-        while !h.is_finished() {
-            dataplane.apply_commands();
-        }
-        h.join().unwrap();
+        answered(&mut dataplane, move || c.admit(spec(t)).unwrap());
     }
     let done = Arc::new(AtomicBool::new(false));
     let churner = {
@@ -239,18 +210,6 @@ fn admissions_from_another_thread_cost_other_tenants_nothing() {
     assert!(control.admit(spec(99)).is_err());
 }
 
-/// Runs `f` on another thread while this one applies the data plane's commands.
-fn answered<T: Send + 'static>(
-    dataplane: &mut Dataplane<Monitor>,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let h = std::thread::spawn(f);
-    while !h.is_finished() {
-        dataplane.apply_commands();
-    }
-    h.join().unwrap()
-}
-
 #[test]
 fn reconfigure_swaps_rules_max_nb_and_name_between_bursts() {
     let cfg = PipelineConfig {
@@ -265,7 +224,7 @@ fn reconfigure_swaps_rules_max_nb_and_name_between_bursts() {
     // Timeslot 0 before the swap, timeslot 2 after (the default shift is 30).
     let send = |dp: &mut Dataplane<Monitor>, ts0: u64, octet: u32, n: u32| {
         for seq in 0..n {
-            dp.push(ts0 + u64::from(seq), 0, &frame(octet, seq));
+            dp.push(ts0 + u64::from(seq), 0, &seq_frame(octet, seq));
         }
         dp.flush();
     };
@@ -340,8 +299,7 @@ impl NetworkFunction for SlowMonitor {
         while t0.elapsed() < Duration::from_micros(1) {
             std::hint::spin_loop();
         }
-        let d = pkt.data();
-        let seq = u32::from_be_bytes(d[d.len() - 4..].try_into().unwrap());
+        let seq = seq_of(pkt.data());
         let v = self.0.handle(pkt, s);
         if seq % 5 == 0 {
             Verdict::Drop(buffet_sdk::DropCause::Policy)
@@ -365,7 +323,7 @@ fn a_live_runs_ring_full_drops_are_counted_under_their_tenants() {
     let mut frames = Vec::new();
     for seq in 0..PER_TENANT {
         for t in 1..=3 {
-            frames.push(frame(t, seq));
+            frames.push(seq_frame(t, seq));
         }
     }
     dataplane.add_port(Box::new(MemPort {
@@ -376,11 +334,7 @@ fn a_live_runs_ring_full_drops_are_counted_under_their_tenants() {
     }));
     for t in 1..=3 {
         let c = control.clone();
-        let h = std::thread::spawn(move || c.admit(spec(t)).unwrap());
-        while !h.is_finished() {
-            dataplane.apply_commands();
-        }
-        h.join().unwrap();
+        answered(&mut dataplane, move || c.admit(spec(t)).unwrap());
     }
     dataplane.run(|_| {}).unwrap();
     let report = dataplane.finish();

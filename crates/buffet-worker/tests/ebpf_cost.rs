@@ -4,13 +4,15 @@
 
 use std::sync::Arc;
 
-use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
+use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
 use buffet_ebpf::abi::{helper, ret};
 use buffet_ebpf::elf::Image;
 use buffet_ebpf::{EbpfNf, EbpfPolicy, LoadOptions, Program};
 use buffet_sdk::TenantId;
 use buffet_worker::{Pipeline, PipelineConfig, TenantSpec, WorkerEvent};
-use etherparse::PacketBuilder;
+
+mod common;
+use common::{plain_frame, spec_with};
 
 fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
     let mut b = [0u8; 8];
@@ -43,33 +45,15 @@ fn program() -> Arc<Program> {
     Arc::new(Program::from_image(image, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}")))
 }
 
-fn frame(tenant: u32) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4([192, 168, 0, 1], [10, 0, tenant as u8, 1], 64)
-        .udp(1000, 53)
-        .write(&mut v, b"payload")
-        .unwrap();
-    v
-}
-
+/// An eBPF tenant (see [`spec_with`]) with `cost_budget`.
 fn spec(tenant: u32, cost_budget: Option<u64>) -> TenantSpec<EbpfPolicy> {
-    TenantSpec {
-        id: TenantId(tenant),
-        name: format!("t{tenant}"),
-        rules: vec![(
-            100,
-            Match {
-                dst_ip: Some(format!("10.0.{tenant}.0/24").parse().unwrap()),
-                ..Match::default()
-            },
-        )],
-        max_nb: 0,
-        policy: EbpfPolicy {
+    spec_with(
+        tenant,
+        EbpfPolicy {
             cost_budget,
             ..EbpfPolicy::default()
         },
-    }
+    )
 }
 
 #[test]
@@ -97,7 +81,7 @@ fn the_fault_event_carries_the_cost_and_the_budget() {
     let rounds = 200u64;
     for r in 0..rounds {
         for t in 1..=4 {
-            p.push(r, 0, &frame(t));
+            p.push(r, 0, &plain_frame(t));
         }
     }
     let report = p.finish();

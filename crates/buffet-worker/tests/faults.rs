@@ -5,56 +5,13 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig, WorkerId};
+use buffet_dispatch::WorkerId;
 use buffet_memory::ArenaConfig;
 use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
-use buffet_worker::{
-    Pipeline, PipelineConfig, PipelineError, Report, TenantSpec, WorkerEvent, MIN_STALL,
-};
-use etherparse::PacketBuilder;
+use buffet_worker::{Pipeline, PipelineConfig, PipelineError, Report, WorkerEvent, MIN_STALL};
 
-fn frame(tenant: u32, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4([192, 168, 0, 1], [10, 0, tenant as u8, 1], 64)
-        .udp(1000 + tenant as u16, 53)
-        .write(&mut v, payload)
-        .unwrap();
-    v
-}
-
-fn spec<P>(tenant: u32, policy: P) -> TenantSpec<P> {
-    TenantSpec {
-        id: TenantId(tenant),
-        name: format!("t{tenant}"),
-        rules: vec![(
-            100,
-            Match {
-                dst_ip: Some(format!("10.0.{tenant}.0/24").parse().unwrap()),
-                ..Match::default()
-            },
-        )],
-        max_nb: 0,
-        policy,
-    }
-}
-
-fn cfg(workers: u16, shift: u32) -> PipelineConfig {
-    PipelineConfig {
-        workers,
-        pin: false,
-        ring_size: 64,
-        burst: 32,
-        dispatcher: DispatcherConfig {
-            sched: SchedulerConfig {
-                shift,
-                threshold: 3,
-            },
-            ..DispatcherConfig::default()
-        },
-        ..PipelineConfig::default()
-    }
-}
+mod common;
+use common::{cfg, frame, spec_with};
 
 fn worker_of(r: &Report, t: u32) -> u16 {
     r.tenants
@@ -119,9 +76,9 @@ impl NetworkFunction for Teardown {
 fn a_worker_that_dies_outside_a_handler_loses_its_tenants_to_live_workers_and_no_packet_goes_unaccounted(
 ) {
     let mut p = Pipeline::new(Teardown, cfg(3, 30)).unwrap();
-    p.admit(spec(1, true)).unwrap();
+    p.admit(spec_with(1, true)).unwrap();
     for t in 2..=9 {
-        p.admit(spec(t, false)).unwrap();
+        p.admit(spec_with(t, false)).unwrap();
     }
     let r = p.report();
     let dead = worker_of(&r, 1);
@@ -227,8 +184,8 @@ impl NetworkFunction for Fragile {
 #[test]
 fn a_tenant_that_faults_again_is_released_only_by_the_operator_after_a_growing_backoff() {
     let mut p = Pipeline::new(Fragile, cfg(2, 30)).unwrap();
-    p.admit(spec(1, ())).unwrap();
-    p.admit(spec(2, ())).unwrap();
+    p.admit(spec_with(1, ())).unwrap();
+    p.admit(spec_with(2, ())).unwrap();
     let backoff = Duration::from_millis(300);
     p.control().set_quarantine_backoff(backoff);
     let mut sent = [0u64; 3];
@@ -347,7 +304,7 @@ fn an_exhausted_arena_refuses_admission_cleanly_and_costs_the_others_nothing() {
     let mut admitted = Vec::new();
     let err = loop {
         let t = admitted.len() as u32 + 1;
-        match p.admit(spec(t, ())) {
+        match p.admit(spec_with(t, ())) {
             Ok(_) => admitted.push(t),
             Err(e) => break e,
         }
@@ -377,7 +334,7 @@ fn an_exhausted_arena_refuses_admission_cleanly_and_costs_the_others_nothing() {
         }
     }
     p.flush();
-    p.admit(spec(refused, ())).unwrap();
+    p.admit(spec_with(refused, ())).unwrap();
     let r = p.finish();
     for t in &r.tenants {
         if t.id == TenantId(refused) {
@@ -469,9 +426,9 @@ fn stuck_worker_is_found<N: NetworkFunction<Policy = bool>>(nf: N) {
     let slot = Duration::from_nanos(1 << shift);
     assert!(MIN_STALL < slot);
     let mut p = Pipeline::new(nf, cfg(3, shift)).unwrap();
-    p.admit(spec(1, true)).unwrap();
+    p.admit(spec_with(1, true)).unwrap();
     for t in 2..=9 {
-        p.admit(spec(t, false)).unwrap();
+        p.admit(spec_with(t, false)).unwrap();
     }
     let r = p.report();
     let stuck_on = worker_of(&r, 1);

@@ -9,43 +9,17 @@ use std::os::unix::net::UnixDatagram;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use buffet_dispatch::Match;
 use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
-use buffet_nfs::monitor::{Monitor, MonitorPolicy};
-use buffet_sdk::TenantId;
-use buffet_worker::{build, PipelineConfig, TenantSpec};
-use etherparse::PacketBuilder;
+use buffet_nfs::monitor::Monitor;
+use buffet_worker::{build, PipelineConfig};
+
+mod common;
+use common::{seq_frame, seq_of, spec};
 
 /// Far longer than any wake-up may take: a frame or answer this late missed one.
 const IDLE_WAIT: Duration = Duration::from_secs(3);
 /// What a frame's or answer's way through an idle pipeline may take on a loaded machine.
 const PROMPT: Duration = Duration::from_millis(800);
-
-fn frame(tenant: u8, seq: u32) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4([192, 168, 0, 1], [10, 0, tenant, 1], 64)
-        .udp(1000, 53)
-        .write(&mut v, &seq.to_be_bytes())
-        .unwrap();
-    v
-}
-
-fn spec(t: u32) -> TenantSpec<MonitorPolicy> {
-    TenantSpec {
-        id: TenantId(t),
-        name: format!("t{t}"),
-        rules: vec![(
-            100,
-            Match {
-                dst_ip: Some(format!("10.0.{t}.0/24").parse().unwrap()),
-                ..Match::default()
-            },
-        )],
-        max_nb: 0,
-        policy: MonitorPolicy::default(),
-    }
-}
 
 /// A live port whose frames arrive as datagrams on a socket (readable while one waits,
 /// as a packet socket is) and whose sent frames are reported with the instant they
@@ -88,9 +62,7 @@ impl Port for SocketPort {
     ) -> Result<(), PortError> {
         let now = Instant::now();
         for b in pkts.drain(..) {
-            let d = b.data();
-            let seq = u32::from_be_bytes(d[d.len() - 4..].try_into().unwrap());
-            let _ = self.sent.send((seq, now));
+            let _ = self.sent.send((seq_of(b.data()), now));
             self.stats.tx += 1;
             pool.give(b);
         }
@@ -144,9 +116,9 @@ fn an_idle_pipeline_is_woken_at_once_by_a_frame_and_by_a_command() {
     let mut slowest = Duration::ZERO;
     for seq in 0..24u32 {
         std::thread::sleep(Duration::from_millis(20));
-        let tenant = 1 + (seq % 4) as u8;
+        let tenant = 1 + seq % 4;
         let t0 = Instant::now();
-        ours.send(&frame(tenant, seq)).unwrap();
+        ours.send(&seq_frame(tenant, seq)).unwrap();
         let (got, at) = sent
             .recv_timeout(IDLE_WAIT * 2)
             .expect("the frame came back");

@@ -3,39 +3,14 @@
 //! test is a hardware skip (`buffet_testkit::require_mpk`), a failure only under
 //! `BUFFET_REQUIRE_PKU=1`; other MPK set-up errors fail under `BUFFET_REQUIRE_PRIVILEGED=1`.
 
-use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
+use buffet_dispatch::{DispatcherConfig, SchedulerConfig};
 use buffet_memory::{Domain, Mpk};
-use buffet_nfs::monitor::{Monitor, MonitorPolicy};
-use buffet_sdk::TenantId;
+use buffet_nfs::monitor::Monitor;
 use buffet_testkit::require_mpk;
-use buffet_worker::{Pipeline, PipelineConfig, PipelineError, TenantSpec};
-use etherparse::PacketBuilder;
+use buffet_worker::{Pipeline, PipelineConfig, PipelineError};
 
-fn frame(tenant: u32, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4([192, 168, 0, 1], [10, 0, tenant as u8, 1], 64)
-        .udp(1000 + tenant as u16, 53)
-        .write(&mut v, payload)
-        .unwrap();
-    v
-}
-
-fn tenant(t: u32) -> TenantSpec<MonitorPolicy> {
-    TenantSpec {
-        id: TenantId(t),
-        name: format!("t{t}"),
-        rules: vec![(
-            100,
-            Match {
-                dst_ip: Some(format!("10.0.{t}.0/24").parse().unwrap()),
-                ..Match::default()
-            },
-        )],
-        max_nb: 0,
-        policy: MonitorPolicy::default(),
-    }
-}
+mod common;
+use common::{frame, spec};
 
 fn cfg(workers: u16, domain: Domain) -> PipelineConfig {
     PipelineConfig {
@@ -68,7 +43,7 @@ fn forty_tenants_over_fourteen_keys_count_exactly() {
     };
     let mut p = Pipeline::new(Monitor::with_max_flows(64), cfg(2, Domain::Mpk)).unwrap();
     for t in 1..=40 {
-        p.admit(tenant(t)).unwrap();
+        p.admit(spec(t)).unwrap();
     }
     let misses_before = mpk.stats().misses;
     let frames: Vec<Vec<u8>> = (1..=40).map(|t| frame(t, &[t as u8; 20])).collect();

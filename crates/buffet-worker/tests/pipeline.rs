@@ -1,65 +1,18 @@
 //! The Worker Pool end to end: run-time worker changes, fault containment, admission
 //! and removal under traffic. Every test counts packets exactly.
 
-use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
 use buffet_nfs::monitor::{Monitor, MonitorPolicy};
 use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
-use buffet_worker::{Pipeline, PipelineConfig, PipelineError, TenantSpec, WorkerEvent};
-use etherparse::PacketBuilder;
+use buffet_worker::{Pipeline, PipelineError, TenantSpec, WorkerEvent};
 
-fn frame(tenant: u32, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4([192, 168, 0, 1], [10, 0, tenant as u8, 1], 64)
-        .udp(1000 + tenant as u16, 53)
-        .write(&mut v, payload)
-        .unwrap();
-    v
-}
-
-fn rules(tenant: u32) -> Vec<(u32, Match)> {
-    let prefix = format!("10.0.{tenant}.0/24").parse().unwrap();
-    vec![(
-        100,
-        Match {
-            dst_ip: Some(prefix),
-            ..Match::default()
-        },
-    )]
-}
-
-fn cfg(workers: u16) -> PipelineConfig {
-    PipelineConfig {
-        workers,
-        pin: false,
-        ring_size: 64,
-        burst: 32,
-        dispatcher: DispatcherConfig {
-            sched: SchedulerConfig {
-                shift: 30,
-                threshold: 3,
-            },
-            ..DispatcherConfig::default()
-        },
-        ..PipelineConfig::default()
-    }
-}
-
-fn monitor_tenant(t: u32) -> TenantSpec<MonitorPolicy> {
-    TenantSpec {
-        id: TenantId(t),
-        name: format!("t{t}"),
-        rules: rules(t),
-        max_nb: 0,
-        policy: MonitorPolicy::default(),
-    }
-}
+mod common;
+use common::{answered, cfg, frame, spec, spec_with};
 
 #[test]
 fn terminating_a_worker_reassigns_its_tenants_and_loses_nothing() {
-    let mut p = Pipeline::new(Monitor::default(), cfg(3)).unwrap();
+    let mut p = Pipeline::new(Monitor::default(), cfg(3, 30)).unwrap();
     for t in 1..=9 {
-        p.admit(monitor_tenant(t)).unwrap();
+        p.admit(spec(t)).unwrap();
     }
     let on_1_before: Vec<u32> = p
         .report()
@@ -108,12 +61,12 @@ fn terminating_a_worker_reassigns_its_tenants_and_loses_nothing() {
 
 #[test]
 fn last_worker_cannot_be_terminated_and_launch_adds_one() {
-    let mut p = Pipeline::new(Monitor::default(), cfg(1)).unwrap();
+    let mut p = Pipeline::new(Monitor::default(), cfg(1, 30)).unwrap();
     assert!(p.terminate_worker(buffet_dispatch::WorkerId(0)).is_err());
     let w = p.launch_worker().unwrap();
     assert_eq!(w.0, 1);
-    p.admit(monitor_tenant(1)).unwrap();
-    p.admit(monitor_tenant(2)).unwrap();
+    p.admit(spec(1)).unwrap();
+    p.admit(spec(2)).unwrap();
     // Initial placement spreads tenants: one on each worker.
     let r = p.report();
     let mut workers: Vec<u16> = r.tenants.iter().map(|t| t.worker).collect();
@@ -159,16 +112,9 @@ impl NetworkFunction for Fragile {
 
 #[test]
 fn a_panicking_handler_quarantines_only_its_tenant() {
-    let mut p = Pipeline::new(Fragile, cfg(2)).unwrap();
+    let mut p = Pipeline::new(Fragile, cfg(2, 30)).unwrap();
     for t in 1..=4 {
-        p.admit(TenantSpec {
-            id: TenantId(t),
-            name: format!("t{t}"),
-            rules: rules(t),
-            max_nb: 0,
-            policy: (),
-        })
-        .unwrap();
+        p.admit(spec_with(t, ())).unwrap();
     }
     let ok: Vec<Vec<u8>> = (1..=4).map(|t| frame(t, b"fine")).collect();
     let boom = frame(3, b"boom");
@@ -206,16 +152,9 @@ fn a_panicking_handler_quarantines_only_its_tenant() {
 
 #[test]
 fn a_fault_verdict_quarantines_only_its_tenant() {
-    let mut p = Pipeline::new(Fragile, cfg(1)).unwrap();
+    let mut p = Pipeline::new(Fragile, cfg(1, 30)).unwrap();
     for t in 1..=2 {
-        p.admit(TenantSpec {
-            id: TenantId(t),
-            name: format!("t{t}"),
-            rules: rules(t),
-            max_nb: 0,
-            policy: (),
-        })
-        .unwrap();
+        p.admit(spec_with(t, ())).unwrap();
     }
     for r in 0..100u64 {
         p.push(r, 0, &frame(1, b"fine"));
@@ -235,9 +174,9 @@ fn a_fault_verdict_quarantines_only_its_tenant() {
 
 #[test]
 fn admission_and_removal_under_traffic_lose_no_other_tenants_packets() {
-    let mut p = Pipeline::new(Monitor::default(), cfg(2)).unwrap();
+    let mut p = Pipeline::new(Monitor::default(), cfg(2, 30)).unwrap();
     for t in 1..=4 {
-        p.admit(monitor_tenant(t)).unwrap();
+        p.admit(spec(t)).unwrap();
     }
     let steady: Vec<Vec<u8>> = (1..=4).map(|t| frame(t, b"steady")).collect();
     let churn = frame(50, b"churn");
@@ -245,7 +184,7 @@ fn admission_and_removal_under_traffic_lose_no_other_tenants_packets() {
     for r in 0..4000u64 {
         if r % 200 == 0 {
             if r % 400 == 0 {
-                p.admit(monitor_tenant(50)).unwrap();
+                p.admit(spec(50)).unwrap();
             } else {
                 p.remove(TenantId(50)).unwrap();
             }
@@ -277,15 +216,15 @@ fn admission_and_removal_under_traffic_lose_no_other_tenants_packets() {
 }
 
 fn p_err_duplicate() -> bool {
-    let mut p = Pipeline::new(Monitor::default(), cfg(1)).unwrap();
-    p.admit(monitor_tenant(1)).unwrap();
-    let dup = p.admit(monitor_tenant(1)).unwrap_err().to_string();
+    let mut p = Pipeline::new(Monitor::default(), cfg(1, 30)).unwrap();
+    p.admit(spec(1)).unwrap();
+    let dup = p.admit(spec(1)).unwrap_err().to_string();
     let bad = p
         .admit(TenantSpec {
             policy: MonitorPolicy {
                 flow_capacity: Some(0),
             },
-            ..monitor_tenant(2)
+            ..spec(2)
         })
         .unwrap_err()
         .to_string();
@@ -301,16 +240,9 @@ fn a_policy_update_takes_effect_and_a_rejected_one_changes_nothing() {
         default,
         ..FirewallPolicy::default()
     };
-    let mut p = Pipeline::new(Firewall::default(), cfg(2)).unwrap();
+    let mut p = Pipeline::new(Firewall::default(), cfg(2, 30)).unwrap();
     for t in [1, 2] {
-        p.admit(TenantSpec {
-            id: TenantId(t),
-            name: format!("t{t}"),
-            rules: rules(t),
-            max_nb: 0,
-            policy: policy(Action::Allow),
-        })
-        .unwrap();
+        p.admit(spec_with(t, policy(Action::Allow))).unwrap();
     }
     let slots = (p.slot_of(TenantId(1)), p.slot_of(TenantId(2)));
     let burst = |p: &mut Pipeline<Firewall>| {
@@ -393,24 +325,15 @@ fn a_long_admission_does_not_stall_the_data_plane() {
         entered: std::sync::Mutex::new(entered_tx),
         release: std::sync::Mutex::new(release_rx),
     };
-    let (control, mut dataplane) = buffet_worker::build(nf, cfg(2)).unwrap();
-    let spec = |t: u32, slow| TenantSpec {
-        id: TenantId(t),
-        name: format!("t{t}"),
-        rules: rules(t),
-        max_nb: 0,
-        policy: slow,
-    };
+    let (control, mut dataplane) = buffet_worker::build(nf, cfg(2, 30)).unwrap();
     let c = control.clone();
-    let fast = std::thread::spawn(move || c.admit(spec(1, false)).unwrap());
-    while !fast.is_finished() {
-        dataplane.apply_commands();
-    }
-    fast.join().unwrap();
+    answered(&mut dataplane, move || {
+        c.admit(spec_with(1, false)).unwrap()
+    });
     // Tenant 2's init now holds the admission path; the data plane must still carry
     // tenant 1's traffic and answer reports.
     let c = control.clone();
-    let slow = std::thread::spawn(move || c.admit(spec(2, true)));
+    let slow = std::thread::spawn(move || c.admit(spec_with(2, true)));
     entered.recv().unwrap();
     for i in 0..100u8 {
         dataplane.push(u64::from(i), 0, &frame(1, &[i]));

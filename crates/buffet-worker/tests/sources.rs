@@ -6,40 +6,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use buffet_dispatch::{Event, Match, TenantSlot, WorkerId};
+use buffet_dispatch::{Event, TenantSlot, WorkerId};
 use buffet_io::PacketBuf;
-use buffet_nfs::monitor::{Monitor, MonitorPolicy};
+use buffet_nfs::monitor::Monitor;
 use buffet_sdk::TenantId;
-use buffet_worker::{
-    Pipeline, PipelineConfig, PipelineError, TenantSpec, WorkerEvent, WorkerSource,
-};
-use etherparse::PacketBuilder;
+use buffet_worker::{Pipeline, PipelineConfig, PipelineError, WorkerEvent, WorkerSource};
 
-fn frame(tenant: u8) -> Vec<u8> {
-    let mut v = Vec::new();
-    PacketBuilder::ethernet2([2; 6], [4; 6])
-        .ipv4([192, 168, 0, 1], [10, 0, tenant, 1], 64)
-        .udp(1000, 53)
-        .write(&mut v, b"payload")
-        .unwrap();
-    v
-}
-
-fn spec(t: u32) -> TenantSpec<MonitorPolicy> {
-    TenantSpec {
-        id: TenantId(t),
-        name: format!("t{t}"),
-        rules: vec![(
-            100,
-            Match {
-                dst_ip: Some(format!("10.0.{t}.0/24").parse().unwrap()),
-                ..Match::default()
-            },
-        )],
-        max_nb: 0,
-        policy: MonitorPolicy::default(),
-    }
-}
+mod common;
+use common::{plain_frame, spec};
 
 /// What the test hands a worker: frames to process and frames to reject.
 #[derive(Default)]
@@ -65,9 +39,9 @@ impl WorkerSource for TestSource {
     }
 }
 
-fn tagged(tenant: u8, slot: TenantSlot) -> PacketBuf {
+fn tagged(tenant: u32, slot: TenantSlot) -> PacketBuf {
     let mut b = PacketBuf::heap();
-    assert!(b.fill(&frame(tenant)));
+    assert!(b.fill(&plain_frame(tenant)));
     b.tenant = slot;
     b
 }
