@@ -18,7 +18,7 @@ mod build;
 mod common;
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::cnf::{build_nf, tenant, udp, write_pcap};
@@ -31,11 +31,92 @@ fn buffet(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `buffet replay ARGS --input in.pcap --no-pin` in `dir`, not yet run.
+fn replay_command(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_buffet"));
+    cmd.current_dir(dir)
+        .arg("replay")
+        .args(args)
+        .args(["--input", "in.pcap", "--no-pin"]);
+    cmd
+}
+
+/// `buffet replay ARGS --input in.pcap --no-pin` in `dir`.
+fn replay(dir: &Path, args: &[&str]) -> Output {
+    replay_command(dir, args).output().unwrap()
+}
+
+/// `buffet replay ARGS --input in.pcap --no-pin` in `dir` with protection keys looking
+/// absent (`BUFFET_MPK=off`), so a run that would pick `mpk` fails the same way on every
+/// CPU.
+fn replay_without_mpk(dir: &Path, args: &[&str]) -> Output {
+    replay_command(dir, args)
+        .env("BUFFET_MPK", "off")
+        .output()
+        .unwrap()
+}
+
+/// `replay_without_mpk` with `--nf monitor --isolation trusted-native ARGS --tenants t.toml`.
+fn trusted_monitor(dir: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["--nf", "monitor", "--isolation", "trusted-native"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--tenants", "t.toml"]);
+    replay_without_mpk(dir, &all)
+}
+
 fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The stdout and stderr of a run that exited with `code`.
+#[track_caller]
+fn exited(out: &Output, code: i32) -> (String, String) {
+    let (stdout, stderr) = text(out);
+    assert_eq!(out.status.code(), Some(code), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// The stdout and stderr of a run that succeeded.
+#[track_caller]
+fn succeeded(out: &Output) -> (String, String) {
+    let (stdout, stderr) = text(out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// The stderr of a run that failed.
+#[track_caller]
+fn failed(out: &Output) -> String {
+    let (stdout, stderr) = text(out);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    stderr
+}
+
+#[track_caller]
+fn assert_has(text: &str, part: &str) {
+    assert!(text.contains(part), "{text}");
+}
+
+#[track_caller]
+fn assert_starts(text: &str, prefix: &str) {
+    assert!(text.starts_with(prefix), "{text}");
+}
+
+/// Writes `contents` to `dir/name`.
+fn write(dir: &Path, name: &str, contents: impl AsRef<[u8]>) {
+    std::fs::write(dir.join(name), contents).unwrap();
+}
+
+/// `dir/name`: tenant 1 on 10.1.0.0/16, with no chain.
+fn one_tenant(dir: &Path, name: &str) {
+    write(
+        dir,
+        name,
+        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
+    );
 }
 
 /// Tenants 1 and 2, 100 packets each, to port 53.
@@ -44,27 +125,26 @@ fn traffic(dir: &Path) {
     write_pcap(&dir.join("in.pcap"), &frames);
 }
 
+/// A new temporary directory with `traffic` in it.
+fn traffic_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    traffic(dir.path());
+    dir
+}
+
 /// `buffet replay --nf-lib <lib> --isolation trusted-native` over a two-tenant file.
 fn replay_nf_lib(dir: &Path, lib: &str) -> Output {
-    std::fs::write(
-        dir.join("tenants.toml"),
-        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
-    )
-    .unwrap();
+    one_tenant(dir, "tenants.toml");
     traffic(dir);
-    buffet(
+    replay(
         dir,
         &[
-            "replay",
             "--nf-lib",
             lib,
             "--isolation",
             "trusted-native",
             "--tenants",
             "tenants.toml",
-            "--input",
-            "in.pcap",
-            "--no-pin",
         ],
     )
 }
@@ -72,29 +152,24 @@ fn replay_nf_lib(dir: &Path, lib: &str) -> Output {
 #[test]
 fn nf_lib_names_a_file_that_is_no_shared_object_for_what_it_is() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("nf.c"), "int x;\n").unwrap();
-    let out = replay_nf_lib(dir.path(), "nf.c");
-    let (_, stderr) = text(&out);
-    assert!(!out.status.success());
-    assert!(
-        stderr
-            .contains("error: cannot load C NF nf.c: it is not a shared object (not an ELF file)"),
-        "{stderr}"
+    write(dir.path(), "nf.c", "int x;\n");
+    let stderr = failed(&replay_nf_lib(dir.path(), "nf.c"));
+    assert_has(
+        &stderr,
+        "error: cannot load C NF nf.c: it is not a shared object (not an ELF file)",
     );
 
     let Some(obj) = build::object("nf_lib_names_an_ebpf_object", "fault") else {
         return;
     };
-    let out = replay_nf_lib(dir.path(), obj.to_str().unwrap());
-    let (_, stderr) = text(&out);
-    assert!(!out.status.success());
-    assert!(
-        stderr.contains(&format!(
+    let stderr = failed(&replay_nf_lib(dir.path(), obj.to_str().unwrap()));
+    assert_has(
+        &stderr,
+        &format!(
             "error: cannot load C NF {}: it is an eBPF object (ELF machine BPF), not a shared \
              object: load eBPF NFs with --nf-ebpf",
             obj.display()
-        )),
-        "{stderr}"
+        ),
     );
     assert!(
         !stderr.contains("cannot open shared object file"),
@@ -107,53 +182,45 @@ fn a_contained_faults_reason_is_printed_once() {
     let Some(obj) = build::object("a_contained_faults_reason_is_printed_once", "fault") else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    let dir = traffic_dir();
     // Tenant 2's program returns 0xdead from its 41st packet on.
-    std::fs::write(
-        dir.path().join("tenants.toml"),
+    write(
+        dir.path(),
+        "tenants.toml",
         "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n\
          [tenant.policy.maps]\nconfig = { u32 = [0] }\n\n\
          [[tenant]]\nid = 2\nrules = [ { dst_ip = \"10.2.0.0/16\" } ]\n\
          [tenant.policy.maps]\nconfig = { u32 = [40] }\n",
-    )
-    .unwrap();
-    traffic(dir.path());
-    let out = buffet(
+    );
+    let (stdout, _) = succeeded(&replay(
         dir.path(),
         &[
-            "replay",
             "--nf-ebpf",
             obj.to_str().unwrap(),
             "--tenants",
             "tenants.toml",
-            "--input",
-            "in.pcap",
-            "--no-pin",
         ],
-    );
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    ));
     let reason = "return value 0xdead is not a verdict";
     assert_eq!(stdout.matches(reason).count(), 1, "{stdout}");
     // The quarantine event carries it; no `contained fault:` line repeats it.
-    assert!(
-        stdout.contains(&format!(
-            "quarantined: the NF reported a fault (Verdict::Fault): {reason}\n"
-        )),
-        "{stdout}"
+    assert_has(
+        &stdout,
+        &format!("quarantined: the NF reported a fault (Verdict::Fault): {reason}\n"),
     );
     assert!(!stdout.contains("contained fault:"), "{stdout}");
 }
 
 #[test]
 fn a_quarantined_tenant_keeps_its_chain_in_the_stats() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = traffic_dir();
     let nf = build_nf(dir.path(), "malicious");
     let nf = nf.to_str().unwrap();
     // Tenant 1: monitor then the C NF, behaving; tenant 2: the same chain, its C stage
     // writing to NULL after 40 packets.
-    std::fs::write(
-        dir.path().join("tenants.toml"),
+    write(
+        dir.path(),
+        "tenants.toml",
         format!(
             "[[tenant]]\nid = 1\nrules = [ {{ dst_ip = \"10.1.0.0/16\" }} ]\n\
              [[tenant.chain]]\nnf = \"monitor\"\n\
@@ -162,26 +229,18 @@ fn a_quarantined_tenant_keeps_its_chain_in_the_stats() {
              [[tenant.chain]]\nnf = \"monitor\"\n\
              [[tenant.chain]]\nnf = \"c:{nf}\"\npolicy = {{ attack = \"null\", attack_after = 40 }}\n"
         ),
-    )
-    .unwrap();
-    traffic(dir.path());
-    let out = buffet(
+    );
+    succeeded(&replay(
         dir.path(),
         &[
-            "replay",
             "--isolation",
             "trusted-native",
             "--tenants",
             "tenants.toml",
-            "--input",
-            "in.pcap",
             "--stats-json",
             "stats.json",
-            "--no-pin",
         ],
-    );
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    ));
     let stats: serde_json::Value =
         serde_json::from_reader(File::open(dir.path().join("stats.json")).unwrap()).unwrap();
     let healthy = tenant(&stats, 1);
@@ -208,17 +267,16 @@ fn a_quarantined_tenant_keeps_its_chain_in_the_stats() {
 
 #[test]
 fn an_unknown_nf_lists_every_nf_the_program_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    traffic(dir.path());
-    let tenants = dir.path().join("tenants.toml");
-    std::fs::write(
-        &tenants,
+    let dir = traffic_dir();
+    write(
+        dir.path(),
+        "tenants.toml",
         "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n\
          [[tenant.chain]]\nnf = \"firewall\"\n[[tenant.chain]]\nnf = \"my-monitr\"\n",
-    )
-    .unwrap();
+    );
     let mut registry = buffet::cli::Registry::new();
     registry.add::<buffet::nfs::Monitor>("my-monitor");
+    let tenants = dir.path().join("tenants.toml");
     let pcap = dir.path().join("in.pcap");
     let args = [
         "buffet",
@@ -244,174 +302,122 @@ fn an_unknown_nf_lists_every_nf_the_program_runs() {
         dir.path(),
         &["replay", "--tenants", "tenants.toml", "--input", "in.pcap"],
     );
-    let (_, stderr) = text(&out);
-    assert!(
-        stderr.contains(
-            "unknown NF \"my-monitr\": give a reference NF (monitor, firewall, ids, ipsec, \
-             dpi, macswap, policer, l2fwd, flowfwd), c:PATH or ebpf[+jit]:PATH\n"
-        ),
-        "{stderr}"
+    assert_has(
+        &text(&out).1,
+        "unknown NF \"my-monitr\": give a reference NF (monitor, firewall, ids, ipsec, \
+         dpi, macswap, policer, l2fwd, flowfwd), c:PATH or ebpf[+jit]:PATH\n",
     );
-}
-
-/// `buffet replay ARGS` in `dir` with protection keys looking absent (`BUFFET_MPK=off`),
-/// so a run that would pick `mpk` fails the same way on every CPU.
-fn replay_without_mpk(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_buffet"))
-        .current_dir(dir)
-        .arg("replay")
-        .args(args)
-        .args(["--input", "in.pcap", "--no-pin"])
-        .env("BUFFET_MPK", "off")
-        .output()
-        .unwrap()
 }
 
 /// `dir/t.toml`: tenant 7 ("a"), whose chain is the one stage `nf`.
 fn c_stage_tenants(dir: &Path, nf: &str) {
-    std::fs::write(
-        dir.join("t.toml"),
+    write(
+        dir,
+        "t.toml",
         format!(
             "[[tenant]]\nid = 7\nname = \"a\"\nrules = [ {{ dst_ip = \"10.1.0.0/16\" }} ]\n\
              [[tenant.chain]]\nnf = \"{nf}\"\n"
         ),
-    )
-    .unwrap();
+    );
+}
+
+/// `c_stage_tenants` with the C NF `so` as the stage; its `c:PATH`.
+fn c_stage(dir: &Path, so: &Path) -> String {
+    let stage = format!("c:{}", so.display());
+    c_stage_tenants(dir, &stage);
+    stage
 }
 
 #[test]
 fn the_trusted_native_warning_is_printed_once() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = traffic_dir();
     let nf = build_nf(dir.path(), "portblock");
-    traffic(dir.path());
-    c_stage_tenants(dir.path(), &format!("c:{}", nf.display()));
-    let out = replay_without_mpk(
-        dir.path(),
-        &[
-            "--nf",
-            "monitor",
-            "--isolation",
-            "trusted-native",
-            "--tenants",
-            "t.toml",
-        ],
-    );
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_eq!(
-        stderr.matches("WARNING: isolation: trusted-native").count(),
-        1,
-        "{stderr}"
-    );
-    // A C NF alone (no chain) warns once too.
-    std::fs::write(
-        dir.path().join("plain.toml"),
-        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
-    )
-    .unwrap();
-    let out = replay_without_mpk(
-        dir.path(),
-        &[
-            "--nf-lib",
-            nf.to_str().unwrap(),
-            "--isolation",
-            "trusted-native",
-            "--tenants",
-            "plain.toml",
-        ],
-    );
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_eq!(
-        stderr.matches("WARNING: isolation: trusted-native").count(),
-        1,
-        "{stderr}"
-    );
+    c_stage(dir.path(), &nf);
+    one_tenant(dir.path(), "plain.toml");
+    let runs = [
+        // A C chain stage.
+        trusted_monitor(dir.path(), &[]),
+        // A C NF alone (no chain).
+        replay_without_mpk(
+            dir.path(),
+            &[
+                "--nf-lib",
+                nf.to_str().unwrap(),
+                "--isolation",
+                "trusted-native",
+                "--tenants",
+                "plain.toml",
+            ],
+        ),
+    ];
+    for out in &runs {
+        let (_, stderr) = succeeded(out);
+        assert_eq!(
+            stderr.matches("WARNING: isolation: trusted-native").count(),
+            1,
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
 fn a_default_mpk_level_that_is_unavailable_says_it_was_the_default() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = traffic_dir();
     let nf = build_nf(dir.path(), "portblock");
-    traffic(dir.path());
-    let stage = format!("c:{}", nf.display());
-    c_stage_tenants(dir.path(), &stage);
+    let stage = c_stage(dir.path(), &nf);
     // A C chain stage under --nf monitor, no --isolation: mpk is the chain's default.
     let out = replay_without_mpk(dir.path(), &["--nf", "monitor", "--tenants", "t.toml"]);
-    let (_, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.starts_with(&format!(
+    let (_, stderr) = exited(&out, 1);
+    assert_starts(
+        &stderr,
+        &format!(
             "error: no --isolation given: the default isolation level for a C NF (t.toml: \
              tenant 7 (\"a\"): chain[0].nf = {stage:?}) is mpk, and MPK isolation is \
              unavailable: "
-        )),
-        "{stderr}"
+        ),
     );
     assert!(
         stderr.contains("pass --isolation trusted-native") && !stderr.contains("--isolation mpk"),
         "{stderr}"
     );
-    // --nf-lib without --isolation: the same, naming the flag.
-    std::fs::write(
-        dir.path().join("plain.toml"),
-        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
-    )
-    .unwrap();
+    one_tenant(dir.path(), "plain.toml");
     let lib = nf.to_str().unwrap();
-    let out = replay_without_mpk(dir.path(), &["--nf-lib", lib, "--tenants", "plain.toml"]);
-    let (_, stderr) = text(&out);
-    assert!(
-        stderr.starts_with(&format!(
-            "error: no --isolation given: the default isolation level for a C NF (--nf-lib \
-             {lib}) is mpk"
-        )),
-        "{stderr}"
+    let default_nf_lib = format!(
+        "error: no --isolation given: the default isolation level for a C NF (--nf-lib \
+         {lib}) is mpk"
     );
-    // Asked for: the flag's own error.
-    let out = replay_without_mpk(
-        dir.path(),
-        &[
-            "--nf-lib",
-            lib,
-            "--isolation",
-            "mpk",
-            "--tenants",
-            "plain.toml",
-        ],
-    );
-    let (_, stderr) = text(&out);
-    assert!(
-        stderr.starts_with("error: --isolation mpk: MPK isolation is unavailable"),
-        "{stderr}"
-    );
+    for (args, prefix) in [
+        // --nf-lib without --isolation: the same, naming the flag.
+        (
+            &["--nf-lib", lib, "--tenants", "plain.toml"][..],
+            default_nf_lib.as_str(),
+        ),
+        // Asked for: the flag's own error.
+        (
+            &[
+                "--nf-lib",
+                lib,
+                "--isolation",
+                "mpk",
+                "--tenants",
+                "plain.toml",
+            ][..],
+            "error: --isolation mpk: MPK isolation is unavailable",
+        ),
+    ] {
+        assert_starts(&text(&replay_without_mpk(dir.path(), args)).1, prefix);
+    }
     // The help says which NFs default to mpk.
     let help = buffet(dir.path(), &["replay", "--help"]);
     let help = String::from_utf8_lossy(&help.stdout).replace('\n', " ");
-    assert!(
-        help.contains("when a chain stage of the tenants file is a C NF"),
-        "{help}"
-    );
+    assert_has(&help, "when a chain stage of the tenants file is a C NF");
 }
 
 #[test]
 fn a_c_stage_that_does_not_load_is_named_like_the_files_other_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    traffic(dir.path());
+    let dir = traffic_dir();
     c_stage_tenants(dir.path(), "c:x.so");
-    let out = replay_without_mpk(
-        dir.path(),
-        &[
-            "--nf",
-            "monitor",
-            "--isolation",
-            "trusted-native",
-            "--tenants",
-            "t.toml",
-        ],
-    );
-    let (_, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (_, stderr) = exited(&trusted_monitor(dir.path(), &[]), 1);
     let error = stderr.lines().last().unwrap();
     assert!(
         error.starts_with("error: t.toml: tenant 7 (\"a\"): chain[0].nf: cannot load C NF x.so: "),
@@ -421,7 +427,7 @@ fn a_c_stage_that_does_not_load_is_named_like_the_files_other_errors() {
 }
 
 /// Writes and builds `dir/fat.so`, a C NF that registers `bytes` of state per tenant.
-fn fat_nf(dir: &Path, bytes: u64) -> std::path::PathBuf {
+fn fat_nf(dir: &Path, bytes: u64) -> PathBuf {
     let src = dir.join("fat.c");
     std::fs::write(
         &src,
@@ -460,27 +466,10 @@ fn fat_nf(dir: &Path, bytes: u64) -> std::path::PathBuf {
 
 #[test]
 fn a_c_stage_too_large_for_the_arena_is_named_before_any_tenant_is_admitted() {
-    let dir = tempfile::tempdir().unwrap();
-    traffic(dir.path());
+    let dir = traffic_dir();
     // 32 MiB per stage: a chain region holds 8 such parts, past a 64 MiB arena.
-    let so = fat_nf(dir.path(), 32 << 20);
-    let stage = format!("c:{}", so.display());
-    c_stage_tenants(dir.path(), &stage);
-    let out = replay_without_mpk(
-        dir.path(),
-        &[
-            "--nf",
-            "monitor",
-            "--isolation",
-            "trusted-native",
-            "--arena-mib",
-            "64",
-            "--tenants",
-            "t.toml",
-        ],
-    );
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let stage = c_stage(dir.path(), &fat_nf(dir.path(), 32 << 20));
+    let (_, stderr) = exited(&trusted_monitor(dir.path(), &["--arena-mib", "64"]), 1);
     let error = stderr.lines().last().unwrap();
     // The C NF's part holds its 32 MiB and the loader's few bytes of its own.
     assert!(
@@ -497,68 +486,44 @@ fn a_c_stage_too_large_for_the_arena_is_named_before_any_tenant_is_admitted() {
     assert!(error.contains("--arena-mib"), "{stderr}");
     assert!(!stderr.contains("cannot admit"), "{stderr}");
     // With the arena it asks for, the run goes ahead.
-    let out = replay_without_mpk(
-        dir.path(),
-        &[
-            "--nf",
-            "monitor",
-            "--isolation",
-            "trusted-native",
-            "--arena-mib",
-            "1024",
-            "--tenants",
-            "t.toml",
-        ],
-    );
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    succeeded(&trusted_monitor(dir.path(), &["--arena-mib", "1024"]));
 }
 
 #[test]
 fn a_policy_the_nf_refuses_names_the_tenant_once() {
-    let dir = tempfile::tempdir().unwrap();
-    traffic(dir.path());
-    std::fs::write(
-        dir.path().join("t.toml"),
+    let dir = traffic_dir();
+    write(
+        dir.path(),
+        "t.toml",
         "[[tenant]]\nid = 1\nname = \"a\"\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n\
          [tenant.policy]\nflow_capacity = 0\n",
-    )
-    .unwrap();
+    );
     let out = replay_without_mpk(dir.path(), &["--nf", "monitor", "--tenants", "t.toml"]);
-    let (_, stderr) = text(&out);
     assert_eq!(
-        stderr,
+        text(&out).1,
         "error: t.toml: cannot admit tenant 1 (\"a\"): invalid policy field `flow_capacity`: \
          must be at least 1\n"
     );
     // A chain stage's policy of the wrong type names the field inside it.
-    std::fs::write(
-        dir.path().join("t.toml"),
+    write(
+        dir.path(),
+        "t.toml",
         "[[tenant]]\nid = 1\nname = \"a\"\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n\
          [[tenant.chain]]\nnf = \"firewall\"\n\
          [[tenant.chain]]\nnf = \"monitor\"\npolicy = { flow_capacity = \"many\" }\n",
-    )
-    .unwrap();
+    );
     let out = replay_without_mpk(dir.path(), &["--tenants", "t.toml"]);
-    let (_, stderr) = text(&out);
-    assert!(
-        stderr.starts_with(
-            "error: t.toml: tenant 1 (\"a\"): chain[1].policy.flow_capacity: invalid type: \
-             string \"many\""
-        ),
-        "{stderr}"
+    assert_starts(
+        &text(&out).1,
+        "error: t.toml: tenant 1 (\"a\"): chain[1].policy.flow_capacity: invalid type: \
+         string \"many\"",
     );
 }
 
 #[test]
 fn inputs_of_the_wrong_kind_are_named_for_what_they_are() {
-    let dir = tempfile::tempdir().unwrap();
-    traffic(dir.path());
-    std::fs::write(
-        dir.path().join("t.toml"),
-        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
-    )
-    .unwrap();
+    let dir = traffic_dir();
+    one_tenant(dir.path(), "t.toml");
     // A pcapng Section Header Block, as editcap writes one.
     let mut shb = Vec::new();
     for w in [0x0A0D_0D0Au32, 28, 0x1A2B_3C4D] {
@@ -567,8 +532,8 @@ fn inputs_of_the_wrong_kind_are_named_for_what_they_are() {
     shb.extend_from_slice(&[1, 0, 0, 0]);
     shb.extend_from_slice(&u64::MAX.to_le_bytes());
     shb.extend_from_slice(&28u32.to_le_bytes());
-    std::fs::write(dir.path().join("in.pcapng"), &shb).unwrap();
-    let replay = |input: &str| {
+    write(dir.path(), "in.pcapng", &shb);
+    let replay_input = |input: &str| {
         let out = buffet(
             dir.path(),
             &[
@@ -584,25 +549,21 @@ fn inputs_of_the_wrong_kind_are_named_for_what_they_are() {
         text(&out).1
     };
     assert_eq!(
-        replay("in.pcapng"),
+        replay_input("in.pcapng"),
         "error: in.pcapng is a pcapng file, which buffet does not read; convert it with \
          `editcap -F pcap in.pcapng out.pcap`\n"
     );
     assert_eq!(
-        replay("t.toml"),
+        replay_input("t.toml"),
         "error: t.toml is not a pcap file: unknown magic number\n"
     );
 
     // demo --tenants is a count.
-    let out = buffet(dir.path(), &["demo", "--tenants", "t.toml"]);
-    let (_, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(
-            "demo --tenants takes a count of tenants (a whole number); to run a tenants file \
-             use `buffet replay --tenants FILE`"
-        ),
-        "{stderr}"
+    let (_, stderr) = exited(&buffet(dir.path(), &["demo", "--tenants", "t.toml"]), 2);
+    assert_has(
+        &stderr,
+        "demo --tenants takes a count of tenants (a whole number); to run a tenants file \
+         use `buffet replay --tenants FILE`",
     );
 
     // trace: --input or --frames, named both; a pcap named as one; a bad line prints
@@ -612,33 +573,21 @@ fn inputs_of_the_wrong_kind_are_named_for_what_they_are() {
         all.extend_from_slice(args);
         buffet(dir.path(), &all)
     };
-    let out = trace(&[]);
-    let (_, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("<--input <INPUT>|--frames <FRAMES>>"),
-        "{stderr}"
-    );
-    let out = trace(&["--input", "in.pcap"]);
-    let (stdout, stderr) = text(&out);
+    let (_, stderr) = exited(&trace(&[]), 2);
+    assert_has(&stderr, "<--input <INPUT>|--frames <FRAMES>>");
+    let (stdout, stderr) = text(&trace(&["--input", "in.pcap"]));
     assert!(stdout.is_empty(), "{stdout}");
-    assert!(
-        stderr.starts_with(
-            "error: in.pcap is a pcap file: --input takes a CSV trace, one `ts_ns,tenant_id` \
-             line per packet; to run a pcap through the Packet Dispatcher and the workers use \
-             `buffet replay --input FILE`"
-        ),
-        "{stderr}"
+    assert_starts(
+        &stderr,
+        "error: in.pcap is a pcap file: --input takes a CSV trace, one `ts_ns,tenant_id` \
+         line per packet; to run a pcap through the Packet Dispatcher and the workers use \
+         `buffet replay --input FILE`",
     );
-    std::fs::write(dir.path().join("bad.csv"), "0,0\n1,x\n").unwrap();
-    let out = trace(&["--input", "bad.csv"]);
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    write(dir.path(), "bad.csv", "0,0\n1,x\n");
+    let (stdout, stderr) = exited(&trace(&["--input", "bad.csv"]), 1);
     assert!(stdout.is_empty(), "printed before the error: {stdout}");
-    assert!(stderr.starts_with("error: bad.csv: line 2: "), "{stderr}");
-    std::fs::write(dir.path().join("good.csv"), "0,0\n1,1\n").unwrap();
-    let out = trace(&["--input", "good.csv"]);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stderr}");
+    assert_starts(&stderr, "error: bad.csv: line 2: ");
+    write(dir.path(), "good.csv", "0,0\n1,1\n");
+    let (stdout, _) = succeeded(&trace(&["--input", "good.csv"]));
     assert_eq!(stdout, "0,0,pass,0\n1,1,pass,1\n");
 }
