@@ -4,77 +4,32 @@
 //! that left out the fields it replaces; a bare `host:port` as `--api` is taken as http.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+
+mod common;
+use common::daemon::{config_head, free_port, write_config, Daemon};
 
 const ADMIN: &str = "client-test-admin-token-0123456789";
-
-struct Daemon {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Daemon {
-    fn api(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// buffetd running the firewall over the generator, with the admin token [`ADMIN`].
 fn start(dir: &Path) -> Daemon {
     let port = free_port();
-    let cfg = dir.join("buffet.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\n\
-             name = \"firewall\"\n[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 64\n\
+    let cfg = write_config(
+        dir,
+        &format!(
+            "{}[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 64\n\
              [[port]]\nkind = \"generator\"\ntenants = 4\nrate_pps = 1000\n",
-            d = dir.display()
+            config_head(&dir.join("data"), port, "firewall")
         ),
-    )
-    .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_buffetd"))
-        .arg("--config")
-        .arg(&cfg)
-        .env("BUFFETD_ADMIN_TOKEN", ADMIN)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let d = Daemon { child, port };
-    let t0 = Instant::now();
-    while ureq::get(&format!("{}/readyz", d.api())).call().is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "buffetd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    d
+    );
+    Daemon::start(&cfg, port, ADMIN, Stdio::null())
 }
 
 /// `buffet ARGS` with `BUFFET_API` set to the daemon and `BUFFET_TOKEN` to `token`.
 fn buffet(d: &Daemon, token: Option<&str>, args: &[&str]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_buffet"));
     c.args(args)
-        .env("BUFFET_API", d.api())
+        .env("BUFFET_API", &d.api)
         .env_remove("BUFFET_TOKEN")
         .stdin(Stdio::null());
     if let Some(t) = token {

@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use buffet_orchestrator::local_etcd::{LocalEtcd, LocalEtcdError};
 use serde_json::{json, Value};
 
+mod common;
+use common::daemon::free_port;
+
 /// buffetd's admin token (every agent's).
 const ADMIN: &str = "cluster-test-admin-token-0123456789";
 /// The Orchestrators' admin token.
@@ -32,14 +35,6 @@ fn etcd_or_skip(test: &str) -> Option<LocalEtcd> {
         }
         Err(e) => panic!("{test}: {e}"),
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A child process, killed on drop.

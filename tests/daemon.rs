@@ -6,31 +6,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::cpu_seconds;
+use common::daemon::{config_head, free_port, write_config, Daemon};
+
 const ADMIN: &str = "process-test-admin-token-0123456789";
-
-struct Daemon {
-    child: Child,
-    api: String,
-}
-
-// A test that fails midway must not leave its daemon running (holding the test's output
-// pipe open, so whatever reads it never sees the end).
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn start(dir: &Path, port: u16) -> Daemon {
     start_with(dir, port, "", None)
@@ -44,8 +24,7 @@ fn start_with(dir: &Path, port: u16, extra: &str, log: Option<&Path>) -> Daemon 
 
 /// Writes `text` to `<dir>/buffet.toml` and starts buffetd on it (see [`start_with`]).
 fn start_config(dir: &Path, port: u16, text: &str, log: Option<&Path>) -> Daemon {
-    let cfg = dir.join("buffet.toml");
-    std::fs::write(&cfg, text).unwrap();
+    let cfg = write_config(dir, text);
     let stderr = match log {
         Some(p) => Stdio::from(
             std::fs::OpenOptions::new()
@@ -56,23 +35,7 @@ fn start_config(dir: &Path, port: u16, text: &str, log: Option<&Path>) -> Daemon
         ),
         None => Stdio::null(),
     };
-    let child = Command::new(env!("CARGO_BIN_EXE_buffetd"))
-        .arg("--config")
-        .arg(&cfg)
-        .env("BUFFETD_ADMIN_TOKEN", ADMIN)
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let api = format!("http://127.0.0.1:{port}");
-    let t0 = Instant::now();
-    while ureq::get(&format!("{api}/readyz")).call().is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "buffetd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Daemon { child, api }
+    Daemon::start(&cfg, port, ADMIN, stderr)
 }
 
 fn config_text(dir: &Path, port: u16, extra: &str) -> String {
@@ -82,27 +45,9 @@ fn config_text(dir: &Path, port: u16, extra: &str) -> String {
         "arena_mib = 64\n"
     };
     format!(
-        "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\nname = \"firewall\"\n\
-         [dataplane]\nworkers = 1\n{arena}tenant_slots = 64\n{extra}\n\
+        "{}[dataplane]\nworkers = 1\n{arena}tenant_slots = 64\n{extra}\n\
          [[port]]\nkind = \"generator\"\ntenants = 4\nrate_pps = 20000\n",
-        d = dir.display()
-    )
-}
-
-/// Runs `buffet ARGS --json` against the daemon; stdout as JSON (or Null), and success.
-fn buffet(d: &Daemon, args: &[&str]) -> (bool, serde_json::Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_buffet"))
-        .args(args)
-        .arg("--json")
-        .env("BUFFET_API", &d.api)
-        .env("BUFFET_TOKEN", ADMIN)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    (
-        out.status.success(),
-        serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        config_head(&dir.join("data"), port, "firewall")
     )
 }
 
@@ -118,34 +63,21 @@ fn exit_within(child: &mut Child, limit: Duration, why: &str) -> std::process::E
     }
 }
 
-fn signal(d: &Daemon, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(d.child.id().to_string())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig}");
-}
-
 #[test]
 fn buffetd_serves_the_client_survives_sigkill_and_exits_0_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut d = start(dir.path(), port);
-    let (ok, v, err) = buffet(
-        &d,
-        &[
-            "tenant",
-            "add",
-            "--id",
-            "1",
-            "--rule",
-            "dst_ip=10.0.0.0/24",
-            "--policy",
-            r#"{"default":"allow"}"#,
-        ],
-    );
+    let (ok, v, err) = d.client(&[
+        "tenant",
+        "add",
+        "--id",
+        "1",
+        "--rule",
+        "dst_ip=10.0.0.0/24",
+        "--policy",
+        r#"{"default":"allow"}"#,
+    ]);
     assert!(ok, "{err}");
     assert_eq!(v["id"], 1);
     let file = dir.path().join("tenants.toml");
@@ -156,14 +88,14 @@ fn buffetd_serves_the_client_survives_sigkill_and_exits_0_on_sigterm() {
          [[tenant]]\nid = 2\nrules = [ { dst_ip = \"10.0.1.0/24\" } ]\n[tenant.policy]\ndefault = \"allow\"\n",
     )
     .unwrap();
-    let (ok, v, err) = buffet(&d, &["tenant", "apply", file.to_str().unwrap()]);
+    let (ok, v, err) = d.client(&["tenant", "apply", file.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert_eq!(v["added"], serde_json::json!([2]));
     assert_eq!(v["updated"], serde_json::json!([1]));
     // Traffic flows to both.
     let t0 = Instant::now();
     loop {
-        let (ok, v, err) = buffet(&d, &["stats"]);
+        let (ok, v, err) = d.client(&["stats"]);
         assert!(ok, "{err}");
         let tenants = v["tenants"].as_array().unwrap();
         if tenants.len() == 2 && tenants.iter().all(|t| t["packets"].as_u64() > Some(0)) {
@@ -172,10 +104,7 @@ fn buffetd_serves_the_client_survives_sigkill_and_exits_0_on_sigterm() {
         assert!(t0.elapsed() < Duration::from_secs(20), "{v}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (ok, _, err) = buffet(
-        &d,
-        &["tenant", "add", "--id", "3", "--rule", "dst_ip=10.0.0.0/24"],
-    );
+    let (ok, _, err) = d.client(&["tenant", "add", "--id", "3", "--rule", "dst_ip=10.0.0.0/24"]);
     assert!(!ok);
     assert!(
         err.contains("409") && err.contains("overlaps tenant 1"),
@@ -183,20 +112,20 @@ fn buffetd_serves_the_client_survives_sigkill_and_exits_0_on_sigterm() {
     );
 
     // SIGKILL: the acknowledged state comes back.
-    signal(&d, "KILL");
+    d.signal("KILL");
     d.child.wait().unwrap();
     let mut d = start(dir.path(), port);
-    let (ok, v, err) = buffet(&d, &["tenant", "ls"]);
+    let (ok, v, err) = d.client(&["tenant", "ls"]);
     assert!(ok, "{err}");
     let list = v["tenant"].as_array().unwrap();
     assert_eq!(list.len(), 2, "{v}");
     assert_eq!(list[0]["policy"]["default"], "deny");
-    let (ok, v, _) = buffet(&d, &["workers", "ls"]);
+    let (ok, v, _) = d.client(&["workers", "ls"]);
     assert!(ok);
     assert_eq!(v["workers"].as_array().unwrap().len(), 1);
 
     // SIGTERM: drains and exits 0.
-    signal(&d, "TERM");
+    d.signal("TERM");
     let status = exit_within(
         &mut d.child,
         Duration::from_secs(20),
@@ -272,7 +201,7 @@ fn sighup_reloads_what_may_change_and_refuses_the_rest() {
     // A reloadable field.
     let cfg = dir.path().join("buffet.toml");
     std::fs::write(&cfg, config_text(dir.path(), port, "max_workers = 2")).unwrap();
-    signal(&d, "HUP");
+    d.signal("HUP");
     let line = wait_for_line(&log, "SIGHUP: config reloaded");
     assert!(line.contains("dataplane.max_workers"), "{line}");
     assert_eq!(http(&d.api, "POST", "/v1/workers", None).unwrap().0, 201);
@@ -282,7 +211,7 @@ fn sighup_reloads_what_may_change_and_refuses_the_rest() {
         config_text(dir.path(), port, "max_workers = 3\nshift = 20"),
     )
     .unwrap();
-    signal(&d, "HUP");
+    d.signal("HUP");
     let line = wait_for_line(&log, "SIGHUP: reload refused");
     assert!(
         line.ends_with("dataplane.shift cannot change without a restart"),
@@ -302,13 +231,13 @@ fn buffet_reload_applies_what_may_change_and_names_what_needs_a_restart() {
     let port = free_port();
     let log = dir.path().join("buffetd.log");
     let mut d = start_with(dir.path(), port, "max_workers = 1", Some(&log));
-    let (ok, v, err) = buffet(&d, &["reload"]);
+    let (ok, v, err) = d.client(&["reload"]);
     assert!(ok, "{err}");
     assert_eq!(v, serde_json::json!({ "changed": [] }));
     assert_eq!(http(&d.api, "POST", "/v1/workers", None).unwrap().0, 409);
     let cfg = dir.path().join("buffet.toml");
     std::fs::write(&cfg, config_text(dir.path(), port, "max_workers = 2")).unwrap();
-    let (ok, v, err) = buffet(&d, &["reload"]);
+    let (ok, v, err) = d.client(&["reload"]);
     assert!(ok, "{err}");
     assert_eq!(
         v,
@@ -321,7 +250,7 @@ fn buffet_reload_applies_what_may_change_and_names_what_needs_a_restart() {
         config_text(dir.path(), port, "max_workers = 3\nshift = 20"),
     )
     .unwrap();
-    let (ok, _, err) = buffet(&d, &["reload"]);
+    let (ok, _, err) = d.client(&["reload"]);
     assert!(!ok);
     assert!(
         err.contains("409") && err.contains("dataplane.shift cannot change without a restart"),
@@ -531,7 +460,7 @@ fn buffet_events_follows_the_stream_until_the_daemon_stops() {
     // The stream is open before the event: a worker launched after it is subscribed shows.
     let t0 = Instant::now();
     let launched = loop {
-        let (ok, v, err) = buffet(&d, &["workers", "add"]);
+        let (ok, v, err) = d.client(&["workers", "add"]);
         assert!(ok, "{err}");
         let id = v["id"].as_u64().expect("the new worker's id");
         let deadline = Instant::now() + Duration::from_secs(2);
@@ -556,7 +485,7 @@ fn buffet_events_follows_the_stream_until_the_daemon_stops() {
             std::io::Read::read_to_string(&mut events.stderr.take().unwrap(), &mut err).unwrap();
             panic!("buffet events exited ({status}): {err}");
         }
-        let (ok, _, err) = buffet(&d, &["workers", "rm", &id.to_string()]);
+        let (ok, _, err) = d.client(&["workers", "rm", &id.to_string()]);
         assert!(ok, "{err}");
         while rx.recv_timeout(Duration::from_millis(500)).is_ok() {}
         assert!(
@@ -572,7 +501,7 @@ fn buffet_events_follows_the_stream_until_the_daemon_stops() {
     );
 
     // SIGTERM ends the stream, and the follower exits 0.
-    signal(&d, "TERM");
+    d.signal("TERM");
     d.child.wait().unwrap();
     let status = exit_within(
         &mut events,
@@ -580,22 +509,6 @@ fn buffet_events_follows_the_stream_until_the_daemon_stops() {
         "buffet events outlived the stream",
     );
     assert!(status.success(), "{status}");
-}
-
-/// The CPU time `pid` has used, in seconds (utime + stime of /proc/PID/stat).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may hold spaces): utime is field 14, stime 15.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-    let hz = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .unwrap()
-        .stdout;
-    let hz: f64 = String::from_utf8(hz).unwrap().trim().parse().unwrap();
-    ticks as f64 / hz
 }
 
 /// A buffetd whose only port has ended (a replayed pcap) and which has no traffic sleeps:
@@ -615,10 +528,9 @@ fn an_idle_buffetd_sleeps_and_still_answers_at_once() {
     header.extend(1u32.to_le_bytes());
     std::fs::write(&pcap, header).unwrap();
     let text = format!(
-        "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\nname = \"firewall\"\n\
-         [dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 64\nidle_wait_us = 1000000\n\
+        "{}[dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 64\nidle_wait_us = 1000000\n\
          [[port]]\nkind = \"pcap\"\npath = \"{p}\"\n",
-        d = dir.path().display(),
+        config_head(&dir.path().join("data"), port, "firewall"),
         p = pcap.display()
     );
     let d = start_config(dir.path(), port, &text, None);

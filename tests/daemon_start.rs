@@ -2,34 +2,23 @@
 //! once, and a failed start leaves the data directory as it found it.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+mod common;
+use common::daemon::{config_head, free_port, write_config, Daemon};
 
 const ADMIN: &str = "start-test-admin-token-0123456789";
 
-/// Kills the daemon a test started when the test ends, however it ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A config for `data_dir` listening on `port`, with `port_table` as its `[[port]]`.
 fn config(dir: &Path, data_dir: &Path, port: u16, port_table: &str) -> std::path::PathBuf {
-    let cfg = dir.join("buffet.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{d}\"\n[api]\nlisten = \"127.0.0.1:{port}\"\n[nf]\nname = \"firewall\"\n\
-             [dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 64\n{port_table}",
-            d = data_dir.display()
+    write_config(
+        dir,
+        &format!(
+            "{}[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 64\n{port_table}",
+            config_head(data_dir, port, "firewall")
         ),
     )
-    .unwrap();
-    cfg
 }
 
 const GENERATOR: &str = "[[port]]\nkind = \"generator\"\ntenants = 2\nrate_pps = 1000\n";
@@ -126,11 +115,7 @@ fn a_busy_api_port_names_its_cause_once_and_creates_nothing() {
 #[test]
 fn a_data_plane_that_cannot_start_leaves_no_files_behind() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let data = dir.path().join("data");
     let cfg = config(
         dir.path(),
@@ -150,32 +135,12 @@ fn a_data_plane_that_cannot_start_leaves_no_files_behind() {
 fn a_second_buffetd_on_the_same_data_dir_is_told_another_one_uses_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let port = free();
+    let port = free_port();
     let cfg = config(dir.path(), &data, port, GENERATOR);
-    let _first = Running(
-        buffetd(&["--config", cfg.to_str().unwrap()], true)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let api = format!("http://127.0.0.1:{port}/readyz");
-    let t0 = Instant::now();
-    while ureq::get(&api).call().is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "buffetd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let first = Daemon::start(&cfg, port, ADMIN, Stdio::null());
+    let api = format!("{}/readyz", first.api);
     let before = listing(&data);
-    let other = free().to_string();
+    let other = free_port().to_string();
     let out = buffetd(
         &[
             "--config",
@@ -241,11 +206,7 @@ fn connect(port: u16) -> std::io::Result<std::net::TcpStream> {
 #[test]
 fn connections_during_the_start_are_refused_until_the_api_serves() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let data = dir.path().join("data");
     let cfg = config(dir.path(), &data, port, GENERATOR);
     // A start that fails after the API's address is taken: refused throughout, never

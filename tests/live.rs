@@ -66,6 +66,8 @@ use buffet_testkit::gate;
 #[path = "build.rs"]
 mod build;
 mod common;
+use common::cpu_seconds;
+use common::daemon::{config_head, write_config, Daemon};
 use common::netns::{self, ip, privileged, signal, start_run, tenant_rows, NsPair};
 use etherparse::PacketBuilder;
 
@@ -2411,66 +2413,16 @@ fn buffetd_serves_a_live_af_packet_port() {
     ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
     let dir = tempfile::tempdir().unwrap();
     let token = "admin-token-for-the-live-daemon-test";
-    let api = "http://127.0.0.1:7979";
-    let cfg = dir.path().join("buffet.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:7979\"\n[nf]\nname = \"firewall\"\n\
-             [dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 16\n\
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}[dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 16\n\
              [[port]]\nkind = \"af_packet\"\niface = \"{iface}\"\n",
-            d = dir.path().display(),
+            config_head(&dir.path().join("data"), 7979, "firewall"),
             iface = ns.va
         ),
-    )
-    .unwrap();
-    let mut daemon = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.a,
-            env!("CARGO_BIN_EXE_buffetd"),
-            "--config",
-        ])
-        .arg(&cfg)
-        .env("BUFFETD_ADMIN_TOKEN", token)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = |args: &[&str]| -> (bool, serde_json::Value, String) {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns.a, env!("CARGO_BIN_EXE_buffet")])
-            .args(args)
-            .arg("--json")
-            .env("BUFFET_API", api)
-            .env("BUFFET_TOKEN", token)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let t0 = Instant::now();
-    while !client(&["workers", "ls"]).0 {
-        if let Some(status) = daemon.try_wait().unwrap() {
-            let mut err = String::new();
-            daemon
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("buffetd ended ({status}): {err}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "buffetd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    );
+    let mut daemon = Daemon::start_in(&ns.a, &cfg, 7979, token);
     // Tenant 1 passes everything, tenant 2 denies UDP to port 53.
     for (id, policy) in [
         (1, r#"{"default":"allow"}"#),
@@ -2481,7 +2433,7 @@ fn buffetd_serves_a_live_af_packet_port() {
     ] {
         let rule = format!("dst_ip=10.{id}.0.0/16");
         let id = id.to_string();
-        let (ok, _, err) = client(&[
+        let (ok, _, err) = daemon.client(&[
             "tenant", "add", "--id", &id, "--rule", &rule, "--policy", policy,
         ]);
         assert!(ok, "{err}");
@@ -2502,7 +2454,7 @@ fn buffetd_serves_a_live_af_packet_port() {
     assert_eq!(sent, 600);
     let t0 = Instant::now();
     let stats = loop {
-        let (ok, v, err) = client(&["stats"]);
+        let (ok, v, err) = daemon.client(&["stats"]);
         assert!(ok, "{err}");
         let packets = |id: u64| {
             v["tenants"]
@@ -2532,8 +2484,8 @@ fn buffetd_serves_a_live_af_packet_port() {
     assert_eq!(back, 400, "passed frames went back out of the interface");
     // SIGTERM: drains and exits 0.
     // (`ip netns exec` executes buffetd in its own process: the child is the daemon.)
-    signal(&daemon, "TERM");
-    assert!(daemon.wait().unwrap().success());
+    daemon.signal("TERM");
+    assert!(daemon.child.wait().unwrap().success());
 }
 
 /// A second veth pair between `ns`'s namespaces with `queues` transmit and receive
@@ -2986,81 +2938,32 @@ fn buffetd_runs_the_xdp_dispatcher_with_tenants_and_workers_changing_under_traff
     ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
     let dir = tempfile::tempdir().unwrap();
     let token = "admin-token-for-the-live-xdp-daemon-test";
-    let api = "http://127.0.0.1:7980";
-    let cfg = dir.path().join("buffet.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:7980\"\n[nf]\nname = \"monitor\"\n\
-             [dataplane]\nworkers = 2\nmax_workers = 3\narena_mib = 64\ntenant_slots = 16\n\
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}[dataplane]\nworkers = 2\nmax_workers = 3\narena_mib = 64\ntenant_slots = 16\n\
              [dispatch]\nmode = \"xdp\"\n\
              [[port]]\nkind = \"af_xdp\"\niface = \"{iface}\"\nxdp_mode = \"generic\"\n",
-            d = dir.path().display(),
+            config_head(&dir.path().join("data"), 7980, "monitor"),
             iface = ns.va
         ),
-    )
-    .unwrap();
-    let mut daemon = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.a,
-            env!("CARGO_BIN_EXE_buffetd"),
-            "--config",
-        ])
-        .arg(&cfg)
-        .env("BUFFETD_ADMIN_TOKEN", token)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = |args: &[&str]| -> (bool, serde_json::Value, String) {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns.a, env!("CARGO_BIN_EXE_buffet")])
-            .args(args)
-            .arg("--json")
-            .env("BUFFET_API", api)
-            .env("BUFFET_TOKEN", token)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let t0 = Instant::now();
-    while !client(&["workers", "ls"]).0 {
-        if let Some(status) = daemon.try_wait().unwrap() {
-            let mut err = String::new();
-            daemon
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("buffetd ended ({status}): {err}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "buffetd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    );
+    let mut daemon = Daemon::start_in(&ns.a, &cfg, 7980, token);
     assert!(
         xdp_attached(&ns.a, &ns.va).is_some(),
         "the XDP Packet Dispatcher is attached"
     );
     let add = |id: u32| {
         let rule = format!("dst_ip=10.{id}.0.0/16");
-        let (ok, _, err) = client(&["tenant", "add", "--id", &id.to_string(), "--rule", &rule]);
+        let (ok, _, err) =
+            daemon.client(&["tenant", "add", "--id", &id.to_string(), "--rule", &rule]);
         assert!(ok, "tenant {id}: {err}");
     };
     for id in 1..=4 {
         add(id);
     }
     let stats = || {
-        let (ok, v, err) = client(&["stats"]);
+        let (ok, v, err) = daemon.client(&["stats"]);
         assert!(ok, "{err}");
         v
     };
@@ -3123,7 +3026,7 @@ fn buffetd_runs_the_xdp_dispatcher_with_tenants_and_workers_changing_under_traff
     let counted6 = seen(&v, 6).unwrap();
 
     // Phase 2: tenant 3 removed; its later frames are unmatched by the program.
-    let (ok, _, err) = client(&["tenant", "rm", "3"]);
+    let (ok, _, err) = daemon.client(&["tenant", "rm", "3"]);
     assert!(ok, "{err}");
     let u1 = unmatched(&stats());
     let p2 = pcap_for("p2.pcap", &[1, 2, 3, 4, 5, 6], 200);
@@ -3144,10 +3047,10 @@ fn buffetd_runs_the_xdp_dispatcher_with_tenants_and_workers_changing_under_traff
     std::thread::scope(|s| {
         let sender = s.spawn(|| send_from_b(&ns, &p3, 7500, &dir.path().join("p3.txt")));
         std::thread::sleep(Duration::from_millis(100));
-        let (ok, w, err) = client(&["workers", "add"]);
+        let (ok, w, err) = daemon.client(&["workers", "add"]);
         assert!(ok, "{err}");
         assert_eq!(w["id"].as_u64(), Some(2), "{w}");
-        let (ok, _, err) = client(&["workers", "rm", "0"]);
+        let (ok, _, err) = daemon.client(&["workers", "rm", "0"]);
         assert!(ok, "{err}");
         assert_eq!(sender.join().unwrap().0, 7500);
     });
@@ -3164,8 +3067,8 @@ fn buffetd_runs_the_xdp_dispatcher_with_tenants_and_workers_changing_under_traff
         assert_ne!(t["worker"].as_u64(), Some(0), "{v}");
     }
     // SIGTERM: detaches the program, drains, exits 0.
-    signal(&daemon, "TERM");
-    assert!(daemon.wait().unwrap().success());
+    daemon.signal("TERM");
+    assert!(daemon.child.wait().unwrap().success());
     assert_eq!(xdp_attached(&ns.a, &ns.va), None, "detached on SIGTERM");
 }
 
@@ -3895,28 +3798,6 @@ fn a_deleted_interface_stops_the_run_with_its_report_and_an_error() {
     }
 }
 
-/// CPU time (user + system) of process `pid` so far, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may hold spaces): state is field 3, utime 14,
-    // stime 15.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-    let hz: u64 = String::from_utf8(
-        Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .parse()
-    .unwrap();
-    ticks as f64 / hz as f64
-}
-
 /// An idle `buffet run` (either dispatcher, AF_PACKET and AF_XDP ports) blocks on its
 /// sockets instead of polling: over 2 s without traffic it uses well below a core
 /// (polling, its dispatcher and two workers used about half a core here, over a core on
@@ -4069,67 +3950,19 @@ fn buffetd_counts_super_packets_as_oversize_while_it_runs() {
         ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
         let dir = tempfile::tempdir().unwrap();
         let token = "admin-token-for-the-live-oversize-test";
-        let cfg = dir.path().join("buffet.toml");
         // The port table last: the XDP variant's [dispatch] table follows it.
-        std::fs::write(
-            &cfg,
-            format!(
-                "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:7981\"\n[nf]\nname = \"monitor\"\n\
-                 [dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
+        let cfg = write_config(
+            dir.path(),
+            &format!(
+                "{}[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
                  [[port]]\niface = \"{iface}\"\n{port}",
-                d = dir.path().display(),
+                config_head(&dir.path().join("data"), 7981, "monitor"),
                 iface = ns.va
             ),
-        )
-        .unwrap();
-        let mut daemon = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns.a,
-                env!("CARGO_BIN_EXE_buffetd"),
-                "--config",
-            ])
-            .arg(&cfg)
-            .env("BUFFETD_ADMIN_TOKEN", token)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let client = |args: &[&str]| -> (bool, serde_json::Value, String) {
-            let out = Command::new("ip")
-                .args(["netns", "exec", &ns.a, env!("CARGO_BIN_EXE_buffet")])
-                .args(args)
-                .arg("--json")
-                .env("BUFFET_API", "http://127.0.0.1:7981")
-                .env("BUFFET_TOKEN", token)
-                .output()
-                .unwrap();
-            (
-                out.status.success(),
-                serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            )
-        };
-        let t0 = Instant::now();
-        while !client(&["workers", "ls"]).0 {
-            if let Some(status) = daemon.try_wait().unwrap() {
-                let mut err = String::new();
-                daemon
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                panic!("{port:?}: buffetd ended ({status}): {err}");
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "{port:?}: buffetd did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let (ok, _, err) = client(&["tenant", "add", "--id", "1", "--rule", "dst_ip=10.1.0.0/16"]);
+        );
+        let mut daemon = Daemon::start_in(&ns.a, &cfg, 7981, token);
+        let (ok, _, err) =
+            daemon.client(&["tenant", "add", "--id", "1", "--rule", "dst_ip=10.1.0.0/16"]);
         assert!(ok, "{port:?}: {err}");
         // B reaches 10.1.0.1 (tenant 1's prefix) through the veth, at A's address.
         let link = Command::new("ip")
@@ -4159,7 +3992,7 @@ fn buffetd_counts_super_packets_as_oversize_while_it_runs() {
         );
         let t0 = Instant::now();
         let v = loop {
-            let (ok, v, err) = client(&["stats"]);
+            let (ok, v, err) = daemon.client(&["stats"]);
             assert!(ok, "{port:?}: {err}");
             if v["global"]["oversize"].as_u64() == Some(20) {
                 break v;
@@ -4174,9 +4007,9 @@ fn buffetd_counts_super_packets_as_oversize_while_it_runs() {
         assert_eq!(g["input_packets"].as_u64(), Some(20), "{port:?}: {g}");
         assert_eq!(g.get("socket_dropped"), None, "{port:?}: {g}");
         // Asked again, nothing counts twice.
-        let (_, again, _) = client(&["stats"]);
+        let (_, again, _) = daemon.client(&["stats"]);
         assert_eq!(again["global"]["oversize"].as_u64(), Some(20), "{port:?}");
-        signal(&daemon, "TERM");
-        assert!(daemon.wait().unwrap().success(), "{port:?}");
+        daemon.signal("TERM");
+        assert!(daemon.child.wait().unwrap().success(), "{port:?}");
     }
 }

@@ -20,13 +20,15 @@
 #![cfg(feature = "io-dpdk")]
 
 use std::io::Read;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use buffet::io::pcap::PcapWriter;
 
 mod common;
-use common::netns::{self, ip, privileged, signal, start_run, tenant_rows, NsPair};
+use common::daemon::{config_head, write_config, Daemon};
+use common::netns::{self, ip, privileged, start_run, tenant_rows, NsPair};
 use etherparse::PacketBuilder;
 
 const BUFFET: &str = env!("CARGO_BIN_EXE_buffet");
@@ -61,6 +63,15 @@ fn udp4(src: [u8; 4], dst: [u8; 4], dport: u16, seq: u32) -> Vec<u8> {
         .write(&mut v, &payload)
         .unwrap();
     v
+}
+
+/// Writes `frames` to the pcap `path`, 1 µs apart.
+fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let mut w = PcapWriter::create(path).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        w.write(i as u64 * 1000, f).unwrap();
+    }
+    w.flush().unwrap();
 }
 
 /// The frames, round robin over the tenants and the unmatched ones; each tenant's count;
@@ -110,6 +121,27 @@ fn traffic() -> (Vec<Vec<u8>>, Vec<(u64, u64)>, u64) {
     (frames, counts, n_unmatched)
 }
 
+/// [`dpdk_sender_helper`] in namespace B, sending `pcap` and expecting `expect` frames
+/// back; it writes its counts to `out`.
+fn sender(ns: &NsPair, pcap: &Path, expect: u64, out: &Path) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &ns.b])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "dpdk_sender_helper",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("BUFFET_LIVE_SEND", pcap)
+        .env("BUFFET_LIVE_IFACE", &ns.vb)
+        .env("BUFFET_LIVE_EXPECT", expect.to_string())
+        .env("BUFFET_LIVE_OUT", out);
+    c
+}
+
 /// Runs in namespace B: [`netns::sender`] with this test's mark.
 #[test]
 #[ignore = "helper: run by dpdk_port_counts_agree inside a network namespace"]
@@ -144,11 +176,7 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
     let tenants = dir.path().join("tenants.toml");
     std::fs::write(&tenants, TENANTS).unwrap();
     let pcap = dir.path().join("send.pcap");
-    let mut w = PcapWriter::create(&pcap).unwrap();
-    for (i, f) in frames.iter().enumerate() {
-        w.write(i as u64 * 1000, f).unwrap();
-    }
-    w.flush().unwrap();
+    write_pcap(&pcap, &frames);
     let stats = dir.path().join("stats.json");
     let eal = format!("--no-huge --no-pci --vdev net_af_packet0,iface={}", ns.va);
     let mut args: Vec<std::ffi::OsString> = [
@@ -178,21 +206,7 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
     let (child, stderr) = start_run(&ns.a, &args);
     let passed: u64 = per_tenant.iter().map(|(_, k)| k).sum();
     let result = dir.path().join("sender.txt");
-    let sender = Command::new("ip")
-        .args(["netns", "exec", &ns.b])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "dpdk_sender_helper",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("BUFFET_LIVE_SEND", &pcap)
-        .env("BUFFET_LIVE_IFACE", &ns.vb)
-        .env("BUFFET_LIVE_EXPECT", passed.to_string())
-        .env("BUFFET_LIVE_OUT", &result)
+    let sender = sender(ns, &pcap, passed, &result)
         .envs(tx.map(|(_, b)| ("BUFFET_LIVE_CAPTURE", b)))
         .output()
         .unwrap();
@@ -250,15 +264,26 @@ fn run_and_check(ns: &NsPair, tx: Option<(&str, &str)>) {
     }
 }
 
-#[test]
-fn dpdk_on_a_missing_interface_is_refused_before_the_eal_starts() {
-    if !privileged("live_dpdk::dpdk_on_a_missing_interface_is_refused_before_the_eal_starts") {
-        return;
+/// For a test that needs root (`None`, having said so, without): the namespace pair, a
+/// directory, and [`TENANTS`] written there as tenants.toml.
+fn setup(test: &str) -> Option<(NsPair, tempfile::TempDir, PathBuf)> {
+    if !privileged(test) {
+        return None;
     }
     let ns = NsPair::new();
     let dir = tempfile::tempdir().unwrap();
-    let tenants = dir.path().join("t.toml");
+    let tenants = dir.path().join("tenants.toml");
     std::fs::write(&tenants, TENANTS).unwrap();
+    Some((ns, dir, tenants))
+}
+
+#[test]
+fn dpdk_on_a_missing_interface_is_refused_before_the_eal_starts() {
+    let Some((ns, _dir, tenants)) =
+        setup("live_dpdk::dpdk_on_a_missing_interface_is_refused_before_the_eal_starts")
+    else {
+        return;
+    };
     let out = Command::new("ip")
         .args(["netns", "exec", &ns.a, BUFFET, "run", "--port", "dpdk"])
         .args(["--iface", "buffet-nope0", "--nf", "monitor", "--tenants"])
@@ -290,20 +315,16 @@ fn buffetd_serves_a_dpdk_port() {
     ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
     let dir = tempfile::tempdir().unwrap();
     let token = "admin-token-for-the-dpdk-daemon-test";
-    let api = "http://127.0.0.1:7980";
-    let cfg = dir.path().join("buffet.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:7980\"\n[nf]\nname = \"monitor\"\n\
-             [dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 16\npin = false\n\
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}[dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 16\npin = false\n\
              [[port]]\nkind = \"dpdk\"\niface = \"{iface}\"\n\
              eal = [\"--no-huge --no-pci\", \"--vdev net_af_packet0,iface={iface}\"]\n",
-            d = dir.path().display(),
+            config_head(&dir.path().join("data"), 7980, "monitor"),
             iface = ns.va
         ),
-    )
-    .unwrap();
+    );
     let tenants = dir.path().join("tenants.toml");
     // The daemon refuses overlapping rules at one priority: gamma's source prefix could
     // overlap the others' destinations, so it gets its own (its frames match it alone).
@@ -312,76 +333,15 @@ fn buffetd_serves_a_dpdk_port() {
     let daemon_tenants =
         TENANTS.replace(src_rule, r#"{ src_ip = "192.168.3.0/24", priority = 50 }"#);
     std::fs::write(&tenants, daemon_tenants).unwrap();
-    let mut daemon = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns.a,
-            env!("CARGO_BIN_EXE_buffetd"),
-            "--config",
-        ])
-        .arg(&cfg)
-        .env("BUFFETD_ADMIN_TOKEN", token)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = |args: &[&std::ffi::OsStr]| -> (bool, serde_json::Value, String) {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns.a, BUFFET])
-            .args(args)
-            .arg("--json")
-            .env("BUFFET_API", api)
-            .env("BUFFET_TOKEN", token)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let t0 = Instant::now();
-    while !client(&["workers".as_ref(), "ls".as_ref()]).0 {
-        if let Some(status) = daemon.try_wait().unwrap() {
-            let mut err = String::new();
-            let _ = daemon.stderr.take().unwrap().read_to_string(&mut err);
-            panic!("buffetd ended ({status}): {err}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "buffetd did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let (ok, _, err) = client(&["tenant".as_ref(), "apply".as_ref(), tenants.as_os_str()]);
+    let mut daemon = Daemon::start_in(&ns.a, &cfg, 7980, token);
+    let (ok, _, err) = daemon.client(&["tenant".as_ref(), "apply".as_ref(), tenants.as_os_str()]);
     assert!(ok, "{err}");
     let (frames, per_tenant, _unmatched) = traffic();
     let pcap = dir.path().join("send.pcap");
-    let mut w = PcapWriter::create(&pcap).unwrap();
-    for (i, f) in frames.iter().enumerate() {
-        w.write(i as u64 * 1000, f).unwrap();
-    }
-    w.flush().unwrap();
+    write_pcap(&pcap, &frames);
     let passed: u64 = per_tenant.iter().map(|(_, k)| k).sum();
     let result = dir.path().join("sender.txt");
-    let sender = Command::new("ip")
-        .args(["netns", "exec", &ns.b])
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "dpdk_sender_helper",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("BUFFET_LIVE_SEND", &pcap)
-        .env("BUFFET_LIVE_IFACE", &ns.vb)
-        .env("BUFFET_LIVE_EXPECT", passed.to_string())
-        .env("BUFFET_LIVE_OUT", &result)
-        .output()
-        .unwrap();
+    let sender = sender(&ns, &pcap, passed, &result).output().unwrap();
     assert!(
         sender.status.success(),
         "sender: {}{}",
@@ -412,7 +372,7 @@ fn buffetd_serves_a_dpdk_port() {
     let want: Vec<(u64, u64, u64)> = per_tenant.iter().map(|&(id, k)| (id, k, k)).collect();
     let t0 = Instant::now();
     loop {
-        let (ok, v, err) = client(&["stats".as_ref()]);
+        let (ok, v, err) = daemon.client(&["stats"]);
         assert!(ok, "{err}");
         if counts(&v) == want {
             break;
@@ -425,10 +385,10 @@ fn buffetd_serves_a_dpdk_port() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(n[1], passed, "every passed frame came back out, once");
-    signal(&daemon, "TERM");
-    let status = daemon.wait().unwrap();
+    daemon.signal("TERM");
+    let status = daemon.child.wait().unwrap();
     let mut err = String::new();
-    let _ = daemon.stderr.take().unwrap().read_to_string(&mut err);
+    let _ = daemon.child.stderr.take().unwrap().read_to_string(&mut err);
     assert!(status.success(), "{err}");
     assert!(
         err.contains(&format!(
@@ -446,13 +406,11 @@ fn buffetd_serves_a_dpdk_port() {
 /// report as input and `global.oversize`.
 #[test]
 fn a_dpdk_frame_larger_than_a_frame_buffer_is_oversize() {
-    if !privileged("live_dpdk::a_dpdk_frame_larger_than_a_frame_buffer_is_oversize") {
+    let Some((ns, dir, tenants)) =
+        setup("live_dpdk::a_dpdk_frame_larger_than_a_frame_buffer_is_oversize")
+    else {
         return;
-    }
-    let ns = NsPair::new();
-    let dir = tempfile::tempdir().unwrap();
-    let tenants = dir.path().join("tenants.toml");
-    std::fs::write(&tenants, TENANTS).unwrap();
+    };
     let pcap = dir.path().join("jumbo.pcap");
     let mut w = PcapWriter::create(&pcap).unwrap();
     for seq in 0..5 {
