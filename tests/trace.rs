@@ -535,3 +535,70 @@ fn trace_frames_command_line_errors() {
         "{err}"
     );
 }
+
+/// A trace whose output outgrows what is kept in memory (8 MiB) goes through a temporary
+/// file and comes out whole and in order; the same trace with TMPDIR pointing nowhere is
+/// refused naming TMPDIR, with nothing on standard output, while a short trace needs no
+/// temporary directory at all.
+#[test]
+fn a_long_traces_output_goes_through_a_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // 700,000 packets of 50 tenants: over 8 MiB of `seq,tenant,pass,worker` lines.
+    let n = 700_000u64;
+    let mut text = String::from("ts_ns,tenant_id\n");
+    for i in 0..n {
+        text.push_str(&format!("{i},{}\n", i % 50));
+    }
+    let input = dir.path().join("long.csv");
+    std::fs::write(&input, text).unwrap();
+    let run = |input: &Path, tmpdir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_buffet"))
+            .args(["trace", "--workers", "2", "--worker-max", "1000000000"])
+            .arg("--input")
+            .arg(input)
+            .env("TMPDIR", tmpdir)
+            .output()
+            .unwrap()
+    };
+    let out = run(&input, dir.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.len() > 8 << 20, "{} bytes", stdout.len());
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len() as u64, n);
+    for (i, l) in lines.iter().enumerate().step_by(9973) {
+        let want = format!("{i},{},pass,{}", i % 50, i % 50 % 2);
+        assert_eq!(*l, want);
+    }
+    assert_eq!(
+        *lines.last().unwrap(),
+        format!("{},{},pass,{}", n - 1, (n - 1) % 50, (n - 1) % 50 % 2)
+    );
+
+    let nowhere = dir.path().join("no-such-dir");
+    let out = run(&input, &nowhere);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "nothing printed before the error");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("temporary file under") && err.contains("(TMPDIR)"),
+        "{err}"
+    );
+
+    let short = dir.path().join("short.csv");
+    std::fs::write(&short, "ts_ns,tenant_id\n0,1\n1,2\n").unwrap();
+    let out = run(&short, &nowhere);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "0,1,pass,1\n1,2,pass,0\n"
+    );
+}

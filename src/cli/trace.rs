@@ -3,20 +3,18 @@
 //! whole frames with a tenants file (`--frames`, `--tenants`)
 //! ([`buffet_config::trace`] does the work; this reads the files and writes the output).
 //!
-//! The output is written once the whole trace has run (kept meanwhile in unnamed
-//! temporary files, not in memory): a malformed line stops the command with nothing on
-//! standard output. A capture file (pcap, pcapng) or any other
+//! The output is written once the whole trace has run (kept meanwhile in memory, and
+//! past 8 MiB in unnamed temporary files): a malformed line stops the command with
+//! nothing on standard output. A capture file (pcap, pcapng) or any other
 //! binary file given as a trace is named for what it is before a line is read.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-
-use anyhow::Context;
 
 use buffet_config::trace;
 use buffet_io::pcap::{capture_kind, CaptureKind};
 use clap::{ArgGroup, Args};
+use tempfile::SpooledTempFile;
 
 use super::registry::Registry;
 
@@ -71,48 +69,73 @@ pub fn run(a: &TraceArgs, registry: &Registry) -> anyhow::Result<()> {
         threshold: a.threshold,
         engine: a.engine,
     };
-    // Both outputs are kept until the trace has run, in unnamed files (a trace of a
-    // billion packets is tens of GB of output): an error prints nothing else.
-    let mut out = spill()?;
-    let mut err = spill()?;
+    // Both outputs are kept until the trace has run, in memory up to SPILL_AFTER bytes
+    // each and then in unnamed temporary files (a trace of a billion packets is tens of
+    // GB of output): an error prints nothing else.
+    let mut out = spill();
+    let mut err = spill();
+    // What failed to be written went to a temporary file, not to the trace.
+    let blame = |e: trace::TraceError, file: &Path| match e {
+        trace::TraceError::Write(source) => spill_error(source),
+        e => anyhow::anyhow!("{}: {e}", file.display()),
+    };
     match (&a.input, &a.frames, &a.tenants) {
         (Some(input), None, None) => {
             let file = open_text(input, "--input", "ts_ns,tenant_id")?;
-            trace::run_trace(file, &mut out, &mut err, &cfg)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
+            trace::run_trace(file, &mut out, &mut err, &cfg).map_err(|e| blame(e, input))?;
         }
         (None, Some(frames), Some(tenants_file)) => {
             let tenants = super::chain::load_tenants(tenants_file, registry)?;
             let file = open_text(frames, "--frames", "ts_ns,hex_frame")?;
             trace::frames::run_frame_trace(file, &tenants, &mut out, &mut err, &cfg).map_err(
                 |e| match e {
-                    e @ trace::TraceError::Rules { .. } => {
-                        anyhow::anyhow!("{}: {e}", tenants_file.display())
-                    }
-                    e => anyhow::anyhow!("{}: {e}", frames.display()),
+                    e @ trace::TraceError::Rules { .. } => blame(e, tenants_file),
+                    e => blame(e, frames),
                 },
             )?;
         }
         // clap enforces the combinations.
         _ => anyhow::bail!("give --input, or --frames with --tenants"),
     }
-    copy_out(out, &mut std::io::stdout().lock())?;
-    copy_out(err, &mut std::io::stderr().lock())?;
+    // Both complete before either is printed: a failure here prints nothing either.
+    let mut out = rewound(out)?;
+    let mut err = rewound(err)?;
+    copy_out(&mut out, &mut std::io::stdout().lock())?;
+    copy_out(&mut err, &mut std::io::stderr().lock())?;
     Ok(())
 }
 
-/// Where an output waits until the trace has run: a temporary file no one else sees
-/// (gone when closed), so a long trace's output is not held in memory.
-fn spill() -> anyhow::Result<BufWriter<File>> {
-    let f = tempfile::tempfile().context("cannot create a temporary file for the output")?;
-    Ok(BufWriter::with_capacity(1 << 16, f))
+/// How much of an output is kept in memory before the rest goes to a temporary file.
+const SPILL_AFTER: usize = 8 << 20;
+
+/// Where an output waits until the trace has run: memory up to [`SPILL_AFTER`] bytes,
+/// then a temporary file no one else sees (gone when closed), so a long trace's output
+/// is not held in memory and a short one needs no temporary directory.
+fn spill() -> BufWriter<SpooledTempFile> {
+    BufWriter::with_capacity(1 << 16, SpooledTempFile::new(SPILL_AFTER))
+}
+
+/// An output's temporary file could not be written.
+fn spill_error(source: std::io::Error) -> anyhow::Error {
+    anyhow::anyhow!(
+        "keeping the output in a temporary file under {} (TMPDIR) until the trace has run: \
+         {source}",
+        std::env::temp_dir().display()
+    )
+}
+
+/// What `spilled` holds, written out and read from its start.
+fn rewound(spilled: BufWriter<SpooledTempFile>) -> anyhow::Result<SpooledTempFile> {
+    let mut f = spilled
+        .into_inner()
+        .map_err(|e| spill_error(e.into_error()))?;
+    f.seek(SeekFrom::Start(0)).map_err(spill_error)?;
+    Ok(f)
 }
 
 /// Writes what `spilled` holds to `to`.
-fn copy_out(spilled: BufWriter<File>, to: &mut impl Write) -> anyhow::Result<()> {
-    let mut f = spilled.into_inner().map_err(|e| e.into_error())?;
-    f.seek(SeekFrom::Start(0))?;
-    std::io::copy(&mut f, to)?;
+fn copy_out(spilled: &mut SpooledTempFile, to: &mut impl Write) -> anyhow::Result<()> {
+    std::io::copy(spilled, to)?;
     to.flush()?;
     Ok(())
 }
