@@ -214,17 +214,26 @@ enum AgentError {
     Raced,
 }
 
-/// This server's instance id: a random id kept in `data_dir/cluster-instance`, made at
-/// the first start in cluster mode.
+/// This server's instance id: a random id (32 hex digits) kept in
+/// `data_dir/cluster-instance`, made at the first start in cluster mode. A file that
+/// cannot be read or does not hold an id is an error naming it, never a new identity
+/// (the cluster would take this server for another one).
 pub fn instance_id(data_dir: &std::path::Path) -> std::io::Result<String> {
     let path = data_dir.join("cluster-instance");
+    let named = |kind, why: String| std::io::Error::new(kind, format!("{}: {why}", path.display()));
     match std::fs::read_to_string(&path) {
-        Ok(s) if !s.trim().is_empty() => return Ok(s.trim().to_owned()),
-        // Absent, or empty: a new identity. Unreadable: an error, never a new identity
-        // (the cluster would take this server for another one).
-        Ok(_) => {}
+        Ok(s) if s.trim().is_empty() => {}
+        Ok(s) if is_instance_id(s.trim()) => return Ok(s.trim().to_owned()),
+        Ok(_) => {
+            return Err(named(
+                std::io::ErrorKind::InvalidData,
+                "not an instance id (32 hex digits); move the file aside to give this server \
+                 a new identity"
+                    .into(),
+            ))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+        Err(e) => return Err(named(e.kind(), e.to_string())),
     }
     let id = buffet_config::auth::generate()
         .trim_start_matches("bt_")
@@ -236,8 +245,14 @@ pub fn instance_id(data_dir: &std::path::Path) -> std::io::Result<String> {
     buffet_config::auth::write_whole(&path, |f| {
         use std::io::Write;
         writeln!(f, "{id}")
-    })?;
+    })
+    .map_err(|e| named(e.kind(), e.to_string()))?;
     Ok(id)
+}
+
+/// Whether `s` has the form [`instance_id`] makes: 32 lowercase hex digits.
+fn is_instance_id(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 const ETCD_TIMEOUT: Duration = Duration::from_secs(3);
@@ -836,12 +851,21 @@ mod tests {
             dir.path().join("cluster-instance").is_dir(),
             "left as it was"
         );
-        // A file that is not text: an error, and the file is not replaced.
+        // A file that is not text: an error naming it, and the file is not replaced.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cluster-instance");
         std::fs::write(&path, [0xff, 0xfe, b'\n']).unwrap();
         let e = instance_id(dir.path()).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
         assert_eq!(std::fs::read(&path).unwrap(), [0xff, 0xfe, b'\n']);
+        // Text that is not an id (an id cut short by a crash, a hand edit): the same.
+        for bad in ["3f2a\n", "ZZ2aee8a1c5fcb6d18b1b0f3a8b1c9e6d2\n"] {
+            std::fs::write(&path, bad).unwrap();
+            let e = instance_id(dir.path()).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{bad}: {e}");
+            assert!(e.to_string().contains("move the file aside"), "{e}");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), bad);
+        }
     }
 }

@@ -403,10 +403,7 @@ fn run(
                     crate::cluster::instance_id(&cfg.data_dir)
                 })
                 .map_err(|e| {
-                    DaemonError::Runtime(format!(
-                        "cannot keep the cluster instance id in {}: {e}",
-                        cfg.data_dir.display()
-                    ))
+                    DaemonError::Runtime(format!("cannot keep the cluster instance id: {e}"))
                 })?,
         ),
         None => None,
