@@ -973,6 +973,8 @@ pub struct Dataplane<N: NetworkFunction> {
     port_dropped: Vec<u64>,
     /// Per port: packets waiting for its next `tx_burst`.
     tx: Vec<Vec<PacketBuf>>,
+    /// Per port: it has ended (a file, read to its end); ended ports are not waited on.
+    ended: Vec<bool>,
     slots: Vec<SlotInfo>,
     /// Removed slots waiting for their queued packets to drain.
     retiring: Vec<Retiring>,
@@ -1076,6 +1078,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         port_dropped: Vec::new(),
         ports: Vec::new(),
         tx: Vec::new(),
+        ended: Vec::new(),
         slots: vec![SlotInfo::default(); cap as usize],
         retiring: Vec::new(),
         handovers: Vec::new(),
@@ -1110,6 +1113,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         self.ports.push(port);
         self.port_dropped.push(0);
         self.tx.push(Vec::new());
+        self.ended.push(false);
         (self.ports.len() - 1) as PortId
     }
 
@@ -2093,7 +2097,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                 self.count_port_oversize(pi);
             }
             match rx {
-                Ok(Rx::End) => {}
+                Ok(Rx::End) => self.ended[pi] = true,
                 Ok(Rx::Idle) => ended = false,
                 Ok(Rx::Packets(n)) => {
                     got += n;
@@ -2145,12 +2149,15 @@ impl<N: NetworkFunction> Dataplane<N> {
         Ok(total)
     }
 
-    /// What a loop driving the data plane, idle, blocks on beside its waker: the ports'
-    /// descriptors, which only it drains (`None`: a port must be polled).
+    /// What a loop driving the data plane, idle, blocks on beside its waker: the
+    /// descriptors of the ports that have not ended, which only it drains (`None`: such a
+    /// port must be polled).
     fn readiness_fds(&self) -> Option<Vec<RawFd>> {
         self.ports
             .iter()
-            .map(|p| p.readiness_fds())
+            .zip(&self.ended)
+            .filter(|(_, &ended)| !ended)
+            .map(|(p, _)| p.readiness_fds())
             .collect::<Option<Vec<_>>>()
             .map(|v| v.concat())
     }
@@ -2159,20 +2166,26 @@ impl<N: NetworkFunction> Dataplane<N> {
     /// [`run`](Self::run), ports that end (a pcap) leave it idle, still applying
     /// commands, and a port's error goes to `on_error` (the loop naps 10 ms and goes
     /// on). Idle, it blocks as `run` does, for at most the
-    /// [idle wait](Self::set_idle_wait); once every port has ended, on commands and
-    /// completions alone. Call [`finish`](Self::finish) after it returns.
+    /// [idle wait](Self::set_idle_wait), on the descriptors of the ports that have not
+    /// ended (once every port has, on commands and completions alone). Call
+    /// [`finish`](Self::finish) after it returns.
     pub fn serve(&mut self, mut on_error: impl FnMut(PipelineError)) {
         let mut idle = Idle::new();
         let mut fds = self.readiness_fds();
+        let mut ended = self.ended.iter().filter(|&&e| e).count();
         loop {
             if !self.apply_commands() {
                 break;
             }
             match self.poll() {
                 Ok(polled) => {
-                    if polled.ended {
-                        // Nothing left to poll: only commands and completions wake it.
-                        fds = Some(Vec::new());
+                    let now = self.ended.iter().filter(|&&e| e).count();
+                    if now != ended {
+                        // A port ended (a pcap read to its end): no longer polled for, so
+                        // the live ports' descriptors (or, with none left, commands and
+                        // completions alone) wake it.
+                        ended = now;
+                        fds = self.readiness_fds();
                     }
                     if polled.is_idle() {
                         self.idle_turn(&mut idle, fds.as_deref());

@@ -9,7 +9,10 @@ use std::os::unix::net::UnixDatagram;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use buffet_io::{HeapPool, PacketBuf, Port, PortError, PortStats, Rx};
+use buffet_io::{
+    HeapPool, PacketBuf, PacketSource, Port, PortError, PortStats, RawPacket, Rx, SourceError,
+    SourcePort,
+};
 use buffet_nfs::monitor::Monitor;
 use buffet_worker::{build, PipelineConfig};
 
@@ -139,4 +142,92 @@ fn an_idle_pipeline_is_woken_at_once_by_a_frame_and_by_a_command() {
         t0.elapsed()
     );
     assert_eq!(report.global.input_packets, 24, "{:?}", report.global);
+}
+
+/// A file-like source of `frames` (ts 0, 1, ...): ends when they are read.
+struct Frames(Vec<Vec<u8>>, usize);
+
+impl PacketSource for Frames {
+    fn next_packet(&mut self) -> Result<Option<RawPacket<'_>>, SourceError> {
+        let i = self.1;
+        self.1 += 1;
+        Ok(self.0.get(i).map(|f| RawPacket {
+            ts_ns: i as u64,
+            data: f,
+        }))
+    }
+}
+
+/// The CPU time this process has used, in seconds (utime + stime of /proc/self/stat).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    let hz = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .unwrap()
+        .stdout;
+    let hz: f64 = String::from_utf8(hz).unwrap().trim().parse().unwrap();
+    ticks as f64 / hz
+}
+
+/// `Dataplane::serve` (a daemon's loop) with a file port that has ended beside a live
+/// one: once the file has ended it is no longer polled for, so the idle data plane
+/// blocks on the live port's descriptor (using almost no CPU) and still takes its next
+/// frame at once; a command stops it at once.
+#[test]
+fn a_serving_data_plane_blocks_on_its_live_ports_once_a_file_port_ended() {
+    let cfg = PipelineConfig {
+        workers: 1,
+        pin: false,
+        ..PipelineConfig::default()
+    };
+    let (control, mut dataplane) = build(Monitor::default(), cfg).unwrap();
+    dataplane.set_idle_wait(IDLE_WAIT);
+    let (ours, theirs) = UnixDatagram::pair().unwrap();
+    theirs.set_nonblocking(true).unwrap();
+    let (sent_tx, sent) = mpsc::channel();
+    dataplane.add_port(Box::new(SocketPort {
+        socket: theirs,
+        sent: sent_tx,
+        stats: PortStats::default(),
+    }));
+    let file: Vec<Vec<u8>> = (0..10).map(|i| seq_frame(1, 1000 + i)).collect();
+    dataplane.add_port(Box::new(SourcePort::new(1, "file", Frames(file, 0))));
+    let runner = std::thread::spawn(move || {
+        let mut errors = 0;
+        dataplane.serve(|_| errors += 1);
+        (dataplane.finish(), errors)
+    });
+    // The file's frames are read (matched or not: they race the admission) and the file
+    // port ends.
+    control.admit(spec(1)).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (c0, t0) = (cpu_seconds(), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let cores = (cpu_seconds() - c0) / t0.elapsed().as_secs_f64();
+    assert!(
+        cores < 0.03,
+        "an idle serving data plane used {cores:.3} cores with its file port ended"
+    );
+    let t0 = Instant::now();
+    ours.send(&seq_frame(1, 7)).unwrap();
+    let (got, at) = sent
+        .recv_timeout(IDLE_WAIT * 2)
+        .expect("the frame came back");
+    assert_eq!(got, 7);
+    assert!(
+        at - t0 < PROMPT,
+        "a frame into the idle data plane took {:?} to come back",
+        at - t0
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    control.stop();
+    let (report, errors) = runner.join().unwrap();
+    assert!(t0.elapsed() < PROMPT, "stopping took {:?}", t0.elapsed());
+    assert_eq!(errors, 0);
+    assert_eq!(report.global.input_packets, 11, "{:?}", report.global);
 }
