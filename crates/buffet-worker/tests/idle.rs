@@ -14,7 +14,7 @@ use buffet_io::{
     SourcePort,
 };
 use buffet_nfs::monitor::Monitor;
-use buffet_worker::{build, PipelineConfig};
+use buffet_worker::{build, Control, Dataplane, PipelineConfig};
 
 mod common;
 use common::{seq_frame, seq_of, spec};
@@ -82,10 +82,20 @@ impl Port for SocketPort {
     }
 }
 
-#[test]
-fn an_idle_pipeline_is_woken_at_once_by_a_frame_and_by_a_command() {
+/// What [`socket_pipeline`] returns.
+type SocketPipeline = (
+    Control<Monitor>,
+    Dataplane<Monitor>,
+    UnixDatagram,
+    mpsc::Receiver<(u32, Instant)>,
+);
+
+/// A Monitor pipeline of `workers` workers and an idle wait of [`IDLE_WAIT`], with a
+/// [`SocketPort`] as port 0: returns its control, its data plane, the socket's other end
+/// (frames sent on it arrive on the port) and the port's record of what it sent.
+fn socket_pipeline(workers: u16) -> SocketPipeline {
     let cfg = PipelineConfig {
-        workers: 2,
+        workers,
         pin: false,
         ..PipelineConfig::default()
     };
@@ -99,6 +109,12 @@ fn an_idle_pipeline_is_woken_at_once_by_a_frame_and_by_a_command() {
         sent: sent_tx,
         stats: PortStats::default(),
     }));
+    (control, dataplane, ours, sent)
+}
+
+#[test]
+fn an_idle_pipeline_is_woken_at_once_by_a_frame_and_by_a_command() {
+    let (control, mut dataplane, ours, sent) = socket_pipeline(2);
     let runner = std::thread::spawn(move || {
         dataplane.run(|_| {}).unwrap();
         dataplane.finish()
@@ -179,21 +195,7 @@ fn cpu_seconds() -> f64 {
 /// frame at once; a command stops it at once.
 #[test]
 fn a_serving_data_plane_blocks_on_its_live_ports_once_a_file_port_ended() {
-    let cfg = PipelineConfig {
-        workers: 1,
-        pin: false,
-        ..PipelineConfig::default()
-    };
-    let (control, mut dataplane) = build(Monitor::default(), cfg).unwrap();
-    dataplane.set_idle_wait(IDLE_WAIT);
-    let (ours, theirs) = UnixDatagram::pair().unwrap();
-    theirs.set_nonblocking(true).unwrap();
-    let (sent_tx, sent) = mpsc::channel();
-    dataplane.add_port(Box::new(SocketPort {
-        socket: theirs,
-        sent: sent_tx,
-        stats: PortStats::default(),
-    }));
+    let (control, mut dataplane, ours, sent) = socket_pipeline(1);
     let file: Vec<Vec<u8>> = (0..10).map(|i| seq_frame(1, 1000 + i)).collect();
     dataplane.add_port(Box::new(SourcePort::new(1, "file", Frames(file, 0))));
     let runner = std::thread::spawn(move || {
