@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::cpu_seconds;
+use buffet_testkit::cpu_seconds;
 use common::daemon::{config_head, free_port, write_config, Daemon};
 
 const ADMIN: &str = "process-test-admin-token-0123456789";

@@ -66,7 +66,7 @@ use buffet_testkit::gate;
 #[path = "build.rs"]
 mod build;
 mod common;
-use common::cpu_seconds;
+use buffet_testkit::cpu_seconds;
 use common::daemon::{config_head, write_config, Daemon};
 use common::netns::{self, ip, privileged, signal, start_run, tenant_rows, NsPair};
 use etherparse::PacketBuilder;

@@ -15,6 +15,7 @@
 //! * [`zipf`]: a Zipf-skewed choice of rank (tenant, flow) over that generator, for
 //!   skewed multi-tenant traces.
 //! * [`http`]: one request to a JSON API with a bearer token, answered as `(status, JSON)`.
+//! * [`cpu`]: the CPU time a process has used (do idle threads sleep?).
 //!
 //! What it does not do: build NFs, frames or pipelines (each test crate keeps its own
 //! fixtures), or depend on any Buffet crate — a crate's own unit tests can use it without
@@ -26,6 +27,7 @@
 #![deny(unsafe_code)]
 
 pub mod alloc;
+pub mod cpu;
 pub mod gate;
 pub mod http;
 pub mod net;
@@ -36,6 +38,7 @@ pub mod tty;
 pub mod zipf;
 
 pub use alloc::{allocations_during, CountingAllocator};
+pub use cpu::cpu_seconds;
 pub use gate::{
     pku_required, privileged_required, require_mpk, require_pku, require_root, require_tool,
     skip_privileged,

@@ -14,6 +14,7 @@ use buffet_io::{
     SourcePort,
 };
 use buffet_nfs::monitor::Monitor;
+use buffet_testkit::cpu_seconds;
 use buffet_worker::{build, Control, Dataplane, PipelineConfig};
 
 mod common;
@@ -174,21 +175,6 @@ impl PacketSource for Frames {
     }
 }
 
-/// The CPU time this process has used, in seconds (utime + stime of /proc/self/stat).
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-    let hz = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .unwrap()
-        .stdout;
-    let hz: f64 = String::from_utf8(hz).unwrap().trim().parse().unwrap();
-    ticks as f64 / hz
-}
-
 /// `Dataplane::serve` (a daemon's loop) with a file port that has ended beside a live
 /// one: once the file has ended it is no longer polled for, so the idle data plane
 /// blocks on the live port's descriptor (using almost no CPU) and still takes its next
@@ -207,9 +193,9 @@ fn a_serving_data_plane_blocks_on_its_live_ports_once_a_file_port_ended() {
     // port ends.
     control.admit(spec(1)).unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let (c0, t0) = (cpu_seconds(), Instant::now());
+    let (c0, t0) = (cpu_seconds(std::process::id()), Instant::now());
     std::thread::sleep(Duration::from_secs(2));
-    let cores = (cpu_seconds() - c0) / t0.elapsed().as_secs_f64();
+    let cores = (cpu_seconds(std::process::id()) - c0) / t0.elapsed().as_secs_f64();
     assert!(
         cores < 0.03,
         "an idle serving data plane used {cores:.3} cores with its file port ended"
