@@ -66,9 +66,7 @@ impl Default for Capacity {
 impl Capacity {
     /// The Memory Manager's arena `--arena-mib` asks for.
     pub fn arena(&self) -> ArenaConfig {
-        ArenaConfig {
-            capacity: usize::try_from(self.arena_mib << 20).unwrap_or(usize::MAX),
-        }
+        ArenaConfig::mib(self.arena_mib)
     }
 
     /// Checks the flags and applies them to `cfg`.

@@ -650,9 +650,7 @@ fn pipeline_config(cfg: &DaemonConfig, level: Isolation) -> PipelineConfig {
             ..DispatcherConfig::default()
         },
         tenant_capacity: d.tenant_slots,
-        arena: ArenaConfig {
-            capacity: usize::try_from(d.arena_mib << 20).unwrap_or(usize::MAX),
-        },
+        arena: ArenaConfig::mib(d.arena_mib),
         pin: d.pin,
         domain: level.domain(),
         ..PipelineConfig::default()

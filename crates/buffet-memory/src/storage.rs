@@ -68,6 +68,17 @@ impl ArenaConfig {
     /// tenants: the Tenant Table's slots and the memory the tenants really use are.
     pub const DEFAULT_CAPACITY: usize = 256 << 30;
 
+    /// An arena of `mib` MiB of address space (`--arena-mib`, `dataplane.arena_mib`);
+    /// a size past the address space is capped at `usize::MAX`.
+    pub fn mib(mib: u64) -> ArenaConfig {
+        ArenaConfig {
+            capacity: mib
+                .checked_mul(1 << 20)
+                .and_then(|b| usize::try_from(b).ok())
+                .unwrap_or(usize::MAX),
+        }
+    }
+
     /// An arena for `regions` regions of `bytes` each, and not much more: each region
     /// rounded up to whole pages plus its guard page, counted for pages of up to 64 KiB,
     /// with 16 MiB to spare. For a known set of tenants (a benchmark, a test) that should
@@ -740,6 +751,13 @@ mod tests {
                 w[1]
             );
         }
+    }
+
+    #[test]
+    fn an_arena_in_mib_is_that_many_mebibytes_capped_at_the_address_space() {
+        assert_eq!(ArenaConfig::mib(1).capacity, 1 << 20);
+        assert_eq!(ArenaConfig::mib(1024).capacity, 1 << 30);
+        assert_eq!(ArenaConfig::mib(u64::MAX).capacity, usize::MAX);
     }
 
     #[test]
