@@ -267,14 +267,12 @@ fn mpk_default_error(
     tenants: &[TenantConfig],
     file: &Path,
 ) -> anyhow::Error {
-    const FIX: &str = "pass --isolation trusted-native to run native NF code you trust \
-        without hardware isolation (guard pages and fault containment only; \
-        docs/isolation.md)";
+    const TRUSTED: &str = "to run native NF code you trust without hardware isolation \
+        (guard pages and fault containment only; docs/isolation.md)";
     if !tenants.is_empty() && tenants.iter().all(|t| t.isolation == Some(Isolation::Mpk)) {
         return anyhow::anyhow!(
-            "{}: every tenant names isolation \"mpk\", and {e}; to run native NF code you \
-             trust without hardware isolation (guard pages and fault containment only; \
-             docs/isolation.md), name isolation \"trusted-native\" there instead",
+            "{}: every tenant names isolation \"mpk\", and {e}; {TRUSTED}, name isolation \
+             \"trusted-native\" there instead",
             file.display()
         );
     }
@@ -296,7 +294,7 @@ fn mpk_default_error(
     };
     anyhow::anyhow!(
         "no --isolation given: the default isolation level for a C NF ({which}) is mpk, \
-         and {e}; {FIX}"
+         and {e}; pass --isolation trusted-native {TRUSTED}"
     )
 }
 
