@@ -4013,3 +4013,192 @@ fn buffetd_counts_super_packets_as_oversize_while_it_runs() {
         assert!(daemon.child.wait().unwrap().success(), "{port:?}");
     }
 }
+
+/// Lines of a child's stderr as they come, kept for the test to wait on.
+struct Lines(std::sync::Arc<std::sync::Mutex<String>>);
+
+impl Lines {
+    fn read(from: impl Read + Send + 'static) -> Lines {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let into = seen.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(from).lines() {
+                let Ok(line) = line else { break };
+                let mut s = into.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Lines(seen)
+    }
+
+    fn text(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Waits up to 5 s for a line containing `what`.
+    fn wait_for(&self, what: &str) {
+        let t0 = Instant::now();
+        while !self.text().contains(what) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "no line with {what:?} in:\n{}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Cores `pid` used over `secs` seconds from now.
+fn cores_over(pid: u32, secs: f64) -> f64 {
+    let (c0, t0) = (cpu_seconds(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    (cpu_seconds(pid) - c0) / t0.elapsed().as_secs_f64()
+}
+
+/// `n` marked UDP frames to tenant 1 (10.1.0.0/16), in a pcap under `dir`.
+fn frames_to_tenant_1(dir: &Path, n: u32) -> PathBuf {
+    let frames: Vec<Vec<u8>> = (0..n)
+        .map(|seq| udp4([172, 16, 0, 1], [10, 1, 0, 1], 40000, 80, seq))
+        .collect();
+    let pcap = dir.join(format!("tenant1-{n}.pcap"));
+    write_pcap(&pcap, &frames);
+    pcap
+}
+
+/// buffetd's interface goes down under it, comes back, then is deleted. The packet
+/// socket reports the loss once (POLLERR until its error is read): buffetd says so once,
+/// raises a `port_down` event, does not spin on the socket meanwhile (it used about 0.3
+/// cores, silently, before it read the error), and counts frames again once the
+/// interface is up. Deleted, it says the interface is gone.
+#[test]
+fn buffetd_says_when_its_interface_goes_down_and_counts_again_once_up() {
+    if !privileged("live::buffetd_says_when_its_interface_goes_down_and_counts_again_once_up") {
+        return;
+    }
+    let ns = NsPair::new();
+    ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
+    let dir = tempfile::tempdir().unwrap();
+    let token = "admin-token-for-the-link-loss-test";
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
+             [[port]]\nkind = \"af_packet\"\niface = \"{iface}\"\n",
+            config_head(&dir.path().join("data"), 7982, "monitor"),
+            iface = ns.va
+        ),
+    );
+    let mut daemon = Daemon::start_in(&ns.a, &cfg, 7982, token);
+    let stderr = Lines::read(daemon.child.stderr.take().unwrap());
+    let (ok, _, err) =
+        daemon.client(&["tenant", "add", "--id", "1", "--rule", "dst_ip=10.1.0.0/16"]);
+    assert!(ok, "{err}");
+    let pid = daemon.child.id();
+
+    ip(&["-n", &ns.a, "link", "set", &ns.va, "down"]);
+    let down = format!(
+        "interface {} went down: nothing arrives until it is up again",
+        ns.va
+    );
+    stderr.wait_for(&down);
+    let cores = cores_over(pid, 2.0);
+    assert!(
+        cores < 0.15,
+        "buffetd used {cores:.3} cores with its interface down (idle: about 0.05)"
+    );
+
+    ip(&["-n", &ns.a, "link", "set", &ns.va, "up"]);
+    // The link needs a moment before a veth carries frames again.
+    std::thread::sleep(Duration::from_millis(500));
+    let pcap = frames_to_tenant_1(dir.path(), 100);
+    let (sent, back) = send_from_b(&ns, &pcap, 100, &dir.path().join("sender.txt"));
+    assert_eq!((sent, back), (100, 100), "{}", stderr.text());
+    let (ok, v, err) = daemon.client(&["stats"]);
+    assert!(ok, "{err}");
+    assert_eq!(tenant_rows(&v), vec![(1, 100, 100)], "{v}");
+
+    ip(&["-n", &ns.a, "link", "del", &ns.va]);
+    stderr.wait_for(&format!("interface {} is gone", ns.va));
+    let cores = cores_over(pid, 1.0);
+    assert!(
+        cores < 0.15,
+        "buffetd used {cores:.3} cores without its interface"
+    );
+    daemon.signal("TERM");
+    assert!(daemon.child.wait().unwrap().success());
+    let text = stderr.text();
+    assert_eq!(text.matches(&down).count(), 1, "said once:\n{text}");
+}
+
+/// `buffet run`'s interface goes down mid-run and comes back: the run goes on (it ended,
+/// or spun on the socket's error, before), says both on stderr, lists the port's event in
+/// its report, and counts the frames sent once the interface is up again.
+#[test]
+fn a_run_goes_on_when_its_interface_goes_down_and_comes_back() {
+    if !privileged("live::a_run_goes_on_when_its_interface_goes_down_and_comes_back") {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(
+        &tenants,
+        "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.1.0.0/16\" } ]\n",
+    )
+    .unwrap();
+    let stats = dir.path().join("stats.json");
+    let args: Vec<std::ffi::OsString> = vec![
+        "--iface".into(),
+        ns.va.clone().into(),
+        "--nf".into(),
+        "monitor".into(),
+        "--workers".into(),
+        "1".into(),
+        "--no-pin".into(),
+        "--duration".into(),
+        "7".into(),
+        "--tenants".into(),
+        tenants.into_os_string(),
+        "--stats-json".into(),
+        stats.clone().into_os_string(),
+    ];
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let (child, stderr) = start_run(&ns.a, &args);
+    ip(&["-n", &ns.a, "link", "set", &ns.va, "down"]);
+    // The run's watcher looks once a second; the data plane reads the socket's error
+    // at once.
+    std::thread::sleep(Duration::from_millis(1500));
+    let cores = cores_over(child.id(), 1.5);
+    ip(&["-n", &ns.a, "link", "set", &ns.va, "up"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let pcap = frames_to_tenant_1(dir.path(), 100);
+    let (sent, back) = send_from_b(&ns, &pcap, 100, &dir.path().join("sender.txt"));
+    let out = child.wait_with_output().unwrap();
+    let err = stderr.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "buffet run: {err}{stdout}");
+    assert_eq!((sent, back), (100, 100), "{err}{stdout}");
+    assert!(
+        cores < 0.3,
+        "buffet run used {cores:.3} cores with its interface down"
+    );
+    let down = format!(
+        "interface {} is down: nothing arrives until it is up again",
+        ns.va
+    );
+    let up = format!("interface {} is up again", ns.va);
+    let (d, u) = (err.find(&down), err.find(&up));
+    assert!(d.is_some() && u > d, "down, then up:\n{err}");
+    assert!(
+        stdout.contains(&format!(
+            "port af_packet:{0}: interface {0} went down: nothing arrives until it is up again",
+            ns.va
+        )),
+        "{stdout}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(tenant_rows(&json), vec![(1, 100, 100)], "{json}");
+}

@@ -624,6 +624,9 @@ impl<P: Port> Port for Counted<P> {
     fn readiness_fds(&self) -> Option<Vec<std::os::fd::RawFd>> {
         self.inner.readiness_fds()
     }
+    fn take_error(&mut self) -> Result<(), PortError> {
+        self.inner.take_error()
+    }
 }
 
 fn port_json(name: &str, s: &PortStats) -> serde_json::Value {
@@ -748,8 +751,9 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
     );
     // The watcher stops the data plane on a signal or at the deadline, or when an
     // interface of the run is gone (its name no longer resolves to the index it had:
-    // deleted, or moved to another namespace; looked up once a second), and prints the
-    // rate every second when stderr is a terminal.
+    // deleted, or moved to another namespace; looked up once a second), says when one goes
+    // down and when it is up again (the run goes on meanwhile), and prints the rate every
+    // second when stderr is a terminal.
     let watched: Vec<(String, u32)> = std::iter::once(&a.iface)
         .chain(&a.tx_iface)
         .filter_map(|name| Some((name.clone(), afpacket::interface_index(name)?)))
@@ -771,6 +775,7 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                 let mut checked = Instant::now();
                 let mut looked = Instant::now();
                 let mut gone = None;
+                let mut down = vec![false; watched.len()];
                 while !done.load(Ordering::Acquire) {
                     if looked.elapsed() >= Duration::from_secs(1) {
                         looked = Instant::now();
@@ -781,6 +786,19 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                         if gone.is_some() {
                             control.stop();
                             break;
+                        }
+                        for ((name, _), was) in watched.iter().zip(&mut down) {
+                            let now = afpacket::interface_up(name) == Some(false);
+                            if now != *was {
+                                *was = now;
+                                let what = if now {
+                                    "is down: nothing arrives until it is up again"
+                                } else {
+                                    "is up again"
+                                };
+                                let cr = if tty { "\r" } else { "" };
+                                eprintln!("{cr}interface {name} {what}");
+                            }
                         }
                     }
                     if let Some(d) = &mut dispatcher {

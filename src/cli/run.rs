@@ -282,6 +282,9 @@ pub fn print_events(out: &mut dyn Write, r: &Report, limit: usize) -> std::io::R
                 out,
                 "  worker {worker} stuck in tenant(s) {tenants:?} (quarantined): {reassigned} tenants reassigned, {requeued} queued packets moved, {stuck} caught"
             )?,
+            WorkerEvent::PortDown { port, message } => {
+                writeln!(out, "  port {port}: {message}")?
+            }
             WorkerEvent::Released { tenant, faults } => {
                 writeln!(out, "  tenant {tenant} released from quarantine after {faults} faults")?
             }

@@ -1048,6 +1048,7 @@ fn event_name(e: &WorkerEvent) -> &'static str {
         WorkerEvent::WorkerTerminated { .. } => "worker_terminated",
         WorkerEvent::WorkerDied { .. } => "worker_died",
         WorkerEvent::WorkerStuck { .. } => "worker_stuck",
+        WorkerEvent::PortDown { .. } => "port_down",
         WorkerEvent::Released { .. } => "released",
     }
 }

@@ -28,6 +28,7 @@ pub mod config;
 pub mod daemon;
 pub mod metrics;
 pub mod plane;
+mod repeats;
 pub mod serve;
 pub mod store;
 pub mod xdp;

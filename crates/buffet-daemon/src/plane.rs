@@ -18,7 +18,7 @@ use std::any::Any;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use buffet_config::chain::{self, Chain, RegisteredStages, DEFAULT_KEY};
 use buffet_config::isolation::{self, Isolation};
@@ -36,6 +36,7 @@ use buffet_worker::{Control, PipelineConfig, PipelineError, Report, TenantSpec, 
 use crossbeam::channel::Receiver;
 
 use crate::config::{DaemonConfig, PortConfig};
+use crate::repeats::RepeatedLines;
 use crate::xdp::{XdpChangeError, XdpSide, XdpStart, XdpStartError};
 
 /// Opens a `kind = "dpdk"` port as `buffet run --port dpdk` does (the EAL arguments
@@ -791,7 +792,17 @@ impl NfVisitor for Build {
             .spawn(move || {
                 // Until stopped: ports that end (a pcap) leave the data plane idle, still
                 // applying control commands; idle, it blocks until a frame or a command.
-                dataplane.serve(|e| eprintln!("buffetd: data plane: {e}"));
+                // A port whose error repeats (retried every 10 ms) is printed once per
+                // period with its count.
+                let mut lines = RepeatedLines::default();
+                dataplane.serve(|e| {
+                    if let Some(line) = lines.line(&e.to_string(), Instant::now()) {
+                        eprintln!("buffetd: data plane: {line}");
+                    }
+                });
+                for line in lines.finish(Instant::now()) {
+                    eprintln!("buffetd: data plane: {line}");
+                }
                 dataplane.finish()
             })
             .map_err(StartError::Spawn)?;

@@ -138,6 +138,8 @@ pub enum AfPacketError {
 pub struct AfPacketPort {
     cfg: AfPacketConfig,
     socket: sys::Socket,
+    /// The interface's index when the port was opened: the socket stays bound to it.
+    ifindex: u32,
     ring: Option<sys::Ring>,
     /// The block being read, whether we are inside it, frames left and the next offset.
     block: usize,
@@ -277,6 +279,7 @@ impl AfPacketPort {
         Ok(AfPacketPort {
             cfg,
             socket,
+            ifindex,
             ring,
             block: 0,
             in_block: false,
@@ -412,6 +415,29 @@ impl Port for AfPacketPort {
         })
     }
 
+    /// The kernel reports `ENETDOWN` on the socket once when the interface goes down or
+    /// is removed. Down, the socket receives again once the interface is up; removed (or
+    /// moved to another namespace), it never does, even if an interface of the same name
+    /// comes back: the name no longer resolves to the index the socket is bound to.
+    fn take_error(&mut self) -> Result<(), PortError> {
+        let iface = || self.cfg.iface.clone();
+        match self.socket.take_error() {
+            Ok(None) => Ok(()),
+            Ok(Some(e)) if e.raw_os_error() == Some(libc::ENETDOWN) => Err(PortError::LinkLost {
+                iface: iface(),
+                gone: sys::if_index(&self.cfg.iface).ok() != Some(self.ifindex),
+            }),
+            Ok(Some(source)) => Err(PortError::Io {
+                call: "receive",
+                source,
+            }),
+            Err(source) => Err(PortError::Io {
+                call: "getsockopt(SO_ERROR)",
+                source,
+            }),
+        }
+    }
+
     fn stats(&self) -> PortStats {
         if self.ring.is_some() {
             if let Ok(st) = self.socket.take_stats() {
@@ -450,6 +476,14 @@ fn fill(buf: &mut PacketBuf, f: &sys::RingFrame<'_>) -> bool {
 /// started with to find its interface deleted, or moved to another namespace.
 pub fn interface_index(name: &str) -> Option<u32> {
     sys::if_index(name).ok()
+}
+
+/// Whether interface `name` of this network namespace is up (`IFF_UP`), or `None` when
+/// it cannot be told (no such interface): a live run watches it to say when its
+/// interface goes down and comes back.
+pub fn interface_up(name: &str) -> Option<bool> {
+    let flags = sys::Socket::query().ok()?.if_flags(name).ok()?;
+    Some(flags & libc::IFF_UP != 0)
 }
 
 /// Installs SIGINT and SIGTERM handlers for a live run and returns the flag they set

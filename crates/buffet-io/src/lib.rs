@@ -64,7 +64,7 @@ mod sys;
 
 pub use buf::{FrameOwner, Outcome, PacketBuf, FRAME_CAPACITY};
 pub use port::{
-    wait_readable, HeapPool, PcapTap, Port, PortError, PortStats, Rx, SourcePort, TapDirection,
+    wait_ready, HeapPool, PcapTap, Port, PortError, PortStats, Ready, Rx, SourcePort, TapDirection,
     MAX_WAIT_FDS,
 };
 

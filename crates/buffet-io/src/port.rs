@@ -42,6 +42,26 @@ pub enum PortError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// A live port's interface went down, or away.
+    #[error("{}", link_lost(.iface, *.gone))]
+    LinkLost {
+        /// The interface.
+        iface: String,
+        /// It no longer exists under its name with the index the port is bound to
+        /// (deleted, or moved to another network namespace): nothing arrives any more.
+        gone: bool,
+    },
+}
+
+fn link_lost(iface: &str, gone: bool) -> String {
+    if gone {
+        format!(
+            "interface {iface} is gone (deleted, or moved to another network namespace): \
+             this port receives nothing more; restart once the interface is back"
+        )
+    } else {
+        format!("interface {iface} went down: nothing arrives until it is up again")
+    }
 }
 
 /// What [`Port::rx_burst`] found.
@@ -154,22 +174,41 @@ pub trait Port: Send {
     }
 
     /// Descriptors that `poll(2)` reports readable (`POLLIN`) whenever this port has
-    /// frames to receive, for a data plane that waits on them ([`wait_readable`])
+    /// frames to receive, for a data plane that waits on them ([`wait_ready`])
     /// instead of polling when nothing arrives: `None` when the port cannot say (it must
     /// be polled: files, the generator, DPDK), empty when it never receives.
     fn readiness_fds(&self) -> Option<Vec<RawFd>> {
         None
     }
+
+    /// Reads and clears the error pending on the port's descriptors, called when
+    /// [`wait_ready`] found one of its [`readiness_fds`](Self::readiness_fds) reporting an
+    /// error condition: a live port says what happened to its interface. `Ok` when nothing
+    /// is pending (the default, for ports whose descriptors never report one).
+    fn take_error(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
 }
 
-/// The most descriptors [`wait_readable`] watches; a caller with more must not block on
+/// The most descriptors [`wait_ready`] watches; a caller with more must not block on
 /// them (the rest would go unwatched).
 pub const MAX_WAIT_FDS: usize = crate::sys::MAX_POLL_FDS;
 
-/// Waits until one of `fds` is readable or `timeout` passed (at most about 24 days);
-/// returns whether one is. Interrupted by a signal, it returns early. With no `fds` it
-/// sleeps `timeout`. Only the first [`MAX_WAIT_FDS`] are watched.
-pub fn wait_readable(fds: &[RawFd], timeout: std::time::Duration) -> bool {
+/// What [`wait_ready`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ready {
+    /// A descriptor is readable or reports an error condition.
+    pub woken: bool,
+    /// The first descriptor that reports an error condition (`POLLERR`: a socket with an
+    /// error pending, such as a packet socket whose interface went down). Until the error
+    /// is read ([`Port::take_error`]) every wait returns at once.
+    pub failed: Option<RawFd>,
+}
+
+/// Waits until one of `fds` is readable or reports an error, or `timeout` passed (at most
+/// about 24 days). Interrupted by a signal, it returns early. With no `fds` it sleeps
+/// `timeout`. Only the first [`MAX_WAIT_FDS`] are watched.
+pub fn wait_ready(fds: &[RawFd], timeout: std::time::Duration) -> Ready {
     crate::sys::poll_readable(fds, timeout)
 }
 
@@ -439,6 +478,10 @@ impl<P: Port> Port for PcapTap<P> {
     fn readiness_fds(&self) -> Option<Vec<RawFd>> {
         self.inner.readiness_fds()
     }
+
+    fn take_error(&mut self) -> Result<(), PortError> {
+        self.inner.take_error()
+    }
 }
 
 impl Port for Box<dyn Port> {
@@ -477,6 +520,9 @@ impl Port for Box<dyn Port> {
     }
     fn readiness_fds(&self) -> Option<Vec<RawFd>> {
         (**self).readiness_fds()
+    }
+    fn take_error(&mut self) -> Result<(), PortError> {
+        (**self).take_error()
     }
 }
 

@@ -69,9 +69,13 @@ impl PacketBuf {
 pub(crate) const MAX_POLL_FDS: usize = 256;
 
 /// `poll(2)` for `POLLIN` on the first [`MAX_POLL_FDS`] of `fds`, at most `timeout`
-/// (`ppoll` takes it in nanoseconds; the timer's slack may add a little); whether one is
-/// readable. An empty `fds` just sleeps.
-pub(crate) fn poll_readable(fds: &[std::os::fd::RawFd], timeout: std::time::Duration) -> bool {
+/// (`ppoll` takes it in nanoseconds; the timer's slack may add a little): whether one is
+/// readable or reports an error condition (`POLLERR`), and the first that reports one. An
+/// empty `fds` just sleeps.
+pub(crate) fn poll_readable(
+    fds: &[std::os::fd::RawFd],
+    timeout: std::time::Duration,
+) -> crate::port::Ready {
     const MAX: usize = MAX_POLL_FDS;
     let mut set = [libc::pollfd {
         fd: -1,
@@ -94,5 +98,15 @@ pub(crate) fn poll_readable(fds: &[std::os::fd::RawFd], timeout: std::time::Dura
     // `revents` into; `ts` is a valid timespec read by the kernel; no signal mask is
     // passed (null). The result is only read as a count or an error.
     let r = unsafe { libc::ppoll(set.as_mut_ptr(), n as libc::nfds_t, &ts, std::ptr::null()) };
-    r > 0
+    crate::port::Ready {
+        woken: r > 0,
+        failed: if r > 0 {
+            set[..n]
+                .iter()
+                .find(|p| p.revents & libc::POLLERR != 0)
+                .map(|p| p.fd)
+        } else {
+            None
+        },
+    }
 }

@@ -125,7 +125,10 @@ impl Idle {
     /// The loop found nothing: spins, or naps with `nap`, or, idle long enough, blocks
     /// on `waker` and on `fds` (descriptors only this thread drains; `None`: something
     /// must be polled, so it naps) for at most `wait` (zero: never blocks). `has_work`
-    /// looks once more after the thread marked itself asleep.
+    /// looks once more after the thread marked itself asleep. Returns the descriptor of
+    /// `fds` that woke it with an error condition, if one did: the caller reads that error
+    /// from its port ([`Port::take_error`](buffet_io::Port::take_error)), or every
+    /// following wait returns at once.
     pub(crate) fn empty(
         &mut self,
         wait: Duration,
@@ -133,33 +136,44 @@ impl Idle {
         fds: Option<&[RawFd]>,
         has_work: impl FnOnce() -> bool,
         nap: impl FnOnce(),
-    ) {
+    ) -> Option<RawFd> {
         if !self.backoff.is_completed() {
             self.backoff.snooze();
-            return;
+            return None;
         }
         let now = Instant::now();
         let since = *self.since.get_or_insert(now);
         if wait.is_zero() || now.duration_since(since) < IDLE_AFTER {
-            return nap();
+            nap();
+            return None;
         }
         let (Some(fds), Some(efd)) = (fds, &waker.fd) else {
-            return nap();
+            nap();
+            return None;
         };
         if fds.len() >= buffet_io::MAX_WAIT_FDS {
             // More than one wait can watch: some would go unwatched.
-            return nap();
+            nap();
+            return None;
         }
         let mut set = [0 as RawFd; buffet_io::MAX_WAIT_FDS];
         set[..fds.len()].copy_from_slice(fds);
         set[fds.len()] = efd.raw();
         waker.asleep.store(true, Ordering::SeqCst);
-        let woken = has_work() || buffet_io::wait_readable(&set[..=fds.len()], wait);
+        let ready = if has_work() {
+            buffet_io::Ready {
+                woken: true,
+                failed: None,
+            }
+        } else {
+            buffet_io::wait_ready(&set[..=fds.len()], wait)
+        };
         waker.asleep.store(false, Ordering::SeqCst);
         efd.drain();
-        if woken {
+        if ready.woken {
             // Look for what follows before blocking again.
             self.since = Some(Instant::now());
         }
+        ready.failed
     }
 }

@@ -321,6 +321,15 @@ pub enum WorkerEvent {
         /// Frames in the burst it holds (global `stuck_in_worker`).
         stuck: u64,
     },
+    /// A live port's interface went down or away (its socket reported it while the data
+    /// plane waited). Down, frames arrive again once it is up; gone, the port receives
+    /// nothing more. The data plane goes on with its other ports.
+    PortDown {
+        /// The port's name.
+        port: String,
+        /// What happened, in words.
+        message: String,
+    },
     /// The operator released a quarantined tenant ([`Control::release`]).
     Released {
         /// The tenant.
@@ -2187,10 +2196,15 @@ impl<N: NetworkFunction> Dataplane<N> {
                         ended = now;
                         fds = self.readiness_fds();
                     }
-                    if polled.is_idle() {
-                        self.idle_turn(&mut idle, fds.as_deref());
-                    } else {
+                    if !polled.is_idle() {
                         idle.busy();
+                    } else {
+                        match self.idle_turn(&mut idle, fds.as_deref()) {
+                            Ok(None) => {}
+                            // A port's interface went down or away: said once (the socket's
+                            // error is read and cleared), and the data plane goes on.
+                            Ok(Some(e)) | Err(e) => on_error(e),
+                        }
                     }
                 }
                 Err(e) => {
@@ -2232,7 +2246,8 @@ impl<N: NetworkFunction> Dataplane<N> {
                 break;
             }
             if polled.is_idle() {
-                self.idle_turn(idle, fds.as_deref());
+                // A port whose interface went down is an event, not the run's end.
+                self.idle_turn(idle, fds.as_deref())?;
             } else {
                 idle.busy();
             }
@@ -2242,8 +2257,15 @@ impl<N: NetworkFunction> Dataplane<N> {
 
     /// One idle turn of a loop driving the data plane: spins, naps, or blocks on the
     /// waker and `fds` (see [`Idle::empty`]); a command that arrives while it naps is
-    /// applied.
-    fn idle_turn(&mut self, idle: &mut Idle, fds: Option<&[RawFd]>) {
+    /// applied. A port whose descriptor woke it with an error condition is asked for the
+    /// error ([`Port::take_error`], which clears it): an interface that went down or away
+    /// is a [`WorkerEvent::PortDown`], also returned as a notice (`Ok(Some)`); any other
+    /// error is returned as such.
+    fn idle_turn(
+        &mut self,
+        idle: &mut Idle,
+        fds: Option<&[RawFd]>,
+    ) -> Result<Option<PipelineError>, PipelineError> {
         // Frames in the workers' hands wake it when they come back; a hand-over
         // and a retiring slot wait for a worker's flush or idle count, which it
         // looks for.
@@ -2254,7 +2276,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         };
         let mut cmd = None;
         let (commands, workers) = (&self.commands, &self.workers);
-        idle.empty(
+        let failed = idle.empty(
             wait,
             &self.waker,
             fds,
@@ -2270,6 +2292,30 @@ impl<N: NetworkFunction> Dataplane<N> {
         if let Some(cmd) = cmd {
             self.apply(cmd);
         }
+        let Some(fd) = failed else {
+            return Ok(None);
+        };
+        let ended = &self.ended;
+        let Some((port, _)) = self
+            .ports
+            .iter_mut()
+            .zip(ended)
+            .find(|(p, &ended)| !ended && p.readiness_fds().is_some_and(|v| v.contains(&fd)))
+        else {
+            return Ok(None);
+        };
+        let Err(source) = port.take_error() else {
+            return Ok(None);
+        };
+        let port = port.name();
+        if !matches!(source, PortError::LinkLost { .. }) {
+            return Err(PipelineError::Port { port, source });
+        }
+        self.emit(WorkerEvent::PortDown {
+            port: port.clone(),
+            message: source.to_string(),
+        });
+        Ok(Some(PipelineError::Port { port, source }))
     }
 
     /// A snapshot of everything counted so far (call [`flush`](Self::flush) first for

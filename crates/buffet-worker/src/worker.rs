@@ -262,7 +262,9 @@ impl<N: NetworkFunction> WorkerThread<N> {
                 Duration::ZERO
             };
             let (rx, stop, flush) = (&self.rx, &self.stop, &self.flush);
-            idle.empty(
+            // A worker's own descriptors are AF_XDP sockets, which never report an error
+            // condition to poll(2) (their interface's loss reaches the data plane's port).
+            let _failed = idle.empty(
                 wait,
                 &self.waker,
                 own_fds.as_deref(),

@@ -42,6 +42,18 @@ impl Socket {
         Ok(Socket { fd })
     }
 
+    /// A datagram socket of this namespace for interface queries (`SIOCGIFFLAGS`): it
+    /// needs no privilege, unlike a packet socket.
+    pub(crate) fn query() -> io::Result<Socket> {
+        // SAFETY: plain system call with constant arguments; the result is checked.
+        let fd = check(unsafe {
+            libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+        })?;
+        // SAFETY: `fd` was just returned by `socket` and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Socket { fd })
+    }
+
     /// The descriptor, for `poll(2)`.
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         self.fd.as_raw_fd()
@@ -127,6 +139,24 @@ impl Socket {
         })?;
         // SAFETY: the kernel filled the `ifru_flags` member of the union.
         Ok(libc::c_int::from(unsafe { req.ifr_ifru.ifru_flags }))
+    }
+
+    /// The error pending on the socket, read and cleared (`SO_ERROR`): `ENETDOWN` once the
+    /// bound interface went down or was removed. `None` when nothing is pending.
+    pub(crate) fn take_error(&self) -> io::Result<Option<io::Error>> {
+        let mut err: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `err` and `len` are live and sized as the kernel expects for SO_ERROR.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        })?;
+        Ok((err != 0).then(|| io::Error::from_raw_os_error(err)))
     }
 
     /// `PACKET_STATISTICS` since the last call (reading resets the kernel's counters).
