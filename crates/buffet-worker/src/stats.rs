@@ -54,7 +54,8 @@ const NF_CAUSES: usize = DropCause::ALL.len();
 
 /// One worker's counters for one tenant. The fields every Packet Buffer updates share
 /// the row's first cache line; the NF drop counters, touched only when the NF drops,
-/// take the second.
+/// take the second. Every field is an atomic counter, zero when its bytes are: a
+/// worker's rows are mapped zero-filled ([`crate::sys::Rows`]).
 #[derive(Default)]
 #[repr(C, align(64))]
 pub(crate) struct TenantCounters {
@@ -161,7 +162,7 @@ impl TenantCounters {
 
 /// One worker's counter block: a row per tenant slot plus totals.
 pub(crate) struct WorkerCounters {
-    pub tenants: Box<[TenantCounters]>,
+    pub tenants: crate::sys::Rows,
     pub packets: AtomicU64,
     pub bursts: AtomicU64,
     pub busy_cycles: AtomicU64,
@@ -174,7 +175,7 @@ pub(crate) struct WorkerCounters {
 impl WorkerCounters {
     pub(crate) fn new(slots: u32) -> Self {
         WorkerCounters {
-            tenants: (0..slots).map(|_| TenantCounters::default()).collect(),
+            tenants: crate::sys::Rows::zeroed(slots as usize),
             packets: AtomicU64::new(0),
             bursts: AtomicU64::new(0),
             busy_cycles: AtomicU64::new(0),
