@@ -4067,11 +4067,11 @@ fn frames_to_tenant_1(dir: &Path, n: u32) -> PathBuf {
     pcap
 }
 
-/// buffetd's interface goes down under it, comes back, then is deleted. The packet
-/// socket reports the loss once (POLLERR until its error is read): buffetd says so once,
-/// raises a `port_down` event, does not spin on the socket meanwhile (it used about 0.3
-/// cores, silently, before it read the error), and counts frames again once the
-/// interface is up. Deleted, it says the interface is gone.
+/// buffetd's interface goes down under it, comes back, goes down again and is deleted.
+/// The packet socket reports the loss once (POLLERR until its error is read): buffetd
+/// says so once, does not spin on the socket meanwhile (it used about 0.3 cores,
+/// silently, before it read the error), and counts frames again once the interface is
+/// up. Deleted while down, it says the interface is gone.
 #[test]
 fn buffetd_says_when_its_interface_goes_down_and_counts_again_once_up() {
     if !privileged("live::buffetd_says_when_its_interface_goes_down_and_counts_again_once_up") {
@@ -4119,8 +4119,23 @@ fn buffetd_says_when_its_interface_goes_down_and_counts_again_once_up() {
     assert!(ok, "{err}");
     assert_eq!(tenant_rows(&v), vec![(1, 100, 100)], "{v}");
 
+    let text = stderr.text();
+    assert_eq!(text.matches(&down).count(), 1, "said once:\n{text}");
+
+    // Down again, then deleted while down: the socket says nothing more (it no longer
+    // receives), so only buffetd's second look (about once a second while an interface
+    // is down) finds it gone.
+    ip(&["-n", &ns.a, "link", "set", &ns.va, "down"]);
+    let t0 = Instant::now();
+    while stderr.text().matches(&down).count() < 2 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{}", stderr.text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     ip(&["-n", &ns.a, "link", "del", &ns.va]);
-    stderr.wait_for(&format!("interface {} is gone", ns.va));
+    stderr.wait_for(&format!(
+        "interface {} is gone (deleted, or moved to another network namespace)",
+        ns.va
+    ));
     let cores = cores_over(pid, 1.0);
     assert!(
         cores < 0.15,
@@ -4128,8 +4143,6 @@ fn buffetd_says_when_its_interface_goes_down_and_counts_again_once_up() {
     );
     daemon.signal("TERM");
     assert!(daemon.child.wait().unwrap().success());
-    let text = stderr.text();
-    assert_eq!(text.matches(&down).count(), 1, "said once:\n{text}");
 }
 
 /// `buffet run`'s interface goes down mid-run and comes back: the run goes on (it ended,
@@ -4181,8 +4194,8 @@ fn a_run_goes_on_when_its_interface_goes_down_and_comes_back() {
     assert!(out.status.success(), "buffet run: {err}{stdout}");
     assert_eq!((sent, back), (100, 100), "{err}{stdout}");
     assert!(
-        cores < 0.3,
-        "buffet run used {cores:.3} cores with its interface down"
+        cores < 0.15,
+        "buffet run used {cores:.3} cores with its interface down (idle: about 0.05)"
     );
     let down = format!(
         "interface {} is down: nothing arrives until it is up again",

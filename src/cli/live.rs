@@ -627,6 +627,9 @@ impl<P: Port> Port for Counted<P> {
     fn take_error(&mut self) -> Result<(), PortError> {
         self.inner.take_error()
     }
+    fn recheck_link(&mut self) -> Result<bool, PortError> {
+        self.inner.recheck_link()
+    }
 }
 
 fn port_json(name: &str, s: &PortStats) -> serde_json::Value {
@@ -787,14 +790,18 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                             control.stop();
                             break;
                         }
-                        for ((name, _), was) in watched.iter().zip(&mut down) {
+                        for (i, ((name, _), was)) in watched.iter().zip(&mut down).enumerate() {
                             let now = afpacket::interface_up(name) == Some(false);
                             if now != *was {
                                 *was = now;
-                                let what = if now {
-                                    "is down: nothing arrives until it is up again"
-                                } else {
-                                    "is up again"
+                                // The first is --iface; a --tx-iface only sends.
+                                let what = match (now, i) {
+                                    (true, 0) => "is down: nothing arrives until it is up again",
+                                    (true, _) => {
+                                        "is down: passed frames are not sent (counted as \
+                                         tx_dropped) until it is up again"
+                                    }
+                                    (false, _) => "is up again",
                                 };
                                 let cr = if tty { "\r" } else { "" };
                                 eprintln!("{cr}interface {name} {what}");

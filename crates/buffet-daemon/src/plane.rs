@@ -29,7 +29,7 @@ use buffet_io::afpacket::{AfPacketConfig, AfPacketPort};
 use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
 use buffet_io::gen::{GenConfig, Generator};
 use buffet_io::pcap::PcapReader;
-use buffet_io::{Port, SourcePort};
+use buffet_io::{Port, PortError, SourcePort};
 use buffet_memory::ArenaConfig;
 use buffet_sdk::{PortId, TenantId};
 use buffet_worker::{Control, PipelineConfig, PipelineError, Report, TenantSpec, WorkerEvent};
@@ -793,10 +793,22 @@ impl NfVisitor for Build {
                 // Until stopped: ports that end (a pcap) leave the data plane idle, still
                 // applying control commands; idle, it blocks until a frame or a command.
                 // A port whose error repeats (retried every 10 ms) is printed once per
-                // period with its count.
+                // period with its count; an interface that went down or away is said
+                // each time (the kernel says it once).
                 let mut lines = RepeatedLines::default();
                 dataplane.serve(|e| {
-                    if let Some(line) = lines.line(&e.to_string(), Instant::now()) {
+                    let link = matches!(
+                        e,
+                        PipelineError::Port {
+                            source: PortError::LinkLost { .. },
+                            ..
+                        }
+                    );
+                    if link {
+                        eprintln!("buffetd: data plane: {e}");
+                        return;
+                    }
+                    for line in lines.lines(&e.to_string(), Instant::now()) {
                         eprintln!("buffetd: data plane: {line}");
                     }
                 });

@@ -43,13 +43,14 @@ impl RepeatedLines {
         }
     }
 
-    /// `msg` came at `now`: the line to print, if any.
-    pub fn line(&mut self, msg: &str, now: Instant) -> Option<String> {
+    /// `msg` came at `now`: the lines to print (none while it repeats within the period;
+    /// with a message forgotten to make room, that message's count not yet printed).
+    pub fn lines(&mut self, msg: &str, now: Instant) -> Vec<String> {
         if let Some(s) = self.seen.get_mut(msg) {
             s.since += 1;
             let elapsed = now.saturating_duration_since(s.printed);
             if elapsed < self.period {
-                return None;
+                return Vec::new();
             }
             let line = format!(
                 "{msg} (came {} in the last {})",
@@ -60,16 +61,20 @@ impl RepeatedLines {
                 printed: now,
                 since: 0,
             };
-            return Some(line);
+            return vec![line];
         }
+        let mut out = Vec::new();
         if self.seen.len() >= REMEMBERED {
+            // The one printed longest ago, preferring one with nothing left to say.
             let oldest = self
                 .seen
                 .iter()
-                .min_by_key(|(_, s)| s.printed)
+                .min_by_key(|(_, s)| (s.since > 0, s.printed))
                 .map(|(m, _)| m.clone());
-            if let Some(m) = oldest {
-                self.seen.remove(&m);
+            if let Some((m, s)) = oldest.and_then(|m| self.seen.remove_entry(&m)) {
+                if s.since > 0 {
+                    out.push(more_line(&m, &s, now));
+                }
             }
         }
         self.seen.insert(
@@ -79,7 +84,8 @@ impl RepeatedLines {
                 since: 0,
             },
         );
-        Some(msg.to_owned())
+        out.push(msg.to_owned());
+        out
     }
 
     /// The lines for messages that came again after they were last printed (at the end of
@@ -89,15 +95,18 @@ impl RepeatedLines {
             self.seen.drain().filter(|(_, s)| s.since > 0).collect();
         left.sort_by_key(|(_, s)| s.printed);
         left.into_iter()
-            .map(|(msg, s)| {
-                format!(
-                    "{msg} (came {} in the last {})",
-                    more_times(s.since),
-                    seconds(now.saturating_duration_since(s.printed))
-                )
-            })
+            .map(|(msg, s)| more_line(&msg, &s, now))
             .collect()
     }
+}
+
+/// `msg` came `s.since` more times after it was last printed.
+fn more_line(msg: &str, s: &Seen, now: Instant) -> String {
+    format!(
+        "{msg} (came {} in the last {})",
+        more_times(s.since),
+        seconds(now.saturating_duration_since(s.printed))
+    )
 }
 
 fn times(n: u64) -> String {
@@ -134,7 +143,11 @@ mod tests {
         let mut r = RepeatedLines::new(Duration::from_secs(10));
         let msg = "port 1 (afpacket on veth0): receive: Network is down";
         let printed: Vec<(u64, String)> = (0..=3000u64)
-            .filter_map(|i| r.line(msg, at(t0, i * 10)).map(|l| (i * 10, l)))
+            .flat_map(|i| {
+                r.lines(msg, at(t0, i * 10))
+                    .into_iter()
+                    .map(move |l| (i * 10, l))
+            })
             .collect();
         assert_eq!(
             printed,
@@ -164,12 +177,12 @@ mod tests {
     fn each_message_has_its_own_record_and_the_rest_is_counted_at_the_end() {
         let t0 = Instant::now();
         let mut r = RepeatedLines::new(Duration::from_secs(10));
-        assert_eq!(r.line("a", at(t0, 0)).as_deref(), Some("a"));
-        assert_eq!(r.line("b", at(t0, 1)).as_deref(), Some("b"));
-        assert_eq!(r.line("a", at(t0, 2)), None);
-        assert_eq!(r.line("b", at(t0, 3)), None);
-        assert_eq!(r.line("a", at(t0, 4)), None);
-        assert_eq!(r.line("c", at(t0, 5)).as_deref(), Some("c"));
+        assert_eq!(r.lines("a", at(t0, 0)), ["a"]);
+        assert_eq!(r.lines("b", at(t0, 1)), ["b"]);
+        assert!(r.lines("a", at(t0, 2)).is_empty());
+        assert!(r.lines("b", at(t0, 3)).is_empty());
+        assert!(r.lines("a", at(t0, 4)).is_empty());
+        assert_eq!(r.lines("c", at(t0, 5)), ["c"]);
         assert_eq!(
             r.finish(at(t0, 2_500)),
             vec![
@@ -184,12 +197,29 @@ mod tests {
         let t0 = Instant::now();
         let mut r = RepeatedLines::new(Duration::from_secs(10));
         for i in 0..REMEMBERED as u64 + 10 {
-            assert!(r.line(&format!("m{i}"), at(t0, i)).is_some());
+            assert_eq!(r.lines(&format!("m{i}"), at(t0, i)), [format!("m{i}")]);
             assert!(r.seen.len() <= REMEMBERED);
         }
         // m0 was printed longest ago and forgotten; the newest is still remembered.
-        assert!(r.line("m0", at(t0, 100)).is_some());
+        assert_eq!(r.lines("m0", at(t0, 100)), ["m0"]);
         let newest = format!("m{}", REMEMBERED as u64 + 9);
-        assert!(r.line(&newest, at(t0, 101)).is_none());
+        assert!(r.lines(&newest, at(t0, 101)).is_empty());
+    }
+
+    #[test]
+    fn a_message_forgotten_with_a_count_not_yet_printed_says_it_first() {
+        let t0 = Instant::now();
+        let mut r = RepeatedLines::new(Duration::from_secs(10));
+        // Every remembered message has come again since it was printed.
+        for i in 0..REMEMBERED as u64 {
+            let m = format!("m{i}");
+            assert_eq!(r.lines(&m, at(t0, i)), std::slice::from_ref(&m));
+            assert!(r.lines(&m, at(t0, 1000 + i)).is_empty());
+        }
+        assert_eq!(
+            r.lines("new", at(t0, 2000)),
+            ["m0 (came once more in the last 2.0 s)", "new"]
+        );
+        assert_eq!(r.finish(at(t0, 2000)).len(), REMEMBERED - 1);
     }
 }

@@ -140,6 +140,8 @@ pub struct AfPacketPort {
     socket: sys::Socket,
     /// The interface's index when the port was opened: the socket stays bound to it.
     ifindex: u32,
+    /// The socket said the interface went down, and it was still there then.
+    down: bool,
     ring: Option<sys::Ring>,
     /// The block being read, whether we are inside it, frames left and the next offset.
     block: usize,
@@ -280,6 +282,7 @@ impl AfPacketPort {
             cfg,
             socket,
             ifindex,
+            down: false,
             ring,
             block: 0,
             in_block: false,
@@ -288,6 +291,11 @@ impl AfPacketPort {
             stats: PortStats::default(),
             kernel_drops: Cell::new(0),
         })
+    }
+
+    /// Whether the interface's name still resolves to the index the socket is bound to.
+    fn same_interface(&self) -> bool {
+        sys::if_index(&self.cfg.iface).ok() == Some(self.ifindex)
     }
 
     /// The configuration it was opened with.
@@ -423,10 +431,14 @@ impl Port for AfPacketPort {
         let iface = || self.cfg.iface.clone();
         match self.socket.take_error() {
             Ok(None) => Ok(()),
-            Ok(Some(e)) if e.raw_os_error() == Some(libc::ENETDOWN) => Err(PortError::LinkLost {
-                iface: iface(),
-                gone: sys::if_index(&self.cfg.iface).ok() != Some(self.ifindex),
-            }),
+            Ok(Some(e)) if e.raw_os_error() == Some(libc::ENETDOWN) => {
+                let gone = !self.same_interface();
+                self.down = !gone;
+                Err(PortError::LinkLost {
+                    iface: iface(),
+                    gone,
+                })
+            }
             Ok(Some(source)) => Err(PortError::Io {
                 call: "receive",
                 source,
@@ -436,6 +448,21 @@ impl Port for AfPacketPort {
                 source,
             }),
         }
+    }
+
+    fn recheck_link(&mut self) -> Result<bool, PortError> {
+        if !self.down {
+            return Ok(false);
+        }
+        if !self.same_interface() {
+            self.down = false;
+            return Err(PortError::LinkLost {
+                iface: self.cfg.iface.clone(),
+                gone: true,
+            });
+        }
+        self.down = interface_up(&self.cfg.iface) != Some(true);
+        Ok(self.down)
     }
 
     fn stats(&self) -> PortStats {

@@ -188,6 +188,16 @@ pub trait Port: Send {
     fn take_error(&mut self) -> Result<(), PortError> {
         Ok(())
     }
+
+    /// Looks again at an interface [`take_error`](Self::take_error) found down (the data
+    /// plane calls it about once a second while one is): `Ok(true)` while it is still
+    /// down, `Ok(false)` once it is up again or when nothing is down (the default), and
+    /// [`PortError::LinkLost`] with `gone` once it went away meanwhile. (The kernel says
+    /// "down" once, also for an interface being deleted, whose name may still resolve for
+    /// a moment: only a later look tells.)
+    fn recheck_link(&mut self) -> Result<bool, PortError> {
+        Ok(false)
+    }
 }
 
 /// The most descriptors [`wait_ready`] watches; a caller with more must not block on
@@ -482,6 +492,10 @@ impl<P: Port> Port for PcapTap<P> {
     fn take_error(&mut self) -> Result<(), PortError> {
         self.inner.take_error()
     }
+
+    fn recheck_link(&mut self) -> Result<bool, PortError> {
+        self.inner.recheck_link()
+    }
 }
 
 impl Port for Box<dyn Port> {
@@ -523,6 +537,9 @@ impl Port for Box<dyn Port> {
     }
     fn take_error(&mut self) -> Result<(), PortError> {
         (**self).take_error()
+    }
+    fn recheck_link(&mut self) -> Result<bool, PortError> {
+        (**self).recheck_link()
     }
 }
 

@@ -984,6 +984,9 @@ pub struct Dataplane<N: NetworkFunction> {
     tx: Vec<Vec<PacketBuf>>,
     /// Per port: it has ended (a file, read to its end); ended ports are not waited on.
     ended: Vec<bool>,
+    /// When the ports were last asked about an interface found down
+    /// ([`Port::recheck_link`]); `None` while none is down.
+    links_down: Option<std::time::Instant>,
     slots: Vec<SlotInfo>,
     /// Removed slots waiting for their queued packets to drain.
     retiring: Vec<Retiring>,
@@ -1088,6 +1091,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         ports: Vec::new(),
         tx: Vec::new(),
         ended: Vec::new(),
+        links_down: None,
         slots: vec![SlotInfo::default(); cap as usize],
         retiring: Vec::new(),
         handovers: Vec::new(),
@@ -2186,6 +2190,9 @@ impl<N: NetworkFunction> Dataplane<N> {
             if !self.apply_commands() {
                 break;
             }
+            for e in self.recheck_links() {
+                on_error(e);
+            }
             match self.poll() {
                 Ok(polled) => {
                     let now = self.ended.iter().filter(|&&e| e).count();
@@ -2235,6 +2242,8 @@ impl<N: NetworkFunction> Dataplane<N> {
             if !self.apply_commands() {
                 break;
             }
+            // An interface that went away is an event; the watcher of a live run ends it.
+            let _ = self.recheck_links();
             let polled = self.poll()?;
             let (n, ended) = (polled.received, polled.ended);
             *total += n as u64;
@@ -2311,11 +2320,43 @@ impl<N: NetworkFunction> Dataplane<N> {
         if !matches!(source, PortError::LinkLost { .. }) {
             return Err(PipelineError::Port { port, source });
         }
+        if matches!(source, PortError::LinkLost { gone: false, .. }) {
+            self.links_down.get_or_insert_with(std::time::Instant::now);
+        }
+        Ok(Some(self.link_lost(port, source)))
+    }
+
+    /// Raises [`WorkerEvent::PortDown`] for `port`'s `source` (a [`PortError::LinkLost`]);
+    /// the same as a notice.
+    fn link_lost(&self, port: String, source: PortError) -> PipelineError {
         self.emit(WorkerEvent::PortDown {
             port: port.clone(),
             message: source.to_string(),
         });
-        Ok(Some(PipelineError::Port { port, source }))
+        PipelineError::Port { port, source }
+    }
+
+    /// About once a second while a port's interface is down, asks the ports
+    /// ([`Port::recheck_link`]) whether it came back or went away: gone, it is a
+    /// [`WorkerEvent::PortDown`] again, returned as a notice. One branch per turn otherwise.
+    fn recheck_links(&mut self) -> Vec<PipelineError> {
+        let Some(since) = self.links_down else {
+            return Vec::new();
+        };
+        if since.elapsed() < std::time::Duration::from_secs(1) {
+            return Vec::new();
+        }
+        let (mut down, mut gone) = (false, Vec::new());
+        for (port, _) in self.ports.iter_mut().zip(&self.ended).filter(|(_, &e)| !e) {
+            match port.recheck_link() {
+                Ok(d) => down |= d,
+                Err(source) => gone.push((port.name(), source)),
+            }
+        }
+        self.links_down = down.then(std::time::Instant::now);
+        gone.into_iter()
+            .map(|(port, source)| self.link_lost(port, source))
+            .collect()
     }
 
     /// A snapshot of everything counted so far (call [`flush`](Self::flush) first for
