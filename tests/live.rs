@@ -2400,6 +2400,22 @@ fn xdp_dispatch_refuses_an_inexpressible_rule_or_too_many_tenants_before_attachi
     );
 }
 
+/// buffetd in namespace A of `ns` (its loopback up: the API listens there) with the NF
+/// and API port of `(port, nf)`, `tail` after the config's head (`[dataplane]`, the
+/// ports), its data under `dir`; started and answering.
+fn daemon_in_a(
+    ns: &NsPair,
+    dir: &Path,
+    (port, nf): (u16, &str),
+    tail: &str,
+    token: &str,
+) -> Daemon {
+    ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
+    let head = config_head(&dir.join("data"), port, nf);
+    let cfg = write_config(dir, &format!("{head}{tail}"));
+    Daemon::start_in(&ns.a, &cfg, port, token)
+}
+
 /// buffetd on a live interface: a `kind = "af_packet"` port in its config, inside
 /// namespace A; tenants admitted through the `buffet` client (run in A too, where the
 /// API listens); frames sent from B are counted per tenant exactly and passed frames come
@@ -2410,19 +2426,18 @@ fn buffetd_serves_a_live_af_packet_port() {
         return;
     }
     let ns = NsPair::new();
-    ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
     let dir = tempfile::tempdir().unwrap();
-    let token = "admin-token-for-the-live-daemon-test";
-    let cfg = write_config(
+    let mut daemon = daemon_in_a(
+        &ns,
         dir.path(),
+        (7979, "firewall"),
         &format!(
-            "{}[dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 16\n\
-             [[port]]\nkind = \"af_packet\"\niface = \"{iface}\"\n",
-            config_head(&dir.path().join("data"), 7979, "firewall"),
-            iface = ns.va
+            "[dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 16\n\
+             [[port]]\nkind = \"af_packet\"\niface = \"{}\"\n",
+            ns.va
         ),
+        "admin-token-for-the-live-daemon-test",
     );
-    let mut daemon = Daemon::start_in(&ns.a, &cfg, 7979, token);
     // Tenant 1 passes everything, tenant 2 denies UDP to port 53.
     for (id, policy) in [
         (1, r#"{"default":"allow"}"#),
@@ -2935,20 +2950,19 @@ fn buffetd_runs_the_xdp_dispatcher_with_tenants_and_workers_changing_under_traff
         return;
     }
     let ns = NsPair::new();
-    ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
     let dir = tempfile::tempdir().unwrap();
-    let token = "admin-token-for-the-live-xdp-daemon-test";
-    let cfg = write_config(
+    let mut daemon = daemon_in_a(
+        &ns,
         dir.path(),
+        (7980, "monitor"),
         &format!(
-            "{}[dataplane]\nworkers = 2\nmax_workers = 3\narena_mib = 64\ntenant_slots = 16\n\
+            "[dataplane]\nworkers = 2\nmax_workers = 3\narena_mib = 64\ntenant_slots = 16\n\
              [dispatch]\nmode = \"xdp\"\n\
-             [[port]]\nkind = \"af_xdp\"\niface = \"{iface}\"\nxdp_mode = \"generic\"\n",
-            config_head(&dir.path().join("data"), 7980, "monitor"),
-            iface = ns.va
+             [[port]]\nkind = \"af_xdp\"\niface = \"{}\"\nxdp_mode = \"generic\"\n",
+            ns.va
         ),
+        "admin-token-for-the-live-xdp-daemon-test",
     );
-    let mut daemon = Daemon::start_in(&ns.a, &cfg, 7980, token);
     assert!(
         xdp_attached(&ns.a, &ns.va).is_some(),
         "the XDP Packet Dispatcher is attached"
@@ -3947,20 +3961,19 @@ fn buffetd_counts_super_packets_as_oversize_while_it_runs() {
     }
     for port in ports {
         let ns = NsPair::new();
-        ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
         let dir = tempfile::tempdir().unwrap();
-        let token = "admin-token-for-the-live-oversize-test";
         // The port table last: the XDP variant's [dispatch] table follows it.
-        let cfg = write_config(
+        let mut daemon = daemon_in_a(
+            &ns,
             dir.path(),
+            (7981, "monitor"),
             &format!(
-                "{}[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
-                 [[port]]\niface = \"{iface}\"\n{port}",
-                config_head(&dir.path().join("data"), 7981, "monitor"),
-                iface = ns.va
+                "[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
+                 [[port]]\niface = \"{}\"\n{port}",
+                ns.va
             ),
+            "admin-token-for-the-live-oversize-test",
         );
-        let mut daemon = Daemon::start_in(&ns.a, &cfg, 7981, token);
         let (ok, _, err) =
             daemon.client(&["tenant", "add", "--id", "1", "--rule", "dst_ip=10.1.0.0/16"]);
         assert!(ok, "{port:?}: {err}");
@@ -4078,19 +4091,18 @@ fn buffetd_says_when_its_interface_goes_down_and_counts_again_once_up() {
         return;
     }
     let ns = NsPair::new();
-    ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
     let dir = tempfile::tempdir().unwrap();
-    let token = "admin-token-for-the-link-loss-test";
-    let cfg = write_config(
+    let mut daemon = daemon_in_a(
+        &ns,
         dir.path(),
+        (7982, "monitor"),
         &format!(
-            "{}[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
-             [[port]]\nkind = \"af_packet\"\niface = \"{iface}\"\n",
-            config_head(&dir.path().join("data"), 7982, "monitor"),
-            iface = ns.va
+            "[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
+             [[port]]\nkind = \"af_packet\"\niface = \"{}\"\n",
+            ns.va
         ),
+        "admin-token-for-the-link-loss-test",
     );
-    let mut daemon = Daemon::start_in(&ns.a, &cfg, 7982, token);
     let stderr = Lines::read(daemon.child.stderr.take().unwrap());
     let (ok, _, err) =
         daemon.client(&["tenant", "add", "--id", "1", "--rule", "dst_ip=10.1.0.0/16"]);
