@@ -2416,6 +2416,15 @@ fn daemon_in_a(
     Daemon::start_in(&ns.a, &cfg, port, token)
 }
 
+/// A buffetd config's `[dataplane]` with `workers` workers and one `af_packet` port on
+/// `iface`.
+fn af_packet_dataplane(workers: u32, iface: &str) -> String {
+    format!(
+        "[dataplane]\nworkers = {workers}\narena_mib = 64\ntenant_slots = 16\n\
+         [[port]]\nkind = \"af_packet\"\niface = \"{iface}\"\n"
+    )
+}
+
 /// buffetd on a live interface: a `kind = "af_packet"` port in its config, inside
 /// namespace A; tenants admitted through the `buffet` client (run in A too, where the
 /// API listens); frames sent from B are counted per tenant exactly and passed frames come
@@ -2427,15 +2436,12 @@ fn buffetd_serves_a_live_af_packet_port() {
     }
     let ns = NsPair::new();
     let dir = tempfile::tempdir().unwrap();
+    let tail = af_packet_dataplane(2, &ns.va);
     let mut daemon = daemon_in_a(
         &ns,
         dir.path(),
         (7979, "firewall"),
-        &format!(
-            "[dataplane]\nworkers = 2\narena_mib = 64\ntenant_slots = 16\n\
-             [[port]]\nkind = \"af_packet\"\niface = \"{}\"\n",
-            ns.va
-        ),
+        &tail,
         "admin-token-for-the-live-daemon-test",
     );
     // Tenant 1 passes everything, tenant 2 denies UDP to port 53.
@@ -4092,15 +4098,12 @@ fn buffetd_says_when_its_interface_goes_down_and_counts_again_once_up() {
     }
     let ns = NsPair::new();
     let dir = tempfile::tempdir().unwrap();
+    let tail = af_packet_dataplane(1, &ns.va);
     let mut daemon = daemon_in_a(
         &ns,
         dir.path(),
         (7982, "monitor"),
-        &format!(
-            "[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
-             [[port]]\nkind = \"af_packet\"\niface = \"{}\"\n",
-            ns.va
-        ),
+        &tail,
         "admin-token-for-the-link-loss-test",
     );
     let stderr = Lines::read(daemon.child.stderr.take().unwrap());
