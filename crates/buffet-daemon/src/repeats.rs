@@ -1,7 +1,8 @@
 //! Repeated error lines, printed once per period with a count instead of on every
 //! occurrence. The data plane retries a failing port every 10 ms; without this, a port
-//! whose error repeats (an interface taken down under buffetd) would print a hundred
-//! lines a second, burying every other line of the log.
+//! whose receive or send keeps failing would print a hundred lines a second, burying
+//! every other line of the log. (An interface that goes down is said once by the kernel
+//! and printed as it comes, not through this.)
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
