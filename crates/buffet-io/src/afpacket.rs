@@ -293,9 +293,15 @@ impl AfPacketPort {
         })
     }
 
-    /// Whether the interface's name still resolves to the index the socket is bound to.
-    fn same_interface(&self) -> bool {
-        sys::if_index(&self.cfg.iface).ok() == Some(self.ifindex)
+    /// Whether the interface's name still resolves to the index the socket is bound to:
+    /// `Some(false)` when it resolves to another or to none (`ENODEV`: deleted, or moved
+    /// to another namespace), `None` when the lookup itself failed (out of descriptors).
+    fn same_interface(&self) -> Option<bool> {
+        match sys::if_index(&self.cfg.iface) {
+            Ok(i) => Some(i == self.ifindex),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ENXIO)) => Some(false),
+            Err(_) => None,
+        }
     }
 
     /// The configuration it was opened with.
@@ -432,7 +438,8 @@ impl Port for AfPacketPort {
         match self.socket.take_error() {
             Ok(None) => Ok(()),
             Ok(Some(e)) if e.raw_os_error() == Some(libc::ENETDOWN) => {
-                let gone = !self.same_interface();
+                // Not sure it is gone: down, looked at again later.
+                let gone = self.same_interface() == Some(false);
                 self.down = !gone;
                 Err(PortError::LinkLost {
                     iface: iface(),
@@ -454,15 +461,21 @@ impl Port for AfPacketPort {
         if !self.down {
             return Ok(false);
         }
-        if !self.same_interface() {
-            self.down = false;
-            return Err(PortError::LinkLost {
-                iface: self.cfg.iface.clone(),
-                gone: true,
-            });
+        match self.same_interface() {
+            Some(false) => {
+                self.down = false;
+                Err(PortError::LinkLost {
+                    iface: self.cfg.iface.clone(),
+                    gone: true,
+                })
+            }
+            // The lookup failed: still down as far as is known; looked at again.
+            None => Ok(true),
+            Some(true) => {
+                self.down = interface_up(&self.cfg.iface) != Some(true);
+                Ok(self.down)
+            }
         }
-        self.down = interface_up(&self.cfg.iface) != Some(true);
-        Ok(self.down)
     }
 
     fn stats(&self) -> PortStats {
