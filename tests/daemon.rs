@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use buffet_testkit::cpu_seconds;
+use buffet_testkit::cores_used_over;
 use common::daemon::{config_head, free_port, write_config, Daemon};
 
 const ADMIN: &str = "process-test-admin-token-0123456789";
@@ -536,9 +536,7 @@ fn an_idle_buffetd_sleeps_and_still_answers_at_once() {
     let d = start_config(dir.path(), port, &text, None);
     std::thread::sleep(Duration::from_millis(500));
     let pid = d.child.id();
-    let (c0, t0) = (cpu_seconds(pid), Instant::now());
-    std::thread::sleep(Duration::from_secs(3));
-    let cores = (cpu_seconds(pid) - c0) / t0.elapsed().as_secs_f64();
+    let cores = cores_used_over(pid, Duration::from_secs(3));
     eprintln!("idle buffetd: {cores:.3} cores");
     assert!(
         cores < 0.04,

@@ -66,7 +66,7 @@ use buffet_testkit::gate;
 #[path = "build.rs"]
 mod build;
 mod common;
-use buffet_testkit::cpu_seconds;
+use buffet_testkit::cores_used_over;
 use common::daemon::{config_head, write_config, Daemon};
 use common::netns::{self, ip, privileged, signal, start_run, tenant_rows, NsPair};
 use etherparse::PacketBuilder;
@@ -3861,9 +3861,7 @@ fn an_idle_run_sleeps_and_still_wakes_for_traffic() {
         let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
         let (child, stderr) = start_run(&ns.a, &args);
         std::thread::sleep(Duration::from_millis(500));
-        let (c0, t0) = (cpu_seconds(child.id()), Instant::now());
-        std::thread::sleep(Duration::from_secs(2));
-        let cores = (cpu_seconds(child.id()) - c0) / t0.elapsed().as_secs_f64();
+        let cores = cores_used_over(child.id(), Duration::from_secs(2));
         eprintln!("idle buffet run {extra:?}: {cores:.3} cores");
         assert!(
             cores < 0.2,
@@ -4069,13 +4067,6 @@ impl Lines {
     }
 }
 
-/// Cores `pid` used over `secs` seconds from now.
-fn cores_over(pid: u32, secs: f64) -> f64 {
-    let (c0, t0) = (cpu_seconds(pid), Instant::now());
-    std::thread::sleep(Duration::from_secs_f64(secs));
-    (cpu_seconds(pid) - c0) / t0.elapsed().as_secs_f64()
-}
-
 /// `n` marked UDP frames to tenant 1 (10.1.0.0/16), in a pcap under `dir`.
 fn frames_to_tenant_1(dir: &Path, n: u32) -> PathBuf {
     let frames: Vec<Vec<u8>> = (0..n)
@@ -4118,7 +4109,7 @@ fn buffetd_says_when_its_interface_goes_down_and_counts_again_once_up() {
         ns.va
     );
     stderr.wait_for(&down);
-    let cores = cores_over(pid, 2.0);
+    let cores = cores_used_over(pid, Duration::from_secs(2));
     assert!(
         cores < 0.15,
         "buffetd used {cores:.3} cores with its interface down (idle: about 0.05)"
@@ -4151,7 +4142,7 @@ fn buffetd_says_when_its_interface_goes_down_and_counts_again_once_up() {
         "interface {} is gone (deleted, or moved to another network namespace)",
         ns.va
     ));
-    let cores = cores_over(pid, 1.0);
+    let cores = cores_used_over(pid, Duration::from_secs(1));
     assert!(
         cores < 0.15,
         "buffetd used {cores:.3} cores without its interface"
@@ -4198,7 +4189,7 @@ fn a_run_goes_on_when_its_interface_goes_down_and_comes_back() {
     // The run's watcher looks once a second; the data plane reads the socket's error
     // at once.
     std::thread::sleep(Duration::from_millis(1500));
-    let cores = cores_over(child.id(), 1.5);
+    let cores = cores_used_over(child.id(), Duration::from_millis(1500));
     ip(&["-n", &ns.a, "link", "set", &ns.va, "up"]);
     std::thread::sleep(Duration::from_millis(1500));
     let pcap = frames_to_tenant_1(dir.path(), 100);

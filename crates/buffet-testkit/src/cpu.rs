@@ -17,3 +17,11 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     let hz: f64 = String::from_utf8(hz).unwrap().trim().parse().unwrap();
     ticks as f64 / hz
 }
+
+/// The cores process `pid` used, on average, over the next `span` (this call sleeps
+/// through it): CPU time over wall time.
+pub fn cores_used_over(pid: u32, span: std::time::Duration) -> f64 {
+    let (c0, t0) = (cpu_seconds(pid), std::time::Instant::now());
+    std::thread::sleep(span);
+    (cpu_seconds(pid) - c0) / t0.elapsed().as_secs_f64()
+}

@@ -38,7 +38,7 @@ pub mod tty;
 pub mod zipf;
 
 pub use alloc::{allocations_during, CountingAllocator};
-pub use cpu::cpu_seconds;
+pub use cpu::{cores_used_over, cpu_seconds};
 pub use gate::{
     pku_required, privileged_required, require_mpk, require_pku, require_root, require_tool,
     skip_privileged,

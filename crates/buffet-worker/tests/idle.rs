@@ -14,7 +14,7 @@ use buffet_io::{
     SourcePort,
 };
 use buffet_nfs::monitor::Monitor;
-use buffet_testkit::cpu_seconds;
+use buffet_testkit::cores_used_over;
 use buffet_worker::{build, Control, Dataplane, PipelineConfig};
 
 mod common;
@@ -193,9 +193,7 @@ fn a_serving_data_plane_blocks_on_its_live_ports_once_a_file_port_ended() {
     // port ends.
     control.admit(spec(1)).unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let (c0, t0) = (cpu_seconds(std::process::id()), Instant::now());
-    std::thread::sleep(Duration::from_secs(2));
-    let cores = (cpu_seconds(std::process::id()) - c0) / t0.elapsed().as_secs_f64();
+    let cores = cores_used_over(std::process::id(), Duration::from_secs(2));
     assert!(
         cores < 0.03,
         "an idle serving data plane used {cores:.3} cores with its file port ended"
