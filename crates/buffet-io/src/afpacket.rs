@@ -472,7 +472,9 @@ impl Port for AfPacketPort {
             // The lookup failed: still down as far as is known; looked at again.
             None => Ok(true),
             Some(true) => {
-                self.down = interface_up(&self.cfg.iface) != Some(true);
+                // The port's own socket answers SIOCGIFFLAGS.
+                let flags = self.socket.if_flags(&self.cfg.iface);
+                self.down = flags.map_or(true, |f| f & libc::IFF_UP == 0);
                 Ok(self.down)
             }
         }

@@ -96,7 +96,8 @@ pub(crate) fn poll_readable(
     };
     // SAFETY: `set` holds `n` (at most MAX) initialised `pollfd`s the kernel may write
     // `revents` into; `ts` is a valid timespec read by the kernel; no signal mask is
-    // passed (null). The result is only read as a count or an error.
+    // passed (null). The result is read as a count or an error, and `revents` of the
+    // first `n` entries, which the kernel wrote, once it returns.
     let r = unsafe { libc::ppoll(set.as_mut_ptr(), n as libc::nfds_t, &ts, std::ptr::null()) };
     crate::port::Ready {
         woken: r > 0,
