@@ -67,7 +67,9 @@ pub struct EbpfPolicy {
 ///
 /// The region is a heap buffer owned by the state (the Memory Manager's region holds
 /// this struct); it is sized by the program at admission and zeroed before the policy
-/// fills the maps.
+/// fills the maps. It is never larger than the bytes the Memory Manager reserved past
+/// the state ([`EbpfNf`]'s `register`), so the arena bounds it: a tenant's own program
+/// whose region would be larger is refused at admission.
 #[derive(Debug, Default)]
 pub struct EbpfState {
     /// The tenant's own program, when its policy names one.
@@ -447,10 +449,16 @@ impl NetworkFunction for EbpfNf {
         "ebpf"
     }
 
+    /// The state and, past it, as many bytes as the NF's program's region: the Memory
+    /// Manager reserves them for each tenant, which is what bounds the tenant's region (a
+    /// heap buffer of at most that many bytes, see [`EbpfState`]).
     fn register(&self) -> MemorySpec {
         MemorySpec::with_extra::<EbpfState>(self.program.region_len())
     }
 
+    /// Refuses a tenant's own program whose region is larger than the NF's program's:
+    /// [`register`](Self::register) reserved only that many bytes per tenant, and a larger
+    /// heap buffer would be memory the Memory Manager's arena never counts.
     fn init(&self, policy: &EbpfPolicy, state: &mut EbpfState) -> Result<(), InitError> {
         let own = match &policy.program {
             Some(path) => {
@@ -473,6 +481,19 @@ impl NetworkFunction for EbpfNf {
             None => DEFAULT_COST_BUDGET,
         };
         let program = own.as_deref().unwrap_or(&self.program);
+        if program.region_len() > self.program.region_len() {
+            return Err(InitError::invalid(
+                "program",
+                format!(
+                    "its region (context, counters and maps) needs {} bytes per tenant, \
+                     more than the {} bytes the NF reserves for each tenant (the size of \
+                     the NF's own program's region); load the NF with a program whose maps \
+                     are at least as large",
+                    program.region_len(),
+                    self.program.region_len()
+                ),
+            ));
+        }
         if cost_budget < program.scratch_cost() {
             return Err(InitError::invalid(
                 "cost_budget",

@@ -56,6 +56,17 @@ fn object(name: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// The object of `examples/ebpf/<name>.c` as a file, for a policy's `program`; `None`
+/// (test skipped) without clang.
+fn object_file(name: &str) -> Option<PathBuf> {
+    let bytes = object(name)?;
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("ebpf-examples")
+        .join(format!("{name}.{}.policy.o", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    Some(path)
+}
+
 fn engines() -> Vec<Engine> {
     if cfg!(all(target_arch = "x86_64", unix)) {
         vec![Engine::Interpreter, Engine::Jit]
@@ -447,4 +458,56 @@ fn instructions_count_against_the_budget_alike_on_both_engines() {
     let done =
         |s: &(Verdict, Vec<(&str, u64)>, Option<String>)| s.1.iter().filter(|c| c.1 != 0).count();
     assert!(done(&seen[0]) <= done(&seen[3]));
+}
+
+/// A tenant's region is a heap buffer the size of its program's region, bounded by the
+/// Memory Manager only through the bytes the NF reserves per tenant: its own program's
+/// region. A tenant program that needs more is refused at admission with both sizes, its
+/// state untouched; one that needs no more is admitted.
+#[test]
+fn a_tenant_program_needing_more_than_the_nf_reserves_is_refused() {
+    let (Some(counter), Some(dpi), Some(fault)) =
+        (object("counter"), object_file("dpi"), object_file("fault"))
+    else {
+        return;
+    };
+    let nf = nf(&counter, Engine::Interpreter);
+    let reserved = nf.program().region_len();
+    assert_eq!(
+        nf.register().bytes,
+        std::mem::size_of::<EbpfState>() + reserved
+    );
+    let big = EbpfNf::from_file(&dpi, LoadOptions::default())
+        .unwrap()
+        .program()
+        .region_len();
+    assert!(big > reserved, "dpi.o: {big} bytes, counter.o: {reserved}");
+
+    let mut st = EbpfState::default();
+    let e = nf
+        .init(
+            &EbpfPolicy {
+                program: Some(dpi),
+                ..EbpfPolicy::default()
+            },
+            &mut st,
+        )
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("invalid policy field `program`: ")
+            && msg.contains(&format!("needs {big} bytes per tenant"))
+            && msg.contains(&format!("the {reserved} bytes the NF reserves")),
+        "{msg}"
+    );
+    assert!(st.region().is_empty() && st.cost_budget() == 0);
+
+    let st = tenant(
+        &nf,
+        &EbpfPolicy {
+            program: Some(fault),
+            ..EbpfPolicy::default()
+        },
+    );
+    assert!(!st.region().is_empty() && st.region().len() <= reserved);
 }

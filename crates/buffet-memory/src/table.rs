@@ -2,9 +2,16 @@
 //!
 //! Readers (workers) go through [`TenantTable::get`]: one array index and one `arc_swap`
 //! load, no lock and no allocation. Writers (the control thread: [`TenantTable::admit`],
-//! [`TenantTable::remove`]) serialise on a `Mutex` that readers never touch, and publish
-//! an entry with a single atomic swap of its slot, so admitting or removing one tenant
-//! never pauses traffic of the others.
+//! [`TenantTable::remove`]; the data plane: [`TenantTable::remove_and_retire`],
+//! [`TenantTable::release`], [`TenantTable::publish`]) serialise on a `Mutex` that readers
+//! never touch, and publish an entry with a single atomic swap of its slot, so admitting
+//! or removing one tenant never pauses traffic of the others.
+//!
+//! That `Mutex` guards bookkeeping only and is never held while an NF's `init` runs, which
+//! may take long (an eBPF tenant's own program is verified there): an admission reserves
+//! its slot and its id under the lock, builds and initialises the entry without it, and
+//! takes it again to publish the entry or, if that failed, to give the reservation back.
+//! A reserved slot is neither handed to another admission nor seen as admitted.
 //!
 //! A removed entry stays alive as long as some worker still holds it (it holds an `Arc`);
 //! its state is dropped and its region scrubbed and released when the last one lets go —
@@ -287,6 +294,83 @@ impl<S> fmt::Debug for Replacement<S> {
     }
 }
 
+/// The tenant registry, and which of its tenants are still being admitted.
+struct Registry {
+    /// Tenant id <-> slot, free and retired slots. A tenant being admitted is recorded
+    /// here from the start, so neither its slot nor its id is handed out twice.
+    tenants: TenantRegistry,
+    /// Slots reserved by admissions whose entry is not published yet (its `init` runs
+    /// without the lock). Few: one per admission in progress.
+    admitting: Vec<TenantSlot>,
+}
+
+impl Registry {
+    fn is_admitting(&self, slot: TenantSlot) -> bool {
+        self.admitting.contains(&slot)
+    }
+
+    /// The tenant whose entry is published at `slot` (not one still being admitted).
+    fn id_of(&self, slot: TenantSlot) -> Option<TenantId> {
+        self.tenants
+            .id_of(slot)
+            .filter(|_| !self.is_admitting(slot))
+    }
+
+    /// The slot of tenant `id`, if its entry is published.
+    fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
+        self.tenants
+            .slot_of(id)
+            .filter(|&slot| !self.is_admitting(slot))
+    }
+
+    /// Records tenant `id` at the slot `pick` chooses (and checks) as being admitted.
+    fn reserve(
+        &mut self,
+        pick: impl FnOnce(&mut TenantRegistry) -> Result<TenantSlot, RegistryError>,
+    ) -> Result<TenantSlot, RegistryError> {
+        let slot = pick(&mut self.tenants)?;
+        self.admitting.push(slot);
+        Ok(slot)
+    }
+
+    /// Ends the admission in progress at `slot`: its entry is about to be published.
+    fn admitted(&mut self, slot: TenantSlot) {
+        if let Some(i) = self.admitting.iter().position(|&s| s == slot) {
+            self.admitting.swap_remove(i);
+        }
+    }
+}
+
+/// An admission in progress: its tenant holds `slot` in the registry, its entry not yet
+/// published. Dropped unpublished (the build failed, or `init` panicked), it gives
+/// the slot and the id back.
+struct Reservation<'a, S: Send + 'static> {
+    table: &'a TenantTable<S>,
+    slot: TenantSlot,
+}
+
+impl<S: Send + 'static> Reservation<'_, S> {
+    /// Publishes the entry built for the reserved slot.
+    fn publish(self, entry: Arc<TenantEntry<S>>) {
+        let slot = self.slot;
+        let table = self.table;
+        mem::forget(self);
+        let mut registry = table.registry();
+        registry.admitted(slot);
+        table.slots[slot.index()].store(Some(entry));
+        table.bump(slot);
+        table.len.fetch_add(1, Ordering::Release);
+    }
+}
+
+impl<S: Send + 'static> Drop for Reservation<'_, S> {
+    fn drop(&mut self) {
+        let mut registry = self.table.registry();
+        registry.admitted(self.slot);
+        registry.tenants.remove(self.slot);
+    }
+}
+
 /// The Tenant Table: a fixed number of slots, each empty or holding one [`TenantEntry`].
 pub struct TenantTable<S> {
     slots: Box<[ArcSwapOption<TenantEntry<S>>]>,
@@ -295,9 +379,10 @@ pub struct TenantTable<S> {
     generations: Box<[AtomicU64]>,
     /// Bumped after every admit or remove anywhere.
     changes: AtomicU64,
-    /// Control path only: the tenant registry (tenant id <-> slot, free and retired
-    /// slots). Also serialises every change to the table.
-    registry: Mutex<TenantRegistry>,
+    /// The tenant registry (tenant id <-> slot, free and retired slots) and the
+    /// admissions in progress. Also serialises every change to the table; never held
+    /// while an NF's `init` runs, so the data plane may take it.
+    registry: Mutex<Registry>,
     len: AtomicUsize,
     storage: MemoryStorage,
     mpk: Option<&'static Mpk>,
@@ -313,7 +398,10 @@ impl<S: Send + 'static> TenantTable<S> {
                 .collect(),
             generations: (0..capacity_slots).map(|_| AtomicU64::new(0)).collect(),
             changes: AtomicU64::new(0),
-            registry: Mutex::new(TenantRegistry::new(capacity_slots)),
+            registry: Mutex::new(Registry {
+                tenants: TenantRegistry::new(capacity_slots),
+                admitting: Vec::new(),
+            }),
             len: AtomicUsize::new(0),
             storage,
             mpk: None,
@@ -360,6 +448,13 @@ impl<S: Send + 'static> TenantTable<S> {
     /// region*, inside the entry's isolation domain, with the region's bytes past the state
     /// (see [`StateGuard::split`]) — the paper's `buffet_state_init(policy, region)`. If
     /// `init` fails, nothing is published, the state is dropped and the region released.
+    ///
+    /// `init` runs without the table's lock, so it may take long without holding up any
+    /// other change to the table (removals, releases, replacements, other admissions).
+    /// Meanwhile `slot` and `id` are reserved: another admission of either is refused
+    /// (`SlotOccupied`, `AlreadyAdmitted`), and the tenant is not admitted yet to
+    /// [`slot_of`](Self::slot_of), [`id_of`](Self::id_of), [`ids`](Self::ids),
+    /// [`remove`](Self::remove) or a replacement.
     pub fn admit_with<E>(
         &self,
         slot: TenantSlot,
@@ -368,14 +463,20 @@ impl<S: Send + 'static> TenantTable<S> {
         state: S,
         init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
     ) -> Result<(), AdmitWithError<E>> {
-        let mut registry = self.registry();
-        registry.check_admit(slot, id).map_err(MemoryError::from)?;
+        let reservation = self.reserve(|r| r.admit(slot, id).map(|()| slot))?;
         let entry = self.build_entry(slot, id, bytes, state, init)?;
-        registry.admit(slot, id).map_err(MemoryError::from)?;
-        self.slots[slot.index()].store(Some(entry));
-        self.bump(slot);
-        self.len.fetch_add(1, Ordering::Release);
+        reservation.publish(entry);
         Ok(())
+    }
+
+    /// Reserves the slot `pick` records tenant `id` at, until the returned reservation is
+    /// published or dropped.
+    fn reserve(
+        &self,
+        pick: impl FnOnce(&mut TenantRegistry) -> Result<TenantSlot, RegistryError>,
+    ) -> Result<Reservation<'_, S>, MemoryError> {
+        let slot = self.registry().reserve(pick)?;
+        Ok(Reservation { table: self, slot })
     }
 
     /// Admits tenant `id` like [`admit_with`](Self::admit_with) in a slot the registry
@@ -390,8 +491,10 @@ impl<S: Send + 'static> TenantTable<S> {
         state: S,
         init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
     ) -> Result<TenantSlot, AdmitWithError<E>> {
-        let slot = self.registry().next_slot(id).map_err(MemoryError::from)?;
-        self.admit_with(slot, id, bytes, state, init)?;
+        let reservation = self.reserve(|r| r.admit_next(id))?;
+        let slot = reservation.slot;
+        let entry = self.build_entry(slot, id, bytes, state, init)?;
+        reservation.publish(entry);
         Ok(slot)
     }
 
@@ -401,6 +504,10 @@ impl<S: Send + 'static> TenantTable<S> {
     /// the old one with one atomic swap. Workers finish the group they hold on the old
     /// entry and pick up the new one at their next lookup (the slot's generation
     /// changes). On error the old entry keeps serving, unchanged. Returns the old entry.
+    ///
+    /// [`prepare_replacement`](Self::prepare_replacement) then [`publish`](Self::publish):
+    /// `init` runs without the table's lock, and a tenant removed meanwhile is refused
+    /// (`Unknown`) with the new entry dropped.
     pub fn replace_with<E>(
         &self,
         id: TenantId,
@@ -408,17 +515,8 @@ impl<S: Send + 'static> TenantTable<S> {
         state: S,
         init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
     ) -> Result<Arc<TenantEntry<S>>, AdmitWithError<E>> {
-        let registry = self.registry();
-        let slot = registry
-            .slot_of(id)
-            .ok_or(MemoryError::from(RegistryError::Unknown(id)))?;
-        let entry = self.build_entry(slot, id, bytes, state, init)?;
-        let old = self.slots[slot.index()]
-            .swap(Some(entry))
-            .expect("the registry and the slots change together under its lock");
-        self.bump(slot);
-        drop(registry);
-        Ok(old)
+        let new = self.prepare_replacement(id, bytes, state, init)?;
+        Ok(self.publish(new)?)
     }
 
     /// The first half of [`replace_with`](Self::replace_with), for a caller that must
@@ -447,6 +545,8 @@ impl<S: Send + 'static> TenantTable<S> {
         let Replacement(entry) = r;
         let registry = self.registry();
         let (id, slot) = (entry.id, entry.slot);
+        // A tenant admitted again at the same slot and still in its `init` has nothing
+        // published to replace: `id_of` does not count it.
         if registry.id_of(slot) != Some(id) {
             return Err(RegistryError::Unknown(id).into());
         }
@@ -553,15 +653,16 @@ impl<S: Send + 'static> TenantTable<S> {
     /// it reusable at once.
     pub fn remove_and_retire(&self, slot: TenantSlot) -> Option<Arc<TenantEntry<S>>> {
         let mut registry = self.registry();
-        // Only an occupied slot retires (the registry would retire a free one too).
+        // Only a slot whose entry is published retires (the registry would retire a free
+        // one too, or one an admission in progress reserved).
         registry.id_of(slot)?;
-        registry.retire(slot)?;
+        registry.tenants.retire(slot)?;
         self.unpublish(slot)
     }
 
     /// Makes a retired slot reusable.
     pub fn release(&self, slot: TenantSlot) {
-        self.registry().release(slot);
+        self.registry().tenants.release(slot);
     }
 
     /// The entry at `slot`, for one packet group. Lock-free, no allocation.
@@ -581,10 +682,12 @@ impl<S: Send + 'static> TenantTable<S> {
 
     /// Unpublishes the entry at `slot` and returns it. New lookups miss at once; its state
     /// and region are released when the last holder (this `Arc`, an in-flight reader)
-    /// drops it.
+    /// drops it. `None`, changing nothing, when no entry is published there (also while
+    /// an admission at `slot` is still in its `init`).
     pub fn remove(&self, slot: TenantSlot) -> Option<Arc<TenantEntry<S>>> {
         let mut registry = self.registry();
-        registry.remove(slot)?;
+        registry.id_of(slot)?;
+        registry.tenants.remove(slot)?;
         self.unpublish(slot)
     }
 
@@ -636,27 +739,31 @@ impl<S: Send + 'static> TenantTable<S> {
         self.slots.len() as u32
     }
 
-    /// The slot tenant `id` is admitted at.
+    /// The slot tenant `id` is admitted at (`None` while its admission is in progress).
     pub fn slot_of(&self, id: TenantId) -> Option<TenantSlot> {
         self.registry().slot_of(id)
     }
 
-    /// The tenant admitted at `slot` (takes the registry lock, which an admission holds
-    /// while its `init` runs; the data plane uses [`published_id`](Self::published_id)).
+    /// The tenant admitted at `slot` (`None` while its admission is in progress). Takes
+    /// the table's lock, briefly; [`published_id`](Self::published_id) takes none.
     pub fn id_of(&self, slot: TenantSlot) -> Option<TenantId> {
         self.registry().id_of(slot)
     }
 
     /// The tenant whose entry is published at `slot`, without taking any lock (one
-    /// `arc_swap` load): for the data plane, which must never wait for a control-path
-    /// admission whose `init` may take long.
+    /// `arc_swap` load): for the data plane's per-slot lookups.
     pub fn published_id(&self, slot: TenantSlot) -> Option<TenantId> {
         self.get(slot).entry().map(|e| e.id)
     }
 
     /// Every admitted tenant with its slot, in slot order.
     pub fn ids(&self) -> Vec<(TenantSlot, TenantId)> {
-        self.registry().iter().collect()
+        let registry = self.registry();
+        registry
+            .tenants
+            .iter()
+            .filter(|&(slot, _)| !registry.is_admitting(slot))
+            .collect()
     }
 
     /// The storage regions come from.
@@ -664,7 +771,7 @@ impl<S: Send + 'static> TenantTable<S> {
         &self.storage
     }
 
-    fn registry(&self) -> MutexGuard<'_, TenantRegistry> {
+    fn registry(&self) -> MutexGuard<'_, Registry> {
         // Mutated only by single non-panicking calls, so still consistent if poisoned.
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }

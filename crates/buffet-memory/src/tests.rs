@@ -3,8 +3,9 @@
 use std::cell::Cell;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
+use std::time::Duration;
 
 use buffet_sdk::{RegistryError, TenantId, TenantSlot};
 
@@ -664,6 +665,172 @@ fn a_prepared_replacement_serves_nothing_until_published() {
     table.remove(TenantSlot(1)).unwrap();
     assert!(table.publish(r).is_err());
     assert!(table.get(TenantSlot(1)).entry().is_none());
+}
+
+/// How long a test waits for a table operation that must not wait for another tenant's
+/// `init`: far above what it takes, so a failure means it was blocked.
+const UNBLOCKED_WITHIN: Duration = Duration::from_secs(10);
+
+/// An admission whose `init` is slow (an eBPF tenant's program being verified) holds up
+/// no other change to the table: the data plane's removal, release and publication for
+/// other tenants complete while that `init` is still running. Meanwhile its slot and id
+/// stay reserved, and it is not admitted until it ends.
+#[test]
+fn a_slow_init_holds_up_no_other_change_to_the_table() {
+    let table = Arc::new(TenantTable::<u64>::new(storage(16), 4));
+    table.admit(TenantSlot(0), TenantId(1), 64, 5).unwrap();
+    table.admit(TenantSlot(1), TenantId(2), 64, 6).unwrap();
+    let prepared = table
+        .prepare_replacement(TenantId(1), 64, 7, |_, _| Ok::<(), ()>(()))
+        .unwrap();
+
+    // Tenant 3's admission, held inside its `init` until `go` is sent (or dropped, should
+    // an assertion below fail first).
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let slow = {
+        let table = Arc::clone(&table);
+        thread::spawn(move || {
+            table.admit_next(TenantId(3), 64, 8, |_, _| {
+                entered_tx.send(()).unwrap();
+                let _ = go_rx.recv();
+                Ok::<(), ()>(())
+            })
+        })
+    };
+    entered_rx
+        .recv_timeout(UNBLOCKED_WITHIN)
+        .expect("tenant 3's init never started");
+
+    // What the data plane does for other tenants, on a thread of its own.
+    let (done_tx, done_rx) = mpsc::channel();
+    {
+        let table = Arc::clone(&table);
+        thread::spawn(move || {
+            let old = table.publish(prepared).unwrap();
+            let gone = table.remove_and_retire(TenantSlot(1)).unwrap();
+            table.release(TenantSlot(1));
+            done_tx.send((*old.lock(), gone.id())).unwrap();
+        });
+    }
+    let done = done_rx.recv_timeout(UNBLOCKED_WITHIN);
+    if done.is_err() {
+        // Let the blocked admission finish so that nothing is left waiting.
+        drop(go);
+        panic!("publish / remove_and_retire / release waited for another tenant's init");
+    }
+    assert_eq!(done.unwrap(), (5, TenantId(2)));
+    assert_eq!(*table.get(TenantSlot(0)).entry().unwrap().lock(), 7);
+
+    // Still in its init: tenant 3 is not admitted ...
+    assert_eq!(table.slot_of(TenantId(3)), None);
+    assert_eq!(table.id_of(TenantSlot(2)), None);
+    assert_eq!(table.ids(), vec![(TenantSlot(0), TenantId(1))]);
+    assert!(table.get(TenantSlot(2)).is_none());
+    assert_eq!(table.len(), 1);
+    assert!(table.remove(TenantSlot(2)).is_none());
+    assert!(table.remove_and_retire(TenantSlot(2)).is_none());
+    assert!(matches!(
+        table.prepare_replacement(TenantId(3), 64, 0, |_, _| Ok::<(), ()>(())),
+        Err(AdmitWithError::Memory(MemoryError::Registry(
+            RegistryError::Unknown(TenantId(3))
+        )))
+    ));
+    // ... but its id and its slot are taken: the same refusals as once it is admitted.
+    assert_eq!(
+        table.admit(TenantSlot(3), TenantId(3), 64, 0),
+        Err(MemoryError::Registry(RegistryError::AlreadyAdmitted {
+            id: TenantId(3),
+            slot: TenantSlot(2)
+        }))
+    );
+    assert!(matches!(
+        table.admit_next(TenantId(3), 64, 0, |_, _| Ok::<(), ()>(())),
+        Err(AdmitWithError::Memory(MemoryError::Registry(
+            RegistryError::AlreadyAdmitted {
+                id: TenantId(3),
+                slot: TenantSlot(2)
+            }
+        )))
+    ));
+    assert_eq!(
+        table.admit(TenantSlot(2), TenantId(9), 64, 0),
+        Err(MemoryError::Registry(RegistryError::SlotOccupied {
+            slot: TenantSlot(2),
+            occupant: TenantId(3)
+        }))
+    );
+    // Other admissions go ahead around the reserved slot.
+    let next = |id| table.admit_next(TenantId(id), 64, 0, |_, _| Ok::<(), ()>(()));
+    assert_eq!(next(4).unwrap(), TenantSlot(1));
+    assert_eq!(next(5).unwrap(), TenantSlot(3));
+    assert!(matches!(
+        next(6),
+        Err(AdmitWithError::Memory(MemoryError::Registry(
+            RegistryError::Full { capacity: 4 }
+        )))
+    ));
+
+    go.send(()).unwrap();
+    assert_eq!(slow.join().unwrap(), Ok(TenantSlot(2)));
+    assert_eq!(table.slot_of(TenantId(3)), Some(TenantSlot(2)));
+    assert_eq!(*table.get(TenantSlot(2)).entry().unwrap().lock(), 8);
+    assert_eq!(table.len(), 4);
+}
+
+/// An admission whose `init` fails, or panics, gives back everything it reserved: the
+/// slot, the id and the region.
+#[test]
+fn a_failed_or_panicking_init_leaves_nothing_reserved() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let table = TenantTable::new(storage(16), 2);
+    // Once, for the storage's first packed chunk, which then stays.
+    table
+        .admit(TenantSlot(0), TenantId(9), 64, Tracked::new(&drops))
+        .unwrap();
+    table.remove(TenantSlot(0)).unwrap();
+    let before = table.storage().stats();
+    let unchanged = |table: &TenantTable<Tracked>| {
+        assert_eq!(table.storage().stats(), before);
+        assert_eq!((table.len(), table.ids()), (0, vec![]));
+        assert_eq!(table.slot_of(TenantId(1)), None);
+    };
+
+    let e = table.admit_next(TenantId(1), 64, Tracked::new(&drops), |_, _| {
+        Err("bad policy")
+    });
+    assert_eq!(e, Err(AdmitWithError::Init("bad policy")));
+    unchanged(&table);
+    let e = table.admit_with(
+        TenantSlot(1),
+        TenantId(1),
+        64,
+        Tracked::new(&drops),
+        |_, _| Err("bad policy"),
+    );
+    assert_eq!(e, Err(AdmitWithError::Init("bad policy")));
+    unchanged(&table);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        table.admit_next(
+            TenantId(1),
+            64,
+            Tracked::new(&drops),
+            |_, _| -> Result<(), ()> { panic!("init panicked") },
+        )
+    }));
+    assert!(panicked.is_err());
+    unchanged(&table);
+    assert_eq!(drops.load(Ordering::SeqCst), 4);
+
+    // The id and the lowest slot are free again.
+    let ok = |_: &mut Tracked, _: &mut [u8]| Ok::<(), ()>(());
+    assert_eq!(
+        table.admit_next(TenantId(1), 64, Tracked::new(&drops), ok),
+        Ok(TenantSlot(0))
+    );
+    table
+        .admit(TenantSlot(1), TenantId(2), 64, Tracked::new(&drops))
+        .unwrap();
 }
 
 // ---------------------------------------------------------------------------------------
