@@ -29,7 +29,7 @@ use buffet_io::afpacket::{AfPacketConfig, AfPacketPort};
 use buffet_io::afxdp::{AfXdpConfig, AfXdpPort, XdpMode};
 use buffet_io::gen::{GenConfig, Generator};
 use buffet_io::pcap::PcapReader;
-use buffet_io::{Port, PortError, SourcePort};
+use buffet_io::{Port, SourcePort};
 use buffet_memory::ArenaConfig;
 use buffet_sdk::{PortId, TenantId};
 use buffet_worker::{Control, PipelineConfig, PipelineError, Report, TenantSpec, WorkerEvent};
@@ -797,14 +797,7 @@ impl NfVisitor for Build {
                 // each time (the kernel says it once).
                 let mut lines = RepeatedLines::default();
                 dataplane.serve(|e| {
-                    let link = matches!(
-                        e,
-                        PipelineError::Port {
-                            source: PortError::LinkLost { .. },
-                            ..
-                        }
-                    );
-                    if link {
+                    if e.is_link_lost() {
                         eprintln!("buffetd: data plane: {e}");
                         return;
                     }

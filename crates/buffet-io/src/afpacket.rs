@@ -142,6 +142,12 @@ pub struct AfPacketPort {
     ifindex: u32,
     /// The socket said the interface went down, and it was still there then.
     down: bool,
+    /// The interface was found gone: said once, never looked at again.
+    gone: bool,
+    /// A send was refused because the interface is down or gone (a transmit-only socket,
+    /// bound to no protocol, is never told otherwise); [`take_error`](Port::take_error)
+    /// reports it once.
+    send_refused: bool,
     ring: Option<sys::Ring>,
     /// The block being read, whether we are inside it, frames left and the next offset.
     block: usize,
@@ -283,6 +289,8 @@ impl AfPacketPort {
             socket,
             ifindex,
             down: false,
+            gone: false,
+            send_refused: false,
             ring,
             block: 0,
             in_block: false,
@@ -401,9 +409,15 @@ impl Port for AfPacketPort {
                     self.socket.wait_writable(1);
                     waited = true;
                 }
-                Err(_) => {
+                Err(e) => {
                     // This frame is refused (too large for the link, link gone): count it
-                    // and go on with the next.
+                    // and go on with the next. A link that is down or gone is told once.
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENETDOWN | libc::ENXIO | libc::ENODEV)
+                    ) {
+                        self.send_refused = true;
+                    }
                     self.stats.tx_dropped += 1;
                     i += 1;
                 }
@@ -432,29 +446,37 @@ impl Port for AfPacketPort {
     /// The kernel reports `ENETDOWN` on the socket once when the interface goes down or
     /// is removed. Down, the socket receives again once the interface is up; removed (or
     /// moved to another namespace), it never does, even if an interface of the same name
-    /// comes back: the name no longer resolves to the index the socket is bound to.
+    /// comes back: the name no longer resolves to the index the socket is bound to. A
+    /// transmit-only socket is not told; a send it had refused for that reason counts
+    /// instead.
     fn take_error(&mut self) -> Result<(), PortError> {
-        let iface = || self.cfg.iface.clone();
-        match self.socket.take_error() {
-            Ok(None) => Ok(()),
-            Ok(Some(e)) if e.raw_os_error() == Some(libc::ENETDOWN) => {
-                // Not sure it is gone: down, looked at again later.
-                let gone = self.same_interface() == Some(false);
-                self.down = !gone;
-                Err(PortError::LinkLost {
-                    iface: iface(),
-                    gone,
+        let refused = std::mem::take(&mut self.send_refused) && !self.down && !self.gone;
+        let lost = match self.socket.take_error() {
+            Ok(None) => refused,
+            Ok(Some(e)) if e.raw_os_error() == Some(libc::ENETDOWN) => true,
+            Ok(Some(source)) => {
+                return Err(PortError::Io {
+                    call: "receive",
+                    source,
                 })
             }
-            Ok(Some(source)) => Err(PortError::Io {
-                call: "receive",
-                source,
-            }),
-            Err(source) => Err(PortError::Io {
-                call: "getsockopt(SO_ERROR)",
-                source,
-            }),
+            Err(source) => {
+                return Err(PortError::Io {
+                    call: "getsockopt(SO_ERROR)",
+                    source,
+                })
+            }
+        };
+        if !lost {
+            return Ok(());
         }
+        // Not sure it is gone: down, looked at again later.
+        self.gone = self.same_interface() == Some(false);
+        self.down = !self.gone;
+        Err(PortError::LinkLost {
+            iface: self.cfg.iface.clone(),
+            gone: self.gone,
+        })
     }
 
     fn recheck_link(&mut self) -> Result<bool, PortError> {
@@ -463,7 +485,7 @@ impl Port for AfPacketPort {
         }
         match self.same_interface() {
             Some(false) => {
-                self.down = false;
+                (self.down, self.gone) = (false, true);
                 Err(PortError::LinkLost {
                     iface: self.cfg.iface.clone(),
                     gone: true,
@@ -475,6 +497,8 @@ impl Port for AfPacketPort {
                 // The port's own socket answers SIOCGIFFLAGS.
                 let flags = self.socket.if_flags(&self.cfg.iface);
                 self.down = flags.map_or(true, |f| f & libc::IFF_UP == 0);
+                // Sends refused while it was down are not news once it is up.
+                self.send_refused = false;
                 Ok(self.down)
             }
         }

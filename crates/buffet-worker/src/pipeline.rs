@@ -204,6 +204,12 @@ pub enum PipelineError {
     /// [`Control::release`] of a tenant that is not quarantined.
     #[error("tenant {0} is not quarantined")]
     NotQuarantined(TenantId),
+    /// [`Control::release`] of a tenant whose state a stuck worker still holds.
+    #[error(
+        "tenant {0}'s state is held by a worker stuck in its handler: replace the state \
+         first (update its policy), then release it"
+    )]
+    StateHeldByStuckWorker(TenantId),
     /// [`Control::release`] within the tenant's backoff: it faulted again too recently.
     #[error(
         "tenant {tenant} faulted {faults} times; it can be released in {} ms (backoff of {} ms \
@@ -230,6 +236,20 @@ pub enum PipelineError {
         /// What failed.
         source: PortError,
     },
+}
+
+impl PipelineError {
+    /// A port's interface went down or away ([`PortError::LinkLost`]): a notice the data
+    /// plane raised as a [`WorkerEvent::PortDown`] and went on after, not a failure.
+    pub fn is_link_lost(&self) -> bool {
+        matches!(
+            self,
+            PipelineError::Port {
+                source: PortError::LinkLost { .. },
+                ..
+            }
+        )
+    }
 }
 
 fn port_failed(port: &str, source: &PortError) -> String {
@@ -791,8 +811,14 @@ impl<N: NetworkFunction> Control<N> {
     }
 }
 
+/// How many turns of a loop driving the data plane pass between two looks at the ports'
+/// pending errors ([`Port::take_error`]) when nothing woke it with one: about 0.1 s of a
+/// busy data plane (a turn is a burst), a system call per port each time.
+const LINK_LOOK_TURNS: u32 = 1024;
+
 /// How long a report waits for a tenant's state that a worker holds (see
-/// `Dataplane::report`).
+/// `Dataplane::report`); also a fault's reason and a release (a quarantined tenant's
+/// state is held only by a worker stuck in it).
 const REPORT_LOCK_WAIT: Duration = Duration::from_millis(5);
 
 /// The tenant's state, once no worker holds it, or `None` after `wait`.
@@ -938,6 +964,9 @@ struct SlotInfo {
 struct Handover {
     slot: TenantSlot,
     from: WorkerId,
+    /// Where the migration sent the tenant: where the frames the data plane held for it
+    /// go (a later migration waits for this one first).
+    to: WorkerId,
     /// Packets dispatched to `from` before the migration.
     dispatched: u64,
 }
@@ -987,13 +1016,20 @@ pub struct Dataplane<N: NetworkFunction> {
     /// When the ports were last asked about an interface found down
     /// ([`Port::recheck_link`]); `None` while none is down.
     links_down: Option<std::time::Instant>,
+    /// Turns since the ports were last asked for a pending error
+    /// ([`LINK_LOOK_TURNS`]).
+    turns_unlooked: u32,
     slots: Vec<SlotInfo>,
     /// Removed slots waiting for their queued packets to drain.
     retiring: Vec<Retiring>,
     /// Migrations whose old worker may still hold the tenant's earlier packets.
     handovers: Vec<Handover>,
+    /// Without persistent Packet Buffers (no gate in the workers): frames of tenants with
+    /// a hand-over pending, in arrival order, with whether they came from a live port;
+    /// sent to the tenant's new worker once its old worker ran the earlier ones.
+    held: Vec<(PacketBuf, bool)>,
     /// Migrations the dispatcher just raised, to start hand-overs for.
-    migrated: Vec<(TenantSlot, WorkerId)>,
+    migrated: Vec<(TenantSlot, WorkerId, WorkerId)>,
     global: GlobalReport,
     seq: u64,
     burst: Vec<PacketBuf>,
@@ -1092,9 +1128,11 @@ pub fn build_with_sources<N: NetworkFunction>(
         tx: Vec::new(),
         ended: Vec::new(),
         links_down: None,
+        turns_unlooked: 0,
         slots: vec![SlotInfo::default(); cap as usize],
         retiring: Vec::new(),
         handovers: Vec::new(),
+        held: Vec::new(),
         migrated: Vec::new(),
         global: GlobalReport::default(),
         seq: 0,
@@ -1249,8 +1287,8 @@ impl<N: NetworkFunction> Dataplane<N> {
             return Err(PipelineError::LastWorker(w.0));
         }
         let moved = self.dispatcher.terminate_worker(w);
-        for &(tenant, _) in &moved {
-            self.begin_handover(tenant, w);
+        for &(tenant, to) in &moved {
+            self.begin_handover(tenant, w, to);
         }
         let slot = &mut self.workers[w.0 as usize];
         slot.live = false;
@@ -1508,6 +1546,10 @@ impl<N: NetworkFunction> Dataplane<N> {
             Decision::Pass { worker, tenant } => {
                 m.tenant = tenant;
                 m.layout = layout;
+                if !self.handovers.is_empty() && self.holds(tenant) {
+                    self.held.push((m, live));
+                    return;
+                }
                 self.send(worker, m, live);
             }
             Decision::Drop(why) => {
@@ -1559,21 +1601,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             self.poll_completions();
             if self.workers[i].lost {
                 // Found dead or stuck while waiting: the frame goes where its tenant went.
-                match self
-                    .dispatcher
-                    .scheduler()
-                    .tenant(m.tenant)
-                    .map(|r| r.worker)
-                {
-                    Some(to) if self.workers.get(to.0 as usize).is_some_and(|t| t.live) => {
-                        return self.send(to, m, live);
-                    }
-                    _ => {
-                        self.global.no_live_worker += 1;
-                        self.recycle(m);
-                        return;
-                    }
-                }
+                return self.send_to(None, m, live);
             }
             backoff.snooze();
             match rx.push(m) {
@@ -1587,30 +1615,38 @@ impl<N: NetworkFunction> Dataplane<N> {
 
     fn collect_events(&mut self, seq: u64) {
         for e in self.dispatcher.drain_events() {
-            if let Event::Migration { tenant, from, .. } = e {
-                self.migrated.push((tenant, from));
+            if let Event::Migration {
+                tenant, from, to, ..
+            } = e
+            {
+                self.migrated.push((tenant, from, to));
             }
             record_event(&mut self.slots, &self.core, &self.events, e, seq);
         }
         if !self.migrated.is_empty() {
             let mut migrated = std::mem::take(&mut self.migrated);
-            for &(tenant, from) in &migrated {
-                self.begin_handover(tenant, from);
+            for &(tenant, from, to) in &migrated {
+                self.begin_handover(tenant, from, to);
             }
             migrated.clear();
             self.migrated = migrated;
         }
     }
 
-    /// Tenant `tenant` moved off worker `from`, whose Packet Buffers (or ring) may still
-    /// hold its earlier packets: until `from` has run them, only `from` may run the tenant,
-    /// and `from` is asked to flush. Called before the first packet goes to the new worker.
+    /// Tenant `tenant` moved off worker `from` to worker `to`, and `from`'s Packet
+    /// Buffers (or ring) may still hold its earlier packets: until `from` has run them,
+    /// only `from` may run the tenant, and `from` is asked to flush. Called before the
+    /// first packet goes to the new worker. With persistent Packet Buffers the new worker
+    /// keeps the tenant's packets gated; without, the data plane holds them
+    /// ([`holds`](Self::holds)) and then sends them to `to` (a later migration of the
+    /// tenant waits for this hand-over first, so they reach `to` before it moves on).
+    /// Either way a tenant's packets never run out of order, nor on two workers at once.
     /// Workers fed by their own source are not tracked (their frames never pass here).
-    fn begin_handover(&mut self, tenant: TenantSlot, from: WorkerId) {
+    fn begin_handover(&mut self, tenant: TenantSlot, from: WorkerId, to: WorkerId) {
         let Some(w) = self.workers.get(from.0 as usize) else {
             return;
         };
-        if w.sourced || self.cfg.buffers().is_none() {
+        if w.sourced {
             return;
         }
         // One hand-over per tenant at a time (migrations of a tenant are a timeslot apart).
@@ -1620,11 +1656,14 @@ impl<N: NetworkFunction> Dataplane<N> {
         if w.flush.done.load(Ordering::Acquire) >= dispatched {
             return;
         }
-        self.core.shared.gates[tenant.index()].store(u32::from(from.0), Ordering::Release);
+        if self.cfg.buffers().is_some() {
+            self.core.shared.gates[tenant.index()].store(u32::from(from.0), Ordering::Release);
+        }
         w.request_flush(dispatched);
         self.handovers.push(Handover {
             slot: tenant,
             from,
+            to,
             dispatched,
         });
     }
@@ -1639,12 +1678,20 @@ impl<N: NetworkFunction> Dataplane<N> {
         }
     }
 
-    /// Opens the gates of tenants whose old worker answered the flush covering them.
+    /// Whether the data plane holds tenant `tenant`'s frames back: no persistent Packet
+    /// Buffers, and a hand-over of the tenant pending.
+    fn holds(&self, tenant: TenantSlot) -> bool {
+        self.cfg.buffers().is_none() && self.handovers.iter().any(|h| h.slot == tenant)
+    }
+
+    /// Opens the gates of tenants whose old worker answered the flush covering them, and
+    /// sends the frames the data plane held for them to their new workers, in order.
     fn release_handovers(&mut self) {
         if self.handovers.is_empty() {
             return;
         }
         let (workers, gates) = (&self.workers, &self.core.shared.gates);
+        let mut released = Vec::new();
         self.handovers.retain(|h| {
             let from = &workers[h.from.0 as usize];
             // A lost worker (dead or stuck) never confirms: what it had queued was handed
@@ -1652,9 +1699,44 @@ impl<N: NetworkFunction> Dataplane<N> {
             let done = from.lost || from.flush.done.load(Ordering::Acquire) >= h.dispatched;
             if done {
                 gates[h.slot.index()].store(GATE_OPEN, Ordering::Release);
+                released.push((h.slot, h.to));
             }
             !done
         });
+        if self.held.is_empty() {
+            return;
+        }
+        for (slot, to) in released {
+            let (go, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+                .into_iter()
+                .partition(|(m, _)| m.tenant == slot);
+            self.held = keep;
+            for (m, live) in go {
+                self.send_to(Some(to), m, live);
+            }
+        }
+    }
+
+    /// Sends `m` to worker `to` if it is live, else to the worker its tenant is on now;
+    /// with neither live, it is counted as `no_live_worker` and recycled.
+    fn send_to(&mut self, to: Option<WorkerId>, m: PacketBuf, live: bool) {
+        let is_live = |w: WorkerId| self.workers.get(w.0 as usize).is_some_and(|s| s.live);
+        let now = || {
+            self.dispatcher
+                .scheduler()
+                .tenant(m.tenant)
+                .map(|r| r.worker)
+        };
+        match to
+            .filter(|&w| is_live(w))
+            .or_else(|| now().filter(|&w| is_live(w)))
+        {
+            Some(to) => self.send(to, m, live),
+            None => {
+                self.global.no_live_worker += 1;
+                self.recycle(m);
+            }
+        }
     }
 
     /// Takes processed packets back from the workers: passes go to their output port's
@@ -1902,6 +1984,16 @@ impl<N: NetworkFunction> Dataplane<N> {
         if !self.core.shared.quarantined[i].load(Ordering::Acquire) {
             return Err(PipelineError::NotQuarantined(id));
         }
+        // A quarantined tenant runs nowhere, so a worker that holds its state is stuck in
+        // it (and may never let go): released, its next packet would stall another worker
+        // on the same lock.
+        let held = match &*self.core.shared.table.get(slot) {
+            Some(entry) => lock_within(entry, REPORT_LOCK_WAIT).is_none(),
+            None => false,
+        };
+        if held {
+            return Err(PipelineError::StateHeldByStuckWorker(id));
+        }
         let info = &self.slots[i];
         if info.faults >= 2 {
             let base = Duration::from_nanos(self.core.backoff_ns.load(Ordering::Relaxed));
@@ -1928,8 +2020,11 @@ impl<N: NetworkFunction> Dataplane<N> {
     /// ([`NetworkFunction::fault_reason`]: an eBPF program's cost and its budget) when it
     /// has one. The tenant is quarantined: no worker runs its code any more.
     fn with_fault_reason(&self, tenant: TenantSlot, message: String) -> String {
+        // Not waited for longer: another worker may have taken the state meanwhile (a
+        // migration's overlap) and be stuck in it; the message goes without the reason.
         let reason = match &*self.core.shared.table.get(tenant) {
-            Some(entry) => self.core.shared.nf.fault_reason(&entry.lock()),
+            Some(entry) => lock_within(entry, REPORT_LOCK_WAIT)
+                .and_then(|state| self.core.shared.nf.fault_reason(&state)),
             None => None,
         };
         match reason {
@@ -2078,7 +2173,7 @@ impl<N: NetworkFunction> Dataplane<N> {
     /// Waits until every packet pushed so far has been processed and transmitted.
     pub fn flush(&mut self) {
         let backoff = Backoff::new();
-        while self.in_flight() > 0 {
+        while self.in_flight() > 0 || !self.held.is_empty() {
             self.poll_completions();
             self.flush_tx();
             backoff.snooze();
@@ -2190,7 +2285,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             if !self.apply_commands() {
                 break;
             }
-            for e in self.recheck_links() {
+            for e in self.watch_links() {
                 on_error(e);
             }
             match self.poll() {
@@ -2242,8 +2337,11 @@ impl<N: NetworkFunction> Dataplane<N> {
             if !self.apply_commands() {
                 break;
             }
-            // An interface that went away is an event; the watcher of a live run ends it.
-            let _ = self.recheck_links();
+            // An interface that went down or away is an event; the watcher of a live run
+            // ends it. Any other error a port's socket reports ends the run.
+            if let Some(e) = self.watch_links().into_iter().find(|e| !e.is_link_lost()) {
+                return Err(e);
+            }
             let polled = self.poll()?;
             let (n, ended) = (polled.received, polled.ended);
             *total += n as u64;
@@ -2305,25 +2403,34 @@ impl<N: NetworkFunction> Dataplane<N> {
             return Ok(None);
         };
         let ended = &self.ended;
-        let Some((port, _)) = self
-            .ports
-            .iter_mut()
-            .zip(ended)
-            .find(|(p, &ended)| !ended && p.readiness_fds().is_some_and(|v| v.contains(&fd)))
+        let Some(pi) =
+            self.ports.iter().zip(ended).position(|(p, &ended)| {
+                !ended && p.readiness_fds().is_some_and(|v| v.contains(&fd))
+            })
         else {
             return Ok(None);
         };
-        let Err(source) = port.take_error() else {
-            return Ok(None);
-        };
-        let port = port.name();
+        match self.take_port_error(pi) {
+            Some(e) if !e.is_link_lost() => Err(e),
+            notice => Ok(notice),
+        }
+    }
+
+    /// Reads and clears the error pending on port `pi` ([`Port::take_error`]): an
+    /// interface that went down or away is a [`WorkerEvent::PortDown`], returned as well
+    /// ([`PipelineError::is_link_lost`]), and one that is down is looked at again about
+    /// once a second ([`watch_links`](Self::watch_links)); any other error is returned as
+    /// such.
+    fn take_port_error(&mut self, pi: usize) -> Option<PipelineError> {
+        let source = self.ports[pi].take_error().err()?;
+        let port = self.ports[pi].name();
         if !matches!(source, PortError::LinkLost { .. }) {
-            return Err(PipelineError::Port { port, source });
+            return Some(PipelineError::Port { port, source });
         }
         if matches!(source, PortError::LinkLost { gone: false, .. }) {
             self.links_down.get_or_insert_with(std::time::Instant::now);
         }
-        Ok(Some(self.link_lost(port, source)))
+        Some(self.link_lost(port, source))
     }
 
     /// Raises [`WorkerEvent::PortDown`] for `port`'s `source` (a [`PortError::LinkLost`]);
@@ -2336,15 +2443,30 @@ impl<N: NetworkFunction> Dataplane<N> {
         PipelineError::Port { port, source }
     }
 
-    /// About once a second while a port's interface is down, asks the ports
-    /// ([`Port::recheck_link`]) whether it came back or went away: gone, it is a
-    /// [`WorkerEvent::PortDown`] again, returned as a notice. One branch per turn otherwise.
-    fn recheck_links(&mut self) -> Vec<PipelineError> {
+    /// Called once per turn of a loop driving the data plane. Every [`LINK_LOOK_TURNS`]
+    /// turns it asks the ports that have not ended for an error pending on their sockets
+    /// ([`take_port_error`](Self::take_port_error)): a data plane that never blocks on a
+    /// port's socket (busy, an idle wait of zero, a polled port beside it, a
+    /// transmit-only socket) learns of a link that went down that way. About once a
+    /// second while an interface is down, it asks the ports ([`Port::recheck_link`])
+    /// whether it came back or went away: gone, it is a [`WorkerEvent::PortDown`] again.
+    /// Returns what it found, link notices and errors alike.
+    fn watch_links(&mut self) -> Vec<PipelineError> {
+        let mut found = Vec::new();
+        self.turns_unlooked += 1;
+        if self.turns_unlooked >= LINK_LOOK_TURNS {
+            self.turns_unlooked = 0;
+            for pi in 0..self.ports.len() {
+                if !self.ended[pi] {
+                    found.extend(self.take_port_error(pi));
+                }
+            }
+        }
         let Some(since) = self.links_down else {
-            return Vec::new();
+            return found;
         };
         if since.elapsed() < std::time::Duration::from_secs(1) {
-            return Vec::new();
+            return found;
         }
         let (mut down, mut gone) = (false, Vec::new());
         for (port, _) in self.ports.iter_mut().zip(&self.ended).filter(|(_, &e)| !e) {
@@ -2354,9 +2476,11 @@ impl<N: NetworkFunction> Dataplane<N> {
             }
         }
         self.links_down = down.then(std::time::Instant::now);
-        gone.into_iter()
-            .map(|(port, source)| self.link_lost(port, source))
-            .collect()
+        found.extend(
+            gone.into_iter()
+                .map(|(port, source)| self.link_lost(port, source)),
+        );
+        found
     }
 
     /// A snapshot of everything counted so far (call [`flush`](Self::flush) first for
@@ -2444,9 +2568,15 @@ impl<N: NetworkFunction> Dataplane<N> {
 
     fn shutdown(&mut self) {
         self.core.stopped.store(true, Ordering::Release);
-        // Nothing is waited for any more: no worker may keep packets gated.
-        for h in self.handovers.drain(..) {
+        // Nothing is waited for any more: no worker may keep packets gated, and what the
+        // data plane held goes to the tenants' new workers, which run it before they stop.
+        let handovers = std::mem::take(&mut self.handovers);
+        for h in &handovers {
             self.core.shared.gates[h.slot.index()].store(GATE_OPEN, Ordering::Release);
+        }
+        for (m, live) in std::mem::take(&mut self.held) {
+            let to = handovers.iter().find(|h| h.slot == m.tenant).map(|h| h.to);
+            self.send_to(to, m, live);
         }
         for w in &self.workers {
             w.request_stop();

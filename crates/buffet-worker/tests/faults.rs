@@ -490,6 +490,36 @@ fn stuck_worker_is_found<N: NetworkFunction<Policy = bool>>(nf: N) {
         "worker {worker} stuck: found after {took:?}, {reassigned} tenants moved, \
          {requeued} queued frames moved, {stuck} frames caught in its burst"
     );
+    // The stuck handler still holds tenant 1's state: released as it is, its next
+    // packet would stall another worker on that lock. Refused, nothing changed; a new
+    // state (a policy update builds it in a new region) makes the release safe, and the
+    // tenant's packets flow again on a live worker.
+    let refused = p.release(TenantId(1)).unwrap_err();
+    assert!(
+        matches!(refused, PipelineError::StateHeldByStuckWorker(TenantId(1))),
+        "{refused}"
+    );
+    assert!(p
+        .report()
+        .tenants
+        .iter()
+        .any(|t| t.id == TenantId(1) && t.quarantined));
+    p.update_policy(TenantId(1), &false).unwrap();
+    p.release(TenantId(1)).unwrap();
+    let before = p
+        .report()
+        .tenants
+        .iter()
+        .find(|t| t.id == TenantId(1))
+        .unwrap()
+        .packets;
+    for r in 0..10u64 {
+        p.push(1_000 + r, 0, &frame(1, b"spin"));
+    }
+    p.flush();
+    let after = p.report();
+    let t1 = after.tenants.iter().find(|t| t.id == TenantId(1)).unwrap();
+    assert_eq!((t1.packets - before, t1.quarantined), (10, false));
     let _ = p.finish();
     let _ = WorkerId(0);
 }
