@@ -1,7 +1,9 @@
 /*
  * Buffet Packet Dispatcher for Netronome Agilio SmartNICs (P4_16, v1model as the Agilio
  * SDK's nfp4build takes it). The parser extracts Ethernet, one VLAN tag, IPv4/IPv6 and
- * TCP/UDP ports; the classifier table maps them to a tenant slot (the control plane
+ * TCP/UDP/SCTP ports (not after IPv4 options, and without Buffet's length checks: see
+ * README.md for where it differs from buffet-dispatch); the classifier table maps them
+ * to a tenant slot (the control plane
  * fills it from the tenants' rules: exact, LPM and ternary fields); the Micro-C plugin
  * pif_plugin_buffet_dispatch (buffet_plugin.c) runs Algorithm 1 from ../common on the
  * ingress timestamp and picks the worker; the DSCP action tags the tenant slot.

@@ -23,7 +23,8 @@
  * frames of its own (interface, queue), so a worker has one socket per queue: the
  * program redirects a frame to key rx_queue_index * BF_XDP_XSK_STRIDE + worker, and the
  * map has BF_XDP_MAX_QUEUES * BF_XDP_XSK_STRIDE entries. A frame on a queue beyond them
- * (or on a queue where its worker has no socket) goes on to the stack (XDP_PASS). */
+ * (or on a queue where its worker has no socket) is dropped (XDP_DROP), never handed to
+ * the host stack past its tenant's NF, and counted in BF_XDP_ST_NO_SOCKET. */
 #define BF_XDP_MAX_QUEUES 64u
 #define BF_XDP_XSK_STRIDE BF_XDP_MAX_WORKERS
 #define BF_XDP_XSK_ENTRIES (BF_XDP_MAX_QUEUES * BF_XDP_XSK_STRIDE)

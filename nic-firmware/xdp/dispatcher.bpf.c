@@ -480,8 +480,9 @@ __attribute__((noinline)) int bf_xdp_tag(struct xdp_md *ctx, struct bf_search *p
         if (bpf_xdp_store_bytes(ctx, l3, sc->hdr + l3, 12) != 0)
             return -1;
     }
-    /* A driver without metadata support leaves the frame untagged there, not dropped
-     * (the worker then classifies it again). */
+    /* A driver without metadata support leaves the frame without its metadata here;
+     * the frame still goes to its worker's socket, whose reader finds no tenant there
+     * and drops it as untagged (it never guesses one). */
     if ((cfg->flags & BF_XDP_F_META) && bpf_xdp_adjust_meta(ctx, -(int)sizeof(uint32_t)) == 0) {
         void *data = (void *)(long)ctx->data;
         uint32_t *meta = (void *)(long)ctx->data_meta;

@@ -28,8 +28,8 @@
 //!
 //! `--dispatch xdp`: the XDP Packet Dispatcher (nic-firmware/xdp, through buffet-xdp)
 //! classifies, runs Algorithm 1 on `bpf_ktime_get_ns()`, writes the tenant slot into the
-//! frame's XDP metadata (and DSCP for slots up to 63) and redirects each frame to its
-//! worker's own AF_XDP socket on the frame's receive queue; there is no dispatcher
+//! frame's XDP metadata (never into DSCP: the frame keeps its own) and redirects each
+//! frame to its worker's own AF_XDP socket on the frame's receive queue; there is no dispatcher
 //! thread. Every worker has a socket on the queue (`--queue`), or on each of `--queues`,
 //! all sharing one UMEM (`XDP_SHARED_UMEM`): each worker polls its own receive rings,
 //! round robin, and takes the tenant from the metadata; the data-plane thread owns each
@@ -307,6 +307,11 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
         tenants.len(),
         buffet_xdp::MAX_TENANTS
     );
+    if xdp || a.port == PortKind::AfXdp {
+        if let Some(w) = stripped_vlan_warning(&tenants, &a.choice.tenants, &a.iface) {
+            eprintln!("{w}");
+        }
+    }
     let stats = a
         .stats_json
         .as_deref()
@@ -322,10 +327,6 @@ pub fn run(a: &RunArgs, registry: &Registry) -> anyhow::Result<()> {
     if tx.is_some() {
         // Frames from port 0 pass to port 1.
         cfg.routes = vec![1];
-    }
-    if let Some(parts) = &mut xdp_parts {
-        // The program tags DSCP too when every slot fits in it (the paper's tag).
-        parts.dispatcher_tag_dscp = tenants.len() <= 63;
     }
     let live = Live {
         a,
@@ -373,7 +374,6 @@ pub(crate) struct XdpParts {
     /// The receive queues (the first is the one frames are sent on).
     queues: Vec<u32>,
     mode: AttachMode,
-    dispatcher_tag_dscp: bool,
 }
 
 /// Opens the UMEM owner's sockets (the data-plane thread's port: one per queue, each with
@@ -435,7 +435,6 @@ fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
             receivers,
             queues,
             mode,
-            dispatcher_tag_dscp: false,
         },
     ))
 }
@@ -443,6 +442,33 @@ fn open_xdp(a: &RunArgs) -> anyhow::Result<(AfXdpPort, XdpParts)> {
 /// `--queues`: the receive queues, in the order given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueList(pub Vec<u32>);
+
+/// The warning `--port af-xdp` and `--dispatch xdp` print when a tenant's rule matches on
+/// `vlan`, or `None` when none does. Where the NIC or its driver takes the 802.1Q tag out
+/// of a received frame (receive VLAN offload) it is not in the bytes an XDP program or an
+/// AF_XDP socket sees, so such a rule cannot match there; the AF_PACKET port puts the tag
+/// back. (Reading the tag from the driver, `bpf_xdp_metadata_rx_vlan_tag`, needs Linux
+/// 6.8 and a driver that supports it.)
+fn stripped_vlan_warning(tenants: &[TenantConfig], file: &Path, iface: &str) -> Option<String> {
+    let ids: Vec<String> = tenants
+        .iter()
+        .filter(|t| t.rules.iter().any(|(_, m)| m.vlan.is_some()))
+        .map(|t| t.id.to_string())
+        .collect();
+    if ids.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "warning: {}: tenant{} {} match{} on vlan, but an XDP program and an AF_XDP socket \
+         see a frame without its 802.1Q tag where the NIC or its driver takes the tag out \
+         on receive (VLAN offload): such frames match no vlan rule. Turn the offload off \
+         (ethtool -K {iface} rxvlan off) or use --port af-packet, which puts the tag back",
+        file.display(),
+        if ids.len() > 1 { "s" } else { "" },
+        ids.join(", "),
+        if ids.len() > 1 { "" } else { "es" },
+    ))
+}
 
 /// `--queues`: queue numbers and ranges separated by commas (`0-3`, `0,2`, `0-1,4`), each
 /// queue once.
@@ -1018,7 +1044,10 @@ fn start_xdp<N: RegisteredNf>(
     let mut d = XdpDispatcher::load(XdpConfig {
         shift: a.shift,
         threshold: a.threshold,
-        tag_dscp: parts.dispatcher_tag_dscp,
+        // The workers take the tenant from the metadata alone; a DSCP tag would only
+        // overwrite the frame's own DSCP, which the NFs (a chain's `dscp` guard, IPsec's
+        // outer header) and the wire should see as it arrived.
+        tag_dscp: false,
         metadata: true,
         test_mode: false,
         in_port: 0,
@@ -1121,7 +1150,9 @@ fn xdp_json<N: RegisteredNf>(
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_queues, QueueList};
+    use super::{parse_queues, stripped_vlan_warning, QueueList};
+    use buffet_config::TenantConfig;
+    use std::path::Path;
 
     fn parse(s: &str) -> Result<Vec<u32>, String> {
         parse_queues(s).map(|QueueList(q)| q)
@@ -1139,5 +1170,30 @@ mod tests {
         let e = parse("0-x").unwrap_err();
         assert!(e.contains("\"x\" is not a queue number"), "{e}");
         assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn a_vlan_rule_under_xdp_is_warned_about_naming_its_tenants() {
+        let tenants = |toml: &str| -> Vec<TenantConfig> {
+            use buffet_config::tenants::{parse, Format};
+            parse(Format::Toml, Path::new("t.toml"), toml).unwrap()
+        };
+        let none = tenants("[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n");
+        assert_eq!(
+            stripped_vlan_warning(&none, Path::new("t.toml"), "eth0"),
+            None
+        );
+        let two = tenants(
+            "[[tenant]]\nid = 1\nrules = [ { dst_ip = \"10.0.0.0/8\" } ]\n\
+             [[tenant]]\nid = 4\nrules = [ { vlan = 12 } ]\n\
+             [[tenant]]\nid = 7\nrules = [ { dst_ip = \"10.7.0.0/16\" }, { vlan = 7, dst_port = 80, protocol = \"tcp\" } ]\n",
+        );
+        let w = stripped_vlan_warning(&two, Path::new("t.toml"), "eth0").unwrap();
+        assert!(
+            w.starts_with("warning: t.toml: tenants 4, 7 match on vlan"),
+            "{w}"
+        );
+        assert!(w.contains("ethtool -K eth0 rxvlan off"), "{w}");
+        assert!(w.contains("--port af-packet"), "{w}");
     }
 }

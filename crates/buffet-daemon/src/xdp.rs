@@ -187,8 +187,10 @@ pub fn open(cfg: &DaemonConfig, x: &AfXdpPortConfig) -> Result<XdpStart, XdpStar
     let mut dispatcher = XdpDispatcher::load(XdpConfig {
         shift: d.shift,
         threshold: d.threshold,
-        // The paper's DSCP tag only while every slot fits in it.
-        tag_dscp: d.tenant_slots <= 63,
+        // The workers take the tenant from the metadata alone; a DSCP tag would only
+        // overwrite the frame's own DSCP, which the NFs and the wire should see as it
+        // arrived.
+        tag_dscp: false,
         metadata: true,
         test_mode: false,
         in_port: 0,

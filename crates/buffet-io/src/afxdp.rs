@@ -19,8 +19,12 @@
 //!   ring is reaped before every burst, returning sent frames to the free list. Copy
 //!   mode sends only from a `sendto` kick; the kernel sends at most 32 frames per kick,
 //!   so the port kicks until the ring is empty or the kernel is busy, and kicks again on
-//!   the next burst while frames are waiting.
-//! * Counters: frames received and sent by the port, the kernel's drops
+//!   the next burst while frames are waiting. While the kernel refuses the kick because
+//!   the interface is down or gone (`ENETDOWN`, `ENXIO`), frames to send are dropped and
+//!   counted instead of queued (the ring gives no way to take back the descriptors of
+//!   the burst that found out: those go out once the interface is up again).
+//! * Counters: frames received, frames sent (the kernel's completions; at the end of a
+//!   run, [`Port::flush`] counts what it has not completed as dropped), the kernel's drops
 //!   (`XDP_STATISTICS`: no fill-ring frame, receive ring full, invalid descriptors) and
 //!   the transmit descriptors it refused. Each socket's own kernel counters, apart
 //!   ([`XskStatistics`]: which ring ran full or empty), come from
@@ -936,7 +940,19 @@ pub struct AfXdpPort {
     /// receivers lent come back here too: wrapping, summed with theirs at the end).
     lent: u64,
     zero_copy: bool,
+    /// `tx` counts completions ([`reap`](Self::reap)): a frame counts as sent once the
+    /// kernel is done with it, not when it goes on the transmit ring.
     stats: PortStats,
+    /// Descriptors on the transmit ring or in the kernel, not yet completed.
+    tx_in_kernel: u64,
+    /// Of them, those [`flush`](Port::flush) already counted as `tx_dropped` (their
+    /// completions, if any still come, are not counted again).
+    tx_written_off: u64,
+    /// The last transmit kick was refused because the interface is down or gone
+    /// (`ENETDOWN`, `ENXIO`): frames to send are dropped and counted until a kick
+    /// succeeds again, rather than held on the ring (with their UMEM frames) to go out
+    /// late.
+    tx_down: bool,
     /// The receivers' counters, once a shared receiver exists.
     shared: Option<Arc<SharedCounters>>,
     /// Frames each fill ring holds at most: its size on one queue, a share of the UMEM
@@ -1082,6 +1098,9 @@ impl AfXdpPort {
             lent: 0,
             zero_copy,
             stats: PortStats::default(),
+            tx_in_kernel: 0,
+            tx_written_off: 0,
+            tx_down: false,
             shared: None,
             fill_target,
             next: 0,
@@ -1466,7 +1485,7 @@ impl AfXdpPort {
         (k, n)
     }
 
-    /// Takes frames the kernel has sent back to the free list.
+    /// Takes frames the kernel has sent back to the free list, and counts them as sent.
     fn reap(&mut self) {
         let prod = self.comp.producer().load(Ordering::Acquire);
         let cons = self.comp.consumer().load(Ordering::Relaxed);
@@ -1478,20 +1497,41 @@ impl AfXdpPort {
         self.comp
             .consumer()
             .store(cons.wrapping_add(k), Ordering::Release);
+        let k = u64::from(k);
+        let late = k.min(self.tx_written_off);
+        self.tx_written_off -= late;
+        self.tx_in_kernel = self.tx_in_kernel.saturating_sub(k);
+        self.stats.tx += k - late;
     }
 
-    /// Kicks the kernel until the transmit ring is empty or it is busy.
+    /// One transmit kick. Notes in `tx_down` whether the kernel refused it because the
+    /// interface is down (`ENETDOWN`: it then takes nothing off the ring) or gone
+    /// (`ENXIO`). False when the kick failed (any error but `EAGAIN`, which says the
+    /// kernel is busy).
+    fn kick_once(&mut self) -> bool {
+        match self.socket.kick_tx() {
+            Ok(()) => {
+                self.tx_down = false;
+                true
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                self.tx_down = false;
+                true
+            }
+            Err(e) => {
+                self.tx_down = matches!(e.raw_os_error(), Some(libc::ENETDOWN | libc::ENXIO));
+                false
+            }
+        }
+    }
+
+    /// Kicks the kernel until the transmit ring is empty, it is busy or it refuses.
     fn kick(&mut self, queued: usize) {
         for _ in 0..queued / KERNEL_TX_BATCH + 2 {
             let prod = self.tx.producer().load(Ordering::Relaxed);
             let cons = self.tx.consumer().load(Ordering::Acquire);
-            if ring_ready(prod, cons) == 0 {
+            if ring_ready(prod, cons) == 0 || !self.kick_once() {
                 return;
-            }
-            match self.socket.kick_tx() {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
-                Err(_) => return,
             }
         }
     }
@@ -1546,6 +1586,22 @@ impl Port for AfXdpPort {
         pool: &mut HeapPool,
     ) -> Result<(), PortError> {
         self.reap();
+        if self.tx_down && !pkts.is_empty() {
+            // Refused at the last kick: look again (once the interface is up, this also
+            // sends what waited on the ring).
+            self.kick_once();
+        }
+        if self.tx_down {
+            // Nothing would leave. Descriptors cannot be taken back off the ring (the
+            // kernel may have read the producer index), so these are not put on it:
+            // dropped now, their frames free again, rather than sent when the link is
+            // back.
+            for buf in pkts.drain(..) {
+                self.stats.tx_dropped += 1;
+                self.give_back(buf, pool);
+            }
+            return Ok(());
+        }
         let mut prod = self.tx.producer().load(Ordering::Relaxed);
         let cons = self.tx.consumer().load(Ordering::Acquire);
         let mut room = ring_room(prod, cons, self.tx.size());
@@ -1611,9 +1667,39 @@ impl Port for AfXdpPort {
             queued += 1;
         }
         self.tx.producer().store(prod, Ordering::Release);
-        self.stats.tx += queued as u64;
+        self.tx_in_kernel += queued as u64;
         self.kick(queued);
         Ok(())
+    }
+
+    /// At the end of a run: kicks out what the transmit ring still holds and waits up to
+    /// 100 ms for the kernel to complete it. What it has not completed then is counted
+    /// as `tx_dropped` (the socket closes with it), so `tx + tx_dropped` is every frame
+    /// given to [`tx_burst`](Port::tx_burst).
+    fn flush(&mut self) -> Result<(), PortError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        loop {
+            self.reap();
+            let pending = self.tx_in_kernel - self.tx_written_off;
+            if pending == 0 || std::time::Instant::now() >= deadline {
+                self.stats.tx_dropped += pending;
+                self.tx_written_off += pending;
+                return Ok(());
+            }
+            self.kick(usize::try_from(pending).unwrap_or(usize::MAX));
+            if self.tx_down {
+                self.kick_once();
+            }
+            if self.tx_down {
+                // Nothing leaves a down interface: no use waiting.
+                self.reap();
+                let pending = self.tx_in_kernel - self.tx_written_off;
+                self.stats.tx_dropped += pending;
+                self.tx_written_off += pending;
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     fn recycle(&mut self, buf: PacketBuf) {
@@ -1643,6 +1729,12 @@ impl Port for AfXdpPort {
 
     fn stats(&self) -> PortStats {
         let mut s = self.stats;
+        // Completions not reaped yet are frames sent too (beyond those written off).
+        let done = ring_ready(
+            self.comp.producer().load(Ordering::Acquire),
+            self.comp.consumer().load(Ordering::Relaxed),
+        );
+        s.tx += u64::from(done).saturating_sub(self.tx_written_off);
         if let Some(c) = &self.shared {
             s.rx += c.rx.load(Ordering::Relaxed);
             s.rx_dropped += c.rx_dropped.load(Ordering::Relaxed);
@@ -1655,8 +1747,8 @@ impl Port for AfXdpPort {
                 // the times it found that ring empty are frames too large for a frame.
                 s.rx_oversize +=
                     oversize_drops(k.rx_dropped, extended.then_some(k.rx_fill_ring_empty_descs));
+                // Never completed, so never in `tx`.
                 s.tx_dropped += k.tx_invalid_descs;
-                s.tx = s.tx.saturating_sub(k.tx_invalid_descs);
             }
         }
         s

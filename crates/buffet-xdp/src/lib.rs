@@ -24,9 +24,10 @@
 //! key `rx_queue_index * XSK_STRIDE + worker` ([`xsk_key`]; [`MAX_QUEUES`] queues of
 //! [`XSK_STRIDE`] keys). [`XdpDispatcher::set_worker_socket`] puts a worker's socket of one
 //! queue there, [`XdpDispatcher::clear_worker_socket`] takes all of a worker's out. A
-//! frame on a queue where its worker has no socket (or beyond [`MAX_QUEUES`]) goes on to
-//! the stack (`XDP_PASS`), counted as passed in the program's counters like any other:
-//! the redirect key is no scheduling decision, and test mode never redirects.
+//! frame on a queue where its worker has no socket (or beyond [`MAX_QUEUES`]) is dropped
+//! (`XDP_DROP`), never handed to the host stack past its tenant's NF, and counted both as
+//! passed (the scheduler passed it: the redirect key is no scheduling decision, and test
+//! mode never redirects) and as `no_socket` ([`XdpStats::no_socket`]).
 //!
 //! What it does not do: open AF_XDP sockets (the program's XSKMAP is exposed for them),
 //! tenant placement or worker evacuation. For the nfp offload
@@ -952,8 +953,8 @@ impl XdpDispatcher {
     /// [`xsk_key`]`(queue, w)`): the redirect target of the frames of that queue the
     /// program chooses `w` for. The socket must be bound to that queue of the interface
     /// the program is attached to (the kernel delivers a redirect to no other). A worker
-    /// has one such socket per queue; a frame on a queue where its worker has none goes
-    /// on to the stack, counted as passed like any other. A worker's sockets may go in
+    /// has one such socket per queue; a frame on a queue where its worker has none is
+    /// dropped, counted as passed like any other and as `no_socket`. A worker's sockets may go in
     /// before its row is added ([`add_worker`](Self::add_worker)), so that the program
     /// sends it nothing it cannot receive.
     pub fn set_worker_socket(
