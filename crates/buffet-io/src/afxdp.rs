@@ -1485,6 +1485,19 @@ impl AfXdpPort {
         (k, n)
     }
 
+    /// Frames on the transmit ring or in the kernel that may still complete: those not
+    /// completed and not written off, less the descriptors the kernel refused as invalid
+    /// (never completed; [`stats`](Port::stats) counts them as `tx_dropped` already).
+    fn tx_pending(&self) -> u64 {
+        let others = self.queues.iter().filter_map(|q| q.own.as_ref());
+        let invalid: u64 = std::iter::once(&self.socket)
+            .chain(others.map(|(_, s)| s))
+            .filter_map(|socket| socket.statistics_versioned().ok())
+            .map(|(k, _)| k.tx_invalid_descs)
+            .sum();
+        (self.tx_in_kernel - self.tx_written_off).saturating_sub(invalid)
+    }
+
     /// Takes frames the kernel has sent back to the free list, and counts them as sent.
     fn reap(&mut self) {
         let prod = self.comp.producer().load(Ordering::Acquire);
@@ -1680,7 +1693,7 @@ impl Port for AfXdpPort {
         let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
         loop {
             self.reap();
-            let pending = self.tx_in_kernel - self.tx_written_off;
+            let pending = self.tx_pending();
             if pending == 0 || std::time::Instant::now() >= deadline {
                 self.stats.tx_dropped += pending;
                 self.tx_written_off += pending;
@@ -1693,7 +1706,7 @@ impl Port for AfXdpPort {
             if self.tx_down {
                 // Nothing leaves a down interface: no use waiting.
                 self.reap();
-                let pending = self.tx_in_kernel - self.tx_written_off;
+                let pending = self.tx_pending();
                 self.stats.tx_dropped += pending;
                 self.tx_written_off += pending;
                 return Ok(());

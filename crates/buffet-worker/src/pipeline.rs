@@ -1807,11 +1807,22 @@ impl<N: NetworkFunction> Dataplane<N> {
         let bound = self.stall_bound();
         for wi in 0..self.workers.len() {
             let w = &mut self.workers[wi];
-            if !w.live || w.lost || w.stop.load(Ordering::Acquire) {
+            // A terminated worker is still watched while it runs what it was given: the
+            // hand-overs of the tenants it had wait for it, so stuck there, or dead, it is
+            // lost like a live one. Finished cleanly, it answered them all.
+            let terminated = !w.live && !w.lost && w.thread.is_some();
+            if !terminated && (!w.live || w.lost || w.stop.load(Ordering::Acquire)) {
                 continue;
             }
             if w.thread.as_ref().is_some_and(|t| t.is_finished()) {
-                self.worker_died(wi);
+                if terminated && w.flush.done.load(Ordering::Acquire) == u64::MAX {
+                    // Its clean end: joined, and no longer watched.
+                    if let Some(t) = w.thread.take() {
+                        let _ = t.join();
+                    }
+                } else {
+                    self.worker_died(wi);
+                }
                 continue;
             }
             let bursts = w.counters.bursts.load(Ordering::Relaxed);

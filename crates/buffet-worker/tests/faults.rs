@@ -404,6 +404,87 @@ impl NetworkFunction for Sleeper {
     }
 }
 
+/// As [`Spinner`], on its own flag (tests run side by side).
+struct Hanger;
+
+static HANG: AtomicBool = AtomicBool::new(true);
+
+impl NetworkFunction for Hanger {
+    type State = bool;
+    type Policy = bool;
+    fn name(&self) -> &'static str {
+        "hanger"
+    }
+    fn register(&self) -> MemorySpec {
+        MemorySpec::of::<bool>()
+    }
+    fn init(&self, hang: &bool, state: &mut bool) -> Result<(), InitError> {
+        *state = *hang;
+        Ok(())
+    }
+    fn handle(&self, pkt: &mut Packet<'_>, hang: &mut bool) -> Verdict {
+        if *hang && pkt.payload() == b"spin" {
+            while HANG.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        }
+        Verdict::Pass
+    }
+}
+
+/// A worker terminated while it is stuck in a handler: its other tenant moves, and that
+/// tenant's hand-over (its packets queued behind the stuck one) ends when the worker is
+/// found stuck, so its later packets (held meanwhile) flow on the new worker, every one
+/// counted, and its removal does not wait forever.
+#[test]
+fn a_worker_terminated_while_stuck_in_a_handler_does_not_hold_its_tenants_forever() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut p = Pipeline::new(Hanger, cfg(2, 30)).unwrap();
+        p.admit(spec_with(1, true)).unwrap();
+        for t in 2..=5 {
+            p.admit(spec_with(t, false)).unwrap();
+        }
+        let r = p.report();
+        let on = worker_of(&r, 1);
+        let victim = (2..=5).find(|&t| worker_of(&r, t) == on).unwrap();
+        p.push(0, 0, &frame(1, b"spin"));
+        // The worker takes the spinning packet alone, then the victim's queue behind it.
+        std::thread::sleep(Duration::from_millis(50));
+        for r in 0..5u64 {
+            p.push(1 + r, 0, &frame(victim, b"x"));
+        }
+        p.terminate_worker(WorkerId(on)).unwrap();
+        for r in 0..10u64 {
+            p.push(10 + r, 0, &frame(victim, b"x"));
+        }
+        p.flush();
+        let report = p.report();
+        p.remove(TenantId(victim)).unwrap();
+        let _ = tx.send((on, victim, report));
+        let _ = p.finish();
+    });
+    let (on, victim, report) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the terminated worker's stuck hand-over held its tenant's packets forever");
+    HANG.store(false, Ordering::Relaxed);
+    assert!(
+        report.events.iter().any(|e| matches!(
+            e,
+            WorkerEvent::WorkerStuck { worker, .. } if *worker == on
+        )),
+        "{:?}",
+        report.events
+    );
+    let v = report
+        .tenants
+        .iter()
+        .find(|t| t.id == TenantId(victim))
+        .unwrap();
+    assert_eq!((v.packets, v.passed), (15, 15), "tenant {victim}");
+    assert_ne!(v.worker, on);
+}
+
 #[test]
 fn a_worker_stuck_in_a_handler_is_found_within_a_timeslot_and_its_other_tenants_keep_flowing() {
     stuck_worker_is_found(Spinner);
