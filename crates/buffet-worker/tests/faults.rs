@@ -346,10 +346,12 @@ fn an_exhausted_arena_refuses_admission_cleanly_and_costs_the_others_nothing() {
 }
 
 /// Passes everything, but a tenant admitted with policy `true` spins on a packet whose
-/// payload is `spin` until [`SPIN`] is cleared: a safe Rust handler that never returns.
-struct Spinner;
+/// payload is `spin` until its flag is cleared: a safe Rust handler that never returns.
+/// Each test has its own flag (tests run side by side).
+struct Spinner(&'static AtomicBool);
 
 static SPIN: AtomicBool = AtomicBool::new(true);
+static HANG: AtomicBool = AtomicBool::new(true);
 
 impl NetworkFunction for Spinner {
     type State = bool;
@@ -366,7 +368,7 @@ impl NetworkFunction for Spinner {
     }
     fn handle(&self, pkt: &mut Packet<'_>, spin: &mut bool) -> Verdict {
         if *spin && pkt.payload() == b"spin" {
-            while SPIN.load(Ordering::Relaxed) {
+            while self.0.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
             }
         }
@@ -404,34 +406,6 @@ impl NetworkFunction for Sleeper {
     }
 }
 
-/// As [`Spinner`], on its own flag (tests run side by side).
-struct Hanger;
-
-static HANG: AtomicBool = AtomicBool::new(true);
-
-impl NetworkFunction for Hanger {
-    type State = bool;
-    type Policy = bool;
-    fn name(&self) -> &'static str {
-        "hanger"
-    }
-    fn register(&self) -> MemorySpec {
-        MemorySpec::of::<bool>()
-    }
-    fn init(&self, hang: &bool, state: &mut bool) -> Result<(), InitError> {
-        *state = *hang;
-        Ok(())
-    }
-    fn handle(&self, pkt: &mut Packet<'_>, hang: &mut bool) -> Verdict {
-        if *hang && pkt.payload() == b"spin" {
-            while HANG.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        }
-        Verdict::Pass
-    }
-}
-
 /// A worker terminated while it is stuck in a handler: its other tenant moves, and that
 /// tenant's hand-over (its packets queued behind the stuck one) ends when the worker is
 /// found stuck, so its later packets (held meanwhile) flow on the new worker, every one
@@ -440,7 +414,7 @@ impl NetworkFunction for Hanger {
 fn a_worker_terminated_while_stuck_in_a_handler_does_not_hold_its_tenants_forever() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut p = Pipeline::new(Hanger, cfg(2, 30)).unwrap();
+        let mut p = Pipeline::new(Spinner(&HANG), cfg(2, 30)).unwrap();
         p.admit(spec_with(1, true)).unwrap();
         for t in 2..=5 {
             p.admit(spec_with(t, false)).unwrap();
@@ -487,7 +461,7 @@ fn a_worker_terminated_while_stuck_in_a_handler_does_not_hold_its_tenants_foreve
 
 #[test]
 fn a_worker_stuck_in_a_handler_is_found_within_a_timeslot_and_its_other_tenants_keep_flowing() {
-    stuck_worker_is_found(Spinner);
+    stuck_worker_is_found(Spinner(&SPIN));
     // Let the handler return so the detached thread ends with the test.
     SPIN.store(false, Ordering::Relaxed);
 }
