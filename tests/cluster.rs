@@ -1375,3 +1375,163 @@ fn large_documents_in_sum_are_read_and_one_too_large_is_refused() {
         .values()
         .all(|(srv, st)| srv.as_deref() == Some("s1") && st == "live"));
 }
+
+/// Refusals written while no Orchestrator leads (the leader died between writing the
+/// placements and seeing their statuses): the next leader finds them stored and handles
+/// them as the dead one would have. The refused first admission is removed, the refused
+/// update is put back, and the server keeps serving the previous document.
+#[test]
+fn refusals_nobody_handled_are_handled_by_the_next_leader() {
+    let test = "refusals_nobody_handled_are_handled_by_the_next_leader";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let s1 = agent(dir.path(), "s1", &url, 100_000);
+    let mut o1 = orchestrator(dir.path(), "orch-a", &url);
+    leader_of(&[&o1]);
+    wait_for(Duration::from_secs(20), "server not registered", || {
+        server_loads(&o1).len() == 1
+    });
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o1.url), Some(&tenant(1)));
+    assert_eq!(s, 201, "{v}");
+
+    // s1 pauses (SIGSTOP, well within its lease) while the leader writes an update it will
+    // refuse (a policy the firewall cannot decode) and an admission it will refuse (the
+    // same rule as tenant 1); the leader is killed before s1 answers either.
+    common::netns::signal(&s1.child, "STOP");
+    let mut bogus = tenant(1);
+    bogus["policy"] = json!({ "default": "sometimes" });
+    let mut clash = tenant(2);
+    clash["rules"] = tenant(1)["rules"].clone();
+    std::thread::scope(|sc| {
+        let o1_url = o1.url.clone();
+        let (bogus, clash) = (&bogus, &clash);
+        let (put_url, post_url) = (
+            format!("{o1_url}/v1/tenants/1"),
+            format!("{o1_url}/v1/tenants"),
+        );
+        sc.spawn(move || try_call("PUT", &put_url, Some(ORCH), Some(bogus)));
+        sc.spawn(move || try_call("POST", &post_url, Some(ORCH), Some(clash)));
+        wait_for(
+            Duration::from_secs(10),
+            "update and admission not written",
+            || {
+                let (s2, _) = call("GET", &format!("{o1_url}/v1/tenants/2"), None);
+                let (_, v1) = call("GET", &format!("{o1_url}/v1/tenants/1"), None);
+                s2 == 200 && v1["doc"]["policy"]["default"] == "sometimes"
+            },
+        );
+        o1.kill();
+    });
+    common::netns::signal(&s1.child, "CONT");
+    let log = dir.path().join("s1/buffetd.log");
+    wait_for(Duration::from_secs(10), "s1 did not refuse both", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("update of tenant 1 refused") && text.contains("tenant 2 refused")
+    });
+    // Its statuses are written right after it logs; the old leader's lease has not even
+    // expired yet, so nobody leads while they are written.
+    std::thread::sleep(Duration::from_millis(500));
+
+    let o2 = orchestrator(dir.path(), "orch-b", &url);
+    leader_of(&[&o2]);
+    wait_for(
+        Duration::from_secs(10),
+        "the refused admission not removed",
+        || call("GET", &format!("{}/v1/tenants/2", o2.url), None).0 == 404,
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "the refused update not put back",
+        || {
+            let (_, v) = call("GET", &format!("{}/v1/tenants/1", o2.url), None);
+            v["doc"]["policy"]["default"] == "allow" && v["state"] == "live"
+        },
+    );
+    let (s, v) = try_call(
+        "GET",
+        &format!("{}/v1/tenants/1", s1.url),
+        Some(ADMIN),
+        None,
+    )
+    .unwrap();
+    assert_eq!((s, &v["policy"]["default"]), (200, &json!("allow")), "{v}");
+    assert_eq!(served(&s1).keys().copied().collect::<Vec<_>>(), vec![1]);
+    // The id is free again: an admission of it with another rule is placed.
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o2.url), Some(&tenant(2)));
+    assert_eq!(s, 201, "{v}");
+}
+
+/// A tenant re-placed off a dead server, refused by one server (its rules overlap a
+/// tenant there) and live on another: a retry of its admission, and an update with the
+/// same document, answer at once that it is live, as the first request did.
+#[test]
+fn a_tenant_live_again_after_a_refusal_answers_a_retry_at_once() {
+    let test = "a_tenant_live_again_after_a_refusal_answers_a_retry_at_once";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let mut agents: BTreeMap<String, Proc> = ["s1", "s2", "s3"]
+        .iter()
+        .map(|id| (id.to_string(), agent(dir.path(), id, &url, 100_000)))
+        .collect();
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "servers not registered", || {
+        server_loads(&o).len() == 3
+    });
+    let post = |body: &Value| call("POST", &format!("{}/v1/tenants", o.url), Some(body));
+    let doc = |id: u32| {
+        json!({
+            "id": id, "name": format!("t{id}"),
+            "rules": [ { "dst_ip": "10.1.0.0/24" } ],
+            "policy": { "default": "allow" },
+            "expected_pps": 100,
+        })
+    };
+    // Tenant 10 on one server, 11 (the same rule) on another, and a heavier tenant 12 on
+    // the third: when 10's server dies, the policy picks 11's (more headroom), which
+    // refuses it, and it goes live on 12's.
+    let (s, a) = post(&doc(10));
+    assert_eq!(s, 201, "{a}");
+    let (s, b) = post(&doc(11));
+    assert_eq!(s, 201, "{b}");
+    let (s, c) = post(&gen_tenant(12, 1000.0));
+    assert_eq!(s, 201, "{c}");
+    let [home, refuser, third] = [&a, &b, &c].map(|v| v["server"].as_str().unwrap().to_owned());
+    assert!(
+        home != refuser && refuser != third && home != third,
+        "{a} {b} {c}"
+    );
+    agents.get_mut(&home).unwrap().kill();
+    let tenant10 = format!("{}/v1/tenants/10", o.url);
+    wait_for(Duration::from_secs(30), "tenant 10 not live again", || {
+        let (_, v) = call("GET", &tenant10, None);
+        v["state"] == "live" && v["server"] == third.as_str()
+    });
+    let refused =
+        std::fs::read_to_string(dir.path().join(&refuser).join("buffetd.log")).unwrap_or_default();
+    assert!(
+        refused.contains("tenant 10 refused"),
+        "{refuser} never refused it: {refused}"
+    );
+    // Its record changed once more after it went live (the refusal is forgotten).
+    std::thread::sleep(Duration::from_millis(500));
+
+    let t0 = Instant::now();
+    let (s, v) = post(&doc(10));
+    assert_eq!(s, 201, "a retried admission answers like the first: {v}");
+    assert_eq!(v["server"], third.as_str(), "{v}");
+    let (s, v) = call("PUT", &tenant10, Some(&doc(10)));
+    assert_eq!(s, 200, "the same document again: {v}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "answered after {:?}",
+        t0.elapsed()
+    );
+    assert!(served(&agents[&third]).contains_key(&10));
+}

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, State};
+use axum::http::{header, Method, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -93,7 +93,16 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.message }))).into_response()
+        let mut r = (self.status, Json(json!({ "error": self.message }))).into_response();
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            // The request's body may still be unread (a client that announced one and
+            // never sent it): the connection is not worth keeping for another request.
+            r.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+        }
+        r
     }
 }
 
@@ -128,6 +137,7 @@ impl From<PlaneError> for ApiError {
                 | PipelineError::Memory { .. }
                 | PipelineError::LastWorker(_)
                 | PipelineError::NotQuarantined(_)
+                | PipelineError::StateHeldByStuckWorker(_)
                 | PipelineError::QuarantineBackoff { .. } => StatusCode::CONFLICT,
                 PipelineError::Unknown(_) | PipelineError::NotLive(_) => StatusCode::NOT_FOUND,
                 PipelineError::Policy { .. }
@@ -249,7 +259,10 @@ impl AppState {
         let _ = self.reloader.set(reloader);
     }
 
-    /// Re-admits the stored tenants (blocking; before serving).
+    /// Re-admits the stored tenants (blocking; before serving). Each is checked as an
+    /// admission is — its isolation level against the server's, its policy and chain
+    /// against the NFs — since the config may have changed since it was admitted: a
+    /// tenant that asked for `mpk` is never run at another level.
     pub fn restore(&self, stored: Vec<(u32, Vec<u8>)>) -> Result<usize, RestoreError> {
         let n = stored.len();
         for (id, bytes) in stored {
@@ -259,6 +272,10 @@ impl AppState {
                 .map_err(|e| fail(e.message))?
                 .pop()
                 .ok_or_else(|| fail("empty document".into()))?;
+            self.check_level(&cfg).map_err(|e| fail(e.message))?;
+            self.plane
+                .check_policy(&cfg)
+                .map_err(|e| fail(e.to_string()))?;
             self.plane.admit(&cfg).map_err(|e| fail(e.to_string()))?;
             self.tenants_mut().insert(id, Admitted { doc, cfg });
         }
@@ -294,15 +311,17 @@ impl AppState {
         self.tenants.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn principal(&self, headers: &HeaderMap) -> Result<Principal, ApiError> {
-        let h = headers
+    /// Who sent a request: the daemon itself ([`Internal`]) is the admin; anyone else is
+    /// whom its bearer token names.
+    fn principal(&self, parts: &axum::http::request::Parts) -> Result<Principal, ApiError> {
+        if parts.extensions.get::<Internal>().is_some() {
+            return Ok(Principal::Admin);
+        }
+        let h = parts
+            .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         Ok(self.auth.identify(h)?)
-    }
-
-    fn admin(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        Ok(self.principal(headers)?.admin()?)
     }
 
     /// A new tenant `t` (not yet admitted) against the current set minus `leaving`:
@@ -322,6 +341,34 @@ impl AppState {
         check_overlaps(t, others)?;
         self.plane.check_policy(t)?;
         Ok(())
+    }
+
+    /// 503 while the Agent refuses new tenants (overloaded, no worker to launch): every
+    /// request that would add a tenant, alone or in a tenant set, is counted and refused.
+    fn check_admitting(&self) -> Result<(), ApiError> {
+        let reason = self
+            .refusing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match reason {
+            Some(reason) => {
+                self.metrics
+                    .refused_admissions
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not admitting new tenants: {reason}"),
+                ))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Lifts the Agent's refusal: a tenant was removed or a worker launched, so there is
+    /// room again (the next overload report sets it anew if there is not).
+    fn stop_refusing(&self) {
+        *self.refusing.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     fn check_level(&self, t: &TenantConfig) -> Result<(), ApiError> {
@@ -388,17 +435,83 @@ fn parse_docs(registered: &[String], docs: Vec<Value>) -> Result<Vec<TenantConfi
     .map_err(|e| ApiError::unprocessable(e.to_string()))
 }
 
-/// A request body: JSON, a size the limit allows.
-fn body_json(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
-    let body = body.map_err(|r| {
-        let status = r.status();
-        if status == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(status, "request body too large")
-        } else {
-            ApiError::new(status, format!("cannot read the request body: {r}"))
-        }
-    })?;
-    serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
+/// When a request must be answered: set by [`run_to_completion`] as the request enters,
+/// read by [`JsonBody`] so that waiting for a body ends then too.
+#[derive(Clone, Copy)]
+struct Deadline(tokio::time::Instant);
+
+/// Marks a request the daemon makes to its own routes in this process (the cluster
+/// Agent's admissions, updates and removals): it is served as the admin's without a
+/// token, so a reload that replaces the admin token does not lock the daemon out of its
+/// own API. A request from the network never carries it (hyper builds those with no
+/// extensions), and no code outside this crate can make one.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Internal;
+
+/// Who sent the request ([`AppState::principal`]), from the request head alone.
+struct Caller(Principal);
+
+impl FromRequestParts<Arc<AppState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        Ok(Caller(state.principal(parts)?))
+    }
+}
+
+/// The admin, checked from the request head alone. As an extractor placed before the
+/// body's, it refuses a request before its body is read: a client without the token
+/// cannot hold a connection by announcing a body it never sends (its request is
+/// answered 401 and, the body unread, the connection closed).
+struct Admin;
+
+impl FromRequestParts<Arc<AppState>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        state.principal(parts)?.admin()?;
+        Ok(Admin)
+    }
+}
+
+/// A request body: JSON, a size the limit allows, read by the request's [`Deadline`]. A
+/// body not complete by then is a 408 and the read stops, so the request lets go of the
+/// connection (the 408 closes it) instead of waiting for bytes that may never come.
+struct JsonBody(Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let deadline = req.extensions().get::<Deadline>().copied();
+        let read = Bytes::from_request(req, state);
+        let body = match deadline {
+            Some(Deadline(at)) => tokio::time::timeout_at(at, read).await.map_err(|_| {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the request body did not arrive in time (api.request_timeout_ms)",
+                )
+            })?,
+            None => read.await,
+        };
+        let body = body.map_err(|r: BytesRejection| {
+            let status = r.status();
+            if status == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(status, "request body too large")
+            } else {
+                ApiError::new(status, format!("cannot read the request body: {r}"))
+            }
+        })?;
+        serde_json::from_slice(&body)
+            .map(JsonBody)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
+    }
 }
 
 /// A tenant document with the server's default MAX_NB filled in.
@@ -522,12 +635,15 @@ pub fn router(state: Arc<AppState>, max_body: usize, timeout: Duration) -> Route
 /// updating, removing a tenant: data plane, store and the API's own view, under the
 /// writes lock) finishes, so the three never disagree; the 408 says so. Dropping the
 /// handler's future instead would stop it between a change that was made and the record
-/// of it.
+/// of it. The request carries its [`Deadline`]: a handler still reading its body then
+/// stops reading ([`JsonBody`]), so no task outlives the 408 waiting on the client.
 async fn run_to_completion(
-    req: axum::extract::Request,
+    mut req: axum::extract::Request,
     next: axum::middleware::Next,
     timeout: Duration,
 ) -> Response {
+    req.extensions_mut()
+        .insert(Deadline(tokio::time::Instant::now() + timeout));
     let task = tokio::spawn(next.run(req));
     match tokio::time::timeout(timeout, task).await {
         Ok(Ok(response)) => response,
@@ -592,21 +708,17 @@ fn view(id: u32, a: &Admitted) -> Value {
     v
 }
 
-async fn list_tenants(
-    State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    s.admin(&headers)?;
+async fn list_tenants(State(s): State<Arc<AppState>>, _: Admin) -> Result<Json<Value>, ApiError> {
     let list: Vec<Value> = s.tenants().iter().map(|(id, a)| view(*id, a)).collect();
     Ok(Json(json!({ "tenant": list })))
 }
 
 async fn get_tenant(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
     UrlPath(id): UrlPath<u32>,
+    Caller(who): Caller,
 ) -> Result<Json<Value>, ApiError> {
-    s.principal(&headers)?.may_read(TenantId(id))?;
+    who.may_read(TenantId(id))?;
     let t = s.tenants();
     let a = t
         .get(&id)
@@ -616,10 +728,10 @@ async fn get_tenant(
 
 async fn tenant_stats(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
     UrlPath(id): UrlPath<u32>,
+    Caller(who): Caller,
 ) -> Result<Json<Value>, ApiError> {
-    s.principal(&headers)?.may_read(TenantId(id))?;
+    who.may_read(TenantId(id))?;
     let r = report(&s).await?;
     let t = r
         .tenants
@@ -635,11 +747,7 @@ async fn tenant_stats(
     Ok(Json(v))
 }
 
-async fn stats(
-    State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    s.admin(&headers)?;
+async fn stats(State(s): State<Arc<AppState>>, _: Admin) -> Result<Json<Value>, ApiError> {
     let r = report(&s).await?;
     serde_json::to_value(&r)
         .map(Json)
@@ -648,27 +756,15 @@ async fn stats(
 
 async fn admit(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    _: Admin,
+    JsonBody(doc): JsonBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let started = Instant::now();
-    s.admin(&headers)?;
-    let doc = with_default_max_nb(body_json(body)?, s.default_max_nb())?;
+    let doc = with_default_max_nb(doc, s.default_max_nb())?;
     let cfg = parse_docs(s.plane.registered_names(), vec![doc.clone()])?
         .pop()
         .ok_or_else(|| ApiError::bad_request("no tenant"))?;
-    if let Some(reason) = s
-        .refusing
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
-    {
-        s.metrics.refused_admissions.fetch_add(1, Ordering::Relaxed);
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not admitting new tenants: {reason}"),
-        ));
-    }
+    s.check_admitting()?;
     let _one = s.writes.lock().await;
     let others: BTreeMap<u32, TenantConfig> = s
         .tenants()
@@ -703,12 +799,10 @@ async fn admit(
 
 async fn update(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
     UrlPath(id): UrlPath<u32>,
-    body: Result<Bytes, BytesRejection>,
+    _: Admin,
+    JsonBody(mut doc): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    s.admin(&headers)?;
-    let mut doc = body_json(body)?;
     if let Some(o) = doc.as_object_mut() {
         match o.get("id") {
             None => {
@@ -760,10 +854,9 @@ async fn update(
 
 async fn remove(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
     UrlPath(id): UrlPath<u32>,
+    _: Admin,
 ) -> Result<StatusCode, ApiError> {
-    s.admin(&headers)?;
     let _one = s.writes.lock().await;
     let old = s
         .tenants()
@@ -786,7 +879,7 @@ async fn remove(
     .await?;
     s.tenants_mut().remove(&id);
     s.auth.forget_tenant(TenantId(id));
-    *s.refusing.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    s.stop_refusing();
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -808,12 +901,10 @@ enum Step {
 
 async fn apply(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
     Query(q): Query<ApplyQuery>,
-    body: Result<Bytes, BytesRejection>,
+    _: Admin,
+    JsonBody(doc): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
-    s.admin(&headers)?;
-    let doc = body_json(body)?;
     let list = doc
         .as_object()
         .filter(|o| o.len() == 1)
@@ -866,6 +957,10 @@ async fn apply(
             removed.push(*id);
         }
     }
+    // A set that adds tenants is refused as an admission is, removals in it or not.
+    if !added.is_empty() {
+        s.check_admitting()?;
+    }
     let summary = json!({
         "added": added, "updated": updated, "removed": removed, "unchanged": unchanged,
         "dry_run": q.dry_run,
@@ -873,6 +968,7 @@ async fn apply(
     if q.dry_run {
         return Ok(Json(summary));
     }
+    let removes = !removed.is_empty();
     let st = s.clone();
     let w = wanted.clone();
     blocking(move || {
@@ -927,15 +1023,17 @@ async fn apply(
     })
     .await?;
     *s.tenants_mut() = wanted;
+    if removes {
+        s.stop_refusing();
+    }
     Ok(Json(summary))
 }
 
 async fn create_token(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
     UrlPath(id): UrlPath<u32>,
+    _: Admin,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    s.admin(&headers)?;
     let _one = s.writes.lock().await;
     if !s.tenants().contains_key(&id) {
         return Err(ApiError::not_found(format!("tenant {id} is not admitted")));
@@ -951,11 +1049,7 @@ async fn create_token(
     ))
 }
 
-async fn list_workers(
-    State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    s.admin(&headers)?;
+async fn list_workers(State(s): State<Arc<AppState>>, _: Admin) -> Result<Json<Value>, ApiError> {
     let r = report(&s).await?;
     serde_json::to_value(&r.workers)
         .map(|w| Json(json!({ "workers": w })))
@@ -964,9 +1058,8 @@ async fn list_workers(
 
 async fn launch_worker(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _: Admin,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    s.admin(&headers)?;
     let _one = s.writes.lock().await;
     let r = report(&s).await?;
     let live = r.workers.iter().filter(|w| w.live).count();
@@ -978,17 +1071,16 @@ async fn launch_worker(
     }
     let plane = s.plane.clone();
     let id = blocking(move || Ok(plane.launch_worker()?)).await?;
-    *s.refusing.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    s.stop_refusing();
     Ok((StatusCode::CREATED, Json(json!({ "id": id }))))
 }
 
 /// Lifts a tenant's quarantine (the operator's decision; refused while its backoff runs).
 async fn release_tenant(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
     UrlPath(id): UrlPath<u32>,
+    _: Admin,
 ) -> Result<StatusCode, ApiError> {
-    s.admin(&headers)?;
     let _one = s.writes.lock().await;
     let plane = s.plane.clone();
     blocking(move || Ok(plane.release(id)?)).await?;
@@ -997,10 +1089,9 @@ async fn release_tenant(
 
 async fn terminate_worker(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
     UrlPath(id): UrlPath<u16>,
+    _: Admin,
 ) -> Result<StatusCode, ApiError> {
-    s.admin(&headers)?;
     let _one = s.writes.lock().await;
     let plane = s.plane.clone();
     blocking(move || Ok(plane.terminate_worker(id)?)).await?;
@@ -1010,11 +1101,7 @@ async fn terminate_worker(
 /// Reads the config again and applies its mutable parts, all or nothing (as SIGHUP
 /// does): 200 with the fields that changed, or a 4xx naming why nothing did (409: the
 /// first field that needs a restart; 422: the config cannot be read or is invalid).
-async fn reload(
-    State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    s.admin(&headers)?;
+async fn reload(State(s): State<Arc<AppState>>, _: Admin) -> Result<Json<Value>, ApiError> {
     let reloader = s
         .reloader
         .get()
@@ -1055,9 +1142,8 @@ fn event_name(e: &WorkerEvent) -> &'static str {
 
 async fn events(
     State(s): State<Arc<AppState>>,
-    headers: HeaderMap,
+    _: Admin,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    s.admin(&headers)?;
     let rx = s.events.subscribe();
     let stop = s.shutdown.clone();
     let stream = futures_util::stream::unfold((rx, stop), |(mut rx, mut stop)| async move {

@@ -123,18 +123,17 @@ impl ClusterConfig {
 pub struct Hook {
     cfg: ClusterConfig,
     instance: String,
-    token: String,
     plane: Arc<dyn Plane>,
     refusing: Arc<Mutex<Option<String>>>,
     dataplane: DataplaneConfig,
 }
 
 impl Hook {
-    /// Captures what the Agent needs before the daemon's token is dropped.
+    /// Captures what the Agent needs. It calls the daemon's routes as the daemon itself,
+    /// not with the admin token, which a reload may replace.
     pub fn new(
         cfg: ClusterConfig,
         instance: String,
-        admin_token: &str,
         plane: Arc<dyn Plane>,
         refusing: Arc<Mutex<Option<String>>>,
         dataplane: &DataplaneConfig,
@@ -142,7 +141,6 @@ impl Hook {
         Hook {
             cfg,
             instance,
-            token: admin_token.to_owned(),
             plane,
             refusing,
             dataplane: dataplane.clone(),
@@ -157,11 +155,15 @@ impl Hook {
         addr: SocketAddr,
         shutdown: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
-        let agent = Agent {
+        tokio::spawn(self.agent(api, addr, shutdown).run())
+    }
+
+    /// The Agent, not started: it calls `api` as this daemon's own API (at `addr`).
+    fn agent(self, api: Router, addr: SocketAddr, shutdown: watch::Receiver<bool>) -> Agent {
+        Agent {
             cfg: self.cfg,
             instance: self.instance,
             last_error: None,
-            token: self.token,
             plane: self.plane,
             refusing: self.refusing,
             dataplane: self.dataplane,
@@ -170,11 +172,11 @@ impl Hook {
             shutdown,
             local: BTreeMap::new(),
             failed: HashMap::new(),
+            unwritten: BTreeMap::new(),
             last: None,
             calm_since: None,
             seq: 0,
-        };
-        tokio::spawn(agent.run())
+        }
     }
 }
 
@@ -289,7 +291,6 @@ struct Agent {
     /// The last registration error logged, so a retry every half second does not log
     /// the same line again.
     last_error: Option<String>,
-    token: String,
     plane: Arc<dyn Plane>,
     refusing: Arc<Mutex<Option<String>>>,
     dataplane: DataplaneConfig,
@@ -299,6 +300,12 @@ struct Agent {
     local: BTreeMap<u32, Local>,
     /// Placements that failed here, by the revision that failed (not retried).
     failed: HashMap<u32, i64>,
+    /// Statuses etcd did not take (an error, or no answer in time), by tenant: written
+    /// again at every load report and reconciliation until etcd takes them or their
+    /// placement changes. The admission they answer is not tried again (it is in
+    /// `local` or `failed`), so without this a lost status would leave the tenant
+    /// `pending` in the cluster for good.
+    unwritten: BTreeMap<u32, Status>,
     /// The previous load sample: when, per worker and per tenant packets.
     last: Option<Sample>,
     /// Since when no live worker has been measured at its MAX_NB.
@@ -384,6 +391,9 @@ impl Agent {
     async fn session(&mut self) -> Result<End, AgentError> {
         let mut client = lease::connect(&self.cfg.etcd, ETCD_TIMEOUT).await?;
         self.claim(&mut client).await?;
+        // The fencing clock starts here, not once registered: etcd counts the lease's TTL
+        // from the grant, and registering may take a while.
+        let asked = Instant::now();
         let lease_id = timed(client.lease_grant(self.cfg.lease_ttl_s as i64, None))
             .await?
             .id();
@@ -392,7 +402,7 @@ impl Agent {
             return Err(e);
         }
         self.last_error = None;
-        let (mut held, keeper) = lease::hold(client.clone(), lease_id, self.ttl());
+        let (mut held, keeper) = lease::hold(client.clone(), lease_id, self.ttl(), asked);
         let end = self.serve(&mut client, lease_id, &mut held).await;
         keeper.abort();
         if matches!(end, Ok(End::Stop)) {
@@ -472,11 +482,18 @@ impl Agent {
                         }
                     },
                 },
-                _ = tick.tick() => match or_lost(held, self.publish(client, lease_id)).await {
-                    None => return Ok(End::Lost),
-                    Some(Err(e)) => self.log(format!("load report: {e}")),
-                    Some(Ok(())) => {}
-                },
+                _ = tick.tick() => {
+                    match or_lost(held, self.publish(client, lease_id)).await {
+                        None => return Ok(End::Lost),
+                        Some(Err(e)) => self.log(format!("load report: {e}")),
+                        Some(Ok(())) => {}
+                    }
+                    if !self.unwritten.is_empty()
+                        && or_lost(held, self.write_unwritten(client)).await.is_none()
+                    {
+                        return Ok(End::Lost);
+                    }
+                }
             }
         }
     }
@@ -518,6 +535,7 @@ impl Agent {
             }
         }
         self.failed.retain(|id, _| wanted.contains_key(id));
+        self.unwritten.retain(|id, _| wanted.contains_key(id));
         for (id, (doc, prev)) in wanted {
             if let Some(l) = self.local.get(&id) {
                 if l.rev == prev {
@@ -590,6 +608,9 @@ impl Agent {
                 .await;
             }
         }
+        // Statuses lost earlier (their admissions are not tried again above). An error
+        // here leaves them for the next report.
+        let _ = self.write_unwritten(client).await;
         Ok(rev)
     }
 
@@ -600,9 +621,10 @@ impl Agent {
             .map_or_else(|| v.to_string(), str::to_owned)
     }
 
-    /// Writes a tenant's status while its placement (revision `prev`) is current.
+    /// Writes a tenant's status while its placement (revision `prev`) is current; one
+    /// etcd did not take is kept in `unwritten` and written again later.
     async fn status(
-        &self,
+        &mut self,
         client: &mut Client,
         id: u32,
         prev: i64,
@@ -618,20 +640,48 @@ impl Agent {
             reason: failure.map(|f| f.1),
             update,
         };
+        match Self::put_status(client, &self.cfg.server_id, id, &st).await {
+            Ok(()) => {
+                self.unwritten.remove(&id);
+            }
+            Err(e) => {
+                self.log(format!("status of tenant {id}: {e}; written again later"));
+                self.unwritten.insert(id, st);
+            }
+        }
+    }
+
+    /// Puts `st` as tenant `id`'s status if the placement it answers is still current
+    /// (a transaction compares its revision). `Ok` also when it is not: a placement
+    /// changed since needs no answer to the old one.
+    async fn put_status(
+        client: &mut Client,
+        server: &str,
+        id: u32,
+        st: &Status,
+    ) -> Result<(), AgentError> {
         let txn = etcd_client::Txn::new()
             .when(vec![Compare::mod_revision(
-                schema::placement_key(&self.cfg.server_id, id),
+                schema::placement_key(server, id),
                 CompareOp::Equal,
-                prev,
+                st.placement_rev,
             )])
             .and_then(vec![TxnOp::put(
                 schema::status_key(id),
-                serde_json::to_vec(&st).unwrap_or_default(),
+                serde_json::to_vec(st).unwrap_or_default(),
                 None,
             )]);
-        if let Err(e) = timed(client.txn(txn)).await {
-            self.log(format!("status of tenant {id}: {e}"));
+        timed(client.txn(txn)).await.map(|_| ())
+    }
+
+    /// Writes the statuses etcd did not take before; stops at the first error (etcd
+    /// still fails: the rest wait too).
+    async fn write_unwritten(&mut self, client: &mut Client) -> Result<(), AgentError> {
+        while let Some((&id, st)) = self.unwritten.first_key_value() {
+            Self::put_status(client, &self.cfg.server_id, id, st).await?;
+            self.unwritten.remove(&id);
         }
+        Ok(())
     }
 
     /// Writes the server's key (under the lease) with its current load.
@@ -793,12 +843,13 @@ impl Agent {
         }
     }
 
-    /// A request to this daemon's own API router, as the admin.
+    /// A request to this daemon's own API router, as the admin: marked as the daemon's
+    /// own ([`crate::api::Internal`]), not by the admin token, which a reload may replace.
     async fn call(&self, method: Method, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
         let req = Request::builder()
             .method(method)
             .uri(uri)
-            .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
+            .extension(crate::api::Internal)
             .header(header::CONTENT_TYPE, "application/json")
             .body(Body::from(body.map(|b| b.to_string()).unwrap_or_default()));
         let Ok(req) = req else {
@@ -820,7 +871,124 @@ impl Agent {
 
 #[cfg(test)]
 mod tests {
-    use super::instance_id;
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::routing::get;
+    use axum::Json;
+    use buffet_orchestrator::local_etcd::{LocalEtcd, LocalEtcdError};
+
+    /// etcd goes away between an admission and its status (here: while buffetd's API
+    /// admits the tenant). Once etcd is back the status is written, though the admission
+    /// is not tried again: the Orchestrator sees the tenant live instead of `pending` for
+    /// good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_status_etcd_did_not_take_is_written_once_etcd_is_back() {
+        let test = "a_status_etcd_did_not_take_is_written_once_etcd_is_back";
+        let etcd = match LocalEtcd::start() {
+            Ok(e) => Arc::new(Mutex::new(e)),
+            Err(e @ LocalEtcdError::Missing { .. }) => {
+                buffet_testkit::gate::skip_privileged(test, e);
+                return;
+            }
+            Err(e) => panic!("{test}: {e}"),
+        };
+        let url = etcd.lock().unwrap().url();
+        let dir = tempfile::tempdir().unwrap();
+        // A real data plane (the firewall NF, no port) for the Agent's load reports.
+        let path = dir.path().join("buffet.toml");
+        let cfg = crate::config::DaemonConfig::parse(
+            &path,
+            &format!(
+                "data_dir = \"{}\"\n[nf]\nname = \"firewall\"\n[dataplane]\narena_mib = 64\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let started = crate::plane::start(&cfg, &path).unwrap();
+        // buffetd's API as the Agent uses it: the admission succeeds, and etcd stops while
+        // it is answered (the first time).
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let api = {
+            let (listed, admitted, etcd) = (admitted.clone(), admitted.clone(), etcd.clone());
+            Router::new().route(
+                "/v1/tenants",
+                get(move || async move {
+                    let served: Vec<Value> = (listed.load(Ordering::SeqCst) > 0)
+                        .then(|| json!({ "id": 5 }))
+                        .into_iter()
+                        .collect();
+                    Json(json!({ "tenant": served }))
+                })
+                .post(move || async move {
+                    if admitted.fetch_add(1, Ordering::SeqCst) == 0 {
+                        etcd.lock().unwrap().kill();
+                    }
+                    (StatusCode::CREATED, Json(json!({ "id": 5 })))
+                }),
+            )
+        };
+        let mut client = lease::connect(std::slice::from_ref(&url), ETCD_TIMEOUT)
+            .await
+            .unwrap();
+        let doc = json!({
+            "id": 5, "name": "t5",
+            "rules": [ { "dst_ip": "10.0.4.0/24" } ],
+            "policy": { "default": "allow" },
+        });
+        let placed = client
+            .put(schema::placement_key("s1", 5), doc.to_string(), None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        let (_stop, stop_rx) = watch::channel(false);
+        let cluster = ClusterConfig {
+            etcd: vec![url],
+            server_id: "s1".into(),
+            lease_ttl_s: 6,
+            report_interval_ms: 300,
+        };
+        let hook = Hook::new(
+            cluster,
+            "0".repeat(32),
+            started.plane.clone(),
+            Arc::new(Mutex::new(None)),
+            &cfg.dataplane,
+        );
+        let mut agent = hook.agent(api, "127.0.0.1:1".parse().unwrap(), stop_rx);
+        // The placements were read before etcd stopped; the status write fails.
+        agent.reconcile(&mut client).await.unwrap();
+        assert_eq!(admitted.load(Ordering::SeqCst), 1);
+        let e = etcd.clone();
+        tokio::task::spawn_blocking(move || e.lock().unwrap().resume())
+            .await
+            .unwrap()
+            .unwrap();
+        // The next reconciliations (a watch event, a broken watch) and load reports.
+        let t0 = std::time::Instant::now();
+        let st = loop {
+            let _ = agent.reconcile(&mut client).await;
+            let stored = timed(client.get(schema::status_key(5), None)).await;
+            if let Some(kv) = stored.as_ref().ok().and_then(|g| g.kvs().first()) {
+                break serde_json::from_slice::<Status>(kv.value()).unwrap();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "no status for tenant 5 after etcd came back"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(
+            (st.state, st.placement_rev),
+            (State::Live, placed),
+            "{st:?}"
+        );
+        assert_eq!(admitted.load(Ordering::SeqCst), 1, "admitted once only");
+        started.plane.stop();
+        let _ = started.thread.join();
+    }
 
     #[test]
     fn the_instance_id_is_made_once_and_kept() {

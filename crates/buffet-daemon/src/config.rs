@@ -13,6 +13,19 @@ use buffet_config::isolation::Isolation;
 use buffet_config::registry::{with_registered_names, EbpfEngine, NfSpec};
 use serde::Deserialize;
 
+/// `:LINE:COLUMN` after the file's name, or nothing when the place is unknown.
+fn at(location: &Option<(usize, usize)>) -> String {
+    location.map_or_else(String::new, |(l, c)| format!(":{l}:{c}"))
+}
+
+/// Line and column (from 1; the column in characters) of byte `offset` of `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    (line, column)
+}
+
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -24,13 +37,16 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
-    /// Not TOML, an unknown field, or a value of the wrong type (the parser's message
-    /// names the line and the key).
-    #[error("{}: {message}", path.display())]
+    /// Not TOML, an unknown field, or a value of the wrong type: one line,
+    /// `FILE:LINE:COLUMN: message`, the place being where the parser stopped (the
+    /// unknown key, the bad value).
+    #[error("{}{}: {message}", path.display(), at(.location))]
     Syntax {
         /// The file.
         path: PathBuf,
-        /// The parser's message.
+        /// Line and column (from 1) of the problem, when the parser gives one.
+        location: Option<(usize, usize)>,
+        /// The parser's message, without its snippet of the file.
         message: String,
     },
     /// A field's value is out of range or contradicts another.
@@ -485,7 +501,10 @@ impl DaemonConfig {
     pub fn parse(path: &Path, text: &str) -> Result<DaemonConfig, ConfigError> {
         let cfg: DaemonConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax {
             path: path.to_owned(),
-            message: e.to_string().trim_end().to_owned(),
+            location: e.span().map(|span| line_column(text, span.start)),
+            // toml's Display adds a multi-line snippet; its message alone is one line
+            // (made sure of: stderr and the reload's 422 get one line each).
+            message: e.message().trim().replace('\n', "; "),
         })?;
         cfg.validate(path)?;
         Ok(cfg)
@@ -821,6 +840,18 @@ mod tests {
     }
 
     const MINIMAL: &str = "data_dir = \"/tmp/x\"\n[nf]\nname = \"monitor\"\n";
+
+    #[test]
+    fn a_syntax_error_or_an_unknown_field_is_one_line_with_its_place() {
+        let unknown = format!("{MINIMAL}[api]\nlisten = \"127.0.0.1:1\"\n  bogus = 1\n");
+        let e = parse(&unknown).unwrap_err().to_string();
+        assert!(e.starts_with("b.toml:6:3: unknown field `bogus`"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        let broken = format!("{MINIMAL}[dataplane\nworkers = 1\n");
+        let e = parse(&broken).unwrap_err().to_string();
+        assert!(e.starts_with("b.toml:4:"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
 
     #[test]
     fn a_minimal_config_takes_the_defaults() {

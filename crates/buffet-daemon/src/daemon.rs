@@ -88,6 +88,9 @@ struct Live {
     agent: Arc<AgentPolicy>,
     setup: watch::Sender<ConnSetup>,
     config: Mutex<DaemonConfig>,
+    /// The admin token's hash: a reload that reads the same file tells a rotated token
+    /// from the same one read again.
+    admin_token: Mutex<[u8; 32]>,
     source: Mutex<ConfigSource>,
 }
 
@@ -251,11 +254,16 @@ impl Live {
         };
         let (a, b) = (&cur.api, &new.api);
         let (d, e) = (&cur.dataplane, &new.dataplane);
+        let mut held = live
+            .admin_token
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let new_hash = token.as_deref().map(auth::hash);
+        let rotated = new_hash.is_some_and(|h| h != *held);
+        let moved = a.admin_token_file != b.admin_token_file;
         let changed: Vec<&'static str> = [
-            (
-                "api.admin_token_file",
-                a.admin_token_file != b.admin_token_file,
-            ),
+            ("api.admin_token_file", moved),
+            ("api.admin_token_file (token)", rotated && !moved),
             ("api.max_body_bytes", a.max_body_bytes != b.max_body_bytes),
             (
                 "api.request_timeout_ms",
@@ -284,6 +292,9 @@ impl Live {
         }
         if let Some(t) = token {
             live.state.auth().set_admin(&t);
+        }
+        if let Some(h) = new_hash {
+            *held = h;
         }
         live.state
             .set_limits(e.default_tenant_max_nb, e.max_workers);
@@ -435,13 +446,13 @@ fn run(
         (Some(c), Some(instance)) => Some(crate::cluster::Hook::new(
             c,
             instance,
-            &token,
             plane.clone(),
             refusing.clone(),
             &cfg.dataplane,
         )),
         _ => None,
     };
+    let admin_hash = auth::hash(&token);
     drop(token);
     let state = Arc::new(AppState::new(Parts {
         plane: plane.clone(),
@@ -514,6 +525,7 @@ fn run(
         agent: policy,
         setup,
         config: Mutex::new(cfg),
+        admin_token: Mutex::new(admin_hash),
         source: {
             // The embedder's registered NF names: `nf.offered` may name them on reload too.
             let names = plane.registered_names().to_vec();
@@ -689,7 +701,8 @@ impl Drop for Created {
 /// The Agent: reads the data plane's events, counts them, fans them out to
 /// `/v1/events`, and answers overload reports: launch a worker while fewer than
 /// `max_workers` are live; otherwise flag the server so that new admissions get 503
-/// (cleared when a worker is launched or a tenant removed through the API).
+/// (cleared when a worker is launched, by the Agent or through the API, or a tenant
+/// removed through the API, by `DELETE` or in a tenant set).
 struct Agent {
     plane: Arc<dyn Plane>,
     metrics: Arc<Metrics>,
@@ -744,6 +757,8 @@ impl Agent {
                 Ok(id) => {
                     self.metrics.agent_launches.inc();
                     eprintln!("buffetd: agent: worker {worker} overloaded in slot {slot}: launched worker {id}");
+                    // A worker more: admitting again, as after `POST /v1/workers`.
+                    *self.refusing.lock().unwrap_or_else(PoisonError::into_inner) = None;
                     return;
                 }
                 Err(e) => eprintln!("buffetd: agent: cannot launch a worker: {e}"),
@@ -765,6 +780,93 @@ impl Agent {
 mod tests {
     use super::*;
     use crate::store::StoreError;
+
+    /// A config on a loopback port with its admin token in `<dir>/admin.token`.
+    fn test_config(dir: &Path, token: &str) -> DaemonConfig {
+        std::fs::write(dir.join("admin.token"), format!("{token}\n")).unwrap();
+        let text = format!(
+            "data_dir = \"{d}/data\"\n[api]\nlisten = \"127.0.0.1:0\"\n\
+             admin_token_file = \"{d}/admin.token\"\n[nf]\nname = \"firewall\"\n\
+             [dataplane]\nworkers = 1\ntenant_slots = 16\narena_mib = 64\n\
+             [[port]]\nkind = \"generator\"\ntenants = 2\nrate_pps = 1000\n",
+            d = dir.display()
+        );
+        DaemonConfig::parse(Path::new("test.toml"), &text).unwrap()
+    }
+
+    /// The cluster Agent calls the daemon's routes in-process as the daemon itself: a
+    /// reload that replaces the admin token (the old one then gets 401) leaves it the
+    /// admin.
+    #[test]
+    fn the_daemons_own_requests_stay_admin_when_the_admin_token_is_rotated() {
+        use axum::body::Body;
+        use axum::http::{header, Method, Request, StatusCode};
+        use tower::ServiceExt;
+        let dir = tempfile::tempdir().unwrap();
+        let old = "the-admin-token-at-start-0123456789";
+        let cfg = test_config(dir.path(), old);
+        let d = Daemon::start(cfg.clone(), Path::new("test.toml")).unwrap();
+        std::fs::write(
+            dir.path().join("admin.token"),
+            "the-admin-token-after-reload-98765\n",
+        )
+        .unwrap();
+        d.reload(cfg).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let send = |req: Request<Body>| {
+            let router = d.router();
+            rt.block_on(async move { router.oneshot(req).await.unwrap().status() })
+        };
+        let with_old_token = Request::get("/v1/tenants")
+            .header(header::AUTHORIZATION, format!("Bearer {old}"))
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(send(with_old_token), StatusCode::UNAUTHORIZED);
+        // As the Agent's `call` builds them.
+        let own = |method: Method, uri: &str, body: &str| {
+            Request::builder()
+                .method(method)
+                .uri(uri)
+                .extension(api::Internal)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_owned()))
+                .unwrap()
+        };
+        let doc = r#"{"id": 7, "rules": [{"dst_ip": "10.0.0.0/24"}]}"#;
+        assert_eq!(
+            send(own(Method::POST, "/v1/tenants", doc)),
+            StatusCode::CREATED
+        );
+        assert_eq!(send(own(Method::GET, "/v1/tenants", "")), StatusCode::OK);
+        assert_eq!(
+            send(own(Method::DELETE, "/v1/tenants/7", "")),
+            StatusCode::NO_CONTENT
+        );
+        d.stop().unwrap();
+    }
+
+    #[test]
+    fn a_reload_reports_a_token_rotated_in_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = test_config(dir.path(), "the-admin-token-at-start-0123456789");
+        let d = Daemon::start(cfg.clone(), Path::new("test.toml")).unwrap();
+        assert!(d.reload(cfg.clone()).unwrap().is_empty());
+        std::fs::write(
+            dir.path().join("admin.token"),
+            "the-admin-token-after-reload-98765\n",
+        )
+        .unwrap();
+        assert_eq!(
+            d.reload(cfg.clone()).unwrap(),
+            ["api.admin_token_file (token)"]
+        );
+        // Read again, the same token: nothing changed.
+        assert!(d.reload(cfg).unwrap().is_empty());
+        d.stop().unwrap();
+    }
 
     #[test]
     fn a_reserved_address_refuses_connections_until_it_listens() {

@@ -725,6 +725,169 @@ fn a_client_trickling_its_headers_is_cut_off_while_others_are_served() {
 }
 
 #[test]
+fn clients_that_announce_a_body_and_send_none_are_cut_off_and_others_served() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        config(dir.path(), "").with_api(|a| {
+            a.request_timeout_ms = 500;
+            a.max_connections = 3;
+        }),
+        Path::new("test.toml"),
+    )
+    .unwrap();
+    // Every connection the server allows: a request head with a Content-Length, then
+    // nothing. Two send no token, one the admin's.
+    let held: Vec<_> = [None, None, Some(ADMIN)]
+        .into_iter()
+        .map(|token| {
+            let addr = d.addr();
+            std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let auth = token
+                    .map(|t| format!("Authorization: Bearer {t}\r\n"))
+                    .unwrap_or_default();
+                let head = format!(
+                    "POST /v1/tenants HTTP/1.1\r\nHost: x\r\n{auth}\
+                     Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                );
+                s.write_all(head.as_bytes()).unwrap();
+                let started = Instant::now();
+                // Until the server closes the connection (or the read times out).
+                let mut answer = Vec::new();
+                let _ = s.read_to_end(&mut answer);
+                (
+                    token.is_some(),
+                    started.elapsed(),
+                    String::from_utf8_lossy(&answer).to_lowercase(),
+                )
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // An authorised request gets through although the limit is 3.
+    let t0 = Instant::now();
+    assert_eq!(call(&d, "GET", "/v1/tenants", Some(ADMIN), None).0, 200);
+    let served = t0.elapsed();
+    assert!(served < Duration::from_secs(2), "{served:?}");
+    for h in held {
+        let (admin, closed, answer) = h.join().unwrap();
+        // Without a token: 401 before the body is waited for. The admin: 408 once the
+        // request's deadline passes. Either way the connection is closed.
+        let status = if admin { "408" } else { "401" };
+        assert!(
+            answer.starts_with(&format!("http/1.1 {status}")),
+            "{answer}"
+        );
+        assert!(
+            closed < Duration::from_secs(2),
+            "a connection was held {closed:?}: {answer}"
+        );
+        if admin {
+            assert!(answer.contains("connection: close"), "{answer}");
+            assert!(closed >= Duration::from_millis(400), "{closed:?}");
+        }
+    }
+    d.stop().unwrap();
+}
+
+#[test]
+fn a_restart_at_another_isolation_level_never_runs_a_tenant_that_asked_for_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    let mut t5 = tenant(5, 0, allow_all());
+    t5["isolation"] = json!("safe");
+    assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&t5)).0, 201);
+    d.stop().unwrap();
+    let mut cfg = config(dir.path(), "");
+    cfg.nf.isolation = Some(buffet_config::isolation::Isolation::TrustedNative);
+    let e = Daemon::start(cfg, Path::new("test.toml"))
+        .err()
+        .expect("tenant 5 re-admitted at trusted-native")
+        .to_string();
+    assert!(
+        e.contains("tenant 5") && e.contains("isolation: asks for safe"),
+        "{e}"
+    );
+}
+
+/// Retries `f` until it returns true; fails with `why` after `limit`.
+fn eventually(limit: Duration, why: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{why}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_agents_refusal_holds_for_tenant_sets_and_ends_with_a_removal_or_a_launch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), "");
+    // One worker that can take almost nothing, and none to launch: overloaded at once.
+    cfg.dataplane.workers = 1;
+    cfg.dataplane.max_workers = 1;
+    cfg.dataplane.worker_max_nb = 4;
+    cfg.dataplane.shift = 24;
+    let d = Daemon::start(cfg.clone(), Path::new("test.toml")).unwrap();
+    let busy = tenant(1, 0, allow_all());
+    // Tenants whose prefixes no generated packet hits.
+    let quiet = |id: u32| json!({ "id": id, "rules": [ { "dst_ip": format!("10.9.{id}.0/24") } ] });
+    assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&busy)).0, 201);
+    let refused = |s: u16, v: &Value| {
+        s == 503
+            && v["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("not admitting new tenants"))
+    };
+    eventually(Duration::from_secs(20), "never refusing", || {
+        let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&quiet(9)));
+        assert!(s == 201 || refused(s, &v), "{s} {v}");
+        if s == 201 {
+            assert_eq!(admin(&d, "DELETE", "/v1/tenants/9", None).0, 204);
+        }
+        refused(s, &v)
+    });
+    // A tenant set that adds a tenant is refused like an admission, and changes nothing.
+    let (s, v) = admin(
+        &d,
+        "PUT",
+        "/v1/tenants",
+        Some(&json!({ "tenant": [busy, quiet(9)] })),
+    );
+    assert!(refused(s, &v), "{s} {v}");
+    assert_eq!(ids(&d), [1]);
+    // One that removes a tenant lifts the refusal (the removed tenant was the load).
+    let (s, v) = admin(&d, "PUT", "/v1/tenants", Some(&json!({ "tenant": [] })));
+    assert_eq!(s, 200, "{v}");
+    eventually(Duration::from_secs(5), "still refusing", || {
+        admin(&d, "POST", "/v1/tenants", Some(&quiet(9))).0 == 201
+    });
+    // Overloaded again with no worker to launch; then a reload allows more workers and
+    // the Agent's own launch lifts the refusal.
+    assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&busy)).0, 201);
+    eventually(Duration::from_secs(20), "never refusing again", || {
+        let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&quiet(10)));
+        assert!(s == 201 || refused(s, &v), "{s} {v}");
+        if s == 201 {
+            assert_eq!(admin(&d, "DELETE", "/v1/tenants/10", None).0, 204);
+        }
+        refused(s, &v)
+    });
+    let mut more = cfg;
+    more.dataplane.max_workers = 8;
+    d.reload(more).unwrap();
+    eventually(Duration::from_secs(20), "no worker launched", || {
+        let (_, v) = admin(&d, "GET", "/v1/workers", None);
+        v["workers"].as_array().unwrap().len() > 1
+    });
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&quiet(10)));
+    assert_eq!(s, 201, "{v}");
+    d.stop().unwrap();
+}
+
+#[test]
 fn a_reload_changes_what_may_change_and_refuses_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "");

@@ -27,6 +27,7 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 async fn sim_server(mut c: Client, id: String) -> anyhow::Result<()> {
+    let asked = tokio::time::Instant::now();
     let lease_id = c.lease_grant(30, None).await?.id();
     let load = ServerLoad {
         server: id.clone(),
@@ -43,7 +44,7 @@ async fn sim_server(mut c: Client, id: String) -> anyhow::Result<()> {
         Some(PutOptions::new().with_lease(lease_id)),
     )
     .await?;
-    let (_held, _keeper) = lease::hold(c.clone(), lease_id, Duration::from_secs(30));
+    let (_held, _keeper) = lease::hold(c.clone(), lease_id, Duration::from_secs(30), asked);
     let mut w = c
         .watch(
             schema::placements_of(&id),

@@ -102,23 +102,30 @@ pub enum LeaseState {
 
 /// Keeps lease `id` (of `ttl`) alive until the returned receiver's state turns
 /// [`LeaseState::Lost`] (then the task ends) or the task is aborted.
+///
+/// `asked` is when the lease grant was sent (an instant taken before the request): etcd
+/// counts the lease's TTL from its grant, so until the first keep-alive is acknowledged
+/// the lease is lost 3/4 of the TTL after that, however long the holder took between the
+/// grant and this call (a registration that waited on etcd, say).
 pub fn hold(
     client: Client,
     id: i64,
     ttl: Duration,
+    asked: Instant,
 ) -> (watch::Receiver<LeaseState>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(LeaseState::Held);
     let task = tokio::spawn(async move {
-        keep(client, id, ttl).await;
+        keep(client, id, ttl, asked).await;
         let _ = tx.send(LeaseState::Lost);
     });
     (rx, task)
 }
 
-async fn keep(mut client: Client, id: i64, ttl: Duration) {
+async fn keep(mut client: Client, id: i64, ttl: Duration, asked: Instant) {
     let margin = ttl * 3 / 4;
     let every = (ttl / 6).clamp(Duration::from_millis(100), Duration::from_secs(5));
-    let mut last_ok = Instant::now();
+    // Counted as an acknowledged keep-alive sent when the grant was.
+    let mut last_ok = asked;
     let mut stream = None;
     loop {
         let deadline = last_ok + margin;
@@ -186,5 +193,43 @@ mod tests {
             .unwrap()
             .to_string();
         assert_eq!(e, format!("cannot reach etcd at {url}: connection refused"));
+    }
+
+    /// The holder took a while between the grant and [`hold`] (registering, say), then
+    /// lost etcd before any keep-alive: etcd expires the lease a TTL after the grant, so
+    /// the lease counts as lost 3/4 of the TTL after the grant was asked for, not after
+    /// `hold` was called.
+    #[tokio::test]
+    async fn a_lease_never_kept_alive_is_lost_three_quarters_of_its_ttl_after_the_grant() {
+        let test = "a_lease_never_kept_alive_is_lost_three_quarters_of_its_ttl_after_the_grant";
+        let mut etcd = match crate::local_etcd::LocalEtcd::start() {
+            Ok(e) => e,
+            Err(e @ crate::local_etcd::LocalEtcdError::Missing { .. }) => {
+                buffet_testkit::gate::skip_privileged(test, e);
+                return;
+            }
+            Err(e) => panic!("{test}: {e}"),
+        };
+        let mut client = connect(&[etcd.url()], Duration::from_secs(3))
+            .await
+            .unwrap();
+        let ttl = Duration::from_secs(4);
+        let asked = Instant::now();
+        let id = client.lease_grant(4, None).await.unwrap().id();
+        // A slow registration, then etcd is gone.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        etcd.kill();
+        let called = Instant::now();
+        let (mut held, _keeper) = hold(client, id, ttl, asked);
+        tokio::time::timeout(Duration::from_secs(10), lost(&mut held))
+            .await
+            .unwrap();
+        let (since_asked, since_called) = (asked.elapsed(), called.elapsed());
+        assert!(since_asked >= ttl * 3 / 4, "lost early: {since_asked:?}");
+        assert!(
+            since_called < Duration::from_millis(1800),
+            "lost {since_called:?} after hold, {since_asked:?} after the grant: counted from \
+             hold, not from the grant"
+        );
     }
 }

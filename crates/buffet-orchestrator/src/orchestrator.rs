@@ -7,7 +7,9 @@
 //! the leader key's create revision: an Orchestrator that lost the election (its lease
 //! expired while it was cut off) cannot change anything, even before it notices. The
 //! leader's view of servers and tenants is loaded from etcd when it wins and after every
-//! broken watch (an etcd restart), then kept by one watch over `/buffet/`.
+//! broken watch (an etcd restart), then kept by one watch over `/buffet/`. The statuses
+//! found at each load are acted on like those the watch sees: a refusal nobody handled
+//! yet (written while no leader watched) is handled then.
 //!
 //! This module does not serve HTTP ([`crate::api`]) and does not admit tenants on a
 //! server (each server's Agent does, in buffetd).
@@ -332,8 +334,13 @@ impl Shared {
     }
 
     /// Reads servers, tenants and statuses from etcd into `view`; returns the revision
-    /// read at. Failed admissions found are cleaned up, statuses are announced.
-    pub(crate) async fn load(&self, view: &mut View) -> Result<i64, LeadError> {
+    /// read at and the statuses stored, which it announces. It does not act on them: the
+    /// leader does, with [`Self::act_on_stored`], when a term starts and after a broken
+    /// watch.
+    pub(crate) async fn load(
+        &self,
+        view: &mut View,
+    ) -> Result<(i64, Vec<(u32, Status)>), LeadError> {
         let c = &self.client;
         let servers =
             schema::get_all(c, schema::SERVERS, Some(GetOptions::new().with_prefix())).await?;
@@ -356,15 +363,71 @@ impl Shared {
                 Some((id, (r, kv.mod_revision())))
             })
             .collect();
+        let mut stored = Vec::new();
         for kv in statuses.kvs() {
             if let (Some(id), Ok(st)) = (
                 schema::tenant_of(kv.key(), schema::STATUS),
                 serde_json::from_slice::<Status>(kv.value()),
             ) {
-                let _ = self.statuses.send((id, st));
+                let _ = self.statuses.send((id, st.clone()));
+                stored.push((id, st));
             }
         }
-        Ok(rev)
+        Ok((rev, stored))
+    }
+
+    /// Acts on an Agent's status as its placement's outcome: a refused update is put
+    /// back, a refused admission removed (or, for a moved tenant, left unplaced and placed
+    /// elsewhere), and a tenant live again may go back to the servers that refused it.
+    async fn act_on(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
+        match (st.state, st.update) {
+            (Outcome::Failed, true) => self.revert_update(view, id, st).await,
+            (Outcome::Failed, false) => self.drop_failed(view, id, st).await,
+            (Outcome::Live, _) => self.confirm_live(view, id, st).await,
+        }
+    }
+
+    /// Acts on the statuses [`Self::load`] found as on statuses the watch sees: nobody
+    /// may have acted on them. A refusal written while no Orchestrator led, before a
+    /// leader that failed part-way could handle it, or while the watch was broken would
+    /// otherwise leave its tenant placed on a server that does not serve it, for good
+    /// (the Agent does not try a placement it refused again). A refusal counts only while
+    /// it answers the tenant's current placement: an older one on the same server (the
+    /// document was updated since) is left alone.
+    async fn act_on_stored(
+        &self,
+        view: &mut View,
+        stored: Vec<(u32, Status)>,
+    ) -> Result<(), LeadError> {
+        for (id, st) in stored {
+            let Some((rec, _)) = view.tenants.get(&id) else {
+                continue;
+            };
+            if rec.server.as_deref() != Some(st.server.as_str()) {
+                continue;
+            }
+            if st.state == Outcome::Failed
+                && self.placement_rev(&st.server, id).await? != Some(st.placement_rev)
+            {
+                continue;
+            }
+            match self.act_on(view, id, &st).await {
+                // Changed meanwhile: whatever changed it decides.
+                Err(LeadError::Conflict) => {}
+                r => r?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The mod revision of tenant `id`'s placement on `server` (`None`: not placed
+    /// there), which the Agent's status answers. It differs from the record's when only
+    /// the record was rewritten since (the servers that refused it cleared once it is
+    /// live, [`Self::confirm_live`]).
+    async fn placement_rev(&self, server: &str, id: u32) -> Result<Option<i64>, LeadError> {
+        let mut c = self.client.clone();
+        let g = c.get(schema::placement_key(server, id), None).await?;
+        Ok(g.kvs().first().map(|kv| kv.mod_revision()))
     }
 
     /// Re-places every tenant whose server is gone, and tries the unplaced ones.
@@ -616,19 +679,25 @@ impl Shared {
             return Err(AdmitError::NotLeader);
         }
         if let Some((rec, rev)) = view.tenants.get(&id) {
-            return if rec.doc == doc && rec.expected_pps == expected_pps {
-                match &rec.server {
-                    Some(s) => Err(AdmitError::Exists(s.clone(), *rev)),
-                    None => Err(AdmitError::Waiting(
-                        id,
-                        rec.reason
-                            .clone()
-                            .unwrap_or_else(|| "no reason recorded".into()),
-                    )),
-                }
-            } else {
-                Err(AdmitError::Duplicate(id))
+            if rec.doc != doc || rec.expected_pps != expected_pps {
+                return Err(AdmitError::Duplicate(id));
+            }
+            let Some(server) = rec.server.clone() else {
+                return Err(AdmitError::Waiting(
+                    id,
+                    rec.reason
+                        .clone()
+                        .unwrap_or_else(|| "no reason recorded".into()),
+                ));
             };
+            // The retry waits for the status of the placement, which may be older than
+            // the record.
+            let rev = self
+                .placement_rev(&server, id)
+                .await
+                .map_err(admit_error)?
+                .unwrap_or(*rev);
+            return Err(AdmitError::Exists(server, rev));
         }
         if let Some(r) = &view.refusing {
             return Err(AdmitError::Refusing(r.clone()));
@@ -637,11 +706,7 @@ impl Shared {
         if cands.is_empty() {
             // A server that registered a moment ago may not have reached the view through
             // the watch yet: read etcd itself before answering that there is none.
-            self.load(&mut view).await.map_err(|e| match e {
-                LeadError::NotLeader => AdmitError::NotLeader,
-                LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
-                e => AdmitError::Etcd(e.to_string()),
-            })?;
+            self.load(&mut view).await.map_err(admit_error)?;
             cands = view.candidates();
         }
         let i = placement::choose(&cands, expected_pps)?;
@@ -815,7 +880,10 @@ impl Shared {
         };
         let expected_pps = expected_pps.unwrap_or(rec.expected_pps);
         if rec.doc == doc && rec.expected_pps == expected_pps {
-            return Ok((server, rev));
+            // Nothing to write: answered by the status of the placement as it is, whose
+            // revision may be older than the record's.
+            let placed = self.placement_rev(&server, id).await.map_err(admit_error)?;
+            return Ok((server, placed.unwrap_or(rev)));
         }
         let new = TenantRecord {
             previous: Some(rec.doc.clone()),
@@ -860,11 +928,7 @@ impl Shared {
             ops,
         )
         .await
-        .map_err(|e| match e {
-            LeadError::NotLeader => AdmitError::NotLeader,
-            LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
-            e => AdmitError::Etcd(e.to_string()),
-        })?;
+        .map_err(admit_error)?;
         view.tenants.remove(&id);
         // The removal may end what made that server refuse other tenants (their rules
         // overlapped this one's): offer it to them again.
@@ -889,6 +953,15 @@ pub fn overload_excess(l: &ServerLoad) -> f64 {
         .map(|w| l.per_slot_to_pps(w.pkts_per_slot - l.worker_max_nb as f64))
         .fold(0.0, f64::max);
     total.max(worker).max(f64::MIN_POSITIVE)
+}
+
+/// A leader's error as the API's answer to an admission, update or removal.
+fn admit_error(e: LeadError) -> AdmitError {
+    match e {
+        LeadError::NotLeader => AdmitError::NotLeader,
+        LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
+        e => AdmitError::Etcd(e.to_string()),
+    }
 }
 
 /// Why an admission was not placed.
@@ -1052,8 +1125,9 @@ async fn campaign(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 async fn campaign_once(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<(), LeadError> {
     let mut c = shared.client.clone();
     let ttl = shared.cfg.lease_ttl;
+    let asked = Instant::now();
     let lease_id = c.lease_grant(ttl.as_secs() as i64, None).await?.id();
-    let (mut held, keeper) = lease::hold(c.clone(), lease_id, ttl);
+    let (mut held, keeper) = lease::hold(c.clone(), lease_id, ttl, asked);
     let won = tokio::select! {
         r = c.campaign(schema::ELECTION, shared.me.clone(), lease_id) => Some(r),
         _ = lease::lost(&mut held) => None,
@@ -1100,7 +1174,8 @@ async fn lead(
     loop {
         let rev = {
             let mut view = shared.view.lock().await;
-            let rev = shared.load(&mut view).await?;
+            let (rev, stored) = shared.load(&mut view).await?;
+            shared.act_on_stored(&mut view, stored).await?;
             shared.place_orphans(&mut view, None).await?;
             rev
         };
@@ -1149,15 +1224,7 @@ async fn lead(
                                 serde_json::from_slice::<Status>(kv.value()),
                             ) {
                                 let _ = shared.statuses.send((id, st.clone()));
-                                if st.state == Outcome::Failed {
-                                    if st.update {
-                                        shared.revert_update(&mut view, id, &st).await?;
-                                    } else {
-                                        shared.drop_failed(&mut view, id, &st).await?;
-                                    }
-                                } else {
-                                    shared.confirm_live(&mut view, id, &st).await?;
-                                }
+                                shared.act_on(&mut view, id, &st).await?;
                             }
                         }
                     }
