@@ -1327,9 +1327,16 @@ fn large_documents_in_sum_are_read_and_one_too_large_is_refused() {
     wait_for(Duration::from_secs(20), "server not registered", || {
         server_loads(&o).len() == 1
     });
+    // A firewall ACL long enough to make the document about `bytes` long (a name may
+    // not: it has at most 256 bytes).
     let big = |i: u32, bytes: usize| {
+        let rule = json!({
+            "action": "allow", "src": "192.168.100.200/32", "dst": "10.200.100.250/32",
+            "proto": "udp", "src_port": "10000-20000", "dst_port": "30000-40000",
+        });
+        let per = rule.to_string().len() + 1;
         let mut t = tenant(i);
-        t["name"] = json!(format!("t{i}-{}", "x".repeat(bytes)));
+        t["policy"]["rules"] = json!(vec![rule; bytes / per]);
         t
     };
     // 20 documents of 240 KB: 4.8 MB in all.

@@ -80,6 +80,10 @@ pub const MAX_RULES_PER_TENANT: usize = 256;
 /// entry is memory in the Classifier and work when the tenant leaves.
 pub const MAX_RULE_KEYS_PER_TENANT: usize = 4096;
 
+/// Longest tenant name, in bytes. A name travels in every report, metrics label, event
+/// and log line that names its tenant.
+pub const MAX_NAME_BYTES: usize = 256;
+
 /// The two forms of a tenants file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Format {
@@ -714,6 +718,19 @@ fn validate<V: Doc>(path: &Path, tenants: Vec<V>) -> Result<Vec<TenantConfig>, T
         };
         let mut tenant = TenantConfig::new(TenantId(t.id), rules);
         if let Some(name) = t.name {
+            if name.len() > MAX_NAME_BYTES {
+                return Err(field_err(
+                    "name",
+                    format!("{} bytes; a name has at most {MAX_NAME_BYTES}", name.len()),
+                ));
+            }
+            if name.chars().any(char::is_control) {
+                // It would break a log line or forge one.
+                return Err(field_err(
+                    "name",
+                    "control characters (a newline, a tab, …) are not allowed".into(),
+                ));
+            }
             tenant.name = name;
         }
         tenant.max_nb = t.max_nb;
@@ -744,8 +761,12 @@ fn ordinal(n: usize) -> String {
 
 fn tenant_label<V: Doc>(value: &V, i: usize) -> String {
     match (value.int("id"), value.str("name")) {
-        (Some(id), Some(n)) => format!("{id} ({n:?})"),
-        (Some(id), None) => id.to_string(),
+        // A name too long or with control characters is refused: its error names the
+        // tenant by id alone.
+        (Some(id), Some(n)) if n.len() <= MAX_NAME_BYTES && !n.chars().any(char::is_control) => {
+            format!("{id} ({n:?})")
+        }
+        (Some(id), _) => id.to_string(),
         _ => format!("#{}", i + 1),
     }
 }
@@ -1082,6 +1103,29 @@ rules = [ { action = "allow", proto = "udp", dst_port = 53 },
         // A missing field is the entry's.
         let e = err("[[tenant]]\nname = \"a\"\nrules = [ { vlan = 1 } ]\n");
         assert!(e.contains("(tenant): missing field `id`"), "{e}");
+    }
+
+    #[test]
+    fn a_name_too_long_or_with_control_characters_is_refused_by_id() {
+        let rules = "rules = [ { vlan = 1 } ]\n";
+        let at_limit = "n".repeat(MAX_NAME_BYTES);
+        let t = toml(&format!(
+            "[[tenant]]\nid = 1\nname = \"{at_limit}\"\n{rules}"
+        ))
+        .unwrap();
+        assert_eq!(t[0].name, at_limit);
+        let long = "n".repeat(MAX_NAME_BYTES + 1);
+        assert_eq!(
+            err(&format!("[[tenant]]\nid = 1\nname = \"{long}\"\n{rules}")),
+            "t.toml: tenant 1: name: 257 bytes; a name has at most 256"
+        );
+        let e = json(r#"{"tenant":[{"id":2,"name":"ok\nbuffetd: forged","rules":[{"vlan":1}]}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "t.json: tenant 2: name: control characters (a newline, a tab, …) are not allowed"
+        );
     }
 
     #[test]

@@ -380,6 +380,14 @@ impl Shared {
     /// back, a refused admission removed (or, for a moved tenant, left unplaced and placed
     /// elsewhere), and a tenant live again may go back to the servers that refused it.
     async fn act_on(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
+        // A refusal counts only while it answers the tenant's current placement: an older
+        // one on the same server (the document was updated since, a retry with a changed
+        // document among them) is left alone.
+        if st.state == Outcome::Failed
+            && self.placement_rev(&st.server, id).await? != Some(st.placement_rev)
+        {
+            return Ok(());
+        }
         match (st.state, st.update) {
             (Outcome::Failed, true) => self.revert_update(view, id, st).await,
             (Outcome::Failed, false) => self.drop_failed(view, id, st).await,
@@ -391,9 +399,7 @@ impl Shared {
     /// may have acted on them. A refusal written while no Orchestrator led, before a
     /// leader that failed part-way could handle it, or while the watch was broken would
     /// otherwise leave its tenant placed on a server that does not serve it, for good
-    /// (the Agent does not try a placement it refused again). A refusal counts only while
-    /// it answers the tenant's current placement: an older one on the same server (the
-    /// document was updated since) is left alone.
+    /// (the Agent does not try a placement it refused again).
     async fn act_on_stored(
         &self,
         view: &mut View,
@@ -404,11 +410,6 @@ impl Shared {
                 continue;
             };
             if rec.server.as_deref() != Some(st.server.as_str()) {
-                continue;
-            }
-            if st.state == Outcome::Failed
-                && self.placement_rev(&st.server, id).await? != Some(st.placement_rev)
-            {
                 continue;
             }
             match self.act_on(view, id, &st).await {
