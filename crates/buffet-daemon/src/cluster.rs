@@ -10,9 +10,10 @@
 //! * watches `/buffet/placements/<server_id>/` and makes the server's tenant set equal
 //!   to it: a placed tenant is admitted, an unplaced one removed, through this daemon's
 //!   own API router (the very handlers, validation and store of `POST` and
-//!   `DELETE /v1/tenants`, called as the daemon itself, without a token), and the outcome of each admission (`live`, or `failed` with
-//!   buffetd's status and reason) goes to `/buffet/status/<tenant>`, in a transaction
-//!   that writes it only while that placement is current;
+//!   `DELETE /v1/tenants`, called as the daemon itself, without a token), and the
+//!   outcome of each admission (`live`, or `failed` with buffetd's status and reason)
+//!   goes to `/buffet/status/<tenant>`, in a transaction that writes it only while that
+//!   placement is current;
 //! * applies a placement whose document changed (an update through the Orchestrator's
 //!   `PUT /v1/tenants/{id}`) through buffetd's own `PUT /v1/tenants/{id}` (one swap between
 //!   bursts; a refused update changes nothing), and answers it the same way, marked as an
