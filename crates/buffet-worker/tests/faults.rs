@@ -353,6 +353,10 @@ struct Spinner(&'static AtomicBool);
 static SPIN: AtomicBool = AtomicBool::new(true);
 static HANG: AtomicBool = AtomicBool::new(true);
 
+/// Held by a test while its handler spins: one spinning core at a time, so that on a
+/// two-core machine the tests beside it (the backoff test's timing) still get a core.
+static SPINNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 impl NetworkFunction for Spinner {
     type State = bool;
     type Policy = bool;
@@ -412,6 +416,9 @@ impl NetworkFunction for Sleeper {
 /// counted, and its removal does not wait forever.
 #[test]
 fn a_worker_terminated_while_stuck_in_a_handler_does_not_hold_its_tenants_forever() {
+    let _one = SPINNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut p = Pipeline::new(Spinner(&HANG), cfg(2, 30)).unwrap();
@@ -438,10 +445,11 @@ fn a_worker_terminated_while_stuck_in_a_handler_does_not_hold_its_tenants_foreve
         let _ = tx.send((on, victim, report));
         let _ = p.finish();
     });
-    let (on, victim, report) = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("the terminated worker's stuck hand-over held its tenant's packets forever");
+    let got = rx.recv_timeout(Duration::from_secs(20));
+    // The handler returns, whatever the outcome: its thread ends with the test.
     HANG.store(false, Ordering::Relaxed);
+    let (on, victim, report) =
+        got.expect("the terminated worker's stuck hand-over held its tenant's packets forever");
     assert!(
         report.events.iter().any(|e| matches!(
             e,
@@ -461,6 +469,9 @@ fn a_worker_terminated_while_stuck_in_a_handler_does_not_hold_its_tenants_foreve
 
 #[test]
 fn a_worker_stuck_in_a_handler_is_found_within_a_timeslot_and_its_other_tenants_keep_flowing() {
+    let _one = SPINNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     stuck_worker_is_found(Spinner(&SPIN));
     // Let the handler return so the detached thread ends with the test.
     SPIN.store(false, Ordering::Relaxed);
