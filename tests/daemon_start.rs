@@ -247,3 +247,152 @@ fn an_unreadable_orchestrator_token_file_names_its_cause_once() {
          No such file or directory (os error 2)"
     );
 }
+
+/// `(status, JSON body or Null)` of `method path` with `token`.
+fn http(
+    api: &str,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let body = body.map(serde_json::Value::to_string);
+    buffet_testkit::http::json(
+        method,
+        &format!("{api}{path}"),
+        Some(token),
+        body.as_deref(),
+        Duration::from_secs(10),
+    )
+}
+
+/// A stored tenant the new config no longer admits (it asked for `safe`, the server now
+/// runs `trusted-native`) costs the others nothing: buffetd starts, serves the other,
+/// says once on stderr which tenant it kept in the store and why, lists it as not
+/// running; DELETE removes it (and its token), and the next start knows nothing of it.
+#[test]
+fn a_stored_tenant_that_no_longer_fits_is_kept_not_running_and_the_others_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let cfg_at = |isolation: &str| {
+        write_config(
+            dir.path(),
+            &format!(
+                "{}{isolation}[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 64\n\
+                 {GENERATOR}",
+                config_head(&data, port, "firewall")
+            ),
+        )
+    };
+    let log = |name: &str| {
+        let p = dir.path().join(name);
+        let f = std::fs::File::create(&p).unwrap();
+        (p, Stdio::from(f))
+    };
+    let strict = serde_json::json!({ "id": 1, "name": "strict", "isolation": "safe",
+        "rules": [ { "dst_ip": "10.0.0.0/24" } ], "policy": { "default": "allow" } });
+    let plain = serde_json::json!({ "id": 2, "name": "plain",
+        "rules": [ { "dst_ip": "10.0.1.0/24" } ], "policy": { "default": "allow" } });
+    let cfg = cfg_at("");
+    let token = {
+        let (_, err) = log("first.log");
+        let d = Daemon::start(&cfg, port, ADMIN, err);
+        for t in [&strict, &plain] {
+            let (s, v) = http(&d.api, "POST", "/v1/tenants", ADMIN, Some(t));
+            assert_eq!(s, 201, "{v}");
+        }
+        let (s, v) = http(&d.api, "POST", "/v1/tenants/1/tokens", ADMIN, None);
+        assert_eq!(s, 201, "{v}");
+        v["token"].as_str().unwrap().to_owned()
+        // Dropped: killed; the store has both tenants.
+    };
+
+    // Restarted at another isolation level: tenant 1 no longer fits, tenant 2 does.
+    let cfg = cfg_at("isolation = \"trusted-native\"\n");
+    let (second, err) = log("second.log");
+    let d = Daemon::start(&cfg, port, ADMIN, err);
+    let t0 = std::time::Instant::now();
+    loop {
+        let (s, v) = http(&d.api, "GET", "/v1/tenants/2/stats", ADMIN, None);
+        assert_eq!(s, 200, "{v}");
+        if v["packets"].as_u64().unwrap() > 0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "tenant 2 is not served"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let err = std::fs::read_to_string(&second).unwrap();
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("tenant 1")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    let line = lines[0];
+    assert!(
+        line.starts_with(&format!(
+            "buffetd: store {}: tenant 1 (\"strict\") not restored",
+            data.join("buffetd.redb").display()
+        )),
+        "{line}"
+    );
+    assert_eq!(line.matches("tenant 1").count(), 1, "{line}");
+    assert_eq!(
+        line.matches("isolation: asks for safe").count(),
+        1,
+        "{line}"
+    );
+    assert!(!line.contains("request"), "{line}");
+
+    // Listed as not running, with why; readable with its token; nothing classified to it.
+    let (s, v) = http(&d.api, "GET", "/v1/tenants", ADMIN, None);
+    assert_eq!(s, 200, "{v}");
+    let rows = v["tenant"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    assert_eq!(rows[0]["id"], 1, "{v}");
+    assert_eq!(rows[0]["state"], "not_restored", "{v}");
+    let reason = rows[0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("isolation: asks for safe"), "{reason}");
+    assert_eq!(rows[1]["id"], 2, "{v}");
+    assert!(rows[1].get("state").is_none(), "{v}");
+    let (s, v) = http(&d.api, "GET", "/v1/tenants/1", &token, None);
+    assert_eq!(
+        (s, &v["state"]),
+        (200, &serde_json::json!("not_restored")),
+        "{v}"
+    );
+    let (s, v) = http(&d.api, "GET", "/v1/tenants/1/stats", ADMIN, None);
+    assert_eq!(s, 404, "{v}");
+    let (s, v) = http(&d.api, "GET", "/v1/stats", ADMIN, None);
+    assert_eq!(s, 200, "{v}");
+    let served: Vec<u64> = v["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(served, vec![2], "{v}");
+
+    // Removed: from the list, the store and with its token.
+    let (s, v) = http(&d.api, "DELETE", "/v1/tenants/1", ADMIN, None);
+    assert_eq!(s, 204, "{v}");
+    assert_eq!(http(&d.api, "GET", "/v1/tenants/1", ADMIN, None).0, 404);
+    assert_eq!(http(&d.api, "GET", "/v1/tenants/1", &token, None).0, 401);
+    drop(d);
+
+    // The next start: nothing about tenant 1 is left.
+    let (third, err) = log("third.log");
+    let d = Daemon::start(&cfg, port, ADMIN, err);
+    let (s, v) = http(&d.api, "GET", "/v1/tenants", ADMIN, None);
+    assert_eq!(s, 200, "{v}");
+    let ids: Vec<u64> = v["tenant"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![2], "{v}");
+    assert_eq!(http(&d.api, "GET", "/v1/tenants/1", &token, None).0, 401);
+    let err = std::fs::read_to_string(&third).unwrap();
+    assert!(!err.contains("tenant 1"), "{err}");
+}

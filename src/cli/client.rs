@@ -458,6 +458,16 @@ fn print_tenant_rows(out: &mut dyn Write, list: &[Value]) -> std::io::Result<()>
             cell(&t["max_nb"]),
             rules_text(t)
         )?;
+        // A stored tenant buffetd could not re-admit at start (`not_restored`): said
+        // under its row, with why.
+        if let Some(state) = t["state"].as_str() {
+            writeln!(
+                out,
+                "{:>8}  not running ({state}): {}",
+                "",
+                t["reason"].as_str().unwrap_or("")
+            )?;
+        }
     }
     Ok(())
 }
@@ -790,8 +800,13 @@ mod tests {
             ],
             "{text}"
         );
-        // buffetd's rows are the documents themselves: the usual columns.
-        let daemon = [json!({ "id": 3, "name": "b", "max_nb": 32, "rules": [ { "vlan": 9 } ] })];
+        // buffetd's rows are the documents themselves: the usual columns; a stored tenant
+        // not running has its state and reason on the line under its row.
+        let daemon = [
+            json!({ "id": 3, "name": "b", "max_nb": 32, "rules": [ { "vlan": 9 } ] }),
+            json!({ "id": 4, "name": "c", "max_nb": 32, "rules": [ { "vlan": 10 } ],
+                    "state": "not_restored", "reason": "isolation: asks for mpk" }),
+        ];
         let mut out = Vec::new();
         print_tenant_rows(&mut out, &daemon).unwrap();
         let text = String::from_utf8(out).unwrap();
@@ -806,5 +821,14 @@ mod tests {
             words(text.lines().nth(1).unwrap()),
             ["3", "b", "32", "vlan=9"]
         );
+        assert_eq!(
+            words(text.lines().nth(2).unwrap()),
+            ["4", "c", "32", "vlan=10"]
+        );
+        assert_eq!(
+            text.lines().nth(3).unwrap().trim(),
+            "not running (not_restored): isolation: asks for mpk"
+        );
+        assert_eq!(text.lines().count(), 4, "{text}");
     }
 }

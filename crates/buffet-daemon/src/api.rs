@@ -177,6 +177,18 @@ struct Admitted {
     cfg: TenantConfig,
 }
 
+/// A stored tenant that could not be re-admitted at start: kept in the store as it was
+/// (its document and tokens), not in the data plane. The API lists and shows it as
+/// `not_restored` with its reason; `DELETE` removes it, `PUT /v1/tenants/{id}` with a
+/// document that fits admits it.
+#[derive(Clone, Debug)]
+struct NotRestored {
+    /// The stored document (`{"id": ID}` when it is not JSON).
+    doc: Value,
+    /// Why it could not be re-admitted.
+    reason: String,
+}
+
 /// Everything the handlers share.
 pub struct AppState {
     plane: Arc<dyn Plane>,
@@ -184,6 +196,8 @@ pub struct AppState {
     auth: Auth,
     metrics: Arc<Metrics>,
     tenants: RwLock<BTreeMap<u32, Admitted>>,
+    /// Stored tenants not running since the start (never also in `tenants`).
+    not_restored: RwLock<BTreeMap<u32, NotRestored>>,
     /// One change at a time: the data plane and the store see changes in one order.
     writes: tokio::sync::Mutex<()>,
     events: broadcast::Sender<WorkerEvent>,
@@ -224,14 +238,54 @@ pub struct Parts {
     pub refusing: Arc<Mutex<Option<String>>>,
 }
 
-/// Why a stored tenant could not be re-admitted at start.
-#[derive(Debug, thiserror::Error)]
-#[error("stored tenant {id}: {message}")]
+/// Why a stored tenant could not be re-admitted at start (it is kept in the store, not
+/// running): `tenant 9 ("acme"): isolation: asks for mpk, ...`, the tenant named once.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{}: {cause}", self.head())]
 pub struct RestoreError {
     /// The tenant.
     pub id: u32,
-    /// Why.
-    pub message: String,
+    /// Its name, when its document has one.
+    pub name: Option<String>,
+    /// Why, without the tenant's id.
+    pub cause: String,
+}
+
+impl RestoreError {
+    /// The tenant as a line names it: `tenant 9 ("acme")`, or `tenant 9`.
+    pub fn head(&self) -> String {
+        match &self.name {
+            Some(n) => format!("tenant {} ({n:?})", self.id),
+            None => format!("tenant {}", self.id),
+        }
+    }
+}
+
+/// What [`AppState::restore`] did with the stored tenants.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// How many were re-admitted.
+    pub admitted: usize,
+    /// The ones that could not be, kept in the store (and listed by the API) as they are.
+    pub kept: Vec<RestoreError>,
+}
+
+/// `message` without the tenant it names first: `tenant 9: x`, `tenant 9 ("acme"): x`,
+/// or either after the source `request: ` (the document is validated as a request's
+/// would be) is `x`. Every refusal of an admission names its tenant, as an API answer
+/// must; a restore's line names it itself.
+fn cause(id: u32, message: &str) -> String {
+    let m = message.strip_prefix("request: ").unwrap_or(message);
+    let Some(rest) = m.strip_prefix(&format!("tenant {id}")) else {
+        return m.to_owned();
+    };
+    if let Some(c) = rest.strip_prefix(": ") {
+        return c.to_owned();
+    }
+    match rest.strip_prefix(" (").and_then(|r| r.split_once("): ")) {
+        Some((_, c)) => c.to_owned(),
+        None => m.to_owned(),
+    }
 }
 
 impl AppState {
@@ -243,6 +297,7 @@ impl AppState {
             auth: p.auth,
             metrics: p.metrics,
             tenants: RwLock::new(BTreeMap::new()),
+            not_restored: RwLock::new(BTreeMap::new()),
             writes: tokio::sync::Mutex::new(()),
             events: p.events,
             shutdown: p.shutdown,
@@ -261,25 +316,59 @@ impl AppState {
 
     /// Re-admits the stored tenants (blocking; before serving). Each is checked as an
     /// admission is — its isolation level against the server's, its policy and chain
-    /// against the NFs — since the config may have changed since it was admitted: a
-    /// tenant that asked for `mpk` is never run at another level.
-    pub fn restore(&self, stored: Vec<(u32, Vec<u8>)>) -> Result<usize, RestoreError> {
-        let n = stored.len();
+    /// against the NFs, its room in the data plane — since the config may have changed
+    /// since it was admitted: a tenant that asked for `mpk` is never run at another
+    /// level. One that fails no longer runs but stays in the store as it is (document
+    /// and tokens) and is listed as `not_restored`; the others run.
+    pub fn restore(&self, stored: Vec<(u32, Vec<u8>)>) -> Restored {
+        let mut out = Restored::default();
         for (id, bytes) in stored {
-            let fail = |message: String| RestoreError { id, message };
-            let doc: Value = serde_json::from_slice(&bytes).map_err(|e| fail(e.to_string()))?;
-            let cfg = parse_docs(self.plane.registered_names(), vec![doc.clone()])
-                .map_err(|e| fail(e.message))?
-                .pop()
-                .ok_or_else(|| fail("empty document".into()))?;
-            self.check_level(&cfg).map_err(|e| fail(e.message))?;
-            self.plane
-                .check_policy(&cfg)
-                .map_err(|e| fail(e.to_string()))?;
-            self.plane.admit(&cfg).map_err(|e| fail(e.to_string()))?;
-            self.tenants_mut().insert(id, Admitted { doc, cfg });
+            let doc: Value = match serde_json::from_slice(&bytes) {
+                Ok(doc) => doc,
+                Err(e) => {
+                    let reason = format!("not a JSON document: {e}");
+                    out.kept.push(self.keep(id, json!({ "id": id }), reason));
+                    continue;
+                }
+            };
+            match self.readmit(&doc) {
+                Ok(cfg) => {
+                    self.tenants_mut().insert(id, Admitted { doc, cfg });
+                    out.admitted += 1;
+                }
+                Err(message) => out.kept.push(self.keep(id, doc, cause(id, &message))),
+            }
         }
-        Ok(n)
+        out
+    }
+
+    /// The checks and the admission of a stored document; on error nothing changed.
+    fn readmit(&self, doc: &Value) -> Result<TenantConfig, String> {
+        let cfg = parse_docs(self.plane.registered_names(), vec![doc.clone()])
+            .map_err(|e| e.message)?
+            .pop()
+            .ok_or_else(|| "empty document".to_owned())?;
+        self.check_level(&cfg).map_err(|e| e.message)?;
+        self.plane.check_policy(&cfg).map_err(|e| e.to_string())?;
+        self.plane.admit(&cfg).map_err(|e| e.to_string())?;
+        Ok(cfg)
+    }
+
+    /// Keeps stored tenant `id` as not restored, for `reason`.
+    fn keep(&self, id: u32, doc: Value, reason: String) -> RestoreError {
+        let name = doc.get("name").and_then(Value::as_str).map(str::to_owned);
+        self.not_restored_mut().insert(
+            id,
+            NotRestored {
+                doc,
+                reason: reason.clone(),
+            },
+        );
+        RestoreError {
+            id,
+            name,
+            cause: reason,
+        }
     }
 
     /// The limits a config reload may change: MAX_NB of an admission that gives none,
@@ -309,6 +398,23 @@ impl AppState {
 
     fn tenants(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u32, Admitted>> {
         self.tenants.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn not_restored_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<u32, NotRestored>> {
+        self.not_restored
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn not_restored(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u32, NotRestored>> {
+        self.not_restored
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stored tenant `id`, kept not running since the start, if it is one.
+    fn not_restored_one(&self, id: u32) -> Option<NotRestored> {
+        self.not_restored().get(&id).cloned()
     }
 
     /// Who sent a request: the daemon itself ([`Internal`]) is the admin; anyone else is
@@ -708,8 +814,41 @@ fn view(id: u32, a: &Admitted) -> Value {
     v
 }
 
+/// A stored tenant not running: its document, with `"state": "not_restored"` and the
+/// reason beside it (a running tenant's row has no `state`).
+fn not_restored_view(id: u32, n: &NotRestored) -> Value {
+    let mut v = n.doc.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("id".into(), json!(id));
+        o.insert("state".into(), json!("not_restored"));
+        o.insert("reason".into(), json!(n.reason));
+    }
+    v
+}
+
+/// What answers a request that needs stored tenant `id` running, or its id free, when
+/// it is kept not running: `status`, why, and the way out.
+fn not_running(id: u32, n: &NotRestored, status: StatusCode) -> ApiError {
+    ApiError::new(
+        status,
+        format!(
+            "tenant {id} is stored but not running (not restored at start: {}): \
+             replace it (PUT /v1/tenants/{id}) or remove it (DELETE /v1/tenants/{id})",
+            n.reason
+        ),
+    )
+}
+
 async fn list_tenants(State(s): State<Arc<AppState>>, _: Admin) -> Result<Json<Value>, ApiError> {
-    let list: Vec<Value> = s.tenants().iter().map(|(id, a)| view(*id, a)).collect();
+    let mut rows: BTreeMap<u32, Value> = s
+        .tenants()
+        .iter()
+        .map(|(id, a)| (*id, view(*id, a)))
+        .collect();
+    for (id, n) in s.not_restored().iter() {
+        rows.insert(*id, not_restored_view(*id, n));
+    }
+    let list: Vec<Value> = rows.into_values().collect();
     Ok(Json(json!({ "tenant": list })))
 }
 
@@ -719,11 +858,13 @@ async fn get_tenant(
     Caller(who): Caller,
 ) -> Result<Json<Value>, ApiError> {
     who.may_read(TenantId(id))?;
-    let t = s.tenants();
-    let a = t
+    if let Some(a) = s.tenants().get(&id) {
+        return Ok(Json(view(id, a)));
+    }
+    s.not_restored()
         .get(&id)
-        .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
-    Ok(Json(view(id, a)))
+        .map(|n| Json(not_restored_view(id, n)))
+        .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))
 }
 
 async fn tenant_stats(
@@ -732,6 +873,9 @@ async fn tenant_stats(
     Caller(who): Caller,
 ) -> Result<Json<Value>, ApiError> {
     who.may_read(TenantId(id))?;
+    if let Some(n) = s.not_restored_one(id) {
+        return Err(not_running(id, &n, StatusCode::NOT_FOUND));
+    }
     let r = report(&s).await?;
     let t = r
         .tenants
@@ -766,6 +910,10 @@ async fn admit(
         .ok_or_else(|| ApiError::bad_request("no tenant"))?;
     s.check_admitting()?;
     let _one = s.writes.lock().await;
+    let id = cfg.id.0;
+    if let Some(n) = s.not_restored_one(id) {
+        return Err(not_running(id, &n, StatusCode::CONFLICT));
+    }
     let others: BTreeMap<u32, TenantConfig> = s
         .tenants()
         .iter()
@@ -773,7 +921,6 @@ async fn admit(
         .collect();
     s.check_new(&cfg, &others)?;
     let st = s.clone();
-    let id = cfg.id.0;
     let admitted = Admitted { doc, cfg };
     let a = admitted.clone();
     blocking(move || {
@@ -821,11 +968,13 @@ async fn update(
         .pop()
         .ok_or_else(|| ApiError::bad_request("no tenant"))?;
     let _one = s.writes.lock().await;
-    let old = s
-        .tenants()
-        .get(&id)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
+    let old = s.tenants().get(&id).cloned();
+    let Some(old) = old else {
+        if s.not_restored_one(id).is_some() {
+            return readmit(&s, Admitted { doc, cfg }).await.map(Json);
+        }
+        return Err(ApiError::not_found(format!("tenant {id} is not admitted")));
+    };
     let others: BTreeMap<u32, TenantConfig> = s
         .tenants()
         .iter()
@@ -852,17 +1001,62 @@ async fn update(
     Ok(Json(v))
 }
 
+/// `PUT /v1/tenants/{id}` of a stored tenant not running (with the writes lock held):
+/// its new document is admitted as a new tenant is (the Agent's refusal included) and
+/// replaces the stored one; its tokens stay.
+async fn readmit(s: &Arc<AppState>, new: Admitted) -> Result<Value, ApiError> {
+    let id = new.cfg.id.0;
+    s.check_admitting()?;
+    let others: BTreeMap<u32, TenantConfig> = s
+        .tenants()
+        .iter()
+        .map(|(k, a)| (*k, a.cfg.clone()))
+        .collect();
+    s.check_new(&new.cfg, &others)?;
+    let (st, n) = (s.clone(), new.clone());
+    blocking(move || {
+        st.plane.admit(&n.cfg)?;
+        let bytes = serde_json::to_vec(&n.doc).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Err(e) = st.store.apply(&Batch {
+            put: vec![(id, bytes)],
+            delete: vec![],
+        }) {
+            let _ = st.plane.remove(n.cfg.id);
+            return Err(e.into());
+        }
+        Ok(())
+    })
+    .await?;
+    let v = view(id, &new);
+    s.not_restored_mut().remove(&id);
+    s.tenants_mut().insert(id, new);
+    Ok(v)
+}
+
 async fn remove(
     State(s): State<Arc<AppState>>,
     UrlPath(id): UrlPath<u32>,
     _: Admin,
 ) -> Result<StatusCode, ApiError> {
     let _one = s.writes.lock().await;
-    let old = s
-        .tenants()
-        .get(&id)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found(format!("tenant {id} is not admitted")))?;
+    let old = s.tenants().get(&id).cloned();
+    let Some(old) = old else {
+        if s.not_restored_one(id).is_none() {
+            return Err(ApiError::not_found(format!("tenant {id} is not admitted")));
+        }
+        // Not in the data plane: only the store (its document and tokens) has it.
+        let store = s.store.clone();
+        blocking(move || {
+            Ok(store.apply(&Batch {
+                put: vec![],
+                delete: vec![id],
+            })?)
+        })
+        .await?;
+        s.not_restored_mut().remove(&id);
+        s.auth.forget_tenant(TenantId(id));
+        return Ok(StatusCode::NO_CONTENT);
+    };
     let st = s.clone();
     blocking(move || {
         st.plane.remove(TenantId(id))?;
@@ -928,6 +1122,9 @@ async fn apply(
     };
     let _one = s.writes.lock().await;
     let current = s.tenants().clone();
+    // Stored tenants not running: admitted anew when the set has them, else removed
+    // from the store.
+    let kept: Vec<u32> = s.not_restored().keys().copied().collect();
     let wanted: BTreeMap<u32, Admitted> = docs
         .into_iter()
         .zip(cfgs)
@@ -952,11 +1149,12 @@ async fn apply(
             }
         }
     }
-    for id in current.keys() {
+    for id in current.keys().chain(&kept) {
         if !wanted.contains_key(id) {
             removed.push(*id);
         }
     }
+    removed.sort_unstable();
     // A set that adds tenants is refused as an admission is, removals in it or not.
     if !added.is_empty() {
         s.check_admitting()?;
@@ -985,8 +1183,10 @@ async fn apply(
         let mut run = || -> Result<Batch, ApiError> {
             let mut batch = Batch::default();
             for id in &removed {
-                st.plane.remove(TenantId(*id))?;
-                done.push(Step::Removed(current[id].cfg.clone()));
+                if let Some(old) = current.get(id) {
+                    st.plane.remove(TenantId(*id))?;
+                    done.push(Step::Removed(old.cfg.clone()));
+                }
                 batch.delete.push(*id);
             }
             for id in &updated {
@@ -1023,6 +1223,7 @@ async fn apply(
     })
     .await?;
     *s.tenants_mut() = wanted;
+    s.not_restored_mut().clear();
     if removes {
         s.stop_refusing();
     }
@@ -1035,7 +1236,7 @@ async fn create_token(
     _: Admin,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let _one = s.writes.lock().await;
-    if !s.tenants().contains_key(&id) {
+    if !s.tenants().contains_key(&id) && s.not_restored_one(id).is_none() {
         return Err(ApiError::not_found(format!("tenant {id} is not admitted")));
     }
     let token = auth::generate();
@@ -1173,6 +1374,38 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
     use tower::ServiceExt;
+
+    /// A restore names the tenant itself: the cause drops the tenant the refusal names
+    /// first (and the `request` source), and nothing else.
+    #[test]
+    fn a_restores_cause_names_its_tenant_nowhere() {
+        assert_eq!(
+            cause(9, "tenant 9: policy.flow_capacity: bad"),
+            "policy.flow_capacity: bad"
+        );
+        assert_eq!(
+            cause(9, r#"request: tenant 9 ("acme"): rules[0].dst_ip: invalid"#),
+            "rules[0].dst_ip: invalid"
+        );
+        assert_eq!(
+            cause(9, "request: tenant 9: name: too long"),
+            "name: too long"
+        );
+        assert_eq!(
+            cause(9, "too many tenants: all 2 slots are in use"),
+            "too many tenants: all 2 slots are in use"
+        );
+        assert_eq!(cause(9, "tenant 90: x"), "tenant 90: x");
+        let e = RestoreError {
+            id: 9,
+            name: Some("acme".into()),
+            cause: "isolation: asks for mpk".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            r#"tenant 9 ("acme"): isolation: asks for mpk"#
+        );
+    }
 
     /// A handler that outlives the request timeout is answered 408, in JSON, and still
     /// runs to its end: the change it was making is not cut in half.

@@ -1,7 +1,8 @@
 //! The daemon's life: start (the API's address, the store, the admin token, the data
-//! plane, re-admission of every stored tenant, then the API serves; a start that fails
-//! leaves data_dir as it found it), the event pump and the Agent, and an orderly stop
-//! (stop intake, drain the data plane, return its final report).
+//! plane, re-admission of every stored tenant that still fits the config — one that no
+//! longer does is kept in the store, not run, and said on stderr — then the API serves;
+//! a start that fails leaves data_dir as it found it), the event pump and the Agent, and
+//! an orderly stop (stop intake, drain the data plane, return its final report).
 //!
 //! The API runs on a tokio runtime of its own thread; the data plane on its own thread
 //! (see [`crate::plane`]); the event pump on a third, reading the data plane's event
@@ -18,7 +19,7 @@ use buffet_config::chain::RegisteredStages;
 use buffet_worker::{Report, WorkerEvent};
 use tokio::sync::{broadcast, watch};
 
-use crate::api::{self, AppState, Parts, RestoreError};
+use crate::api::{self, AppState, Parts};
 use crate::auth::{self, Auth, TokenError};
 use crate::config::{ConfigError, DaemonConfig};
 use crate::metrics::Metrics;
@@ -38,9 +39,6 @@ pub enum DaemonError {
     /// The data plane.
     #[error(transparent)]
     Start(#[from] StartError),
-    /// A stored tenant could not be re-admitted.
-    #[error(transparent)]
-    Restore(#[from] RestoreError),
     /// The API address.
     #[error("api.listen {addr}: {source}")]
     Listen {
@@ -465,13 +463,22 @@ fn run(
         max_workers: cfg.dataplane.max_workers,
         refusing: refusing.clone(),
     }));
-    match state.restore(contents.tenants) {
-        Ok(n) if n > 0 => eprintln!("buffetd: re-admitted {n} stored tenants"),
-        Ok(_) => {}
-        Err(e) => {
-            let _ = finish(&plane, dataplane);
-            return Err(e.into());
-        }
+    // A stored tenant the config no longer admits is kept in the store, not run: the
+    // others are not held hostage to it, and the API can remove or replace it.
+    let restored = state.restore(contents.tenants);
+    if restored.admitted > 0 {
+        eprintln!("buffetd: re-admitted {} stored tenants", restored.admitted);
+    }
+    let store_path = cfg.data_dir.join("buffetd.redb");
+    for e in &restored.kept {
+        eprintln!(
+            "buffetd: store {}: {} not restored, kept in the store and not running: {} \
+             (DELETE /v1/tenants/{id} removes it, PUT /v1/tenants/{id} replaces it)",
+            store_path.display(),
+            e.head(),
+            e.cause,
+            id = e.id,
+        );
     }
     let pump_stop = Arc::new(AtomicBool::new(false));
     let policy = Arc::new(AgentPolicy {

@@ -792,24 +792,115 @@ fn clients_that_announce_a_body_and_send_none_are_cut_off_and_others_served() {
     d.stop().unwrap();
 }
 
+/// A restart at another isolation level never runs a tenant that asked for its own, and
+/// costs the others nothing: the daemon starts, serves them, and keeps the refused ones
+/// in the store, listed as `not_restored` with why, until a document that fits replaces
+/// them (`PUT /v1/tenants/{id}`) or they are removed (a tenant set without them).
 #[test]
 fn a_restart_at_another_isolation_level_never_runs_a_tenant_that_asked_for_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let d = start(dir.path());
     let mut t5 = tenant(5, 0, allow_all());
     t5["isolation"] = json!("safe");
-    assert_eq!(admin(&d, "POST", "/v1/tenants", Some(&t5)).0, 201);
+    let mut t6 = tenant(6, 1, allow_all());
+    t6["isolation"] = json!("safe");
+    for t in [&t5, &t6, &tenant(7, 2, allow_all())] {
+        assert_eq!(admin(&d, "POST", "/v1/tenants", Some(t)).0, 201);
+    }
     d.stop().unwrap();
     let mut cfg = config(dir.path(), "");
     cfg.nf.isolation = Some(buffet_config::isolation::Isolation::TrustedNative);
-    let e = Daemon::start(cfg, Path::new("test.toml"))
-        .err()
-        .expect("tenant 5 re-admitted at trusted-native")
-        .to_string();
-    assert!(
-        e.contains("tenant 5") && e.contains("isolation: asks for safe"),
-        "{e}"
+    let d = Daemon::start(cfg.clone(), Path::new("test.toml")).unwrap();
+    assert_eq!(ids(&d), vec![5, 6, 7]);
+    let (s, v) = admin(&d, "GET", "/v1/tenants/5", None);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["state"], "not_restored", "{v}");
+    assert_eq!(
+        v["reason"], "isolation: asks for safe, this server runs every tenant at trusted-native",
+        "{v}"
     );
+    assert!(admin(&d, "GET", "/v1/tenants/7", None)
+        .1
+        .get("state")
+        .is_none());
+    wait_for_packets(&d, 7, 0);
+    let (s, v) = admin(&d, "GET", "/v1/tenants/5/stats", None);
+    assert_eq!(s, 404, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("not running"), "{v}");
+    // Its id is taken: a new admission is refused, naming the way out.
+    let (s, v) = admin(&d, "POST", "/v1/tenants", Some(&tenant(5, 0, allow_all())));
+    assert_eq!(s, 409, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("PUT /v1/tenants/5"),
+        "{v}"
+    );
+    // Replaced by a document that fits: it runs.
+    let (s, v) = admin(&d, "PUT", "/v1/tenants/5", Some(&tenant(5, 0, allow_all())));
+    assert_eq!(s, 200, "{v}");
+    assert!(v.get("state").is_none(), "{v}");
+    wait_for_packets(&d, 5, 0);
+    // A tenant set without tenant 6 removes it from the store.
+    let set = json!({ "tenant": [ tenant(5, 0, allow_all()), tenant(7, 2, allow_all()) ] });
+    let (s, v) = admin(&d, "PUT", "/v1/tenants", Some(&set));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["removed"], json!([6]), "{v}");
+    assert_eq!(ids(&d), vec![5, 7]);
+    d.stop().unwrap();
+    // What the store has now runs at this level.
+    let d = Daemon::start(cfg, Path::new("test.toml")).unwrap();
+    let (s, v) = admin(&d, "GET", "/v1/tenants", None);
+    assert_eq!(s, 200, "{v}");
+    let rows = v["tenant"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    assert!(rows.iter().all(|t| t.get("state").is_none()), "{v}");
+    d.stop().unwrap();
+}
+
+/// Fewer tenant slots after a restart: the tenants that still fit run, the rest are
+/// kept not running, and removing one of those frees nothing it never held.
+#[test]
+fn a_restart_with_fewer_tenant_slots_runs_the_tenants_that_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(dir.path());
+    for (id, i) in [(1, 0), (2, 1), (3, 2)] {
+        assert_eq!(
+            admin(&d, "POST", "/v1/tenants", Some(&tenant(id, i, allow_all()))).0,
+            201
+        );
+    }
+    d.stop().unwrap();
+    let mut cfg = config(dir.path(), "");
+    cfg.dataplane.tenant_slots = 2;
+    let d = Daemon::start(cfg, Path::new("test.toml")).unwrap();
+    let (s, v) = admin(&d, "GET", "/v1/tenants", None);
+    assert_eq!(s, 200, "{v}");
+    let states: Vec<(u64, Value)> = v["tenant"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["id"].as_u64().unwrap(), t["state"].clone()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (1, Value::Null),
+            (2, Value::Null),
+            (3, json!("not_restored"))
+        ],
+        "{v}"
+    );
+    assert!(
+        v["tenant"][2]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("too many tenants"),
+        "{v}"
+    );
+    wait_for_packets(&d, 2, 0);
+    assert_eq!(admin(&d, "DELETE", "/v1/tenants/3", None).0, 204);
+    assert_eq!(ids(&d), vec![1, 2]);
+    assert_eq!(admin(&d, "GET", "/v1/tenants/3", None).0, 404);
+    d.stop().unwrap();
 }
 
 /// Retries `f` until it returns true; fails with `why` after `limit`.
