@@ -739,10 +739,16 @@ fn spawn_agent(dir: &Path, id: &str, dataplane_and_port: &str, etcd: &str) -> Pr
         ),
     )
     .unwrap();
+    start_agent(&d, id, port)
+}
+
+/// Starts buffetd `id` on the config [`spawn_agent`] wrote under `d` (API port `port`),
+/// its stderr in `buffetd.log` there, and waits until it is ready.
+fn start_agent(d: &Path, id: &str, port: u16) -> Proc {
     let log = d.join("buffetd.log");
     let child = Command::new(env!("CARGO_BIN_EXE_buffetd"))
         .arg("--config")
-        .arg(&cfg)
+        .arg(d.join("buffet.toml"))
         .env("BUFFETD_ADMIN_TOKEN", ADMIN)
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -1541,4 +1547,66 @@ fn a_tenant_live_again_after_a_refusal_answers_a_retry_at_once() {
         t0.elapsed()
     );
     assert!(served(&agents[&third]).contains_key(&10));
+}
+
+/// A server restarted with a config under which it can no longer run one of its tenants
+/// (a tenant that asked for `safe` isolation, the server now `trusted-native`) keeps it
+/// in its store without running it; its Agent's attempt to apply the placement is
+/// refused. The Orchestrator then places the tenant on another server, where it goes
+/// live; before, nothing could be put back and the tenant stayed placed where nothing ran
+/// it.
+#[test]
+fn a_tenant_its_server_can_no_longer_run_after_a_restart_is_placed_elsewhere() {
+    let test = "a_tenant_its_server_can_no_longer_run_after_a_restart_is_placed_elsewhere";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let mut s1 = agent(dir.path(), "s1", &url, 100_000);
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "server not registered", || {
+        server_loads(&o).len() == 1
+    });
+    let mut strict = tenant(1);
+    strict["isolation"] = json!("safe");
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&strict));
+    assert_eq!(s, 201, "{v}");
+    let _s2 = agent(dir.path(), "s2", &url, 100_000);
+    wait_for(
+        Duration::from_secs(20),
+        "second server not registered",
+        || server_loads(&o).len() == 2,
+    );
+    assert_eq!(listed(&o)[&1], (Some("s1".to_owned()), "live".to_owned()));
+    // Restarted at once (well within its 6 s lease, so the tenant is not moved for its
+    // death) at another isolation level.
+    let d = dir.path().join("s1");
+    let cfg = std::fs::read_to_string(d.join("buffet.toml")).unwrap();
+    let port: u16 = cfg
+        .split("listen = \"127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    std::fs::write(
+        d.join("buffet.toml"),
+        cfg.replace(
+            "name = \"firewall\"\n",
+            "name = \"firewall\"\nisolation = \"trusted-native\"\n",
+        ),
+    )
+    .unwrap();
+    s1.kill();
+    let s1 = start_agent(&d, "s1", port);
+    wait_for(Duration::from_secs(30), "tenant 1 not live on s2", || {
+        listed(&o).get(&1) == Some(&(Some("s2".to_owned()), "live".to_owned()))
+    });
+    // s1 no longer keeps it, running or not.
+    wait_for(Duration::from_secs(20), "s1 still keeps tenant 1", || {
+        let got = try_call("GET", &format!("{}/v1/tenants", s1.url), Some(ADMIN), None);
+        got.is_some_and(|(s, v)| s == 200 && v["tenant"].as_array().is_some_and(Vec::is_empty))
+    });
 }

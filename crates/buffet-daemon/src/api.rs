@@ -356,7 +356,14 @@ impl AppState {
 
     /// Keeps stored tenant `id` as not restored, for `reason`.
     fn keep(&self, id: u32, doc: Value, reason: String) -> RestoreError {
-        let name = doc.get("name").and_then(Value::as_str).map(str::to_owned);
+        // A name stored before names were bounded, too long or with control characters,
+        // is left out of the line (its tenant is named by id), as a tenants file's error
+        // does.
+        let name = doc
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| n.len() <= tenants::MAX_NAME_BYTES && !n.chars().any(char::is_control))
+            .map(str::to_owned);
         self.not_restored_mut().insert(
             id,
             NotRestored {

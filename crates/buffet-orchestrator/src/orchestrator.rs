@@ -831,7 +831,12 @@ impl Shared {
             return Ok(());
         }
         let Some(prev) = rec.previous.clone() else {
-            return Ok(());
+            // Nothing to put back: the server refused the very document it ran (a restart
+            // changed what it can run, and it kept the tenant without running it). Left
+            // unplaced and placed elsewhere, as a tenant refused after a move.
+            let unplace = TenantRecord { moved: true, ..rec };
+            view.tenants.insert(id, (unplace, rev));
+            return self.drop_failed(view, id, st).await;
         };
         let back = TenantRecord {
             doc: prev,
