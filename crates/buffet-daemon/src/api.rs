@@ -354,6 +354,21 @@ impl AppState {
         Ok(cfg)
     }
 
+    /// Admits `a` into the data plane and stores its document under `id`; a store that
+    /// fails takes the admission back, so nothing changed.
+    fn admit_and_store(&self, id: u32, a: &Admitted) -> Result<(), ApiError> {
+        self.plane.admit(&a.cfg)?;
+        let bytes = serde_json::to_vec(&a.doc).map_err(|e| ApiError::internal(e.to_string()))?;
+        if let Err(e) = self.store.apply(&Batch {
+            put: vec![(id, bytes)],
+            delete: vec![],
+        }) {
+            let _ = self.plane.remove(a.cfg.id);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
     /// Keeps stored tenant `id` as not restored, for `reason`.
     fn keep(&self, id: u32, doc: Value, reason: String) -> RestoreError {
         // A name stored before names were bounded, too long or with control characters,
@@ -930,19 +945,7 @@ async fn admit(
     let st = s.clone();
     let admitted = Admitted { doc, cfg };
     let a = admitted.clone();
-    blocking(move || {
-        st.plane.admit(&a.cfg)?;
-        let bytes = serde_json::to_vec(&a.doc).map_err(|e| ApiError::internal(e.to_string()))?;
-        if let Err(e) = st.store.apply(&Batch {
-            put: vec![(id, bytes)],
-            delete: vec![],
-        }) {
-            let _ = st.plane.remove(a.cfg.id);
-            return Err(e.into());
-        }
-        Ok(())
-    })
-    .await?;
+    blocking(move || st.admit_and_store(id, &a)).await?;
     let v = view(id, &admitted);
     s.tenants_mut().insert(id, admitted);
     s.metrics
@@ -1021,19 +1024,7 @@ async fn readmit(s: &Arc<AppState>, new: Admitted) -> Result<Value, ApiError> {
         .collect();
     s.check_new(&new.cfg, &others)?;
     let (st, n) = (s.clone(), new.clone());
-    blocking(move || {
-        st.plane.admit(&n.cfg)?;
-        let bytes = serde_json::to_vec(&n.doc).map_err(|e| ApiError::internal(e.to_string()))?;
-        if let Err(e) = st.store.apply(&Batch {
-            put: vec![(id, bytes)],
-            delete: vec![],
-        }) {
-            let _ = st.plane.remove(n.cfg.id);
-            return Err(e.into());
-        }
-        Ok(())
-    })
-    .await?;
+    blocking(move || st.admit_and_store(id, &n)).await?;
     let v = view(id, &new);
     s.not_restored_mut().remove(&id);
     s.tenants_mut().insert(id, new);
