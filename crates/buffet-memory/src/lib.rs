@@ -82,9 +82,11 @@ mod sys;
 mod table;
 
 pub use domain::{Domain, RegionExtent};
+#[cfg(feature = "mpk-sim")]
+pub use mpk::sim;
 pub use mpk::{
-    Mpk, MpkError, MpkStats, PartKey, PartKeyError, PartOpen, DISABLE_ENV as MPK_DISABLE_ENV,
-    MAX_CACHE_KEYS,
+    EnterError, Mpk, MpkError, MpkStats, PartKey, PartKeyError, PartOpen,
+    DISABLE_ENV as MPK_DISABLE_ENV, MAX_CACHE_KEYS,
 };
 pub use storage::{
     AllocError, ArenaConfig, ArenaError, MemoryStorage, Region, StorageStats, PACKED_ALIGN,

@@ -75,6 +75,10 @@ const PKEY_DISABLE_ACCESS: u32 = 1;
 /// A slot's pin count while a miss re-tags it.
 const EVICTING: u32 = u32::MAX;
 
+/// A slot's pin count once it is retired: a re-tag with its key failed and could not be
+/// undone, so pages of a region may still carry the key, which nobody may open again.
+const RETIRED: u32 = u32::MAX - 1;
+
 /// `VKey::slot` when the region holds no cache key (it carries the parking key).
 const PARKED: u32 = u32::MAX;
 
@@ -137,6 +141,23 @@ pub enum PartKeyError {
     Tag(SysError),
 }
 
+/// Why a region could not be loaded into the key cache ([`TenantEntry::lock_checked`]):
+/// its state was not opened, and no other region's protection changed.
+///
+/// [`TenantEntry::lock_checked`]: crate::TenantEntry::lock_checked
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnterError {
+    /// `pkey_mprotect` failed moving a cache key from the region that held it to this one.
+    #[error("cannot load the region's protection key: {0}")]
+    Retag(SysError),
+    /// Every cache key was retired after failed re-tags ([`MpkStats::retired_keys`]).
+    #[error(
+        "cannot load the region's protection key: every cache key was given up after a \
+         re-tag failed"
+    )]
+    NoKey,
+}
+
 /// Counters of the key cache (since the process started).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MpkStats {
@@ -150,6 +171,11 @@ pub struct MpkStats {
     pub misses: u64,
     /// Nanoseconds spent in misses (lock, victim choice, two `pkey_mprotect`s).
     pub miss_ns: u64,
+    /// Misses whose re-tag failed ([`EnterError::Retag`]): the region was not loaded.
+    pub retag_failures: u64,
+    /// Cache keys given up because a failed re-tag could not be undone: some pages of a
+    /// region may still carry them, so no region gets them again.
+    pub retired_keys: usize,
 }
 
 /// The process's MPK key cache. One per process ([`Mpk::get`]), shared by every MPK
@@ -170,8 +196,10 @@ pub struct Mpk {
     /// `owners`, then `live`, then a key's `holes`.
     live: Mutex<BTreeMap<usize, Weak<VKeyShared>>>,
     parts: AtomicUsize,
+    /// Misses whose re-tag failed.
+    retag_failures: AtomicU64,
     /// Tests: PKRU and page keys simulated in memory instead of the hardware's.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "mpk-sim"))]
     sim: Option<Arc<sim::SimMemory>>,
 }
 
@@ -200,12 +228,12 @@ impl Slot {
         }
     }
 
-    /// Pins the slot unless a miss is re-tagging it.
+    /// Pins the slot unless a miss is re-tagging it or it is retired.
     #[inline]
     fn try_pin(&self) -> bool {
         let mut p = self.pins.load(Ordering::Relaxed);
         loop {
-            if p == EVICTING {
+            if p >= RETIRED {
                 return false;
             }
             match self
@@ -252,7 +280,7 @@ pub(crate) enum Tag {
     /// Real pages of a [`MemoryStorage`](crate::MemoryStorage) region.
     Hw(RegionTag),
     /// Tests: pages whose keys [`sim::SimMemory`] keeps.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "mpk-sim"))]
     Sim(sim::SimTag),
 }
 
@@ -260,7 +288,7 @@ impl Tag {
     fn addr(&self) -> usize {
         match self {
             Tag::Hw(t) => t.addr(),
-            #[cfg(test)]
+            #[cfg(any(test, feature = "mpk-sim"))]
             Tag::Sim(t) => t.addr,
         }
     }
@@ -268,7 +296,7 @@ impl Tag {
     fn len(&self) -> usize {
         match self {
             Tag::Hw(t) => t.len(),
-            #[cfg(test)]
+            #[cfg(any(test, feature = "mpk-sim"))]
             Tag::Sim(t) => t.len,
         }
     }
@@ -276,7 +304,7 @@ impl Tag {
     fn part(&self, addr: usize, len: usize) -> Option<Tag> {
         match self {
             Tag::Hw(t) => t.part(addr, len).map(Tag::Hw),
-            #[cfg(test)]
+            #[cfg(any(test, feature = "mpk-sim"))]
             Tag::Sim(t) => t.part(addr, len).map(Tag::Sim),
         }
     }
@@ -287,7 +315,7 @@ impl Tag {
     fn add_part(&self, apply: sys::PartApply) -> Result<(), SysError> {
         match self {
             Tag::Hw(t) => t.add_part(apply),
-            #[cfg(test)]
+            #[cfg(any(test, feature = "mpk-sim"))]
             Tag::Sim(_) => {
                 apply();
                 Ok(())
@@ -299,7 +327,7 @@ impl Tag {
     fn remove_part(&self) {
         match self {
             Tag::Hw(t) => t.remove_part(),
-            #[cfg(test)]
+            #[cfg(any(test, feature = "mpk-sim"))]
             Tag::Sim(_) => {}
         }
     }
@@ -307,11 +335,8 @@ impl Tag {
     fn set_pkey_except(&self, key: i32, holes: &[(usize, usize)]) -> Result<(), SysError> {
         match self {
             Tag::Hw(t) => t.set_pkey_except(key, holes),
-            #[cfg(test)]
-            Tag::Sim(t) => {
-                t.set_pkey_except(key, holes);
-                Ok(())
-            }
+            #[cfg(any(test, feature = "mpk-sim"))]
+            Tag::Sim(t) => t.set_pkey_except(key, holes),
         }
     }
 }
@@ -410,7 +435,8 @@ impl Mpk {
             next_id: AtomicU64::new(1),
             live: Mutex::new(BTreeMap::new()),
             parts: AtomicUsize::new(0),
-            #[cfg(test)]
+            retag_failures: AtomicU64::new(0),
+            #[cfg(any(test, feature = "mpk-sim"))]
             sim: None,
         })
     }
@@ -437,6 +463,12 @@ impl Mpk {
             misses: self.misses.load(Ordering::Relaxed),
             miss_ns: self.miss_ns.load(Ordering::Relaxed),
             parts: self.parts.load(Ordering::Relaxed),
+            retag_failures: self.retag_failures.load(Ordering::Relaxed),
+            retired_keys: self
+                .slots
+                .iter()
+                .filter(|s| s.pins.load(Ordering::Relaxed) == RETIRED)
+                .count(),
         }
     }
 
@@ -615,7 +647,7 @@ impl Mpk {
 
     #[inline]
     fn rdpkru(&self) -> u32 {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "mpk-sim"))]
         if self.sim.is_some() {
             return sim::rdpkru();
         }
@@ -624,7 +656,7 @@ impl Mpk {
 
     #[inline]
     fn wrpkru(&self, value: u32) {
-        #[cfg(test)]
+        #[cfg(any(test, feature = "mpk-sim"))]
         if self.sim.is_some() {
             return sim::wrpkru(value);
         }
@@ -644,6 +676,10 @@ impl Mpk {
 
     /// A virtual key for a freshly placed region, which is tagged with the parking key.
     pub(crate) fn register(&self, tag: RegionTag) -> Result<Arc<VKeyShared>, SysError> {
+        #[cfg(any(test, feature = "mpk-sim"))]
+        if let Some(sim) = self.sim_tag(tag.addr(), tag.len()) {
+            return self.register_tag(sim);
+        }
         self.register_tag(Tag::Hw(tag))
     }
 
@@ -702,9 +738,11 @@ impl Mpk {
     }
 
     /// Loads `v`'s cache key (a hit, or a miss that re-tags) and opens it — and only it,
-    /// of all the keys this cache manages — in this thread's PKRU.
+    /// of all the keys this cache manages — in this thread's PKRU. A miss whose re-tag
+    /// fails leaves PKRU and every region's key as they were and the error is returned
+    /// ([`EnterError`]); the cache stays usable for every other region.
     #[inline]
-    pub(crate) fn enter(&self, v: &Arc<VKeyShared>) -> Entered {
+    pub(crate) fn enter(&self, v: &Arc<VKeyShared>) -> Result<Entered, EnterError> {
         // Counted before the pin, so that a miss weighs this entry too. A plain load and
         // store: `enter` runs under the tenant's lock, so the count has one writer.
         v.heat.store(
@@ -714,7 +752,7 @@ impl Mpk {
             ),
             Ordering::Relaxed,
         );
-        let slot = self.pin(v);
+        let slot = self.pin(v)?;
         let s = &self.slots[slot as usize];
         // Recency read after the pin: a miss just advanced the clock, and other threads'
         // misses may have while this one waited for the miss lock.
@@ -724,7 +762,7 @@ impl Mpk {
         }
         let saved_pkru = self.rdpkru();
         self.wrpkru((saved_pkru | self.mask) & !key_bits(s.pkey));
-        Entered { slot, saved_pkru }
+        Ok(Entered { slot, saved_pkru })
     }
 
     /// Restores the PKRU [`enter`](Self::enter) found and unpins the key.
@@ -735,14 +773,14 @@ impl Mpk {
     }
 
     #[inline]
-    fn pin(&self, v: &Arc<VKeyShared>) -> u32 {
+    fn pin(&self, v: &Arc<VKeyShared>) -> Result<u32, EnterError> {
         let s = v.slot.load(Ordering::Acquire);
         if s != PARKED {
             let slot = &self.slots[s as usize];
             if slot.try_pin() {
                 if slot.owner.load(Ordering::Acquire) == v.id {
                     slot.hits.fetch_add(1, Ordering::Relaxed);
-                    return s;
+                    return Ok(s);
                 }
                 slot.unpin();
             }
@@ -751,7 +789,7 @@ impl Mpk {
     }
 
     #[cold]
-    fn miss(&self, v: &Arc<VKeyShared>) -> u32 {
+    fn miss(&self, v: &Arc<VKeyShared>) -> Result<u32, EnterError> {
         let t0 = Instant::now();
         loop {
             let mut owners = self.owners();
@@ -760,7 +798,7 @@ impl Mpk {
             let s = v.slot.load(Ordering::Acquire);
             if s != PARKED && self.slots[s as usize].try_pin() {
                 self.slots[s as usize].hits.fetch_add(1, Ordering::Relaxed);
-                return s;
+                return Ok(s);
             }
             // Free slots first; then the least recently used unpinned slot whose owner
             // is no hotter than `v`; only when every owner is hotter, the coolest.
@@ -783,6 +821,13 @@ impl Mpk {
                 })
                 .map(|(i, _)| i);
             let Some(i) = victim else {
+                if self
+                    .slots
+                    .iter()
+                    .all(|slot| slot.pins.load(Ordering::Relaxed) == RETIRED)
+                {
+                    return Err(EnterError::NoKey);
+                }
                 // Every key is in use by a running group: wait for one to finish.
                 drop(owners);
                 std::thread::yield_now();
@@ -800,12 +845,29 @@ impl Mpk {
                 // Fail closed: if the victim cannot be parked it must not keep a key that
                 // is about to open for someone else. (A region's parts keep theirs.)
                 if let Err(e) = old.retag(self.parking) {
-                    panic!("buffet-memory: MPK eviction cannot re-tag a region: {e}");
+                    // Some of its pages may be parked already: give them their key back
+                    // and the victim keeps it; if even that fails, nobody gets the key
+                    // again, and the victim takes another at its next entry.
+                    if old.retag(slot.pkey).is_ok() {
+                        owners[i] = Some(old);
+                        slot.pins.store(0, Ordering::Release);
+                    } else {
+                        old.slot.store(PARKED, Ordering::Release);
+                        slot.owner.store(0, Ordering::Release);
+                        slot.pins.store(RETIRED, Ordering::Release);
+                    }
+                    return Err(self.retag_failed(e));
                 }
                 old.slot.store(PARKED, Ordering::Release);
+                slot.owner.store(0, Ordering::Release);
             }
             if let Err(e) = v.retag(slot.pkey) {
-                panic!("buffet-memory: MPK cannot tag a region with its key: {e}");
+                // Pages of `v` tagged already go back to the parking key, and the key is
+                // free again; if they cannot, nobody gets the key again.
+                let undone = v.retag(self.parking).is_ok();
+                slot.pins
+                    .store(if undone { 0 } else { RETIRED }, Ordering::Release);
+                return Err(self.retag_failed(e));
             }
             owners[i] = Some(Arc::clone(v));
             slot.owner.store(v.id, Ordering::Release);
@@ -820,13 +882,21 @@ impl Mpk {
             self.misses.fetch_add(1, Ordering::Relaxed);
             self.miss_ns
                 .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            return i as u32;
+            return Ok(i as u32);
         }
+    }
+
+    /// Counts a miss whose re-tag failed.
+    #[cold]
+    fn retag_failed(&self, e: SysError) -> EnterError {
+        self.retag_failures.fetch_add(1, Ordering::Relaxed);
+        EnterError::Retag(e)
     }
 
     fn owners(&self) -> MutexGuard<'_, Box<[Option<Arc<VKeyShared>>]>> {
         // Every critical section leaves the table consistent before it can panic (a panic
-        // there means a failed re-tag, after which nothing is half-updated in the table).
+        // there means a failed re-tag outside a miss, after which nothing is
+        // half-updated in the table).
         self.owners.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -903,11 +973,20 @@ impl PartKey {
     /// Loads the part's key (a hit, or a miss that re-tags) and makes it the only managed
     /// key open on this thread — closing the tenant's own key until the guard drops, which
     /// writes the PKRU it found back. Call it inside the tenant's state guard.
+    ///
+    /// # Panics
+    ///
+    /// If the part's key cannot be loaded ([`EnterError`]): called from a handler, the
+    /// worker contains the panic and quarantines the tenant; the key cache stays usable.
     #[inline]
     pub fn open(&self) -> PartOpen<'_> {
+        let entered = match self.mpk.enter(&self.v) {
+            Ok(e) => e,
+            Err(e) => panic!("buffet-memory: a native stage's part: {e}"),
+        };
         PartOpen {
             mpk: self.mpk,
-            entered: Some(self.mpk.enter(&self.v)),
+            entered: Some(entered),
         }
     }
 
@@ -972,17 +1051,24 @@ impl std::fmt::Debug for Mpk {
 /// kept in memory. `wrpkru`/`rdpkru` act on a per-thread value and `pkey_mprotect` on a
 /// map of page -> key; everything else — pinning, misses, eviction, parts and their
 /// holes — is the code the hardware runs.
-#[cfg(test)]
-pub(crate) mod sim {
+///
+/// Outside this crate's own tests it exists only with the `mpk-sim` feature, for the
+/// tests of crates that run tenants under MPK on machines without `pku`
+/// ([`Mpk::simulated`], [`TenantTable::with_mpk`](crate::TenantTable::with_mpk)). No
+/// page is protected by it: it is for testing the Memory Manager's and the workers' own
+/// code, never for running tenants.
+#[cfg(any(test, feature = "mpk-sim"))]
+pub mod sim {
     use std::cell::Cell;
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::sync::atomic::{AtomicU64, AtomicUsize};
-    use std::sync::{Arc, Mutex};
+    use std::sync::{Arc, Mutex, PoisonError};
 
-    use super::{key_bits, Mpk, Slot, Tag, VKeyShared};
+    use super::{key_bits, Mpk, Slot, Tag};
     use crate::sys::{runs_between, SysError};
 
-    pub(crate) const PAGE: usize = 4096;
+    /// The simulated page size.
+    pub const PAGE: usize = 4096;
 
     thread_local! {
         static PKRU: Cell<u32> = const { Cell::new(0) };
@@ -997,21 +1083,45 @@ pub(crate) mod sim {
         PKRU.with(|p| p.set(v));
     }
 
-    /// The protection key of every simulated page.
+    /// The protection key of every simulated page, and the pages whose re-tags fail.
     #[derive(Default)]
-    pub(crate) struct SimMemory {
+    pub struct SimMemory {
         keys: Mutex<BTreeMap<usize, i32>>,
+        /// (page, key): re-tags of that page to that key fail.
+        failing: Mutex<BTreeSet<(usize, i32)>>,
     }
 
     impl SimMemory {
         /// The key of the page holding `addr`.
-        pub(crate) fn key(&self, addr: usize) -> i32 {
-            self.keys.lock().unwrap()[&(addr / PAGE * PAGE)]
+        ///
+        /// # Panics
+        ///
+        /// If no simulated region ever tagged that page.
+        pub fn key(&self, addr: usize) -> i32 {
+            self.keys.lock().unwrap_or_else(PoisonError::into_inner)[&(addr / PAGE * PAGE)]
         }
 
         /// Whether this thread's simulated PKRU lets it read `addr`.
-        pub(crate) fn readable(&self, addr: usize) -> bool {
+        pub fn readable(&self, addr: usize) -> bool {
             rdpkru() & (1 << (2 * self.key(addr))) == 0
+        }
+
+        /// From now on, every re-tag to `key` that reaches the page holding `addr` fails
+        /// there as `pkey_mprotect` would (`EINVAL`), after re-tagging the pages before it,
+        /// until [`heal`](Self::heal).
+        pub fn fail_retags(&self, addr: usize, key: i32) {
+            self.failing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert((addr / PAGE * PAGE, key));
+        }
+
+        /// Every re-tag succeeds again.
+        pub fn heal(&self) {
+            self.failing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
         }
     }
 
@@ -1036,19 +1146,42 @@ pub(crate) mod sim {
             })
         }
 
-        pub(crate) fn set_pkey_except(&self, key: i32, holes: &[(usize, usize)]) {
-            let mut keys = self.mem.keys.lock().unwrap();
+        pub(crate) fn set_pkey_except(
+            &self,
+            key: i32,
+            holes: &[(usize, usize)],
+        ) -> Result<(), SysError> {
+            let failing = self
+                .mem
+                .failing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let mut keys = self.mem.keys.lock().unwrap_or_else(PoisonError::into_inner);
             for (a, l) in runs_between(self.addr, self.len, holes) {
                 for page in (a..a + l).step_by(PAGE) {
+                    if failing.contains(&(page, key)) {
+                        return Err(SysError {
+                            call: "pkey_mprotect",
+                            errno: libc::EINVAL,
+                        });
+                    }
                     keys.insert(page, key);
                 }
             }
+            Ok(())
         }
     }
 
     impl Mpk {
-        /// A key cache over simulated keys: parking key 1, cache keys 2, 3, …
-        pub(crate) fn simulated(cache_keys: usize) -> (&'static Mpk, Arc<SimMemory>) {
+        /// A key cache over simulated keys: parking key 1, cache keys 2, 3, … Regions
+        /// registered with it (a [`TenantTable::with_mpk`](crate::TenantTable::with_mpk)
+        /// over it, say) keep their keys in the returned [`SimMemory`], and every thread's
+        /// PKRU is a simulated value: nothing is protected.
+        ///
+        /// # Panics
+        ///
+        /// If `cache_keys` is 0 or more than [`MAX_CACHE_KEYS`](super::MAX_CACHE_KEYS).
+        pub fn simulated(cache_keys: usize) -> (&'static Mpk, Arc<SimMemory>) {
             assert!((1..=super::MAX_CACHE_KEYS).contains(&cache_keys));
             let mem = Arc::new(SimMemory::default());
             let keys: Vec<i32> = (1..=cache_keys as i32 + 1).collect();
@@ -1064,6 +1197,7 @@ pub(crate) mod sim {
                 next_id: AtomicU64::new(1),
                 live: Mutex::new(BTreeMap::new()),
                 parts: AtomicUsize::new(0),
+                retag_failures: AtomicU64::new(0),
                 sim: Some(Arc::clone(&mem)),
             };
             // Threads start with every managed key closed, as `pkey_alloc` leaves them.
@@ -1072,16 +1206,27 @@ pub(crate) mod sim {
         }
 
         /// A region of `pages` simulated pages at `addr`.
+        #[cfg(test)]
         pub(crate) fn sim_region(
             &self,
             mem: &Arc<SimMemory>,
             addr: usize,
             pages: usize,
-        ) -> Result<Arc<VKeyShared>, SysError> {
+        ) -> Result<Arc<super::VKeyShared>, SysError> {
             self.register_tag(Tag::Sim(SimTag {
                 mem: Arc::clone(mem),
                 addr,
                 len: pages * PAGE,
+            }))
+        }
+
+        /// The simulated tag of a real region's pages, if this cache is simulated.
+        pub(crate) fn sim_tag(&self, addr: usize, len: usize) -> Option<Tag> {
+            let mem = self.sim.as_ref()?;
+            Some(Tag::Sim(SimTag {
+                mem: Arc::clone(mem),
+                addr,
+                len,
             }))
         }
     }
@@ -1137,7 +1282,7 @@ mod part_tests {
         let base = 0x10_0000;
         let (r, parts) = region(mpk, &mem, base, 3);
         let header = base;
-        let entered = mpk.enter(&r);
+        let entered = mpk.enter(&r).unwrap();
         // The tenant's guard: its state page and (not yet carved ones aside) nothing else.
         assert!(mem.readable(header));
         assert!(parts.iter().all(|p| !mem.readable(p.extent().0)));
@@ -1193,7 +1338,7 @@ mod part_tests {
             let (r, parts) = &tenants[x as usize % 3];
             let before = mpk.stats().misses;
             let had = r.slot.load(Ordering::Relaxed) != PARKED;
-            let e = mpk.enter(r);
+            let e = mpk.enter(r).unwrap();
             expected_misses += u64::from(!had);
             assert_eq!(mpk.stats().misses - before, u64::from(!had));
             for p in parts {
@@ -1270,7 +1415,7 @@ mod part_tests {
         let (mpk, mem) = Mpk::simulated(4);
         let base = 0x80_0000;
         let (r, mut parts) = region(mpk, &mem, base, 2);
-        let e = mpk.enter(&r);
+        let e = mpk.enter(&r).unwrap();
         drop(parts[0].open());
         let k = r.pkey(mpk);
         // Dropped while the region lives (a failed admission): back under its key.
@@ -1283,7 +1428,7 @@ mod part_tests {
         consistent(mpk, &mem, &[&r, &parts[0].v]);
         // Released: the region and its remaining part are key 0, the part's cache key is
         // free again, and dropping the part afterwards changes nothing.
-        let e = mpk.enter(&r);
+        let e = mpk.enter(&r).unwrap();
         drop(parts[0].open());
         mpk.leave(e);
         assert_ne!(parts[0].pkey(), mpk.parking);
@@ -1314,7 +1459,7 @@ mod replacement_tests {
 
     /// Enters `v` (asserting its page is open, and only while entered) and leaves.
     fn run(mpk: &Mpk, mem: &SimMemory, v: &Arc<VKeyShared>) {
-        let e = mpk.enter(v);
+        let e = mpk.enter(v).unwrap();
         assert!(mem.readable(v.tag.addr()), "region {} not open", v.id);
         mpk.leave(e);
         assert!(!mem.readable(v.tag.addr()));
@@ -1427,6 +1572,123 @@ mod replacement_tests {
         );
         let all: Vec<_> = std::iter::once(a).chain(light).collect();
         consistent(mpk, &mem, &all);
+    }
+}
+
+#[cfg(test)]
+mod retag_failure_tests {
+    //! A miss whose `pkey_mprotect` fails, without the hardware ([`sim`]): an error for
+    //! the region entered, never a panic, and the cache stays consistent and usable.
+    use super::sim::{SimMemory, PAGE};
+    use super::*;
+
+    /// A two-page simulated region at `addr`.
+    fn region(mpk: &Mpk, mem: &Arc<SimMemory>, addr: usize) -> Arc<VKeyShared> {
+        mpk.sim_region(mem, addr, 2).unwrap()
+    }
+
+    /// Both pages of `v` carry `key`.
+    fn carries(mem: &SimMemory, v: &VKeyShared, key: i32) {
+        for page in [v.tag.addr(), v.tag.addr() + PAGE] {
+            assert_eq!(mem.key(page), key, "page {page:#x} of region {}", v.id);
+        }
+    }
+
+    fn refused(e: Result<Entered, EnterError>) -> EnterError {
+        match e {
+            Ok(_) => panic!("entered a region whose re-tag fails"),
+            Err(e) => e,
+        }
+    }
+
+    const EINVAL: EnterError = EnterError::Retag(SysError {
+        call: "pkey_mprotect",
+        errno: libc::EINVAL,
+    });
+
+    #[test]
+    fn a_region_that_cannot_be_tagged_is_refused_and_the_key_goes_to_the_next() {
+        let (mpk, mem) = Mpk::simulated(2);
+        let (a, b, c) = (
+            region(mpk, &mem, 0x10_0000),
+            region(mpk, &mem, 0x20_0000),
+            region(mpk, &mem, 0x30_0000),
+        );
+        mpk.leave(mpk.enter(&a).unwrap());
+        mpk.leave(mpk.enter(&b).unwrap());
+        // `c`'s second page cannot take either cache key: its first page is tagged, then
+        // the call fails.
+        mem.fail_retags(c.tag.addr() + PAGE, 2);
+        mem.fail_retags(c.tag.addr() + PAGE, 3);
+        let pkru = mpk.current_pkru();
+        assert_eq!(refused(mpk.enter(&c)), EINVAL);
+        assert_eq!(mpk.current_pkru(), pkru, "PKRU changed by a failed entry");
+        // Back on the parking key, page for page; the victim parked; the key is free.
+        carries(&mem, &c, mpk.parking);
+        assert_eq!(c.slot.load(Ordering::Relaxed), PARKED);
+        let stats = mpk.stats();
+        assert_eq!((stats.retag_failures, stats.retired_keys), (1, 0));
+        let held = [&a, &b]
+            .iter()
+            .filter(|v| v.slot.load(Ordering::Relaxed) != PARKED)
+            .count();
+        assert_eq!(
+            held, 1,
+            "the victim was parked, its key not handed to anyone"
+        );
+        assert_eq!(mpk.owners().iter().filter(|o| o.is_some()).count(), 1);
+        // Everyone else still runs: both keys are usable, and each region carries its own.
+        for v in [&a, &b, &a, &b] {
+            let e = mpk.enter(v).unwrap();
+            carries(&mem, v, v.pkey(mpk));
+            mpk.leave(e);
+        }
+        assert_ne!(a.pkey(mpk), b.pkey(mpk));
+        // Once the call succeeds again, `c` runs too.
+        mem.heal();
+        let e = mpk.enter(&c).unwrap();
+        carries(&mem, &c, c.pkey(mpk));
+        assert_ne!(c.pkey(mpk), mpk.parking);
+        mpk.leave(e);
+    }
+
+    #[test]
+    fn a_victim_that_cannot_be_parked_keeps_its_key() {
+        let (mpk, mem) = Mpk::simulated(1);
+        let (a, b) = (region(mpk, &mem, 0x10_0000), region(mpk, &mem, 0x20_0000));
+        mpk.leave(mpk.enter(&a).unwrap());
+        mem.fail_retags(a.tag.addr() + PAGE, mpk.parking);
+        assert_eq!(refused(mpk.enter(&b)), EINVAL);
+        // `a` has its key on both pages again and hits; `b` stays parked.
+        carries(&mem, &a, 2);
+        carries(&mem, &b, mpk.parking);
+        let misses = mpk.stats().misses;
+        mpk.leave(mpk.enter(&a).unwrap());
+        let stats = mpk.stats();
+        assert_eq!(
+            (stats.misses, stats.retag_failures, stats.retired_keys),
+            (misses, 1, 0)
+        );
+    }
+
+    #[test]
+    fn a_key_whose_retag_cannot_be_undone_is_retired_and_never_opened_again() {
+        let (mpk, mem) = Mpk::simulated(1);
+        let (a, b) = (region(mpk, &mem, 0x10_0000), region(mpk, &mem, 0x20_0000));
+        mpk.leave(mpk.enter(&a).unwrap());
+        // Parking `a` fails at its second page, and so does giving it its key back.
+        mem.fail_retags(a.tag.addr() + PAGE, mpk.parking);
+        mem.fail_retags(a.tag.addr() + PAGE, 2);
+        assert_eq!(refused(mpk.enter(&b)), EINVAL);
+        let stats = mpk.stats();
+        assert_eq!((stats.retag_failures, stats.retired_keys), (1, 1));
+        assert_eq!(a.slot.load(Ordering::Relaxed), PARKED);
+        // A page of `a` may still carry key 2: nobody gets it again. With no other key
+        // left, an entry is refused at once instead of waiting for one forever.
+        mem.heal();
+        assert_eq!(refused(mpk.enter(&a)), EnterError::NoKey);
+        assert_eq!(refused(mpk.enter(&b)), EnterError::NoKey);
+        assert!(mpk.owners().iter().all(Option::is_none));
     }
 }
 

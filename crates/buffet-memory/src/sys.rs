@@ -1008,6 +1008,12 @@ impl<S> StateCell<S> {
             })
     }
 
+    /// Whether a thread holds the lock.
+    #[inline]
+    pub(crate) fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::Acquire)
+    }
+
     /// Takes the lock, spinning (then yielding) while another thread holds it.
     #[inline]
     pub(crate) fn lock(&self) -> CellGuard<'_, S> {

@@ -27,7 +27,7 @@ use arc_swap::{ArcSwapOption, Guard};
 use buffet_sdk::{RegistryError, TenantId, TenantRegistry, TenantSlot};
 
 use crate::domain::{Domain, RegionExtent};
-use crate::mpk::{Entered, Mpk, VKeyShared};
+use crate::mpk::{EnterError, Entered, Mpk, VKeyShared};
 use crate::storage::{AllocError, MemoryStorage, Region, PACKED_ALIGN, PACKED_MAX_BYTES};
 use crate::sys::{CellGuard, PlaceError, StateCell, SysError};
 
@@ -65,6 +65,20 @@ pub enum MemoryError {
     /// sealed.
     #[error("sealing guard pages inside the tenant region: {0} (each sealed range splits a kernel mapping: if this is ENOMEM, raise `sysctl vm.max_map_count`)")]
     Seal(SysError),
+    /// The new region could not be opened in its MPK domain to run the initialiser.
+    #[error(transparent)]
+    Enter(#[from] EnterError),
+    /// A [`Replacement`] was prepared for an earlier admission of its tenant: the tenant
+    /// was removed and admitted again at the same slot since, and the new admission's
+    /// state is not the one it was built to replace.
+    #[error(
+        "the tenant was removed and admitted again at its slot since its new state was \
+         prepared; the new state is dropped: update the tenant as it is admitted now"
+    )]
+    StaleReplacement {
+        /// The tenant.
+        tenant: TenantId,
+    },
 }
 
 /// Why [`TenantTable::admit_with`] did not admit a tenant: the table refused, or the
@@ -163,23 +177,66 @@ impl<S: Send> TenantEntry<S> {
     /// Enters the entry's isolation domain; the guard leaves it when dropped. A panic while
     /// holding the guard releases the lock (no poisoning): quarantining the tenant is the
     /// caller's decision.
+    ///
+    /// # Panics
+    ///
+    /// If the domain cannot be entered (MPK: the region's key could not be loaded,
+    /// [`EnterError`]). Code that must go on — a worker — uses
+    /// [`lock_checked`](Self::lock_checked).
     #[inline]
     pub fn lock(&self) -> StateGuard<'_, S> {
+        self.lock_checked().unwrap_or_else(|e| self.cannot_enter(e))
+    }
+
+    /// Like [`lock`](Self::lock), but a domain that cannot be entered is an error instead
+    /// of a panic: the lock is released again, the state untouched, and the failure
+    /// belongs to this tenant alone (the key cache stays usable for the others). Always
+    /// `Ok` outside the MPK domain.
+    #[inline]
+    pub fn lock_checked(&self) -> Result<StateGuard<'_, S>, EnterError> {
         self.guard(self.cell.lock())
     }
 
     /// Like [`lock`](Self::lock), but `None` instead of waiting if another thread holds it.
+    ///
+    /// # Panics
+    ///
+    /// As [`lock`](Self::lock).
     #[inline]
     pub fn try_lock(&self) -> Option<StateGuard<'_, S>> {
+        self.try_lock_checked()
+            .map(|r| r.unwrap_or_else(|e| self.cannot_enter(e)))
+    }
+
+    /// Like [`try_lock`](Self::try_lock), with the domain's failure as an error
+    /// ([`lock_checked`](Self::lock_checked)).
+    #[inline]
+    pub fn try_lock_checked(&self) -> Option<Result<StateGuard<'_, S>, EnterError>> {
         self.cell.try_lock().map(|g| self.guard(g))
+    }
+
+    /// Whether a thread holds the state right now (a worker running a group of it), without
+    /// taking it or entering its domain.
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.cell.is_locked()
     }
 
     // Always inlined: once per packet group on the worker path, where a call cost as much
     // as the rest of taking the lock (docs/results/notes.md).
     #[inline(always)]
-    fn guard<'a>(&'a self, inner: CellGuard<'a, S>) -> StateGuard<'a, S> {
-        let entered = self.vkey.as_ref().map(|(mpk, v)| (*mpk, mpk.enter(v)));
-        StateGuard { inner, entered }
+    fn guard<'a>(&'a self, inner: CellGuard<'a, S>) -> Result<StateGuard<'a, S>, EnterError> {
+        let entered = match &self.vkey {
+            Some((mpk, v)) => Some((*mpk, mpk.enter(v)?)),
+            None => None,
+        };
+        Ok(StateGuard { inner, entered })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn cannot_enter(&self, e: EnterError) -> ! {
+        panic!("buffet-memory: tenant {}: {e}", self.id)
     }
 }
 
@@ -285,12 +342,20 @@ impl<S> fmt::Debug for TenantRef<S> {
 }
 
 /// A tenant's new entry, built and initialised but not yet published (see
-/// [`TenantTable::prepare_replacement`]).
-pub struct Replacement<S>(Arc<TenantEntry<S>>);
+/// [`TenantTable::prepare_replacement`]), for the admission of the tenant it was built
+/// for.
+pub struct Replacement<S> {
+    entry: Arc<TenantEntry<S>>,
+    /// The slot's admission count when it was prepared ([`Registry::admissions`]).
+    admission: u64,
+}
 
 impl<S> fmt::Debug for Replacement<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Replacement").field(&self.0.id).finish()
+        f.debug_struct("Replacement")
+            .field("tenant", &self.entry.id)
+            .field("admission", &self.admission)
+            .finish()
     }
 }
 
@@ -302,6 +367,9 @@ struct Registry {
     /// Slots reserved by admissions whose entry is not published yet (its `init` runs
     /// without the lock). Few: one per admission in progress.
     admitting: Vec<TenantSlot>,
+    /// Per slot: admissions published there so far. A replacement is published only over
+    /// the admission it was prepared for.
+    admissions: Box<[u64]>,
 }
 
 impl Registry {
@@ -357,6 +425,7 @@ impl<S: Send + 'static> Reservation<'_, S> {
         mem::forget(self);
         let mut registry = table.registry();
         registry.admitted(slot);
+        registry.admissions[slot.index()] += 1;
         table.slots[slot.index()].store(Some(entry));
         table.bump(slot);
         table.len.fetch_add(1, Ordering::Release);
@@ -401,6 +470,7 @@ impl<S: Send + 'static> TenantTable<S> {
             registry: Mutex::new(Registry {
                 tenants: TenantRegistry::new(capacity_slots),
                 admitting: Vec::new(),
+                admissions: vec![0; capacity_slots as usize].into_boxed_slice(),
             }),
             len: AtomicUsize::new(0),
             storage,
@@ -507,7 +577,8 @@ impl<S: Send + 'static> TenantTable<S> {
     ///
     /// [`prepare_replacement`](Self::prepare_replacement) then [`publish`](Self::publish):
     /// `init` runs without the table's lock, and a tenant removed meanwhile is refused
-    /// (`Unknown`) with the new entry dropped.
+    /// (`Unknown`, or `StaleReplacement` once admitted again at the slot) with the new
+    /// entry dropped.
     pub fn replace_with<E>(
         &self,
         id: TenantId,
@@ -531,24 +602,33 @@ impl<S: Send + 'static> TenantTable<S> {
         state: S,
         init: impl FnOnce(&mut S, &mut [u8]) -> Result<(), E>,
     ) -> Result<Replacement<S>, AdmitWithError<E>> {
-        let slot = self
-            .registry()
-            .slot_of(id)
-            .ok_or(MemoryError::from(RegistryError::Unknown(id)))?;
-        Ok(Replacement(self.build_entry(slot, id, bytes, state, init)?))
+        let (slot, admission) = {
+            let registry = self.registry();
+            let slot = registry
+                .slot_of(id)
+                .ok_or(MemoryError::from(RegistryError::Unknown(id)))?;
+            (slot, registry.admissions[slot.index()])
+        };
+        let entry = self.build_entry(slot, id, bytes, state, init)?;
+        Ok(Replacement { entry, admission })
     }
 
     /// Publishes a [`Replacement`] in place of its tenant's entry with one atomic swap (as
     /// [`replace_with`](Self::replace_with) does) and returns the old entry. Refused, the
-    /// replacement dropped, when the tenant no longer holds the slot it was built for.
+    /// replacement dropped, when the tenant no longer holds the slot it was built for
+    /// (`Unknown`), or holds it under a later admission (`StaleReplacement`: removed and
+    /// admitted again since it was prepared).
     pub fn publish(&self, r: Replacement<S>) -> Result<Arc<TenantEntry<S>>, MemoryError> {
-        let Replacement(entry) = r;
+        let Replacement { entry, admission } = r;
         let registry = self.registry();
         let (id, slot) = (entry.id, entry.slot);
         // A tenant admitted again at the same slot and still in its `init` has nothing
         // published to replace: `id_of` does not count it.
         if registry.id_of(slot) != Some(id) {
             return Err(RegistryError::Unknown(id).into());
+        }
+        if registry.admissions[slot.index()] != admission {
+            return Err(MemoryError::StaleReplacement { tenant: id });
         }
         let old = self.slots[slot.index()]
             .swap(Some(entry))
@@ -615,7 +695,7 @@ impl<S: Send + 'static> TenantTable<S> {
             cell: state,
         });
         {
-            let mut guard = entry.lock();
+            let mut guard = entry.lock_checked().map_err(MemoryError::from)?;
             let (state, mut tail) = guard.split().expect("a new region has no sealed pages");
             init(state, &mut tail).map_err(AdmitWithError::Init)?;
             // The guard pages `init` sealed, sealed now that its borrow of the bytes ended.

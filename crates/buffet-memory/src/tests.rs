@@ -667,6 +667,50 @@ fn a_prepared_replacement_serves_nothing_until_published() {
     assert!(table.get(TenantSlot(1)).entry().is_none());
 }
 
+/// A replacement prepared for one admission of a tenant is refused once the tenant was
+/// removed and admitted again at the same slot meanwhile — same id, same slot, another
+/// admission, whose state it must not overwrite — and only that one: a replacement
+/// prepared for the admission now in place is published.
+#[test]
+fn a_replacement_prepared_for_an_earlier_admission_at_the_slot_is_refused() {
+    let table = TenantTable::<u64>::new(storage(4), 4);
+    let slot = table
+        .admit_next(TenantId(7), 64, 5, |_, _| Ok::<(), ()>(()))
+        .unwrap();
+    let stale = table
+        .prepare_replacement(TenantId(7), 64, 1, |_, _| Ok::<(), ()>(()))
+        .unwrap();
+    table.remove(slot).unwrap();
+    let again = table
+        .admit_next(TenantId(7), 64, 2, |_, _| Ok::<(), ()>(()))
+        .unwrap();
+    assert_eq!(again, slot, "admitted again at the same slot");
+    let gen = table.generation(slot);
+    let before = table.storage().stats();
+    let e = table.publish(stale).unwrap_err();
+    assert_eq!(
+        e,
+        MemoryError::StaleReplacement {
+            tenant: TenantId(7)
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "the tenant was removed and admitted again at its slot since its new state was \
+         prepared; the new state is dropped: update the tenant as it is admitted now"
+    );
+    // Nothing changed, and the refused state's region is free again.
+    assert_eq!(*table.get(slot).entry().unwrap().lock(), 2);
+    assert_eq!(table.generation(slot), gen);
+    assert_eq!(table.storage().stats().regions, before.regions - 1);
+    // A replacement of the admission in place is published.
+    let fresh = table
+        .prepare_replacement(TenantId(7), 64, 3, |_, _| Ok::<(), ()>(()))
+        .unwrap();
+    assert_eq!(*table.publish(fresh).unwrap().lock(), 2);
+    assert_eq!(*table.get(slot).entry().unwrap().lock(), 3);
+}
+
 /// How long a test waits for a table operation that must not wait for another tenant's
 /// `init`: far above what it takes, so a failure means it was blocked.
 const UNBLOCKED_WITHIN: Duration = Duration::from_secs(10);

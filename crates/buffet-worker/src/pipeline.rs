@@ -821,7 +821,8 @@ const LINK_LOOK_TURNS: u32 = 1024;
 /// state is held only by a worker stuck in it).
 const REPORT_LOCK_WAIT: Duration = Duration::from_millis(5);
 
-/// The tenant's state, once no worker holds it, or `None` after `wait`.
+/// The tenant's state, once no worker holds it, or `None` after `wait` (or when its
+/// isolation domain cannot be entered: a fault the tenant's worker reports).
 fn lock_within<S: Send>(
     entry: &buffet_memory::TenantEntry<S>,
     wait: Duration,
@@ -829,14 +830,27 @@ fn lock_within<S: Send>(
     let t0 = Instant::now();
     let backoff = Backoff::new();
     loop {
-        if let Some(g) = entry.try_lock() {
-            return Some(g);
+        if let Some(g) = entry.try_lock_checked() {
+            return g.ok();
         }
         if t0.elapsed() >= wait {
             return None;
         }
         backoff.snooze();
     }
+}
+
+/// Whether a worker still holds the tenant's state after `wait`.
+fn held_after<S: Send>(entry: &buffet_memory::TenantEntry<S>, wait: Duration) -> bool {
+    let t0 = Instant::now();
+    let backoff = Backoff::new();
+    while entry.is_locked() {
+        if t0.elapsed() >= wait {
+            return true;
+        }
+        backoff.snooze();
+    }
+    false
 }
 
 /// A Memory Manager refusal (or the NF's, from `init`) as the pipeline's error.
@@ -1434,14 +1448,18 @@ impl<N: NetworkFunction> Dataplane<N> {
             self.wait_handover(slot);
             self.quiesce();
         }
+        // The state first: its publication is refused when the tenant left the slot, or
+        // was removed and admitted again there, since the state was prepared (removals
+        // and admissions are applied on this thread, but may have been queued before this
+        // update), and then nothing changed. No packet is dispatched between the two.
+        if let Some(publish) = publish {
+            publish()?;
+        }
+        // Cannot fail here in practice (the tenant is there, its rules valid); if it
+        // does, the tenant keeps its old rules with the new state, and says so.
         self.dispatcher
             .replace_rules(slot, rules, max_nb)
             .map_err(dispatch)?;
-        if let Some(publish) = publish {
-            // Cannot fail here in practice (removals are applied on this thread too); if
-            // it does, the tenant keeps its old state under the new rules, and says so.
-            publish()?;
-        }
         self.core
             .names
             .lock()
@@ -1941,20 +1959,35 @@ impl<N: NetworkFunction> Dataplane<N> {
     }
 
     /// The tenants of worker `wi` whose state is locked: those it is running a handler
-    /// of right now.
+    /// of right now. A tenant runs on the worker its hand-over comes from while one is
+    /// pending — moved off `wi` by a migration or by `wi`'s termination while `wi` still
+    /// had its packets, it is no longer in `wi`'s rows of the Worker Table, yet `wi` may
+    /// be stuck in its handler — and on the worker of its row otherwise.
     fn locked_tenants(&self, wi: usize) -> Vec<TenantSlot> {
         let w = WorkerId(wi as u16);
         let table = &self.core.shared.table;
-        self.dispatcher
+        let handed_over = |s: TenantSlot| self.handovers.iter().find(|h| h.slot == s);
+        let rows = self
+            .dispatcher
             .scheduler()
             .tenants()
-            .filter(|(_, row)| row.worker == w)
-            .map(|(s, _)| s)
+            .filter(|&(s, row)| row.worker == w && handed_over(s).is_none())
+            .map(|(s, _)| s);
+        let handed = self
+            .handovers
+            .iter()
+            .filter(|h| h.from == w)
+            .map(|h| h.slot);
+        let mut locked: Vec<TenantSlot> = rows
+            .chain(handed)
             .filter(|&s| match &*table.get(s) {
-                Some(entry) => entry.try_lock().is_none(),
+                Some(entry) => entry.is_locked(),
                 None => false,
             })
-            .collect()
+            .collect();
+        locked.sort_unstable();
+        locked.dedup();
+        locked
     }
 
     fn worker_stuck(&mut self, wi: usize) {
@@ -1999,7 +2032,7 @@ impl<N: NetworkFunction> Dataplane<N> {
         // it (and may never let go): released, its next packet would stall another worker
         // on the same lock.
         let held = match &*self.core.shared.table.get(slot) {
-            Some(entry) => lock_within(entry, REPORT_LOCK_WAIT).is_none(),
+            Some(entry) => held_after(entry, REPORT_LOCK_WAIT),
             None => false,
         };
         if held {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use arrayvec::ArrayVec;
 use buffet_dispatch::{TenantSlot, WorkerId};
-use buffet_memory::{TenantEntry, TenantTable};
+use buffet_memory::{EnterError, TenantEntry, TenantTable};
 use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict, WorkerThreadError, GROUP_CHUNK};
 use crossbeam::queue::ArrayQueue;
 
@@ -769,7 +769,16 @@ impl<N: NetworkFunction> Worker<N> {
                 let id = entry.id();
                 let nf = &*self.shared.nf;
                 // Released when dropped, on a panic too (no poisoning).
-                let mut state = entry.lock();
+                let mut state = match entry.lock_checked() {
+                    Ok(state) => state,
+                    Err(e) => {
+                        // Its isolation domain could not be entered (MPK: the region's key
+                        // could not be loaded): no packet of it ran. A fault of this tenant
+                        // alone; the key cache stays usable for the others.
+                        self.cannot_enter(tenant, e, burst, members, tally, drops);
+                        return;
+                    }
+                };
                 // Whether every chunk recorded an outcome for each of its packets.
                 let mut completed = true;
                 if members.len() <= GROUP_CHUNK {
@@ -837,6 +846,24 @@ impl<N: NetworkFunction> Worker<N> {
                     .for_each(|&i| burst[i as usize].outcome = Outcome::NoTenant);
             }
         }
+    }
+
+    /// Tenant `tenant`'s state could not be entered for the group `members`: quarantines
+    /// the tenant, with the reason, and drops the group's packets (none of them ran).
+    #[cold]
+    #[inline(never)]
+    fn cannot_enter(
+        &self,
+        tenant: TenantSlot,
+        e: EnterError,
+        burst: &mut [PacketBuf],
+        members: &[u32],
+        tally: &mut GroupTally,
+        drops: Drops<'_>,
+    ) {
+        let message = format!("its state could not be opened: {e}");
+        drops.quarantined(self.quarantine(tenant, message, burst, members));
+        tally.bytes = group_bytes(burst, members);
     }
 
     /// After tenant `tenant`'s NF panicked running the group `members`: quarantines the
@@ -1904,6 +1931,94 @@ mod tests {
                     if tenant == TenantSlot(bad) && message.contains("boom")
             ));
         }
+    }
+
+    /// Under MPK, a tenant whose region cannot be given a protection key (the
+    /// `pkey_mprotect` of the key cache's miss fails; simulated keys, no `pku` needed) is
+    /// quarantined and reported like a faulting handler, its packets dropped and counted,
+    /// while the tenants beside it run, burst after burst, on the same key cache.
+    #[test]
+    fn a_tenant_whose_protection_key_cannot_be_loaded_is_quarantined_and_the_others_run() {
+        let (mpk, mem) = buffet_memory::Mpk::simulated(2);
+        let storage =
+            buffet_memory::MemoryStorage::new(buffet_memory::ArenaConfig { capacity: 16 << 20 })
+                .unwrap();
+        let table = Arc::new(TenantTable::with_mpk(storage, 3, mpk));
+        for t in 0..3 {
+            table
+                .admit(TenantSlot(t), buffet_sdk::TenantId(t + 1), 4096, Vec::new())
+                .unwrap();
+        }
+        let bad = 1u32;
+        let base = table.get(TenantSlot(bad)).entry().unwrap().extent().base;
+        for key in 2..=3 {
+            mem.fail_retags(base, key);
+        }
+        let mut w = Worker::new(Arc::new(Panicky), table.clone());
+        let mut misses = 0;
+        for round in 1..=3u64 {
+            let mut burst: Vec<PacketBuf> = (0..9u64)
+                .map(|i| {
+                    let mut m = PacketBuf::heap();
+                    assert!(m.fill(&udp_frame(4)));
+                    m.tenant = TenantSlot((i % 3) as u32);
+                    m.ts_ns = i;
+                    m
+                })
+                .collect();
+            w.process(&mut burst);
+            for (i, m) in burst.iter().enumerate() {
+                let want = if i as u32 % 3 == bad {
+                    Outcome::Quarantined
+                } else {
+                    Outcome::Nf(Verdict::Pass)
+                };
+                assert_eq!(m.outcome, want, "round {round}, packet {i}");
+            }
+            for t in 0..3u32 {
+                let row = &w.counters.tenants[t as usize];
+                let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                let want = if t == bad {
+                    (3 * round, 0, 3 * round)
+                } else {
+                    (3 * round, 3 * round, 0)
+                };
+                assert_eq!(
+                    (
+                        load(&row.packets),
+                        load(&row.passed),
+                        load(&row.quarantined)
+                    ),
+                    want,
+                    "round {round}, tenant {t}"
+                );
+            }
+            // The failed miss gave its key back: the two tenants left keep one each, and
+            // from the second burst on every group of theirs is a hit.
+            if round > 1 {
+                assert_eq!(mpk.stats().misses, misses, "round {round}");
+            }
+            misses = mpk.stats().misses;
+        }
+        assert!(w.quarantined(bad));
+        assert!(!w.quarantined(0) && !w.quarantined(2));
+        // Reported once, with the reason: its first group faulted; the later ones found
+        // it quarantined and never tried the key again.
+        match w.shared.notices.pop() {
+            Some(Notice::Fault {
+                tenant, message, ..
+            }) => {
+                assert_eq!(tenant, TenantSlot(bad));
+                assert!(message.contains("pkey_mprotect"), "{message}");
+            }
+            None => panic!("no fault reported"),
+        }
+        assert!(w.shared.notices.pop().is_none());
+        assert_eq!(mpk.stats().retag_failures, 1);
+        assert_eq!(mpk.stats().retired_keys, 0);
+        let got = table.get(TenantSlot(bad));
+        assert!(got.entry().unwrap().lock_checked().is_err());
+        assert!(!got.entry().unwrap().is_locked());
     }
 
     fn random_packet(rng: &mut buffet_testkit::rng::Rng, bad: bool) -> PacketBuf {
