@@ -791,6 +791,41 @@ fn server_loads(o: &Proc) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// The cluster most tests start from: etcd, buffetd `s1` in agent mode ([`agent`]) and
+/// one Orchestrator, leading and with `s1` registered. Fields drop in order: the
+/// processes first, etcd last. A test borrows the fields (`let OneServer { s1, o, .. } =
+/// &c;`): moving some out would drop the others, etcd among them, at once.
+struct OneServer {
+    /// buffetd `s1` (its files under `dir/s1`).
+    s1: Proc,
+    /// The Orchestrator (its log `dir/orch.log`).
+    o: Proc,
+    /// etcd's client URL.
+    url: String,
+    dir: tempfile::TempDir,
+    _etcd: LocalEtcd,
+}
+
+/// Starts [`OneServer`]; `None` when the test skips (no `etcd` binary).
+fn one_server(test: &str) -> Option<OneServer> {
+    let etcd = etcd_or_skip(test)?;
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let s1 = agent(dir.path(), "s1", &url, 100_000);
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "server not registered", || {
+        server_loads(&o).len() == 1
+    });
+    Some(OneServer {
+        s1,
+        o,
+        url,
+        dir,
+        _etcd: etcd,
+    })
+}
+
 #[test]
 fn an_overloaded_server_sheds_its_fewest_tenants_and_a_full_cluster_refuses_with_a_reason() {
     let test =
@@ -1222,17 +1257,10 @@ fn a_tenant_refused_after_a_move_stays_unplaced_and_returns_when_a_server_can_ta
 #[test]
 fn a_tenant_admitted_behind_the_agents_back_is_removed_at_the_next_reconciliation() {
     let test = "a_tenant_admitted_behind_the_agents_back_is_removed_at_the_next_reconciliation";
-    let Some(etcd) = etcd_or_skip(test) else {
+    let Some(c) = one_server(test) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = etcd.url();
-    let s1 = agent(dir.path(), "s1", &url, 100_000);
-    let o = orchestrator(dir.path(), "orch", &url);
-    leader_of(&[&o]);
-    wait_for(Duration::from_secs(20), "server not registered", || {
-        server_loads(&o).len() == 1
-    });
+    let OneServer { s1, o, .. } = &c;
     let mut rogue = tenant(77);
     rogue.as_object_mut().unwrap().remove("expected_pps");
     let (s, v) = try_call(
@@ -1243,16 +1271,16 @@ fn a_tenant_admitted_behind_the_agents_back_is_removed_at_the_next_reconciliatio
     )
     .unwrap();
     assert_eq!(s, 201, "{v}");
-    assert!(served(&s1).contains_key(&77));
+    assert!(served(s1).contains_key(&77));
     // A placement on s1 makes its Agent reconcile.
     let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(1)));
     assert_eq!(s, 201, "{v}");
     wait_for(Duration::from_secs(10), "tenant 77 still served", || {
-        !served(&s1).contains_key(&77)
+        !served(s1).contains_key(&77)
     });
     let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(77)));
     assert_eq!(s, 201, "{v}");
-    assert_eq!(served(&s1).keys().copied().collect::<Vec<_>>(), vec![1, 77]);
+    assert_eq!(served(s1).keys().copied().collect::<Vec<_>>(), vec![1, 77]);
 }
 
 /// Two buffetd started with the same `server_id`: the second is refused registration,
@@ -1261,18 +1289,18 @@ fn a_tenant_admitted_behind_the_agents_back_is_removed_at_the_next_reconciliatio
 #[test]
 fn a_second_server_with_the_same_id_is_refused_and_a_restarted_one_takes_its_id_back() {
     let test = "a_second_server_with_the_same_id_is_refused_and_a_restarted_one_takes_its_id_back";
-    let Some(etcd) = etcd_or_skip(test) else {
+    let Some(mut c) = one_server(test) else {
         return;
     };
-    let (dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let url = etcd.url();
-    let mut first = agent(dir.path(), "s1", &url, 100_000);
-    let o = orchestrator(dir.path(), "orch", &url);
-    leader_of(&[&o]);
-    wait_for(Duration::from_secs(20), "server not registered", || {
-        server_loads(&o).len() == 1
-    });
-    let second = agent(other_dir.path(), "s1", &url, 100_000);
+    let OneServer {
+        s1: first,
+        o,
+        url,
+        dir,
+        ..
+    } = &mut c;
+    let other_dir = tempfile::tempdir().unwrap();
+    let second = agent(other_dir.path(), "s1", url, 100_000);
     let log = other_dir.path().join("s1/buffetd.log");
     wait_for(
         Duration::from_secs(10),
@@ -1286,7 +1314,7 @@ fn a_second_server_with_the_same_id_is_refused_and_a_restarted_one_takes_its_id_
     let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(1)));
     assert_eq!(s, 201, "{v}");
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(served(&first).keys().copied().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(served(first).keys().copied().collect::<Vec<_>>(), vec![1]);
     assert!(served(&second).is_empty(), "{:?}", served(&second));
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(
@@ -1299,7 +1327,7 @@ fn a_second_server_with_the_same_id_is_refused_and_a_restarted_one_takes_its_id_
     // The first restarts within its lease: it registers again at once, with its tenant.
     first.kill();
     let t0 = Instant::now();
-    let first = agent(dir.path(), "s1", &url, 100_000);
+    let first = agent(dir.path(), "s1", url, 100_000);
     let first_log = dir.path().join("s1/buffetd.log");
     wait_for(Duration::from_secs(5), "not registered again", || {
         std::fs::read_to_string(&first_log)
@@ -1316,23 +1344,109 @@ fn a_second_server_with_the_same_id_is_refused_and_a_restarted_one_takes_its_id_
     );
 }
 
+/// A registration of the server id without an instance id (an older buffetd's, which
+/// registers without looking and gives none) may be another server's: buffetd never
+/// takes it over, says why once, and registers once it is gone. And when such a buffetd
+/// writes the key over a live registration, the registered one stops serving (it fences)
+/// and does not write the key back, so two servers never serve one id; it registers
+/// again, with its tenants, once the other's registration is gone.
+#[test]
+fn a_registration_without_an_instance_id_is_never_taken_over() {
+    let test = "a_registration_without_an_instance_id_is_never_taken_over";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    // What an older buffetd registers: a load report without `instance`, under its lease.
+    let older = |api: &str| {
+        json!({
+            "server": "s1", "api": api, "slot_ns": 1 << 20, "worker_max_nb": 100_000,
+            "live_workers": 1, "max_workers": 2, "workers": [], "tenants": 0,
+            "tenant_slots": 400, "pps": 0.0,
+        })
+        .to_string()
+    };
+    let key = "/buffet/servers/s1";
+    let lease = common::etcd::grant(&url, 60);
+    common::etcd::put(&url, key, &older("http://127.0.0.1:1"), lease);
+
+    let s1 = agent(dir.path(), "s1", &url, 100_000);
+    let log = dir.path().join("s1/buffetd.log");
+    let said = |what: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches(what)
+            .count()
+    };
+    wait_for(
+        Duration::from_secs(10),
+        "s1 does not say why it waits",
+        || said("is registered without an instance id") > 0,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        said("registered (lease"),
+        0,
+        "took the older registration over"
+    );
+    assert_eq!(said("is registered without an instance id"), 1, "said once");
+    assert_eq!(
+        common::etcd::get(&url, key),
+        Some((older("http://127.0.0.1:1"), lease)),
+        "the older registration is kept"
+    );
+    // That buffetd stops (its lease is revoked): s1 registers at once and serves.
+    common::etcd::revoke(&url, lease);
+    wait_for(Duration::from_secs(5), "s1 not registered", || {
+        said("registered (lease") == 1
+    });
+    wait_for(Duration::from_secs(10), "s1 not in the view", || {
+        server_loads(&o)["s1"]["instance"].is_string()
+    });
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(1)));
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(served(&s1).keys().copied().collect::<Vec<_>>(), vec![1]);
+
+    // An older buffetd starts with the same id and writes its registration over s1's.
+    let lease = common::etcd::grant(&url, 60);
+    common::etcd::put(&url, key, &older("http://127.0.0.1:2"), lease);
+    wait_for(Duration::from_secs(5), "s1 still serves tenant 1", || {
+        served(&s1).is_empty()
+    });
+    assert_eq!(
+        said("was registered over this registration by another buffetd"),
+        1
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        common::etcd::get(&url, key),
+        Some((older("http://127.0.0.1:2"), lease)),
+        "s1 wrote its registration back"
+    );
+    assert!(served(&s1).is_empty());
+    // Gone again: s1 registers and serves tenant 1 again.
+    common::etcd::revoke(&url, lease);
+    wait_for(Duration::from_secs(20), "tenant 1 not served again", || {
+        served(&s1).contains_key(&1)
+    });
+    assert_eq!(said("registered (lease"), 2);
+}
+
 /// Tenant documents whose sum is over gRPC's default 4 MiB reply: every read of a whole
 /// prefix (the Agent's placements, the API's list, a new leader's load) still works, and
 /// a document over the Orchestrator's limit is refused with 413 naming the limit.
 #[test]
 fn large_documents_in_sum_are_read_and_one_too_large_is_refused() {
     let test = "large_documents_in_sum_are_read_and_one_too_large_is_refused";
-    let Some(etcd) = etcd_or_skip(test) else {
+    let Some(mut c) = one_server(test) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = etcd.url();
-    let s1 = agent(dir.path(), "s1", &url, 100_000);
-    let mut o = orchestrator(dir.path(), "orch", &url);
-    leader_of(&[&o]);
-    wait_for(Duration::from_secs(20), "server not registered", || {
-        server_loads(&o).len() == 1
-    });
+    let OneServer {
+        s1, o, url, dir, ..
+    } = &mut c;
     // A firewall ACL long enough to make the document about `bytes` long (a name may
     // not: it has at most 256 bytes).
     let big = |i: u32, bytes: usize| {
@@ -1359,7 +1473,7 @@ fn large_documents_in_sum_are_read_and_one_too_large_is_refused() {
             v.to_string().chars().take(300).collect::<String>()
         );
     }
-    assert_eq!(served(&s1).len(), 20);
+    assert_eq!(served(s1).len(), 20);
     let (s, v) = call(
         "POST",
         &format!("{}/v1/tenants", o.url),
@@ -1375,10 +1489,10 @@ fn large_documents_in_sum_are_read_and_one_too_large_is_refused() {
         v["error"].as_str().unwrap().contains("at most 262144"),
         "{v}"
     );
-    assert_eq!(listed(&o).len(), 20);
+    assert_eq!(listed(o).len(), 20);
     // A new leader loads them all.
     o.kill();
-    let o = orchestrator(dir.path(), "orch2", &url);
+    let o = orchestrator(dir.path(), "orch2", url);
     leader_of(&[&o]);
     let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(22)));
     assert_eq!(s, 201, "{v}");
@@ -1396,17 +1510,16 @@ fn large_documents_in_sum_are_read_and_one_too_large_is_refused() {
 #[test]
 fn refusals_nobody_handled_are_handled_by_the_next_leader() {
     let test = "refusals_nobody_handled_are_handled_by_the_next_leader";
-    let Some(etcd) = etcd_or_skip(test) else {
+    let Some(mut c) = one_server(test) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = etcd.url();
-    let s1 = agent(dir.path(), "s1", &url, 100_000);
-    let mut o1 = orchestrator(dir.path(), "orch-a", &url);
-    leader_of(&[&o1]);
-    wait_for(Duration::from_secs(20), "server not registered", || {
-        server_loads(&o1).len() == 1
-    });
+    let OneServer {
+        s1,
+        o: o1,
+        url,
+        dir,
+        ..
+    } = &mut c;
     let (s, v) = call("POST", &format!("{}/v1/tenants", o1.url), Some(&tenant(1)));
     assert_eq!(s, 201, "{v}");
 
@@ -1448,7 +1561,7 @@ fn refusals_nobody_handled_are_handled_by_the_next_leader() {
     // expired yet, so nobody leads while they are written.
     std::thread::sleep(Duration::from_millis(500));
 
-    let o2 = orchestrator(dir.path(), "orch-b", &url);
+    let o2 = orchestrator(dir.path(), "orch-b", url);
     leader_of(&[&o2]);
     wait_for(
         Duration::from_secs(10),
@@ -1471,10 +1584,75 @@ fn refusals_nobody_handled_are_handled_by_the_next_leader() {
     )
     .unwrap();
     assert_eq!((s, &v["policy"]["default"]), (200, &json!("allow")), "{v}");
-    assert_eq!(served(&s1).keys().copied().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(served(s1).keys().copied().collect::<Vec<_>>(), vec![1]);
     // The id is free again: an admission of it with another rule is placed.
     let (s, v) = call("POST", &format!("{}/v1/tenants", o2.url), Some(&tenant(2)));
     assert_eq!(s, 201, "{v}");
+}
+
+/// Two updates of one tenant at about the same time, both of which its server refuses (a
+/// policy the firewall cannot decode), sent while the server is paused: without a turn
+/// each, the second would be written before the server saw the first, with the first's
+/// document (never run) as the one to put back. They apply one at a time: each is
+/// refused and answered so, and the tenant ends live with the document its server ran
+/// all along. Before, the server refused the second, the first's document was put back,
+/// the server refused that too, and the tenant was left placed nowhere.
+#[test]
+fn two_concurrent_updates_apply_one_at_a_time_and_a_refusal_puts_back_what_ran() {
+    let test = "two_concurrent_updates_apply_one_at_a_time_and_a_refusal_puts_back_what_ran";
+    let Some(c) = one_server(test) else {
+        return;
+    };
+    let OneServer { s1, o, .. } = &c;
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(1)));
+    assert_eq!(s, 201, "{v}");
+    let tenant1 = format!("{}/v1/tenants/1", o.url);
+    let bad = |default: &str| {
+        let mut t = tenant(1);
+        t["policy"] = json!({ "default": default });
+        t
+    };
+
+    common::netns::signal(&s1.child, "STOP");
+    let answers = std::thread::scope(|sc| {
+        let put = |doc: Value| {
+            let url = tenant1.clone();
+            sc.spawn(move || call("PUT", &url, Some(&doc)))
+        };
+        let first = put(bad("sometimes"));
+        wait_for(Duration::from_secs(5), "first update not written", || {
+            call("GET", &tenant1, None).1["doc"]["policy"]["default"] == "sometimes"
+        });
+        let second = put(bad("rarely"));
+        // Well within s1's lease.
+        std::thread::sleep(Duration::from_millis(700));
+        common::netns::signal(&s1.child, "CONT");
+        [first.join().unwrap(), second.join().unwrap()]
+    });
+    for (s, v) in &answers {
+        let e = v["error"].as_str().unwrap_or_default();
+        assert!(
+            (400..500).contains(s) && e.contains("keeps its previous document"),
+            "{s} {v}"
+        );
+    }
+    wait_for(
+        Duration::from_secs(10),
+        "tenant 1 not live with its first document",
+        || {
+            let (_, v) = call("GET", &tenant1, None);
+            v["state"] == "live" && v["server"] == "s1" && v["doc"]["policy"]["default"] == "allow"
+        },
+    );
+    let (s, v) = try_call(
+        "GET",
+        &format!("{}/v1/tenants/1", s1.url),
+        Some(ADMIN),
+        None,
+    )
+    .unwrap();
+    assert_eq!((s, &v["policy"]["default"]), (200, &json!("allow")), "{v}");
+    assert_eq!(served(s1).keys().copied().collect::<Vec<_>>(), vec![1]);
 }
 
 /// A tenant re-placed off a dead server, refused by one server (its rules overlap a
@@ -1558,28 +1736,23 @@ fn a_tenant_live_again_after_a_refusal_answers_a_retry_at_once() {
 #[test]
 fn a_tenant_its_server_can_no_longer_run_after_a_restart_is_placed_elsewhere() {
     let test = "a_tenant_its_server_can_no_longer_run_after_a_restart_is_placed_elsewhere";
-    let Some(etcd) = etcd_or_skip(test) else {
+    let Some(mut c) = one_server(test) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = etcd.url();
-    let mut s1 = agent(dir.path(), "s1", &url, 100_000);
-    let o = orchestrator(dir.path(), "orch", &url);
-    leader_of(&[&o]);
-    wait_for(Duration::from_secs(20), "server not registered", || {
-        server_loads(&o).len() == 1
-    });
+    let OneServer {
+        s1, o, url, dir, ..
+    } = &mut c;
     let mut strict = tenant(1);
     strict["isolation"] = json!("safe");
     let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&strict));
     assert_eq!(s, 201, "{v}");
-    let _s2 = agent(dir.path(), "s2", &url, 100_000);
+    let _s2 = agent(dir.path(), "s2", url, 100_000);
     wait_for(
         Duration::from_secs(20),
         "second server not registered",
-        || server_loads(&o).len() == 2,
+        || server_loads(o).len() == 2,
     );
-    assert_eq!(listed(&o)[&1], (Some("s1".to_owned()), "live".to_owned()));
+    assert_eq!(listed(o)[&1], (Some("s1".to_owned()), "live".to_owned()));
     // Restarted at once (well within its 6 s lease, so the tenant is not moved for its
     // death) at another isolation level.
     let d = dir.path().join("s1");
@@ -1602,7 +1775,7 @@ fn a_tenant_its_server_can_no_longer_run_after_a_restart_is_placed_elsewhere() {
     s1.kill();
     let s1 = start_agent(&d, "s1", port);
     wait_for(Duration::from_secs(30), "tenant 1 not live on s2", || {
-        listed(&o).get(&1) == Some(&(Some("s2".to_owned()), "live".to_owned()))
+        listed(o).get(&1) == Some(&(Some("s2".to_owned()), "live".to_owned()))
     });
     // s1 no longer keeps it, running or not.
     wait_for(Duration::from_secs(20), "s1 still keeps tenant 1", || {

@@ -4,4 +4,5 @@
 
 pub mod cnf;
 pub mod daemon;
+pub mod etcd;
 pub mod netns;

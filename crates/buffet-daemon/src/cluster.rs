@@ -6,7 +6,8 @@
 //! * registers `/buffet/servers/<server_id>` under a lease it keeps alive, and rewrites
 //!   it every `report_interval_ms` with the server's load (packets per slot per worker,
 //!   live/max workers, tenants and their rates, the overload flag the local Agent raises
-//!   when it can launch no more workers);
+//!   when it can launch no more workers), never over a registration it did not write
+//!   (another buffetd's, or one without an instance id: see `claim` and `publish`);
 //! * watches `/buffet/placements/<server_id>/` and makes the server's tenant set equal
 //!   to it: a placed tenant is admitted, an unplaced one removed, through this daemon's
 //!   own API router (the very handlers, validation and store of `POST` and
@@ -193,6 +194,8 @@ struct Local {
 enum End {
     Stop,
     Lost,
+    /// Another buffetd wrote this server's key over this session's registration.
+    Displaced,
 }
 
 /// Why a session failed.
@@ -213,6 +216,14 @@ enum AgentError {
         other: String,
         api: String,
     },
+    #[error(
+        "server id {id:?} is registered without an instance id (by an older buffetd, API \
+         {api}), which may be another server: registering when that registration is gone \
+         (stop that buffetd, or wait for its lease to expire)"
+    )]
+    Unidentified { id: String, api: String },
+    #[error("server id {0:?} was registered over this registration by another buffetd")]
+    Displaced(String),
     #[error("the server's key changed while registering: retrying")]
     Raced,
 }
@@ -348,6 +359,11 @@ impl Agent {
                     self.last_error = None;
                     self.log("lease lost: fencing");
                 }
+                Ok(End::Displaced) => {
+                    self.last_error = None;
+                    let e = AgentError::Displaced(self.cfg.server_id.clone());
+                    self.log(format!("{e}: fencing"));
+                }
                 Err(e) => {
                     let e = e.to_string();
                     if self.last_error.as_ref() != Some(&e) {
@@ -409,6 +425,10 @@ impl Agent {
         if matches!(end, Ok(End::Stop)) {
             let _ = timed(client.lease_revoke(lease_id)).await;
             self.log("stopped: lease revoked");
+        }
+        if matches!(end, Ok(End::Displaced)) {
+            // Nothing is attached to it any more.
+            let _ = timed(client.lease_revoke(lease_id)).await;
         }
         end
     }
@@ -486,6 +506,7 @@ impl Agent {
                 _ = tick.tick() => {
                     match or_lost(held, self.publish(client, lease_id)).await {
                         None => return Ok(End::Lost),
+                        Some(Err(AgentError::Displaced(_))) => return Ok(End::Displaced),
                         Some(Err(e)) => self.log(format!("load report: {e}")),
                         Some(Ok(())) => {}
                     }
@@ -685,25 +706,27 @@ impl Agent {
         Ok(())
     }
 
-    /// Writes the server's key (under the lease) with its current load.
-    /// Refuses to register while another buffetd's registration holds this server id.
+    /// Refuses to register while a registration this buffetd did not write holds this
+    /// server id: only one with this buffetd's own instance id (its previous life) is
+    /// taken over. One without an instance id (an older buffetd, or a value that is not
+    /// a registration) cannot be told from another server's, so it is never taken over.
     async fn claim(&self, client: &mut Client) -> Result<(), AgentError> {
         let key = schema::server_key(&self.cfg.server_id);
         let g = timed(client.get(key.as_bytes(), None)).await?;
         let Some(kv) = g.kvs().first() else {
             return Ok(());
         };
-        match serde_json::from_slice::<ServerLoad>(kv.value()) {
-            Ok(ServerLoad {
-                instance: Some(other),
+        let v: Value = serde_json::from_slice(kv.value()).unwrap_or(Value::Null);
+        let api = v["api"].as_str().unwrap_or("unknown").to_owned();
+        let id = self.cfg.server_id.clone();
+        match v["instance"].as_str() {
+            Some(me) if me == self.instance => Ok(()),
+            Some(other) => Err(AgentError::Taken {
+                id,
+                other: other.to_owned(),
                 api,
-                ..
-            }) if other != self.instance => Err(AgentError::Taken {
-                id: self.cfg.server_id.clone(),
-                other,
-                api: api.unwrap_or_else(|| "unknown".into()),
             }),
-            _ => Ok(()),
+            None => Err(AgentError::Unidentified { id, api }),
         }
     }
 
@@ -733,15 +756,33 @@ impl Agent {
         Err(AgentError::Raced)
     }
 
+    /// Writes the server's key (under the lease) with its current load, only over this
+    /// session's own registration (or where none is): a key another buffetd wrote since
+    /// (an older one registers without looking) is not written back, and the session
+    /// ends ([`AgentError::Displaced`]) so that two servers never serve one id.
     async fn publish(&mut self, client: &mut Client, lease_id: i64) -> Result<(), AgentError> {
         let load = self.load().await;
-        timed(client.put(
-            schema::server_key(&self.cfg.server_id),
-            serde_json::to_vec(&load).unwrap_or_default(),
-            Some(PutOptions::new().with_lease(lease_id)),
-        ))
-        .await?;
-        Ok(())
+        let key = schema::server_key(&self.cfg.server_id);
+        let put = || {
+            vec![TxnOp::put(
+                key.as_bytes(),
+                serde_json::to_vec(&load).unwrap_or_default(),
+                Some(PutOptions::new().with_lease(lease_id)),
+            )]
+        };
+        for cmp in [
+            Compare::lease(key.as_bytes(), CompareOp::Equal, lease_id),
+            // Deleted by hand while the lease holds: registered again.
+            Compare::version(key.as_bytes(), CompareOp::Equal, 0),
+        ] {
+            if timed(client.txn(Txn::new().when(vec![cmp]).and_then(put())))
+                .await?
+                .succeeded()
+            {
+                return Ok(());
+            }
+        }
+        Err(AgentError::Displaced(self.cfg.server_id.clone()))
     }
 
     async fn load(&mut self) -> ServerLoad {
@@ -818,7 +859,8 @@ impl Agent {
     /// Clears the local overload flag once no live worker has carried its MAX_NB for two
     /// timeslots, as measured between reports. buffetd's own Agent raises the flag on the
     /// scheduler's overload reports and clears it only when a worker is launched or a
-    /// tenant is removed through the API; but after the Orchestrator moved tenants away,
+    /// running tenant is removed through the API (not one kept not running since the
+    /// start, which held no room); but after the Orchestrator moved tenants away,
     /// the scheduler's report for the slot before the removal can raise it again, and in
     /// a cluster the flag is what the Orchestrator acts on.
     fn settle_overload(&mut self, l: &ServerLoad, now: Instant) {

@@ -8,7 +8,8 @@
 //! * [`config`] — `buffet.toml`;
 //! * [`plane`] — the data plane behind an NF-independent trait object, on its own thread;
 //! * [`api`] — routes, auth per request, the write-ahead ordering of every change;
-//! * [`serve`] — the HTTP/1.1 accept loop: connection limit, header-read timeout;
+//! * [`serve`] — the HTTP/1.1 accept loop (the Orchestrator's, re-exported): connection limit,
+//!   header-read timeout, lingering close;
 //! * [`auth`] — tokens, hashed, compared in constant time;
 //! * [`store`] — redb;
 //! * [`metrics`] — the Prometheus exposition;

@@ -5,7 +5,7 @@
 //! | method and path | what |
 //! |---|---|
 //! | `POST /v1/tenants` | admit: buffetd's admission document plus optional `expected_pps`; answers once the tenant is live (201) or failed (the server's status and reason), 504 after `--admit-timeout` |
-//! | `PUT /v1/tenants/{id}` | update a placed tenant's document (policy, rules, MAX_NB...; optional `expected_pps`): its server applies it through buffetd's update path; answers once applied (200) or refused (the server's status and reason; the previous document stays) |
+//! | `PUT /v1/tenants/{id}` | update a placed tenant's document (policy, rules, MAX_NB...; optional `expected_pps`): its server applies it through buffetd's update path; answers once applied (200) or refused (the server's status and reason; the previous document stays); one at a time per tenant (waits while its previous change is applied, then 409) |
 //! | `GET /v1/tenants`, `GET /v1/tenants/{id}` | tenants with their server and state (`live`, `failed`, `pending`, `unplaced`) |
 //! | `DELETE /v1/tenants/{id}` | remove from the cluster (204) |
 //! | `GET /v1/servers` | registered servers with their last load report and headroom |
@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{Path as UrlPath, Request, State};
@@ -35,6 +35,7 @@ use buffet_config::auth::Principal;
 use buffet_config::tenants::{self, Format};
 use etcd_client::GetOptions;
 use serde_json::{json, Value};
+use tokio::sync::broadcast::error::RecvError;
 
 use crate::orchestrator::{AdmitError, Shared};
 use crate::placement::PlaceError;
@@ -81,7 +82,8 @@ impl From<AdmitError> for ApiError {
             AdmitError::Duplicate(_)
             | AdmitError::Exists(..)
             | AdmitError::Unplaced(..)
-            | AdmitError::Changed(_) => StatusCode::CONFLICT,
+            | AdmitError::Changed(_)
+            | AdmitError::Busy(..) => StatusCode::CONFLICT,
             AdmitError::Unknown(_) => StatusCode::NOT_FOUND,
             AdmitError::Place(PlaceError::TooLarge { .. }) => StatusCode::UNPROCESSABLE_ENTITY,
             AdmitError::Place(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -395,10 +397,32 @@ async fn update(
 ) -> Result<Response, ApiError> {
     let t0 = Instant::now();
     let (_, doc, pps) = parse_doc(&body, Some(id))?;
-    let (server, rev) = match s.update(id, doc, pps).await {
-        Ok(x) => x,
-        Err(AdmitError::NotLeader) => return Err(not_leader(&s).await),
-        Err(e) => return Err(e.into()),
+    // A tenant's updates apply one at a time: while its previous change is not applied
+    // on its server, this one waits (up to the admission timeout, then 409), so that a
+    // refusal puts back the document the server last ran.
+    let deadline = tokio::time::Instant::now() + s.cfg.admit_timeout;
+    let mut statuses = s.statuses.subscribe();
+    let (server, rev) = loop {
+        match s.update(id, doc.clone(), pps).await {
+            Ok(x) => break x,
+            Err(AdmitError::Busy(..)) if tokio::time::Instant::now() < deadline => {
+                // Until the tenant's next status, or a moment (a status may come before
+                // the leader acted on it, or not come through this channel).
+                let soon = tokio::time::Instant::now() + Duration::from_millis(250);
+                let _ = tokio::time::timeout_at(soon.min(deadline), async {
+                    loop {
+                        match statuses.recv().await {
+                            Ok((t, _)) if t == id => return,
+                            Err(RecvError::Closed) => return,
+                            _ => {}
+                        }
+                    }
+                })
+                .await;
+            }
+            Err(AdmitError::NotLeader) => return Err(not_leader(&s).await),
+            Err(e) => return Err(e.into()),
+        }
     };
     answer(&s, id, &server, rev, Written::Update, t0).await
 }

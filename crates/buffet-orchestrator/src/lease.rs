@@ -8,6 +8,12 @@
 //! lease cannot have expired earlier than TTL after it). Losing it early by that margin
 //! is what lets a holder stop acting before anybody else can see the lease expire.
 //! Broken keep-alive streams (an etcd restart) are re-opened until then.
+//!
+//! Before the first acknowledgement the clock runs from the grant's request. A holder
+//! that starts holding later than three quarters of the TTL after it (a grant and a
+//! registration that waited on a slow etcd) still has its first keep-alive tried, until
+//! seven eighths of the TTL after the grant was asked: the lease is given up only if
+//! that fails, and still before etcd can expire it.
 
 use std::time::Duration;
 
@@ -106,7 +112,9 @@ pub enum LeaseState {
 /// `asked` is when the lease grant was sent (an instant taken before the request): etcd
 /// counts the lease's TTL from its grant, so until the first keep-alive is acknowledged
 /// the lease is lost 3/4 of the TTL after that, however long the holder took between the
-/// grant and this call (a registration that waited on etcd, say).
+/// grant and this call (a registration that waited on etcd, say). Called later than
+/// that, the first keep-alive is tried all the same, and the lease lost 7/8 of the TTL
+/// after `asked` unless it is acknowledged by then.
 pub fn hold(
     client: Client,
     id: i64,
@@ -126,9 +134,17 @@ async fn keep(mut client: Client, id: i64, ttl: Duration, asked: Instant) {
     let every = (ttl / 6).clamp(Duration::from_millis(100), Duration::from_secs(5));
     // Counted as an acknowledged keep-alive sent when the grant was.
     let mut last_ok = asked;
+    // Until the first acknowledgement: 3/4 of the TTL after the grant was asked, or, for
+    // a holder that came later, 7/8, so that its first keep-alive is tried before the
+    // lease is given up (still 1/8 of the TTL before etcd may expire it).
+    let mut first = Some(if Instant::now() < asked + margin {
+        asked + margin
+    } else {
+        asked + ttl * 7 / 8
+    });
     let mut stream = None;
     loop {
-        let deadline = last_ok + margin;
+        let deadline = first.unwrap_or(last_ok + margin);
         if Instant::now() >= deadline {
             return;
         }
@@ -153,6 +169,7 @@ async fn keep(mut client: Client, id: i64, ttl: Duration, asked: Instant) {
         match ok {
             Ok(Ok(Some(r))) if r.ttl() > 0 => {
                 last_ok = sent;
+                first = None;
                 tokio::time::sleep(every).await;
             }
             // The lease is gone (expired or revoked).
@@ -230,6 +247,52 @@ mod tests {
             since_called < Duration::from_millis(1800),
             "lost {since_called:?} after hold, {since_asked:?} after the grant: counted from \
              hold, not from the grant"
+        );
+    }
+
+    /// etcd was slow: the holder comes 3/4 of the TTL after the grant was asked, with the
+    /// lease still alive in etcd. Its first keep-alive is tried and the lease kept; were
+    /// etcd gone, it is lost 7/8 of the TTL after the grant was asked, before etcd could
+    /// expire it.
+    #[tokio::test]
+    async fn a_holder_that_comes_late_tries_a_keep_alive_before_giving_the_lease_up() {
+        let test = "a_holder_that_comes_late_tries_a_keep_alive_before_giving_the_lease_up";
+        let mut etcd = match crate::local_etcd::LocalEtcd::start() {
+            Ok(e) => e,
+            Err(e @ crate::local_etcd::LocalEtcdError::Missing { .. }) => {
+                buffet_testkit::gate::skip_privileged(test, e);
+                return;
+            }
+            Err(e) => panic!("{test}: {e}"),
+        };
+        let mut client = connect(&[etcd.url()], Duration::from_secs(3))
+            .await
+            .unwrap();
+        let ttl = Duration::from_secs(4);
+        let late = ttl * 3 / 4 + Duration::from_millis(50);
+
+        let asked = Instant::now();
+        let id = client.lease_grant(4, None).await.unwrap().id();
+        tokio::time::sleep_until(asked + late).await;
+        let (held, _keeper) = hold(client.clone(), id, ttl, asked);
+        // Past the TTL counted from the grant: kept only by keep-alives sent since.
+        tokio::time::sleep_until(asked + ttl + Duration::from_millis(500)).await;
+        assert_eq!(*held.borrow(), LeaseState::Held);
+        let left = client.lease_time_to_live(id, None).await.unwrap().ttl();
+        assert!(left > 0, "the lease expired in etcd: {left}");
+
+        let asked = Instant::now();
+        let id = client.lease_grant(4, None).await.unwrap().id();
+        tokio::time::sleep_until(asked + late).await;
+        etcd.kill();
+        let (mut held, _keeper) = hold(client, id, ttl, asked);
+        tokio::time::timeout(Duration::from_secs(10), lost(&mut held))
+            .await
+            .unwrap();
+        let since_asked = asked.elapsed();
+        assert!(
+            since_asked >= ttl * 7 / 8 && since_asked < ttl,
+            "lost {since_asked:?} after the grant"
         );
     }
 }

@@ -12,6 +12,8 @@
 //! * [`lease`] — connecting to etcd, holding a lease and knowing when it is lost;
 //! * [`orchestrator`] — election, the leader's view, placement writes;
 //! * [`api`] — the HTTP/JSON API;
+//! * [`serve`] — the HTTP/1.1 server loop (head deadline, connection limit, lingering
+//!   close), buffetd's too;
 //! * [`local_etcd`] — an etcd child process on loopback for tests and trials.
 //!
 //! The API takes bearer tokens (`buffet_config::auth`, the code buffetd uses): the admin
@@ -27,6 +29,7 @@ pub mod local_etcd;
 pub mod orchestrator;
 pub mod placement;
 pub mod schema;
+pub mod serve;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,8 +68,20 @@ pub struct Args {
           value_parser = clap::value_parser!(u64).range(1..=MAX_SECONDS))]
     pub lease_ttl: u64,
     /// Seconds an admission may take to become live before 504 (over 0, at most 3600).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = admit_timeout)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds)]
     pub admit_timeout: f64,
+    /// Seconds a client may take to send a request head before its connection is closed
+    /// (over 0, at most 3600); also how long an idle connection stays open.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds)]
+    pub header_read_timeout: f64,
+    /// Seconds a client may take to send a request body once its head is read, else 408
+    /// (over 0, at most 3600).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds)]
+    pub body_timeout: f64,
+    /// Most API connections open at once (1 to 1048576); further clients wait.
+    #[arg(long, value_name = "N", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub max_connections: u64,
     /// Expected rate of a tenant admitted without `expected_pps`, packets per second.
     #[arg(long, value_name = "PPS", default_value_t = 10.0, value_parser = expected_pps)]
     pub default_expected_pps: f64,
@@ -116,8 +131,11 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     cfg.advertise = args.advertise;
     cfg.lease_ttl = Duration::from_secs(args.lease_ttl);
-    // In range by `admit_timeout`, the flag's parser.
+    // In range by `seconds`, the flags' parser.
     cfg.admit_timeout = Duration::from_secs_f64(args.admit_timeout);
+    cfg.header_read_timeout = Duration::from_secs_f64(args.header_read_timeout);
+    cfg.body_timeout = Duration::from_secs_f64(args.body_timeout);
+    cfg.max_connections = args.max_connections as usize;
     cfg.default_expected_pps = args.default_expected_pps;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -139,11 +157,12 @@ fn run(args: Args) -> anyhow::Result<()> {
     })
 }
 
-/// The longest lease TTL and admission timeout, seconds: an hour.
+/// The longest lease TTL and timeout, seconds: an hour.
 const MAX_SECONDS: u64 = 3600;
 
-/// `--admit-timeout`: seconds, over 0 and at most [`MAX_SECONDS`].
-fn admit_timeout(v: &str) -> Result<f64, String> {
+/// `--admit-timeout`, `--header-read-timeout`, `--body-timeout`: seconds, over 0 and at
+/// most [`MAX_SECONDS`].
+fn seconds(v: &str) -> Result<f64, String> {
     match v.parse::<f64>() {
         Ok(s) if s > 0.0 && s <= MAX_SECONDS as f64 => Ok(s),
         _ => Err(format!(
@@ -176,6 +195,9 @@ mod tests {
             ("--admit-timeout", "1e30"),
             ("--admit-timeout", "NaN"),
             ("--admit-timeout", "0"),
+            ("--header-read-timeout", "0"),
+            ("--body-timeout", "1e30"),
+            ("--max-connections", "0"),
             ("--lease-ttl", "99999999999"),
             ("--lease-ttl", "0"),
             ("--default-expected-pps", "-1"),

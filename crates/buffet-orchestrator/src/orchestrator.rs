@@ -31,6 +31,7 @@ use buffet_config::auth::Auth;
 use crate::lease::{self, ConnectError, LeaseState};
 use crate::placement::{self, Candidate, PlaceError};
 use crate::schema::{self, ServerLoad, State as Outcome, Status, TenantRecord};
+use crate::serve::{self, ConnSetup};
 
 /// A bearer token the API accepts. Its `Debug` never shows it.
 #[derive(Clone)]
@@ -77,6 +78,13 @@ pub struct Config {
     pub admin_token: Token,
     /// A token that may only read (`GET`), if any.
     pub reader_token: Option<Token>,
+    /// A connection whose request head is not complete within this is closed (also how
+    /// long an idle keep-alive connection stays open).
+    pub header_read_timeout: Duration,
+    /// A request body not complete this long after its head is answered 408.
+    pub body_timeout: Duration,
+    /// Most API connections open at once; further clients wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 impl Config {
@@ -93,6 +101,9 @@ impl Config {
             default_expected_pps: 10.0,
             connect_timeout: Duration::from_secs(3),
             overload_cooldown: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_connections: 256,
         }
     }
 }
@@ -791,20 +802,20 @@ impl Shared {
     }
 
     /// Writes tenant `id`'s record and its document in `server`'s placement in one
-    /// transaction, if the record is still at revision `rev`; returns the new revision.
+    /// transaction, if the record is still at revision `rev` and the placement at
+    /// `placed`; returns the new revision.
     async fn put_document(
         &self,
         id: u32,
-        rev: i64,
+        (rev, placed): (i64, i64),
         server: &str,
         rec: &TenantRecord,
     ) -> Result<i64, LeadError> {
         self.commit(
-            vec![Compare::mod_revision(
-                schema::tenant_key(id),
-                CompareOp::Equal,
-                rev,
-            )],
+            vec![
+                Compare::mod_revision(schema::tenant_key(id), CompareOp::Equal, rev),
+                Compare::mod_revision(schema::placement_key(server, id), CompareOp::Equal, placed),
+            ],
             vec![
                 TxnOp::put(
                     schema::tenant_key(id),
@@ -843,7 +854,10 @@ impl Shared {
             previous: None,
             ..rec
         };
-        let new_rev = self.put_document(id, rev, &st.server, &back).await;
+        // Only over the refused placement: a revert never replaces a newer one.
+        let new_rev = self
+            .put_document(id, (rev, st.placement_rev), &st.server, &back)
+            .await;
         match new_rev {
             Ok(r) => {
                 view.tenants.insert(id, (back, r));
@@ -891,6 +905,14 @@ impl Shared {
             let placed = self.placement_rev(&server, id).await.map_err(admit_error)?;
             return Ok((server, placed.unwrap_or(rev)));
         }
+        // The document to put back if the server refuses this one is the one it runs:
+        // the record's only once the server answered its placement live. Before that
+        // (an admission, a move, another update or a refused one's return still being
+        // applied) the record's document may be one the server never ran.
+        let applied = self.applied_rev(&server, id).await.map_err(admit_error)?;
+        let Some(placed) = applied else {
+            return Err(AdmitError::Busy(id, server));
+        };
         let new = TenantRecord {
             previous: Some(rec.doc.clone()),
             doc,
@@ -898,7 +920,7 @@ impl Shared {
             ..rec
         };
         let new_rev = self
-            .put_document(id, rev, &server, &new)
+            .put_document(id, (rev, placed), &server, &new)
             .await
             .map_err(|e| match e {
                 LeadError::Conflict => AdmitError::Changed(id),
@@ -907,6 +929,25 @@ impl Shared {
             })?;
         view.tenants.insert(id, (new, new_rev));
         Ok((server, new_rev))
+    }
+
+    /// The revision of tenant `id`'s placement on `server` once its Agent answered it
+    /// live (the server runs the placed document); `None` while it is not answered, or
+    /// was refused.
+    async fn applied_rev(&self, server: &str, id: u32) -> Result<Option<i64>, LeadError> {
+        let Some(placed) = self.placement_rev(server, id).await? else {
+            return Ok(None);
+        };
+        let mut c = self.client.clone();
+        let g = c.get(schema::status_key(id), None).await?;
+        let live = g
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice::<Status>(kv.value()).ok())
+            .is_some_and(|st| {
+                st.server == server && st.state == Outcome::Live && st.placement_rev == placed
+            });
+        Ok(live.then_some(placed))
     }
 
     /// Removes a tenant from the cluster.
@@ -997,6 +1038,13 @@ pub enum AdmitError {
     /// The tenant's record changed while the update was written (moved, or another update).
     #[error("tenant {0} changed meanwhile (moved or updated): retry")]
     Changed(u32),
+    /// An update while the tenant's previous change (its admission, a move, another
+    /// update, a refused update's return) is not applied on its server yet.
+    #[error(
+        "tenant {0} has an earlier change not yet applied on {1}: retry once \
+         GET /v1/tenants/{0} shows it live"
+    )]
+    Busy(u32, String),
     /// The cluster refuses new tenants (overload).
     #[error("not admitting new tenants: {0}")]
     Refusing(String),
@@ -1041,6 +1089,16 @@ impl Orchestrator {
                 "--lease-ttl must be at least 1 s".into(),
             ));
         }
+        if cfg.header_read_timeout.is_zero() || cfg.body_timeout.is_zero() {
+            return Err(StartError::Config(
+                "--header-read-timeout and --body-timeout must be over 0".into(),
+            ));
+        }
+        if cfg.max_connections == 0 {
+            return Err(StartError::Config(
+                "--max-connections must be at least 1".into(),
+            ));
+        }
         let client = lease::connect(&cfg.etcd, cfg.connect_timeout).await?;
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
@@ -1070,15 +1128,20 @@ impl Orchestrator {
             reader: cfg_reader.map(|r| Auth::new(r.expose(), [])),
         });
         let (stop, stop_rx) = watch::channel(false);
-        let app = crate::api::router(shared.clone());
+        let setup = ConnSetup {
+            router: serve::body_deadline(
+                crate::api::router(shared.clone()),
+                shared.cfg.body_timeout,
+            ),
+            header_read_timeout: shared.cfg.header_read_timeout,
+        };
+        // Never sent to: the Orchestrator's limits do not change while it runs.
+        let (_, setup) = watch::channel(setup);
+        let max_connections = shared.cfg.max_connections;
         let mut srv_stop = stop_rx.clone();
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = srv_stop.wait_for(|s| *s).await;
-                })
-                .await;
-        });
+        let server = tokio::spawn(serve::serve(listener, setup, max_connections, async move {
+            let _ = srv_stop.wait_for(|s| *s).await;
+        }));
         let leader = tokio::spawn(campaign(shared.clone(), stop_rx));
         Ok(Orchestrator {
             addr,
