@@ -1,6 +1,7 @@
 //! `buffetd` as a process, driven by the `buffet` client commands: admission with the
 //! generator's traffic flowing, SIGTERM (exit 0 after draining), SIGKILL and restart
-//! (every acknowledged tenant back with its last acknowledged policy).
+//! (every acknowledged tenant back with its last acknowledged policy); on an `af_xdp`
+//! port (root), the warning about tenants matching on `vlan`.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -559,4 +560,103 @@ fn an_idle_buffetd_sleeps_and_still_answers_at_once() {
     let (status, v) = http(&d.api, "GET", "/v1/stats", None).expect("answered");
     assert_eq!(status, 200, "{v}");
     assert!(v["tenants"].as_array().is_some_and(|t| t.len() == 1), "{v}");
+}
+
+/// buffetd receiving through an `af_xdp` port (whose frames an XDP program and an AF_XDP
+/// socket see without the 802.1Q tag a NIC's VLAN offload took out) says so on stderr,
+/// as `buffet run` does: once for each admission or change of a tenant whose rules
+/// match on `vlan`, naming it and `ethtool -K IF rxvlan off`, nothing for the others,
+/// and once at start for the stored tenants that do. Needs root and `ip` (a veth pair
+/// in two network namespaces); skipped otherwise, a failure under
+/// `BUFFET_REQUIRE_PRIVILEGED=1` or CI.
+#[test]
+fn a_vlan_rule_on_an_af_xdp_port_is_warned_about_at_admission_and_at_start() {
+    use common::netns::{ip, privileged, NsPair};
+    use std::io::Read;
+    if !privileged(
+        "daemon::a_vlan_rule_on_an_af_xdp_port_is_warned_about_at_admission_and_at_start",
+    ) {
+        return;
+    }
+    let ns = NsPair::new();
+    ip(&["-n", &ns.a, "link", "set", "lo", "up"]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}[dataplane]\nworkers = 1\narena_mib = 64\ntenant_slots = 16\n\
+             [[port]]\nkind = \"af_xdp\"\niface = \"{}\"\nxdp_mode = \"generic\"\n",
+            config_head(&dir.path().join("data"), port, "firewall"),
+            ns.va
+        ),
+    );
+    // Stopped with SIGTERM: its stderr, whole.
+    let stop = |mut d: Daemon| {
+        d.signal("TERM");
+        let status = exit_within(&mut d.child, Duration::from_secs(20), "no exit on SIGTERM");
+        let mut err = String::new();
+        d.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(status.success(), "{status}: {err}");
+        err
+    };
+    let warnings = |err: &str| -> Vec<String> {
+        err.lines()
+            .filter(|l| l.starts_with("buffetd: warning: tenant"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let ethtool = format!("(ethtool -K {} rxvlan off)", ns.va);
+
+    let d = Daemon::start_in(&ns.a, &cfg, port, ADMIN);
+    for args in [
+        &[
+            "tenant",
+            "add",
+            "--id",
+            "4",
+            "--rule",
+            "dst_ip=10.4.0.0/16,vlan=12",
+        ][..],
+        &["tenant", "add", "--id", "5", "--rule", "dst_ip=10.5.0.0/16"],
+        &[
+            "tenant",
+            "update",
+            "--id",
+            "5",
+            "--rule",
+            "dst_ip=10.5.0.0/16,vlan=7",
+        ],
+    ] {
+        let (ok, v, err) = d.client(args);
+        assert!(ok, "{args:?}: {err} {v}");
+    }
+    let err = stop(d);
+    let w = warnings(&err);
+    assert_eq!(w.len(), 2, "{err}");
+    assert!(
+        w[0].starts_with("buffetd: warning: tenant 4 matches on vlan, but"),
+        "{err}"
+    );
+    assert!(
+        w[1].starts_with("buffetd: warning: tenant 5 matches on vlan, but"),
+        "{err}"
+    );
+    assert!(w.iter().all(|l| l.contains(&ethtool)), "{err}");
+
+    // At start, once, for the stored tenants that match on vlan.
+    let d = Daemon::start_in(&ns.a, &cfg, port, ADMIN);
+    let err = stop(d);
+    let w = warnings(&err);
+    assert_eq!(w.len(), 1, "{err}");
+    assert!(
+        w[0].starts_with("buffetd: warning: tenants 4, 5 match on vlan"),
+        "{err}"
+    );
+    assert!(w[0].contains(&ethtool), "{err}");
 }

@@ -210,6 +210,24 @@ pub struct AppState {
     ready: AtomicBool,
     /// `POST /v1/reload` (set once the daemon is up).
     reloader: OnceLock<Reloader>,
+    /// The interfaces whose frames come through XDP ([`Parts::xdp_ifaces`]).
+    xdp_ifaces: Vec<String>,
+}
+
+#[cfg(test)]
+impl AppState {
+    /// Sets (`Some`) or lifts the Agent's refusal, as the Agent does.
+    pub(crate) fn set_refusing(&self, reason: Option<&str>) {
+        *self.refusing.lock().unwrap_or_else(PoisonError::into_inner) = reason.map(str::to_owned);
+    }
+
+    /// The Agent's refusal now.
+    pub(crate) fn refusing_now(&self) -> Option<String> {
+        self.refusing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// What `POST /v1/reload` calls: reads the config again and applies its mutable parts
@@ -236,6 +254,10 @@ pub struct Parts {
     pub max_workers: u16,
     /// The Agent's refusal flag.
     pub refusing: Arc<Mutex<Option<String>>>,
+    /// The interfaces whose frames an XDP program or an AF_XDP socket receives
+    /// ([`crate::DaemonConfig::xdp_ifaces`]): a tenant matching on `vlan` is warned
+    /// about when it is admitted or changed, and at start.
+    pub xdp_ifaces: Vec<String>,
 }
 
 /// Why a stored tenant could not be re-admitted at start (it is kept in the store, not
@@ -254,10 +276,7 @@ pub struct RestoreError {
 impl RestoreError {
     /// The tenant as a line names it: `tenant 9 ("acme")`, or `tenant 9`.
     pub fn head(&self) -> String {
-        match &self.name {
-            Some(n) => format!("tenant {} ({n:?})", self.id),
-            None => format!("tenant {}", self.id),
-        }
+        tenant_head(self.id, self.name.as_deref())
     }
 }
 
@@ -270,22 +289,75 @@ pub struct Restored {
     pub kept: Vec<RestoreError>,
 }
 
-/// `message` without the tenant it names first: `tenant 9: x`, `tenant 9 ("acme"): x`,
-/// or either after the source `request: ` (the document is validated as a request's
-/// would be) is `x`. Every refusal of an admission names its tenant, as an API answer
-/// must; a restore's line names it itself.
-fn cause(id: u32, message: &str) -> String {
+/// `message` without the tenant it names first, for a restore's line, which names the
+/// tenant itself: the source `request: ` (the document is validated as a request's would
+/// be), then exactly `head` (`tenant 9 ("acme")`, as the tenants-file code labels a
+/// tenant) or `tenant 9`, and the `: ` after it. Only that exact text is taken off: a
+/// name with `): ` or quotes in it cannot cut the cause short.
+fn without_tenant(message: &str, id: u32, head: &str) -> String {
     let m = message.strip_prefix("request: ").unwrap_or(message);
-    let Some(rest) = m.strip_prefix(&format!("tenant {id}")) else {
-        return m.to_owned();
-    };
-    if let Some(c) = rest.strip_prefix(": ") {
-        return c.to_owned();
+    [head.to_owned(), format!("tenant {id}")]
+        .iter()
+        .find_map(|h| m.strip_prefix(h.as_str())?.strip_prefix(": "))
+        .unwrap_or(m)
+        .to_owned()
+}
+
+/// The warning, one line, for the tenants of `tenants` whose rules match on `vlan`
+/// when frames reach the data plane through XDP on `ifaces` (none: `None`), as `buffet
+/// run` warns for `--port af-xdp` and `--dispatch xdp`: where the NIC or its driver takes
+/// the 802.1Q tag out of a received frame (VLAN offload), the tag is not in the bytes an
+/// XDP program or an AF_XDP socket sees, so such a rule matches no such frame; an
+/// `af_packet` port puts the tag back.
+fn stripped_vlan_warning<'a>(
+    tenants: impl IntoIterator<Item = &'a TenantConfig>,
+    ifaces: &[String],
+) -> Option<String> {
+    if ifaces.is_empty() {
+        return None;
     }
-    match rest.strip_prefix(" (").and_then(|r| r.split_once("): ")) {
-        Some((_, c)) => c.to_owned(),
-        None => m.to_owned(),
+    let ids: Vec<String> = tenants
+        .into_iter()
+        .filter(|t| t.rules.iter().any(|(_, m)| m.vlan.is_some()))
+        .map(|t| t.id.to_string())
+        .collect();
+    if ids.is_empty() {
+        return None;
     }
+    let ethtool: Vec<String> = ifaces
+        .iter()
+        .map(|i| format!("ethtool -K {i} rxvlan off"))
+        .collect();
+    Some(format!(
+        "buffetd: warning: tenant{} {} match{} on vlan, but an XDP program and an AF_XDP \
+         socket see a frame without its 802.1Q tag where the NIC or its driver takes the tag \
+         out on receive (VLAN offload): such frames match no vlan rule. Turn the offload off \
+         ({}) or receive on a port of kind \"af_packet\" (dispatch.mode = \"software\"), \
+         which puts the tag back",
+        if ids.len() > 1 { "s" } else { "" },
+        ids.join(", "),
+        if ids.len() > 1 { "" } else { "es" },
+        ethtool.join(", "),
+    ))
+}
+
+/// Tenant `id` named as the tenants-file code labels it in its errors, `tenant 9
+/// ("acme")`, or `tenant 9` without a name.
+fn tenant_head(id: u32, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("tenant {id} ({n:?})"),
+        None => format!("tenant {id}"),
+    }
+}
+
+/// The name a restore's line gives a stored tenant: its document's, unless that name
+/// is one the tenants-file code leaves out of its labels too (stored before names were
+/// bounded: too long, or with control characters), then the tenant is named by id.
+fn label_name(doc: &Value) -> Option<String> {
+    doc.get("name")
+        .and_then(Value::as_str)
+        .filter(|n| n.len() <= tenants::MAX_NAME_BYTES && !n.chars().any(char::is_control))
+        .map(str::to_owned)
 }
 
 impl AppState {
@@ -306,6 +378,24 @@ impl AppState {
             refusing: p.refusing,
             ready: AtomicBool::new(false),
             reloader: OnceLock::new(),
+            xdp_ifaces: p.xdp_ifaces,
+        }
+    }
+
+    /// The warning for the running tenants that match on `vlan` when frames come
+    /// through XDP ([`stripped_vlan_warning`]), or `None`: what the start says once the
+    /// stored tenants are re-admitted.
+    pub fn vlan_warning(&self) -> Option<String> {
+        let tenants = self.tenants();
+        stripped_vlan_warning(tenants.values().map(|a| &a.cfg), &self.xdp_ifaces)
+    }
+
+    /// Says on stderr that some of `changed` (tenants just admitted or changed) match on
+    /// `vlan` where frames come through XDP. The API has no place for a warning in an
+    /// answer; the operator reads the daemon's log.
+    fn warn_vlan<'a>(&self, changed: impl IntoIterator<Item = &'a TenantConfig>) {
+        if let Some(w) = stripped_vlan_warning(changed, &self.xdp_ifaces) {
+            eprintln!("{w}");
         }
     }
 
@@ -326,31 +416,54 @@ impl AppState {
             let doc: Value = match serde_json::from_slice(&bytes) {
                 Ok(doc) => doc,
                 Err(e) => {
-                    let reason = format!("not a JSON document: {e}");
-                    out.kept.push(self.keep(id, json!({ "id": id }), reason));
+                    let e = RestoreError {
+                        id,
+                        name: None,
+                        cause: format!("not a JSON document: {e}"),
+                    };
+                    out.kept.push(self.keep(json!({ "id": id }), e));
                     continue;
                 }
             };
-            match self.readmit(&doc) {
+            let name = label_name(&doc);
+            match self.readmit(id, name.as_deref(), &doc) {
                 Ok(cfg) => {
                     self.tenants_mut().insert(id, Admitted { doc, cfg });
                     out.admitted += 1;
                 }
-                Err(message) => out.kept.push(self.keep(id, doc, cause(id, &message))),
+                Err(cause) => out
+                    .kept
+                    .push(self.keep(doc, RestoreError { id, name, cause })),
             }
         }
         out
     }
 
-    /// The checks and the admission of a stored document; on error nothing changed.
-    fn readmit(&self, doc: &Value) -> Result<TenantConfig, String> {
-        let cfg = parse_docs(self.plane.registered_names(), vec![doc.clone()])
-            .map_err(|e| e.message)?
+    /// The checks and the admission of stored tenant `id`'s document (`name` as
+    /// [`label_name`] gives it); on error nothing changed and the error is why, without
+    /// the tenant (a restore's line names it itself). A refusal that keeps its parts
+    /// apart gives its cause as is; one that is only text loses exactly the tenant it
+    /// names first ([`without_tenant`]).
+    fn readmit(&self, id: u32, name: Option<&str>, doc: &Value) -> Result<TenantConfig, String> {
+        let head = tenant_head(id, name);
+        let text = |e: &dyn std::fmt::Display| without_tenant(&e.to_string(), id, &head);
+        let cfg = parse_tenants(self.plane.registered_names(), vec![doc.clone()])
+            .map_err(|e| match e {
+                tenants::TenantsError::Field { field, message, .. } => {
+                    format!("{field}: {message}")
+                }
+                other => text(&other),
+            })?
             .pop()
             .ok_or_else(|| "empty document".to_owned())?;
-        self.check_level(&cfg).map_err(|e| e.message)?;
-        self.plane.check_policy(&cfg).map_err(|e| e.to_string())?;
-        self.plane.admit(&cfg).map_err(|e| e.to_string())?;
+        if let Some(cause) = self.level_problem(&cfg) {
+            return Err(cause);
+        }
+        self.plane.check_policy(&cfg).map_err(|e| match e {
+            PlaneError::Policy { error, .. } => error.to_string(),
+            other => text(&other),
+        })?;
+        self.plane.admit(&cfg).map_err(|e| text(&e))?;
         Ok(cfg)
     }
 
@@ -369,28 +482,16 @@ impl AppState {
         Ok(())
     }
 
-    /// Keeps stored tenant `id` as not restored, for `reason`.
-    fn keep(&self, id: u32, doc: Value, reason: String) -> RestoreError {
-        // A name stored before names were bounded, too long or with control characters,
-        // is left out of the line (its tenant is named by id), as a tenants file's error
-        // does.
-        let name = doc
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| n.len() <= tenants::MAX_NAME_BYTES && !n.chars().any(char::is_control))
-            .map(str::to_owned);
+    /// Keeps stored tenant `e.id` (its document `doc`) as not restored, for `e.cause`.
+    fn keep(&self, doc: Value, e: RestoreError) -> RestoreError {
         self.not_restored_mut().insert(
-            id,
+            e.id,
             NotRestored {
                 doc,
-                reason: reason.clone(),
+                reason: e.cause.clone(),
             },
         );
-        RestoreError {
-            id,
-            name,
-            cause: reason,
-        }
+        e
     }
 
     /// The limits a config reload may change: MAX_NB of an admission that gives none,
@@ -474,21 +575,25 @@ impl AppState {
     /// 503 while the Agent refuses new tenants (overloaded, no worker to launch): every
     /// request that would add a tenant, alone or in a tenant set, is counted and refused.
     fn check_admitting(&self) -> Result<(), ApiError> {
+        self.refusal().inspect_err(|_| {
+            self.metrics
+                .refused_admissions
+                .fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// The Agent's refusal as the 503 it answers, not counted: what a dry run says.
+    fn refusal(&self) -> Result<(), ApiError> {
         let reason = self
             .refusing
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         match reason {
-            Some(reason) => {
-                self.metrics
-                    .refused_admissions
-                    .fetch_add(1, Ordering::Relaxed);
-                Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("not admitting new tenants: {reason}"),
-                ))
-            }
+            Some(reason) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not admitting new tenants: {reason}"),
+            )),
             None => Ok(()),
         }
     }
@@ -500,14 +605,22 @@ impl AppState {
     }
 
     fn check_level(&self, t: &TenantConfig) -> Result<(), ApiError> {
+        match self.level_problem(t) {
+            Some(p) => Err(ApiError::unprocessable(format!("tenant {}: {p}", t.id))),
+            None => Ok(()),
+        }
+    }
+
+    /// What is wrong with `t`'s isolation level here, without the tenant.
+    fn level_problem(&self, t: &TenantConfig) -> Option<String> {
+        let here = self.plane.level();
         match t.isolation {
-            Some(l) if l != self.plane.level() => Err(ApiError::unprocessable(format!(
-                "tenant {}: isolation: asks for {}, this server runs every tenant at {}",
-                t.id,
+            Some(l) if l != here => Some(format!(
+                "isolation: asks for {}, this server runs every tenant at {}",
                 l.name(),
-                self.plane.level().name()
-            ))),
-            _ => Ok(()),
+                here.name()
+            )),
+            _ => None,
         }
     }
 
@@ -556,11 +669,18 @@ fn check_overlaps(t: &TenantConfig, others: &BTreeMap<u32, TenantConfig>) -> Res
 /// Validates tenant documents with the tenants-file code; a stage may name the NFs the
 /// embedding program registered (`registered`, [`Plane::registered_names`]).
 fn parse_docs(registered: &[String], docs: Vec<Value>) -> Result<Vec<TenantConfig>, ApiError> {
+    parse_tenants(registered, docs).map_err(|e| ApiError::unprocessable(e.to_string()))
+}
+
+/// [`parse_docs`] with the tenants-file code's own error (its field and message apart).
+fn parse_tenants(
+    registered: &[String],
+    docs: Vec<Value>,
+) -> Result<Vec<TenantConfig>, tenants::TenantsError> {
     let text = json!({ "tenant": docs }).to_string();
     buffet_config::registry::with_registered_names(registered, || {
         tenants::parse(Format::Json, Path::new("request"), &text)
     })
-    .map_err(|e| ApiError::unprocessable(e.to_string()))
 }
 
 /// When a request must be answered: set by [`run_to_completion`] as the request enters,
@@ -640,6 +760,21 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             .map(JsonBody)
             .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))
     }
+}
+
+/// A tenant's document as `GET /v1/tenants` and `GET /v1/tenants/{id}` show one kept
+/// not running, sent back (to `PUT /v1/tenants/{id}` or in a tenant set): its
+/// `"state": "not_restored"` and `reason` say how the server holds it, they are no part
+/// of the document, and are taken off. Any other `state` stays, and the schema refuses
+/// it as an unknown field.
+fn without_row_fields(mut doc: Value) -> Value {
+    if let Some(o) = doc.as_object_mut() {
+        if o.get("state").and_then(Value::as_str) == Some("not_restored") {
+            o.remove("state");
+            o.remove("reason");
+        }
+    }
+    doc
 }
 
 /// A tenant document with the server's default MAX_NB filled in.
@@ -947,6 +1082,7 @@ async fn admit(
     let a = admitted.clone();
     blocking(move || st.admit_and_store(id, &a)).await?;
     let v = view(id, &admitted);
+    s.warn_vlan([&admitted.cfg]);
     s.tenants_mut().insert(id, admitted);
     s.metrics
         .admission_latency
@@ -958,8 +1094,9 @@ async fn update(
     State(s): State<Arc<AppState>>,
     UrlPath(id): UrlPath<u32>,
     _: Admin,
-    JsonBody(mut doc): JsonBody,
+    JsonBody(doc): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
+    let mut doc = without_row_fields(doc);
     if let Some(o) = doc.as_object_mut() {
         match o.get("id") {
             None => {
@@ -1007,6 +1144,7 @@ async fn update(
     })
     .await?;
     let v = view(id, &new);
+    s.warn_vlan([&new.cfg]);
     s.tenants_mut().insert(id, new);
     Ok(Json(v))
 }
@@ -1026,6 +1164,7 @@ async fn readmit(s: &Arc<AppState>, new: Admitted) -> Result<Value, ApiError> {
     let (st, n) = (s.clone(), new.clone());
     blocking(move || st.admit_and_store(id, &n)).await?;
     let v = view(id, &new);
+    s.warn_vlan([&new.cfg]);
     s.not_restored_mut().remove(&id);
     s.tenants_mut().insert(id, new);
     Ok(v)
@@ -1042,7 +1181,8 @@ async fn remove(
         if s.not_restored_one(id).is_none() {
             return Err(ApiError::not_found(format!("tenant {id} is not admitted")));
         }
-        // Not in the data plane: only the store (its document and tokens) has it.
+        // Not in the data plane: only the store (its document and tokens) has it. Its
+        // removal frees no room there, so the Agent's refusal stays.
         let store = s.store.clone();
         blocking(move || {
             Ok(store.apply(&Batch {
@@ -1110,7 +1250,7 @@ async fn apply(
         .clone();
     let docs = list
         .into_iter()
-        .map(|d| with_default_max_nb(d, s.default_max_nb()))
+        .map(|d| with_default_max_nb(without_row_fields(d), s.default_max_nb()))
         .collect::<Result<Vec<_>, _>>()?;
     // An empty set is valid here (remove every tenant); the file parser wants entries.
     let cfgs = if docs.is_empty() {
@@ -1128,6 +1268,16 @@ async fn apply(
         .zip(cfgs)
         .map(|(doc, cfg)| (cfg.id.0, Admitted { doc, cfg }))
         .collect();
+    // A set that adds tenants is refused as an admission is, removals in it or not, and
+    // first, as an admission is: a 503 before any 409 or 422 of the tenants in it. A dry
+    // run says so but counts no refused admission: it admits nothing.
+    if wanted.keys().any(|id| !current.contains_key(id)) {
+        if q.dry_run {
+            s.refusal()?;
+        } else {
+            s.check_admitting()?;
+        }
+    }
     let final_set: BTreeMap<u32, TenantConfig> =
         wanted.iter().map(|(k, a)| (*k, a.cfg.clone())).collect();
     let (mut added, mut updated, mut removed, mut unchanged) =
@@ -1153,10 +1303,6 @@ async fn apply(
         }
     }
     removed.sort_unstable();
-    // A set that adds tenants is refused as an admission is, removals in it or not.
-    if !added.is_empty() {
-        s.check_admitting()?;
-    }
     let summary = json!({
         "added": added, "updated": updated, "removed": removed, "unchanged": unchanged,
         "dry_run": q.dry_run,
@@ -1164,7 +1310,12 @@ async fn apply(
     if q.dry_run {
         return Ok(Json(summary));
     }
-    let removes = !removed.is_empty();
+    // Only a running tenant's removal frees room (a slot, its region, its workers'
+    // load) and lifts the Agent's refusal, as `DELETE` does; one kept not running since
+    // the start held none.
+    let frees = removed.iter().any(|id| current.contains_key(id));
+    let mut changed: Vec<u32> = added.iter().chain(&updated).copied().collect();
+    changed.sort_unstable();
     let st = s.clone();
     let w = wanted.clone();
     blocking(move || {
@@ -1220,9 +1371,15 @@ async fn apply(
         Ok(())
     })
     .await?;
+    s.warn_vlan(
+        changed
+            .iter()
+            .filter_map(|id| wanted.get(id))
+            .map(|a| &a.cfg),
+    );
     *s.tenants_mut() = wanted;
     s.not_restored_mut().clear();
-    if removes {
+    if frees {
         s.stop_refusing();
     }
     Ok(Json(summary))
@@ -1373,27 +1530,46 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use tower::ServiceExt;
 
-    /// A restore names the tenant itself: the cause drops the tenant the refusal names
-    /// first (and the `request` source), and nothing else.
+    /// A restore names the tenant itself: the cause drops exactly the tenant the refusal
+    /// names first (and the `request` source), and nothing else, whatever the name holds.
     #[test]
     fn a_restores_cause_names_its_tenant_nowhere() {
+        let acme = r#"tenant 9 ("acme")"#;
         assert_eq!(
-            cause(9, "tenant 9: policy.flow_capacity: bad"),
+            without_tenant("tenant 9: policy.flow_capacity: bad", 9, acme),
             "policy.flow_capacity: bad"
         );
         assert_eq!(
-            cause(9, r#"request: tenant 9 ("acme"): rules[0].dst_ip: invalid"#),
+            without_tenant(
+                r#"request: tenant 9 ("acme"): rules[0].dst_ip: invalid"#,
+                9,
+                acme
+            ),
             "rules[0].dst_ip: invalid"
         );
         assert_eq!(
-            cause(9, "request: tenant 9: name: too long"),
+            without_tenant("request: tenant 9: name: too long", 9, "tenant 9"),
             "name: too long"
         );
         assert_eq!(
-            cause(9, "too many tenants: all 2 slots are in use"),
+            without_tenant("too many tenants: all 2 slots are in use", 9, acme),
             "too many tenants: all 2 slots are in use"
         );
-        assert_eq!(cause(9, "tenant 90: x"), "tenant 90: x");
+        assert_eq!(
+            without_tenant("tenant 90: x", 9, "tenant 9"),
+            "tenant 90: x"
+        );
+        // A name that looks like the end of a label, or holds quotes.
+        let odd = tenant_head(9, Some(r#"a): b "c""#));
+        assert_eq!(odd, r#"tenant 9 ("a): b \"c\"")"#);
+        assert_eq!(
+            without_tenant(
+                r#"request: tenant 9 ("a): b \"c\""): chain[0].nf: not offered"#,
+                9,
+                &odd
+            ),
+            "chain[0].nf: not offered"
+        );
         let e = RestoreError {
             id: 9,
             name: Some("acme".into()),
@@ -1402,6 +1578,41 @@ mod tests {
         assert_eq!(
             e.to_string(),
             r#"tenant 9 ("acme"): isolation: asks for mpk"#
+        );
+    }
+
+    /// Tenants matching on `vlan` are warned about where frames come through XDP, named
+    /// with what to do on each such interface; without XDP, or without a `vlan` rule,
+    /// nothing is said.
+    #[test]
+    fn a_vlan_rule_where_frames_come_through_xdp_is_warned_about() {
+        let docs = vec![
+            json!({ "id": 4, "rules": [ { "vlan": 12 } ] }),
+            json!({ "id": 5, "rules": [ { "dst_ip": "10.5.0.0/16" } ] }),
+            json!({ "id": 7, "rules": [ { "dst_ip": "10.7.0.0/16" },
+                                        { "vlan": 7, "dst_port": 80, "protocol": "tcp" } ] }),
+        ];
+        let ts = parse_tenants(&[], docs).unwrap();
+        let eth = vec!["eth1".to_owned()];
+        assert_eq!(stripped_vlan_warning(&ts, &[]), None);
+        assert_eq!(stripped_vlan_warning(&ts[1..2], &eth), None);
+        let w = stripped_vlan_warning(&ts, &eth).unwrap();
+        assert!(
+            w.starts_with("buffetd: warning: tenants 4, 7 match on vlan, but an XDP program"),
+            "{w}"
+        );
+        assert!(w.contains("(ethtool -K eth1 rxvlan off)"), "{w}");
+        assert!(w.contains("kind \"af_packet\""), "{w}");
+        assert_eq!(w.lines().count(), 1, "{w}");
+        let two = vec!["eth1".to_owned(), "eth2".to_owned()];
+        let w = stripped_vlan_warning(&ts[..1], &two).unwrap();
+        assert!(
+            w.starts_with("buffetd: warning: tenant 4 matches on vlan"),
+            "{w}"
+        );
+        assert!(
+            w.contains("(ethtool -K eth1 rxvlan off, ethtool -K eth2 rxvlan off)"),
+            "{w}"
         );
     }
 

@@ -510,6 +510,23 @@ impl DaemonConfig {
         Ok(cfg)
     }
 
+    /// The interfaces whose frames reach the data plane through XDP: those of the
+    /// `af_xdp` ports (with `dispatch.mode = "xdp"`, the one the XDP Packet Dispatcher
+    /// runs on), in config order. An XDP program and an AF_XDP socket see a frame
+    /// without the 802.1Q tag the NIC or its driver took out on receive (VLAN offload),
+    /// so a tenant's `vlan` rule may match none of their frames.
+    pub fn xdp_ifaces(&self) -> Vec<String> {
+        let mut ifaces: Vec<String> = Vec::new();
+        for p in &self.ports {
+            if let PortConfig::AfXdp(x) = p {
+                if !ifaces.contains(&x.iface) {
+                    ifaces.push(x.iface.clone());
+                }
+            }
+        }
+        ifaces
+    }
+
     /// Checks ranges and combinations; the error names the field.
     pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
         let bad = |field: &str, message: String| {
@@ -952,6 +969,22 @@ mod tests {
     }
 
     const AF_XDP: &str = "[[port]]\nkind = \"af_xdp\"\niface = \"eth0\"\n";
+
+    /// The interfaces a `vlan` rule may not match on: those of the `af_xdp` ports,
+    /// each once, and no other port's.
+    #[test]
+    fn the_xdp_interfaces_are_the_af_xdp_ports() {
+        let generator = "[[port]]\nkind = \"generator\"\ntenants = 1\nrate_pps = 1\n";
+        let packet = "[[port]]\nkind = \"af_packet\"\niface = \"eth2\"\n";
+        let c = parse(&format!("{MINIMAL}{generator}{packet}")).unwrap();
+        assert!(c.xdp_ifaces().is_empty());
+        let c = parse(&format!(
+            "{MINIMAL}{generator}{AF_XDP}queue = 1\n{packet}{AF_XDP}\
+             [[port]]\nkind = \"af_xdp\"\niface = \"eth1\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.xdp_ifaces(), ["eth0", "eth1"]);
+    }
 
     #[test]
     fn af_xdp_queues_are_a_set_holding_the_transmit_queue() {
