@@ -171,7 +171,9 @@ pub struct MpkStats {
     pub misses: u64,
     /// Nanoseconds spent in misses (lock, victim choice, two `pkey_mprotect`s).
     pub miss_ns: u64,
-    /// Misses whose re-tag failed ([`EnterError::Retag`]): the region was not loaded.
+    /// Re-tags of misses that failed: of the region being loaded
+    /// ([`EnterError::Retag`]: it was not loaded), or of a victim that could not be
+    /// parked (it keeps its key, and the miss took another).
     pub retag_failures: u64,
     /// Cache keys given up because a failed re-tag could not be undone: some pages of a
     /// region may still carry them, so no region gets them again.
@@ -214,6 +216,9 @@ struct Slot {
     /// `clock` when it was last entered.
     last_used: AtomicU64,
     hits: AtomicU64,
+    /// Its owner could not be parked (a failed re-tag, given back): the owner keeps the
+    /// key until it is unregistered, and no miss takes it again.
+    kept: AtomicBool,
 }
 
 impl Slot {
@@ -225,6 +230,7 @@ impl Slot {
             owner: AtomicU64::new(0),
             last_used: AtomicU64::new(0),
             hits: AtomicU64::new(0),
+            kept: AtomicBool::new(false),
         }
     }
 
@@ -577,15 +583,26 @@ impl Mpk {
             // Key 0 with the rest of the region (see `unregister`).
             return;
         }
-        let mut holes = region.holes.lock().unwrap_or_else(PoisonError::into_inner);
-        let i = holes.partition_point(|&(h, _)| h < at.0);
-        holes.insert(i, at);
-        drop(holes);
+        // Tagged first, a hole only then: until it is one, the region's re-tags cover it.
         if let Err(e) = v.tag.set_pkey_except(v.pkey(self), &[]) {
+            // Back to the region's key, and pending again: the part stays covered by the
+            // region's re-tags, with the region's protection, as while it was borrowed.
+            if v.tag.set_pkey_except(region.pkey(self), &[]).is_ok() {
+                region
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(at);
+                return;
+            }
             // Fail closed, as for any re-tag that cannot be done: the pages must not keep
             // a key the region may give up.
             panic!("buffet-memory: cannot tag a part with its protection key: {e}");
         }
+        let mut holes = region.holes.lock().unwrap_or_else(PoisonError::into_inner);
+        let i = holes.partition_point(|&(h, _)| h < at.0);
+        holes.insert(i, at);
+        drop(holes);
         drop(owners);
         drop(v);
     }
@@ -593,9 +610,35 @@ impl Mpk {
     /// Gives up a part's cache key and gives its pages back to its region: the region's
     /// current key, or key 0 once the region was unregistered.
     fn drop_part(&self, v: &Arc<VKeyShared>) {
-        let owners = self.owners();
-        let owners = self.free_slot(owners, v);
+        let mut owners = self.owners();
         let region = v.parent.as_ref().expect("a part has a region");
+        if !region.gone.load(Ordering::Acquire) {
+            // Re-tagged while the part still holds its key: a key is handed to nobody
+            // while pages carry it. (Once unregistered, the region's pages, parts
+            // included, are key 0 already: see `unregister`.)
+            let key = region.pkey(self);
+            if let Err(e) = v.tag.set_pkey_except(key, &[]) {
+                // Fail closed: some pages may still carry the part's key, so nobody gets
+                // it again.
+                let s = v.slot.load(Ordering::Acquire);
+                if s != PARKED {
+                    let slot = &self.slots[s as usize];
+                    while slot
+                        .pins
+                        .compare_exchange(0, RETIRED, Ordering::Acquire, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        std::hint::spin_loop();
+                    }
+                    owners[s as usize] = None;
+                    slot.owner.store(0, Ordering::Release);
+                    v.slot.store(PARKED, Ordering::Release);
+                }
+                drop(owners);
+                panic!("buffet-memory: cannot give a part back its region's key: {e}");
+            }
+        }
+        let owners = self.free_slot(owners, v);
         let mut holes = region.holes.lock().unwrap_or_else(PoisonError::into_inner);
         holes.retain(|&(h, _)| h != v.tag.addr());
         drop(holes);
@@ -608,15 +651,6 @@ impl Mpk {
         // The region's bytes are handed out again (once no other part or seal is left).
         v.tag.remove_part();
         self.parts.fetch_sub(1, Ordering::Relaxed);
-        if region.gone.load(Ordering::Acquire) {
-            // Already key 0 with the rest of the region (see `unregister`).
-            return;
-        }
-        let key = region.pkey(self);
-        if let Err(e) = v.tag.set_pkey_except(key, &[]) {
-            // Fail closed, as for any re-tag that cannot be done.
-            panic!("buffet-memory: cannot give a part back its region's key: {e}");
-        }
         drop(owners);
     }
 
@@ -639,6 +673,7 @@ impl Mpk {
             }
             owners[s as usize] = None;
             slot.owner.store(0, Ordering::Release);
+            slot.kept.store(false, Ordering::Release);
             v.slot.store(PARKED, Ordering::Release);
             slot.pins.store(0, Ordering::Release);
         }
@@ -801,14 +836,17 @@ impl Mpk {
                 return Ok(s);
             }
             // Free slots first; then the least recently used unpinned slot whose owner
-            // is no hotter than `v`; only when every owner is hotter, the coolest.
+            // is no hotter than `v`; only when every owner is hotter, the coolest. Never
+            // a retired key, nor one whose owner could not be parked.
             let now = self.clock.load(Ordering::Relaxed);
             let mine = Heat::of(v.heat.load(Ordering::Relaxed), now);
             let victim = self
                 .slots
                 .iter()
                 .enumerate()
-                .filter(|(_, slot)| slot.pins.load(Ordering::Relaxed) == 0)
+                .filter(|(_, slot)| {
+                    slot.pins.load(Ordering::Relaxed) == 0 && !slot.kept.load(Ordering::Relaxed)
+                })
                 .min_by_key(|(i, slot)| {
                     let recency = slot.last_used.load(Ordering::Relaxed);
                     match &owners[*i] {
@@ -821,11 +859,11 @@ impl Mpk {
                 })
                 .map(|(i, _)| i);
             let Some(i) = victim else {
-                if self
-                    .slots
-                    .iter()
-                    .all(|slot| slot.pins.load(Ordering::Relaxed) == RETIRED)
-                {
+                if self.slots.iter().all(|slot| {
+                    slot.pins.load(Ordering::Relaxed) == RETIRED
+                        || slot.kept.load(Ordering::Relaxed)
+                }) {
+                    // No key can be had until a region keeping one is unregistered.
                     return Err(EnterError::NoKey);
                 }
                 // Every key is in use by a running group: wait for one to finish.
@@ -844,19 +882,23 @@ impl Mpk {
             if let Some(old) = owners[i].take() {
                 // Fail closed: if the victim cannot be parked it must not keep a key that
                 // is about to open for someone else. (A region's parts keep theirs.)
-                if let Err(e) = old.retag(self.parking) {
+                if old.retag(self.parking).is_err() {
                     // Some of its pages may be parked already: give them their key back
-                    // and the victim keeps it; if even that fails, nobody gets the key
-                    // again, and the victim takes another at its next entry.
+                    // and the victim keeps it for good (no miss takes it again); if even
+                    // that fails, nobody gets the key again, and the victim takes another
+                    // at its next entry. Either way it is the victim's failure, not `v`'s:
+                    // `v` looks for another key.
+                    self.retag_failures.fetch_add(1, Ordering::Relaxed);
                     if old.retag(slot.pkey).is_ok() {
                         owners[i] = Some(old);
+                        slot.kept.store(true, Ordering::Release);
                         slot.pins.store(0, Ordering::Release);
                     } else {
                         old.slot.store(PARKED, Ordering::Release);
                         slot.owner.store(0, Ordering::Release);
                         slot.pins.store(RETIRED, Ordering::Release);
                     }
-                    return Err(self.retag_failed(e));
+                    continue;
                 }
                 old.slot.store(PARKED, Ordering::Release);
                 slot.owner.store(0, Ordering::Release);
@@ -894,9 +936,10 @@ impl Mpk {
     }
 
     fn owners(&self) -> MutexGuard<'_, Box<[Option<Arc<VKeyShared>>]>> {
-        // Every critical section leaves the table consistent before it can panic (a panic
-        // there means a failed re-tag outside a miss, after which nothing is
-        // half-updated in the table).
+        // Every critical section leaves the table consistent before it can panic: a miss
+        // does not panic; a part's `finish_part` and `drop_part` panic only on a re-tag
+        // they cannot undo, after the holes and keys were left as they were or the key
+        // was retired.
         self.owners.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -1652,13 +1695,48 @@ mod retag_failure_tests {
         mpk.leave(e);
     }
 
+    /// The region loading is not blamed for a victim that cannot be parked: the victim
+    /// keeps its key for good and the miss takes another.
     #[test]
-    fn a_victim_that_cannot_be_parked_keeps_its_key() {
+    fn a_victim_that_cannot_be_parked_keeps_its_key_and_the_miss_takes_another() {
+        let (mpk, mem) = Mpk::simulated(2);
+        let (a, b, c) = (
+            region(mpk, &mem, 0x10_0000),
+            region(mpk, &mem, 0x20_0000),
+            region(mpk, &mem, 0x30_0000),
+        );
+        mpk.leave(mpk.enter(&a).unwrap());
+        mpk.leave(mpk.enter(&b).unwrap());
+        // `a`, the least recently used, cannot be parked (its second page refuses).
+        mem.fail_retags(a.tag.addr() + PAGE, mpk.parking);
+        let e = mpk.enter(&c).unwrap();
+        mpk.leave(e);
+        // `a` has its key on both pages again; `b` was parked for `c`.
+        carries(&mem, &a, a.pkey(mpk));
+        assert_ne!(a.pkey(mpk), mpk.parking);
+        carries(&mem, &b, mpk.parking);
+        carries(&mem, &c, c.pkey(mpk));
+        assert_ne!(c.pkey(mpk), a.pkey(mpk));
+        let stats = mpk.stats();
+        assert_eq!((stats.retag_failures, stats.retired_keys), (1, 0));
+        // No miss tries `a` again: `b` and `c` take turns on the other key, `a` hits.
+        for v in [&b, &c, &b, &a] {
+            let e = mpk.enter(v).unwrap();
+            carries(&mem, v, v.pkey(mpk));
+            mpk.leave(e);
+        }
+        assert_eq!(mpk.stats().retag_failures, 1);
+    }
+
+    /// With every key kept by a region that cannot be parked, an entry is refused at once
+    /// instead of waiting for a key forever.
+    #[test]
+    fn with_every_key_kept_an_entry_is_refused_at_once() {
         let (mpk, mem) = Mpk::simulated(1);
         let (a, b) = (region(mpk, &mem, 0x10_0000), region(mpk, &mem, 0x20_0000));
         mpk.leave(mpk.enter(&a).unwrap());
         mem.fail_retags(a.tag.addr() + PAGE, mpk.parking);
-        assert_eq!(refused(mpk.enter(&b)), EINVAL);
+        assert_eq!(refused(mpk.enter(&b)), EnterError::NoKey);
         // `a` has its key on both pages again and hits; `b` stays parked.
         carries(&mem, &a, 2);
         carries(&mem, &b, mpk.parking);
@@ -1679,7 +1757,7 @@ mod retag_failure_tests {
         // Parking `a` fails at its second page, and so does giving it its key back.
         mem.fail_retags(a.tag.addr() + PAGE, mpk.parking);
         mem.fail_retags(a.tag.addr() + PAGE, 2);
-        assert_eq!(refused(mpk.enter(&b)), EINVAL);
+        assert_eq!(refused(mpk.enter(&b)), EnterError::NoKey);
         let stats = mpk.stats();
         assert_eq!((stats.retag_failures, stats.retired_keys), (1, 1));
         assert_eq!(a.slot.load(Ordering::Relaxed), PARKED);

@@ -397,7 +397,9 @@ pub enum Command {
     /// Swap an admitted tenant's name, classifier rules, MAX_NB and (optionally) NF state
     /// in one data-plane step (see [`Control::update`] and [`Control::reconfigure`]).
     Update {
-        /// The tenant's slot.
+        /// The tenant.
+        id: TenantId,
+        /// Its slot when the update was asked for.
         slot: TenantSlot,
         /// Its new name.
         name: String,
@@ -642,9 +644,10 @@ impl<N: NetworkFunction> Control<N> {
     /// region (as [`update_policy`](Self::update_policy) does); then the data plane,
     /// between bursts, lets every packet already dispatched finish on the old state (it
     /// asks the workers to flush their Packet Buffers and waits for their answer, a pause
-    /// of the dispatcher that is one flush round trip long), installs the new rules and
-    /// publishes the new state before it dispatches the next packet. The rules are
-    /// validated first; on any error nothing changed (the new state is dropped unused).
+    /// of the dispatcher that is one flush round trip long), publishes the new state and
+    /// installs the new rules before it dispatches the next packet. The rules are
+    /// validated first; on any error nothing changed (the new state is dropped unused),
+    /// and a tenant removed meanwhile is [`PipelineError::Unknown`], whoever took its slot.
     /// Workers fed by their own source (the XDP Packet Dispatcher) are not ordered with
     /// this data plane's dispatcher: there the two halves are still two steps.
     pub fn update(
@@ -678,6 +681,7 @@ impl<N: NetworkFunction> Control<N> {
         };
         let rx = self
             .ask(|reply| Command::Update {
+                id,
                 slot,
                 name,
                 rules,
@@ -1388,6 +1392,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                 let _ = reply.send(r);
             }
             Command::Update {
+                id,
                 slot,
                 name,
                 rules,
@@ -1395,7 +1400,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                 publish,
                 reply,
             } => {
-                let _ = reply.send(self.update(slot, name, rules, max_nb, publish));
+                let _ = reply.send(self.update(id, slot, name, rules, max_nb, publish));
             }
             Command::LaunchWorker { source, reply } => {
                 let _ = reply.send(self.launch_worker(source));
@@ -1424,18 +1429,21 @@ impl<N: NetworkFunction> Dataplane<N> {
     /// is dispatched.
     fn update(
         &mut self,
+        id: TenantId,
         slot: TenantSlot,
         name: String,
         rules: Vec<(u32, Match)>,
         max_nb: u64,
         publish: Option<Box<dyn FnOnce() -> Result<(), PipelineError> + Send>>,
     ) -> Result<(), PipelineError> {
-        let tenant = self
-            .core
-            .shared
-            .table
-            .published_id(slot)
-            .unwrap_or_default();
+        // The slot was looked up on the caller's thread: the tenant may have been removed
+        // since (its slot released, and perhaps given to another tenant), which would
+        // otherwise get these rules and this name.
+        let tenant = self.core.shared.table.published_id(slot);
+        if tenant != Some(id) {
+            return Err(PipelineError::Unknown(id));
+        }
+        let tenant = id;
         let dispatch = |source| PipelineError::Dispatch { tenant, source };
         if !self.dispatcher.has_tenant(slot) {
             return Err(dispatch(DispatchError::UnknownTenant(slot)));
@@ -2991,4 +2999,79 @@ fn subtract(r: &mut TenantReport, base: &TenantReport) {
         }
     }
     r.drops.retain(|_, n| *n != 0);
+}
+
+#[cfg(test)]
+mod update_tests {
+    use buffet_dispatch::Match;
+    use buffet_nfs::monitor::{Monitor, MonitorPolicy};
+
+    use super::*;
+
+    fn spec(id: u32, net: u8) -> TenantSpec<MonitorPolicy> {
+        TenantSpec {
+            id: TenantId(id),
+            name: format!("t{id}"),
+            rules: vec![(
+                100,
+                Match {
+                    dst_ip: Some(format!("10.0.{net}.0/24").parse().unwrap()),
+                    ..Match::default()
+                },
+            )],
+            max_nb: 0,
+            policy: MonitorPolicy::default(),
+        }
+    }
+
+    /// An update looks its tenant's slot up on the caller's thread; the data plane
+    /// applies it later. Tenant 7 removed and tenant 9 admitted at the same slot in
+    /// between: the update of 7 is refused and 9 keeps its name and rules.
+    #[test]
+    fn an_update_of_a_removed_tenant_leaves_the_tenant_now_at_its_slot_alone() {
+        let mut p = Pipeline::new(
+            Monitor::default(),
+            PipelineConfig {
+                workers: 1,
+                pin: false,
+                // One slot: tenant 9 gets the one tenant 7 had.
+                tenant_capacity: 1,
+                ..PipelineConfig::default()
+            },
+        )
+        .unwrap();
+        let slot = p.admit(spec(7, 7)).unwrap();
+        p.remove(TenantId(7)).unwrap();
+        // The slot is reclaimed at the next look at the workers.
+        p.dataplane().poll_completions();
+        assert_eq!(
+            p.admit(spec(9, 9)).unwrap(),
+            slot,
+            "the slot was not reused"
+        );
+        let rules_of_9 = format!("{:?}", p.dispatcher().classifier().rules_of(slot));
+        let (reply, answer) = channel::bounded(1);
+        p.dataplane().apply(Command::Update {
+            id: TenantId(7),
+            slot,
+            name: "seven".into(),
+            rules: spec(7, 77).rules,
+            max_nb: 5,
+            publish: None,
+            reply,
+        });
+        assert!(
+            matches!(
+                answer.recv().unwrap(),
+                Err(PipelineError::Unknown(TenantId(7)))
+            ),
+            "the update of a removed tenant was applied"
+        );
+        assert_eq!(
+            format!("{:?}", p.dispatcher().classifier().rules_of(slot)),
+            rules_of_9
+        );
+        let names = p.control().core.names.lock().unwrap();
+        assert_eq!(names[slot.index()].as_deref(), Some("t9"));
+    }
 }
