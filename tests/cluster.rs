@@ -1623,6 +1623,9 @@ fn two_concurrent_updates_apply_one_at_a_time_and_a_refusal_puts_back_what_ran()
         wait_for(Duration::from_secs(5), "first update not written", || {
             call("GET", &tenant1, None).1["doc"]["policy"]["default"] == "sometimes"
         });
+        // Written, not run: s1 answered only the placement before it.
+        let (_, v) = call("GET", &tenant1, None);
+        assert_eq!(v["state"], "pending", "{v}");
         let second = put(bad("rarely"));
         // Well within s1's lease.
         std::thread::sleep(Duration::from_millis(700));

@@ -219,9 +219,15 @@ enum AgentError {
     #[error(
         "server id {id:?} is registered without an instance id (by an older buffetd, API \
          {api}), which may be another server: registering when that registration is gone \
-         (stop that buffetd, or wait for its lease to expire)"
+         ({hint})"
     )]
-    Unidentified { id: String, api: String },
+    Unidentified {
+        id: String,
+        api: String,
+        /// What makes it go: its buffetd stopping or its lease expiring, or, for a key
+        /// written with no lease, deleting it.
+        hint: String,
+    },
     #[error("server id {0:?} was registered over this registration by another buffetd")]
     Displaced(String),
     #[error("the server's key changed while registering: retrying")]
@@ -427,8 +433,12 @@ impl Agent {
             self.log("stopped: lease revoked");
         }
         if matches!(end, Ok(End::Displaced)) {
-            // Nothing is attached to it any more.
-            let _ = timed(client.lease_revoke(lease_id)).await;
+            // Nothing is attached to it any more. Revoked aside: the caller fences at
+            // once, not after a slow etcd's answer.
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let _ = timed(client.lease_revoke(lease_id)).await;
+            });
         }
         end
     }
@@ -726,7 +736,15 @@ impl Agent {
                 other: other.to_owned(),
                 api,
             }),
-            None => Err(AgentError::Unidentified { id, api }),
+            None => Err(AgentError::Unidentified {
+                hint: if kv.lease() == 0 {
+                    format!("it has no lease and stays until deleted: etcdctl del {key}")
+                } else {
+                    "stop that buffetd, or wait for its lease to expire".to_owned()
+                },
+                id,
+                api,
+            }),
         }
     }
 

@@ -256,23 +256,58 @@ async fn tenants(s: &Shared) -> Result<BTreeMap<u32, Value>, ApiError> {
             ))
         })
         .collect();
+    // The placements' revisions, at the same revision: a status answers one placement,
+    // and an update written since is not what the server runs yet.
+    let pl = schema::get_all(
+        &s.client,
+        schema::PLACEMENTS,
+        Some(
+            GetOptions::new()
+                .with_prefix()
+                .with_keys_only()
+                .with_revision(rev),
+        ),
+    )
+    .await?;
+    let placed: BTreeMap<(String, u32), i64> = pl
+        .kvs()
+        .iter()
+        .filter_map(|kv| {
+            let rest = std::str::from_utf8(kv.key())
+                .ok()?
+                .strip_prefix(schema::PLACEMENTS)?;
+            let (server, id) = rest.rsplit_once('/')?;
+            Some(((server.to_owned(), id.parse().ok()?), kv.mod_revision()))
+        })
+        .collect();
     Ok(t.kvs()
         .iter()
         .filter_map(|kv| {
             let id = schema::tenant_of(kv.key(), schema::TENANTS)?;
             let r: TenantRecord = serde_json::from_slice(kv.value()).ok()?;
-            Some((id, view(id, &r, statuses.get(&id))))
+            let placement = r
+                .server
+                .as_ref()
+                .and_then(|srv| placed.get(&(srv.clone(), id)).copied());
+            Some((id, view(id, &r, statuses.get(&id), placement)))
         })
         .collect())
 }
 
-fn view(id: u32, r: &TenantRecord, st: Option<&Status>) -> Value {
+/// Tenant `id`'s line: its record, and its state as its status tells, when the status
+/// answers the tenant's current placement (revision `placement`): a status of an
+/// earlier placement (an update written since) leaves it `pending`.
+fn view(id: u32, r: &TenantRecord, st: Option<&Status>, placement: Option<i64>) -> Value {
     let (state, reason) = match (&r.server, st) {
         (None, _) => ("unplaced", r.reason.clone()),
-        (Some(srv), Some(st)) if &st.server == srv => match st.state {
-            Outcome::Live => ("live", None),
-            Outcome::Failed => ("failed", st.reason.clone()),
-        },
+        (Some(srv), Some(st))
+            if &st.server == srv && placement.is_none_or(|p| st.placement_rev == p) =>
+        {
+            match st.state {
+                Outcome::Live => ("live", None),
+                Outcome::Failed => ("failed", st.reason.clone()),
+            }
+        }
         (Some(_), _) => ("pending", None),
     };
     json!({

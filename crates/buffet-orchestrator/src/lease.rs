@@ -135,13 +135,12 @@ async fn keep(mut client: Client, id: i64, ttl: Duration, asked: Instant) {
     // Counted as an acknowledged keep-alive sent when the grant was.
     let mut last_ok = asked;
     // Until the first acknowledgement: 3/4 of the TTL after the grant was asked, or, for
-    // a holder that came later, 7/8, so that its first keep-alive is tried before the
-    // lease is given up (still 1/8 of the TTL before etcd may expire it).
-    let mut first = Some(if Instant::now() < asked + margin {
-        asked + margin
-    } else {
-        asked + ttl * 7 / 8
-    });
+    // a holder that comes close to or after that, up to 1/8 of the TTL from now but never
+    // past 7/8 after the grant, so that its first keep-alive is tried before the lease
+    // is given up (still 1/8 of the TTL before etcd may expire it). The later the holder,
+    // the later (never earlier) this deadline.
+    let now = Instant::now();
+    let mut first = Some((asked + margin).max((now + ttl / 8).min(asked + ttl * 7 / 8)));
     let mut stream = None;
     loop {
         let deadline = first.unwrap_or(last_ok + margin);

@@ -104,15 +104,17 @@ pub async fn serve(
         tokio::spawn(async move {
             let mut stream = stream;
             let unread = Arc::new(AtomicBool::new(false));
-            let served = serve_connection(&mut stream, conn, unread.clone(), stop).await;
+            let (served, stopped) = serve_connection(&mut stream, conn, unread.clone(), stop).await;
             // Lingering is for a client whose answer came before its body was read, or
             // that hyper answered an error (400, 431) before it stopped reading. Not for
             // a head not complete in time or an idle connection (answered nothing: cut
-            // off at once), nor for one that ends between requests (a stop, the client's
-            // `Connection: close`): nothing of the client's is left unread there.
+            // off at once), nor for one that ends between requests (the client's
+            // `Connection: close`): nothing of the client's is left unread there. Nor
+            // once the server stops: a kept-alive connection whose last body hyper
+            // drained itself would otherwise hold the stop for the whole linger.
             let early = match &served {
-                Ok(()) => unread.load(Ordering::Acquire),
-                Err(e) => !e.is_timeout(),
+                Ok(()) => !stopped && unread.load(Ordering::Acquire),
+                Err(e) => !stopped && !e.is_timeout(),
             };
             if early {
                 linger(&mut stream).await;
@@ -128,13 +130,13 @@ pub async fn serve(
 
 /// Serves one connection until the client or the server ends it; on `stop`, the request
 /// under way is finished and the connection then ends. Errors are the client's (a reset,
-/// a header timeout): nothing to report.
+/// a header timeout): nothing to report. The flag says whether `stop` ended it.
 async fn serve_connection(
     stream: &mut TcpStream,
     setup: ConnSetup,
     unread: Arc<AtomicBool>,
     mut stop: watch::Receiver<bool>,
-) -> Result<(), hyper::Error> {
+) -> (Result<(), hyper::Error>, bool) {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -146,11 +148,11 @@ async fn serve_connection(
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     tokio::select! {
-        r = conn.as_mut() => return r,
+        r = conn.as_mut() => return (r, false),
         _ = stop.wait_for(|s| *s) => {}
     }
     conn.as_mut().graceful_shutdown();
-    conn.await
+    (conn.await, true)
 }
 
 /// The router, noting in `unread` whether the last request's body was left unread (not
