@@ -216,9 +216,6 @@ struct Slot {
     /// `clock` when it was last entered.
     last_used: AtomicU64,
     hits: AtomicU64,
-    /// Its owner could not be parked (a failed re-tag, given back): the owner keeps the
-    /// key until it is unregistered, and no miss takes it again.
-    kept: AtomicBool,
 }
 
 impl Slot {
@@ -230,7 +227,6 @@ impl Slot {
             owner: AtomicU64::new(0),
             last_used: AtomicU64::new(0),
             hits: AtomicU64::new(0),
-            kept: AtomicBool::new(false),
         }
     }
 
@@ -673,7 +669,6 @@ impl Mpk {
             }
             owners[s as usize] = None;
             slot.owner.store(0, Ordering::Release);
-            slot.kept.store(false, Ordering::Release);
             v.slot.store(PARKED, Ordering::Release);
             slot.pins.store(0, Ordering::Release);
         }
@@ -826,6 +821,10 @@ impl Mpk {
     #[cold]
     fn miss(&self, v: &Arc<VKeyShared>) -> Result<u32, EnterError> {
         let t0 = Instant::now();
+        // Slots whose owner could not be parked in this miss (at most 15 keys), and the
+        // last such failure.
+        let mut skipped = 0u32;
+        let mut failed = None;
         loop {
             let mut owners = self.owners();
             // Still ours? (The fast path can fail spuriously while a stale prober holds a
@@ -837,15 +836,15 @@ impl Mpk {
             }
             // Free slots first; then the least recently used unpinned slot whose owner
             // is no hotter than `v`; only when every owner is hotter, the coolest. Never
-            // a retired key, nor one whose owner could not be parked.
+            // a retired key, nor one whose owner could not be parked in this miss.
             let now = self.clock.load(Ordering::Relaxed);
             let mine = Heat::of(v.heat.load(Ordering::Relaxed), now);
             let victim = self
                 .slots
                 .iter()
                 .enumerate()
-                .filter(|(_, slot)| {
-                    slot.pins.load(Ordering::Relaxed) == 0 && !slot.kept.load(Ordering::Relaxed)
+                .filter(|(i, slot)| {
+                    slot.pins.load(Ordering::Relaxed) == 0 && skipped & (1 << i) == 0
                 })
                 .min_by_key(|(i, slot)| {
                     let recency = slot.last_used.load(Ordering::Relaxed);
@@ -859,11 +858,17 @@ impl Mpk {
                 })
                 .map(|(i, _)| i);
             let Some(i) = victim else {
-                if self.slots.iter().all(|slot| {
-                    slot.pins.load(Ordering::Relaxed) == RETIRED
-                        || slot.kept.load(Ordering::Relaxed)
-                }) {
-                    // No key can be had until a region keeping one is unregistered.
+                if let Some(e) = failed {
+                    // Every key this miss could take has an owner that cannot be parked
+                    // right now (`pkey_mprotect` failing for every call, say): this entry
+                    // fails; a later one tries again.
+                    return Err(EnterError::Retag(e));
+                }
+                if self
+                    .slots
+                    .iter()
+                    .all(|slot| slot.pins.load(Ordering::Relaxed) == RETIRED)
+                {
                     return Err(EnterError::NoKey);
                 }
                 // Every key is in use by a running group: wait for one to finish.
@@ -882,16 +887,21 @@ impl Mpk {
             if let Some(old) = owners[i].take() {
                 // Fail closed: if the victim cannot be parked it must not keep a key that
                 // is about to open for someone else. (A region's parts keep theirs.)
-                if old.retag(self.parking).is_err() {
+                if let Err(e) = old.retag(self.parking) {
                     // Some of its pages may be parked already: give them their key back
-                    // and the victim keeps it for good (no miss takes it again); if even
-                    // that fails, nobody gets the key again, and the victim takes another
-                    // at its next entry. Either way it is the victim's failure, not `v`'s:
-                    // `v` looks for another key.
+                    // and the victim keeps it, counted as just used so that the next
+                    // misses try the others first; if even that fails, nobody gets the
+                    // key again, and the victim takes another at its next entry. Either
+                    // way it is the victim's failure, not `v`'s: `v` tries another key.
                     self.retag_failures.fetch_add(1, Ordering::Relaxed);
+                    skipped |= 1 << i;
+                    failed = Some(e);
                     if old.retag(slot.pkey).is_ok() {
                         owners[i] = Some(old);
-                        slot.kept.store(true, Ordering::Release);
+                        slot.last_used.store(
+                            self.clock.fetch_add(1, Ordering::Relaxed) + 1,
+                            Ordering::Relaxed,
+                        );
                         slot.pins.store(0, Ordering::Release);
                     } else {
                         old.slot.store(PARKED, Ordering::Release);
@@ -1696,7 +1706,7 @@ mod retag_failure_tests {
     }
 
     /// The region loading is not blamed for a victim that cannot be parked: the victim
-    /// keeps its key for good and the miss takes another.
+    /// keeps its key, counted as just used, and the miss takes another.
     #[test]
     fn a_victim_that_cannot_be_parked_keeps_its_key_and_the_miss_takes_another() {
         let (mpk, mem) = Mpk::simulated(2);
@@ -1719,24 +1729,36 @@ mod retag_failure_tests {
         assert_ne!(c.pkey(mpk), a.pkey(mpk));
         let stats = mpk.stats();
         assert_eq!((stats.retag_failures, stats.retired_keys), (1, 0));
-        // No miss tries `a` again: `b` and `c` take turns on the other key, `a` hits.
-        for v in [&b, &c, &b, &a] {
+        // While `a` still cannot be parked, every entry succeeds all the same, and `a`
+        // hits.
+        for v in [&b, &c, &a, &b] {
             let e = mpk.enter(v).unwrap();
             carries(&mem, v, v.pkey(mpk));
             mpk.leave(e);
         }
-        assert_eq!(mpk.stats().retag_failures, 1);
+        // Once it can be parked again, it is a victim like any other.
+        mem.heal();
+        let failures = mpk.stats().retag_failures;
+        for v in [&c, &b, &c] {
+            mpk.leave(mpk.enter(v).unwrap());
+        }
+        assert_eq!(mpk.stats().retag_failures, failures);
+        assert_eq!(
+            a.slot.load(Ordering::Relaxed),
+            PARKED,
+            "a was not taken once it could be"
+        );
     }
 
-    /// With every key kept by a region that cannot be parked, an entry is refused at once
-    /// instead of waiting for a key forever.
+    /// When no owner can be parked, the entry fails; it is not the end of the key: a later
+    /// entry, once the call succeeds again, takes it.
     #[test]
-    fn with_every_key_kept_an_entry_is_refused_at_once() {
+    fn when_no_owner_can_be_parked_the_entry_fails_and_a_later_one_takes_the_key() {
         let (mpk, mem) = Mpk::simulated(1);
         let (a, b) = (region(mpk, &mem, 0x10_0000), region(mpk, &mem, 0x20_0000));
         mpk.leave(mpk.enter(&a).unwrap());
         mem.fail_retags(a.tag.addr() + PAGE, mpk.parking);
-        assert_eq!(refused(mpk.enter(&b)), EnterError::NoKey);
+        assert_eq!(refused(mpk.enter(&b)), EINVAL);
         // `a` has its key on both pages again and hits; `b` stays parked.
         carries(&mem, &a, 2);
         carries(&mem, &b, mpk.parking);
@@ -1747,6 +1769,11 @@ mod retag_failure_tests {
             (stats.misses, stats.retag_failures, stats.retired_keys),
             (misses, 1, 0)
         );
+        mem.heal();
+        let e = mpk.enter(&b).unwrap();
+        carries(&mem, &b, 2);
+        carries(&mem, &a, mpk.parking);
+        mpk.leave(e);
     }
 
     #[test]
@@ -1757,7 +1784,7 @@ mod retag_failure_tests {
         // Parking `a` fails at its second page, and so does giving it its key back.
         mem.fail_retags(a.tag.addr() + PAGE, mpk.parking);
         mem.fail_retags(a.tag.addr() + PAGE, 2);
-        assert_eq!(refused(mpk.enter(&b)), EnterError::NoKey);
+        assert_eq!(refused(mpk.enter(&b)), EINVAL);
         let stats = mpk.stats();
         assert_eq!((stats.retag_failures, stats.retired_keys), (1, 1));
         assert_eq!(a.slot.load(Ordering::Relaxed), PARKED);
