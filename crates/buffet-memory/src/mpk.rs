@@ -606,7 +606,7 @@ impl Mpk {
     /// Gives up a part's cache key and gives its pages back to its region: the region's
     /// current key, or key 0 once the region was unregistered.
     fn drop_part(&self, v: &Arc<VKeyShared>) {
-        let mut owners = self.owners();
+        let owners = self.owners();
         let region = v.parent.as_ref().expect("a part has a region");
         if !region.gone.load(Ordering::Acquire) {
             // Re-tagged while the part still holds its key: a key is handed to nobody
@@ -616,21 +616,7 @@ impl Mpk {
             if let Err(e) = v.tag.set_pkey_except(key, &[]) {
                 // Fail closed: some pages may still carry the part's key, so nobody gets
                 // it again.
-                let s = v.slot.load(Ordering::Acquire);
-                if s != PARKED {
-                    let slot = &self.slots[s as usize];
-                    while slot
-                        .pins
-                        .compare_exchange(0, RETIRED, Ordering::Acquire, Ordering::Relaxed)
-                        .is_err()
-                    {
-                        std::hint::spin_loop();
-                    }
-                    owners[s as usize] = None;
-                    slot.owner.store(0, Ordering::Release);
-                    v.slot.store(PARKED, Ordering::Release);
-                }
-                drop(owners);
+                drop(self.take_slot(owners, v, RETIRED));
                 panic!("buffet-memory: cannot give a part back its region's key: {e}");
             }
         }
@@ -654,8 +640,19 @@ impl Mpk {
     /// alive, only a stale prober can hold a transient pin), under the miss lock.
     fn free_slot<'a>(
         &'a self,
+        owners: MutexGuard<'a, Box<[Option<Arc<VKeyShared>>]>>,
+        v: &VKeyShared,
+    ) -> MutexGuard<'a, Box<[Option<Arc<VKeyShared>>]>> {
+        self.take_slot(owners, v, 0)
+    }
+
+    /// Takes `v`'s cache key away, as [`free_slot`](Self::free_slot) does, leaving the
+    /// slot's pin count at `leave`: 0 (free) or [`RETIRED`] (nobody gets the key again).
+    fn take_slot<'a>(
+        &'a self,
         mut owners: MutexGuard<'a, Box<[Option<Arc<VKeyShared>>]>>,
         v: &VKeyShared,
+        leave: u32,
     ) -> MutexGuard<'a, Box<[Option<Arc<VKeyShared>>]>> {
         let s = v.slot.load(Ordering::Acquire);
         if s != PARKED {
@@ -670,7 +667,7 @@ impl Mpk {
             owners[s as usize] = None;
             slot.owner.store(0, Ordering::Release);
             v.slot.store(PARKED, Ordering::Release);
-            slot.pins.store(0, Ordering::Release);
+            slot.pins.store(leave, Ordering::Release);
         }
         owners
     }
