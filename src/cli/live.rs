@@ -450,23 +450,11 @@ pub struct QueueList(pub Vec<u32>);
 /// back. (Reading the tag from the driver, `bpf_xdp_metadata_rx_vlan_tag`, needs Linux
 /// 6.8 and a driver that supports it.)
 fn stripped_vlan_warning(tenants: &[TenantConfig], file: &Path, iface: &str) -> Option<String> {
-    let ids: Vec<String> = tenants
-        .iter()
-        .filter(|t| t.rules.iter().any(|(_, m)| m.vlan.is_some()))
-        .map(|t| t.id.to_string())
-        .collect();
-    if ids.is_empty() {
-        return None;
-    }
+    let problem = buffet_config::tenants::stripped_vlan_problem(tenants)?;
     Some(format!(
-        "warning: {}: tenant{} {} match{} on vlan, but an XDP program and an AF_XDP socket \
-         see a frame without its 802.1Q tag where the NIC or its driver takes the tag out \
-         on receive (VLAN offload): such frames match no vlan rule. Turn the offload off \
-         (ethtool -K {iface} rxvlan off) or use --port af-packet, which puts the tag back",
+        "warning: {}: {problem}. Turn the offload off (ethtool -K {iface} rxvlan off) or use \
+         --port af-packet, which puts the tag back",
         file.display(),
-        if ids.len() > 1 { "s" } else { "" },
-        ids.join(", "),
-        if ids.len() > 1 { "" } else { "es" },
     ))
 }
 

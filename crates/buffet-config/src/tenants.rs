@@ -241,6 +241,33 @@ impl StageConfig {
     }
 }
 
+/// What is wrong with the tenants of `tenants` whose rules match on `vlan` where frames
+/// reach the data plane through XDP (an XDP program or an AF_XDP socket), one sentence
+/// naming them, or `None` when no rule does: where the NIC or its driver takes the
+/// 802.1Q tag out of a received frame (VLAN offload), the tag is not in the bytes XDP
+/// sees, so such a rule matches no such frame. `buffet run` and buffetd each add their
+/// own prefix and remedy.
+pub fn stripped_vlan_problem<'a>(
+    tenants: impl IntoIterator<Item = &'a TenantConfig>,
+) -> Option<String> {
+    let ids: Vec<String> = tenants
+        .into_iter()
+        .filter(|t| t.rules.iter().any(|(_, m)| m.vlan.is_some()))
+        .map(|t| t.id.to_string())
+        .collect();
+    if ids.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "tenant{} {} match{} on vlan, but an XDP program and an AF_XDP socket see a frame \
+         without its 802.1Q tag where the NIC or its driver takes the tag out on receive \
+         (VLAN offload): such frames match no vlan rule",
+        if ids.len() > 1 { "s" } else { "" },
+        ids.join(", "),
+        if ids.len() > 1 { "" } else { "es" },
+    ))
+}
+
 /// One tenant, validated; the policy is still NF-agnostic.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]

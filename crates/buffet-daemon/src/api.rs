@@ -316,27 +316,14 @@ fn stripped_vlan_warning<'a>(
     if ifaces.is_empty() {
         return None;
     }
-    let ids: Vec<String> = tenants
-        .into_iter()
-        .filter(|t| t.rules.iter().any(|(_, m)| m.vlan.is_some()))
-        .map(|t| t.id.to_string())
-        .collect();
-    if ids.is_empty() {
-        return None;
-    }
+    let problem = buffet_config::tenants::stripped_vlan_problem(tenants)?;
     let ethtool: Vec<String> = ifaces
         .iter()
         .map(|i| format!("ethtool -K {i} rxvlan off"))
         .collect();
     Some(format!(
-        "buffetd: warning: tenant{} {} match{} on vlan, but an XDP program and an AF_XDP \
-         socket see a frame without its 802.1Q tag where the NIC or its driver takes the tag \
-         out on receive (VLAN offload): such frames match no vlan rule. Turn the offload off \
-         ({}) or receive on a port of kind \"af_packet\" (dispatch.mode = \"software\"), \
-         which puts the tag back",
-        if ids.len() > 1 { "s" } else { "" },
-        ids.join(", "),
-        if ids.len() > 1 { "" } else { "es" },
+        "buffetd: warning: {problem}. Turn the offload off ({}) or receive on a port of kind \
+         \"af_packet\" (dispatch.mode = \"software\"), which puts the tag back",
         ethtool.join(", "),
     ))
 }
