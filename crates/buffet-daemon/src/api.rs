@@ -39,6 +39,7 @@ use buffet_config::tenants::{self, Format};
 use buffet_config::TenantConfig;
 use buffet_dispatch::Match;
 use buffet_sdk::TenantId;
+use buffet_memory::MemoryError;
 use buffet_worker::{PipelineError, Report, WorkerEvent};
 use futures_util::Stream;
 use serde::Deserialize;
@@ -132,6 +133,19 @@ impl From<PlaneError> for ApiError {
                 XdpChangeError::Map(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
             PlaneError::Pipeline(p) => match p {
+                // The host failed the Memory Manager (a protection key not tagged or
+                // loaded, guard pages not sealed) or the NF registered a region its own
+                // state does not fit: the server's fault, not a conflict the client can
+                // resolve.
+                PipelineError::Memory {
+                    source:
+                        MemoryError::Tag(_)
+                        | MemoryError::Seal(_)
+                        | MemoryError::Enter(_)
+                        | MemoryError::StateTooLarge { .. }
+                        | MemoryError::StateOverAligned { .. },
+                    ..
+                } => StatusCode::INTERNAL_SERVER_ERROR,
                 PipelineError::Duplicate(_)
                 | PipelineError::TooMany(_)
                 | PipelineError::Memory { .. }
@@ -1516,6 +1530,36 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
     use tower::ServiceExt;
+
+    /// The Memory Manager's failures split by whose they are: the host's or the NF's
+    /// (500) against a conflict the client can resolve (409).
+    #[test]
+    fn memory_failures_of_the_host_are_500_and_conflicts_409() {
+        let status = |source: MemoryError| {
+            ApiError::from(PlaneError::Pipeline(PipelineError::Memory {
+                tenant: TenantId(7),
+                source,
+            }))
+            .status
+        };
+        assert_eq!(
+            status(MemoryError::Enter(buffet_memory::EnterError::NoKey)),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            status(MemoryError::StateTooLarge {
+                state_bytes: 64,
+                region_bytes: 8
+            }),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(
+            status(MemoryError::StaleReplacement {
+                tenant: TenantId(7)
+            }),
+            StatusCode::CONFLICT
+        );
+    }
 
     /// A restore names the tenant itself: the cause drops exactly the tenant the refusal
     /// names first (and the `request` source), and nothing else, whatever the name holds.
