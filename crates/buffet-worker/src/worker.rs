@@ -157,9 +157,8 @@ pub struct Worker<N: NetworkFunction> {
     /// Persistent Packet Buffers (`None`: each burst's groups run at once).
     buffers: Option<TenantBuffers>,
     clock: Clock,
-    /// The group being run, moved out of its buffer.
-    stage: Vec<PacketBuf>,
-    /// `0, 1, 2, …`: the member indices of a staged group.
+    /// `0, 1, 2, …`: the member indices of a group taken from its buffer (it runs at the
+    /// end of the output vector).
     members: Vec<u32>,
     /// Packets taken in by [`enqueue`](Self::enqueue) so far.
     taken: u64,
@@ -323,7 +322,6 @@ impl<N: NetworkFunction> Worker<N> {
             cache: EntryCache::default(),
             buffers: None,
             clock: Clock::new(&ClockSource::System),
-            stage: Vec::new(),
             members: Vec::new(),
             taken: 0,
             sampler: CycleSampler::new(u64::from(id.0)),
@@ -355,7 +353,6 @@ impl<N: NetworkFunction> Worker<N> {
             self.shared.table.capacity() as usize,
         ));
         self.clock = Clock::new(&clock);
-        self.stage = Vec::with_capacity(cfg.group);
         self.members = (0..cfg.group as u32).collect();
         self
     }
@@ -596,7 +593,6 @@ impl<N: NetworkFunction> Worker<N> {
         force: bool,
     ) -> usize {
         let mut cache = std::mem::take(&mut self.cache);
-        let mut stage = std::mem::take(&mut self.stage);
         cache.revalidate(&self.shared.table);
         let (group, quantum) = (bufs.cfg.group, bufs.cfg.quantum);
         let mut served = 0;
@@ -635,8 +631,12 @@ impl<N: NetworkFunction> Worker<N> {
             let d = bufs.deficit(tenant);
             *d = d.saturating_add(credit);
             while *bufs.deficit(tenant) > 0 && bufs.len(tenant) > 0 {
-                stage.clear();
-                let n = bufs.take(tenant, group, &mut stage);
+                // The group is taken straight to the end of `out` and runs there, in
+                // place: staging it apart and appending it afterwards moved every packet
+                // once more (docs/results/notes.md).
+                let at = out.len();
+                let n = bufs.take(tenant, group, out);
+                let stage = &mut out[at..];
                 // Start loading the group's headers while its state is looked up; the
                 // parse then does not wait for memory packet by packet.
                 stage.iter().for_each(|m| sys::prefetch_headers(m.data()));
@@ -647,7 +647,7 @@ impl<N: NetworkFunction> Worker<N> {
                 let tally = self.run_group(
                     TenantSlot(tenant),
                     entry,
-                    &mut stage,
+                    stage,
                     &self.members[..n],
                     false,
                 );
@@ -658,7 +658,6 @@ impl<N: NetworkFunction> Worker<N> {
                 let d = bufs.deficit(tenant);
                 *d = d.saturating_sub(cost);
                 served += n;
-                out.append(&mut stage);
                 if self.quarantined(tenant) {
                     // Its packets are only dropped from now on: drain it without charge.
                     *d = (*d).max(1);
@@ -671,7 +670,6 @@ impl<N: NetworkFunction> Worker<N> {
             bufs.settle(tenant, now, force);
         }
         self.cache = cache;
-        self.stage = stage;
         served
     }
 
