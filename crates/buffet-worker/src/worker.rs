@@ -644,13 +644,8 @@ impl<N: NetworkFunction> Worker<N> {
                 let w0 = self.clock.work(t);
                 // Every staged header is loading already (above). The DRR charges each
                 // group what it took, so every group here is timed.
-                let tally = self.run_group(
-                    TenantSlot(tenant),
-                    entry,
-                    stage,
-                    &self.members[..n],
-                    false,
-                );
+                let tally =
+                    self.run_group(TenantSlot(tenant), entry, stage, &self.members[..n], false);
                 let t1 = sys::cycles();
                 self.publish(tenant, &tally, t1.wrapping_sub(t));
                 t = t1;
