@@ -200,7 +200,7 @@ fn worker_path(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut spent = Duration::ZERO;
                 for _ in 0..iters {
-                    spent += run_buffered(&mut buffered, &mut bufs, &mut scratch);
+                    spent += run_buffered(&mut buffered, &mut bufs, &mut scratch, None);
                 }
                 spent
             })
@@ -218,35 +218,56 @@ struct Scratch {
     out: Vec<PacketBuf>,
     /// Where each packet goes back to (by `ts_ns`).
     slots: Vec<Option<PacketBuf>>,
+    /// When each packet was taken in (by `ts_ns`), for the latency report.
+    arrived: Vec<Option<Instant>>,
 }
 
 /// Runs `bufs` (packet `i` stamped `ts_ns = i`) through `engine` a burst at a time with
 /// persistent Packet Buffers, flushes, and puts every packet back at its index. Returns
 /// the time spent in the worker's calls: taking a burst from the input and putting the
 /// packets handed back in place are not counted, as the `buffet` arm runs its bursts in
-/// place and pays neither.
+/// place and pays neither. With `lat`, also writes there each packet's latency in
+/// microseconds: from the start of the call that took its burst in to the end of the call
+/// that handed it back.
 fn run_buffered(
     engine: &mut Worker<Monitor>,
     bufs: &mut Vec<PacketBuf>,
     s: &mut Scratch,
+    mut lat: Option<&mut Vec<f64>>,
 ) -> Duration {
     let n = bufs.len();
     s.slots.clear();
     s.slots.resize_with(n, || None);
+    if let Some(lat) = lat.as_deref_mut() {
+        lat.clear();
+        lat.resize(n, 0.0);
+        s.arrived.clear();
+        s.arrived.resize(n, None);
+    }
     let mut spent = Duration::ZERO;
     let mut rest = bufs.drain(..);
     loop {
         s.burst.extend(rest.by_ref().take(BURST));
         let done = s.burst.is_empty();
         let t0 = Instant::now();
+        if lat.is_some() {
+            for m in &s.burst {
+                s.arrived[m.ts_ns as usize] = Some(t0);
+            }
+        }
         if done {
             engine.flush(&mut s.out);
         } else {
             engine.enqueue(&mut s.burst, &mut s.out);
         }
-        spent += t0.elapsed();
+        let t1 = Instant::now();
+        spent += t1 - t0;
         for m in s.out.drain(..) {
             let i = m.ts_ns as usize;
+            if let Some(lat) = lat.as_deref_mut() {
+                let took = t1 - s.arrived[i].expect("taken in");
+                lat[i] = took.as_secs_f64() * 1e6;
+            }
             s.slots[i] = Some(m);
         }
         if done {
@@ -262,7 +283,6 @@ fn run_buffered(
     spent
 }
 
-/// p50 and p99 of `v` (sorted in place), in microseconds.
 /// A Tenant Table of `n` Monitor tenants, each with its own region and flow table.
 fn monitor_table(monitor: &Monitor, n: u32) -> Arc<TenantTable<FlowTable>> {
     // An arena sized to the tenants, not the default 256 GiB reservation, so the bench
@@ -290,6 +310,7 @@ fn monitor_table(monitor: &Monitor, n: u32) -> Arc<TenantTable<FlowTable>> {
     table
 }
 
+/// p50 and p99 of `v` (sorted in place), in microseconds.
 fn percentiles(v: &mut [f64]) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
     let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
@@ -322,58 +343,14 @@ fn latency_report() {
         let mut buffered =
             Worker::new(monitor, table).with_buffers(BufferConfig::default(), ClockSource::System);
         // Two warm-up runs, then the measured one.
-        for _ in 0..2 {
-            run_timed(&mut buffered, &mut bufs);
+        let (mut scratch, mut lat) = (Scratch::default(), Vec::new());
+        for _ in 0..3 {
+            run_buffered(&mut buffered, &mut bufs, &mut scratch, Some(&mut lat));
         }
-        let lat = run_timed(&mut buffered, &mut bufs);
         let (a50, a99) = percentiles(&mut per_burst);
-        let mut lat = lat;
         let (b50, b99) = percentiles(&mut lat);
         println!("{n:>6} tenants: {a50:8.1} / {a99:8.1} | {b50:8.1} / {b99:8.1}");
     }
-}
-
-/// Latency of each packet through persistent buffers: arrival = the start of the call
-/// that took its burst in, departure = the end of the call that handed it back.
-fn run_timed(engine: &mut Worker<Monitor>, bufs: &mut Vec<PacketBuf>) -> Vec<f64> {
-    let n = bufs.len();
-    let mut arrived = vec![None::<Instant>; n];
-    let mut lat = vec![0f64; n];
-    let mut slots: Vec<Option<PacketBuf>> = (0..n).map(|_| None).collect();
-    let mut input = std::mem::take(bufs);
-    let mut rest = input.drain(..);
-    let (mut burst, mut out) = (Vec::with_capacity(BURST), Vec::with_capacity(n));
-    loop {
-        burst.extend(rest.by_ref().take(BURST));
-        let done = burst.is_empty();
-        let t0 = Instant::now();
-        for m in &burst {
-            arrived[m.ts_ns as usize] = Some(t0);
-        }
-        if done {
-            engine.flush(&mut out);
-        } else {
-            engine.enqueue(&mut burst, &mut out);
-        }
-        let t1 = Instant::now();
-        for m in out.drain(..) {
-            let i = m.ts_ns as usize;
-            lat[i] = t1
-                .duration_since(arrived[i].expect("taken in"))
-                .as_secs_f64()
-                * 1e6;
-            slots[i] = Some(m);
-        }
-        if done {
-            break;
-        }
-    }
-    drop(rest);
-    *bufs = slots
-        .into_iter()
-        .map(|m| m.expect("every packet comes back"))
-        .collect();
-    lat
 }
 
 fn dispatcher(c: &mut Criterion) {
