@@ -6,7 +6,10 @@
 //! the ring gives no way to take descriptors back), and every later burst is dropped at
 //! once and counted as `tx_dropped`; `tx` counts only frames the kernel completed. Once
 //! the end is up again, the first burst and the next one go out, the dropped burst never
-//! does, and `tx` + `tx_dropped` account for every frame.
+//! does, and `tx` + `tx_dropped` account for every frame. Then the other end goes down:
+//! the port's interface is up without carrier, the kernel takes each frame off the ring
+//! and the device drops it, and the port counts those as dropped, not sent; once the
+//! carrier is back, the next burst goes out and none of those does.
 //!
 //! The port runs in this test binary re-run inside the namespace (`ip netns exec`) as the
 //! ignored test `link_down_helper`. Without root the test skips with a
@@ -146,19 +149,59 @@ fn link_down_helper() {
     port.tx_burst(&mut burst(&mut pool, 300..300 + BURST), &mut pool)
         .unwrap();
     settle(&mut port, &mut peer, &mut pool, &mut seen, 100);
-    let seen: BTreeSet<u32> = seen.into_iter().collect();
+    let up: BTreeSet<u32> = seen.iter().copied().collect();
     let want: BTreeSet<u32> = (0..BURST)
         .chain(100..100 + BURST)
         .chain(300..300 + BURST)
         .collect();
     assert_eq!(
-        seen, want,
+        up, want,
         "up again: the burst queued before the kernel said down and the new one, never \
          the dropped ones"
     );
     let s = port.stats();
     assert_eq!(s.tx, u64::from(3 * BURST), "{s:?}");
     assert_eq!(s.tx_dropped, u64::from(3 * BURST), "{s:?}");
+
+    // No carrier: the port's end up, the peer's down. The kernel takes each frame off
+    // the ring and the device drops it (`EBUSY` at the kick): counted as dropped, never
+    // as sent, and nothing is left on the ring to go out once the carrier is back.
+    ip(&["link", "set", &vb, "down"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while carrier(&va) {
+        assert!(Instant::now() < deadline, "{va} keeps its carrier");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for k in 0..3 {
+        let first = 400 + k * BURST;
+        port.tx_burst(&mut burst(&mut pool, first..first + BURST), &mut pool)
+            .unwrap();
+        settle(&mut port, &mut peer, &mut pool, &mut seen, 5);
+        let s = port.stats();
+        assert_eq!(
+            (s.tx, s.tx_dropped),
+            (u64::from(3 * BURST), u64::from((4 + k) * BURST)),
+            "without carrier, burst {k}: every frame dropped and counted, none sent: {s:?}"
+        );
+    }
+    ip(&["link", "set", &vb, "up"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !carrier(&va) {
+        assert!(Instant::now() < deadline, "{va} has no carrier again");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    port.tx_burst(&mut burst(&mut pool, 500..500 + BURST), &mut pool)
+        .unwrap();
+    settle(&mut port, &mut peer, &mut pool, &mut seen, 100);
+    let seen: BTreeSet<u32> = seen.into_iter().collect();
+    let want: BTreeSet<u32> = want.into_iter().chain(500..500 + BURST).collect();
+    assert_eq!(
+        seen, want,
+        "carrier again: the new burst goes out, none of those dropped without carrier"
+    );
+    let s = port.stats();
+    assert_eq!(s.tx, u64::from(4 * BURST), "{s:?}");
+    assert_eq!(s.tx_dropped, u64::from(6 * BURST), "{s:?}");
     println!("LINK-DOWN-OK");
 }
 

@@ -22,7 +22,10 @@
 //!   the next burst while frames are waiting. While the kernel refuses the kick because
 //!   the interface is down or gone (`ENETDOWN`, `ENXIO`), frames to send are dropped and
 //!   counted instead of queued (the ring gives no way to take back the descriptors of
-//!   the burst that found out: those go out once the interface is up again).
+//!   the burst that found out: those go out once the interface is up again). An
+//!   interface up without carrier takes each frame and its device drops it: the kick
+//!   fails with `EBUSY` for that frame (copy mode), which is counted as dropped, not
+//!   sent, and the port kicks again until the ring is empty.
 //! * Counters: frames received, frames sent (the kernel's completions; at the end of a
 //!   run, [`Port::flush`] counts what it has not completed as dropped), the kernel's drops
 //!   (`XDP_STATISTICS`: no fill-ring frame, receive ring full, invalid descriptors) and
@@ -102,6 +105,17 @@ mod sys;
 const PROG_PREFIX: &str = "bfxsk_";
 /// Most frames the kernel sends per `sendto` kick in copy mode (`TX_BATCH_SIZE`).
 const KERNEL_TX_BATCH: usize = 32;
+
+/// What one transmit kick did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kick {
+    /// The kernel took frames off the ring (or is busy sending: `EAGAIN`).
+    Taken,
+    /// Copy mode: the device dropped the one frame the kernel was sending (`EBUSY`).
+    Dropped,
+    /// The kernel refused the kick (interface down or gone, or another error).
+    Refused,
+}
 
 /// Zero copy or copy mode for the socket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -1519,32 +1533,53 @@ impl AfXdpPort {
 
     /// One transmit kick. Notes in `tx_down` whether the kernel refused it because the
     /// interface is down (`ENETDOWN`: it then takes nothing off the ring) or gone
-    /// (`ENXIO`). False when the kick failed (any error but `EAGAIN`, which says the
-    /// kernel is busy).
-    fn kick_once(&mut self) -> bool {
+    /// (`ENXIO`).
+    ///
+    /// In copy mode, `EBUSY` says the device dropped the frame the kernel was sending
+    /// (`NET_XMIT_DROP`: an interface up without carrier, say): that one frame left the
+    /// ring and completes, but was not sent, so it is counted as `tx_dropped` now and its
+    /// completion is not counted as sent.
+    fn kick_once(&mut self) -> Kick {
         match self.socket.kick_tx() {
             Ok(()) => {
                 self.tx_down = false;
-                true
+                Kick::Taken
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
                 self.tx_down = false;
-                true
+                Kick::Taken
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && !self.zero_copy => {
+                self.tx_down = false;
+                self.stats.tx_dropped += 1;
+                self.tx_written_off += 1;
+                Kick::Dropped
             }
             Err(e) => {
                 self.tx_down = matches!(e.raw_os_error(), Some(libc::ENETDOWN | libc::ENXIO));
-                false
+                Kick::Refused
             }
         }
     }
 
-    /// Kicks the kernel until the transmit ring is empty, it is busy or it refuses.
+    /// Kicks the kernel until the transmit ring is empty, it is busy or it refuses. A
+    /// kick whose frame the device dropped does not count against the kicks `queued`
+    /// asks for: the kernel stops at such a frame, so each drop takes one more kick,
+    /// and a link without carrier empties the ring (every frame counted as dropped)
+    /// instead of holding its frames to go out late.
     fn kick(&mut self, queued: usize) {
-        for _ in 0..queued / KERNEL_TX_BATCH + 2 {
+        let mut kicks = queued / KERNEL_TX_BATCH + 2;
+        while kicks > 0 {
             let prod = self.tx.producer().load(Ordering::Relaxed);
             let cons = self.tx.consumer().load(Ordering::Acquire);
-            if ring_ready(prod, cons) == 0 || !self.kick_once() {
+            if ring_ready(prod, cons) == 0 {
                 return;
+            }
+            match self.kick_once() {
+                Kick::Taken => kicks -= 1,
+                // One frame fewer on the ring: the loop ends with the ring's frames.
+                Kick::Dropped => {}
+                Kick::Refused => return,
             }
         }
     }
