@@ -380,6 +380,7 @@ fn conn_setup(state: &Arc<AppState>, cfg: &DaemonConfig) -> ConnSetup {
             Duration::from_millis(cfg.api.request_timeout_ms),
         ),
         header_read_timeout: Duration::from_millis(cfg.api.header_read_timeout_ms),
+        linger_bytes: cfg.api.max_body_bytes as u64,
     }
 }
 

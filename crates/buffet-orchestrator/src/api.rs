@@ -99,6 +99,9 @@ impl From<etcd_client::Error> for ApiError {
     }
 }
 
+/// The largest request body the API reads (larger ones get 413).
+pub(crate) const MAX_BODY: u64 = 1 << 20;
+
 /// The router.
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
@@ -108,7 +111,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/tenants", get(list).post(admit))
         .route("/v1/tenants/{id}", get(one).put(update).delete(remove))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
-        .layer(axum::extract::DefaultBodyLimit::max(1 << 20))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY as usize))
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(shared.clone(), authorize))
         .with_state(shared)

@@ -1134,6 +1134,7 @@ impl Orchestrator {
                 shared.cfg.body_timeout,
             ),
             header_read_timeout: shared.cfg.header_read_timeout,
+            linger_bytes: crate::api::MAX_BODY,
         };
         // Never sent to: the Orchestrator's limits do not change while it runs.
         let (_, setup) = watch::channel(setup);

@@ -12,7 +12,8 @@
 //! close; a client still sending its body gets the reset and most report it instead of
 //! the answer. So every connection, once served, shuts down its write side (the client
 //! sees the answer, then the end of the stream) and reads and discards what the client
-//! still sends, for at most [`LINGER`] and [`LINGER_BYTES`], before it is closed.
+//! still sends, for at most [`LINGER`] and the body limit ([`ConnSetup::linger_bytes`],
+//! at least [`LINGER_BYTES`]), before it is closed.
 //! Nothing of a body is read before the router has answered. A connection cut off at
 //! its head deadline was answered nothing and is closed at once.
 //!
@@ -50,8 +51,9 @@ pub const DRAIN: Duration = Duration::from_secs(5);
 /// its client still sends before it is closed.
 pub const LINGER: Duration = Duration::from_secs(2);
 
-/// The most a closing connection reads and discards: the default body limit of buffetd
-/// and of the Orchestrator. A client sending more after its answer is reset.
+/// The least a closing connection reads and discards: the default body limit of buffetd
+/// and of the Orchestrator. A server with a larger body limit lingers for that many
+/// bytes ([`ConnSetup::linger_bytes`]). A client sending more after its answer is reset.
 pub const LINGER_BYTES: u64 = 1 << 20;
 
 /// What each connection gets: the router (with its body limit and request timeout) and
@@ -63,6 +65,10 @@ pub struct ConnSetup {
     /// A request head (request line and headers) not complete within this closes the
     /// connection; also bounds how long an idle keep-alive connection stays open.
     pub header_read_timeout: Duration,
+    /// The most a connection answered before its body was read discards while it closes
+    /// lingering: the router's body limit, so that a client sending a body the server
+    /// accepts gets its early answer, not a reset (at least [`LINGER_BYTES`]).
+    pub linger_bytes: u64,
 }
 
 /// Serves `listener` until `shutdown` resolves, with at most `max_connections` open at
@@ -100,6 +106,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let conn = setup.borrow().clone();
+        let linger_bytes = conn.linger_bytes.max(LINGER_BYTES);
         let stop = stop_rx.clone();
         tokio::spawn(async move {
             let mut stream = stream;
@@ -117,7 +124,7 @@ pub async fn serve(
                 Err(e) => !stopped && !e.is_timeout(),
             };
             if early {
-                linger(&mut stream).await;
+                linger(&mut stream, linger_bytes).await;
             }
             drop(permit);
         });
@@ -207,14 +214,14 @@ impl HttpBody for TrackedBody {
 }
 
 /// Closes `stream` lingering: its write side first, then what the client still sends is
-/// read and discarded until it closes too, [`LINGER`] passes or [`LINGER_BYTES`] came.
-async fn linger(stream: &mut TcpStream) {
+/// read and discarded until it closes too, [`LINGER`] passes or `bytes` came.
+async fn linger(stream: &mut TcpStream, bytes: u64) {
     if stream.shutdown().await.is_err() {
         // Not connected any more: nothing can be lost.
         return;
     }
     let mut buf = [0u8; 8 << 10];
-    let mut left = LINGER_BYTES;
+    let mut left = bytes;
     let _ = tokio::time::timeout(LINGER, async {
         while left > 0 {
             match stream.read(&mut buf).await {
