@@ -1569,6 +1569,9 @@ impl AfXdpPort {
     /// instead of holding its frames to go out late.
     fn kick(&mut self, queued: usize) {
         let mut kicks = queued / KERNEL_TX_BATCH + 2;
+        // Each drop takes one frame off the ring, so the ring's size bounds them; the
+        // bound also ends the loop should a kernel ever say `EBUSY` and take nothing.
+        let mut drops = self.tx.size();
         while kicks > 0 {
             let prod = self.tx.producer().load(Ordering::Relaxed);
             let cons = self.tx.consumer().load(Ordering::Acquire);
@@ -1577,9 +1580,8 @@ impl AfXdpPort {
             }
             match self.kick_once() {
                 Kick::Taken => kicks -= 1,
-                // One frame fewer on the ring: the loop ends with the ring's frames.
-                Kick::Dropped => {}
-                Kick::Refused => return,
+                Kick::Dropped if drops > 0 => drops -= 1,
+                Kick::Dropped | Kick::Refused => return,
             }
         }
     }
