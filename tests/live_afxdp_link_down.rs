@@ -62,6 +62,20 @@ fn carrier(iface: &str) -> bool {
         .is_ok_and(|s| s.trim() == "1")
 }
 
+/// Waits up to 5 s for `iface` to have its carrier (`on`) or to lose it.
+fn await_carrier(iface: &str, on: bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while carrier(iface) != on {
+        let what = if on {
+            "has no carrier again"
+        } else {
+            "keeps its carrier"
+        };
+        assert!(Instant::now() < deadline, "{iface} {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Gives the port time to reap completions (each receive burst does), `rounds` of 2 ms,
 /// and collects the marked frames' sequence numbers arriving at `peer` into `seen`.
 fn settle(
@@ -141,11 +155,7 @@ fn link_down_helper() {
     assert_eq!(seen.len(), BURST as usize, "nothing left while down");
 
     ip(&["link", "set", &va, "up"]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !carrier(&va) {
-        assert!(Instant::now() < deadline, "{va} has no carrier again");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    await_carrier(&va, true);
     port.tx_burst(&mut burst(&mut pool, 300..300 + BURST), &mut pool)
         .unwrap();
     settle(&mut port, &mut peer, &mut pool, &mut seen, 100);
@@ -167,11 +177,7 @@ fn link_down_helper() {
     // the ring and the device drops it (`EBUSY` at the kick): counted as dropped, never
     // as sent, and nothing is left on the ring to go out once the carrier is back.
     ip(&["link", "set", &vb, "down"]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while carrier(&va) {
-        assert!(Instant::now() < deadline, "{va} keeps its carrier");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    await_carrier(&va, false);
     for k in 0..3 {
         let first = 400 + k * BURST;
         port.tx_burst(&mut burst(&mut pool, first..first + BURST), &mut pool)
@@ -185,11 +191,7 @@ fn link_down_helper() {
         );
     }
     ip(&["link", "set", &vb, "up"]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !carrier(&va) {
-        assert!(Instant::now() < deadline, "{va} has no carrier again");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    await_carrier(&va, true);
     port.tx_burst(&mut burst(&mut pool, 500..500 + BURST), &mut pool)
         .unwrap();
     settle(&mut port, &mut peer, &mut pool, &mut seen, 100);
