@@ -1786,3 +1786,99 @@ fn a_tenant_its_server_can_no_longer_run_after_a_restart_is_placed_elsewhere() {
         got.is_some_and(|(s, v)| s == 200 && v["tenant"].as_array().is_some_and(Vec::is_empty))
     });
 }
+
+/// A chain goes only to a server that offers every NF it names (its Agent reports
+/// `nf.offered`): `plain` runs the firewall for every tenant and has the most headroom,
+/// `chains` offers firewall and monitor as stages. A chain naming an NF no server offers
+/// is refused as such, and a chain whose server dies is not re-placed where its NFs do
+/// not run; it waits, unplaced with the reason, and returns when such a server does.
+#[test]
+fn a_chain_is_placed_only_on_a_server_that_offers_its_nfs() {
+    let test = "a_chain_is_placed_only_on_a_server_that_offers_its_nfs";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let dataplane = |max_nb: u64| {
+        format!(
+            "[dataplane]\nworkers = 1\nmax_workers = 1\nworker_max_nb = {max_nb}\n\
+             arena_mib = 256\ntenant_slots = 16\n"
+        )
+    };
+    let _plain = spawn_agent(dir.path(), "plain", &dataplane(1_000_000), &url);
+    let chains_cfg = format!("offered = [\"firewall\", \"monitor\"]\n{}", dataplane(1000));
+    let mut chains = spawn_agent(dir.path(), "chains", &chains_cfg, &url);
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "servers not registered", || {
+        server_loads(&o).len() == 2
+    });
+    let loads = server_loads(&o);
+    assert_eq!(loads["plain"]["offered"], json!([]), "{loads:?}");
+    assert_eq!(
+        loads["chains"]["offered"],
+        json!(["firewall", "monitor"]),
+        "{loads:?}"
+    );
+    let chained = |id: u32, second: &str| {
+        json!({
+            "id": id, "name": format!("t{id}"),
+            "rules": [ { "dst_ip": format!("10.2.{id}.0/24") } ],
+            "chain": [ { "nf": "firewall", "policy": { "default": "allow" } }, { "nf": second } ],
+            "expected_pps": 10,
+        })
+    };
+    let tenants = format!("{}/v1/tenants", o.url);
+    // A tenant naming no chain: the most headroom.
+    let (s, v) = call("POST", &tenants, Some(&tenant(1)));
+    assert_eq!((s, &v["server"]), (201, &json!("plain")), "{v}");
+    // A chain: only `chains` runs it.
+    let (s, v) = call("POST", &tenants, Some(&chained(2, "monitor")));
+    assert_eq!((s, &v["server"]), (201, &json!("chains")), "{v}");
+    assert!(served(&chains).contains_key(&2));
+    // An NF no server offers: 422 naming it and what each server offers; nothing kept.
+    let (s, v) = call("POST", &tenants, Some(&chained(3, "my-nf")));
+    assert_eq!(s, 422, "{v}");
+    assert_eq!(
+        v["error"],
+        "chain: no server offers the NF \"my-nf\" (chains offers firewall, monitor; \
+         plain: one NF for every tenant, no chains)",
+        "{v}"
+    );
+    // A name no program could register: the document's own error.
+    let (s, v) = call("POST", &tenants, Some(&chained(3, "My NF")));
+    assert_eq!(s, 422, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(e.contains("chain[1].nf") && e.contains("unknown NF"), "{v}");
+    assert_eq!(listed(&o).keys().copied().collect::<Vec<_>>(), [1, 2]);
+
+    // `chains` dies: tenant 2 is not re-placed on `plain`, which would refuse it.
+    chains.kill();
+    let tenant2 = format!("{tenants}/2");
+    wait_for(
+        Duration::from_secs(30),
+        "tenant 2 not left unplaced",
+        || {
+            let (s, v) = call("GET", &tenant2, None);
+            s == 200 && v["state"] == "unplaced"
+        },
+    );
+    let (_, v) = call("GET", &tenant2, None);
+    assert_eq!(
+        v["reason"],
+        "chain: no server offers the NF \"firewall\" (plain: one NF for every tenant, no \
+         chains)",
+        "{v}"
+    );
+    assert!(v["server"].is_null(), "{v}");
+    // It comes back: placed on it again, and served.
+    let chains = spawn_agent(dir.path(), "chains", &chains_cfg, &url);
+    wait_for(Duration::from_secs(30), "tenant 2 not live again", || {
+        let (s, v) = call("GET", &tenant2, None);
+        s == 200 && v["state"] == "live" && v["server"] == "chains"
+    });
+    wait_for(Duration::from_secs(10), "tenant 2 not served", || {
+        served(&chains).contains_key(&2)
+    });
+}

@@ -21,7 +21,7 @@
 use std::fmt;
 
 use buffet_config::chain::{Chain, RegisteredStages, DEFAULT_KEY};
-use buffet_config::registry::{NfName, NfVisitor, RegisteredNf};
+use buffet_config::registry::{registrable_name, NfName, NfVisitor, RegisteredNf};
 
 use super::{chain, demo, live, replay};
 
@@ -132,14 +132,10 @@ impl Registry {
         N: RegisteredNf,
         F: Fn() -> N + Send + Sync + 'static,
     {
-        let valid = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-        if !valid {
-            self.errors.push(RegisterError::BadName(name.to_owned()));
-        } else if name == DEFAULT_KEY {
+        if name == DEFAULT_KEY {
             self.errors.push(RegisterError::Reserved(name.to_owned()));
+        } else if !registrable_name(name) {
+            self.errors.push(RegisterError::BadName(name.to_owned()));
         } else if self.names().iter().any(|n| n == name) {
             self.errors.push(RegisterError::Taken(name.to_owned()));
         } else {

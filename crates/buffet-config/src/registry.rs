@@ -313,6 +313,17 @@ fn is_registered_name(name: &str) -> bool {
     REGISTERED.with(|r| r.borrow().iter().any(|n| n == name))
 }
 
+/// Whether a program may register an NF under `name`: lower-case letters, digits, `-`
+/// and `_`, not empty, and not `default` (a chain's name for the run's default NF).
+/// Whether a reference NF has the name already is the registry's own check.
+pub fn registrable_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != crate::chain::DEFAULT_KEY
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
 /// Runs `f` with `names` — the NFs the running program registered — accepted by
 /// [`NfSpec`]'s parser as [`NfSpec::Registered`] (a tenants file's
 /// `[[tenant.chain]] nf = "my-nf"`). Outside, and for any other name, the parser answers

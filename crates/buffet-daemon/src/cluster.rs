@@ -816,6 +816,7 @@ impl Agent {
             tenant_slots: d.tenant_slots,
             overloaded: self.overload_flag(),
             seq: self.seq,
+            offered: Some(self.plane.offered().to_vec()),
             ..ServerLoad::default()
         };
         self.seq += 1;

@@ -139,6 +139,13 @@ pub trait Plane: Send + Sync {
     fn registered_names(&self) -> &[String] {
         &[]
     }
+    /// The NFs a tenant's own chain may name (`nf.offered`, as a chain's stages name
+    /// them: `firewall`, `c:nf.so`, `my-nf`); empty when the server runs one NF for every
+    /// tenant and refuses chains. The Agent reports them, so that the Orchestrator places
+    /// a chain only where its NFs run. Default: empty.
+    fn offered(&self) -> &[String] {
+        &[]
+    }
     /// Checks that the NF understands the tenant's policy (decoding only; `init` runs
     /// at admission).
     fn check_policy(&self, t: &TenantConfig) -> Result<(), PlaneError>;
@@ -257,6 +264,10 @@ impl<N: RegisteredNf> Plane for Typed<N> {
 
     fn registered_names(&self) -> &[String] {
         &self.registered
+    }
+
+    fn offered(&self) -> &[String] {
+        self.offered.as_deref().unwrap_or_default()
     }
 
     fn check_policy(&self, t: &TenantConfig) -> Result<(), PlaneError> {

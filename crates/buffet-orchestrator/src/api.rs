@@ -8,7 +8,7 @@
 //! | `PUT /v1/tenants/{id}` | update a placed tenant's document (policy, rules, MAX_NB...; optional `expected_pps`): its server applies it through buffetd's update path; answers once applied (200) or refused (the server's status and reason; the previous document stays); one at a time per tenant (waits while its previous change is applied, then 409) |
 //! | `GET /v1/tenants`, `GET /v1/tenants/{id}` | tenants with their server and state (`live`, `failed`, `pending`, `unplaced`) |
 //! | `DELETE /v1/tenants/{id}` | remove from the cluster (204) |
-//! | `GET /v1/servers` | registered servers with their last load report and headroom |
+//! | `GET /v1/servers` | registered servers with their last load report, headroom and the NFs they offer to chains |
 //! | `GET /v1/leader` | the leader's URL, and whether this one leads |
 //! | `GET /healthz` | liveness (the only route without a token) |
 //!
@@ -20,7 +20,6 @@
 //! [`ApiError`] maps every failure to its status in one place.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +31,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use buffet_config::auth::Principal;
-use buffet_config::tenants::{self, Format};
 use etcd_client::GetOptions;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
@@ -85,7 +83,9 @@ impl From<AdmitError> for ApiError {
             | AdmitError::Changed(_)
             | AdmitError::Busy(..) => StatusCode::CONFLICT,
             AdmitError::Unknown(_) => StatusCode::NOT_FOUND,
-            AdmitError::Place(PlaceError::TooLarge { .. }) => StatusCode::UNPROCESSABLE_ENTITY,
+            AdmitError::Place(PlaceError::TooLarge { .. } | PlaceError::NotOffered { .. }) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             AdmitError::Place(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdmitError::Etcd(_) => StatusCode::BAD_GATEWAY,
         };
@@ -397,11 +397,8 @@ fn parse_doc(body: &[u8], path_id: Option<u32>) -> Result<(u32, Value, Option<f6
             })
             .map(Some)?,
     };
-    let text = json!({ "tenant": [v.clone()] }).to_string();
-    let cfg = tenants::parse(Format::Json, Path::new("request"), &text)
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?
-        .pop()
-        .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "no tenant"))?;
+    let cfg =
+        schema::parse_tenant(&v).map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e))?;
     let size = v.to_string().len();
     if size > schema::MAX_DOC_BYTES {
         return Err(ApiError::new(

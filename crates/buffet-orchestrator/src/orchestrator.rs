@@ -186,6 +186,7 @@ impl View {
                     tenants: n,
                     tenant_slots: l.tenant_slots,
                     refusing: l.overloaded.clone(),
+                    offered: l.offered.clone(),
                 }
             })
             .collect()
@@ -486,7 +487,8 @@ impl Shared {
                 continue;
             }
             let open: Vec<Candidate> = allowed.iter().map(|&i| cands[i].clone()).collect();
-            match placement::choose(&open, rec.expected_pps) {
+            let nfs = rec.nfs();
+            match placement::choose(&open, placement::Need::new(rec.expected_pps, &nfs)) {
                 Ok(j) => {
                     let i = allowed[j];
                     placement::book(&mut cands[i], rec.expected_pps);
@@ -550,7 +552,7 @@ impl Shared {
         let Some(from) = cands.iter().position(|c| c.id == server) else {
             return Ok(());
         };
-        let rates: Vec<(u32, f64)> = view
+        let rates: Vec<(u32, f64, Vec<String>)> = view
             .tenants
             .iter()
             .filter(|(_, (r, _))| r.server.as_deref() == Some(server))
@@ -558,6 +560,7 @@ impl Shared {
                 (
                     *id,
                     load.tenant_pps.get(id).copied().unwrap_or(r.expected_pps),
+                    r.nfs(),
                 )
             })
             .collect();
@@ -721,7 +724,10 @@ impl Shared {
             self.load(&mut view).await.map_err(admit_error)?;
             cands = view.candidates();
         }
-        let i = placement::choose(&cands, expected_pps)?;
+        let nfs = schema::parse_tenant(&doc)
+            .map(|t| schema::chain_nfs(&t))
+            .unwrap_or_default();
+        let i = placement::choose(&cands, placement::Need::new(expected_pps, &nfs))?;
         let server = cands[i].id.clone();
         let rec = TenantRecord {
             doc,

@@ -12,7 +12,10 @@
 //! This module talks to nobody: it names keys and (de)serialises values.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
+use buffet_config::registry::{registrable_name, with_registered_names};
+use buffet_config::tenants::{self, Format, TenantConfig};
 use etcd_client::{Client, GetOptions, GetResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -157,6 +160,11 @@ pub struct ServerLoad {
     /// the same `server_id` is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// The NFs tenants' chains may name on it (its `nf.offered`, as a chain's stages name
+    /// them); empty: it runs one NF for every tenant and takes no chain. `None`: not
+    /// reported (a buffetd from before this field), taken to run any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered: Option<Vec<String>>,
 }
 
 impl ServerLoad {
@@ -205,6 +213,52 @@ pub struct TenantRecord {
     /// is live somewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_by: Vec<String>,
+}
+
+impl TenantRecord {
+    /// The NFs its document's chain names ([`chain_nfs`]); none for a document that does
+    /// not parse (the API writes none such).
+    pub fn nfs(&self) -> Vec<String> {
+        parse_tenant(&self.doc)
+            .map(|t| chain_nfs(&t))
+            .unwrap_or_default()
+    }
+}
+
+/// An admission document (buffetd's tenants-file entry, as JSON), validated by
+/// buffetd's tenants-file code ("request: tenant 5: rules[0].dst_ip: ..."), except that a
+/// chain's stage may name any NF a program could register (`my-nf`): which servers run
+/// it is the placement's question ([`ServerLoad::offered`]), and the server's own check.
+pub fn parse_tenant(doc: &Value) -> Result<TenantConfig, String> {
+    let names: Vec<String> = doc
+        .get("chain")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|stage| stage.get("nf")?.as_str())
+        .filter(|n| registrable_name(n))
+        .map(str::to_owned)
+        .collect();
+    let text = serde_json::json!({ "tenant": [doc] }).to_string();
+    with_registered_names(&names, || {
+        tenants::parse(Format::Json, Path::new("request"), &text)
+    })
+    .map_err(|e| e.to_string())?
+    .pop()
+    .ok_or_else(|| "no tenant".to_owned())
+}
+
+/// The NFs the chain of `t` names, each once, as servers' `nf.offered` names them
+/// (`firewall`, `c:nf.so`, `my-nf`); empty when it names no chain of its own.
+pub fn chain_nfs(t: &TenantConfig) -> Vec<String> {
+    let mut nfs: Vec<String> = Vec::new();
+    for s in &t.chain {
+        let key = s.nf.to_string();
+        if !nfs.contains(&key) {
+            nfs.push(key);
+        }
+    }
+    nfs
 }
 
 /// An admission's outcome.
@@ -267,5 +321,49 @@ mod tests {
         let c = l.capacity_pps().unwrap();
         assert!((c - 4.0 * 1e9 / 1024.0).abs() < 1e-6, "{c}");
         assert_eq!(ServerLoad::default().capacity_pps(), None);
+    }
+
+    #[test]
+    fn a_chain_may_name_any_registrable_nf_and_its_nfs_are_listed_once() {
+        let doc = serde_json::json!({
+            "id": 5,
+            "rules": [ { "dst_ip": "10.0.0.0/24" } ],
+            "chain": [
+                { "nf": "firewall", "policy": { "default": "allow" } },
+                { "nf": "my-nf" },
+                { "nf": "firewall", "policy": { "default": "deny" } },
+            ],
+        });
+        let t = parse_tenant(&doc).unwrap();
+        assert_eq!(t.id.0, 5);
+        assert_eq!(chain_nfs(&t), ["firewall", "my-nf"]);
+        let rec = TenantRecord {
+            doc: doc.clone(),
+            expected_pps: 1.0,
+            server: None,
+            reason: None,
+            previous: None,
+            moved: false,
+            refused_by: Vec::new(),
+        };
+        assert_eq!(rec.nfs(), ["firewall", "my-nf"]);
+        // No chain: no NF of its own.
+        let plain = serde_json::json!({ "id": 6, "rules": [ { "dst_ip": "10.0.1.0/24" } ] });
+        assert!(chain_nfs(&parse_tenant(&plain).unwrap()).is_empty());
+        // A name no program could register is still an unknown NF, named by its field.
+        for bad in ["My NF", "default", ""] {
+            let mut d = doc.clone();
+            d["chain"][1]["nf"] = serde_json::json!(bad);
+            let e = parse_tenant(&d).unwrap_err();
+            assert!(
+                e.contains("chain[1].nf") && e.contains("unknown NF"),
+                "{bad:?}: {e}"
+            );
+        }
+        // The rest of the document is checked as buffetd checks it.
+        let mut d = doc;
+        d["rules"][0]["dst_ip"] = serde_json::json!("10.0.0.0/99");
+        let e = parse_tenant(&d).unwrap_err();
+        assert!(e.starts_with("request: tenant 5: rules[0].dst_ip"), "{e}");
     }
 }
