@@ -831,14 +831,38 @@ fn lock_within<S: Send>(
     entry: &buffet_memory::TenantEntry<S>,
     wait: Duration,
 ) -> Option<buffet_memory::StateGuard<'_, S>> {
+    match lock_state_within(entry, wait) {
+        Locked::State(g) => Some(g),
+        Locked::Held | Locked::Unenterable => None,
+    }
+}
+
+/// What [`lock_state_within`] found.
+enum Locked<'a, S> {
+    /// The state, no worker holding it.
+    State(buffet_memory::StateGuard<'a, S>),
+    /// A worker still held it after the wait.
+    Held,
+    /// Its isolation domain could not be entered (under MPK: its protection key could not
+    /// be loaded).
+    Unenterable,
+}
+
+/// The tenant's state once no worker holds it, waiting at most `wait`.
+fn lock_state_within<S: Send>(
+    entry: &buffet_memory::TenantEntry<S>,
+    wait: Duration,
+) -> Locked<'_, S> {
     let t0 = Instant::now();
     let backoff = Backoff::new();
     loop {
-        if let Some(g) = entry.try_lock_checked() {
-            return g.ok();
+        match entry.try_lock_checked() {
+            Some(Ok(g)) => return Locked::State(g),
+            Some(Err(_)) => return Locked::Unenterable,
+            None => {}
         }
         if t0.elapsed() >= wait {
-            return None;
+            return Locked::Held;
         }
         backoff.snooze();
     }
@@ -974,6 +998,11 @@ struct SlotInfo {
     /// Faults since admission, and when the last one was seen.
     faults: u32,
     last_fault: Option<Instant>,
+    /// The region (its base) of a quarantined tenant's state that a report could not
+    /// enter (under MPK, its protection key could not be loaded): reports leave that
+    /// state alone until the tenant is released or its state replaced. Each try would be
+    /// a key miss, parking another tenant's key, that fails again.
+    unenterable: std::cell::Cell<Option<usize>>,
 }
 
 /// A migrated tenant whose old worker may still hold packets dispatched to it before the
@@ -1016,6 +1045,8 @@ impl Polled {
 /// with [`run`](Self::run), or drive it frame by frame through [`Pipeline`].
 pub struct Dataplane<N: NetworkFunction> {
     cfg: PipelineConfig,
+    /// The key cache of every tenant region under [`Domain::Mpk`].
+    mpk: Option<&'static Mpk>,
     core: Arc<Core<N>>,
     commands: Receiver<Command>,
     events: Sender<WorkerEvent>,
@@ -1082,6 +1113,21 @@ pub fn build_with_sources<N: NetworkFunction>(
     cfg: PipelineConfig,
     sources: Vec<Box<dyn WorkerSource>>,
 ) -> Result<(Control<N>, Dataplane<N>), PipelineError> {
+    let mpk = match cfg.domain {
+        Domain::Mpk => Some(Mpk::get()?),
+        _ => None,
+    };
+    build_on(nf, cfg, sources, mpk)
+}
+
+/// [`build_with_sources`] over the key cache `mpk` (`Some` exactly under
+/// [`Domain::Mpk`]; the tests give a simulated one).
+fn build_on<N: NetworkFunction>(
+    nf: N,
+    cfg: PipelineConfig,
+    sources: Vec<Box<dyn WorkerSource>>,
+    mpk: Option<&'static Mpk>,
+) -> Result<(Control<N>, Dataplane<N>), PipelineError> {
     if !sources.is_empty() && sources.len() != usize::from(cfg.workers) {
         return Err(PipelineError::Config(format!(
             "{} worker sources for {} workers",
@@ -1115,13 +1161,12 @@ pub fn build_with_sources<N: NetworkFunction>(
         )));
     }
     let cap = cfg.tenant_capacity;
-    let table = match cfg.domain {
-        Domain::Mpk => {
-            let mpk = Mpk::get()?;
+    let table = match mpk {
+        Some(mpk) => {
             check_mpk_workers(mpk, cfg.workers)?;
             TenantTable::with_mpk(storage, cap, mpk)
         }
-        _ => TenantTable::new(storage, cap),
+        None => TenantTable::new(storage, cap),
     };
     let shared = Shared::new(Arc::new(nf), Arc::new(table), 1024);
     let core = Arc::new(Core {
@@ -1160,6 +1205,7 @@ pub fn build_with_sources<N: NetworkFunction>(
         completed_since_poll: 0,
         idle: Arc::new(IdleShared::default()),
         waker: Arc::new(Waker::new()),
+        mpk,
         cfg,
     };
     let mut sources = sources.into_iter();
@@ -1286,9 +1332,9 @@ impl<N: NetworkFunction> Dataplane<N> {
         &mut self,
         source: Option<Box<dyn WorkerSource>>,
     ) -> Result<WorkerId, PipelineError> {
-        if self.cfg.domain == Domain::Mpk {
+        if let Some(mpk) = self.mpk {
             let live = self.workers.iter().filter(|w| w.live).count();
-            check_mpk_workers(Mpk::get()?, live as u16 + 1)?;
+            check_mpk_workers(mpk, live as u16 + 1)?;
         }
         let id = self.spawn_worker(source)?;
         self.emit(WorkerEvent::WorkerLaunched { worker: id.0 });
@@ -2060,6 +2106,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                 });
             }
         }
+        self.slots[i].unenterable.set(None);
         self.core.shared.quarantined[i].store(false, Ordering::Release);
         self.emit(WorkerEvent::Released {
             tenant: id,
@@ -2580,15 +2627,26 @@ impl<N: NetworkFunction> Dataplane<N> {
                 // worker) would stop this thread, and with it the supervision that finds
                 // the worker stuck. A state held past REPORT_LOCK_WAIT leaves this
                 // snapshot without the tenant's NF counters. A quarantined tenant's NF
-                // code is not run again: only what its state holds is read.
-                if let Some(state) = lock_within(entry, REPORT_LOCK_WAIT) {
-                    let nf = &self.core.shared.nf;
-                    let summary = if r.quarantined {
-                        nf.quarantined_summary(&state)
-                    } else {
-                        nf.summary(&state)
-                    };
-                    r.nf = summary.into_iter().collect();
+                // code is not run again: only what its state holds is read, and a state
+                // it could not be entered into once is not tried again (see
+                // `SlotInfo::unenterable`).
+                let region = entry.extent().base;
+                if !(r.quarantined && info.unenterable.get() == Some(region)) {
+                    match lock_state_within(entry, REPORT_LOCK_WAIT) {
+                        Locked::State(state) => {
+                            let nf = &self.core.shared.nf;
+                            let summary = if r.quarantined {
+                                nf.quarantined_summary(&state)
+                            } else {
+                                nf.summary(&state)
+                            };
+                            r.nf = summary.into_iter().collect();
+                        }
+                        Locked::Unenterable if r.quarantined => {
+                            info.unenterable.set(Some(region));
+                        }
+                        Locked::Unenterable | Locked::Held => {}
+                    }
                 }
             }
             tenants.push(r);
@@ -3073,5 +3131,128 @@ mod update_tests {
         );
         let names = p.control().core.names.lock().unwrap();
         assert_eq!(names[slot.index()].as_deref(), Some("t9"));
+    }
+}
+
+#[cfg(test)]
+mod unenterable_tests {
+    use buffet_dispatch::Match;
+    use buffet_nfs::monitor::{Monitor, MonitorPolicy};
+    use etherparse::PacketBuilder;
+
+    use super::*;
+
+    fn spec(id: u32) -> TenantSpec<MonitorPolicy> {
+        TenantSpec {
+            id: TenantId(id),
+            name: format!("t{id}"),
+            rules: vec![(
+                100,
+                Match {
+                    dst_ip: Some(format!("10.0.{id}.0/24").parse().unwrap()),
+                    ..Match::default()
+                },
+            )],
+            max_nb: 0,
+            policy: MonitorPolicy::default(),
+        }
+    }
+
+    fn frame(id: u32) -> Vec<u8> {
+        let mut v = Vec::new();
+        PacketBuilder::ethernet2([2; 6], [4; 6])
+            .ipv4([192, 168, 0, 1], [10, 0, id as u8, 1], 64)
+            .udp(1000, 53)
+            .write(&mut v, b"payload")
+            .unwrap();
+        v
+    }
+
+    fn monitored(r: &Report, id: u32) -> Option<u64> {
+        let t = r.tenants.iter().find(|t| t.id == TenantId(id)).unwrap();
+        t.nf.get("monitored_packets").copied()
+    }
+
+    /// Under MPK (simulated keys, no `pku` needed), a tenant whose region can no longer
+    /// be given a protection key is quarantined by its worker; reports then read its
+    /// state once, find it cannot be entered, and leave it alone: no report after that
+    /// takes a key miss for it (each would park a neighbour's key and fail again), and
+    /// the neighbours' NF counters are read as always. Released once its key can be
+    /// loaded again, its state is read as before.
+    #[test]
+    fn reports_do_not_retry_a_quarantined_tenant_whose_key_cannot_be_loaded() {
+        let (mpk, mem) = Mpk::simulated(3);
+        let cfg = PipelineConfig {
+            workers: 1,
+            pin: false,
+            domain: Domain::Mpk,
+            tenant_capacity: 8,
+            ..PipelineConfig::default()
+        };
+        let (control, dataplane) =
+            build_on(Monitor::default(), cfg, Vec::new(), Some(mpk)).unwrap();
+        let mut p = Pipeline {
+            control,
+            dataplane,
+            events: Vec::new(),
+        };
+        // Five tenants on three keys: each admission's `init` took a key, so the last
+        // three hold them and tenant 2's region is parked.
+        for t in 1..=5 {
+            p.admit(spec(t)).unwrap();
+        }
+        let bad = p.slot_of(TenantId(2)).unwrap();
+        let base = p
+            .control()
+            .core
+            .shared
+            .table
+            .get(bad)
+            .entry()
+            .unwrap()
+            .extent()
+            .base;
+        // Every cache key (2, 3, 4) refuses tenant 2's region.
+        for key in 2..=4 {
+            mem.fail_retags(base, key);
+        }
+        for ts in 0..3 {
+            for t in 1..=5 {
+                p.push(ts, 0, &frame(t));
+            }
+        }
+        p.flush();
+        let r = p.report();
+        let two = r.tenants.iter().find(|t| t.id == TenantId(2)).unwrap();
+        assert!(two.quarantined, "{two:?}");
+        assert_eq!(two.drops.get("quarantined"), Some(&3), "{two:?}");
+        assert_eq!(monitored(&r, 2), None);
+        for t in [1, 3, 4, 5] {
+            assert_eq!(monitored(&r, t), Some(3), "tenant {t}");
+        }
+        // That report tried tenant 2's state once more; from now on, none does.
+        let failures = mpk.stats().retag_failures;
+        for _ in 0..5 {
+            let r = p.report();
+            assert_eq!(monitored(&r, 2), None);
+            for t in [1, 3, 4, 5] {
+                assert_eq!(monitored(&r, t), Some(3), "tenant {t}");
+            }
+        }
+        assert_eq!(
+            mpk.stats().retag_failures,
+            failures,
+            "a report tried the quarantined tenant's key again"
+        );
+        // Its key can be loaded again: released, its state is read as before.
+        mem.heal();
+        p.release(TenantId(2)).unwrap();
+        let r = p.report();
+        assert_eq!(monitored(&r, 2), Some(0));
+        for ts in 3..5 {
+            p.push(ts, 0, &frame(2));
+        }
+        p.flush();
+        assert_eq!(monitored(&p.report(), 2), Some(2));
     }
 }
