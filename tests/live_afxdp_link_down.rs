@@ -11,8 +11,13 @@
 //! and the device drops it, and the port counts those as dropped, not sent; once the
 //! carrier is back, the next burst goes out and none of those does.
 //!
-//! The port runs in this test binary re-run inside the namespace (`ip netns exec`) as the
-//! ignored test `link_down_helper`. Without root the test skips with a
+//! An AF_PACKET port without carrier: the kernel would take its sends and drop them; the
+//! port, having looked at the link (the data plane's link look), counts every frame of
+//! the bursts after that as dropped, none as sent, and the first burst after the
+//! carrier's return goes out.
+//!
+//! Each port runs in this test binary re-run inside the namespace (`ip netns exec`) as an
+//! ignored helper test (`link_down_helper`, `no_carrier_helper`). Without root the test skips with a
 //! `SKIP (privilege)` line; under `BUFFET_REQUIRE_PRIVILEGED=1` (or CI) that skip is a
 //! failure.
 
@@ -209,14 +214,111 @@ fn link_down_helper() {
 
 #[test]
 fn af_xdp_port_with_its_link_down_drops_and_counts() {
-    if !privileged("live_afxdp_link_down::af_xdp_port_with_its_link_down_drops_and_counts") {
-        return;
+    let test = "live_afxdp_link_down::af_xdp_port_with_its_link_down_drops_and_counts";
+    if privileged(test) {
+        in_namespace("xd", "link_down_helper");
     }
+}
+
+/// Runs inside the namespace named by the test: the AF_PACKET port on
+/// `BUFFET_XSKDOWN_PORT`, the counting socket on `BUFFET_XSKDOWN_PEER`. Does nothing
+/// when they are unset (the helper run as an ordinary ignored test).
+#[test]
+#[ignore = "helper: run by af_packet_port_without_carrier_counts_drops_not_sends inside a network namespace"]
+fn no_carrier_helper() {
+    let (Ok(va), Ok(vb)) = (
+        std::env::var("BUFFET_XSKDOWN_PORT"),
+        std::env::var("BUFFET_XSKDOWN_PEER"),
+    ) else {
+        return;
+    };
+    let mut cfg = AfPacketConfig::new(&va, 0);
+    // Transmit only, as a `--tx-iface` is: nothing to receive here.
+    cfg.rx = false;
+    let mut port = AfPacketPort::open(cfg).unwrap();
+    let mut peer = AfPacketPort::open(AfPacketConfig::new(&vb, 1)).unwrap();
+    let mut pool = HeapPool::new(64);
+    let mut seen = Vec::new();
+    let collect = |peer: &mut AfPacketPort, pool: &mut HeapPool, seen: &mut Vec<u32>| {
+        let mut rx = Vec::new();
+        for _ in 0..50 {
+            peer.rx_burst(pool, &mut rx, 64).unwrap();
+            for b in rx.drain(..) {
+                if let Some(at) = b.data().windows(MARK.len()).position(|w| w == MARK) {
+                    let at = at + MARK.len();
+                    seen.push(u32::from_be_bytes(b.data()[at..at + 4].try_into().unwrap()));
+                }
+                pool.give(b);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+
+    port.tx_burst(&mut burst(&mut pool, 0..BURST), &mut pool)
+        .unwrap();
+    collect(&mut peer, &mut pool, &mut seen);
+    assert_eq!(seen, (0..BURST).collect::<Vec<_>>(), "sent with carrier");
+    let s = port.stats();
+    assert_eq!((s.tx, s.tx_dropped), (u64::from(BURST), 0), "{s:?}");
+
+    // The peer goes down: the port's end is up without carrier. The data plane's next
+    // link look (`take_error`) finds it; from then on every burst is dropped and counted
+    // as such, none counted as sent (the kernel would take each and drop it).
+    ip(&["link", "set", &vb, "down"]);
+    await_carrier(&va, false);
+    port.take_error().unwrap();
+    for k in 0..3 {
+        let first = 100 + k * BURST;
+        port.tx_burst(&mut burst(&mut pool, first..first + BURST), &mut pool)
+            .unwrap();
+        let s = port.stats();
+        assert_eq!(
+            (s.tx, s.tx_dropped),
+            (u64::from(BURST), u64::from((k + 1) * BURST)),
+            "without carrier, burst {k}: every frame dropped and counted, none sent: {s:?}"
+        );
+    }
+    assert_eq!(pool.available(), 64, "heap frames were given back");
+
+    // The carrier is back: the next burst looks, finds it, and goes out, with no link
+    // look in between.
+    ip(&["link", "set", &vb, "up"]);
+    await_carrier(&va, true);
+    port.tx_burst(&mut burst(&mut pool, 500..500 + BURST), &mut pool)
+        .unwrap();
+    collect(&mut peer, &mut pool, &mut seen);
+    let want: BTreeSet<u32> = (0..BURST).chain(500..500 + BURST).collect();
+    assert_eq!(
+        seen.into_iter().collect::<BTreeSet<u32>>(),
+        want,
+        "carrier again: the new burst goes out"
+    );
+    let s = port.stats();
+    assert_eq!(
+        (s.tx, s.tx_dropped),
+        (u64::from(2 * BURST), u64::from(3 * BURST)),
+        "{s:?}"
+    );
+    println!("LINK-DOWN-OK");
+}
+
+#[test]
+fn af_packet_port_without_carrier_counts_drops_not_sends() {
+    let test = "live_afxdp_link_down::af_packet_port_without_carrier_counts_drops_not_sends";
+    if privileged(test) {
+        in_namespace("pc", "no_carrier_helper");
+    }
+}
+
+/// Creates a network namespace with a veth pair, both ends up, and runs this test
+/// binary's ignored test `helper` inside it, the port's end and the peer's named in
+/// `BUFFET_XSKDOWN_PORT` and `BUFFET_XSKDOWN_PEER`; asserts it passed.
+fn in_namespace(kind: &str, helper: &str) {
     let tag = std::process::id() % 100_000;
     let (ns, va, vb) = (
-        format!("buffet-xd-{tag}"),
-        format!("bxd{tag}a"),
-        format!("bxd{tag}b"),
+        format!("buffet-{kind}-{tag}"),
+        format!("b{kind}{tag}a"),
+        format!("b{kind}{tag}b"),
     );
     ip(&["netns", "add", &ns]);
     struct Ns(String);
@@ -242,7 +344,7 @@ fn af_xdp_port_with_its_link_down_drops_and_counts() {
     let out = Command::new("ip")
         .args(["netns", "exec", &ns])
         .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "link_down_helper", "--ignored", "--nocapture"])
+        .args(["--exact", helper, "--ignored", "--nocapture"])
         .args(["--test-threads", "1"])
         .env("BUFFET_XSKDOWN_PORT", &va)
         .env("BUFFET_XSKDOWN_PEER", &vb)

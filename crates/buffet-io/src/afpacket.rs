@@ -148,6 +148,11 @@ pub struct AfPacketPort {
     /// bound to no protocol, is never told otherwise); [`take_error`](Port::take_error)
     /// reports it once.
     send_refused: bool,
+    /// The last look found the interface up without carrier (its driver says no link):
+    /// its device drops every frame while the send still succeeds, so the port drops
+    /// them itself and counts them as `tx_dropped`, looking again at each transmit burst.
+    /// Looked at when opened and at every link look ([`take_error`](Port::take_error)).
+    no_carrier: bool,
     ring: Option<sys::Ring>,
     /// The block being read, whether we are inside it, frames left and the next offset.
     block: usize,
@@ -284,13 +289,14 @@ impl AfPacketPort {
                     _ => sys_err("setsockopt(PACKET_ADD_MEMBERSHIP, PROMISC)")(source),
                 })?;
         }
-        Ok(AfPacketPort {
+        let mut port = AfPacketPort {
             cfg,
             socket,
             ifindex,
             down: false,
             gone: false,
             send_refused: false,
+            no_carrier: false,
             ring,
             block: 0,
             in_block: false,
@@ -298,7 +304,9 @@ impl AfPacketPort {
             offset: 0,
             stats: PortStats::default(),
             kernel_drops: Cell::new(0),
-        })
+        };
+        port.look_at_carrier();
+        Ok(port)
     }
 
     /// Whether the interface's name still resolves to the index the socket is bound to:
@@ -310,6 +318,21 @@ impl AfPacketPort {
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENODEV | libc::ENXIO)) => Some(false),
             Err(_) => None,
         }
+    }
+
+    /// Looks whether the interface is up and has lost its carrier (`SIOCGIFFLAGS`, then
+    /// `ETHTOOL_GLINK`: the driver's word now; `IFF_RUNNING` follows it only up to a
+    /// second later, and a veth carries frames meanwhile), keeps the answer in
+    /// `no_carrier` and returns it. A driver that cannot say, or a failed look, counts as
+    /// carrier; an interface that is down or gone is not "without carrier": sends to it
+    /// are refused (`ENETDOWN`), which is how a transmit-only socket learns it.
+    fn look_at_carrier(&mut self) -> bool {
+        let up = self
+            .socket
+            .if_flags(&self.cfg.iface)
+            .is_ok_and(|f| f & libc::IFF_UP != 0);
+        self.no_carrier = up && self.socket.link_detected(&self.cfg.iface) == Some(false);
+        self.no_carrier
     }
 
     /// The configuration it was opened with.
@@ -389,6 +412,15 @@ impl Port for AfPacketPort {
         pkts: &mut Vec<PacketBuf>,
         pool: &mut HeapPool,
     ) -> Result<(), PortError> {
+        // Without carrier (since the last look): one look per burst until it is back,
+        // which costs nothing next to the frames it would drop.
+        if self.no_carrier && self.look_at_carrier() {
+            self.stats.tx_dropped += pkts.len() as u64;
+            for buf in pkts.drain(..) {
+                pool.give(buf);
+            }
+            return Ok(());
+        }
         let mut i = 0;
         let mut waited = false;
         while i < pkts.len() {
@@ -450,6 +482,7 @@ impl Port for AfPacketPort {
     /// transmit-only socket is not told; a send it had refused for that reason counts
     /// instead.
     fn take_error(&mut self) -> Result<(), PortError> {
+        self.look_at_carrier();
         let refused = std::mem::take(&mut self.send_refused) && !self.down && !self.gone;
         let lost = match self.socket.take_error() {
             Ok(None) => refused,

@@ -141,6 +141,46 @@ impl Socket {
         Ok(libc::c_int::from(unsafe { req.ifr_ifru.ifru_flags }))
     }
 
+    /// Whether the interface's link is up, as its driver says now (`ETHTOOL_GLINK`: the
+    /// carrier, not the operational state the kernel derives from it up to a second
+    /// later). `None` when the driver cannot say (`EOPNOTSUPP`) or the call failed.
+    pub(crate) fn link_detected(&self, iface: &str) -> Option<bool> {
+        /// `ETHTOOL_GLINK` of linux/ethtool.h.
+        const ETHTOOL_GLINK: u32 = 0x0000_000a;
+        /// `struct ethtool_value` of linux/ethtool.h.
+        #[repr(C)]
+        struct EthtoolValue {
+            cmd: u32,
+            data: u32,
+        }
+        let mut value = EthtoolValue {
+            cmd: ETHTOOL_GLINK,
+            data: 0,
+        };
+        // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        let name = iface.as_bytes();
+        if name.len() >= req.ifr_name.len() {
+            return None;
+        }
+        for (d, s) in req.ifr_name.iter_mut().zip(name) {
+            *d = *s as libc::c_char;
+        }
+        req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+        // SAFETY: SIOCETHTOOL with ETHTOOL_GLINK reads `ifr_name` and the command word at
+        // `ifr_data`, and writes the `ethtool_value` there, which we own and which outlives
+        // the call; the result is checked.
+        check(unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                libc::SIOCETHTOOL as _,
+                &mut req as *mut libc::ifreq,
+            )
+        })
+        .ok()?;
+        Some(value.data != 0)
+    }
+
     /// The error pending on the socket, read and cleared (`SO_ERROR`): `ENETDOWN` once the
     /// bound interface went down or was removed. `None` when nothing is pending.
     pub(crate) fn take_error(&self) -> io::Result<Option<io::Error>> {
