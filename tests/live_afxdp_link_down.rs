@@ -96,15 +96,26 @@ fn settle(
         for b in rx.drain(..) {
             port.recycle(b);
         }
-        peer.rx_burst(pool, &mut rx, 64).unwrap();
-        for b in rx.drain(..) {
-            if let Some(at) = b.data().windows(MARK.len()).position(|w| w == MARK) {
-                let at = at + MARK.len();
-                seen.push(u32::from_be_bytes(b.data()[at..at + 4].try_into().unwrap()));
-            }
-            pool.give(b);
-        }
+        collect_marked(peer, pool, &mut rx, seen);
         std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Receives a burst at `peer` (through `rx`, left empty) and adds the sequence numbers of
+/// the marked frames in it to `seen`.
+fn collect_marked(
+    peer: &mut AfPacketPort,
+    pool: &mut HeapPool,
+    rx: &mut Vec<PacketBuf>,
+    seen: &mut Vec<u32>,
+) {
+    peer.rx_burst(pool, rx, 64).unwrap();
+    for b in rx.drain(..) {
+        if let Some(at) = b.data().windows(MARK.len()).position(|w| w == MARK) {
+            let at = at + MARK.len();
+            seen.push(u32::from_be_bytes(b.data()[at..at + 4].try_into().unwrap()));
+        }
+        pool.give(b);
     }
 }
 
@@ -242,14 +253,7 @@ fn no_carrier_helper() {
     let collect = |peer: &mut AfPacketPort, pool: &mut HeapPool, seen: &mut Vec<u32>| {
         let mut rx = Vec::new();
         for _ in 0..50 {
-            peer.rx_burst(pool, &mut rx, 64).unwrap();
-            for b in rx.drain(..) {
-                if let Some(at) = b.data().windows(MARK.len()).position(|w| w == MARK) {
-                    let at = at + MARK.len();
-                    seen.push(u32::from_be_bytes(b.data()[at..at + 4].try_into().unwrap()));
-                }
-                pool.give(b);
-            }
+            collect_marked(peer, pool, &mut rx, seen);
             std::thread::sleep(Duration::from_millis(2));
         }
     };

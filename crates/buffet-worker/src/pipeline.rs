@@ -3066,7 +3066,8 @@ mod update_tests {
 
     use super::*;
 
-    fn spec(id: u32, net: u8) -> TenantSpec<MonitorPolicy> {
+    /// Monitor tenant `id` on 10.0.`net`.0/24.
+    pub(super) fn spec(id: u32, net: u8) -> TenantSpec<MonitorPolicy> {
         TenantSpec {
             id: TenantId(id),
             name: format!("t{id}"),
@@ -3136,27 +3137,11 @@ mod update_tests {
 
 #[cfg(test)]
 mod unenterable_tests {
-    use buffet_dispatch::Match;
-    use buffet_nfs::monitor::{Monitor, MonitorPolicy};
+    use buffet_nfs::monitor::Monitor;
     use etherparse::PacketBuilder;
 
+    use super::update_tests::spec;
     use super::*;
-
-    fn spec(id: u32) -> TenantSpec<MonitorPolicy> {
-        TenantSpec {
-            id: TenantId(id),
-            name: format!("t{id}"),
-            rules: vec![(
-                100,
-                Match {
-                    dst_ip: Some(format!("10.0.{id}.0/24").parse().unwrap()),
-                    ..Match::default()
-                },
-            )],
-            max_nb: 0,
-            policy: MonitorPolicy::default(),
-        }
-    }
 
     fn frame(id: u32) -> Vec<u8> {
         let mut v = Vec::new();
@@ -3199,7 +3184,7 @@ mod unenterable_tests {
         // Five tenants on three keys: each admission's `init` took a key, so the last
         // three hold them and tenant 2's region is parked.
         for t in 1..=5 {
-            p.admit(spec(t)).unwrap();
+            p.admit(spec(t, t as u8)).unwrap();
         }
         let bad = p.slot_of(TenantId(2)).unwrap();
         let base = p

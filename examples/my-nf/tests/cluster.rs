@@ -15,35 +15,16 @@ use buffet_orchestrator::{Config, Orchestrator, Token};
 use my_nf::MyNf;
 use serde_json::{json, Value};
 
-const ADMIN: &str = "admin-token-for-my-nf-0123456789";
+mod common;
+use common::{config_text, ADMIN};
+
 const ORCH: &str = "orchestrator-token-for-my-nf-0123456789";
 
-fn config_text(dir: &Path, etcd: &str) -> String {
-    std::fs::write(dir.join("admin.token"), format!("{ADMIN}\n")).unwrap();
+/// buffetd in agent mode, server `mine`, on the etcd at `etcd`.
+fn cluster_table(etcd: &str) -> String {
     format!(
-        r#"
-data_dir = "{d}/data"
-[api]
-listen = "127.0.0.1:0"
-admin_token_file = "{d}/admin.token"
-[nf]
-name = "monitor"
-offered = ["firewall", "my-nf"]
-[dataplane]
-workers = 1
-tenant_slots = 8
-arena_mib = 256
-[[port]]
-kind = "generator"
-tenants = 2
-rate_pps = 20000
-[cluster]
-etcd = ["{etcd}"]
-server_id = "mine"
-lease_ttl_s = 6
-report_interval_ms = 200
-"#,
-        d = dir.display()
+        "[cluster]\netcd = [\"{etcd}\"]\nserver_id = \"mine\"\nlease_ttl_s = 6\n\
+         report_interval_ms = 200\n"
     )
 }
 
@@ -83,7 +64,7 @@ fn the_orchestrator_places_a_chain_naming_the_authors_nf_where_it_is_offered() {
     let mut nfs = Registry::new();
     nfs.add::<MyNf>("my-nf");
     let path = Path::new("my-nfd.toml");
-    let text = config_text(dir.path(), &etcd.url());
+    let text = config_text(dir.path(), &cluster_table(&etcd.url()));
     let cfg = DaemonConfig::parse_registered(path, &text, &nfs.registered_names()).unwrap();
     let d = Daemon::start_registered(cfg, path, nfs).unwrap();
     let server = format!("http://{}", d.addr());
@@ -100,6 +81,10 @@ fn the_orchestrator_places_a_chain_naming_the_authors_nf_where_it_is_offered() {
     );
     let o = rt.block_on(Orchestrator::start(cfg)).unwrap();
     let orch = format!("http://{}", o.addr());
+    wait_for("the Orchestrator never led", || {
+        let (s, v) = call(&format!("{orch}/v1/leader"), "GET", ORCH, None);
+        s == 200 && v["is_leader"] == true
+    });
     wait_for("the server never registered offering my-nf", || {
         let (s, v) = call(&format!("{orch}/v1/servers"), "GET", ORCH, None);
         s == 200 && v["servers"][0]["offered"] == json!(["firewall", "my-nf"])

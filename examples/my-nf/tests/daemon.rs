@@ -12,31 +12,8 @@ use buffet_daemon::{Daemon, DaemonConfig};
 use my_nf::MyNf;
 use serde_json::{json, Value};
 
-const ADMIN: &str = "admin-token-for-my-nf-0123456789";
-
-fn config_text(dir: &Path) -> String {
-    std::fs::write(dir.join("admin.token"), format!("{ADMIN}\n")).unwrap();
-    format!(
-        r#"
-data_dir = "{d}/data"
-[api]
-listen = "127.0.0.1:0"
-admin_token_file = "{d}/admin.token"
-[nf]
-name = "monitor"
-offered = ["firewall", "my-nf"]
-[dataplane]
-workers = 1
-tenant_slots = 8
-arena_mib = 256
-[[port]]
-kind = "generator"
-tenants = 2
-rate_pps = 20000
-"#,
-        d = dir.display()
-    )
-}
+mod common;
+use common::{config_text, ADMIN};
 
 fn admin(d: &Daemon, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
     let timeout = Duration::from_secs(20);
@@ -65,7 +42,7 @@ fn an_embedded_daemon_runs_the_authors_nf_as_a_named_chain_stage() {
     let mut nfs = Registry::new();
     nfs.add::<MyNf>("my-nf").add::<MyNf>("my-other-nf");
     assert!(nfs.errors().is_empty(), "{:?}", nfs.errors());
-    let text = config_text(dir.path());
+    let text = config_text(dir.path(), "");
     let path = Path::new("my-nfd.toml");
     // Read without the program's names, `nf.offered` names an unknown NF.
     let e = DaemonConfig::parse(path, &text).unwrap_err().to_string();
