@@ -1830,14 +1830,9 @@ fn a_chain_is_placed_only_on_a_server_that_offers_its_nfs() {
         })
     };
     let tenants = format!("{}/v1/tenants", o.url);
-    // A tenant naming no chain: the most headroom.
-    let (s, v) = call("POST", &tenants, Some(&tenant(1)));
-    assert_eq!((s, &v["server"]), (201, &json!("plain")), "{v}");
-    // A chain: only `chains` runs it.
-    let (s, v) = call("POST", &tenants, Some(&chained(2, "monitor")));
-    assert_eq!((s, &v["server"]), (201, &json!("chains")), "{v}");
-    assert!(served(&chains).contains_key(&2));
     // An NF no server offers: 422 naming it and what each server offers; nothing kept.
+    // (Before refusing, the leader reads the servers from etcd: its view has both from
+    // here on, whatever its watch had delivered.)
     let (s, v) = call("POST", &tenants, Some(&chained(3, "my-nf")));
     assert_eq!(s, 422, "{v}");
     assert_eq!(
@@ -1846,6 +1841,13 @@ fn a_chain_is_placed_only_on_a_server_that_offers_its_nfs() {
          plain: one NF for every tenant, no chains)",
         "{v}"
     );
+    // A tenant naming no chain: the most headroom.
+    let (s, v) = call("POST", &tenants, Some(&tenant(1)));
+    assert_eq!((s, &v["server"]), (201, &json!("plain")), "{v}");
+    // A chain: only `chains` runs it.
+    let (s, v) = call("POST", &tenants, Some(&chained(2, "monitor")));
+    assert_eq!((s, &v["server"]), (201, &json!("chains")), "{v}");
+    assert!(served(&chains).contains_key(&2));
     // A name no program could register: the document's own error.
     let (s, v) = call("POST", &tenants, Some(&chained(3, "My NF")));
     assert_eq!(s, 422, "{v}");

@@ -717,17 +717,22 @@ impl Shared {
         if let Some(r) = &view.refusing {
             return Err(AdmitError::Refusing(r.clone()));
         }
-        let mut cands = view.candidates();
-        if cands.is_empty() {
-            // A server that registered a moment ago may not have reached the view through
-            // the watch yet: read etcd itself before answering that there is none.
-            self.load(&mut view).await.map_err(admit_error)?;
-            cands = view.candidates();
-        }
         let nfs = schema::parse_tenant(&doc)
             .map(|t| schema::chain_nfs(&t))
             .unwrap_or_default();
-        let i = placement::choose(&cands, placement::Need::new(expected_pps, &nfs))?;
+        let need = placement::Need::new(expected_pps, &nfs);
+        let mut cands = view.candidates();
+        let i = match placement::choose(&cands, need) {
+            Ok(i) => i,
+            Err(_) => {
+                // A server that registered a moment ago (one with room, or the only one
+                // offering the chain's NFs) may not have reached the view through the
+                // watch yet: read etcd itself before refusing.
+                self.load(&mut view).await.map_err(admit_error)?;
+                cands = view.candidates();
+                placement::choose(&cands, need)?
+            }
+        };
         let server = cands[i].id.clone();
         let rec = TenantRecord {
             doc,
