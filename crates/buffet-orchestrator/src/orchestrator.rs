@@ -717,9 +717,7 @@ impl Shared {
         if let Some(r) = &view.refusing {
             return Err(AdmitError::Refusing(r.clone()));
         }
-        let nfs = schema::parse_tenant(&doc)
-            .map(|t| schema::chain_nfs(&t))
-            .unwrap_or_default();
+        let nfs = schema::doc_nfs(&doc);
         let need = placement::Need::new(expected_pps, &nfs);
         let mut cands = view.candidates();
         let i = match placement::choose(&cands, need) {

@@ -219,10 +219,14 @@ impl TenantRecord {
     /// The NFs its document's chain names ([`chain_nfs`]); none for a document that does
     /// not parse (the API writes none such).
     pub fn nfs(&self) -> Vec<String> {
-        parse_tenant(&self.doc)
-            .map(|t| chain_nfs(&t))
-            .unwrap_or_default()
+        doc_nfs(&self.doc)
     }
+}
+
+/// The NFs an admission document's chain names ([`chain_nfs`]); none for a document
+/// that does not parse.
+pub fn doc_nfs(doc: &Value) -> Vec<String> {
+    parse_tenant(doc).map(|t| chain_nfs(&t)).unwrap_or_default()
 }
 
 /// An admission document (buffetd's tenants-file entry, as JSON), validated by

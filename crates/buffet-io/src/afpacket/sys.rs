@@ -119,15 +119,7 @@ impl Socket {
 
     /// The interface's `IFF_*` flags (`SIOCGIFFLAGS`).
     pub(crate) fn if_flags(&self, iface: &str) -> io::Result<libc::c_int> {
-        // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
-        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-        let name = iface.as_bytes();
-        if name.len() >= req.ifr_name.len() {
-            return Err(io::Error::from_raw_os_error(libc::ENODEV));
-        }
-        for (d, s) in req.ifr_name.iter_mut().zip(name) {
-            *d = *s as libc::c_char;
-        }
+        let mut req = named_ifreq(iface)?;
         // SAFETY: SIOCGIFFLAGS reads `ifr_name` and writes `ifr_flags` of the `ifreq` we
         // own; the result is checked.
         check(unsafe {
@@ -157,15 +149,7 @@ impl Socket {
             cmd: ETHTOOL_GLINK,
             data: 0,
         };
-        // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
-        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-        let name = iface.as_bytes();
-        if name.len() >= req.ifr_name.len() {
-            return None;
-        }
-        for (d, s) in req.ifr_name.iter_mut().zip(name) {
-            *d = *s as libc::c_char;
-        }
+        let mut req = named_ifreq(iface).ok()?;
         req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
         // SAFETY: SIOCETHTOOL with ETHTOOL_GLINK reads `ifr_name` and the command word at
         // `ifr_data`, and writes the `ethtool_value` there, which we own and which outlives
@@ -470,4 +454,19 @@ pub(crate) fn stop_on_signals() -> io::Result<&'static AtomicBool> {
         check(unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) })?;
     }
     Ok(&STOP)
+}
+
+/// An all-zero `ifreq` naming `iface` (`ENODEV` when the name does not fit), for the
+/// interface ioctls.
+fn named_ifreq(iface: &str) -> io::Result<libc::ifreq> {
+    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = iface.as_bytes();
+    if name.len() >= req.ifr_name.len() {
+        return Err(io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(name) {
+        *d = *s as libc::c_char;
+    }
+    Ok(req)
 }
