@@ -1806,7 +1806,7 @@ fn a_chain_is_placed_only_on_a_server_that_offers_its_nfs() {
              arena_mib = 256\ntenant_slots = 16\n"
         )
     };
-    let _plain = spawn_agent(dir.path(), "plain", &dataplane(1_000_000), &url);
+    let plain = spawn_agent(dir.path(), "plain", &dataplane(1_000_000), &url);
     let chains_cfg = format!("offered = [\"firewall\", \"monitor\"]\n{}", dataplane(1000));
     let mut chains = spawn_agent(dir.path(), "chains", &chains_cfg, &url);
     let o = orchestrator(dir.path(), "orch", &url);
@@ -1855,32 +1855,103 @@ fn a_chain_is_placed_only_on_a_server_that_offers_its_nfs() {
     assert!(e.contains("chain[1].nf") && e.contains("unknown NF"), "{v}");
     assert_eq!(listed(&o).keys().copied().collect::<Vec<_>>(), [1, 2]);
 
-    // `chains` dies: tenant 2 is not re-placed on `plain`, which would refuse it.
-    chains.kill();
-    let tenant2 = format!("{tenants}/2");
-    wait_for(
-        Duration::from_secs(30),
-        "tenant 2 not left unplaced",
-        || {
-            let (s, v) = call("GET", &tenant2, None);
-            s == 200 && v["state"] == "unplaced"
-        },
-    );
-    let (_, v) = call("GET", &tenant2, None);
-    assert_eq!(
-        v["reason"],
-        "chain: no server offers the NF \"firewall\" (plain: one NF for every tenant, no \
-         chains)",
+    // Updates of tenant 1 (on `plain`) to a chain: `plain` runs none, so the update moves
+    // it to `chains`. First one that `chains` refuses (its rules overlap tenant 2's
+    // there): the tenant goes back to `plain` with the document it ran there.
+    let tenant1 = format!("{tenants}/1");
+    let mut clash = chained(1, "monitor");
+    clash["rules"] = json!([ { "dst_ip": "10.2.2.0/24" } ]);
+    let (s, v) = call("PUT", &tenant1, Some(&clash));
+    assert_eq!(s, 409, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.starts_with(
+            "the update of tenant 1 was refused by chains (it moved there because plain does \
+             not offer its new chain's NFs): "
+        ) && e.ends_with("; it goes back to plain with its previous document"),
         "{v}"
     );
-    assert!(v["server"].is_null(), "{v}");
+    wait_for(
+        Duration::from_secs(30),
+        "tenant 1 not back on plain",
+        || {
+            let (s, v) = call("GET", &tenant1, None);
+            s == 200 && v["state"] == "live" && v["server"] == "plain"
+        },
+    );
+    let (_, v) = call("GET", &tenant1, None);
+    assert_eq!(v["doc"]["rules"], tenant(1)["rules"], "{v}");
+    assert!(v["doc"].get("chain").is_none(), "{v}");
+    wait_for(
+        Duration::from_secs(10),
+        "tenant 1 not served by plain",
+        || served(&plain).contains_key(&1) && !served(&chains).contains_key(&1),
+    );
+    // Then one that `chains` takes: moved, answered with where from.
+    let (s, v) = call("PUT", &tenant1, Some(&chained(1, "monitor")));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        (&v["server"], &v["moved_from"], &v["state"]),
+        (&json!("chains"), &json!("plain"), &json!("live")),
+        "{v}"
+    );
+    wait_for(Duration::from_secs(10), "tenant 1 not moved", || {
+        served(&chains).contains_key(&1) && !served(&plain).contains_key(&1)
+    });
+    // A chain no server runs: refused before anything is written; it stays as it is.
+    let (s, v) = call("PUT", &tenant1, Some(&chained(1, "my-nf")));
+    assert_eq!(s, 422, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("chain: no server offers the NF \"my-nf\""),
+        "{v}"
+    );
+    let (_, v) = call("GET", &tenant1, None);
+    assert_eq!(
+        (&v["server"], &v["state"]),
+        (&json!("chains"), &json!("live")),
+        "{v}"
+    );
+    assert_eq!(v["doc"]["chain"][1]["nf"], "monitor", "{v}");
+
+    // `chains` dies: its tenants are not re-placed on `plain`, which would refuse them.
+    chains.kill();
+    for id in [1, 2] {
+        let url = format!("{tenants}/{id}");
+        wait_for(
+            Duration::from_secs(30),
+            &format!("tenant {id} not left unplaced"),
+            || {
+                let (s, v) = call("GET", &url, None);
+                s == 200 && v["state"] == "unplaced"
+            },
+        );
+        let (_, v) = call("GET", &url, None);
+        assert_eq!(
+            v["reason"],
+            "chain: no server offers the NF \"firewall\" (plain: one NF for every tenant, \
+             no chains)",
+            "{v}"
+        );
+        assert!(v["server"].is_null(), "{v}");
+    }
     // It comes back: placed on it again, and served.
     let chains = spawn_agent(dir.path(), "chains", &chains_cfg, &url);
-    wait_for(Duration::from_secs(30), "tenant 2 not live again", || {
-        let (s, v) = call("GET", &tenant2, None);
-        s == 200 && v["state"] == "live" && v["server"] == "chains"
-    });
-    wait_for(Duration::from_secs(10), "tenant 2 not served", || {
-        served(&chains).contains_key(&2)
+    for id in [1, 2] {
+        let url = format!("{tenants}/{id}");
+        wait_for(
+            Duration::from_secs(30),
+            &format!("tenant {id} not live again"),
+            || {
+                let (s, v) = call("GET", &url, None);
+                s == 200 && v["state"] == "live" && v["server"] == "chains"
+            },
+        );
+    }
+    wait_for(Duration::from_secs(10), "tenants not served", || {
+        let on = served(&chains);
+        on.contains_key(&1) && on.contains_key(&2)
     });
 }

@@ -5,7 +5,7 @@
 //! | method and path | what |
 //! |---|---|
 //! | `POST /v1/tenants` | admit: buffetd's admission document plus optional `expected_pps`; answers once the tenant is live (201) or failed (the server's status and reason), 504 after `--admit-timeout` |
-//! | `PUT /v1/tenants/{id}` | update a placed tenant's document (policy, rules, MAX_NB...; optional `expected_pps`): its server applies it through buffetd's update path; answers once applied (200) or refused (the server's status and reason; the previous document stays); one at a time per tenant (waits while its previous change is applied, then 409) |
+//! | `PUT /v1/tenants/{id}` | update a placed tenant's document (policy, rules, MAX_NB...; optional `expected_pps`): its server applies it through buffetd's update path (a chain naming an NF that server does not offer moves it to one that does); answers once applied (200) or refused (the server's status and reason; the previous document stays); one at a time per tenant (waits while its previous change is applied, then 409) |
 //! | `GET /v1/tenants`, `GET /v1/tenants/{id}` | tenants with their server and state (`live`, `failed`, `pending`, `unplaced`) |
 //! | `DELETE /v1/tenants/{id}` | remove from the cluster (204) |
 //! | `GET /v1/servers` | registered servers with their last load report, headroom and the NFs they offer to chains |
@@ -437,7 +437,7 @@ async fn update(
     // refusal puts back the document the server last ran.
     let deadline = tokio::time::Instant::now() + s.cfg.admit_timeout;
     let mut statuses = s.statuses.subscribe();
-    let (server, rev) = loop {
+    let up = loop {
         match s.update(id, doc.clone(), pps).await {
             Ok(x) => break x,
             Err(AdmitError::Busy(..)) if tokio::time::Instant::now() < deadline => {
@@ -459,14 +459,20 @@ async fn update(
             Err(e) => return Err(e.into()),
         }
     };
-    answer(&s, id, &server, rev, Written::Update, t0).await
+    let written = match up.moved_from {
+        Some(from) => Written::Move(from),
+        None => Written::Update,
+    };
+    answer(&s, id, &up.server, up.rev, written, t0).await
 }
 
 /// What an admission or update handler wrote to etcd, for its answer's wording.
-#[derive(Clone, Copy)]
 enum Written {
     Admission,
     Update,
+    /// An update that moved the tenant off this server (which does not offer its new
+    /// chain's NFs).
+    Move(String),
 }
 
 /// Waits until the placed Agent has applied what was written at `rev` for tenant `id`
@@ -494,6 +500,10 @@ async fn answer(
                     "the update of tenant {id} is written for {server} but not applied after \
                      {timeout:?} (GET /v1/tenants/{id} shows when it is)"
                 ),
+                Written::Move(from) => format!(
+                    "the update of tenant {id} moves it from {from} to {server}, which has not \
+                     applied it after {timeout:?} (GET /v1/tenants/{id} shows when it has)"
+                ),
             },
         ));
     };
@@ -509,7 +519,15 @@ async fn answer(
             Json(json!({ "id": id, "server": server, "state": "live", "update_ms": ms })),
         )
             .into_response()),
-        (Outcome::Failed, _) => {
+        (Outcome::Live, Written::Move(from)) => Ok((
+            StatusCode::OK,
+            Json(json!({
+                "id": id, "server": server, "moved_from": from, "state": "live",
+                "update_ms": ms,
+            })),
+        )
+            .into_response()),
+        (Outcome::Failed, written) => {
             s.forget_failed(id, &st).await;
             let reason = st.reason.as_deref().unwrap_or("no reason given");
             Err(ApiError::new(
@@ -519,6 +537,11 @@ async fn answer(
                     Written::Update => format!(
                         "the update of tenant {id} was refused by {server}: {reason}; it keeps \
                          its previous document"
+                    ),
+                    Written::Move(from) => format!(
+                        "the update of tenant {id} was refused by {server} (it moved there \
+                         because {from} does not offer its new chain's NFs): {reason}; it goes \
+                         back to {from} with its previous document"
                     ),
                 },
             ))

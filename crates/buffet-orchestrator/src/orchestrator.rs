@@ -477,7 +477,7 @@ impl Shared {
                 unplaced += 1;
                 if rec.server.is_some() {
                     new.server = None;
-                    new.previous = None;
+                    new.forget_update();
                     new.reason = Some(format!(
                         "every server refused it ({})",
                         rec.refused_by.join(", ")
@@ -494,7 +494,7 @@ impl Shared {
                     placement::book(&mut cands[i], rec.expected_pps);
                     new.server = Some(cands[i].id.clone());
                     new.reason = None;
-                    new.previous = None;
+                    new.forget_update();
                 }
                 Err(e) => {
                     unplaced += 1;
@@ -504,7 +504,7 @@ impl Shared {
                     } else {
                         format!("{e} (refused by {})", rec.refused_by.join(", "))
                     });
-                    new.previous = None;
+                    new.forget_update();
                     if rec.server.is_none() && rec.reason == new.reason {
                         continue;
                     }
@@ -572,7 +572,7 @@ impl Shared {
                     .map(|(id, target)| {
                         let mut r = view.tenants[id].0.clone();
                         r.server = Some(cands[*target].id.clone());
-                        r.previous = None;
+                        r.forget_update();
                         r.moved = true;
                         (*id, r)
                     })
@@ -614,10 +614,31 @@ impl Shared {
             return Ok(());
         }
         let why = st.reason.as_deref().unwrap_or("no reason given");
+        if let (Some(from), Some(prev)) = (rec.moved_from.clone(), rec.previous.clone()) {
+            // An update that moved it (its old server does not offer its new chain's
+            // NFs) was refused: back to that server with the document it ran there. If
+            // that one is gone meanwhile, the next tick re-places it as any orphan.
+            let back = TenantRecord {
+                doc: prev,
+                server: Some(from.clone()),
+                reason: None,
+                previous: None,
+                moved_from: None,
+                moved: true,
+                ..rec
+            };
+            self.apply_moves(view, vec![(id, back)]).await?;
+            eprintln!(
+                "buffet-orchestrator: update of tenant {id} refused by {}: {why}; back on {from} \
+                 with its previous document",
+                st.server
+            );
+            return Ok(());
+        }
         if rec.moved {
             let mut new = rec;
             new.server = None;
-            new.previous = None;
+            new.forget_update();
             new.reason = Some(format!("refused by {}: {why}", st.server));
             // A refusal that lasts (409: its rules overlap a tenant there; 422: the
             // server finds the document invalid) keeps the server out until the tenant
@@ -669,7 +690,7 @@ impl Shared {
         // Only for the placement the record still answers: an update written since then
         // (the record's revision moved) must find the record as it wrote it, to put the
         // previous document back if the server refuses it.
-        if rec.refused_by.is_empty()
+        if (rec.refused_by.is_empty() && rec.moved_from.is_none())
             || rec.server.as_deref() != Some(st.server.as_str())
             || rev != st.placement_rev
         {
@@ -677,6 +698,8 @@ impl Shared {
         }
         let mut new = rec;
         new.refused_by.clear();
+        // A move by an update is decided: nothing goes back.
+        new.moved_from = None;
         self.apply_moves(view, vec![(id, new)]).await.map(|_| ())
     }
 
@@ -738,6 +761,7 @@ impl Shared {
             server: Some(server.clone()),
             reason: None,
             previous: None,
+            moved_from: None,
             moved: false,
             refused_by: Vec::new(),
         };
@@ -861,6 +885,7 @@ impl Shared {
         let back = TenantRecord {
             doc: prev,
             previous: None,
+            moved_from: None,
             ..rec
         };
         // Only over the refused placement: a revert never replaces a newer one.
@@ -884,14 +909,15 @@ impl Shared {
 
     /// Update (the leader's part): replaces a placed tenant's document (and expected rate,
     /// when given) in its record and its placement, in one transaction; the server's
-    /// Agent applies it through buffetd's update path. Returns the server and the
-    /// placement's revision to wait for.
+    /// Agent applies it through buffetd's update path. A document whose chain names an
+    /// NF its server does not offer moves the tenant to a server that offers them all
+    /// ([`Self::move_for`]). Returns the server and the placement's revision to wait for.
     pub(crate) async fn update(
         &self,
         id: u32,
         doc: Value,
         expected_pps: Option<f64>,
-    ) -> Result<(String, i64), AdmitError> {
+    ) -> Result<Updated, AdmitError> {
         let mut view = self.view.lock().await;
         if !self.is_leader() {
             return Err(AdmitError::NotLeader);
@@ -912,7 +938,11 @@ impl Shared {
             // Nothing to write: answered by the status of the placement as it is, whose
             // revision may be older than the record's.
             let placed = self.placement_rev(&server, id).await.map_err(admit_error)?;
-            return Ok((server, placed.unwrap_or(rev)));
+            return Ok(Updated {
+                server,
+                rev: placed.unwrap_or(rev),
+                moved_from: None,
+            });
         }
         // The document to put back if the server refuses this one is the one it runs:
         // the record's only once the server answered its placement live. Before that
@@ -922,8 +952,55 @@ impl Shared {
         let Some(placed) = applied else {
             return Err(AdmitError::Busy(id, server));
         };
+        let written = |e| match e {
+            LeadError::Conflict => AdmitError::Changed(id),
+            LeadError::NotLeader => AdmitError::NotLeader,
+            LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
+        };
+        if let Some(to) = self
+            .move_for(&mut view, &server, &doc, expected_pps)
+            .await?
+        {
+            // Moved whole: its placement leaves `server` (whose Agent removes it) for
+            // `to` (whose Agent admits it with the new document, from a fresh state), in
+            // one transaction, only if neither record nor placement changed meanwhile.
+            let new = TenantRecord {
+                previous: Some(rec.doc.clone()),
+                moved_from: Some(server.clone()),
+                doc,
+                expected_pps,
+                server: Some(to.clone()),
+                reason: None,
+                ..rec
+            };
+            let mut compares = vec![Compare::mod_revision(
+                schema::tenant_key(id),
+                CompareOp::Equal,
+                rev,
+            )];
+            compares.push(Compare::mod_revision(
+                schema::placement_key(&server, id),
+                CompareOp::Equal,
+                placed,
+            ));
+            let new_rev = self
+                .commit(compares, Self::move_ops(id, Some(&server), &new))
+                .await
+                .map_err(written)?;
+            eprintln!(
+                "buffet-orchestrator: update of tenant {id} moves it from {server} to {to}: \
+                 {server} does not offer its new chain's NFs"
+            );
+            view.tenants.insert(id, (new, new_rev));
+            return Ok(Updated {
+                server: to,
+                rev: new_rev,
+                moved_from: Some(server),
+            });
+        }
         let new = TenantRecord {
             previous: Some(rec.doc.clone()),
+            moved_from: None,
             doc,
             expected_pps,
             ..rec
@@ -931,13 +1008,47 @@ impl Shared {
         let new_rev = self
             .put_document(id, (rev, placed), &server, &new)
             .await
-            .map_err(|e| match e {
-                LeadError::Conflict => AdmitError::Changed(id),
-                LeadError::NotLeader => AdmitError::NotLeader,
-                LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
-            })?;
+            .map_err(written)?;
         view.tenants.insert(id, (new, new_rev));
-        Ok((server, new_rev))
+        Ok(Updated {
+            server,
+            rev: new_rev,
+            moved_from: None,
+        })
+    }
+
+    /// Where an update of a tenant on `server` to `doc` must move it: `None` while
+    /// `server` offers every NF of the document's chain (or is not in the view: gone,
+    /// its tenants re-placed as orphans), else the server that fits it best among those
+    /// that offer them. Refused as an admission would be when none does, or none has
+    /// room (after reading the servers from etcd once, as an admission does).
+    async fn move_for(
+        &self,
+        view: &mut View,
+        server: &str,
+        doc: &Value,
+        expected_pps: f64,
+    ) -> Result<Option<String>, AdmitError> {
+        let nfs = schema::doc_nfs(doc);
+        let lacking = |view: &View| {
+            view.candidates()
+                .iter()
+                .any(|c| c.id == server && !c.offers(&nfs))
+        };
+        if !lacking(view) {
+            return Ok(None);
+        }
+        let need = placement::Need::new(expected_pps, &nfs);
+        let mut cands = view.candidates();
+        if placement::choose(&cands, need).is_err() {
+            self.load(view).await.map_err(admit_error)?;
+            if !lacking(view) {
+                return Ok(None);
+            }
+            cands = view.candidates();
+        }
+        let i = placement::choose(&cands, need)?;
+        Ok(Some(cands[i].id.clone()))
     }
 
     /// The revision of tenant `id`'s placement on `server` once its Agent answered it
@@ -1018,6 +1129,17 @@ fn admit_error(e: LeadError) -> AdmitError {
         LeadError::Etcd(e) => AdmitError::Etcd(lease::describe(&e)),
         e => AdmitError::Etcd(e.to_string()),
     }
+}
+
+/// Where an update was written ([`Shared::update`]).
+#[derive(Debug)]
+pub(crate) struct Updated {
+    /// The server that applies it.
+    pub(crate) server: String,
+    /// The placement's revision its status answers.
+    pub(crate) rev: i64,
+    /// The server it left, when the update moved it.
+    pub(crate) moved_from: Option<String>,
 }
 
 /// Why an admission was not placed.

@@ -204,6 +204,11 @@ pub struct TenantRecord {
     /// if the server refuses the update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<Value>,
+    /// While an update that moved it is being applied: the server it ran `previous` on.
+    /// Its chain named an NF that server does not offer, so the update placed it on one
+    /// that does; a refusal there puts it back here with `previous`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
     /// Placed before its current placement (re-placed off a server that went away, or
     /// moved off an overloaded one): its admission was answered long ago, so a server
     /// refusing it leaves it unplaced, with the reason, instead of removing it.
@@ -220,6 +225,13 @@ impl TenantRecord {
     /// not parse (the API writes none such).
     pub fn nfs(&self) -> Vec<String> {
         doc_nfs(&self.doc)
+    }
+
+    /// Forgets an update being applied (the document to put back, and the server to put
+    /// it back on): the tenant is placed anew, or its update was decided.
+    pub fn forget_update(&mut self) {
+        self.previous = None;
+        self.moved_from = None;
     }
 }
 
@@ -347,6 +359,7 @@ mod tests {
             server: None,
             reason: None,
             previous: None,
+            moved_from: None,
             moved: false,
             refused_by: Vec::new(),
         };
