@@ -27,14 +27,7 @@ const ORCH: &str = "cluster-test-orchestrator-token-42";
 const READER: &str = "cluster-test-reader-token-0042";
 
 fn etcd_or_skip(test: &str) -> Option<LocalEtcd> {
-    match LocalEtcd::start() {
-        Ok(e) => Some(e),
-        Err(e @ LocalEtcdError::Missing { .. }) => {
-            buffet_testkit::gate::skip_privileged(test, e);
-            None
-        }
-        Err(e) => panic!("{test}: {e}"),
-    }
+    buffet_testkit::gate::started_or_skip(test, LocalEtcd::start(), LocalEtcdError::is_missing)
 }
 
 /// A child process, killed on drop.

@@ -947,14 +947,14 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_status_etcd_did_not_take_is_written_once_etcd_is_back() {
         let test = "a_status_etcd_did_not_take_is_written_once_etcd_is_back";
-        let etcd = match LocalEtcd::start() {
-            Ok(e) => Arc::new(Mutex::new(e)),
-            Err(e @ LocalEtcdError::Missing { .. }) => {
-                buffet_testkit::gate::skip_privileged(test, e);
-                return;
-            }
-            Err(e) => panic!("{test}: {e}"),
+        let Some(etcd) = buffet_testkit::gate::started_or_skip(
+            test,
+            LocalEtcd::start(),
+            LocalEtcdError::is_missing,
+        ) else {
+            return;
         };
+        let etcd = Arc::new(Mutex::new(etcd));
         let url = etcd.lock().unwrap().url();
         let dir = tempfile::tempdir().unwrap();
         // A real data plane (the firewall NF, no port) for the Agent's load reports.

@@ -218,13 +218,12 @@ mod tests {
     #[tokio::test]
     async fn a_lease_never_kept_alive_is_lost_three_quarters_of_its_ttl_after_the_grant() {
         let test = "a_lease_never_kept_alive_is_lost_three_quarters_of_its_ttl_after_the_grant";
-        let mut etcd = match crate::local_etcd::LocalEtcd::start() {
-            Ok(e) => e,
-            Err(e @ crate::local_etcd::LocalEtcdError::Missing { .. }) => {
-                buffet_testkit::gate::skip_privileged(test, e);
-                return;
-            }
-            Err(e) => panic!("{test}: {e}"),
+        let Some(mut etcd) = buffet_testkit::gate::started_or_skip(
+            test,
+            crate::local_etcd::LocalEtcd::start(),
+            crate::local_etcd::LocalEtcdError::is_missing,
+        ) else {
+            return;
         };
         let mut client = connect(&[etcd.url()], Duration::from_secs(3))
             .await
@@ -256,13 +255,12 @@ mod tests {
     #[tokio::test]
     async fn a_holder_that_comes_late_tries_a_keep_alive_before_giving_the_lease_up() {
         let test = "a_holder_that_comes_late_tries_a_keep_alive_before_giving_the_lease_up";
-        let mut etcd = match crate::local_etcd::LocalEtcd::start() {
-            Ok(e) => e,
-            Err(e @ crate::local_etcd::LocalEtcdError::Missing { .. }) => {
-                buffet_testkit::gate::skip_privileged(test, e);
-                return;
-            }
-            Err(e) => panic!("{test}: {e}"),
+        let Some(mut etcd) = buffet_testkit::gate::started_or_skip(
+            test,
+            crate::local_etcd::LocalEtcd::start(),
+            crate::local_etcd::LocalEtcdError::is_missing,
+        ) else {
+            return;
         };
         let mut client = connect(&[etcd.url()], Duration::from_secs(3))
             .await

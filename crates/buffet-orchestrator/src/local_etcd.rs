@@ -22,6 +22,13 @@ pub enum LocalEtcdError {
     Start(String),
 }
 
+impl LocalEtcdError {
+    /// Whether etcd is not installed (a test skips), rather than failed to start.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, LocalEtcdError::Missing { .. })
+    }
+}
+
 /// A running (or stopped) local etcd.
 pub struct LocalEtcd {
     child: Option<Child>,

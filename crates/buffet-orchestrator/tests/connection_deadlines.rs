@@ -37,13 +37,10 @@ fn connect(addr: SocketAddr, head: &str) -> TcpStream {
 #[test]
 fn held_heads_and_bodies_are_cut_off_at_their_deadline_while_others_are_served() {
     let test = "held_heads_and_bodies_are_cut_off_at_their_deadline_while_others_are_served";
-    let etcd = match LocalEtcd::start() {
-        Ok(e) => e,
-        Err(e @ LocalEtcdError::Missing { .. }) => {
-            buffet_testkit::gate::skip_privileged(test, e);
-            return;
-        }
-        Err(e) => panic!("{test}: {e}"),
+    let Some(etcd) =
+        buffet_testkit::gate::started_or_skip(test, LocalEtcd::start(), LocalEtcdError::is_missing)
+    else {
+        return;
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -66,6 +66,24 @@ pub fn skip_privileged(test: &str, why: impl Display) -> bool {
     false
 }
 
+/// What `started` holds, or, when it failed because a tool is not installed
+/// (`missing`), a privilege skip of `test` ([`skip_privileged`]) and `None`. Any other
+/// failure panics: the tool is there and did not work.
+pub fn started_or_skip<T, E: Display>(
+    test: &str,
+    started: Result<T, E>,
+    missing: impl FnOnce(&E) -> bool,
+) -> Option<T> {
+    match started {
+        Ok(t) => Some(t),
+        Err(e) if missing(&e) => {
+            skip_privileged(test, e);
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
 /// A hardware skip of `test` (this CPU has no `pku`): prints the skip line and returns
 /// `false`, or panics when [`pku_required`].
 fn skip_no_pku(test: &str) -> bool {

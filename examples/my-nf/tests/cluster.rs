@@ -52,13 +52,10 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 #[test]
 fn the_orchestrator_places_a_chain_naming_the_authors_nf_where_it_is_offered() {
     let test = "the_orchestrator_places_a_chain_naming_the_authors_nf_where_it_is_offered";
-    let etcd = match LocalEtcd::start() {
-        Ok(e) => e,
-        Err(e @ LocalEtcdError::Missing { .. }) => {
-            buffet_testkit::gate::skip_privileged(test, e);
-            return;
-        }
-        Err(e) => panic!("{test}: {e}"),
+    let Some(etcd) =
+        buffet_testkit::gate::started_or_skip(test, LocalEtcd::start(), LocalEtcdError::is_missing)
+    else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let mut nfs = Registry::new();
