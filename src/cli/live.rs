@@ -769,7 +769,8 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
     // The watcher stops the data plane on a signal or at the deadline, or when an
     // interface of the run is gone (its name no longer resolves to the index it had:
     // deleted, or moved to another namespace; looked up once a second), says when one goes
-    // down and when it is up again (the run goes on meanwhile), and prints the rate every
+    // down or loses its carrier and when it is up again (the run goes on meanwhile), and
+    // prints the rate every
     // second when stderr is a terminal.
     let watched: Vec<(String, u32)> = std::iter::once(&a.iface)
         .chain(&a.tx_iface)
@@ -792,7 +793,7 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                 let mut checked = Instant::now();
                 let mut looked = Instant::now();
                 let mut gone = None;
-                let mut down = vec![false; watched.len()];
+                let mut links = vec![afpacket::Link::Up; watched.len()];
                 while !done.load(Ordering::Acquire) {
                     if looked.elapsed() >= Duration::from_secs(1) {
                         looked = Instant::now();
@@ -804,18 +805,30 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                             control.stop();
                             break;
                         }
-                        for (i, ((name, _), was)) in watched.iter().zip(&mut down).enumerate() {
-                            let now = afpacket::interface_up(name) == Some(false);
+                        for (i, ((name, _), was)) in watched.iter().zip(&mut links).enumerate() {
+                            use afpacket::Link;
+                            let now = afpacket::interface_link(name).unwrap_or(Link::Up);
                             if now != *was {
                                 *was = now;
                                 // The first is --iface; a --tx-iface only sends.
                                 let what = match (now, i) {
-                                    (true, 0) => "is down: nothing arrives until it is up again",
-                                    (true, _) => {
+                                    (Link::Down, 0) => {
+                                        "is down: nothing arrives until it is up again"
+                                    }
+                                    (Link::Down, _) => {
                                         "is down: passed frames are not sent (counted as \
                                          tx_dropped) until it is up again"
                                     }
-                                    (false, _) => "is up again",
+                                    (Link::NoCarrier, 0) => {
+                                        "has no carrier (its cable or far end is down): \
+                                         nothing arrives until it is up again"
+                                    }
+                                    (Link::NoCarrier, _) => {
+                                        "has no carrier (its cable or far end is down): \
+                                         passed frames are not sent (counted as tx_dropped) \
+                                         until it is up again"
+                                    }
+                                    (Link::Up, _) => "is up again",
                                 };
                                 let cr = if tty { "\r" } else { "" };
                                 eprintln!("{cr}interface {name} {what}");

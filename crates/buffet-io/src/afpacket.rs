@@ -577,12 +577,32 @@ pub fn interface_index(name: &str) -> Option<u32> {
     sys::if_index(name).ok()
 }
 
-/// Whether interface `name` of this network namespace is up (`IFF_UP`), or `None` when
-/// it cannot be told (no such interface): a live run watches it to say when its
-/// interface goes down and comes back.
-pub fn interface_up(name: &str) -> Option<bool> {
-    let flags = sys::Socket::query().ok()?.if_flags(name).ok()?;
-    Some(flags & libc::IFF_UP != 0)
+/// The state of an interface's link, as a live run reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Up, with a carrier (or a driver that cannot say whether it has one).
+    Up,
+    /// Down (`IFF_UP` clear): set down on this host.
+    Down,
+    /// Up, but its driver sees no carrier: the cable or the far end is down (for a veth,
+    /// its peer). Nothing arrives, and an AF_PACKET port counts what it would send as
+    /// `tx_dropped`.
+    NoCarrier,
+}
+
+/// The link of interface `name` of this network namespace ([`Link`]), or `None` when it
+/// cannot be told (no such interface): a live run watches it to say when its interface
+/// goes down or loses its carrier, and when it is up again.
+pub fn interface_link(name: &str) -> Option<Link> {
+    let socket = sys::Socket::query().ok()?;
+    let flags = socket.if_flags(name).ok()?;
+    Some(if flags & libc::IFF_UP == 0 {
+        Link::Down
+    } else if socket.link_detected(name) == Some(false) {
+        Link::NoCarrier
+    } else {
+        Link::Up
+    })
 }
 
 /// Installs SIGINT and SIGTERM handlers for a live run and returns the flag they set
