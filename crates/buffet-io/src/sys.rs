@@ -1,5 +1,6 @@
 //! The one place buffet-io touches raw memory: frames that live in a port's own memory
-//! (AF_XDP UMEM, DPDK mbufs) viewed as byte slices, and waiting on descriptors.
+//! (AF_XDP UMEM, DPDK mbufs) viewed as byte slices, waiting on descriptors, and the
+//! `ifreq` the ports' interface ioctls share.
 
 use std::ptr::NonNull;
 
@@ -110,4 +111,19 @@ pub(crate) fn poll_readable(
             None
         },
     }
+}
+
+/// An all-zero `ifreq` naming `iface` (`ENODEV` when the name does not fit), for the
+/// interface ioctls.
+pub(crate) fn named_ifreq(iface: &str) -> std::io::Result<libc::ifreq> {
+    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = iface.as_bytes();
+    if name.len() >= req.ifr_name.len() {
+        return Err(std::io::Error::from_raw_os_error(libc::ENODEV));
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(name) {
+        *d = *s as libc::c_char;
+    }
+    Ok(req)
 }

@@ -12,6 +12,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 
 use crate::buf::PacketBuf;
+use crate::sys::named_ifreq;
 
 /// Frames one `sendmmsg` call carries at most (the arrays live on the stack).
 const SEND_CHUNK: usize = 64;
@@ -454,19 +455,4 @@ pub(crate) fn stop_on_signals() -> io::Result<&'static AtomicBool> {
         check(unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) })?;
     }
     Ok(&STOP)
-}
-
-/// An all-zero `ifreq` naming `iface` (`ENODEV` when the name does not fit), for the
-/// interface ioctls.
-fn named_ifreq(iface: &str) -> io::Result<libc::ifreq> {
-    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    let name = iface.as_bytes();
-    if name.len() >= req.ifr_name.len() {
-        return Err(io::Error::from_raw_os_error(libc::ENODEV));
-    }
-    for (d, s) in req.ifr_name.iter_mut().zip(name) {
-        *d = *s as libc::c_char;
-    }
-    Ok(req)
 }

@@ -49,15 +49,7 @@ pub(crate) fn if_flags(iface: &str) -> io::Result<libc::c_int> {
     let fd = owned(check(unsafe {
         libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
     })?);
-    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    let name = iface.as_bytes();
-    if name.len() >= req.ifr_name.len() {
-        return Err(io::Error::from_raw_os_error(libc::ENODEV));
-    }
-    for (d, s) in req.ifr_name.iter_mut().zip(name) {
-        *d = *s as libc::c_char;
-    }
+    let mut req = crate::sys::named_ifreq(iface)?;
     // SAFETY: SIOCGIFFLAGS reads `ifr_name` and writes `ifr_flags` of the `ifreq` we own.
     check(unsafe {
         libc::ioctl(
