@@ -211,6 +211,15 @@ mod tests {
         assert_eq!(e, format!("cannot reach etcd at {url}: connection refused"));
     }
 
+    /// A local etcd for `test`, or its skip when etcd is not installed.
+    fn etcd_or_skip(test: &str) -> Option<crate::local_etcd::LocalEtcd> {
+        buffet_testkit::gate::started_or_skip(
+            test,
+            crate::local_etcd::LocalEtcd::start(),
+            crate::local_etcd::LocalEtcdError::is_missing,
+        )
+    }
+
     /// The holder took a while between the grant and [`hold`] (registering, say), then
     /// lost etcd before any keep-alive: etcd expires the lease a TTL after the grant, so
     /// the lease counts as lost 3/4 of the TTL after the grant was asked for, not after
@@ -218,11 +227,7 @@ mod tests {
     #[tokio::test]
     async fn a_lease_never_kept_alive_is_lost_three_quarters_of_its_ttl_after_the_grant() {
         let test = "a_lease_never_kept_alive_is_lost_three_quarters_of_its_ttl_after_the_grant";
-        let Some(mut etcd) = buffet_testkit::gate::started_or_skip(
-            test,
-            crate::local_etcd::LocalEtcd::start(),
-            crate::local_etcd::LocalEtcdError::is_missing,
-        ) else {
+        let Some(mut etcd) = etcd_or_skip(test) else {
             return;
         };
         let mut client = connect(&[etcd.url()], Duration::from_secs(3))
@@ -255,11 +260,7 @@ mod tests {
     #[tokio::test]
     async fn a_holder_that_comes_late_tries_a_keep_alive_before_giving_the_lease_up() {
         let test = "a_holder_that_comes_late_tries_a_keep_alive_before_giving_the_lease_up";
-        let Some(mut etcd) = buffet_testkit::gate::started_or_skip(
-            test,
-            crate::local_etcd::LocalEtcd::start(),
-            crate::local_etcd::LocalEtcdError::is_missing,
-        ) else {
+        let Some(mut etcd) = etcd_or_skip(test) else {
             return;
         };
         let mut client = connect(&[etcd.url()], Duration::from_secs(3))
