@@ -1428,6 +1428,72 @@ fn a_registration_without_an_instance_id_is_never_taken_over() {
     assert_eq!(said("registered (lease"), 2);
 }
 
+/// Two buffetds share one identity (the second's data_dir holds a copy of the first's
+/// `cluster-instance`) and one server id. The second takes the registration over, as a
+/// restarted server takes its previous life's; the first sees its registration written
+/// over by a buffetd with its own instance id, says so once, serves nothing and does not
+/// register again: the two do not take turns, and the second serves the tenant.
+#[test]
+fn two_buffetds_sharing_one_identity_do_not_take_turns() {
+    let test = "two_buffetds_sharing_one_identity_do_not_take_turns";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let url = etcd.url();
+    let dataplane = "[dataplane]\nworkers = 1\nmax_workers = 1\narena_mib = 256\n\
+                     tenant_slots = 16\n";
+    let o = orchestrator(one.path(), "orch", &url);
+    leader_of(&[&o]);
+    let first = spawn_agent(one.path(), "s1", dataplane, &url);
+    wait_for(Duration::from_secs(10), "s1 not in the view", || {
+        server_loads(&o).contains_key("s1")
+    });
+    let (s, v) = call("POST", &format!("{}/v1/tenants", o.url), Some(&tenant(1)));
+    assert_eq!((s, &v["server"]), (201, &json!("s1")), "{v}");
+    assert!(served(&first).contains_key(&1));
+
+    let copy = two.path().join("s1/data");
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::copy(
+        one.path().join("s1/data/cluster-instance"),
+        copy.join("cluster-instance"),
+    )
+    .unwrap();
+    let second = spawn_agent(two.path(), "s1", dataplane, &url);
+    let said = |dir: &Path, what: &str| {
+        std::fs::read_to_string(dir.join("s1/buffetd.log"))
+            .unwrap_or_default()
+            .matches(what)
+            .count()
+    };
+    let twin = "two buffetds share one identity";
+    wait_for(
+        Duration::from_secs(10),
+        "the first does not say it shares its identity",
+        || said(one.path(), twin) > 0,
+    );
+    wait_for(Duration::from_secs(10), "tenant 1 not moved over", || {
+        served(&first).is_empty() && served(&second).contains_key(&1)
+    });
+    // Ten report intervals later, neither has registered again.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        said(one.path(), "registered (lease"),
+        1,
+        "the first registered again"
+    );
+    assert_eq!(
+        said(two.path(), "registered (lease"),
+        1,
+        "the second registered again"
+    );
+    assert_eq!(said(one.path(), twin), 1, "said once");
+    assert!(served(&first).is_empty());
+    assert!(served(&second).contains_key(&1));
+    assert_eq!(server_loads(&o)["s1"]["api"], json!(second.url));
+}
+
 /// Tenant documents whose sum is over gRPC's default 4 MiB reply: every read of a whole
 /// prefix (the Agent's placements, the API's list, a new leader's load) still works, and
 /// a document over the Orchestrator's limit is refused with 413 naming the limit.

@@ -165,6 +165,7 @@ impl Hook {
         Agent {
             cfg: self.cfg,
             instance: self.instance,
+            run: random_id(),
             last_error: None,
             plane: self.plane,
             refusing: self.refusing,
@@ -196,6 +197,9 @@ enum End {
     Lost,
     /// Another buffetd wrote this server's key over this session's registration.
     Displaced,
+    /// Another buffetd with this one's instance id wrote this server's key over this
+    /// session's registration: the two share one identity. Why, for the log.
+    Twin(String),
 }
 
 /// Why a session failed.
@@ -230,6 +234,14 @@ enum AgentError {
     },
     #[error("server id {0:?} was registered over this registration by another buffetd")]
     Displaced(String),
+    #[error(
+        "server id {id:?} was registered over this registration by another buffetd with \
+         this one's instance id (API {api}): two buffetds share one identity, a data_dir \
+         copied with its cluster-instance file. This one stops registering and serves \
+         nothing; give one of them a data_dir of its own (or move its cluster-instance \
+         aside) and restart it"
+    )]
+    Twin { id: String, api: String },
     #[error("the server's key changed while registering: retrying")]
     Raced,
 }
@@ -255,11 +267,7 @@ pub fn instance_id(data_dir: &std::path::Path) -> std::io::Result<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(named(e.kind(), e.to_string())),
     }
-    let id = buffet_config::auth::generate()
-        .trim_start_matches("bt_")
-        .chars()
-        .take(32)
-        .collect::<String>();
+    let id = random_id();
     // All or nothing: a crash part-way leaves no file (a new id at the next start), never
     // a truncated id another start would take as this server's.
     buffet_config::auth::write_whole(&path, |f| {
@@ -268,6 +276,15 @@ pub fn instance_id(data_dir: &std::path::Path) -> std::io::Result<String> {
     })
     .map_err(|e| named(e.kind(), e.to_string()))?;
     Ok(id)
+}
+
+/// A random id of 32 lowercase hex digits (an instance id, a run id).
+fn random_id() -> String {
+    buffet_config::auth::generate()
+        .trim_start_matches("bt_")
+        .chars()
+        .take(32)
+        .collect()
 }
 
 /// Whether `s` has the form [`instance_id`] makes: 32 lowercase hex digits.
@@ -306,6 +323,8 @@ struct Agent {
     cfg: ClusterConfig,
     /// This buffetd's instance id ([`instance_id`]).
     instance: String,
+    /// This process's run id (`ServerLoad::run`).
+    run: String,
     /// The last registration error logged, so a retry every half second does not log
     /// the same line again.
     last_error: Option<String>,
@@ -370,6 +389,13 @@ impl Agent {
                     let e = AgentError::Displaced(self.cfg.server_id.clone());
                     self.log(format!("{e}: fencing"));
                 }
+                Ok(End::Twin(why)) => {
+                    // Registering again would write the key back over the other one,
+                    // which would do the same: the two would take turns for good.
+                    self.log(why);
+                    self.fence().await;
+                    return;
+                }
                 Err(e) => {
                     let e = e.to_string();
                     if self.last_error.as_ref() != Some(&e) {
@@ -432,7 +458,7 @@ impl Agent {
             let _ = timed(client.lease_revoke(lease_id)).await;
             self.log("stopped: lease revoked");
         }
-        if matches!(end, Ok(End::Displaced)) {
+        if matches!(end, Ok(End::Displaced | End::Twin(_))) {
             // Nothing is attached to it any more. Revoked aside: the caller fences at
             // once, not after a slow etcd's answer.
             let mut client = client.clone();
@@ -517,6 +543,9 @@ impl Agent {
                     match or_lost(held, self.publish(client, lease_id)).await {
                         None => return Ok(End::Lost),
                         Some(Err(AgentError::Displaced(_))) => return Ok(End::Displaced),
+                        Some(Err(e @ AgentError::Twin { .. })) => {
+                            return Ok(End::Twin(e.to_string()))
+                        }
                         Some(Err(e)) => self.log(format!("load report: {e}")),
                         Some(Ok(())) => {}
                     }
@@ -800,7 +829,24 @@ impl Agent {
                 return Ok(());
             }
         }
-        Err(AgentError::Displaced(self.cfg.server_id.clone()))
+        // Written over by whom: a buffetd with this one's instance id but another run
+        // shares its identity (this one's previous life is not running).
+        let g = timed(client.get(key.as_bytes(), None)).await?;
+        let twin = g
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice::<ServerLoad>(kv.value()).ok())
+            .filter(|l| {
+                l.instance.as_deref() == Some(self.instance.as_str())
+                    && l.run.as_ref().is_some_and(|r| *r != self.run)
+            });
+        match twin {
+            Some(l) => Err(AgentError::Twin {
+                id: self.cfg.server_id.clone(),
+                api: l.api.unwrap_or_else(|| "unknown".into()),
+            }),
+            None => Err(AgentError::Displaced(self.cfg.server_id.clone())),
+        }
     }
 
     async fn load(&mut self) -> ServerLoad {
@@ -809,6 +855,7 @@ impl Agent {
         let mut l = ServerLoad {
             server: self.cfg.server_id.clone(),
             instance: Some(self.instance.clone()),
+            run: Some(self.run.clone()),
             api: Some(format!("http://{}", self.addr)),
             slot_ns,
             worker_max_nb: d.worker_max_nb,

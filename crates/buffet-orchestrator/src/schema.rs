@@ -160,6 +160,12 @@ pub struct ServerLoad {
     /// the same `server_id` is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// Which process of that buffetd: a random id made at each start. A registration
+    /// with this buffetd's instance id and another run is its previous life, unless it
+    /// is written while this one is registered: then another buffetd shares its data
+    /// directory's identity (a copied `cluster-instance`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
     /// The NFs tenants' chains may name on it (its `nf.offered`, as a chain's stages name
     /// them); empty: it runs one NF for every tenant and takes no chain. `None`: not
     /// reported (a buffetd from before this field), taken to run any.
