@@ -1428,6 +1428,104 @@ fn a_registration_without_an_instance_id_is_never_taken_over() {
     assert_eq!(said("registered (lease"), 2);
 }
 
+/// An operator drains a server: its tenants move to the other server and are served
+/// there, a new tenant goes there too, and `GET /v1/servers` says `draining`. Draining
+/// the other one as well moves nothing (there is no room anywhere): every tenant stays
+/// placed and served, and a new tenant is refused naming the drains. Ending the first
+/// drain moves the second's tenants back to it.
+#[test]
+fn a_drained_server_hands_its_tenants_over_and_takes_no_new_ones() {
+    let test = "a_drained_server_hands_its_tenants_over_and_takes_no_new_ones";
+    let Some(etcd) = etcd_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = etcd.url();
+    let dataplane = "[dataplane]\nworkers = 1\nmax_workers = 1\narena_mib = 256\n\
+                     tenant_slots = 16\n";
+    let s1 = spawn_agent(dir.path(), "s1", dataplane, &url);
+    let s2 = spawn_agent(dir.path(), "s2", dataplane, &url);
+    let o = orchestrator(dir.path(), "orch", &url);
+    leader_of(&[&o]);
+    wait_for(Duration::from_secs(20), "servers not registered", || {
+        server_loads(&o).len() == 2
+    });
+    let tenants = format!("{}/v1/tenants", o.url);
+    for i in 1..=4 {
+        let (s, v) = call("POST", &tenants, Some(&tenant(i)));
+        assert_eq!(s, 201, "{v}");
+    }
+    let on = |server: &str| -> Vec<u32> {
+        listed(&o)
+            .into_iter()
+            .filter(|(_, (s, st))| s.as_deref() == Some(server) && st == "live")
+            .map(|(id, _)| id)
+            .collect()
+    };
+    assert_eq!((on("s1").len(), on("s2").len()), (2, 2));
+    let drain = |method: &str, server: &str| {
+        call(
+            method,
+            &format!("{}/v1/servers/{server}/drain", o.url),
+            None,
+        )
+    };
+    // Bad requests change nothing.
+    let (s, v) = drain("POST", "s9");
+    assert_eq!(s, 404, "{v}");
+    assert_eq!(v["error"], "server \"s9\" is not registered in the cluster");
+    let (s, v) = drain("POST", "s%201");
+    assert_eq!(s, 400, "{v}");
+
+    let (s, v) = drain("POST", "s1");
+    assert_eq!((s, &v["draining"]), (202, &json!(true)), "{v}");
+    wait_for(Duration::from_secs(20), "s1's tenants not moved", || {
+        on("s2") == [1, 2, 3, 4]
+    });
+    wait_for(
+        Duration::from_secs(10),
+        "s1's tenants not served by s2",
+        || served(&s1).is_empty() && served(&s2).len() == 4,
+    );
+    let loads = server_loads(&o);
+    assert_eq!(
+        (&loads["s1"]["draining"], &loads["s2"]["draining"]),
+        (&json!(true), &json!(false)),
+        "{loads:?}"
+    );
+    // A new tenant goes to s2, though s1 has more room now.
+    let (s, v) = call("POST", &tenants, Some(&tenant(5)));
+    assert_eq!((s, &v["server"]), (201, &json!("s2")), "{v}");
+
+    // s2 drains too: nowhere to go, so its tenants stay, placed and served.
+    let (s, v) = drain("POST", "s2");
+    assert_eq!((s, &v["tenants_left"]), (202, &json!(5)), "{v}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(on("s2"), [1, 2, 3, 4, 5]);
+    assert_eq!(served(&s2).len(), 5);
+    let (s, v) = call("POST", &tenants, Some(&tenant(6)));
+    assert_eq!(s, 503, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.contains("s1: draining") && e.contains("s2: draining"),
+        "{v}"
+    );
+
+    // s1's drain ends: s2's tenants move back to it.
+    let (s, v) = drain("DELETE", "s1");
+    assert_eq!(s, 204, "{v}");
+    wait_for(
+        Duration::from_secs(20),
+        "s2's tenants not moved to s1",
+        || on("s1") == [1, 2, 3, 4, 5],
+    );
+    wait_for(
+        Duration::from_secs(10),
+        "s2's tenants not served by s1",
+        || served(&s1).len() == 5 && served(&s2).is_empty(),
+    );
+}
+
 /// Two buffetds share one identity (the second's data_dir holds a copy of the first's
 /// `cluster-instance`) and one server id. The second takes the registration over, as a
 /// restarted server takes its previous life's; the first sees its registration written

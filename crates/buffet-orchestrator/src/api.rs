@@ -8,7 +8,9 @@
 //! | `PUT /v1/tenants/{id}` | update a placed tenant's document (policy, rules, MAX_NB...; optional `expected_pps`): its server applies it through buffetd's update path (a chain naming an NF that server does not offer moves it to one that does); answers once applied (200) or refused (the server's status and reason; the previous document stays); one at a time per tenant (waits while its previous change is applied, then 409) |
 //! | `GET /v1/tenants`, `GET /v1/tenants/{id}` | tenants with their server and state (`live`, `failed`, `pending`, `unplaced`) |
 //! | `DELETE /v1/tenants/{id}` | remove from the cluster (204) |
-//! | `GET /v1/servers` | registered servers with their last load report, headroom and the NFs they offer to chains |
+//! | `GET /v1/servers` | registered servers with their last load report, headroom, the NFs they offer to chains and whether they are `draining` |
+//! | `POST /v1/servers/{id}/drain` | drain a server: no tenant is placed on it, its tenants move to servers that fit them (202, with `tenants_left`; one that fits nowhere stays, served, until room appears); kept in etcd until ended |
+//! | `DELETE /v1/servers/{id}/drain` | end a drain (204): the server is chosen for tenants again |
 //! | `GET /v1/leader` | the leader's URL, and whether this one leads |
 //! | `GET /healthz` | liveness (the only route without a token) |
 //!
@@ -82,7 +84,7 @@ impl From<AdmitError> for ApiError {
             | AdmitError::Unplaced(..)
             | AdmitError::Changed(_)
             | AdmitError::Busy(..) => StatusCode::CONFLICT,
-            AdmitError::Unknown(_) => StatusCode::NOT_FOUND,
+            AdmitError::Unknown(_) | AdmitError::UnknownServer(_) => StatusCode::NOT_FOUND,
             AdmitError::Place(PlaceError::TooLarge { .. } | PlaceError::NotOffered { .. }) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -108,6 +110,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/v1/leader", get(leader))
         .route("/v1/servers", get(servers))
+        .route(
+            "/v1/servers/{id}/drain",
+            axum::routing::post(drain).delete(undrain),
+        )
         .route("/v1/tenants", get(list).post(admit))
         .route("/v1/tenants/{id}", get(one).put(update).delete(remove))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
@@ -221,6 +227,23 @@ async fn servers(State(s): State<Arc<Shared>>) -> Result<Json<Value>, ApiError> 
         Some(GetOptions::new().with_prefix()),
     )
     .await?;
+    let rev = g.header().map_or(0, |h| h.revision());
+    let d = schema::get_all(
+        &s.client,
+        schema::DRAINS,
+        Some(
+            GetOptions::new()
+                .with_prefix()
+                .with_keys_only()
+                .with_revision(rev),
+        ),
+    )
+    .await?;
+    let drained: std::collections::BTreeSet<&str> = d
+        .kvs()
+        .iter()
+        .filter_map(|kv| schema::drained_of(kv.key()))
+        .collect();
     let list: Vec<Value> = g
         .kvs()
         .iter()
@@ -228,10 +251,56 @@ async fn servers(State(s): State<Arc<Shared>>) -> Result<Json<Value>, ApiError> 
         .map(|l| {
             let mut v = serde_json::to_value(&l).unwrap_or_default();
             v["capacity_pps"] = json!(l.capacity_pps());
+            v["draining"] = json!(drained.contains(l.server.as_str()));
             v
         })
         .collect();
     Ok(Json(json!({ "servers": list })))
+}
+
+/// A 400 unless `id` has the form of a server id.
+fn server_id(id: &str) -> Result<(), ApiError> {
+    if schema::valid_server_id(id) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::BAD_REQUEST,
+        format!("{id:?} is not a server id ([A-Za-z0-9._-], at most 64 bytes)"),
+    ))
+}
+
+/// Drains a server: no tenant is placed on it any more, and its tenants move to servers
+/// that fit them (those that fit nowhere stay, served, and move once room appears).
+/// Answers 202 with how many tenants are still placed on it; `GET /v1/servers` shows
+/// `draining`, `GET /v1/tenants` where each tenant is.
+async fn drain(
+    State(s): State<Arc<Shared>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Response, ApiError> {
+    server_id(&id)?;
+    match s.set_drain(&id, true).await {
+        Ok(left) => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "server": id, "draining": true, "tenants_left": left })),
+        )
+            .into_response()),
+        Err(AdmitError::NotLeader) => Err(not_leader(&s).await),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Ends a server's drain (204): it is chosen for tenants again. Its moved tenants stay
+/// where they went.
+async fn undrain(
+    State(s): State<Arc<Shared>>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<StatusCode, ApiError> {
+    server_id(&id)?;
+    match s.set_drain(&id, false).await {
+        Ok(_) => Ok(StatusCode::NO_CONTENT),
+        Err(AdmitError::NotLeader) => Err(not_leader(&s).await),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Every tenant record joined with its status.

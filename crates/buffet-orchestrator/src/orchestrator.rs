@@ -14,7 +14,7 @@
 //! This module does not serve HTTP ([`crate::api`]) and does not admit tenants on a
 //! server (each server's Agent does, in buffetd).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -162,6 +162,8 @@ pub(crate) struct View {
     pub(crate) tenants: BTreeMap<u32, (TenantRecord, i64)>,
     /// Set while an overload cannot be cleared: new admissions get 503.
     pub(crate) refusing: Option<String>,
+    /// The servers an operator drains: chosen for no tenant, their tenants moved off.
+    pub(crate) drained: BTreeSet<String>,
     last_relief: HashMap<String, Instant>,
 }
 
@@ -185,7 +187,11 @@ impl View {
                     reserved_pps: l.pps.max(expected),
                     tenants: n,
                     tenant_slots: l.tenant_slots,
-                    refusing: l.overloaded.clone(),
+                    refusing: if self.drained.contains(id) {
+                        Some("draining".into())
+                    } else {
+                        l.overloaded.as_ref().map(|r| format!("overloaded ({r})"))
+                    },
                     offered: l.offered.clone(),
                 }
             })
@@ -360,6 +366,12 @@ impl Shared {
         let opts = || Some(GetOptions::new().with_prefix().with_revision(rev));
         let tenants = schema::get_all(c, schema::TENANTS, opts()).await?;
         let statuses = schema::get_all(c, schema::STATUS, opts()).await?;
+        let drains = schema::get_all(c, schema::DRAINS, opts()).await?;
+        view.drained = drains
+            .kvs()
+            .iter()
+            .filter_map(|kv| schema::drained_of(kv.key()).map(str::to_owned))
+            .collect();
         view.servers = servers
             .kvs()
             .iter()
@@ -530,6 +542,92 @@ impl Shared {
                 .push(r);
         }
         Ok(())
+    }
+
+    /// Moves the tenants of the drained servers to servers that fit them, each chosen
+    /// as an admission would (drained servers and those that refused it are never
+    /// chosen). One that fits nowhere stays where it is, served, and is tried again at
+    /// the next second's tick: a drain never leaves a tenant unplaced.
+    async fn drain(&self, view: &mut View) -> Result<(), LeadError> {
+        if view.drained.is_empty() {
+            return Ok(());
+        }
+        let mut cands = view.candidates();
+        let mut moves = Vec::new();
+        let mut stay = 0;
+        for (id, (rec, _)) in &view.tenants {
+            if !rec
+                .server
+                .as_ref()
+                .is_some_and(|s| view.drained.contains(s))
+            {
+                continue;
+            }
+            let allowed: Vec<usize> = (0..cands.len())
+                .filter(|&i| !rec.refused_by.contains(&cands[i].id))
+                .collect();
+            let open: Vec<Candidate> = allowed.iter().map(|&i| cands[i].clone()).collect();
+            let nfs = rec.nfs();
+            match placement::choose(&open, placement::Need::new(rec.expected_pps, &nfs)) {
+                Ok(j) => {
+                    let i = allowed[j];
+                    placement::book(&mut cands[i], rec.expected_pps);
+                    let mut new = rec.clone();
+                    new.server = Some(cands[i].id.clone());
+                    new.reason = None;
+                    new.moved = true;
+                    new.forget_update();
+                    moves.push((*id, new));
+                }
+                Err(_) => stay += 1,
+            }
+        }
+        if moves.is_empty() {
+            return Ok(());
+        }
+        let n = self.apply_moves(view, moves).await?;
+        let servers: Vec<&str> = view.drained.iter().map(String::as_str).collect();
+        eprintln!(
+            "buffet-orchestrator: draining {}: moved {n} tenants ({stay} fit nowhere else and stay)",
+            servers.join(", ")
+        );
+        Ok(())
+    }
+
+    /// Drains `server` (`on`) or ends its drain: written to etcd, then acted on. A drain
+    /// needs the server registered; ending one that is not is a no-op. Returns how many
+    /// tenants are still placed on it.
+    pub(crate) async fn set_drain(&self, server: &str, on: bool) -> Result<usize, AdmitError> {
+        let mut view = self.view.lock().await;
+        if !self.is_leader() {
+            return Err(AdmitError::NotLeader);
+        }
+        if on && !view.servers.contains_key(server) {
+            self.load(&mut view).await.map_err(admit_error)?;
+            if !view.servers.contains_key(server) {
+                return Err(AdmitError::UnknownServer(server.to_owned()));
+            }
+        }
+        let key = schema::drain_key(server);
+        let op = if on {
+            TxnOp::put(key, b"{}".to_vec(), None)
+        } else {
+            TxnOp::delete(key, None)
+        };
+        self.commit(Vec::new(), vec![op])
+            .await
+            .map_err(admit_error)?;
+        if on {
+            view.drained.insert(server.to_owned());
+            self.drain(&mut view).await.map_err(admit_error)?;
+        } else {
+            view.drained.remove(server);
+        }
+        Ok(view
+            .tenants
+            .values()
+            .filter(|(r, _)| r.server.as_deref() == Some(server))
+            .count())
     }
 
     /// Moves the fewest tenants off `server` that clear its overload, or refuses new
@@ -1185,6 +1283,9 @@ pub enum AdmitError {
     /// etcd failed.
     #[error("etcd: {0}")]
     Etcd(String),
+    /// A drain of a server that is not registered.
+    #[error("server {0:?} is not registered in the cluster")]
+    UnknownServer(String),
 }
 
 /// A running Orchestrator.
@@ -1378,6 +1479,7 @@ async fn lead(
             let (rev, stored) = shared.load(&mut view).await?;
             shared.act_on_stored(&mut view, stored).await?;
             shared.place_orphans(&mut view, None).await?;
+            shared.drain(&mut view).await?;
             rev
         };
         let mut w = c
@@ -1417,6 +1519,13 @@ async fn lead(
                                 }
                                 shared.relieve(&mut view, &server).await?;
                             }
+                        } else if let Some(server) = schema::drained_of(key) {
+                            if ev.event_type() == EventType::Delete {
+                                view.drained.remove(server);
+                            } else {
+                                view.drained.insert(server.to_owned());
+                                shared.drain(&mut view).await?;
+                            }
                         } else if key.starts_with(schema::STATUS.as_bytes())
                             && ev.event_type() == EventType::Put
                         {
@@ -1433,6 +1542,7 @@ async fn lead(
                 _ = tick.tick() => {
                     let mut view = shared.view.lock().await;
                     shared.place_orphans(&mut view, None).await?;
+                    shared.drain(&mut view).await?;
                 }
                 _ = lease::lost(held) => return Ok(()),
                 _ = lease::raised(stop) => return Ok(()),
@@ -1443,5 +1553,39 @@ async fn lead(
         }
         // The watch broke (etcd restarted, or compaction): reload and watch again.
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A drained server is a candidate that refuses every tenant, named as draining; an
+    /// overloaded one names its overload.
+    #[test]
+    fn a_drained_server_is_chosen_for_no_tenant() {
+        let mut view = View::default();
+        for id in ["a", "b"] {
+            view.servers.insert(
+                id.into(),
+                ServerLoad {
+                    server: id.into(),
+                    tenant_slots: 10,
+                    ..ServerLoad::default()
+                },
+            );
+        }
+        view.drained.insert("a".into());
+        let need = placement::Need::new(1.0, &[]);
+        let c = view.candidates();
+        assert_eq!(c[0].refusing.as_deref(), Some("draining"));
+        assert_eq!(c[placement::choose(&c, need).unwrap()].id, "b");
+        view.servers.get_mut("b").unwrap().overloaded = Some("worker 0 at MAX_NB".into());
+        let e = placement::choose(&view.candidates(), need).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no server has room for 1 packets/s now: a: draining; b: overloaded (worker 0 at \
+             MAX_NB)"
+        );
     }
 }

@@ -35,7 +35,7 @@ pub struct Candidate {
     pub tenants: u32,
     /// Its Tenant Table slots.
     pub tenant_slots: u32,
-    /// Why it takes no tenant now (overloaded).
+    /// Why it takes no tenant now: `overloaded (...)`, or `draining`.
     pub refusing: Option<String>,
     /// The NFs tenants' chains may name on it; empty: it runs one NF for every tenant
     /// and takes no chain. `None`: not reported, taken to offer anything.
@@ -189,7 +189,7 @@ pub fn choose(servers: &[Candidate], need: Need<'_>) -> Result<usize, PlaceError
                     let why = if let Some(nf) = s.lacks(need.nfs) {
                         format!("does not offer {nf:?}")
                     } else if let Some(r) = &s.refusing {
-                        format!("overloaded ({r})")
+                        r.clone()
                     } else if s.tenants >= s.tenant_slots {
                         format!("all {} tenant slots used", s.tenant_slots)
                     } else {
@@ -311,7 +311,7 @@ mod tests {
         let e = choose(&s, any(500.0)).unwrap_err();
         assert!(e.to_string().contains("a: headroom 100"), "{e}");
         let mut busy = c("a", 1e6, 0.0, 0);
-        busy.refusing = Some("worker 0 overloaded".into());
+        busy.refusing = Some("overloaded (worker 0 overloaded)".into());
         let e = choose(&[busy], any(1.0)).unwrap_err();
         assert!(e.to_string().contains("overloaded (worker 0"), "{e}");
     }

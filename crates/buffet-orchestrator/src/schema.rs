@@ -54,12 +54,24 @@ pub const PLACEMENTS: &str = "/buffet/placements/";
 pub const TENANTS: &str = "/buffet/tenants/";
 /// Prefix of the Agents' admission outcomes.
 pub const STATUS: &str = "/buffet/status/";
+/// Prefix of the servers an operator drains (no lease: a drain outlasts restarts).
+pub const DRAINS: &str = "/buffet/drain/";
 /// The etcd election the Orchestrators campaign in.
 pub const ELECTION: &str = "/buffet/orchestrator/leader";
 
 /// `/buffet/servers/<server>`.
 pub fn server_key(server: &str) -> String {
     format!("{SERVERS}{server}")
+}
+
+/// `/buffet/drain/<server>`.
+pub fn drain_key(server: &str) -> String {
+    format!("{DRAINS}{server}")
+}
+
+/// The server id of a `/buffet/drain/<server>` key.
+pub fn drained_of(key: &[u8]) -> Option<&str> {
+    std::str::from_utf8(key).ok()?.strip_prefix(DRAINS)
 }
 
 /// `/buffet/placements/<server>/` (a server's placements).
@@ -327,6 +339,8 @@ mod tests {
         assert_eq!(tenant_of(b"/buffet/status/12", STATUS), Some(12));
         assert_eq!(tenant_of(b"/buffet/status/x", STATUS), None);
         assert_eq!(server_of(b"/buffet/servers/a-1"), Some("a-1"));
+        assert_eq!(drained_of(drain_key("a-1").as_bytes()), Some("a-1"));
+        assert_eq!(drained_of(b"/buffet/servers/a-1"), None);
         assert!(valid_server_id("node-3.rack_2"));
         assert!(!valid_server_id("a/b"));
         assert!(!valid_server_id(""));
