@@ -1477,11 +1477,42 @@ fn a_drained_server_hands_its_tenants_over_and_takes_no_new_ones() {
     let (s, v) = drain("POST", "s%201");
     assert_eq!(s, 400, "{v}");
 
-    let (s, v) = drain("POST", "s1");
-    assert_eq!((s, &v["draining"]), (202, &json!(true)), "{v}");
+    // Through the CLI, as an operator would.
+    let buffet = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_buffet"))
+            .args(args)
+            .args(["--api", &o.url])
+            .env("BUFFET_TOKEN", ORCH)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = buffet(&["servers", "drain", "s1"]);
+    assert!(ok, "{text}");
+    assert!(text.starts_with("draining s1: "), "{text}");
+    let (ok, text) = buffet(&["servers", "drain", "s9"]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("buffet-orchestrator: 404: server \"s9\" is not registered"),
+        "{text}"
+    );
     wait_for(Duration::from_secs(20), "s1's tenants not moved", || {
         on("s2") == [1, 2, 3, 4]
     });
+    let (ok, text) = buffet(&["servers", "ls"]);
+    assert!(ok, "{text}");
+    let row = |server: &str| {
+        text.lines()
+            .find(|l| l.starts_with(server))
+            .unwrap_or_else(|| panic!("no {server} in\n{text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("s1")[4], "draining", "{text}");
+    assert_eq!(row("s2")[4], "ok", "{text}");
     wait_for(
         Duration::from_secs(10),
         "s1's tenants not served by s2",

@@ -1,5 +1,6 @@
 //! The client of `buffetd`: `buffet tenant add|update|rm|ls|show|apply|token`,
-//! `buffet stats`, `buffet workers ls|add|rm`, `buffet events`, `buffet reload`.
+//! `buffet stats`, `buffet workers ls|add|rm`, `buffet events`, `buffet reload`; and of
+//! buffet-orchestrator: `buffet servers ls|drain|undrain`.
 //!
 //! The daemon's address and token come from `--api URL` / `--token T` or the
 //! environment variables `BUFFET_API` / `BUFFET_TOKEN`. Output is a human table by
@@ -36,6 +37,10 @@ pub struct ApiArgs {
     /// Print the daemon's JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Who is at `api`, for messages: `buffetd`, or `buffet-orchestrator` for
+    /// `buffet servers`.
+    #[arg(skip = "buffetd")]
+    pub peer: &'static str,
 }
 
 /// `buffet tenant ...`.
@@ -151,6 +156,37 @@ pub enum WorkersAction {
     },
 }
 
+/// `buffet servers ...`: the servers of a cluster, from buffet-orchestrator (`--api` is
+/// an Orchestrator's address, `--token` its admin token or, for `ls`, its reader token).
+#[derive(Args, Debug)]
+pub struct ServersArgs {
+    /// The Orchestrator.
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: ServersAction,
+}
+
+/// A cluster server operation.
+#[derive(Subcommand, Debug)]
+pub enum ServersAction {
+    /// List the registered servers: tenants, rate, capacity, overload, drain, and the NFs
+    /// they offer to chains.
+    Ls,
+    /// Drain a server: no tenant is placed on it any more, and its tenants move to
+    /// servers that fit them (one that fits nowhere stays, served, until room appears).
+    Drain {
+        /// Server id.
+        id: String,
+    },
+    /// End a server's drain: it is chosen for tenants again.
+    Undrain {
+        /// Server id.
+        id: String,
+    },
+}
+
 /// `buffet events`.
 #[derive(Args, Debug)]
 pub struct EventsArgs {
@@ -174,8 +210,10 @@ pub struct ReloadArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The daemon answered with an error.
-    #[error("buffetd: {status}: {message}{}", hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
+    #[error("{peer}: {status}: {message}{}", hint.as_deref().map(|h| format!("; {h}")).unwrap_or_default())]
     Status {
+        /// Who answered: `buffetd` or `buffet-orchestrator`.
+        peer: &'static str,
         /// HTTP status.
         status: u16,
         /// The daemon's message.
@@ -184,8 +222,10 @@ pub enum ClientError {
         hint: Option<String>,
     },
     /// No answer.
-    #[error("cannot reach buffetd at {api}: {message}")]
+    #[error("cannot reach {peer} at {api}: {message}")]
     Transport {
+        /// Who was asked: `buffetd` or `buffet-orchestrator`.
+        peer: &'static str,
         /// The address.
         api: String,
         /// Why.
@@ -198,10 +238,12 @@ impl ClientError {
     fn with_hint(self, status: u16, hint: &str) -> ClientError {
         match self {
             ClientError::Status {
+                peer,
                 status: s,
                 message,
                 hint: None,
             } if s == status => ClientError::Status {
+                peer,
                 status: s,
                 message,
                 hint: Some(hint.to_owned()),
@@ -238,6 +280,10 @@ impl ApiArgs {
             .and_then(|v| v["error"].as_str().map(str::to_owned))
             .unwrap_or(text);
         let hint = match status {
+            401 | 403 if self.peer != "buffetd" => Some(
+                "pass the Orchestrator's admin token (the reader token only lists) with \
+                 --token or BUFFET_TOKEN",
+            ),
             401 if self.token.is_none() => Some(TOKEN_HINT_NONE),
             401 => Some(TOKEN_HINT_UNKNOWN),
             403 if path == "/v1/stats" => Some(
@@ -251,6 +297,7 @@ impl ApiArgs {
             _ => None,
         };
         ClientError::Status {
+            peer: self.peer,
             status,
             message,
             hint: hint.map(str::to_owned),
@@ -259,6 +306,7 @@ impl ApiArgs {
 
     fn transport_error(&self, e: ureq::Error) -> ClientError {
         ClientError::Transport {
+            peer: self.peer,
             api: self.api.clone(),
             message: e.to_string(),
         }
@@ -631,6 +679,77 @@ pub fn stats(a: &StatsArgs) -> anyhow::Result<()> {
 }
 
 /// Runs `buffet workers ...`.
+/// `buffet servers ls|drain|undrain`, against buffet-orchestrator.
+pub fn servers(a: &ServersArgs) -> anyhow::Result<()> {
+    let api = &ApiArgs {
+        peer: "buffet-orchestrator",
+        ..a.api.clone()
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match &a.action {
+        ServersAction::Ls => {
+            let v = api.send("GET", "/v1/servers", None)?;
+            if api.json {
+                return api.print(&mut out, &v);
+            }
+            writeln!(
+                out,
+                "{:<16} {:>7} {:>12} {:>12} {:<9} {:<10} offered",
+                "server", "tenants", "pps", "capacity", "state", "api"
+            )?;
+            for l in v["servers"].as_array().map_or(&[][..], |a| a) {
+                let state = if l["draining"] == json!(true) {
+                    "draining"
+                } else if !l["overloaded"].is_null() {
+                    "overload"
+                } else {
+                    "ok"
+                };
+                let offered = match l["offered"].as_array() {
+                    None => "-".to_owned(),
+                    Some(o) if o.is_empty() => "(one NF, no chains)".to_owned(),
+                    Some(o) => o.iter().map(cell).collect::<Vec<_>>().join(","),
+                };
+                let pps = l["pps"].as_f64().map_or("-".into(), |p| format!("{p:.0}"));
+                let capacity = l["capacity_pps"]
+                    .as_f64()
+                    .map_or("unlimited".into(), |c| format!("{c:.0}"));
+                writeln!(
+                    out,
+                    "{:<16} {:>7} {:>12} {:>12} {:<9} {:<10} {offered}",
+                    cell(&l["server"]),
+                    cell(&l["tenants"]),
+                    pps,
+                    capacity,
+                    state,
+                    cell(&l["api"]),
+                )?;
+            }
+        }
+        ServersAction::Drain { id } => {
+            let v = api.send("POST", &format!("/v1/servers/{id}/drain"), None)?;
+            if api.json {
+                api.print(&mut out, &v)?;
+            } else {
+                writeln!(
+                    out,
+                    "draining {id}: {} tenants still placed on it (`buffet servers ls` and \
+                     `buffet tenant ls` show them leave)",
+                    cell(&v["tenants_left"])
+                )?;
+            }
+        }
+        ServersAction::Undrain { id } => {
+            api.send("DELETE", &format!("/v1/servers/{id}/drain"), None)?;
+            if !api.json {
+                writeln!(out, "{id} is no longer drained")?;
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn workers(a: &WorkersArgs) -> anyhow::Result<()> {
     let api = &a.api;
     let stdout = std::io::stdout();

@@ -67,6 +67,8 @@ pub enum Command {
     Stats(client::StatsArgs),
     /// Workers of a running buffetd: ls, add, rm.
     Workers(client::WorkersArgs),
+    /// Servers of a cluster, from buffet-orchestrator: ls, drain, undrain.
+    Servers(client::ServersArgs),
     /// Scheduler events of a running buffetd (migrations, overload reports, quarantines).
     Events(client::EventsArgs),
     /// Make a running buffetd read its config again and apply what may change (as SIGHUP).
@@ -165,6 +167,7 @@ pub fn run_command(command: &Command, registry: &Registry) -> anyhow::Result<()>
         Command::Tenant(a) => client::tenant(a),
         Command::Stats(a) => client::stats(a),
         Command::Workers(a) => client::workers(a),
+        Command::Servers(a) => client::servers(a),
         Command::Events(a) => client::events(a),
         Command::Reload(a) => client::reload(a),
     }
