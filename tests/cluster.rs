@@ -1492,6 +1492,9 @@ fn a_drained_server_hands_its_tenants_over_and_takes_no_new_ones() {
     let (ok, text) = buffet(&["servers", "drain", "s1"]);
     assert!(ok, "{text}");
     assert!(text.starts_with("draining s1: "), "{text}");
+    // An id that would be a path: refused before any request.
+    let (ok, text) = buffet(&["servers", "undrain", "../tenants/1?"]);
+    assert!(!ok && text.contains("is not a server id"), "{text}");
     let (ok, text) = buffet(&["servers", "drain", "s9"]);
     assert!(!ok, "{text}");
     assert!(
@@ -1555,13 +1558,47 @@ fn a_drained_server_hands_its_tenants_over_and_takes_no_new_ones() {
         "s2's tenants not served by s1",
         || served(&s1).len() == 5 && served(&s2).is_empty(),
     );
+
+    // A tenant the other server refuses stays where it is served. Tenant 6 has tenant
+    // 1's rules, so s1 (tenant 1's server) refuses it (409); it is placed on s2, and s2
+    // drains.
+    let (s, v) = drain("DELETE", "s2");
+    assert_eq!(s, 204, "{v}");
+    let mut clash = tenant(6);
+    clash["rules"] = tenant(1)["rules"].clone();
+    let (s, v) = call("POST", &tenants, Some(&clash));
+    assert_eq!((s, &v["server"]), (201, &json!("s2")), "{v}");
+    let (s, v) = drain("POST", "s2");
+    assert_eq!(
+        (s, &v["tenants_left"]),
+        (202, &json!(0)),
+        "moved at once: {v}"
+    );
+    // Moved to s1, refused there, back on s2 with the refusal remembered: not moved
+    // to s1 again while s2 drains.
+    wait_for(Duration::from_secs(20), "tenant 6 not back on s2", || {
+        let (_, v) = call("GET", &format!("{tenants}/6"), None);
+        v["server"] == "s2" && v["state"] == "live" && served(&s2).contains_key(&6)
+    });
+    for _ in 0..15 {
+        std::thread::sleep(Duration::from_millis(200));
+        let (_, v) = call("GET", &format!("{tenants}/6"), None);
+        assert_eq!(
+            (&v["server"], &v["state"]),
+            (&json!("s2"), &json!("live")),
+            "{v}"
+        );
+    }
+    assert!(served(&s2).contains_key(&6));
+    assert!(!served(&s1).contains_key(&6));
 }
 
 /// Two buffetds share one identity (the second's data_dir holds a copy of the first's
 /// `cluster-instance`) and one server id. The second takes the registration over, as a
 /// restarted server takes its previous life's; the first sees its registration written
 /// over by a buffetd with its own instance id, says so once, serves nothing and does not
-/// register again: the two do not take turns, and the second serves the tenant.
+/// register again while the second's registration lasts: the two do not take turns, and
+/// the second serves the tenant. Once the second is gone, the first takes over.
 #[test]
 fn two_buffetds_sharing_one_identity_do_not_take_turns() {
     let test = "two_buffetds_sharing_one_identity_do_not_take_turns";
@@ -1589,7 +1626,7 @@ fn two_buffetds_sharing_one_identity_do_not_take_turns() {
         copy.join("cluster-instance"),
     )
     .unwrap();
-    let second = spawn_agent(two.path(), "s1", dataplane, &url);
+    let mut second = spawn_agent(two.path(), "s1", dataplane, &url);
     let said = |dir: &Path, what: &str| {
         std::fs::read_to_string(dir.join("s1/buffetd.log"))
             .unwrap_or_default()
@@ -1621,6 +1658,17 @@ fn two_buffetds_sharing_one_identity_do_not_take_turns() {
     assert!(served(&first).is_empty());
     assert!(served(&second).contains_key(&1));
     assert_eq!(server_loads(&o)["s1"]["api"], json!(second.url));
+    // The second dies: once its lease expires, the first registers again and serves.
+    second.kill();
+    wait_for(
+        Duration::from_secs(20),
+        "the first not registered again",
+        || said(one.path(), "registered (lease") == 2,
+    );
+    assert_eq!(said(one.path(), "the other registration is gone"), 1);
+    wait_for(Duration::from_secs(10), "tenant 1 not served again", || {
+        served(&first).contains_key(&1)
+    });
 }
 
 /// Tenant documents whose sum is over gRPC's default 4 MiB reply: every read of a whole

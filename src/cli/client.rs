@@ -678,7 +678,16 @@ pub fn stats(a: &StatsArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Runs `buffet workers ...`.
+/// Refuses what is not a server id before it goes into a URL (`../tenants/7?` would
+/// name another route).
+fn server_id(id: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        buffet_orchestrator::schema::valid_server_id(id),
+        "{id:?} is not a server id (1 to 64 of [A-Za-z0-9._-], not . or ..)"
+    );
+    Ok(())
+}
+
 /// `buffet servers ls|drain|undrain`, against buffet-orchestrator.
 pub fn servers(a: &ServersArgs) -> anyhow::Result<()> {
     let api = &ApiArgs {
@@ -728,6 +737,7 @@ pub fn servers(a: &ServersArgs) -> anyhow::Result<()> {
             }
         }
         ServersAction::Drain { id } => {
+            server_id(id)?;
             let v = api.send("POST", &format!("/v1/servers/{id}/drain"), None)?;
             if api.json {
                 api.print(&mut out, &v)?;
@@ -741,6 +751,7 @@ pub fn servers(a: &ServersArgs) -> anyhow::Result<()> {
             }
         }
         ServersAction::Undrain { id } => {
+            server_id(id)?;
             api.send("DELETE", &format!("/v1/servers/{id}/drain"), None)?;
             if !api.json {
                 writeln!(out, "{id} is no longer drained")?;
@@ -750,6 +761,7 @@ pub fn servers(a: &ServersArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs `buffet workers ...`.
 pub fn workers(a: &WorkersArgs) -> anyhow::Result<()> {
     let api = &a.api;
     let stdout = std::io::stdout();

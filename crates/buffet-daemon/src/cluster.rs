@@ -97,7 +97,8 @@ impl ClusterConfig {
             return Err((
                 "server_id",
                 format!(
-                    "{:?}: 1 to 64 of [A-Za-z0-9._-] (it is a path segment of etcd keys)",
+                    "{:?}: 1 to 64 of [A-Za-z0-9._-], not . or .. (it is a path segment of etcd \
+                     keys)",
                     self.server_id
                 ),
             ));
@@ -237,9 +238,9 @@ enum AgentError {
     #[error(
         "server id {id:?} was registered over this registration by another buffetd with \
          this one's instance id (API {api}): two buffetds share one identity, a data_dir \
-         copied with its cluster-instance file. This one stops registering and serves \
-         nothing; give one of them a data_dir of its own (or move its cluster-instance \
-         aside) and restart it"
+         copied with its cluster-instance file. This one serves nothing and registers \
+         again only once that registration is gone; give one of them a data_dir of its \
+         own (or move its cluster-instance aside) and restart it"
     )]
     Twin { id: String, api: String },
     #[error("the server's key changed while registering: retrying")]
@@ -390,11 +391,12 @@ impl Agent {
                     self.log(format!("{e}: fencing"));
                 }
                 Ok(End::Twin(why)) => {
-                    // Registering again would write the key back over the other one,
-                    // which would do the same: the two would take turns for good.
+                    // Registering again over the other one would have it do the same:
+                    // the two would take turns for good.
                     self.log(why);
-                    self.fence().await;
-                    return;
+                    if !self.wait_registration_gone().await {
+                        return;
+                    }
                 }
                 Err(e) => {
                     let e = e.to_string();
@@ -409,6 +411,34 @@ impl Agent {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                 _ = lease::raised(&mut stop) => return,
+            }
+        }
+    }
+
+    /// After another buffetd with this one's instance id wrote over this registration:
+    /// serves nothing (fences until that works), and waits until the server's key is
+    /// gone (that buffetd stopped, or its lease expired) before registering again, never
+    /// over it. `false` when shut down meanwhile.
+    async fn wait_registration_gone(&mut self) -> bool {
+        let key = schema::server_key(&self.cfg.server_id);
+        loop {
+            self.fence().await;
+            let mut stop = self.shutdown.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = lease::raised(&mut stop) => return false,
+            }
+            if !self.local.is_empty() {
+                continue;
+            }
+            let Ok(mut client) = lease::connect(&self.cfg.etcd, ETCD_TIMEOUT).await else {
+                continue;
+            };
+            if let Ok(g) = timed(client.get(key.as_bytes(), None)).await {
+                if g.kvs().is_empty() {
+                    self.log("the other registration is gone: registering again");
+                    return true;
+                }
             }
         }
     }

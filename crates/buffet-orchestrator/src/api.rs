@@ -265,7 +265,7 @@ fn server_id(id: &str) -> Result<(), ApiError> {
     }
     Err(ApiError::new(
         StatusCode::BAD_REQUEST,
-        format!("{id:?} is not a server id ([A-Za-z0-9._-], at most 64 bytes)"),
+        format!("{id:?} is not a server id (1 to 64 of [A-Za-z0-9._-], not . or ..)"),
     ))
 }
 

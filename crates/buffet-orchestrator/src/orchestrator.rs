@@ -164,6 +164,9 @@ pub(crate) struct View {
     pub(crate) refusing: Option<String>,
     /// The servers an operator drains: chosen for no tenant, their tenants moved off.
     pub(crate) drained: BTreeSet<String>,
+    /// The revision of the last drain or end of a drain this leader wrote, per server:
+    /// the watch's events up to it are older news.
+    drain_revs: HashMap<String, i64>,
     last_relief: HashMap<String, Instant>,
 }
 
@@ -546,21 +549,32 @@ impl Shared {
 
     /// Moves the tenants of the drained servers to servers that fit them, each chosen
     /// as an admission would (drained servers and those that refused it are never
-    /// chosen). One that fits nowhere stays where it is, served, and is tried again at
-    /// the next second's tick: a drain never leaves a tenant unplaced.
+    /// chosen), once its server answered its placement live. One that fits nowhere
+    /// stays where it is, served, and is tried again at the next second's tick; one
+    /// refused where it went comes back ([`Self::move_back`]).
     async fn drain(&self, view: &mut View) -> Result<(), LeadError> {
         if view.drained.is_empty() {
             return Ok(());
         }
+        let draining: Vec<u32> = view
+            .tenants
+            .iter()
+            .filter(|(_, (r, _))| r.server.as_ref().is_some_and(|s| view.drained.contains(s)))
+            .map(|(id, _)| *id)
+            .collect();
+        if draining.is_empty() {
+            return Ok(());
+        }
+        let live = self.live_on(&view.drained).await?;
         let mut cands = view.candidates();
         let mut moves = Vec::new();
         let mut stay = 0;
-        for (id, (rec, _)) in &view.tenants {
-            if !rec
-                .server
-                .as_ref()
-                .is_some_and(|s| view.drained.contains(s))
-            {
+        for id in &draining {
+            let rec = &view.tenants[id].0;
+            // Only a tenant its server runs as recorded: an admission, a move or an
+            // update still being applied there is left to finish (its client waits for
+            // that server's answer), and moves at a later tick.
+            if !live.contains(id) {
                 continue;
             }
             let allowed: Vec<usize> = (0..cands.len())
@@ -573,10 +587,12 @@ impl Shared {
                     let i = allowed[j];
                     placement::book(&mut cands[i], rec.expected_pps);
                     let mut new = rec.clone();
+                    // A refusal there puts it back where it is served (`move_back`).
+                    new.moved_from = rec.server.clone();
+                    new.previous = Some(rec.doc.clone());
                     new.server = Some(cands[i].id.clone());
                     new.reason = None;
                     new.moved = true;
-                    new.forget_update();
                     moves.push((*id, new));
                 }
                 Err(_) => stay += 1,
@@ -592,6 +608,43 @@ impl Shared {
             servers.join(", ")
         );
         Ok(())
+    }
+
+    /// The tenants live on one of `servers` with their current placement there: their
+    /// status there answers the placement's revision.
+    async fn live_on(&self, servers: &BTreeSet<String>) -> Result<BTreeSet<u32>, LeadError> {
+        let c = &self.client;
+        let st = schema::get_all(c, schema::STATUS, Some(GetOptions::new().with_prefix())).await?;
+        let rev = st.header().map_or(0, |h| h.revision());
+        let mut placed: HashMap<(String, u32), i64> = HashMap::new();
+        for server in servers {
+            let p = schema::get_all(
+                c,
+                schema::placements_of(server),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_revision(rev),
+                ),
+            )
+            .await?;
+            for kv in p.kvs() {
+                if let Some(id) = schema::tenant_of(kv.key(), schema::PLACEMENTS) {
+                    placed.insert((server.clone(), id), kv.mod_revision());
+                }
+            }
+        }
+        Ok(st
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let id = schema::tenant_of(kv.key(), schema::STATUS)?;
+                let st: Status = serde_json::from_slice(kv.value()).ok()?;
+                let current = placed.get(&(st.server.clone(), id)) == Some(&st.placement_rev);
+                (st.state == Outcome::Live && current).then_some(id)
+            })
+            .collect())
     }
 
     /// Drains `server` (`on`) or ends its drain: written to etcd, then acted on. A drain
@@ -614,9 +667,11 @@ impl Shared {
         } else {
             TxnOp::delete(key, None)
         };
-        self.commit(Vec::new(), vec![op])
+        let rev = self
+            .commit(Vec::new(), vec![op])
             .await
             .map_err(admit_error)?;
+        view.drain_revs.insert(server.to_owned(), rev);
         if on {
             view.drained.insert(server.to_owned());
             self.drain(&mut view).await.map_err(admit_error)?;
@@ -712,26 +767,8 @@ impl Shared {
             return Ok(());
         }
         let why = st.reason.as_deref().unwrap_or("no reason given");
-        if let (Some(from), Some(prev)) = (rec.moved_from.clone(), rec.previous.clone()) {
-            // An update that moved it (its old server does not offer its new chain's
-            // NFs) was refused: back to that server with the document it ran there. If
-            // that one is gone meanwhile, the next tick re-places it as any orphan.
-            let back = TenantRecord {
-                doc: prev,
-                server: Some(from.clone()),
-                reason: None,
-                previous: None,
-                moved_from: None,
-                moved: true,
-                ..rec
-            };
-            self.apply_moves(view, vec![(id, back)]).await?;
-            eprintln!(
-                "buffet-orchestrator: update of tenant {id} refused by {}: {why}; back on {from} \
-                 with its previous document",
-                st.server
-            );
-            return Ok(());
+        if rec.moved_from.is_some() {
+            return self.move_back(view, id, st).await;
         }
         if rec.moved {
             let mut new = rec;
@@ -780,6 +817,59 @@ impl Shared {
         Ok(())
     }
 
+    /// A tenant moved off a server it was served on (by an update whose chain that
+    /// server does not run, or by a drain) was refused where it went: back to that
+    /// server with the document it ran there, and the refusing server, for a refusal
+    /// that lasts, not chosen for it again until it is live elsewhere. If that server is
+    /// gone, it is left unplaced with the reason and placed as any orphan. Nothing unless
+    /// the refusal answers the tenant's current placement.
+    async fn move_back(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
+        let Some((rec, rev)) = view.tenants.get(&id).cloned() else {
+            return Ok(());
+        };
+        if rec.server.as_deref() != Some(st.server.as_str()) || rev != st.placement_rev {
+            return Ok(());
+        }
+        let (Some(from), Some(prev)) = (rec.moved_from.clone(), rec.previous.clone()) else {
+            return Ok(());
+        };
+        let why = st.reason.as_deref().unwrap_or("no reason given");
+        let mut back = TenantRecord {
+            doc: prev,
+            server: Some(from.clone()),
+            reason: None,
+            previous: None,
+            moved_from: None,
+            moved: true,
+            ..rec
+        };
+        if matches!(st.code, Some(409 | 422)) && !back.refused_by.contains(&st.server) {
+            back.refused_by.push(st.server.clone());
+        }
+        let gone = !view.servers.contains_key(&from);
+        if gone {
+            back.server = None;
+            back.reason = Some(format!(
+                "refused by {}: {why}; {from}, where it ran, is gone",
+                st.server
+            ));
+        }
+        self.apply_moves(view, vec![(id, back)]).await?;
+        eprintln!(
+            "buffet-orchestrator: tenant {id} refused by {} after a move off {from}: {why}; {}",
+            st.server,
+            if gone {
+                "left unplaced (that server is gone)"
+            } else {
+                "back there with the document it ran"
+            }
+        );
+        if gone {
+            self.place_orphans(view, None).await?;
+        }
+        Ok(())
+    }
+
     /// A tenant live again after servers refused it: they may be chosen for it again.
     async fn confirm_live(&self, view: &mut View, id: u32, st: &Status) -> Result<(), LeadError> {
         let Some((rec, rev)) = view.tenants.get(&id).cloned() else {
@@ -795,9 +885,15 @@ impl Shared {
             return Ok(());
         }
         let mut new = rec;
-        new.refused_by.clear();
-        // A move by an update is decided: nothing goes back.
-        new.moved_from = None;
+        // Except while its server drains: a tenant moved back there after a refusal
+        // keeps the refusing servers out, or the drain would send it to them again.
+        if !view.drained.contains(&st.server) {
+            new.refused_by.clear();
+        }
+        // A move is decided: nothing goes back.
+        if new.moved_from.is_some() {
+            new.forget_update();
+        }
         self.apply_moves(view, vec![(id, new)]).await.map(|_| ())
     }
 
@@ -971,6 +1067,11 @@ impl Shared {
         };
         if rec.server.as_deref() != Some(st.server.as_str()) || rev != st.placement_rev {
             return Ok(());
+        }
+        if rec.moved_from.is_some() {
+            // Moved there, so what it ran is on the server it left (this server may hold
+            // a tenant of that id from before and answer through its update path).
+            return self.move_back(view, id, st).await;
         }
         let Some(prev) = rec.previous.clone() else {
             // Nothing to put back: the server refused the very document it ran (a restart
@@ -1520,6 +1621,12 @@ async fn lead(
                                 shared.relieve(&mut view, &server).await?;
                             }
                         } else if let Some(server) = schema::drained_of(key) {
+                            // Written by this leader's API and acted on already (a drain
+                            // and its end in quick succession must not drain again).
+                            let seen = view.drain_revs.get(server).copied().unwrap_or(0);
+                            if kv.mod_revision() <= seen {
+                                continue;
+                            }
                             if ev.event_type() == EventType::Delete {
                                 view.drained.remove(server);
                             } else {

@@ -110,10 +110,12 @@ pub fn server_of(key: &[u8]) -> Option<&str> {
     std::str::from_utf8(key).ok()?.strip_prefix(SERVERS)
 }
 
-/// A server id is a non-empty `[A-Za-z0-9._-]` word of at most 64 bytes (it is a
-/// path segment of the keys).
+/// A server id is a non-empty `[A-Za-z0-9._-]` word of at most 64 bytes, other than
+/// `.` and `..` (it is a path segment of the keys and of the API's URLs).
 pub fn valid_server_id(id: &str) -> bool {
     !id.is_empty()
+        && id != "."
+        && id != ".."
         && id.len() <= 64
         && id
             .bytes()
@@ -344,6 +346,8 @@ mod tests {
         assert!(valid_server_id("node-3.rack_2"));
         assert!(!valid_server_id("a/b"));
         assert!(!valid_server_id(""));
+        assert!(!valid_server_id(".."));
+        assert!(valid_server_id("..a"));
     }
 
     #[test]
