@@ -228,17 +228,7 @@ async fn servers(State(s): State<Arc<Shared>>) -> Result<Json<Value>, ApiError> 
     )
     .await?;
     let rev = g.header().map_or(0, |h| h.revision());
-    let d = schema::get_all(
-        &s.client,
-        schema::DRAINS,
-        Some(
-            GetOptions::new()
-                .with_prefix()
-                .with_keys_only()
-                .with_revision(rev),
-        ),
-    )
-    .await?;
+    let d = schema::keys_at(&s.client, schema::DRAINS, rev).await?;
     let drained: std::collections::BTreeSet<&str> = d
         .kvs()
         .iter()
@@ -330,17 +320,7 @@ async fn tenants(s: &Shared) -> Result<BTreeMap<u32, Value>, ApiError> {
         .collect();
     // The placements' revisions, at the same revision: a status answers one placement,
     // and an update written since is not what the server runs yet.
-    let pl = schema::get_all(
-        &s.client,
-        schema::PLACEMENTS,
-        Some(
-            GetOptions::new()
-                .with_prefix()
-                .with_keys_only()
-                .with_revision(rev),
-        ),
-    )
-    .await?;
+    let pl = schema::keys_at(&s.client, schema::PLACEMENTS, rev).await?;
     let placed: BTreeMap<(String, u32), i64> = pl
         .kvs()
         .iter()

@@ -483,10 +483,7 @@ impl Shared {
             // this placement, it is not removed (see `drop_failed`).
             new.moved |= rec.server.is_some();
             // The servers that refused it since it was last live are left out.
-            let allowed: Vec<usize> = (0..cands.len())
-                .filter(|&i| !rec.refused_by.contains(&cands[i].id))
-                .collect();
-            if allowed.is_empty() && !cands.is_empty() {
+            if !cands.is_empty() && cands.iter().all(|c| rec.refused_by.contains(&c.id)) {
                 // Every server refused it: it keeps its record and its reason until one
                 // joins, or it is live again.
                 unplaced += 1;
@@ -501,12 +498,8 @@ impl Shared {
                 }
                 continue;
             }
-            let open: Vec<Candidate> = allowed.iter().map(|&i| cands[i].clone()).collect();
-            let nfs = rec.nfs();
-            match placement::choose(&open, placement::Need::new(rec.expected_pps, &nfs)) {
-                Ok(j) => {
-                    let i = allowed[j];
-                    placement::book(&mut cands[i], rec.expected_pps);
+            match choose_for(&mut cands, rec) {
+                Ok(i) => {
                     new.server = Some(cands[i].id.clone());
                     new.reason = None;
                     new.forget_update();
@@ -577,15 +570,8 @@ impl Shared {
             if !live.contains(id) {
                 continue;
             }
-            let allowed: Vec<usize> = (0..cands.len())
-                .filter(|&i| !rec.refused_by.contains(&cands[i].id))
-                .collect();
-            let open: Vec<Candidate> = allowed.iter().map(|&i| cands[i].clone()).collect();
-            let nfs = rec.nfs();
-            match placement::choose(&open, placement::Need::new(rec.expected_pps, &nfs)) {
-                Ok(j) => {
-                    let i = allowed[j];
-                    placement::book(&mut cands[i], rec.expected_pps);
+            match choose_for(&mut cands, rec) {
+                Ok(i) => {
                     let mut new = rec.clone();
                     // A refusal there puts it back where it is served (`move_back`).
                     new.moved_from = rec.server.clone();
@@ -618,17 +604,7 @@ impl Shared {
         let rev = st.header().map_or(0, |h| h.revision());
         let mut placed: HashMap<(String, u32), i64> = HashMap::new();
         for server in servers {
-            let p = schema::get_all(
-                c,
-                schema::placements_of(server),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_keys_only()
-                        .with_revision(rev),
-                ),
-            )
-            .await?;
+            let p = schema::keys_at(c, schema::placements_of(server), rev).await?;
             for kv in p.kvs() {
                 if let Some(id) = schema::tenant_of(kv.key(), schema::PLACEMENTS) {
                     placed.insert((server.clone(), id), kv.mod_revision());
@@ -1305,6 +1281,19 @@ impl Shared {
         }
         Ok(())
     }
+}
+
+/// The server among `cands` that fits `rec` best, leaving out those that refused it
+/// since it was last live; the tenant is booked on it.
+fn choose_for(cands: &mut [Candidate], rec: &TenantRecord) -> Result<usize, PlaceError> {
+    let allowed: Vec<usize> = (0..cands.len())
+        .filter(|&i| !rec.refused_by.contains(&cands[i].id))
+        .collect();
+    let open: Vec<Candidate> = allowed.iter().map(|&i| cands[i].clone()).collect();
+    let nfs = rec.nfs();
+    let j = placement::choose(&open, placement::Need::new(rec.expected_pps, &nfs))?;
+    placement::book(&mut cands[allowed[j]], rec.expected_pps);
+    Ok(allowed[j])
 }
 
 /// What must leave an overloaded server, packets per second: its rate above 80 % of its

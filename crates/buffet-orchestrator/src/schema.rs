@@ -30,6 +30,20 @@ pub const MAX_DOC_BYTES: usize = 256 << 10;
 /// documents exceed.
 pub const MAX_READ_BYTES: usize = 1 << 30;
 
+/// The keys (no values) under `prefix` as they were at revision `rev`, with their
+/// revisions.
+pub async fn keys_at(
+    client: &Client,
+    prefix: impl Into<Vec<u8>>,
+    rev: i64,
+) -> Result<GetResponse, etcd_client::Error> {
+    let opts = GetOptions::new()
+        .with_prefix()
+        .with_keys_only()
+        .with_revision(rev);
+    get_all(client, prefix, Some(opts)).await
+}
+
 /// Reads `key` (with `options`) through a client that takes replies up to
 /// [`MAX_READ_BYTES`].
 pub async fn get_all(
