@@ -770,8 +770,7 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
     // interface of the run is gone (its name no longer resolves to the index it had:
     // deleted, or moved to another namespace; looked up once a second), says when one goes
     // down or loses its carrier and when it is up again (the run goes on meanwhile), and
-    // prints the rate every
-    // second when stderr is a terminal.
+    // prints the rate every second when stderr is a terminal.
     let watched: Vec<(String, u32)> = std::iter::once(&a.iface)
         .chain(&a.tx_iface)
         .filter_map(|name| Some((name.clone(), afpacket::interface_index(name)?)))
@@ -810,28 +809,24 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                             let now = afpacket::interface_link(name).unwrap_or(Link::Up);
                             if now != *was {
                                 *was = now;
+                                let what = match now {
+                                    Link::Down => "is down",
+                                    Link::NoCarrier => {
+                                        "has no carrier (its cable or far end is down)"
+                                    }
+                                    Link::Up => "is up again",
+                                };
                                 // The first is --iface; a --tx-iface only sends.
-                                let what = match (now, i) {
-                                    (Link::Down, 0) => {
-                                        "is down: nothing arrives until it is up again"
-                                    }
-                                    (Link::Down, _) => {
-                                        "is down: passed frames are not sent (counted as \
-                                         tx_dropped) until it is up again"
-                                    }
-                                    (Link::NoCarrier, 0) => {
-                                        "has no carrier (its cable or far end is down): \
-                                         nothing arrives until it is up again"
-                                    }
-                                    (Link::NoCarrier, _) => {
-                                        "has no carrier (its cable or far end is down): \
-                                         passed frames are not sent (counted as tx_dropped) \
+                                let until = match (now, i) {
+                                    (Link::Up, _) => "",
+                                    (_, 0) => ": nothing arrives until it is up again",
+                                    _ => {
+                                        ": passed frames are not sent (counted as tx_dropped) \
                                          until it is up again"
                                     }
-                                    (Link::Up, _) => "is up again",
                                 };
                                 let cr = if tty { "\r" } else { "" };
-                                eprintln!("{cr}interface {name} {what}");
+                                eprintln!("{cr}interface {name} {what}{until}");
                             }
                         }
                     }

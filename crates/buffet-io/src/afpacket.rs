@@ -327,11 +327,7 @@ impl AfPacketPort {
     /// carrier; an interface that is down or gone is not "without carrier": sends to it
     /// are refused (`ENETDOWN`), which is how a transmit-only socket learns it.
     fn look_at_carrier(&mut self) -> bool {
-        let up = self
-            .socket
-            .if_flags(&self.cfg.iface)
-            .is_ok_and(|f| f & libc::IFF_UP != 0);
-        self.no_carrier = up && self.socket.link_detected(&self.cfg.iface) == Some(false);
+        self.no_carrier = link_of(&self.socket, &self.cfg.iface) == Some(Link::NoCarrier);
         self.no_carrier
     }
 
@@ -594,7 +590,12 @@ pub enum Link {
 /// cannot be told (no such interface): a live run watches it to say when its interface
 /// goes down or loses its carrier, and when it is up again.
 pub fn interface_link(name: &str) -> Option<Link> {
-    let socket = sys::Socket::query().ok()?;
+    link_of(&sys::Socket::query().ok()?, name)
+}
+
+/// [`interface_link`] through `socket` (`SIOCGIFFLAGS`, then `ETHTOOL_GLINK` for an
+/// interface that is up; a driver that cannot say counts as carrier).
+fn link_of(socket: &sys::Socket, name: &str) -> Option<Link> {
     let flags = socket.if_flags(name).ok()?;
     Some(if flags & libc::IFF_UP == 0 {
         Link::Down

@@ -1004,6 +1004,15 @@ impl Shared {
         };
     }
 
+    /// The compares of a write that holds only while tenant `id`'s record is still at
+    /// revision `rev` and its placement on `server` at `placed`.
+    fn unchanged(id: u32, (rev, placed): (i64, i64), server: &str) -> Vec<Compare> {
+        vec![
+            Compare::mod_revision(schema::tenant_key(id), CompareOp::Equal, rev),
+            Compare::mod_revision(schema::placement_key(server, id), CompareOp::Equal, placed),
+        ]
+    }
+
     /// Writes tenant `id`'s record and its document in `server`'s placement in one
     /// transaction, if the record is still at revision `rev` and the placement at
     /// `placed`; returns the new revision.
@@ -1015,10 +1024,7 @@ impl Shared {
         rec: &TenantRecord,
     ) -> Result<i64, LeadError> {
         self.commit(
-            vec![
-                Compare::mod_revision(schema::tenant_key(id), CompareOp::Equal, rev),
-                Compare::mod_revision(schema::placement_key(server, id), CompareOp::Equal, placed),
-            ],
+            Self::unchanged(id, (rev, placed), server),
             vec![
                 TxnOp::put(
                     schema::tenant_key(id),
@@ -1148,18 +1154,11 @@ impl Shared {
                 reason: None,
                 ..rec
             };
-            let mut compares = vec![Compare::mod_revision(
-                schema::tenant_key(id),
-                CompareOp::Equal,
-                rev,
-            )];
-            compares.push(Compare::mod_revision(
-                schema::placement_key(&server, id),
-                CompareOp::Equal,
-                placed,
-            ));
             let new_rev = self
-                .commit(compares, Self::move_ops(id, Some(&server), &new))
+                .commit(
+                    Self::unchanged(id, (rev, placed), &server),
+                    Self::move_ops(id, Some(&server), &new),
+                )
                 .await
                 .map_err(written)?;
             eprintln!(
