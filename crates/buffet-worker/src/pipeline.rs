@@ -28,7 +28,7 @@ use buffet_dispatch::{
 use buffet_io::{HeapPool, Outcome, PacketBuf, Port, PortError, PortStats, Rx};
 use buffet_memory::{
     AdmitWithError, ArenaConfig, Domain, MemoryError, MemoryStorage, Mpk, MpkError, Replacement,
-    TenantTable,
+    TenantEntry, TenantTable,
 };
 use buffet_sdk::{InitError, NetworkFunction, PortId, RegistryError, TenantId, Verdict};
 use crossbeam::channel::{self, Receiver, Sender};
@@ -1932,7 +1932,7 @@ impl<N: NetworkFunction> Dataplane<N> {
                         tid.and_then(crate::sys::thread_state)
                             .is_some_and(|s| s.is_blocked())
                     };
-                    if ran || (blocked() && !self.locked_tenants(wi).is_empty()) {
+                    if ran || (blocked() && self.stuck_in(wi).is_some()) {
                         self.worker_stuck(wi);
                     }
                 }
@@ -2012,44 +2012,28 @@ impl<N: NetworkFunction> Dataplane<N> {
         });
     }
 
-    /// The tenants of worker `wi` whose state is locked: those it is running a handler
-    /// of right now. A tenant runs on the worker its hand-over comes from while one is
-    /// pending — moved off `wi` by a migration or by `wi`'s termination while `wi` still
-    /// had its packets, it is no longer in `wi`'s rows of the Worker Table, yet `wi` may
-    /// be stuck in its handler — and on the worker of its row otherwise.
-    fn locked_tenants(&self, wi: usize) -> Vec<TenantSlot> {
-        let w = WorkerId(wi as u16);
-        let table = &self.core.shared.table;
-        let handed_over = |s: TenantSlot| self.handovers.iter().find(|h| h.slot == s);
-        let rows = self
-            .dispatcher
-            .scheduler()
-            .tenants()
-            .filter(|&(s, row)| row.worker == w && handed_over(s).is_none())
-            .map(|(s, _)| s);
-        let handed = self
-            .handovers
-            .iter()
-            .filter(|h| h.from == w)
-            .map(|h| h.slot);
-        let mut locked: Vec<TenantSlot> = rows
-            .chain(handed)
-            .filter(|&s| match &*table.get(s) {
-                Some(entry) => entry.is_locked(),
-                None => false,
-            })
-            .collect();
-        locked.sort_unstable();
-        locked.dedup();
-        locked
+    /// The tenant worker `wi` is stuck in: the one whose group it is running or waiting
+    /// to run (it says which, `WorkerCounters::running`), if that tenant's state is held —
+    /// by `wi` in its handler, or by another thread `wi` waits for. Exact whoever placed
+    /// the tenant there: a migration, a hand-over, or an outside dispatcher that moved it
+    /// without the data plane's Worker Table rows knowing.
+    fn stuck_in(&self, wi: usize) -> Option<TenantSlot> {
+        let running = self.workers[wi].counters.running.load(Ordering::Acquire);
+        let slot = TenantSlot(running.checked_sub(1)?);
+        let held = self
+            .core
+            .shared
+            .table
+            .get(slot)
+            .entry()
+            .is_some_and(TenantEntry::is_locked);
+        held.then_some(slot)
     }
 
     fn worker_stuck(&mut self, wi: usize) {
-        // The tenants it is stuck in: those of its tenants whose state is locked.
-        let stuck_in = self.locked_tenants(wi);
         let table = &self.core.shared.table;
         let mut tenants = Vec::new();
-        for &s in &stuck_in {
+        if let Some(s) = self.stuck_in(wi) {
             self.core.shared.quarantined[s.index()].store(true, Ordering::Release);
             tenants.push(table.published_id(s).unwrap_or_default());
         }

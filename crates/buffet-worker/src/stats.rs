@@ -170,6 +170,10 @@ pub(crate) struct WorkerCounters {
     pub received: AtomicU64,
     /// Passes of its thread that found its input empty and nothing held back.
     pub idle: AtomicU64,
+    /// The tenant slot + 1 whose packet group the worker is running or waiting to run
+    /// (0: none): the tenant a worker found stuck is stuck in. Its own line, written
+    /// twice per group by the worker alone and read only by stall detection.
+    pub running: crossbeam::utils::CachePadded<std::sync::atomic::AtomicU32>,
 }
 
 impl WorkerCounters {
@@ -181,6 +185,7 @@ impl WorkerCounters {
             busy_cycles: AtomicU64::new(0),
             received: AtomicU64::new(0),
             idle: AtomicU64::new(0),
+            running: Default::default(),
         }
     }
 }

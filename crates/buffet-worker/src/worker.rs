@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use arrayvec::ArrayVec;
 use buffet_dispatch::{TenantSlot, WorkerId};
-use buffet_memory::{EnterError, TenantEntry, TenantTable};
+use buffet_memory::{EnterError, StateGuard, TenantEntry, TenantTable};
 use buffet_sdk::{NetworkFunction, Packet, PacketMeta, Verdict, WorkerThreadError, GROUP_CHUNK};
 use crossbeam::queue::ArrayQueue;
 
@@ -761,14 +761,27 @@ impl<N: NetworkFunction> Worker<N> {
             (Some(entry), false) => {
                 let id = entry.id();
                 let nf = &*self.shared.nf;
+                // Cleared when the group is over (by `fault` after a panic).
+                self.counters.running.store(tenant.0 + 1, Ordering::Relaxed);
                 // Released when dropped, on a panic too (no poisoning).
-                let mut state = match entry.lock_checked() {
-                    Ok(state) => state,
-                    Err(e) => {
+                let locked = match entry.try_lock_checked() {
+                    Some(locked) => Some(locked),
+                    None => self.wait_for_state(tenant, entry),
+                };
+                let mut state = match locked {
+                    Some(Ok(state)) => state,
+                    Some(Err(e)) => {
                         // Its isolation domain could not be entered (MPK: the region's key
                         // could not be loaded): no packet of it ran. A fault of this tenant
                         // alone; the key cache stays usable for the others.
+                        self.counters.running.store(0, Ordering::Relaxed);
                         self.cannot_enter(tenant, e, burst, members, tally, drops);
+                        return;
+                    }
+                    None => {
+                        // Quarantined while another thread held its state.
+                        self.counters.running.store(0, Ordering::Relaxed);
+                        drop_quarantined(burst, members, tally, drops);
                         return;
                     }
                 };
@@ -812,6 +825,7 @@ impl<N: NetworkFunction> Worker<N> {
                     }
                 }
                 drop(state);
+                self.counters.running.store(0, Ordering::Relaxed);
                 // A chunk that completed left none of its packets pending, so the group
                 // is only searched for pending packets after one did not.
                 if !completed
@@ -824,13 +838,7 @@ impl<N: NetworkFunction> Worker<N> {
                     tally.bytes = group_bytes(burst, members);
                 }
             }
-            (Some(_), true) => {
-                drops.quarantined(members.len() as u64);
-                tally.bytes = group_bytes(burst, members);
-                members
-                    .iter()
-                    .for_each(|&i| burst[i as usize].outcome = Outcome::Quarantined);
-            }
+            (Some(_), true) => drop_quarantined(burst, members, tally, drops),
             (None, _) => {
                 drops.no_tenant(members.len() as u64);
                 tally.bytes = group_bytes(burst, members);
@@ -838,6 +846,31 @@ impl<N: NetworkFunction> Worker<N> {
                     .iter()
                     .for_each(|&i| burst[i as usize].outcome = Outcome::NoTenant);
             }
+        }
+    }
+
+    /// Another thread holds tenant `tenant`'s state: waits for it as the lock does
+    /// (spinning, then yielding), but only while the tenant is not quarantined. The
+    /// holder may be a worker stuck in the tenant's handler, whose tenant an outside
+    /// dispatcher (the XDP program) moved here before the stall was found: once stall
+    /// detection quarantines the tenant, `None`, and this worker goes on with its other
+    /// tenants instead of waiting forever.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_state<'e>(
+        &self,
+        tenant: TenantSlot,
+        entry: &'e TenantEntry<N::State>,
+    ) -> Option<Result<StateGuard<'e, N::State>, EnterError>> {
+        let backoff = crossbeam::utils::Backoff::new();
+        loop {
+            if self.quarantined(tenant.0) {
+                return None;
+            }
+            if let Some(locked) = entry.try_lock_checked() {
+                return Some(locked);
+            }
+            backoff.snooze();
         }
     }
 
@@ -872,6 +905,7 @@ impl<N: NetworkFunction> Worker<N> {
         members: &[u32],
         tally: &mut GroupTally,
     ) {
+        self.counters.running.store(0, Ordering::Relaxed);
         let drops = Drops(self.counters.tenants.get(tenant.index()));
         drops.quarantined(self.quarantine(tenant, panic_message(&*panic), burst, members));
         tally.packets = members.len() as u64;
@@ -905,6 +939,22 @@ impl<N: NetworkFunction> Worker<N> {
         });
         dropped
     }
+}
+
+/// Drops the group `members` of a quarantined tenant: none of its packets runs.
+#[cold]
+#[inline(never)]
+fn drop_quarantined(
+    burst: &mut [PacketBuf],
+    members: &[u32],
+    tally: &mut GroupTally,
+    drops: Drops<'_>,
+) {
+    drops.quarantined(members.len() as u64);
+    tally.bytes = group_bytes(burst, members);
+    members
+        .iter()
+        .for_each(|&i| burst[i as usize].outcome = Outcome::Quarantined);
 }
 
 /// Which groups of a burst [`Worker::process`] reads the cycle counter around, to

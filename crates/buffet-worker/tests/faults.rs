@@ -3,15 +3,18 @@
 //! Every test accounts for every packet: per tenant, sent = received + counted drops.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use buffet_dispatch::WorkerId;
 use buffet_memory::ArenaConfig;
 use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
-use buffet_worker::{Pipeline, PipelineConfig, PipelineError, Report, WorkerEvent, MIN_STALL};
+use buffet_worker::{
+    Pipeline, PipelineConfig, PipelineError, Report, WorkerEvent, WorkerSource, MIN_STALL,
+};
 
 mod common;
-use common::{cfg, frame, spec_with};
+use common::{cfg, frame, spec_with, tagged_buf, Inbox, TestSource};
 
 fn worker_of(r: &Report, t: u32) -> u16 {
     r.tenants
@@ -623,4 +626,113 @@ fn stuck_worker_is_found<N: NetworkFunction<Policy = bool>>(nf: N) {
     assert_eq!((t1.packets - before, t1.quarantined), (10, false));
     let _ = p.finish();
     let _ = WorkerId(0);
+}
+
+static MOVED: AtomicBool = AtomicBool::new(true);
+
+/// Workers fed by their own sources (the XDP Packet Dispatcher in the NIC path) run
+/// whatever their source hands them, and the outside dispatcher may move a tenant whose
+/// handler is stuck to another worker before the stall is found; the data plane's own
+/// Worker Table rows may place it on a third. The stuck worker still names the tenant it
+/// is stuck in, and the worker the tenant's packets reach next waits for its held state
+/// only until the tenant is quarantined: it drops them then, as quarantined, runs its
+/// other tenant's packets, and is not itself found stuck.
+#[test]
+fn a_stuck_tenant_moved_to_another_sourced_worker_stalls_that_worker_only_until_quarantined() {
+    let _one = SPINNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let inboxes: Vec<Arc<Mutex<Inbox>>> = (0..3).map(|_| Arc::default()).collect();
+    let sources = inboxes
+        .iter()
+        .map(|i| Box::new(TestSource(i.clone())) as Box<dyn WorkerSource>)
+        .collect();
+    // Timeslots of 2^30 ns (1.07 s): the stall bound is half of one (537 ms).
+    let shift = 30;
+    let slot = Duration::from_nanos(1 << shift);
+    let mut p = Pipeline::with_sources(Spinner(&MOVED), cfg(3, shift), sources).unwrap();
+    let hostile = p.admit(spec_with(1, true)).unwrap();
+    let victim = p.admit(spec_with(2, false)).unwrap();
+    // Stuck on a worker other than the one its row names, moved to the third.
+    let row = worker_of(&p.report(), 1) as usize;
+    let (stuck_on, moved_to) = ((row + 1) % 3, (row + 2) % 3);
+    inboxes[stuck_on]
+        .lock()
+        .unwrap()
+        .frames
+        .push(tagged_buf(&frame(1, b"spin"), hostile));
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(50) {
+        p.dataplane().poll().unwrap();
+    }
+    p.control()
+        .dispatcher_events(vec![buffet_dispatch::Event::Migration {
+            tenant: hostile,
+            from: WorkerId(stuck_on as u16),
+            to: WorkerId(moved_to as u16),
+            slot: 1,
+        }]);
+    // The hostile tenant's next frames first, then the victim's, on the worker it moved to.
+    let mut sent_victim = 0u64;
+    {
+        let mut inbox = inboxes[moved_to].lock().unwrap();
+        inbox
+            .frames
+            .extend((0..8).map(|_| tagged_buf(&frame(1, b"x"), hostile)));
+        inbox
+            .frames
+            .extend((0..8).map(|_| tagged_buf(&frame(2, b"x"), victim)));
+        sent_victim += 8;
+    }
+    let deadline = t0 + 3 * slot;
+    let report = loop {
+        p.dataplane().poll().unwrap();
+        if sent_victim < 400 {
+            inboxes[moved_to]
+                .lock()
+                .unwrap()
+                .frames
+                .push(tagged_buf(&frame(2, b"x"), victim));
+            sent_victim += 1;
+        }
+        let r = p.report();
+        let v = r.tenants.iter().find(|t| t.id == TenantId(2)).unwrap();
+        let found = r
+            .events
+            .iter()
+            .any(|e| matches!(e, WorkerEvent::WorkerStuck { .. }));
+        if found && sent_victim == 400 && v.packets == sent_victim {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "victim ran {} of {sent_victim}; events {:?}",
+            v.packets,
+            r.events
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let stuck: Vec<(u16, Vec<TenantId>)> = report
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::WorkerStuck {
+                worker, tenants, ..
+            } => Some((*worker, tenants.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stuck, [(stuck_on as u16, vec![TenantId(1)])]);
+    assert!(report.workers[moved_to].live, "{:?}", report.workers);
+    let h = report.tenants.iter().find(|t| t.id == TenantId(1)).unwrap();
+    assert!(h.quarantined);
+    assert_eq!(h.drops.get("quarantined"), Some(&8), "{h:?}");
+    let v = report.tenants.iter().find(|t| t.id == TenantId(2)).unwrap();
+    assert_eq!((v.passed, v.quarantined), (sent_victim, false), "{v:?}");
+    println!(
+        "worker {stuck_on} stuck in tenant 1 (its row: worker {row}); worker {moved_to} \
+         dropped its 8 moved frames and ran all {sent_victim} of tenant 2's"
+    );
+    MOVED.store(false, Ordering::Relaxed);
+    let _ = p.finish();
 }

@@ -13,37 +13,10 @@ use buffet_sdk::TenantId;
 use buffet_worker::{Pipeline, PipelineConfig, PipelineError, WorkerEvent, WorkerSource};
 
 mod common;
-use common::{plain_frame, spec};
-
-/// What the test hands a worker: frames to process and frames to reject.
-#[derive(Default)]
-struct Inbox {
-    frames: Vec<PacketBuf>,
-    rejected: Vec<PacketBuf>,
-}
-
-struct TestSource(Arc<Mutex<Inbox>>);
-
-impl WorkerSource for TestSource {
-    fn receive(
-        &mut self,
-        burst: &mut Vec<PacketBuf>,
-        rejected: &mut Vec<PacketBuf>,
-        max: usize,
-    ) -> usize {
-        let mut inbox = self.0.lock().unwrap();
-        rejected.append(&mut inbox.rejected);
-        let n = inbox.frames.len().min(max);
-        burst.extend(inbox.frames.drain(..n));
-        n
-    }
-}
+use common::{plain_frame, spec, tagged_buf, Inbox, TestSource};
 
 fn tagged(tenant: u32, slot: TenantSlot) -> PacketBuf {
-    let mut b = PacketBuf::heap();
-    assert!(b.fill(&plain_frame(tenant)));
-    b.tenant = slot;
-    b
+    tagged_buf(&plain_frame(tenant), slot)
 }
 
 #[test]

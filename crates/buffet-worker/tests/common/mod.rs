@@ -2,10 +2,12 @@
 #![allow(dead_code)]
 
 use buffet_dispatch::{DispatcherConfig, Match, SchedulerConfig};
+use buffet_io::PacketBuf;
 use buffet_nfs::monitor::MonitorPolicy;
 use buffet_sdk::{NetworkFunction, TenantId};
-use buffet_worker::{Dataplane, PipelineConfig, TenantSpec};
+use buffet_worker::{Dataplane, PipelineConfig, TenantSpec, WorkerSource};
 use etherparse::PacketBuilder;
+use std::sync::{Arc, Mutex};
 
 /// An Ethernet/IPv4/UDP frame from 192.168.0.1 to 10.0.`tenant`.1 (in tenant `tenant`'s
 /// prefix, see [`rules`]), from UDP port `src_port` to 53, carrying `payload`.
@@ -98,4 +100,39 @@ pub fn answered<N: NetworkFunction, T: Send + 'static>(
         dataplane.apply_commands();
     }
     h.join().unwrap()
+}
+
+/// What a test hands a worker fed by its own source: frames to process and frames to
+/// reject.
+#[derive(Default)]
+pub struct Inbox {
+    pub frames: Vec<PacketBuf>,
+    pub rejected: Vec<PacketBuf>,
+}
+
+/// A worker's own source (as the XDP Packet Dispatcher feeds each worker's AF_XDP
+/// socket), delivering what the test puts in its [`Inbox`].
+pub struct TestSource(pub Arc<Mutex<Inbox>>);
+
+impl WorkerSource for TestSource {
+    fn receive(
+        &mut self,
+        burst: &mut Vec<PacketBuf>,
+        rejected: &mut Vec<PacketBuf>,
+        max: usize,
+    ) -> usize {
+        let mut inbox = self.0.lock().unwrap();
+        rejected.append(&mut inbox.rejected);
+        let n = inbox.frames.len().min(max);
+        burst.extend(inbox.frames.drain(..n));
+        n
+    }
+}
+
+/// `frame` in an mbuf, tagged for tenant slot `slot` (as the XDP program tags it).
+pub fn tagged_buf(frame: &[u8], slot: buffet_dispatch::TenantSlot) -> PacketBuf {
+    let mut b = PacketBuf::heap();
+    assert!(b.fill(frame));
+    b.tenant = slot;
+    b
 }
