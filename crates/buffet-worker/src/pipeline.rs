@@ -39,7 +39,9 @@ use serde::Serialize;
 use crate::buffers::{BufferConfig, ClockSource};
 use crate::completions::Completions;
 use crate::idle::{Idle, IdleShared, Waker};
-use crate::stats::{DropReason, GlobalReport, Report, TenantReport, WorkerCounters, WorkerReport};
+use crate::stats::{
+    DropReason, GlobalReport, Report, TenantReport, WorkerCounters, WorkerReport, RUNNING_WAITS,
+};
 use crate::worker::{FlushSync, Notice, Shared, Worker, WorkerSource, WorkerThread, GATE_OPEN};
 
 /// Events the channel holds before new ones are counted as dropped.
@@ -1905,7 +1907,11 @@ impl<N: NetworkFunction> Dataplane<N> {
             } else {
                 w.dispatched != w.completed
             };
-            if bursts != w.progress.0 || !busy {
+            // A worker waiting for a state another thread holds is not stuck itself: the
+            // holder gives it back, or is found stuck and its tenant quarantined, and the
+            // waiter goes on. Its clock starts again once it no longer waits.
+            let waits = w.counters.running.load(Ordering::Acquire) & RUNNING_WAITS != 0;
+            if bursts != w.progress.0 || !busy || waits {
                 w.progress = (bursts, None);
                 continue;
             }
@@ -2012,14 +2018,15 @@ impl<N: NetworkFunction> Dataplane<N> {
         });
     }
 
-    /// The tenant worker `wi` is stuck in: the one whose group it is running or waiting
-    /// to run (it says which, `WorkerCounters::running`), if that tenant's state is held —
-    /// by `wi` in its handler, or by another thread `wi` waits for. Exact whoever placed
-    /// the tenant there: a migration, a hand-over, or an outside dispatcher that moved it
-    /// without the data plane's Worker Table rows knowing.
+    /// The tenant worker `wi` is stuck in: the one whose group it is running (it says
+    /// which, `WorkerCounters::running`), if that tenant's state is held — by `wi`, in its
+    /// handler. Exact whoever placed the tenant there: a migration, a hand-over, or an
+    /// outside dispatcher that moved it without the data plane's Worker Table rows
+    /// knowing. (A worker that waits for a state another thread holds says so, and is not
+    /// taken for stuck: `check_workers`.)
     fn stuck_in(&self, wi: usize) -> Option<TenantSlot> {
         let running = self.workers[wi].counters.running.load(Ordering::Acquire);
-        let slot = TenantSlot(running.checked_sub(1)?);
+        let slot = TenantSlot((running & !RUNNING_WAITS).checked_sub(1)?);
         let held = self
             .core
             .shared

@@ -171,10 +171,16 @@ pub(crate) struct WorkerCounters {
     /// Passes of its thread that found its input empty and nothing held back.
     pub idle: AtomicU64,
     /// The tenant slot + 1 whose packet group the worker is running or waiting to run
-    /// (0: none): the tenant a worker found stuck is stuck in. Its own line, written
-    /// twice per group by the worker alone and read only by stall detection.
+    /// (0: none), with [`RUNNING_WAITS`] set while it waits for another thread to give
+    /// the tenant's state back: the tenant a worker found stuck is stuck in. Its own
+    /// line, written twice per group by the worker alone and read only by stall detection.
     pub running: crossbeam::utils::CachePadded<std::sync::atomic::AtomicU32>,
 }
+
+/// Set in [`WorkerCounters::running`] while the worker waits for a state another thread
+/// holds: it is not stuck itself, and goes on once the holder gives the state back or the
+/// tenant is quarantined.
+pub(crate) const RUNNING_WAITS: u32 = 1 << 31;
 
 impl WorkerCounters {
     pub(crate) fn new(slots: u32) -> Self {

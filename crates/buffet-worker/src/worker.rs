@@ -31,7 +31,7 @@ use crossbeam::queue::ArrayQueue;
 use crate::buffers::{BufferConfig, Clock, ClockSource, TenantBuffers};
 use crate::completions::Completions;
 use crate::idle::{Idle, IdleShared, Waker};
-use crate::stats::{bump, Drops, GroupTally, WorkerCounters};
+use crate::stats::{bump, Drops, GroupTally, WorkerCounters, RUNNING_WAITS};
 use crate::sys;
 use buffet_io::{Outcome, PacketBuf};
 
@@ -850,8 +850,9 @@ impl<N: NetworkFunction> Worker<N> {
     }
 
     /// Another thread holds tenant `tenant`'s state: waits for it as the lock does
-    /// (spinning, then yielding), but only while the tenant is not quarantined. The
-    /// holder may be a worker stuck in the tenant's handler, whose tenant an outside
+    /// (spinning, then yielding), but only while the tenant is not quarantined, and says
+    /// it waits ([`RUNNING_WAITS`]) so that stall detection does not take it for stuck.
+    /// The holder may be a worker stuck in the tenant's handler, whose tenant an outside
     /// dispatcher (the XDP program) moved here before the stall was found: once stall
     /// detection quarantines the tenant, `None`, and this worker goes on with its other
     /// tenants instead of waiting forever.
@@ -862,13 +863,19 @@ impl<N: NetworkFunction> Worker<N> {
         tenant: TenantSlot,
         entry: &'e TenantEntry<N::State>,
     ) -> Option<Result<StateGuard<'e, N::State>, EnterError>> {
+        let running = &self.counters.running;
+        running.store((tenant.0 + 1) | RUNNING_WAITS, Ordering::Relaxed);
         let backoff = crossbeam::utils::Backoff::new();
         loop {
             if self.quarantined(tenant.0) {
                 return None;
             }
-            if let Some(locked) = entry.try_lock_checked() {
-                return Some(locked);
+            // A plain load while it is held; the compare-and-swap only once it looks free.
+            if !entry.is_locked() {
+                if let Some(locked) = entry.try_lock_checked() {
+                    running.store(tenant.0 + 1, Ordering::Relaxed);
+                    return Some(locked);
+                }
             }
             backoff.snooze();
         }
