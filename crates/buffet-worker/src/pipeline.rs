@@ -1909,9 +1909,11 @@ impl<N: NetworkFunction> Dataplane<N> {
             };
             // A worker waiting for a state another thread holds is not stuck itself: the
             // holder gives it back, or is found stuck and its tenant quarantined, and the
-            // waiter goes on. Its clock starts again once it no longer waits.
-            let waits = w.counters.running.load(Ordering::Acquire) & RUNNING_WAITS != 0;
-            if bursts != w.progress.0 || !busy || waits {
+            // waiter goes on. Its clock starts again once it no longer waits. Read last:
+            // the worker writes that line at every group, so only a worker without
+            // progress has it read (not every worker at every poll).
+            let waits = || w.counters.running.load(Ordering::Acquire) & RUNNING_WAITS != 0;
+            if bursts != w.progress.0 || !busy || waits() {
                 w.progress = (bursts, None);
                 continue;
             }

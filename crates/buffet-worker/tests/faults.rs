@@ -3,18 +3,15 @@
 //! Every test accounts for every packet: per tenant, sent = received + counted drops.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use buffet_dispatch::WorkerId;
 use buffet_memory::ArenaConfig;
 use buffet_sdk::{InitError, MemorySpec, NetworkFunction, Packet, TenantId, Verdict};
-use buffet_worker::{
-    Pipeline, PipelineConfig, PipelineError, Report, WorkerEvent, WorkerSource, MIN_STALL,
-};
+use buffet_worker::{Pipeline, PipelineConfig, PipelineError, Report, WorkerEvent, MIN_STALL};
 
 mod common;
-use common::{cfg, frame, spec_with, tagged_buf, Inbox, TestSource};
+use common::{cfg, frame, spec_with, tagged_buf, test_sources};
 
 fn worker_of(r: &Report, t: u32) -> u16 {
     r.tenants
@@ -653,11 +650,7 @@ fn a_stuck_tenant_moved_to_another_sourced_worker_stalls_that_worker_only_until_
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     // Lets the handler return when the test ends, failed or not.
     let _release = ClearOnDrop(&MOVED);
-    let inboxes: Vec<Arc<Mutex<Inbox>>> = (0..3).map(|_| Arc::default()).collect();
-    let sources = inboxes
-        .iter()
-        .map(|i| Box::new(TestSource(i.clone())) as Box<dyn WorkerSource>)
-        .collect();
+    let (inboxes, sources) = test_sources(3);
     // Timeslots of 2^30 ns (1.07 s): the stall bound is half of one (537 ms).
     let shift = 30;
     let slot = Duration::from_nanos(1 << shift);

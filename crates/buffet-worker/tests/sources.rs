@@ -3,7 +3,7 @@
 //! its worker and counted for its tenant, rejected frames are handed back unprocessed,
 //! and the events of the outside dispatcher become the run's events.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use buffet_dispatch::{Event, TenantSlot, WorkerId};
@@ -13,7 +13,7 @@ use buffet_sdk::TenantId;
 use buffet_worker::{Pipeline, PipelineConfig, PipelineError, WorkerEvent, WorkerSource};
 
 mod common;
-use common::{plain_frame, spec, tagged_buf, Inbox, TestSource};
+use common::{plain_frame, spec, tagged_buf, test_sources, TestSource};
 
 fn tagged(tenant: u32, slot: TenantSlot) -> PacketBuf {
     tagged_buf(&plain_frame(tenant), slot)
@@ -36,11 +36,7 @@ fn sources_must_match_the_workers() {
 
 #[test]
 fn workers_process_what_their_own_sources_deliver() {
-    let inboxes: Vec<Arc<Mutex<Inbox>>> = (0..2).map(|_| Arc::default()).collect();
-    let sources = inboxes
-        .iter()
-        .map(|i| Box::new(TestSource(i.clone())) as Box<dyn WorkerSource>)
-        .collect();
+    let (inboxes, sources) = test_sources(2);
     let cfg = PipelineConfig {
         workers: 2,
         pin: false,

@@ -129,6 +129,19 @@ impl WorkerSource for TestSource {
     }
 }
 
+/// The inbox a test fills for one worker's [`TestSource`].
+pub type SharedInbox = Arc<Mutex<Inbox>>;
+
+/// `n` workers' own sources, each with the inbox the test fills.
+pub fn test_sources(n: usize) -> (Vec<SharedInbox>, Vec<Box<dyn WorkerSource>>) {
+    let inboxes: Vec<SharedInbox> = (0..n).map(|_| Arc::default()).collect();
+    let sources = inboxes
+        .iter()
+        .map(|i| Box::new(TestSource(i.clone())) as Box<dyn WorkerSource>)
+        .collect();
+    (inboxes, sources)
+}
+
 /// `frame` in an mbuf, tagged for tenant slot `slot` (as the XDP program tags it).
 pub fn tagged_buf(frame: &[u8], slot: buffet_dispatch::TenantSlot) -> PacketBuf {
     let mut b = PacketBuf::heap();
