@@ -35,7 +35,9 @@
 //! detaches the program, and a rule the XDP classifier cannot express is refused before
 //! anything is attached. Its passed frames also leave through an AF_PACKET `--tx-iface`
 //! on a second pair, with every count of the software dispatcher's test agreeing (the
-//! program's frames seen, unmatched and malformed are the report's global counts).
+//! program's frames seen, unmatched and malformed are the report's global counts). A
+//! worker stuck in a tenant's C handler (asleep in the kernel) loses its tenants' rows in the program's Worker
+//! Table to the live worker: the victims' later frames all pass.
 //!
 //! An interface deleted mid-run (each dispatcher and port) stops the run with its report
 //! and an error naming the interface. UDP GSO super-packets from the peer are counted as
@@ -1829,6 +1831,133 @@ fn run_live(
         });
     }
     (json, format!("{err}{stdout}"), sent)
+}
+
+/// `buffet run --dispatch xdp`: tenant 1's C NF (examples/c-nf/malicious.c, `attack =
+/// "sleep"`) never returns from its sixth packet: asleep in the kernel, it stalls its
+/// worker (at `trusted-native`, where no seccomp filter traps its raw system call). The worker is found
+/// stuck, tenant 1 quarantined, and the run moves the worker's tenants' rows in the XDP
+/// program's Worker Table to the live worker: the victims' frames sent after that all
+/// reach a worker and come back out, those of the victim that shared the stuck worker
+/// included (before, the program kept sending them to the stuck worker's socket, where
+/// nobody reads them any more).
+#[test]
+fn xdp_dispatch_moves_a_stuck_workers_tenants_to_the_live_worker() {
+    let test = "live::xdp_dispatch_moves_a_stuck_workers_tenants_to_the_live_worker";
+    if !privileged(test) {
+        return;
+    }
+    let ns = NsPair::new();
+    let dir = tempfile::tempdir().unwrap();
+    let nf = common::cnf::build_nf(dir.path(), "malicious");
+    let mut tenants = String::new();
+    for id in 1..=4 {
+        let attack = if id == 1 { "sleep" } else { "none" };
+        tenants.push_str(&format!(
+            "[[tenant]]\nid = {id}\nrules = [ {{ dst_ip = \"10.{id}.0.0/16\" }} ]\n\
+             [tenant.policy]\nattack = \"{attack}\"\nattack_after = 5\n\n"
+        ));
+    }
+    let tenants_file = dir.path().join("tenants.toml");
+    std::fs::write(&tenants_file, tenants).unwrap();
+    let other = [172, 16, 0, 1];
+    let mut seq = 0;
+    let mut frames_to = |ids: &[u8], each: usize| -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        for _ in 0..each {
+            for &id in ids {
+                seq += 1;
+                v.push(udp4(other, [10, id, 0, 1], 40000, 80, seq));
+            }
+        }
+        v
+    };
+    let phases = [
+        ("before", frames_to(&[2, 3, 4], 10), 30),
+        ("stall", frames_to(&[1], 10), 0),
+        ("after", frames_to(&[2, 3, 4], 40), 120),
+    ];
+    let stats = dir.path().join("stats.json");
+    let args: Vec<std::ffi::OsString> = [
+        "--iface",
+        &ns.va,
+        "--no-pin",
+        "--duration",
+        "8",
+        "--dispatch",
+        "xdp",
+        "--xdp-mode",
+        "generic",
+        "--workers",
+        "2",
+        // Timeslots of 2^28 ns: a worker is stuck after MIN_STALL (0.5 s).
+        "--shift",
+        "28",
+        "--isolation",
+        "trusted-native",
+        "--nf-lib",
+    ]
+    .iter()
+    .map(Into::into)
+    .chain([nf.into_os_string()])
+    .chain(["--tenants".into(), tenants_file.into_os_string()])
+    .chain(["--stats-json".into(), stats.clone().into_os_string()])
+    .collect();
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let (child, stderr) = start_run(&ns.a, &args);
+    let mut back = Vec::new();
+    for (name, frames, expect) in &phases {
+        let pcap = dir.path().join(format!("{name}.pcap"));
+        write_pcap(&pcap, frames);
+        let (sent, n) = send_from_b(&ns, &pcap, *expect, &dir.path().join(format!("{name}.txt")));
+        assert_eq!(sent, frames.len() as u64, "{name}");
+        back.push(n);
+        if *name == "stall" {
+            // Found stuck after MIN_STALL, checked about every 100 ms.
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = stderr.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = format!("{err}{stdout}");
+    assert!(out.status.success(), "buffet run: {all}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    let stuck: Vec<&serde_json::Value> = json["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "worker_stuck")
+        .collect();
+    assert_eq!(stuck.len(), 1, "one worker found stuck\n{all}");
+    assert_eq!(stuck[0]["tenants"], serde_json::json!([1]), "{all}");
+    let worker = stuck[0]["worker"].as_u64().unwrap();
+    // Tenant 1 and one victim shared it; both rows moved.
+    assert_eq!(stuck[0]["reassigned"].as_u64(), Some(2), "{all}");
+    // Tenant 1's frames before the sleeping one may be held with it in the stuck burst.
+    assert!(back[1] <= 5, "{back:?}\n{all}");
+    assert_eq!(
+        [back[0], back[2]],
+        [30, 120],
+        "the victims' frames came back out\n{all}"
+    );
+    let rows = tenant_rows(&json);
+    for id in 2..=4 {
+        assert!(
+            rows.contains(&(id, 50, 50)),
+            "victim {id} lost nothing: {rows:?}\n{all}"
+        );
+    }
+    assert!(
+        err.contains(&format!(
+            "worker {worker} lost: its row in the XDP program's Worker Table closed, 2 \
+             tenant(s) moved to live workers"
+        )),
+        "{all}"
+    );
+    let t1 = &json["tenants"][0];
+    assert_eq!(t1["id"], 1);
+    assert_eq!(t1["quarantined"], true, "{all}");
 }
 
 #[test]

@@ -13,7 +13,13 @@
  *            "write"           overwrite it without reading first;
  *            "overrun"         write one byte past the end of its own region (guard page);
  *            "null"            write through a NULL pointer (a plain bug: contained at
- *                              every guarded level, like every fault inside an NF call).
+ *                              every guarded level, like every fault inside an NF call);
+ *            "sleep"           never return from the handler, asleep in the kernel (a raw
+ *                              pause(2): no CPU time, so the watchdog, on the thread's
+ *                              CPU-time clock, never fires; at `mpk` seccomp traps the
+ *                              raw system call). The worker is found stuck within a
+ *                              timeslot, the tenant quarantined, and the worker's other
+ *                              tenants moved to live workers.
  *   canary: a number kept in the state and reported back (proves nobody wrote it).
  *
  * Under MPK the first stray access faults — the next tenant's protection key is closed on
@@ -23,11 +29,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "buffet.h"
 
-enum attack { NONE, READ_WRITE, WRITE, OVERRUN, NULL_DEREF };
+enum attack { NONE, READ_WRITE, WRITE, OVERRUN, NULL_DEREF, SLEEP };
 
 struct state {
     uint64_t packets;
@@ -67,7 +74,8 @@ int buffet_state_init(const char *policy, void *mem, size_t len, char *err, size
         } modes[] = {{"\"read-write\"", READ_WRITE},
                      {"\"write\"", WRITE},
                      {"\"overrun\"", OVERRUN},
-                     {"\"null\"", NULL_DEREF}};
+                     {"\"null\"", NULL_DEREF},
+                     {"\"sleep\"", SLEEP}};
         for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
             if (strncmp(v, modes[i].name, strlen(modes[i].name)) == 0) {
                 s->attack = modes[i].attack;
@@ -97,6 +105,15 @@ buffet_verdict buffet_pkt_handler(struct buffet_pkt *pkt, void *mem, size_t len)
     case OVERRUN:
         ((volatile char *)mem)[len] = 1; /* one past the region: its guard page */
         break;
+    case SLEEP:
+        for (;;) {
+#if defined(__x86_64__)
+            long ret;
+            __asm__ volatile("syscall" : "=a"(ret) : "a"((long)SYS_pause) : "rcx", "r11", "memory");
+#else
+            ((volatile struct state *)s)->bytes++; /* no raw call here: spin instead */
+#endif
+        }
     default:
         *(volatile uint64_t *)(uintptr_t)s->stolen = 1; /* stolen is 0: NULL */
         break;

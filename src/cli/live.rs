@@ -740,6 +740,16 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         }
     };
     p.set_idle_wait(Duration::from_micros(a.idle_wait_us));
+    // A worker found stuck or dead loses its tenants in the data plane's Worker Table;
+    // the watcher then moves their rows in the XDP program's maps too, so the program
+    // stops sending them to that worker's sockets.
+    let lost = dispatcher.is_some().then(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        p.dataplane().on_worker_lost(move |w| {
+            let _ = tx.send(w);
+        });
+        rx
+    });
     let stop = afpacket::stop_on_signals().context("installing the SIGINT/SIGTERM handler")?;
     let oversize = Arc::new(OversizeWarning {
         iface: a.iface.clone(),
@@ -831,6 +841,9 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                         }
                     }
                     if let Some(d) = &mut dispatcher {
+                        for w in lost.iter().flat_map(|rx| rx.try_iter()) {
+                            close_lost_worker(d, w, tty);
+                        }
                         control.dispatcher_events(d.drain_events());
                         // The kernel drops frames too large for a UMEM frame at the
                         // workers' sockets: their counters say so, not the port's.
@@ -1024,6 +1037,32 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Stops the XDP program sending to worker `w`, found stuck or dead: its tenants' rows
+/// to live workers and its Worker Table row closed; after [`buffet_xdp::GRACE`] the rows
+/// fixed again (a program run that read the row as live just before it closed may have
+/// migrated a tenant to it) and its sockets out of the XSKMAP. Says so on stderr.
+fn close_lost_worker(d: &mut XdpDispatcher, w: buffet_dispatch::WorkerId, tty: bool) {
+    let cr = if tty { "\r" } else { "" };
+    match d.close_worker(w) {
+        Ok(moved) => {
+            std::thread::sleep(buffet_xdp::GRACE);
+            let moved = moved.len() + d.resettle(w).len();
+            eprintln!(
+                "{cr}worker {} lost: its row in the XDP program's Worker Table closed, \
+                 {moved} tenant(s) moved to live workers",
+                w.0
+            );
+            if let Err(e) = d.clear_worker_socket(w) {
+                eprintln!("worker {}: its sockets stay in the XSKMAP: {e}", w.0);
+            }
+        }
+        Err(e) => eprintln!(
+            "{cr}worker {} lost: the XDP program still sends its tenants to it: {e}",
+            w.0
+        ),
+    }
 }
 
 /// Builds the pipeline with each worker polling its own socket, admits every tenant to

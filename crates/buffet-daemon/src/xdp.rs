@@ -58,10 +58,7 @@ use crossbeam::channel::{Receiver, Sender};
 
 use crate::config::{AfXdpPortConfig, DaemonConfig};
 
-/// How long after a map change the host waits before relying on it: a program run that
-/// read the maps before the change finishes within microseconds (one frame), so 20 ms is
-/// ample on any machine that is not swapping.
-pub const GRACE: Duration = Duration::from_millis(20);
+pub use buffet_xdp::GRACE;
 
 /// How often the program's ring buffer is drained into the data plane's events.
 pub const EVENT_PERIOD: Duration = Duration::from_millis(20);

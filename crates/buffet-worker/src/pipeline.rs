@@ -1094,6 +1094,8 @@ pub struct Dataplane<N: NetworkFunction> {
     /// This data plane's waker: the workers wake it when they hand frames back, and
     /// [`Control`] when it sends a command.
     waker: Arc<Waker>,
+    /// Told of each worker found stuck or dead ([`on_worker_lost`](Self::on_worker_lost)).
+    worker_lost: Option<Box<dyn FnMut(WorkerId) + Send>>,
 }
 
 /// Builds a pipeline: reserves the arena, starts `cfg.workers` workers, and returns the
@@ -1207,6 +1209,7 @@ fn build_on<N: NetworkFunction>(
         completed_since_poll: 0,
         idle: Arc::new(IdleShared::default()),
         waker: Arc::new(Waker::new()),
+        worker_lost: None,
         mpk,
         cfg,
     };
@@ -2018,6 +2021,15 @@ impl<N: NetworkFunction> Dataplane<N> {
             requeued,
             dropped,
         });
+        self.tell_worker_lost(wi);
+    }
+
+    /// Says that worker `wi` was found stuck or dead to the
+    /// [`on_worker_lost`](Self::on_worker_lost) callback, if any.
+    fn tell_worker_lost(&mut self, wi: usize) {
+        if let Some(f) = &mut self.worker_lost {
+            f(WorkerId(wi as u16));
+        }
     }
 
     /// The tenant worker `wi` is stuck in: the one whose group it is running (it says
@@ -2066,6 +2078,7 @@ impl<N: NetworkFunction> Dataplane<N> {
             requeued,
             stuck,
         });
+        self.tell_worker_lost(wi);
     }
 
     fn release(&mut self, slot: TenantSlot) -> Result<(), PipelineError> {
@@ -2407,6 +2420,15 @@ impl<N: NetworkFunction> Dataplane<N> {
                 }
             }
         }
+    }
+
+    /// Calls `f` on this data plane's thread with each worker found stuck in a handler or
+    /// dead, once its tenants were moved to live workers in the data plane's own Worker
+    /// Table (after its `WorkerStuck` or `WorkerDied` event). For a Packet Dispatcher that
+    /// runs outside the data plane (the XDP program), which must stop sending that
+    /// worker's tenants to it. Keep `f` short: the data plane waits for it.
+    pub fn on_worker_lost(&mut self, f: impl FnMut(WorkerId) + Send + 'static) {
+        self.worker_lost = Some(Box::new(f));
     }
 
     /// How long an idle thread blocks, at most, before it looks again when no frame

@@ -97,6 +97,11 @@ pub const PROGRAM_NAME: &str = buffet_io::afxdp::DISPATCHER_PROGRAM;
 /// with `TimedOut`.
 pub const BANK_WAIT: Duration = Duration::from_secs(1);
 
+/// How long after a map change the host waits before relying on it: a program run that
+/// read the maps before the change finishes within microseconds (one frame), so 20 ms is
+/// ample on any machine that is not swapping.
+pub const GRACE: Duration = Duration::from_millis(20);
+
 /// The compiled XDP dispatcher object (ELF), or why it was not built.
 pub fn dispatcher_object() -> Result<&'static [u8], LoadError> {
     match UNAVAILABLE {
