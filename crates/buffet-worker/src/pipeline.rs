@@ -2344,7 +2344,8 @@ impl<N: NetworkFunction> Dataplane<N> {
 
     /// Runs until every port has ended (files, the generator) or a [`Command::Stop`]
     /// arrives, then processes what is in flight and flushes the ports. `progress` is
-    /// called with the frames received so far every few thousand frames.
+    /// called with the frames received so far every few thousand frames, and whenever
+    /// the events channel is half full (take them off it there: [`Pipeline::run`] does).
     pub fn run(&mut self, mut progress: impl FnMut(u64)) -> Result<u64, PipelineError> {
         let mut total = 0u64;
         let mut last = 0u64;
@@ -2459,7 +2460,10 @@ impl<N: NetworkFunction> Dataplane<N> {
             let polled = self.poll()?;
             let (n, ended) = (polled.received, polled.ended);
             *total += n as u64;
-            if *total - *last >= 8192 {
+            // Also when the events channel is half full: a caller that takes the events
+            // off it in `progress` (as `Pipeline::run` does) loses none while the ports
+            // bring nothing (workers fed by their own sources).
+            if *total - *last >= 8192 || self.events.len() >= EVENT_CAPACITY / 2 {
                 *last = *total;
                 progress(*total);
             }

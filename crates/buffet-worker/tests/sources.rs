@@ -134,3 +134,48 @@ fn workers_process_what_their_own_sources_deliver() {
         assert_eq!(t.drops.get("worker_died"), None, "tenant {}", t.id.0);
     }
 }
+
+/// A run whose ports bring nothing (`buffet run --dispatch xdp`: every frame reaches the
+/// workers through their own sockets) keeps every event all the same, more than the
+/// channel holds: `Pipeline::run` takes them off the channel once it is half full, not
+/// only as its ports' packets arrive.
+#[test]
+fn a_run_whose_ports_bring_nothing_keeps_more_events_than_the_channel_holds() {
+    let (_inboxes, sources) = test_sources(1);
+    let cfg = PipelineConfig {
+        workers: 1,
+        pin: false,
+        ..PipelineConfig::default()
+    };
+    let mut p = Pipeline::with_sources(Monitor::default(), cfg, sources).unwrap();
+    let control = p.control().clone();
+    const CHUNK: u64 = 10_000;
+    let chunks = 2 * buffet_worker::EVENT_CAPACITY as u64 / CHUNK;
+    let outside = std::thread::spawn(move || {
+        for c in 0..chunks {
+            let events = (0..CHUNK)
+                .map(|i| Event::Overload {
+                    worker: WorkerId(0),
+                    slot: c * CHUNK + i,
+                })
+                .collect();
+            control.dispatcher_events(events);
+            // Answered once the events before it were applied.
+            control.report().unwrap();
+        }
+        control.stop();
+    });
+    p.run(|_| {}).unwrap();
+    outside.join().unwrap();
+    let slots: Vec<u64> = p
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            WorkerEvent::Overload { slot, .. } => Some(*slot),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(p.control().events_dropped(), 0);
+    assert_eq!(slots.len() as u64, chunks * CHUNK);
+    assert!(slots.windows(2).all(|w| w[0] + 1 == w[1]), "in order");
+}
