@@ -36,8 +36,8 @@
 //! anything is attached. Its passed frames also leave through an AF_PACKET `--tx-iface`
 //! on a second pair, with every count of the software dispatcher's test agreeing (the
 //! program's frames seen, unmatched and malformed are the report's global counts). A
-//! worker stuck in a tenant's C handler (asleep in the kernel) loses its tenants' rows in the program's Worker
-//! Table to the live worker: the victims' later frames all pass.
+//! worker stuck in a tenant's C handler (asleep in the kernel) loses its tenants' rows
+//! in the program's Tenant Table to the live worker: the victims' later frames all pass.
 //!
 //! An interface deleted mid-run (each dispatcher and port) stops the run with its report
 //! and an error naming the interface. UDP GSO super-packets from the peer are counted as
@@ -1835,9 +1835,10 @@ fn run_live(
 
 /// `buffet run --dispatch xdp`: tenant 1's C NF (examples/c-nf/malicious.c, `attack =
 /// "sleep"`) never returns from its sixth packet: asleep in the kernel, it stalls its
-/// worker (at `trusted-native`, where no seccomp filter traps its raw system call). The worker is found
-/// stuck, tenant 1 quarantined, and the run moves the worker's tenants' rows in the XDP
-/// program's Worker Table to the live worker: the victims' frames sent after that all
+/// worker (at `trusted-native`, where no seccomp filter traps its raw system call). The
+/// worker is found stuck, tenant 1 quarantined, and the run moves the worker's tenants'
+/// rows in the XDP program's Tenant Table to the live worker: the victims' frames sent
+/// after that all
 /// reach a worker and come back out, those of the victim that shared the stuck worker
 /// included (before, the program kept sending them to the stuck worker's socket, where
 /// nobody reads them any more).

@@ -15,11 +15,12 @@
  *            "null"            write through a NULL pointer (a plain bug: contained at
  *                              every guarded level, like every fault inside an NF call);
  *            "sleep"           never return from the handler, asleep in the kernel (a raw
- *                              pause(2): no CPU time, so the watchdog, on the thread's
- *                              CPU-time clock, never fires; at `mpk` seccomp traps the
- *                              raw system call). The worker is found stuck within a
- *                              timeslot, the tenant quarantined, and the worker's other
- *                              tenants moved to live workers.
+ *                              pause(2) on x86-64, elsewhere a spin: no CPU time, so the
+ *                              watchdog, on the thread's CPU-time clock, never fires; at
+ *                              `mpk` seccomp traps the raw system call). The worker is
+ *                              found stuck after half a timeslot (at least 500 ms), the
+ *                              tenant quarantined, and the worker's other tenants moved
+ *                              to live workers.
  *   canary: a number kept in the state and reported back (proves nobody wrote it).
  *
  * Under MPK the first stray access faults — the next tenant's protection key is closed on

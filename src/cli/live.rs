@@ -875,13 +875,13 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
                 if tty {
                     eprintln!();
                 }
-                (dispatcher, xsk, gone)
+                (dispatcher, xsk, gone, lost)
             })
             .context("starting the stop watcher")?
     };
     let result = p.run(|_| {});
     done.store(true, Ordering::Release);
-    let (mut dispatcher, xsk, gone) = watcher.join().unwrap_or((None, None, None));
+    let (mut dispatcher, xsk, gone, lost) = watcher.join().unwrap_or((None, None, None, None));
     if let Some(name) = &gone {
         eprintln!(
             "stopping: interface {name} is gone (deleted, or moved to another network \
@@ -891,6 +891,11 @@ fn live_with<N: RegisteredNf>(nf: N, l: Live<'_>) -> anyhow::Result<()> {
     // Detached before the report: nothing arrives any more; a detach that fails is said.
     let xdp_json = match &mut dispatcher {
         Some(d) => {
+            // A worker found lost after the watcher's last look: its rows move before the
+            // program's last events are read.
+            for w in lost.iter().flat_map(|rx| rx.try_iter()) {
+                close_lost_worker(d, w, false);
+            }
             let late = d.drain_events();
             // A deleted interface took the program with it.
             if let Err(e) = d.detach() {

@@ -149,7 +149,8 @@ fn a_run_whose_ports_bring_nothing_keeps_more_events_than_the_channel_holds() {
     };
     let mut p = Pipeline::with_sources(Monitor::default(), cfg, sources).unwrap();
     let control = p.control().clone();
-    const CHUNK: u64 = 10_000;
+    // Small enough that even chunks applied together stay far below the capacity.
+    const CHUNK: u64 = 4_096;
     let chunks = 2 * buffet_worker::EVENT_CAPACITY as u64 / CHUNK;
     let outside = std::thread::spawn(move || {
         for c in 0..chunks {
