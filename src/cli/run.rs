@@ -252,10 +252,20 @@ pub fn print_events(out: &mut dyn Write, r: &Report, limit: usize) -> std::io::R
         .iter()
         .filter(|e| matches!(e, WorkerEvent::Overload { .. }))
         .count();
+    let (late_m, late_o) = (r.global.migrations_not_kept, r.global.overloads_not_kept);
     writeln!(
         out,
-        "scheduler events: {migrations} migrations, {overloads} overload reports"
+        "scheduler events: {} migrations, {} overload reports",
+        migrations as u64 + late_m,
+        overloads as u64 + late_o
     )?;
+    if late_m + late_o > 0 {
+        writeln!(
+            out,
+            "  ({late_m} migrations and {late_o} overload reports after the first {} were counted, not kept)",
+            migrations + overloads
+        )?;
+    }
     for e in r.events.iter().take(limit) {
         match e {
             WorkerEvent::Migration { seq, tenant, from, to, slot } => writeln!(
@@ -322,5 +332,41 @@ mod tests {
         for t in [unknown, known] {
             ProgressStyle::with_template(t).unwrap();
         }
+    }
+
+    #[test]
+    fn scheduler_events_counted_but_not_kept_are_in_the_totals() {
+        let mut r = Report {
+            events: vec![
+                WorkerEvent::Overload {
+                    seq: 7,
+                    worker: 1,
+                    slot: 3,
+                };
+                2
+            ],
+            ..Report::default()
+        };
+        let mut out = Vec::new();
+        print_events(&mut out, &r, 20).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("scheduler events: 0 migrations, 2 overload reports\n"),
+            "{text}"
+        );
+        assert!(!text.contains("not kept"), "{text}");
+
+        r.global.migrations_not_kept = 5;
+        r.global.overloads_not_kept = 9;
+        let mut out = Vec::new();
+        print_events(&mut out, &r, 20).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with(
+                "scheduler events: 5 migrations, 11 overload reports\n  (5 migrations and 9 \
+                 overload reports after the first 2 were counted, not kept)\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -45,7 +45,8 @@ pub use completions::Completions;
 pub use idle::{DEFAULT_IDLE_WAIT, IDLE_AFTER};
 pub use pipeline::{
     build, build_with_sources, Command, Control, Dataplane, Pipeline, PipelineConfig,
-    PipelineError, Polled, TenantSpec, WorkerEvent, EVENT_CAPACITY, MIN_STALL, QUARANTINE_BACKOFF,
+    PipelineError, Polled, TenantSpec, WorkerEvent, EVENTS_KEPT, EVENT_CAPACITY, MIN_STALL,
+    QUARANTINE_BACKOFF,
 };
 pub use stats::{DropReason, GlobalReport, Report, TenantReport, WorkerReport};
 pub use worker::{Worker, WorkerSource};

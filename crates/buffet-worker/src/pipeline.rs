@@ -47,6 +47,10 @@ use crate::worker::{FlushSync, Notice, Shared, Worker, WorkerSource, WorkerThrea
 /// Events the channel holds before new ones are counted as dropped.
 pub const EVENT_CAPACITY: usize = 1 << 16;
 
+/// Scheduler events (migrations and overload reports) a [`Pipeline`] keeps for its
+/// report by default ([`PipelineConfig::events_kept`]).
+pub const EVENTS_KEPT: usize = 1 << 18;
+
 /// How a [`Pipeline`] is built.
 #[derive(Clone, Debug)]
 pub struct PipelineConfig {
@@ -86,6 +90,12 @@ pub struct PipelineConfig {
     pub drr_quantum: u64,
     /// Where workers read time for the latency bound and the DRR charge.
     pub clock: ClockSource,
+    /// Scheduler events (migrations and overload reports) a [`Pipeline`] keeps for its
+    /// report: the first this many of a run. Later ones are only counted
+    /// ([`GlobalReport::migrations_not_kept`], [`GlobalReport::overloads_not_kept`]), so
+    /// a run that goes on for days under overload, which reports every timeslot, does
+    /// not grow without bound. Faults and worker changes are always kept.
+    pub events_kept: usize,
 }
 
 impl Default for PipelineConfig {
@@ -105,6 +115,7 @@ impl Default for PipelineConfig {
             flush_ns: 50_000,
             drr_quantum: 16_384,
             clock: ClockSource::System,
+            events_kept: EVENTS_KEPT,
         }
     }
 }
@@ -2831,7 +2842,57 @@ fn send_event(events: &Sender<WorkerEvent>, dropped: &AtomicU64, e: WorkerEvent)
 pub struct Pipeline<N: NetworkFunction> {
     control: Control<N>,
     dataplane: Dataplane<N>,
-    events: Vec<WorkerEvent>,
+    events: KeptEvents,
+}
+
+/// The events a [`Pipeline`] keeps for its report: every fault and worker change, and
+/// the first `cap` scheduler events; the scheduler events after those are counted only.
+#[derive(Debug)]
+struct KeptEvents {
+    list: Vec<WorkerEvent>,
+    /// Scheduler events kept so far, and how many may be.
+    scheduler: usize,
+    cap: usize,
+    migrations_not_kept: u64,
+    overloads_not_kept: u64,
+}
+
+impl KeptEvents {
+    fn new(cap: usize) -> Self {
+        KeptEvents {
+            list: Vec::new(),
+            scheduler: 0,
+            cap,
+            migrations_not_kept: 0,
+            overloads_not_kept: 0,
+        }
+    }
+
+    fn extend(&mut self, events: impl IntoIterator<Item = WorkerEvent>) {
+        for e in events {
+            let count = match e {
+                WorkerEvent::Migration { .. } => &mut self.migrations_not_kept,
+                WorkerEvent::Overload { .. } => &mut self.overloads_not_kept,
+                _ => {
+                    self.list.push(e);
+                    continue;
+                }
+            };
+            if self.scheduler < self.cap {
+                self.scheduler += 1;
+                self.list.push(e);
+            } else {
+                *count += 1;
+            }
+        }
+    }
+
+    /// Puts what was kept and counted into `r`.
+    fn report_into(&self, r: &mut Report) {
+        r.events = self.list.clone();
+        r.global.migrations_not_kept = self.migrations_not_kept;
+        r.global.overloads_not_kept = self.overloads_not_kept;
+    }
 }
 
 impl<N: NetworkFunction> Pipeline<N> {
@@ -2847,11 +2908,12 @@ impl<N: NetworkFunction> Pipeline<N> {
         cfg: PipelineConfig,
         sources: Vec<Box<dyn WorkerSource>>,
     ) -> Result<Self, PipelineError> {
+        let kept = KeptEvents::new(cfg.events_kept);
         let (control, dataplane) = build_with_sources(nf, cfg, sources)?;
         Ok(Pipeline {
             control,
             dataplane,
-            events: Vec::new(),
+            events: kept,
         })
     }
 
@@ -2974,13 +3036,12 @@ impl<N: NetworkFunction> Pipeline<N> {
     /// Runs the ports to their end (see [`Dataplane::run`]), keeping the events.
     pub fn run(&mut self, progress: impl FnMut(u64)) -> Result<u64, PipelineError> {
         let events = self.control.events.clone();
-        let mut kept = std::mem::take(&mut self.events);
+        let kept = &mut self.events;
         let mut progress = progress;
         let r = self.dataplane.run(|n| {
             kept.extend(events.try_iter());
             progress(n)
         });
-        self.events = kept;
         self.drain_events();
         r
     }
@@ -2998,11 +3059,12 @@ impl<N: NetworkFunction> Pipeline<N> {
         self.drain_events();
     }
 
-    /// Events so far, in order (this single-threaded pipeline keeps them; a [`Control`]
-    /// consumer reads the channel instead).
+    /// Events so far, in order (this single-threaded pipeline keeps them, the
+    /// scheduler's up to [`PipelineConfig::events_kept`]; a [`Control`] consumer reads
+    /// the channel instead).
     pub fn events(&mut self) -> &[WorkerEvent] {
         self.drain_events();
-        &self.events
+        &self.events.list
     }
 
     /// A snapshot of everything counted so far, with the events kept so far.
@@ -3010,7 +3072,7 @@ impl<N: NetworkFunction> Pipeline<N> {
         self.drain_events();
         self.dataplane.count_live_oversize();
         let mut r = self.dataplane.report();
-        r.events = self.events.clone();
+        self.events.report_into(&mut r);
         r
     }
 
@@ -3031,7 +3093,7 @@ impl<N: NetworkFunction> Pipeline<N> {
         events.extend(control.events.try_iter());
         let (mut r, ports) = dataplane.finish_with_port_stats();
         events.extend(control.events.try_iter());
-        r.events = events;
+        events.report_into(&mut r);
         (r, ports)
     }
 }
@@ -3198,7 +3260,7 @@ mod unenterable_tests {
         let mut p = Pipeline {
             control,
             dataplane,
-            events: Vec::new(),
+            events: KeptEvents::new(EVENTS_KEPT),
         };
         // Five tenants on three keys: each admission's `init` took a key, so the last
         // three hold them and tenant 2's region is parked.
@@ -3258,5 +3320,52 @@ mod unenterable_tests {
         }
         p.flush();
         assert_eq!(monitored(&p.report(), 2), Some(2));
+    }
+}
+
+#[cfg(test)]
+mod kept_events_tests {
+    use super::*;
+
+    #[test]
+    fn faults_and_worker_changes_are_kept_past_the_scheduler_events_cap() {
+        let overload = |slot| WorkerEvent::Overload {
+            seq: 0,
+            worker: 0,
+            slot,
+        };
+        let migration = |slot| WorkerEvent::Migration {
+            seq: 0,
+            tenant: TenantId(1),
+            from: 0,
+            to: 1,
+            slot,
+        };
+        let fault = WorkerEvent::Fault {
+            tenant: TenantId(1),
+            worker: 0,
+            message: "boom".into(),
+        };
+        let mut kept = KeptEvents::new(2);
+        kept.extend([overload(0), migration(0), fault.clone()]);
+        kept.extend([
+            overload(1),
+            migration(1),
+            WorkerEvent::WorkerLaunched { worker: 1 },
+        ]);
+        kept.extend([migration(2)]);
+        let mut r = Report::default();
+        kept.report_into(&mut r);
+        assert_eq!(
+            r.events,
+            vec![
+                overload(0),
+                migration(0),
+                fault,
+                WorkerEvent::WorkerLaunched { worker: 1 }
+            ]
+        );
+        assert_eq!(r.global.overloads_not_kept, 1);
+        assert_eq!(r.global.migrations_not_kept, 2);
     }
 }

@@ -285,6 +285,14 @@ pub struct GlobalReport {
     /// Events dropped because nobody drained the events channel.
     #[serde(skip_serializing_if = "is_zero")]
     pub events_dropped: u64,
+    /// Migrations a [`Pipeline`](crate::Pipeline) counted but did not keep in
+    /// [`Report::events`]: they came after its first
+    /// [`events_kept`](crate::PipelineConfig::events_kept) scheduler events.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub migrations_not_kept: u64,
+    /// Overload reports counted but not kept, as [`migrations_not_kept`](Self::migrations_not_kept).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub overloads_not_kept: u64,
     /// Packets still queued for a tenant when it was removed, dropped (the removed
     /// tenant's own row is no longer reported).
     #[serde(skip_serializing_if = "is_zero")]

@@ -180,3 +180,64 @@ fn a_run_whose_ports_bring_nothing_keeps_more_events_than_the_channel_holds() {
     assert_eq!(slots.len() as u64, chunks * CHUNK);
     assert!(slots.windows(2).all(|w| w[0] + 1 == w[1]), "in order");
 }
+
+/// A run keeps its first `events_kept` scheduler events and counts the rest, so a run
+/// that reports an overload every timeslot for days does not grow without bound; its
+/// report still says how many there were of each kind.
+#[test]
+fn a_run_keeps_its_first_scheduler_events_and_counts_the_rest() {
+    let (_inboxes, sources) = test_sources(1);
+    let cfg = PipelineConfig {
+        workers: 1,
+        pin: false,
+        events_kept: 100,
+        ..PipelineConfig::default()
+    };
+    let mut p = Pipeline::with_sources(Monitor::default(), cfg, sources).unwrap();
+    let control = p.control().clone();
+    let outside = std::thread::spawn(move || {
+        // 300 timeslots, each with an overload report and a migration.
+        let events = (0..300)
+            .flat_map(|slot| {
+                [
+                    Event::Overload {
+                        worker: WorkerId(0),
+                        slot,
+                    },
+                    Event::Migration {
+                        tenant: TenantSlot(0),
+                        from: WorkerId(0),
+                        to: WorkerId(0),
+                        slot,
+                    },
+                ]
+            })
+            .collect();
+        control.dispatcher_events(events);
+        control.report().unwrap();
+        control.stop();
+    });
+    p.run(|_| {}).unwrap();
+    outside.join().unwrap();
+    let slots: Vec<u64> = p
+        .events()
+        .iter()
+        .map(|e| match e {
+            WorkerEvent::Overload { slot, .. } | WorkerEvent::Migration { slot, .. } => *slot,
+            other => panic!("unexpected event {other:?}"),
+        })
+        .collect();
+    // The first 100, in order: 50 timeslots' pairs.
+    assert_eq!(slots, (0..50).flat_map(|s| [s, s]).collect::<Vec<_>>());
+    let r = p.report();
+    assert_eq!(r.events.len(), 100);
+    assert_eq!(r.global.overloads_not_kept, 250);
+    assert_eq!(r.global.migrations_not_kept, 250);
+    let r = p.finish();
+    assert_eq!(r.events.len(), 100);
+    assert_eq!(
+        r.global.overloads_not_kept + r.global.migrations_not_kept,
+        500
+    );
+    assert_eq!(r.global.events_dropped, 0);
+}
