@@ -262,7 +262,7 @@ pub fn print_events(out: &mut dyn Write, r: &Report, limit: usize) -> std::io::R
     if late_m + late_o > 0 {
         writeln!(
             out,
-            "  ({late_m} migrations and {late_o} overload reports after the first {} were counted, not kept)",
+            "  ({late_m} migrations and {late_o} overload reports after the first {} scheduler events were counted, not kept)",
             migrations + overloads
         )?;
     }
@@ -364,7 +364,7 @@ mod tests {
         assert!(
             text.starts_with(
                 "scheduler events: 5 migrations, 11 overload reports\n  (5 migrations and 9 \
-                 overload reports after the first 2 were counted, not kept)\n"
+                 overload reports after the first 2 scheduler events were counted, not kept)\n"
             ),
             "{text}"
         );
