@@ -38,10 +38,20 @@ pub struct LocalEtcd {
     binary: PathBuf,
 }
 
+/// A free port, never one this process handed out before: tests start several etcds at
+/// once, and a port the kernel gives out again could otherwise be another etcd's.
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+    }
 }
 
 /// The etcd binary: `$ETCD_BIN`, else `etcd` on `PATH`.
@@ -135,7 +145,13 @@ impl LocalEtcd {
                     )));
                 }
             }
-            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            // Ready once this etcd says so, not when something answers on the port: a
+            // listener there may be another process's, and this etcd may still be about
+            // to fail to bind and exit (seen: a test then found the port refused).
+            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                && std::fs::read_to_string(self.dir.path().join("etcd.log"))
+                    .is_ok_and(|log| log.contains("ready to serve client requests"))
+            {
                 return Ok(());
             }
             if t0.elapsed() > Duration::from_secs(20) {
