@@ -141,33 +141,20 @@ fn workers_process_what_their_own_sources_deliver() {
 /// only as its ports' packets arrive.
 #[test]
 fn a_run_whose_ports_bring_nothing_keeps_more_events_than_the_channel_holds() {
-    let (_inboxes, sources) = test_sources(1);
-    let cfg = PipelineConfig {
-        workers: 1,
-        pin: false,
-        ..PipelineConfig::default()
-    };
-    let mut p = Pipeline::with_sources(Monitor::default(), cfg, sources).unwrap();
-    let control = p.control().clone();
     // Small enough that even chunks applied together stay far below the capacity.
     const CHUNK: u64 = 4_096;
     let chunks = 2 * buffet_worker::EVENT_CAPACITY as u64 / CHUNK;
-    let outside = std::thread::spawn(move || {
-        for c in 0..chunks {
-            let events = (0..CHUNK)
+    let batches = (0..chunks)
+        .map(|c| {
+            (0..CHUNK)
                 .map(|i| Event::Overload {
                     worker: WorkerId(0),
                     slot: c * CHUNK + i,
                 })
-                .collect();
-            control.dispatcher_events(events);
-            // Answered once the events before it were applied.
-            control.report().unwrap();
-        }
-        control.stop();
-    });
-    p.run(|_| {}).unwrap();
-    outside.join().unwrap();
+                .collect()
+        })
+        .collect();
+    let mut p = run_with_dispatcher_events(PipelineConfig::default(), batches);
     let slots: Vec<u64> = p
         .events()
         .iter()
@@ -186,39 +173,28 @@ fn a_run_whose_ports_bring_nothing_keeps_more_events_than_the_channel_holds() {
 /// report still says how many there were of each kind.
 #[test]
 fn a_run_keeps_its_first_scheduler_events_and_counts_the_rest() {
-    let (_inboxes, sources) = test_sources(1);
     let cfg = PipelineConfig {
-        workers: 1,
-        pin: false,
         events_kept: 100,
         ..PipelineConfig::default()
     };
-    let mut p = Pipeline::with_sources(Monitor::default(), cfg, sources).unwrap();
-    let control = p.control().clone();
-    let outside = std::thread::spawn(move || {
-        // 300 timeslots, each with an overload report and a migration.
-        let events = (0..300)
-            .flat_map(|slot| {
-                [
-                    Event::Overload {
-                        worker: WorkerId(0),
-                        slot,
-                    },
-                    Event::Migration {
-                        tenant: TenantSlot(0),
-                        from: WorkerId(0),
-                        to: WorkerId(0),
-                        slot,
-                    },
-                ]
-            })
-            .collect();
-        control.dispatcher_events(events);
-        control.report().unwrap();
-        control.stop();
-    });
-    p.run(|_| {}).unwrap();
-    outside.join().unwrap();
+    // 300 timeslots, each with an overload report and a migration.
+    let events = (0..300)
+        .flat_map(|slot| {
+            [
+                Event::Overload {
+                    worker: WorkerId(0),
+                    slot,
+                },
+                Event::Migration {
+                    tenant: TenantSlot(0),
+                    from: WorkerId(0),
+                    to: WorkerId(0),
+                    slot,
+                },
+            ]
+        })
+        .collect();
+    let mut p = run_with_dispatcher_events(cfg, vec![events]);
     let slots: Vec<u64> = p
         .events()
         .iter()
@@ -240,4 +216,31 @@ fn a_run_keeps_its_first_scheduler_events_and_counts_the_rest() {
         500
     );
     assert_eq!(r.global.events_dropped, 0);
+}
+
+/// Runs a one-worker pipeline (`cfg` otherwise) fed by its own (empty) sources while
+/// another thread hands it `batches` of the XDP program's events, each applied before
+/// the next is sent, then stops it.
+fn run_with_dispatcher_events(cfg: PipelineConfig, batches: Vec<Vec<Event>>) -> Pipeline<Monitor> {
+    let (inboxes, sources) = test_sources(1);
+    let cfg = PipelineConfig {
+        workers: 1,
+        pin: false,
+        ..cfg
+    };
+    let mut p = Pipeline::with_sources(Monitor::default(), cfg, sources).unwrap();
+    let control = p.control().clone();
+    let outside = std::thread::spawn(move || {
+        for events in batches {
+            control.dispatcher_events(events);
+            // Answered once the events before it were applied.
+            control.report().unwrap();
+        }
+        control.stop();
+    });
+    p.run(|_| {}).unwrap();
+    outside.join().unwrap();
+    // The sources' inboxes lived through the whole run, as in a real one.
+    drop(inboxes);
+    p
 }
